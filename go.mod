@@ -1,0 +1,3 @@
+module github.com/agentstream/agentstream
+
+go 1.26.8
