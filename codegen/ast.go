@@ -57,6 +57,7 @@ type Rule struct {
 	Entry  *GroupEntry // the right-hand side as a group entry
 	Type   *Type       // the right-hand side as a type, when it is one
 	Doc    string
+	rhs    string // the right-hand side's tokens, for comparing redefinitions
 }
 
 // Type is a type choice: `t1 / t2 / ...` (one element when there is no choice).

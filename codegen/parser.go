@@ -1,6 +1,9 @@
 package codegen
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // maxDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxDepth = 500
@@ -143,6 +146,7 @@ func (p *parser) rule() (*Rule, *Error) {
 		return nil, p.unexpected("'=', '/=' or '//=' after rule name " + name.text)
 	}
 	assign := p.advance()
+	rhsStart := p.i
 	e, err := p.groupEntry()
 	if err != nil {
 		return nil, err
@@ -162,6 +166,7 @@ func (p *parser) rule() (*Rule, *Error) {
 		e = &GroupEntry{Pos: e.Pos, Group: g}
 	}
 	r.Entry = e
+	r.rhs = p.tokenText(rhsStart, p.i)
 	if e.Occur == nil && e.Key == nil && e.Type != nil {
 		r.Type = e.Type
 	}
@@ -172,6 +177,19 @@ func (p *parser) rule() (*Rule, *Error) {
 		r.Doc = p.prev().trailing
 	}
 	return r, nil
+}
+
+// tokenText is the text of tokens [from, to) joined by single spaces: a
+// rule's right-hand side with layout and comments normalised away.
+func (p *parser) tokenText(from, to int) string {
+	var b strings.Builder
+	for i := from; i < to; i++ {
+		if i > from {
+			b.WriteByte(' ')
+		}
+		b.WriteString(p.toks[i].text)
+	}
+	return b.String()
 }
 
 // occurrence parses an optional occurrence indicator.

@@ -1,0 +1,177 @@
+package codegen
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Lang is a generator target.
+type Lang string
+
+// The targets.
+const (
+	LangGo         Lang = "go"
+	LangJSONSchema Lang = "jsonschema"
+	LangTS         Lang = "ts"
+	LangPython     Lang = "python"
+)
+
+// Langs lists every target.
+var Langs = []Lang{LangGo, LangJSONSchema, LangTS, LangPython}
+
+// ParseLang reads a target name.
+func ParseLang(s string) (Lang, error) {
+	for _, l := range Langs {
+		if string(l) == s {
+			return l, nil
+		}
+	}
+	switch s {
+	case "typescript":
+		return LangTS, nil
+	case "py":
+		return LangPython, nil
+	case "json-schema", "jsonschema.json":
+		return LangJSONSchema, nil
+	}
+	return "", fmt.Errorf("unknown language %q (want go, jsonschema, ts or python)", s)
+}
+
+// Options configure a generator. The zero value generates with member names
+// as written and package name "schema".
+type Options struct {
+	Lang Lang
+	// Package is the Go package name (default "schema").
+	Package string
+	// FieldCase is how member names are written on the wire.
+	FieldCase FieldCase
+	// Source names the schema in the generated header (default: the
+	// model's file name, without directories).
+	Source string
+}
+
+func (o Options) source(m *Model) string {
+	if o.Source != "" {
+		return o.Source
+	}
+	if m.File == "" {
+		return "schema.cddl"
+	}
+	return filepath.Base(m.File)
+}
+
+// Generate writes the model in the target language. The output depends only
+// on the model and the options. Warnings list what the target could not
+// express exactly; an error means the output could not be produced at all.
+func Generate(m *Model, opt Options) ([]byte, []Warning, error) {
+	g := &genCtx{m: m, opt: opt, warned: map[string]bool{}}
+	g.warnings = append(g.warnings, m.Warnings...)
+	var out []byte
+	var err error
+	switch opt.Lang {
+	case LangGo:
+		out, err = g.goFile()
+	case LangJSONSchema:
+		out, err = g.jsonSchema()
+	case LangTS:
+		out, err = g.tsFile()
+	case LangPython:
+		out, err = g.pyFile()
+	default:
+		return nil, nil, fmt.Errorf("unknown language %q", opt.Lang)
+	}
+	return out, g.warnings, err
+}
+
+// Compile parses, resolves, lowers and generates in one call.
+func Compile(file string, src []byte, opt Options) ([]byte, []Warning, error) {
+	s, err := Parse(file, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := Resolve(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Generate(Lower(res), opt)
+}
+
+// genCtx is shared by the generators.
+type genCtx struct {
+	m        *Model
+	opt      Options
+	warnings []Warning
+	warned   map[string]bool
+	idents   map[string]string // decl name -> identifier in the target
+}
+
+func (g *genCtx) warn(d *Decl, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	rule := d.Name
+	if d.Synthetic {
+		rule = d.Parent
+	}
+	key := rule + "\x00" + msg
+	if g.warned[key] {
+		return
+	}
+	g.warned[key] = true
+	g.warnings = append(g.warnings, Warning{Pos: g.declPos(d), Rule: rule, Msg: fmt.Sprintf("%s: %s", g.opt.Lang, msg)})
+}
+
+func (g *genCtx) declPos(d *Decl) Pos {
+	for d != nil && d.Synthetic {
+		d = g.m.byName[d.Parent]
+	}
+	if d == nil {
+		return Pos{}
+	}
+	return d.Pos
+}
+
+// assignIdents gives every declaration a unique identifier made by name,
+// avoiding the reserved words.
+func (g *genCtx) assignIdents(name func(string) string, reserved map[string]bool) {
+	g.idents = map[string]string{}
+	taken := map[string]bool{}
+	for k := range reserved {
+		taken[k] = true
+	}
+	for _, d := range g.m.Decls {
+		id := name(d.Name)
+		base := id
+		for i := 2; taken[id]; i++ {
+			id = fmt.Sprintf("%s%d", base, i)
+		}
+		taken[id] = true
+		g.idents[d.Name] = id
+	}
+}
+
+func (g *genCtx) ident(name string) string {
+	if id, ok := g.idents[name]; ok {
+		return id
+	}
+	return name
+}
+
+// wireName is a field's name on the wire.
+func (g *genCtx) wireName(f *Field) string {
+	if f.IntKey {
+		return f.Name
+	}
+	return g.opt.FieldCase.Apply(f.Name)
+}
+
+// commentLines splits documentation into lines with trailing space removed.
+func commentLines(doc string) []string {
+	if doc == "" {
+		return nil
+	}
+	lines := strings.Split(doc, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " \t")
+	}
+	return lines
+}
