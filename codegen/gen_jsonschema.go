@@ -98,7 +98,8 @@ func writeJSON(b *bytes.Buffer, v any, indent string) {
 }
 
 func (g *genCtx) jsonSchema() ([]byte, error) {
-	g.assignIdents(pascalName, nil)
+	// $defs keys are the rules' own names.
+	g.assignIdents(func(s string) string { return s }, nil)
 	defs := obj()
 	for _, d := range g.m.Decls {
 		s := g.jsShape(d, d.Shape)
@@ -330,6 +331,11 @@ func (g *genCtx) jsStruct(d *Decl, s *Shape) *jnode {
 	var required []any
 	for _, f := range s.Fields {
 		p := g.jsShape(d, f.Shape)
+		if f.NoCut && s.Rest != nil && (s.RestKey == nil || s.RestKey.Kind == KText || s.RestKey.Kind == KAny) {
+			// Without a cut, a value the member rejects may still match the
+			// map's other members.
+			p = obj("anyOf", []any{p, g.jsShape(d, s.Rest)})
+		}
 		if f.Doc != "" {
 			p = withDescription(p, f.Doc)
 		}

@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 )
 
@@ -72,7 +73,11 @@ type Field struct {
 	Doc      string
 	Shape    *Shape
 	Optional bool
-	Pos      Pos
+	// NoCut is set for a `key => value` member without a cut (`^`): a value
+	// that does not match may still be accepted by the map's other members
+	// (RFC 8610 section 3.5.4).
+	NoCut bool
+	Pos   Pos
 }
 
 // Item is one position of a tuple.
@@ -407,6 +412,18 @@ func literalKey(v *Value) string {
 
 func prim(k Kind) *Shape { return &Shape{Kind: k, MinItems: -1, MaxItems: -1} }
 
+// maxUint64 and minNint64 bound CBOR's major types 0 and 1, which are what
+// uint, nint and int stand for.
+func maxUint64() *Value {
+	n := new(big.Int).SetUint64(^uint64(0))
+	return &Value{Kind: ValueInt, Int: n, Raw: n.String()}
+}
+
+func minNint64() *Value {
+	n := new(big.Int).Neg(new(big.Int).Lsh(big.NewInt(1), 64))
+	return &Value{Kind: ValueInt, Int: n, Raw: n.String()}
+}
+
 func intValue(n int64) *Value {
 	return &Value{Kind: ValueInt, Int: big.NewInt(n), Raw: fmt.Sprint(n)}
 }
@@ -419,13 +436,17 @@ func preludeShape(name string) *Shape {
 		return prim(KAny)
 	case "uint":
 		s := prim(KInt)
-		s.Min = intValue(0)
+		s.Min, s.Max = intValue(0), maxUint64()
 		return s
 	case "nint":
 		s := prim(KInt)
-		s.Max = intValue(-1)
+		s.Min, s.Max = minNint64(), intValue(-1)
 		return s
-	case "int", "integer", "bigint":
+	case "int":
+		s := prim(KInt)
+		s.Min, s.Max = minNint64(), maxUint64()
+		return s
+	case "integer", "bigint":
 		return prim(KInt)
 	case "biguint", "unsigned":
 		s := prim(KInt)
@@ -505,25 +526,34 @@ func (l *lowerer) lowerType2(t *Type2, e env) *Shape {
 		l.warn(t.Pos, "%s has no counterpart in this target; its content type is used", tag)
 		return inner
 	case T2Major:
-		return l.lowerMajor(t)
+		return l.lowerMajor(t, e)
 	case T2Any:
 		return prim(KAny)
 	}
 	return prim(KAny)
 }
 
-func (l *lowerer) lowerMajor(t *Type2) *Shape {
+func (l *lowerer) lowerMajor(t *Type2, e env) *Shape {
 	if t.MinorType != nil {
+		if t.Major == 7 && len(t.MinorType.Choices) == 1 {
+			if vals := l.intSet(&Type2{Kind: T2Paren, Inner: t.MinorType}, e, 32); vals != nil {
+				alts := make([]*Shape, len(vals))
+				for i, v := range vals {
+					alts[i] = l.lowerMajor(&Type2{Pos: t.Pos, Kind: T2Major, Major: 7, Minor: big.NewInt(v)}, e)
+				}
+				return mkUnion(alts)
+			}
+		}
 		l.warn(t.Pos, "a computed additional information #%d.<...> is read as major type %d", t.Major, t.Major)
 	}
 	switch t.Major {
 	case 0:
 		s := prim(KInt)
-		s.Min = intValue(0)
+		s.Min, s.Max = intValue(0), maxUint64()
 		return s
 	case 1:
 		s := prim(KInt)
-		s.Max = intValue(-1)
+		s.Min, s.Max = minNint64(), intValue(-1)
 		return s
 	case 2:
 		return prim(KBytes)
@@ -732,6 +762,17 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 		if right == nil {
 			l.warn(t.Pos, ".default without a literal value is ignored")
 		}
+	case ".bits":
+		if l.resolveKind(out) == KInt {
+			if vals := l.bitValues(t.Right, e); vals != nil {
+				alts := make([]*Shape, len(vals))
+				for i, v := range vals {
+					alts[i] = &Shape{Kind: KLiteral, Lit: intValue(v)}
+				}
+				return mkUnion(alts)
+			}
+		}
+		l.warn(t.Pos, ".bits is not checked; its left-hand type is used")
 	case ".feature":
 		// An annotation: the type is the left-hand side.
 	case ".cat", ".det":
@@ -757,6 +798,94 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 		l.warn(t.Pos, "control operator %s is not checked; its left-hand type is used", t.Op)
 	}
 	return out
+}
+
+// intSet returns the integers a small literal type stands for (a literal,
+// a range or a choice of them), or nil when it is not such a type or has
+// more than limit members.
+func (l *lowerer) intSet(t *Type2, e env, limit int) []int64 {
+	var out []int64
+	var add func(t *Type2) bool
+	add = func(t *Type2) bool {
+		if v := l.literalOf(t, e); v != nil {
+			if v.Kind != ValueInt || !v.Int.IsInt64() {
+				return false
+			}
+			out = append(out, v.Int.Int64())
+			return len(out) <= limit
+		}
+		var ty *Type
+		switch t.Kind {
+		case T2Paren:
+			ty = t.Inner
+		case T2Name:
+			d := l.res.Defs[t.Name]
+			if d == nil || d.IsGroup || l.depth > maxExpand {
+				return false
+			}
+			ty = d.Type
+		default:
+			return false
+		}
+		for _, c := range ty.Choices {
+			switch c.Op {
+			case "":
+				if !add(c.Left) {
+					return false
+				}
+			case "..", "...":
+				lo, hi := l.literalOf(c.Left, e), l.literalOf(c.Right, e)
+				if lo == nil || hi == nil || lo.Kind != ValueInt || hi.Kind != ValueInt || !lo.Int.IsInt64() || !hi.Int.IsInt64() {
+					return false
+				}
+				end := hi.Int.Int64()
+				if c.Op == "..." {
+					end--
+				}
+				for v := lo.Int.Int64(); v <= end; v++ {
+					out = append(out, v)
+					if len(out) > limit {
+						return false
+					}
+				}
+			default:
+				return false
+			}
+		}
+		return true
+	}
+	if !add(t) {
+		return nil
+	}
+	return out
+}
+
+// bitValues returns every unsigned integer whose set bits are all among the
+// bit numbers right stands for (`uint .bits flags`), when there are at most
+// ten such bits.
+func (l *lowerer) bitValues(right *Type2, e env) []int64 {
+	bits := l.intSet(right, e, 10)
+	if bits == nil {
+		return nil
+	}
+	for _, b := range bits {
+		if b < 0 || b > 62 {
+			return nil
+		}
+	}
+	vals := []int64{0}
+	seen := map[int64]bool{}
+	for _, b := range bits {
+		if seen[b] {
+			continue
+		}
+		seen[b] = true
+		for _, v := range vals {
+			vals = append(vals, v|1<<b)
+		}
+	}
+	slices.Sort(vals)
+	return vals
 }
 
 func literalString(v *Value) string {
@@ -828,11 +957,15 @@ func (l *lowerer) rangeBounds(t *Type2, e env) []int64 {
 func (l *lowerer) lowerRange(t *Type1, e env) *Shape {
 	lo, hi := l.literalOf(t.Left, e), l.literalOf(t.Right, e)
 	if lo == nil || hi == nil || (lo.Kind != ValueInt && lo.Kind != ValueFloat) || (hi.Kind != ValueInt && hi.Kind != ValueFloat) {
-		l.warn(t.Pos, "a range whose bounds are not literal numbers is read as a number")
-		return prim(KFloat)
+		l.warn(t.Pos, "a range whose bounds are not literal numbers matches nothing")
+		return prim(KNever)
+	}
+	if lo.Kind != hi.Kind {
+		l.warn(t.Pos, "a range from an integer to a float (or back) matches nothing")
+		return prim(KNever)
 	}
 	k := KInt
-	if lo.Kind == ValueFloat || hi.Kind == ValueFloat {
+	if lo.Kind == ValueFloat {
 		k = KFloat
 	}
 	s := prim(k)
@@ -1002,7 +1135,7 @@ func (l *lowerer) entryMembers(en *GroupEntry, e env, optional bool) []memberAlt
 		return l.flattenMap(g, inner, opt)
 	}
 	val := l.lowerType(en.Type, e)
-	f := &Field{Doc: en.Doc, Shape: val, Optional: opt, Pos: en.Pos}
+	f := &Field{Doc: en.Doc, Shape: val, Optional: opt, Pos: en.Pos, NoCut: !en.Key.Cut}
 	switch en.Key.Kind {
 	case KeyBareword:
 		f.Name = en.Key.Name
