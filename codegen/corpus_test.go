@@ -1,12 +1,12 @@
 package codegen
 
 import (
-	"flag"
-	"slices"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"

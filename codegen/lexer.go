@@ -65,7 +65,7 @@ type token struct {
 	val      *Value // tValue
 	major    int    // tHash: -1 for a bare '#'
 	minor    *big.Int
-	minorTyp bool // tHash: `#n.<type>` follows (RFC 9682); the parser reads the type
+	minorTyp bool   // tHash: `#n.<type>` follows (RFC 9682); the parser reads the type
 	doc      string // the comment block directly above this token
 	trailing string // a comment after this token on the same line
 }
@@ -566,7 +566,7 @@ func (lx *lexer) bytesLit(p Pos, qualLen int, qual string) token {
 }
 
 // stripHexComments removes white space and '#' comments (to end of line)
-// from the body of an h'' literal (RFC 9682 section 2.1).
+// from the body of an h” literal (RFC 9682 section 2.1).
 func stripHexComments(s string) string {
 	var b strings.Builder
 	inComment := false
