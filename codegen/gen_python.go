@@ -30,7 +30,14 @@ var pyReserved = map[string]bool{
 // the functional syntax follow in dependency order, with forward references
 // quoted where a cycle makes them unavoidable, so the module imports as is.
 func (g *genCtx) pyFile() ([]byte, error) {
-	g.assignIdents(pascalName, pyReserved)
+	reserved := map[string]bool{}
+	for k := range pyReserved {
+		reserved[k] = true
+	}
+	for k := range pyKeywords {
+		reserved[k] = true
+	}
+	g.assignIdents(pascalName, reserved)
 	var classes, rest bytes.Buffer
 	emitted := map[string]bool{}
 	var aliases []*Decl

@@ -11,6 +11,17 @@ import (
 
 var tsIdentRe = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
 
+// tsKeywords cannot label tuple elements.
+var tsKeywords = map[string]bool{
+	"break": true, "case": true, "catch": true, "class": true, "const": true, "continue": true, "debugger": true,
+	"default": true, "delete": true, "do": true, "else": true, "enum": true, "export": true, "extends": true,
+	"false": true, "finally": true, "for": true, "function": true, "if": true, "import": true, "in": true,
+	"instanceof": true, "new": true, "null": true, "return": true, "super": true, "switch": true, "this": true,
+	"throw": true, "true": true, "try": true, "typeof": true, "var": true, "void": true, "while": true, "with": true,
+	"implements": true, "interface": true, "let": true, "package": true, "private": true, "protected": true,
+	"public": true, "static": true, "yield": true, "await": true,
+}
+
 var tsReserved = map[string]bool{
 	"Array": true, "Record": true, "Partial": true, "Object": true, "String": true, "Number": true,
 	"Boolean": true, "Date": true, "Error": true, "Map": true, "Set": true, "Promise": true, "Function": true,
@@ -105,45 +116,35 @@ func (g *genCtx) tsType(d *Decl, s *Shape, indent string) string {
 	case KArray:
 		return tsArrayOf(g.tsType(d, s.Elem, indent))
 	case KTuple:
+		// TypeScript requires all or none of a tuple's elements to be
+		// labelled; label them only when every one has a usable name.
+		labelled := len(s.Items) > 0
+		seen := map[string]bool{}
+		for _, it := range s.Items {
+			if it.Name == "" || !tsIdentRe.MatchString(it.Name) || tsKeywords[it.Name] || seen[it.Name] || it.Name == "rest" {
+				labelled = false
+			}
+			seen[it.Name] = true
+		}
 		var parts []string
 		for _, it := range s.Items {
 			t := g.tsType(d, it.Shape, indent)
-			if it.Name != "" && tsIdentRe.MatchString(it.Name) {
+			switch {
+			case labelled && it.Optional:
 				t = it.Name + "?: " + t
-				if !it.Optional {
-					t = strings.Replace(t, "?:", ":", 1)
-				}
-			} else if it.Optional {
-				t += "?"
+			case labelled:
+				t = it.Name + ": " + t
+			case it.Optional:
+				t = "(" + t + ")?"
 			}
 			parts = append(parts, t)
 		}
 		if s.Rest != nil {
 			rest := "..." + tsArrayOf(g.tsType(d, s.Rest, indent))
-			if len(parts) > 0 && s.Items[0].Name != "" && tsIdentRe.MatchString(s.Items[0].Name) {
+			if labelled {
 				rest = "...rest: " + tsArrayOf(g.tsType(d, s.Rest, indent))
 			}
 			parts = append(parts, rest)
-		}
-		// TypeScript requires all or none of a tuple's members to be named.
-		named := 0
-		for _, p := range parts {
-			if strings.Contains(p, ": ") {
-				named++
-			}
-		}
-		if named != 0 && named != len(parts) {
-			parts = parts[:0]
-			for _, it := range s.Items {
-				t := g.tsType(d, it.Shape, indent)
-				if it.Optional {
-					t += "?"
-				}
-				parts = append(parts, t)
-			}
-			if s.Rest != nil {
-				parts = append(parts, "..."+tsArrayOf(g.tsType(d, s.Rest, indent)))
-			}
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	case KUnion:
