@@ -250,6 +250,8 @@ func (gg *goGen) decl(d *Decl) {
 		gg.structDecl(d, id)
 	case s.Kind == KUnion && s.IsTextEnum():
 		gg.enumDecl(d, id)
+	case s.Kind == KUnion && isIntEnum(s):
+		gg.intEnumDecl(d, id)
 	case s.Kind == KUnion && hasStructLeaves(gg.m, s):
 		if disc, values := gg.m.Discriminator(s); disc != "" {
 			gg.sumDecl(d, id, disc, values)
@@ -269,6 +271,47 @@ func (gg *goGen) decl(d *Decl) {
 	default:
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 		gg.p("type %s = %s", id, gg.goType(d, s))
+	}
+}
+
+func isIntEnum(s *Shape) bool {
+	for _, a := range s.Alts {
+		if a.Kind != KLiteral || a.Lit == nil || a.Lit.Kind != ValueInt || !a.Lit.Int.IsInt64() {
+			return false
+		}
+	}
+	return len(s.Alts) > 1
+}
+
+// intEnumDecl writes a choice of integer literals as typed constants.
+func (gg *goGen) intEnumDecl(d *Decl, id string) {
+	gg.use(impJSON)
+	gg.use(impCBOR)
+	gg.use(impRT)
+	gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
+	gg.p("type %s int64", id)
+	gg.p("")
+	gg.p("// The values of %s.", id)
+	gg.p("const (")
+	var names []string
+	for _, a := range d.Shape.Alts {
+		v := a.Lit.Int.String()
+		name := id + strings.Replace(v, "-", "Minus", 1)
+		names = append(names, name)
+		gg.p("%s %s = %s", name, id, v)
+	}
+	gg.p(")")
+	gg.p("")
+	gg.p("// Valid reports whether v is one of the values of %s.", id)
+	gg.p("func (v %s) Valid() bool {", id)
+	gg.p("switch v {\ncase %s:\nreturn true\n}\nreturn false\n}", strings.Join(names, ", "))
+	for _, enc := range []struct{ name, pkg string }{{"JSON", "json"}, {"CBOR", "cbor"}} {
+		gg.p("")
+		gg.p("// Unmarshal%s accepts only the values of %s.", enc.name, id)
+		gg.p("func (v *%s) Unmarshal%s(data []byte) error {", id, enc.name)
+		gg.p("var n int64\nif err := %s.Unmarshal(data, &n); err != nil {\nreturn err\n}", enc.pkg)
+		gg.p("if !%s(n).Valid() {\nreturn cddlrt.InvalidEnum(%q, n)\n}", id, id)
+		gg.p("*v = %s(n)\nreturn nil\n}", id)
 	}
 }
 

@@ -152,7 +152,7 @@ func (g *genCtx) tsType(d *Decl, s *Shape, indent string) string {
 		for i, a := range s.Alts {
 			parts[i] = g.tsType(d, a, indent)
 		}
-		return strings.Join(parts, " | ")
+		return strings.Join(dedupStrings(parts), " | ")
 	}
 	return "any"
 }

@@ -816,6 +816,15 @@ func (l *lowerer) intSet(t *Type2, e env, limit int) []int64 {
 		}
 		var ty *Type
 		switch t.Kind {
+		case T2EnumGroup:
+			for _, gc := range t.Group.Choices {
+				for _, en := range gc.Entries {
+					if en.Type == nil || len(en.Type.Choices) != 1 || en.Type.Choices[0].Op != "" || !add(en.Type.Choices[0].Left) {
+						return false
+					}
+				}
+			}
+			return true
 		case T2Paren:
 			ty = t.Inner
 		case T2Name:
