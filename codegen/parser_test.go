@@ -1,6 +1,8 @@
 package codegen
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -240,4 +242,21 @@ ops //= (b: text)
 	require.Len(t, res.Defs["color"].Type.Choices, 3)
 	require.True(t, res.Defs["ops"].IsGroup)
 	require.Len(t, res.Defs["ops"].Group.Choices, 2)
+}
+
+// TestRFC8610Examples: every example of RFC 8610 parses (a rule list, or
+// for the one bare group, a group).
+func TestRFC8610Examples(t *testing.T) {
+	t.Parallel()
+	paths, err := filepath.Glob("testdata/rfc8610/*.cddl")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(paths), 50)
+	for _, p := range paths {
+		src, err := os.ReadFile(p)
+		require.NoError(t, err)
+		if _, err := Parse(p, src); err != nil {
+			_, gerr := ParseGroup(p, src)
+			require.NoError(t, gerr, "%s: neither rules (%v) nor a group", p, err)
+		}
+	}
 }
