@@ -17,7 +17,9 @@ var goReserved = map[string]bool{
 // goGen writes one Go file.
 type goGen struct {
 	*genCtx
-	b       bytes.Buffer
+	b       bytes.Buffer // the output, with a placeholder per formatted chunk
+	pending bytes.Buffer // declarations written with p since the last cut
+	chunks  []string     // declarations to format, in output order
 	imports map[string]bool
 	// byValue[a][b]: struct a holds struct b by value (directly).
 	recursive map[string]bool
@@ -29,6 +31,10 @@ func (g *genCtx) goFile() ([]byte, error) {
 	gg.findRecursion()
 	for _, d := range g.m.Decls {
 		gg.decl(d)
+	}
+	body, err := gg.assemble()
+	if err != nil {
+		return nil, err
 	}
 	pkg := g.opt.Package
 	if pkg == "" {
@@ -50,14 +56,9 @@ func (g *genCtx) goFile() ([]byte, error) {
 		for _, p := range paths {
 			fmt.Fprintf(&head, "\t%q\n", p)
 		}
-		head.WriteString(")\n")
+		head.WriteString(")\n\n")
 	}
-	src := append(head.Bytes(), gg.b.Bytes()...)
-	out, err := format.Source(src)
-	if err != nil {
-		return nil, fmt.Errorf("generated Go does not parse (a cddlgen bug): %v\n%s", err, numbered(src))
-	}
-	return out, nil
+	return append(head.Bytes(), bytes.TrimLeft(body, "\n")...), nil
 }
 
 func numbered(src []byte) string {
@@ -68,9 +69,74 @@ func numbered(src []byte) string {
 	return b.String()
 }
 
+// p writes a line of a declaration that go/format will lay out (struct
+// fields and constants need alignment, doc comments normalising).
 func (gg *goGen) p(format string, args ...any) {
-	fmt.Fprintf(&gg.b, format, args...)
-	gg.b.WriteByte('\n')
+	fmt.Fprintf(&gg.pending, format, args...)
+	gg.pending.WriteByte('\n')
+}
+
+// r writes lines that are already laid out as gofmt would (the methods,
+// which are most of the output); formatting them would dominate the run
+// time. TestGeneratedGoIsGofmted checks that the result is stable.
+func (gg *goGen) r(lines ...string) {
+	gg.cut()
+	for _, l := range lines {
+		gg.b.WriteString(l)
+		gg.b.WriteByte('\n')
+	}
+}
+
+// splitMark separates the declarations go/format lays out in one call; it
+// is a comment line gofmt leaves where it is.
+const splitMark = "//cddlgen:split\n"
+
+// cut ends the current run of declarations written with p: they are queued
+// for formatting and a placeholder goes into the output.
+func (gg *goGen) cut() {
+	if gg.pending.Len() == 0 {
+		return
+	}
+	gg.chunks = append(gg.chunks, gg.pending.String())
+	gg.pending.Reset()
+	gg.b.WriteString(placeholder)
+}
+
+// placeholder marks where a formatted chunk goes in the output.
+const placeholder = "\x00"
+
+// assemble formats every queued chunk in one go/format call and puts each
+// in its place.
+func (gg *goGen) assemble() ([]byte, error) {
+	gg.cut()
+	var all bytes.Buffer
+	for _, c := range gg.chunks {
+		all.WriteString(c)
+		all.WriteString("\n" + splitMark + "\n")
+	}
+	formatted, err := format.Source(all.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("generated Go does not parse (a cddlgen bug): %v\n%s", err, numbered(all.Bytes()))
+	}
+	parts := strings.Split(string(formatted), splitMark)
+	if len(parts) != len(gg.chunks)+1 {
+		return nil, fmt.Errorf("cddlgen: formatting merged declarations (a cddlgen bug)")
+	}
+	var out bytes.Buffer
+	body := gg.b.String()
+	for i := 0; ; i++ {
+		j := strings.IndexByte(body, 0)
+		if j < 0 {
+			out.WriteString(body)
+			break
+		}
+		out.WriteString(body[:j])
+		out.WriteString("\n")
+		out.WriteString(strings.Trim(parts[i], "\n"))
+		out.WriteString("\n")
+		body = body[j+1:]
+	}
+	return out.Bytes(), nil
 }
 
 func (gg *goGen) use(path string) { gg.imports[path] = true }
@@ -285,8 +351,6 @@ func isIntEnum(s *Shape) bool {
 
 // intEnumDecl writes a choice of integer literals as typed constants.
 func (gg *goGen) intEnumDecl(d *Decl, id string) {
-	gg.use(impJSON)
-	gg.use(impCBOR)
 	gg.use(impRT)
 	gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 	gg.p("type %s int64", id)
@@ -301,18 +365,26 @@ func (gg *goGen) intEnumDecl(d *Decl, id string) {
 		gg.p("%s %s = %s", name, id, v)
 	}
 	gg.p(")")
-	gg.p("")
-	gg.p("// Valid reports whether v is one of the values of %s.", id)
-	gg.p("func (v %s) Valid() bool {", id)
-	gg.p("switch v {\ncase %s:\nreturn true\n}\nreturn false\n}", strings.Join(names, ", "))
-	for _, enc := range []struct{ name, pkg string }{{"JSON", "json"}, {"CBOR", "cbor"}} {
-		gg.p("")
-		gg.p("// Unmarshal%s accepts only the values of %s.", enc.name, id)
-		gg.p("func (v *%s) Unmarshal%s(data []byte) error {", id, enc.name)
-		gg.p("var n int64\nif err := %s.Unmarshal(data, &n); err != nil {\nreturn err\n}", enc.pkg)
-		gg.p("if !%s(n).Valid() {\nreturn cddlrt.InvalidEnum(%q, n)\n}", id, id)
-		gg.p("*v = %s(n)\nreturn nil\n}", id)
+	gg.validMethod(id, names)
+	for _, enc := range []string{"JSON", "CBOR"} {
+		gg.r("",
+			fmt.Sprintf("// Unmarshal%s accepts only the values of %s.", enc, id),
+			fmt.Sprintf("func (v *%s) Unmarshal%s(data []byte) error {", id, enc),
+			fmt.Sprintf("\treturn cddlrt.UnmarshalIntEnum%s(data, v, %q, %s.Valid)", enc, id, id),
+			"}")
 	}
+}
+
+func (gg *goGen) validMethod(id string, names []string) {
+	gg.r("",
+		fmt.Sprintf("// Valid reports whether v is one of the values of %s.", id),
+		fmt.Sprintf("func (v %s) Valid() bool {", id),
+		"\tswitch v {",
+		fmt.Sprintf("\tcase %s:", strings.Join(names, ", ")),
+		"\t\treturn true",
+		"\t}",
+		"\treturn false",
+		"}")
 }
 
 func hasStructLeaves(m *Model, s *Shape) bool {
@@ -435,82 +507,52 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 	if len(literals) == 0 && s.Rest == nil {
 		return
 	}
-	gg.use(impJSON)
-	gg.use(impCBOR)
 	gg.use(impRT)
-	if s.Rest != nil {
-		var known []string
-		for _, gf := range fs {
-			known = append(known, strconv.Quote(gf.wire)+": true")
+	lits, known, extra, extraPtr := "nil", "nil", "nil", "nil"
+	lname := lowerFirst(id)
+	if len(literals) > 0 {
+		lits = lname + "Literals"
+		var parts []string
+		for _, gf := range literals {
+			parts = append(parts, fmt.Sprintf("{Member: %q, Value: %q}", gf.wire, gf.literal))
 		}
 		gg.p("")
-		gg.p("var known%s = map[string]bool{%s}", id, strings.Join(known, ", "))
+		gg.p("var %s = []cddlrt.Literal{%s}", lits, strings.Join(parts, ", "))
 	}
-	for _, enc := range []struct{ name, pkg, tag, probeExtra, appendExtra string }{
-		{"JSON", "json", "json", "ExtraJSON", "AppendExtraJSON"},
-		{"CBOR", "cbor", "cbor", "ExtraCBOR", "AppendExtraCBOR"},
-	} {
-		// The wrapper adds the literal members around the struct's own fields.
-		litFields := func(ptr bool) string {
-			var b strings.Builder
-			for _, gf := range literals {
-				t := "string"
-				if ptr {
-					t = "*string"
-				}
-				fmt.Fprintf(&b, "%s %s `%s:%s`\n", "L"+goName(gf.f.Name), t, enc.tag, strconv.Quote(gf.wire))
-			}
-			return b.String()
+	if s.Rest != nil {
+		known, extra, extraPtr = lname+"Known", "s.Extra", "&s.Extra"
+		var parts []string
+		for _, gf := range fs {
+			parts = append(parts, strconv.Quote(gf.wire)+": true")
 		}
 		gg.p("")
-		gg.p("// Marshal%s encodes %s with its literal members and Extra.", enc.name, id)
-		gg.p("func (s %s) Marshal%s() ([]byte, error) {", id, enc.name)
-		gg.p("type Fields %s", id)
-		var vals []string
-		for _, gf := range literals {
-			vals = append(vals, strconv.Quote(gf.literal))
-		}
-		vals = append(vals, "(*Fields)(&s)")
-		if len(literals) == 0 {
-			gg.p("b, err := %s.Marshal((*Fields)(&s))", enc.pkg)
-		} else {
-			gg.p("b, err := %s.Marshal(struct {\n%s*Fields\n}{%s})", enc.pkg, litFields(false), strings.Join(vals, ", "))
-		}
-		if s.Rest != nil {
-			gg.p("if err != nil {\nreturn nil, err\n}")
-			gg.p("return cddlrt.%s(b, s.Extra)", enc.appendExtra)
-		} else {
-			gg.p("return b, err")
-		}
-		gg.p("}")
-		gg.p("")
-		gg.p("// Unmarshal%s decodes %s, checking its literal members and keeping", enc.name, id)
-		gg.p("// members the schema does not name in Extra.")
-		gg.p("func (s *%s) Unmarshal%s(data []byte) error {", id, enc.name)
-		gg.p("type Fields %s", id)
-		if len(literals) == 0 {
-			gg.p("if err := %s.Unmarshal(data, (*Fields)(s)); err != nil {\nreturn err\n}", enc.pkg)
-		} else {
-			gg.p("var w struct {\n%s*Fields\n}", litFields(true))
-			gg.p("w.Fields = (*Fields)(s)")
-			gg.p("if err := %s.Unmarshal(data, &w); err != nil {\nreturn err\n}", enc.pkg)
-		}
-		for _, gf := range literals {
-			gg.p("if err := cddlrt.CheckLiteral(%q, %q, w.L%s, %q); err != nil {\nreturn err\n}", id, gf.wire, goName(gf.f.Name), gf.literal)
-		}
-		if s.Rest != nil {
-			gg.p("extra, err := cddlrt.%s(data, known%s)", enc.probeExtra, id)
-			gg.p("if err != nil {\nreturn err\n}")
-			gg.p("s.Extra = extra")
-		}
-		gg.p("return nil")
-		gg.p("}")
+		gg.p("var %s = map[string]bool{%s}", known, strings.Join(parts, ", "))
+	}
+	for _, enc := range []string{"JSON", "CBOR"} {
+		gg.r("",
+			fmt.Sprintf("// Marshal%s encodes %s with its literal members and Extra.", enc, id),
+			fmt.Sprintf("func (s %s) Marshal%s() ([]byte, error) {", id, enc),
+			fmt.Sprintf("\ttype fields %s", id),
+			fmt.Sprintf("\treturn cddlrt.Marshal%s((*fields)(&s), %s, %s)", enc, lits, extra),
+			"}",
+			"",
+			fmt.Sprintf("// Unmarshal%s decodes %s, checking its literal members and keeping", enc, id),
+			"// members the schema does not name in Extra.",
+			fmt.Sprintf("func (s *%s) Unmarshal%s(data []byte) error {", id, enc),
+			fmt.Sprintf("\ttype fields %s", id),
+			fmt.Sprintf("\treturn cddlrt.Unmarshal%s(data, (*fields)(s), %q, %s, %s, %s)", enc, id, lits, known, extraPtr),
+			"}")
 	}
 }
 
+func lowerFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToLower(s[:1]) + s[1:]
+}
+
 func (gg *goGen) enumDecl(d *Decl, id string) {
-	gg.use(impJSON)
-	gg.use(impCBOR)
 	gg.use(impRT)
 	gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 	gg.p("type %s string", id)
@@ -529,17 +571,13 @@ func (gg *goGen) enumDecl(d *Decl, id string) {
 		gg.p("%s %s = %s", name, id, strconv.Quote(a.Lit.Text))
 	}
 	gg.p(")")
-	gg.p("")
-	gg.p("// Valid reports whether v is one of the values of %s.", id)
-	gg.p("func (v %s) Valid() bool {", id)
-	gg.p("switch v {\ncase %s:\nreturn true\n}\nreturn false\n}", strings.Join(names, ", "))
-	for _, enc := range []struct{ name, pkg string }{{"JSON", "json"}, {"CBOR", "cbor"}} {
-		gg.p("")
-		gg.p("// Unmarshal%s accepts only the values of %s.", enc.name, id)
-		gg.p("func (v *%s) Unmarshal%s(data []byte) error {", id, enc.name)
-		gg.p("var s string\nif err := %s.Unmarshal(data, &s); err != nil {\nreturn err\n}", enc.pkg)
-		gg.p("if !%s(s).Valid() {\nreturn cddlrt.InvalidEnum(%q, s)\n}", id, id)
-		gg.p("*v = %s(s)\nreturn nil\n}", id)
+	gg.validMethod(id, names)
+	for _, enc := range []string{"JSON", "CBOR"} {
+		gg.r("",
+			fmt.Sprintf("// Unmarshal%s accepts only the values of %s.", enc, id),
+			fmt.Sprintf("func (v *%s) Unmarshal%s(data []byte) error {", id, enc),
+			fmt.Sprintf("\treturn cddlrt.UnmarshalEnum%s(data, v, %q, %s.Valid)", enc, id, id),
+			"}")
 	}
 }
 
@@ -550,7 +588,6 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 	gg.use(impJSON)
 	gg.use(impCBOR)
 	gg.use(impRT)
-	gg.use(impFmt)
 	leaves := gg.m.Leaves(d.Shape)
 	open := true
 	for _, l := range leaves {
@@ -582,44 +619,46 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 	gg.p("// %sVariant is implemented by the variants of %s.", id, id)
 	gg.p("type %sVariant interface {\nis%s()\n}", id, id)
 	for _, v := range variants {
-		gg.p("")
-		gg.p("func (%s) is%s() {}", v, id)
+		gg.r("", fmt.Sprintf("func (%s) is%s() {}", v, id))
 	}
-	for _, enc := range []struct{ name, pkg, probe, raw string }{
-		{"JSON", "json", "Probe", "JSON"}, {"CBOR", "cbor", "ProbeCBOR", "CBOR"},
-	} {
-		gg.p("")
-		gg.p("// Marshal%s encodes the variant.", enc.name)
-		gg.p("func (u %s) Marshal%s() ([]byte, error) {", id, enc.name)
-		gg.p("if u.Value != nil {\nreturn %s.Marshal(u.Value)\n}", enc.pkg)
+	gg.p("")
+	gg.p("var %sVariants = cddlrt.Variants[%sVariant]{", lowerFirst(id), id)
+	for i, l := range leaves {
+		gg.p("%q: func() %sVariant { return new(%s) },", values[i], id, gg.goType(d, l))
+	}
+	gg.p("}")
+	rawArg := "nil"
+	if open {
+		rawArg = "u.Unknown"
+	}
+	for _, enc := range []struct{ name, pkg string }{{"JSON", "json"}, {"CBOR", "cbor"}} {
+		assign := "\tu.Value = v"
 		if open {
-			gg.p("if u.Unknown != nil {\nreturn u.Unknown.Marshal%s()\n}", enc.name)
+			assign = "\tu.Value, u.Unknown = v, raw"
 		}
-		gg.p("return nil, fmt.Errorf(\"%s: no variant set\")\n}", id)
-		gg.p("")
-		gg.p("// Unmarshal%s decodes the variant named by member %q.", enc.name, wire)
-		gg.p("func (u *%s) Unmarshal%s(data []byte) error {", id, enc.name)
-		gg.p("tag, ok, err := cddlrt.%s(data, %q)", enc.probe, wire)
-		gg.p("if err != nil {\nreturn err\n}")
-		gg.p("var v %sVariant", id)
-		gg.p("switch {")
-		for i, l := range leaves {
-			gg.p("case ok && tag == %q:\nv = new(%s)", values[i], gg.goType(d, l))
+		rawVar := "raw"
+		if !open {
+			rawVar = "_"
 		}
-		gg.p("default:")
-		if open {
-			gg.p("u.Value, u.Unknown = nil, &cddlrt.RawValue{%s: append([]byte(nil), data...)}\nreturn nil", enc.raw)
-		} else {
-			gg.p("return cddlrt.UnknownVariant(%q, %q, tag, ok)", id, wire)
-		}
-		gg.p("}")
-		gg.p("if err := %s.Unmarshal(data, v); err != nil {\nreturn err\n}", enc.pkg)
-		if open {
-			gg.p("u.Value, u.Unknown = v, nil")
-		} else {
-			gg.p("u.Value = v")
-		}
-		gg.p("return nil\n}")
+		gg.r("",
+			fmt.Sprintf("// Marshal%s encodes the variant.", enc.name),
+			fmt.Sprintf("func (u %s) Marshal%s() ([]byte, error) {", id, enc.name),
+			fmt.Sprintf("\tv, err := cddlrt.EncodeVariant(%q, u.Value, %s)", id, rawArg),
+			"\tif err != nil {",
+			"\t\treturn nil, err",
+			"\t}",
+			fmt.Sprintf("\treturn %s.Marshal(v)", enc.pkg),
+			"}",
+			"",
+			fmt.Sprintf("// Unmarshal%s decodes the variant named by member %q.", enc.name, wire),
+			fmt.Sprintf("func (u *%s) Unmarshal%s(data []byte) error {", id, enc.name),
+			fmt.Sprintf("\tv, %s, err := cddlrt.Decode%s(data, %q, %q, %sVariants, %v)", rawVar, enc.name, id, wire, lowerFirst(id), open),
+			"\tif err != nil {",
+			"\t\treturn err",
+			"\t}",
+			assign,
+			"\treturn nil",
+			"}")
 	}
 }
 

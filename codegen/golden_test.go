@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"go/format"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,4 +79,31 @@ func TestGoldenOutputsCompile(t *testing.T) {
 	}
 	t.Run("ts", func(t *testing.T) { checkTS(t, ts) })
 	t.Run("python", func(t *testing.T) { checkPython(t, py) })
+}
+
+// TestGeneratedGoIsGofmted: the Go generator lays out most code itself
+// rather than running go/format over the whole file; the result must be
+// exactly what gofmt would produce, for the golden schemas and the corpus.
+func TestGeneratedGoIsGofmted(t *testing.T) {
+	check := func(name string, out []byte) {
+		t.Helper()
+		formatted, err := format.Source(out)
+		require.NoError(t, err, name)
+		if string(formatted) != string(out) {
+			t.Fatalf("%s is not gofmt-ed:\n%s", name, Diff("generated", "gofmt", out, formatted))
+		}
+	}
+	for _, gc := range goldenCases {
+		b, err := os.ReadFile(goldenPath(gc.name, LangGo))
+		require.NoError(t, err)
+		check(gc.name, b)
+	}
+	for _, cs := range completeCorpus(t) {
+		out, _, err := Generate(Lower(cs.res), Options{Lang: LangGo, Package: "x"})
+		require.NoError(t, err)
+		check(cs.name, out)
+	}
+	out, _, err := Compile("bench.cddl", benchSchema(130), Options{Lang: LangGo, Package: "bench"})
+	require.NoError(t, err)
+	check("bench", out)
 }

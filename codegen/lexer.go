@@ -89,7 +89,7 @@ type pendingComment struct {
 
 func lex(file string, src []byte) ([]token, ErrorList) {
 	lx := &lexer{src: string(src), file: file, line: 1, col: 1}
-	var toks []token
+	toks := make([]token, 0, len(src)/6+16) // about one token per six bytes of CDDL
 	prevLine := 0
 	for {
 		comments := lx.skipSpace(prevLine)

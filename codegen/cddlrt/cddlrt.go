@@ -271,3 +271,306 @@ var ErrInvalidEnum = errors.New("cddlrt: value is not one of the allowed literal
 func InvalidEnum(typeName string, v any) error {
 	return fmt.Errorf("%s: %v: %w", typeName, v, ErrInvalidEnum)
 }
+
+// Literal is a member whose value the schema fixes (`method: "run.start"`).
+// Generated structs do not store such members; these helpers write and
+// check them.
+type Literal struct {
+	Member string
+	Value  string
+}
+
+// MarshalJSON encodes fields (a generated struct, as a type without methods)
+// with the literal members first and the extra members last.
+func MarshalJSON(fields any, lits []Literal, extra map[string]any) ([]byte, error) {
+	b, err := json.Marshal(fields)
+	if err != nil || len(lits) == 0 && len(extra) == 0 {
+		return b, err
+	}
+	if len(lits) > 0 {
+		var head []byte
+		head = append(head, '{')
+		for _, l := range lits {
+			kb, _ := json.Marshal(l.Member)
+			vb, _ := json.Marshal(l.Value)
+			head = append(head, kb...)
+			head = append(head, ':')
+			head = append(head, vb...)
+			head = append(head, ',')
+		}
+		if len(b) == 2 { // {}
+			head = head[:len(head)-1]
+		}
+		b = append(head, b[1:]...)
+	}
+	return AppendExtraJSON(b, extra)
+}
+
+// UnmarshalJSON decodes data into fields, checks the literal members and,
+// when extra is not nil, stores the members not in known there.
+func UnmarshalJSON(data []byte, fields any, typeName string, lits []Literal, known map[string]bool, extra *map[string]any) error {
+	if err := json.Unmarshal(data, fields); err != nil {
+		return err
+	}
+	if len(lits) == 0 && extra == nil {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	for _, l := range lits {
+		var got *string
+		if raw, ok := m[l.Member]; ok {
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				got = &s
+			} else {
+				s = string(raw)
+				got = &s
+			}
+		}
+		if err := CheckLiteral(typeName, l.Member, got, l.Value); err != nil {
+			return err
+		}
+	}
+	if extra == nil {
+		return nil
+	}
+	*extra = nil
+	for k, raw := range m {
+		if known[k] {
+			continue
+		}
+		v, err := decodeJSONAny(raw)
+		if err != nil {
+			return err
+		}
+		if *extra == nil {
+			*extra = map[string]any{}
+		}
+		(*extra)[k] = v
+	}
+	return nil
+}
+
+// MarshalCBOR is [MarshalJSON] for CBOR.
+func MarshalCBOR(fields any, lits []Literal, extra map[string]any) ([]byte, error) {
+	b, err := cbor.Marshal(fields)
+	if err != nil || len(lits) == 0 && len(extra) == 0 {
+		return b, err
+	}
+	var pairs []byte
+	n := 0
+	for _, l := range lits {
+		kb, _ := cbor.Marshal(l.Member)
+		vb, _ := cbor.Marshal(l.Value)
+		pairs = append(append(pairs, kb...), vb...)
+		n++
+	}
+	count, body, err := cborMapBody(b)
+	if err != nil {
+		return nil, err
+	}
+	pairs = append(pairs, body...)
+	n += count
+	for _, k := range sortedKeys(extra) {
+		kb, _ := cbor.Marshal(k)
+		vb, err := cbor.Marshal(jsonNumbersToGo(extra[k]))
+		if err != nil {
+			return nil, err
+		}
+		pairs = append(append(pairs, kb...), vb...)
+		n++
+	}
+	return append(cborMapHead(n), pairs...), nil
+}
+
+// cborMapBody splits an encoded definite-length CBOR map into its number of
+// pairs and the encoded pairs.
+func cborMapBody(b []byte) (int, []byte, error) {
+	if len(b) == 0 || b[0]>>5 != 5 {
+		return 0, nil, errors.New("cddlrt: not a CBOR map")
+	}
+	ai := b[0] & 0x1f
+	switch {
+	case ai < 24:
+		return int(ai), b[1:], nil
+	case ai == 24 && len(b) >= 2:
+		return int(b[1]), b[2:], nil
+	case ai == 25 && len(b) >= 3:
+		return int(b[1])<<8 | int(b[2]), b[3:], nil
+	case ai == 26 && len(b) >= 5:
+		return int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4]), b[5:], nil
+	}
+	return 0, nil, errors.New("cddlrt: unsupported CBOR map header")
+}
+
+func cborMapHead(n int) []byte {
+	switch {
+	case n < 24:
+		return []byte{0xa0 | byte(n)}
+	case n < 256:
+		return []byte{0xb8, byte(n)}
+	case n < 65536:
+		return []byte{0xb9, byte(n >> 8), byte(n)}
+	}
+	return []byte{0xba, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+}
+
+// UnmarshalCBOR is [UnmarshalJSON] for CBOR.
+func UnmarshalCBOR(data []byte, fields any, typeName string, lits []Literal, known map[string]bool, extra *map[string]any) error {
+	if err := cbor.Unmarshal(data, fields); err != nil {
+		return err
+	}
+	if len(lits) == 0 && extra == nil {
+		return nil
+	}
+	var m map[string]cbor.RawMessage
+	if err := cbor.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	for _, l := range lits {
+		var got *string
+		if raw, ok := m[l.Member]; ok {
+			var s string
+			if cbor.Unmarshal(raw, &s) != nil {
+				s = fmt.Sprintf("%x", []byte(raw))
+			}
+			got = &s
+		}
+		if err := CheckLiteral(typeName, l.Member, got, l.Value); err != nil {
+			return err
+		}
+	}
+	if extra == nil {
+		return nil
+	}
+	*extra = nil
+	for k, raw := range m {
+		if known[k] {
+			continue
+		}
+		var v any
+		if err := cborDec.Unmarshal(raw, &v); err != nil {
+			return err
+		}
+		if *extra == nil {
+			*extra = map[string]any{}
+		}
+		(*extra)[k] = v
+	}
+	return nil
+}
+
+// Variants maps the values of a union's discriminating member to
+// constructors of its variants.
+type Variants[V any] map[string]func() V
+
+// DecodeJSON decodes a union value: it reads member, builds the variant it
+// names and decodes data into it. For a value naming no variant it returns
+// the raw value when open, and an [ErrUnknownVariant] error otherwise.
+func DecodeJSON[V any](data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {
+	var zero V
+	tag, ok, err := Probe(data, member)
+	if err != nil {
+		return zero, nil, err
+	}
+	mk, known := variants[tag]
+	if !ok || !known {
+		if open {
+			return zero, &RawValue{JSON: append(json.RawMessage(nil), data...)}, nil
+		}
+		return zero, nil, UnknownVariant(union, member, tag, ok)
+	}
+	v := mk()
+	if err := json.Unmarshal(data, v); err != nil {
+		return zero, nil, err
+	}
+	return v, nil, nil
+}
+
+// DecodeCBOR is [DecodeJSON] for CBOR.
+func DecodeCBOR[V any](data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {
+	var zero V
+	tag, ok, err := ProbeCBOR(data, member)
+	if err != nil {
+		return zero, nil, err
+	}
+	mk, known := variants[tag]
+	if !ok || !known {
+		if open {
+			return zero, &RawValue{CBOR: append(cbor.RawMessage(nil), data...)}, nil
+		}
+		return zero, nil, UnknownVariant(union, member, tag, ok)
+	}
+	v := mk()
+	if err := cbor.Unmarshal(data, v); err != nil {
+		return zero, nil, err
+	}
+	return v, nil, nil
+}
+
+// EncodeVariant returns what a union wrapper encodes: its variant, or the
+// raw value it keeps, or an error when it holds neither.
+func EncodeVariant(union string, v any, raw *RawValue) (any, error) {
+	if v != nil && !reflect.ValueOf(v).IsNil() {
+		return v, nil
+	}
+	if raw != nil {
+		return raw, nil
+	}
+	return nil, fmt.Errorf("%s: no variant set", union)
+}
+
+// UnmarshalEnumJSON decodes a choice of text literals, rejecting others.
+func UnmarshalEnumJSON[T ~string](data []byte, v *T, typeName string, valid func(T) bool) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	if !valid(T(s)) {
+		return InvalidEnum(typeName, s)
+	}
+	*v = T(s)
+	return nil
+}
+
+// UnmarshalEnumCBOR is [UnmarshalEnumJSON] for CBOR.
+func UnmarshalEnumCBOR[T ~string](data []byte, v *T, typeName string, valid func(T) bool) error {
+	var s string
+	if err := cbor.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	if !valid(T(s)) {
+		return InvalidEnum(typeName, s)
+	}
+	*v = T(s)
+	return nil
+}
+
+// UnmarshalIntEnumJSON decodes a choice of integer literals, rejecting others.
+func UnmarshalIntEnumJSON[T ~int64](data []byte, v *T, typeName string, valid func(T) bool) error {
+	var n int64
+	if err := json.Unmarshal(data, &n); err != nil {
+		return err
+	}
+	if !valid(T(n)) {
+		return InvalidEnum(typeName, n)
+	}
+	*v = T(n)
+	return nil
+}
+
+// UnmarshalIntEnumCBOR is [UnmarshalIntEnumJSON] for CBOR.
+func UnmarshalIntEnumCBOR[T ~int64](data []byte, v *T, typeName string, valid func(T) bool) error {
+	var n int64
+	if err := cbor.Unmarshal(data, &n); err != nil {
+		return err
+	}
+	if !valid(T(n)) {
+		return InvalidEnum(typeName, n)
+	}
+	*v = T(n)
+	return nil
+}

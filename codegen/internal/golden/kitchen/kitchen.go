@@ -33,75 +33,47 @@ func (*EnvelopeDelete) isEnvelope() {}
 
 func (*EnvelopeList) isEnvelope() {}
 
+var envelopeVariants = cddlrt.Variants[EnvelopeVariant]{
+	"put":    func() EnvelopeVariant { return new(EnvelopePut) },
+	"delete": func() EnvelopeVariant { return new(EnvelopeDelete) },
+	"list":   func() EnvelopeVariant { return new(EnvelopeList) },
+}
+
 // MarshalJSON encodes the variant.
 func (u Envelope) MarshalJSON() ([]byte, error) {
-	if u.Value != nil {
-		return json.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Envelope", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
 	}
-	if u.Unknown != nil {
-		return u.Unknown.MarshalJSON()
-	}
-	return nil, fmt.Errorf("Envelope: no variant set")
+	return json.Marshal(v)
 }
 
 // UnmarshalJSON decodes the variant named by member "op".
 func (u *Envelope) UnmarshalJSON(data []byte) error {
-	tag, ok, err := cddlrt.Probe(data, "op")
+	v, raw, err := cddlrt.DecodeJSON(data, "Envelope", "op", envelopeVariants, true)
 	if err != nil {
 		return err
 	}
-	var v EnvelopeVariant
-	switch {
-	case ok && tag == "put":
-		v = new(EnvelopePut)
-	case ok && tag == "delete":
-		v = new(EnvelopeDelete)
-	case ok && tag == "list":
-		v = new(EnvelopeList)
-	default:
-		u.Value, u.Unknown = nil, &cddlrt.RawValue{JSON: append([]byte(nil), data...)}
-		return nil
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return err
-	}
-	u.Value, u.Unknown = v, nil
+	u.Value, u.Unknown = v, raw
 	return nil
 }
 
 // MarshalCBOR encodes the variant.
 func (u Envelope) MarshalCBOR() ([]byte, error) {
-	if u.Value != nil {
-		return cbor.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Envelope", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
 	}
-	if u.Unknown != nil {
-		return u.Unknown.MarshalCBOR()
-	}
-	return nil, fmt.Errorf("Envelope: no variant set")
+	return cbor.Marshal(v)
 }
 
 // UnmarshalCBOR decodes the variant named by member "op".
 func (u *Envelope) UnmarshalCBOR(data []byte) error {
-	tag, ok, err := cddlrt.ProbeCBOR(data, "op")
+	v, raw, err := cddlrt.DecodeCBOR(data, "Envelope", "op", envelopeVariants, true)
 	if err != nil {
 		return err
 	}
-	var v EnvelopeVariant
-	switch {
-	case ok && tag == "put":
-		v = new(EnvelopePut)
-	case ok && tag == "delete":
-		v = new(EnvelopeDelete)
-	case ok && tag == "list":
-		v = new(EnvelopeList)
-	default:
-		u.Value, u.Unknown = nil, &cddlrt.RawValue{CBOR: append([]byte(nil), data...)}
-		return nil
-	}
-	if err := cbor.Unmarshal(data, v); err != nil {
-		return err
-	}
-	u.Value, u.Unknown = v, nil
+	u.Value, u.Unknown = v, raw
 	return nil
 }
 
@@ -118,78 +90,34 @@ type EnvelopePut struct {
 // EnvelopePutOpValue is the value EnvelopePut always has in member "op".
 const EnvelopePutOpValue = "put"
 
-var knownEnvelopePut = map[string]bool{"request_id": true, "op": true, "item": true}
+var envelopePutLiterals = []cddlrt.Literal{{Member: "op", Value: "put"}}
+
+var envelopePutKnown = map[string]bool{"request_id": true, "op": true, "item": true}
 
 // MarshalJSON encodes EnvelopePut with its literal members and Extra.
 func (s EnvelopePut) MarshalJSON() ([]byte, error) {
-	type Fields EnvelopePut
-	b, err := json.Marshal(struct {
-		LOp string `json:"op"`
-		*Fields
-	}{"put", (*Fields)(&s)})
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraJSON(b, s.Extra)
+	type fields EnvelopePut
+	return cddlrt.MarshalJSON((*fields)(&s), envelopePutLiterals, s.Extra)
 }
 
 // UnmarshalJSON decodes EnvelopePut, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *EnvelopePut) UnmarshalJSON(data []byte) error {
-	type Fields EnvelopePut
-	var w struct {
-		LOp *string `json:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("EnvelopePut", "op", w.LOp, "put"); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraJSON(data, knownEnvelopePut)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields EnvelopePut
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "EnvelopePut", envelopePutLiterals, envelopePutKnown, &s.Extra)
 }
 
 // MarshalCBOR encodes EnvelopePut with its literal members and Extra.
 func (s EnvelopePut) MarshalCBOR() ([]byte, error) {
-	type Fields EnvelopePut
-	b, err := cbor.Marshal(struct {
-		LOp string `cbor:"op"`
-		*Fields
-	}{"put", (*Fields)(&s)})
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraCBOR(b, s.Extra)
+	type fields EnvelopePut
+	return cddlrt.MarshalCBOR((*fields)(&s), envelopePutLiterals, s.Extra)
 }
 
 // UnmarshalCBOR decodes EnvelopePut, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *EnvelopePut) UnmarshalCBOR(data []byte) error {
-	type Fields EnvelopePut
-	var w struct {
-		LOp *string `cbor:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("EnvelopePut", "op", w.LOp, "put"); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraCBOR(data, knownEnvelopePut)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields EnvelopePut
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "EnvelopePut", envelopePutLiterals, envelopePutKnown, &s.Extra)
 }
 
 // EnvelopeDelete is generated from CDDL rule "EnvelopeDelete".
@@ -205,78 +133,34 @@ type EnvelopeDelete struct {
 // EnvelopeDeleteOpValue is the value EnvelopeDelete always has in member "op".
 const EnvelopeDeleteOpValue = "delete"
 
-var knownEnvelopeDelete = map[string]bool{"request_id": true, "op": true, "item_id": true}
+var envelopeDeleteLiterals = []cddlrt.Literal{{Member: "op", Value: "delete"}}
+
+var envelopeDeleteKnown = map[string]bool{"request_id": true, "op": true, "item_id": true}
 
 // MarshalJSON encodes EnvelopeDelete with its literal members and Extra.
 func (s EnvelopeDelete) MarshalJSON() ([]byte, error) {
-	type Fields EnvelopeDelete
-	b, err := json.Marshal(struct {
-		LOp string `json:"op"`
-		*Fields
-	}{"delete", (*Fields)(&s)})
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraJSON(b, s.Extra)
+	type fields EnvelopeDelete
+	return cddlrt.MarshalJSON((*fields)(&s), envelopeDeleteLiterals, s.Extra)
 }
 
 // UnmarshalJSON decodes EnvelopeDelete, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *EnvelopeDelete) UnmarshalJSON(data []byte) error {
-	type Fields EnvelopeDelete
-	var w struct {
-		LOp *string `json:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("EnvelopeDelete", "op", w.LOp, "delete"); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraJSON(data, knownEnvelopeDelete)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields EnvelopeDelete
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "EnvelopeDelete", envelopeDeleteLiterals, envelopeDeleteKnown, &s.Extra)
 }
 
 // MarshalCBOR encodes EnvelopeDelete with its literal members and Extra.
 func (s EnvelopeDelete) MarshalCBOR() ([]byte, error) {
-	type Fields EnvelopeDelete
-	b, err := cbor.Marshal(struct {
-		LOp string `cbor:"op"`
-		*Fields
-	}{"delete", (*Fields)(&s)})
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraCBOR(b, s.Extra)
+	type fields EnvelopeDelete
+	return cddlrt.MarshalCBOR((*fields)(&s), envelopeDeleteLiterals, s.Extra)
 }
 
 // UnmarshalCBOR decodes EnvelopeDelete, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *EnvelopeDelete) UnmarshalCBOR(data []byte) error {
-	type Fields EnvelopeDelete
-	var w struct {
-		LOp *string `cbor:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("EnvelopeDelete", "op", w.LOp, "delete"); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraCBOR(data, knownEnvelopeDelete)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields EnvelopeDelete
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "EnvelopeDelete", envelopeDeleteLiterals, envelopeDeleteKnown, &s.Extra)
 }
 
 // EnvelopeList is generated from CDDL rule "EnvelopeList".
@@ -294,78 +178,34 @@ type EnvelopeList struct {
 // EnvelopeListOpValue is the value EnvelopeList always has in member "op".
 const EnvelopeListOpValue = "list"
 
-var knownEnvelopeList = map[string]bool{"request_id": true, "op": true, "limit": true, "cursor": true}
+var envelopeListLiterals = []cddlrt.Literal{{Member: "op", Value: "list"}}
+
+var envelopeListKnown = map[string]bool{"request_id": true, "op": true, "limit": true, "cursor": true}
 
 // MarshalJSON encodes EnvelopeList with its literal members and Extra.
 func (s EnvelopeList) MarshalJSON() ([]byte, error) {
-	type Fields EnvelopeList
-	b, err := json.Marshal(struct {
-		LOp string `json:"op"`
-		*Fields
-	}{"list", (*Fields)(&s)})
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraJSON(b, s.Extra)
+	type fields EnvelopeList
+	return cddlrt.MarshalJSON((*fields)(&s), envelopeListLiterals, s.Extra)
 }
 
 // UnmarshalJSON decodes EnvelopeList, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *EnvelopeList) UnmarshalJSON(data []byte) error {
-	type Fields EnvelopeList
-	var w struct {
-		LOp *string `json:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("EnvelopeList", "op", w.LOp, "list"); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraJSON(data, knownEnvelopeList)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields EnvelopeList
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "EnvelopeList", envelopeListLiterals, envelopeListKnown, &s.Extra)
 }
 
 // MarshalCBOR encodes EnvelopeList with its literal members and Extra.
 func (s EnvelopeList) MarshalCBOR() ([]byte, error) {
-	type Fields EnvelopeList
-	b, err := cbor.Marshal(struct {
-		LOp string `cbor:"op"`
-		*Fields
-	}{"list", (*Fields)(&s)})
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraCBOR(b, s.Extra)
+	type fields EnvelopeList
+	return cddlrt.MarshalCBOR((*fields)(&s), envelopeListLiterals, s.Extra)
 }
 
 // UnmarshalCBOR decodes EnvelopeList, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *EnvelopeList) UnmarshalCBOR(data []byte) error {
-	type Fields EnvelopeList
-	var w struct {
-		LOp *string `cbor:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("EnvelopeList", "op", w.LOp, "list"); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraCBOR(data, knownEnvelopeList)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields EnvelopeList
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "EnvelopeList", envelopeListLiterals, envelopeListKnown, &s.Extra)
 }
 
 // The operations. New ones may be added, so decoders keep unknown ones.
@@ -387,32 +227,25 @@ func (*DeleteOp) isOperation() {}
 
 func (*ListOp) isOperation() {}
 
+var operationVariants = cddlrt.Variants[OperationVariant]{
+	"put":    func() OperationVariant { return new(PutOp) },
+	"delete": func() OperationVariant { return new(DeleteOp) },
+	"list":   func() OperationVariant { return new(ListOp) },
+}
+
 // MarshalJSON encodes the variant.
 func (u Operation) MarshalJSON() ([]byte, error) {
-	if u.Value != nil {
-		return json.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Operation", u.Value, nil)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("Operation: no variant set")
+	return json.Marshal(v)
 }
 
 // UnmarshalJSON decodes the variant named by member "op".
 func (u *Operation) UnmarshalJSON(data []byte) error {
-	tag, ok, err := cddlrt.Probe(data, "op")
+	v, _, err := cddlrt.DecodeJSON(data, "Operation", "op", operationVariants, false)
 	if err != nil {
-		return err
-	}
-	var v OperationVariant
-	switch {
-	case ok && tag == "put":
-		v = new(PutOp)
-	case ok && tag == "delete":
-		v = new(DeleteOp)
-	case ok && tag == "list":
-		v = new(ListOp)
-	default:
-		return cddlrt.UnknownVariant("Operation", "op", tag, ok)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
 		return err
 	}
 	u.Value = v
@@ -421,30 +254,17 @@ func (u *Operation) UnmarshalJSON(data []byte) error {
 
 // MarshalCBOR encodes the variant.
 func (u Operation) MarshalCBOR() ([]byte, error) {
-	if u.Value != nil {
-		return cbor.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Operation", u.Value, nil)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("Operation: no variant set")
+	return cbor.Marshal(v)
 }
 
 // UnmarshalCBOR decodes the variant named by member "op".
 func (u *Operation) UnmarshalCBOR(data []byte) error {
-	tag, ok, err := cddlrt.ProbeCBOR(data, "op")
+	v, _, err := cddlrt.DecodeCBOR(data, "Operation", "op", operationVariants, false)
 	if err != nil {
-		return err
-	}
-	var v OperationVariant
-	switch {
-	case ok && tag == "put":
-		v = new(PutOp)
-	case ok && tag == "delete":
-		v = new(DeleteOp)
-	case ok && tag == "list":
-		v = new(ListOp)
-	default:
-		return cddlrt.UnknownVariant("Operation", "op", tag, ok)
-	}
-	if err := cbor.Unmarshal(data, v); err != nil {
 		return err
 	}
 	u.Value = v
@@ -459,60 +279,32 @@ type PutOp struct {
 // PutOpOpValue is the value PutOp always has in member "op".
 const PutOpOpValue = "put"
 
+var putOpLiterals = []cddlrt.Literal{{Member: "op", Value: "put"}}
+
 // MarshalJSON encodes PutOp with its literal members and Extra.
 func (s PutOp) MarshalJSON() ([]byte, error) {
-	type Fields PutOp
-	b, err := json.Marshal(struct {
-		LOp string `json:"op"`
-		*Fields
-	}{"put", (*Fields)(&s)})
-	return b, err
+	type fields PutOp
+	return cddlrt.MarshalJSON((*fields)(&s), putOpLiterals, nil)
 }
 
 // UnmarshalJSON decodes PutOp, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *PutOp) UnmarshalJSON(data []byte) error {
-	type Fields PutOp
-	var w struct {
-		LOp *string `json:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("PutOp", "op", w.LOp, "put"); err != nil {
-		return err
-	}
-	return nil
+	type fields PutOp
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "PutOp", putOpLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes PutOp with its literal members and Extra.
 func (s PutOp) MarshalCBOR() ([]byte, error) {
-	type Fields PutOp
-	b, err := cbor.Marshal(struct {
-		LOp string `cbor:"op"`
-		*Fields
-	}{"put", (*Fields)(&s)})
-	return b, err
+	type fields PutOp
+	return cddlrt.MarshalCBOR((*fields)(&s), putOpLiterals, nil)
 }
 
 // UnmarshalCBOR decodes PutOp, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *PutOp) UnmarshalCBOR(data []byte) error {
-	type Fields PutOp
-	var w struct {
-		LOp *string `cbor:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("PutOp", "op", w.LOp, "put"); err != nil {
-		return err
-	}
-	return nil
+	type fields PutOp
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "PutOp", putOpLiterals, nil, nil)
 }
 
 // DeleteOp is generated from CDDL rule "DeleteOp".
@@ -523,60 +315,32 @@ type DeleteOp struct {
 // DeleteOpOpValue is the value DeleteOp always has in member "op".
 const DeleteOpOpValue = "delete"
 
+var deleteOpLiterals = []cddlrt.Literal{{Member: "op", Value: "delete"}}
+
 // MarshalJSON encodes DeleteOp with its literal members and Extra.
 func (s DeleteOp) MarshalJSON() ([]byte, error) {
-	type Fields DeleteOp
-	b, err := json.Marshal(struct {
-		LOp string `json:"op"`
-		*Fields
-	}{"delete", (*Fields)(&s)})
-	return b, err
+	type fields DeleteOp
+	return cddlrt.MarshalJSON((*fields)(&s), deleteOpLiterals, nil)
 }
 
 // UnmarshalJSON decodes DeleteOp, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *DeleteOp) UnmarshalJSON(data []byte) error {
-	type Fields DeleteOp
-	var w struct {
-		LOp *string `json:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("DeleteOp", "op", w.LOp, "delete"); err != nil {
-		return err
-	}
-	return nil
+	type fields DeleteOp
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "DeleteOp", deleteOpLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes DeleteOp with its literal members and Extra.
 func (s DeleteOp) MarshalCBOR() ([]byte, error) {
-	type Fields DeleteOp
-	b, err := cbor.Marshal(struct {
-		LOp string `cbor:"op"`
-		*Fields
-	}{"delete", (*Fields)(&s)})
-	return b, err
+	type fields DeleteOp
+	return cddlrt.MarshalCBOR((*fields)(&s), deleteOpLiterals, nil)
 }
 
 // UnmarshalCBOR decodes DeleteOp, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *DeleteOp) UnmarshalCBOR(data []byte) error {
-	type Fields DeleteOp
-	var w struct {
-		LOp *string `cbor:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("DeleteOp", "op", w.LOp, "delete"); err != nil {
-		return err
-	}
-	return nil
+	type fields DeleteOp
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "DeleteOp", deleteOpLiterals, nil, nil)
 }
 
 // ListOp is generated from CDDL rule "ListOp".
@@ -589,60 +353,32 @@ type ListOp struct {
 // ListOpOpValue is the value ListOp always has in member "op".
 const ListOpOpValue = "list"
 
+var listOpLiterals = []cddlrt.Literal{{Member: "op", Value: "list"}}
+
 // MarshalJSON encodes ListOp with its literal members and Extra.
 func (s ListOp) MarshalJSON() ([]byte, error) {
-	type Fields ListOp
-	b, err := json.Marshal(struct {
-		LOp string `json:"op"`
-		*Fields
-	}{"list", (*Fields)(&s)})
-	return b, err
+	type fields ListOp
+	return cddlrt.MarshalJSON((*fields)(&s), listOpLiterals, nil)
 }
 
 // UnmarshalJSON decodes ListOp, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *ListOp) UnmarshalJSON(data []byte) error {
-	type Fields ListOp
-	var w struct {
-		LOp *string `json:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("ListOp", "op", w.LOp, "list"); err != nil {
-		return err
-	}
-	return nil
+	type fields ListOp
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "ListOp", listOpLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes ListOp with its literal members and Extra.
 func (s ListOp) MarshalCBOR() ([]byte, error) {
-	type Fields ListOp
-	b, err := cbor.Marshal(struct {
-		LOp string `cbor:"op"`
-		*Fields
-	}{"list", (*Fields)(&s)})
-	return b, err
+	type fields ListOp
+	return cddlrt.MarshalCBOR((*fields)(&s), listOpLiterals, nil)
 }
 
 // UnmarshalCBOR decodes ListOp, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *ListOp) UnmarshalCBOR(data []byte) error {
-	type Fields ListOp
-	var w struct {
-		LOp *string `cbor:"op"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("ListOp", "op", w.LOp, "list"); err != nil {
-		return err
-	}
-	return nil
+	type fields ListOp
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ListOp", listOpLiterals, nil, nil)
 }
 
 // Extra members are allowed and kept.
@@ -652,56 +388,32 @@ type Extensible struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var knownExtensible = map[string]bool{}
+var extensibleKnown = map[string]bool{}
 
 // MarshalJSON encodes Extensible with its literal members and Extra.
 func (s Extensible) MarshalJSON() ([]byte, error) {
-	type Fields Extensible
-	b, err := json.Marshal((*Fields)(&s))
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraJSON(b, s.Extra)
+	type fields Extensible
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
 }
 
 // UnmarshalJSON decodes Extensible, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *Extensible) UnmarshalJSON(data []byte) error {
-	type Fields Extensible
-	if err := json.Unmarshal(data, (*Fields)(s)); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraJSON(data, knownExtensible)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields Extensible
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "Extensible", nil, extensibleKnown, &s.Extra)
 }
 
 // MarshalCBOR encodes Extensible with its literal members and Extra.
 func (s Extensible) MarshalCBOR() ([]byte, error) {
-	type Fields Extensible
-	b, err := cbor.Marshal((*Fields)(&s))
-	if err != nil {
-		return nil, err
-	}
-	return cddlrt.AppendExtraCBOR(b, s.Extra)
+	type fields Extensible
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
 }
 
 // UnmarshalCBOR decodes Extensible, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *Extensible) UnmarshalCBOR(data []byte) error {
-	type Fields Extensible
-	if err := cbor.Unmarshal(data, (*Fields)(s)); err != nil {
-		return err
-	}
-	extra, err := cddlrt.ExtraCBOR(data, knownExtensible)
-	if err != nil {
-		return err
-	}
-	s.Extra = extra
-	return nil
+	type fields Extensible
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Extensible", nil, extensibleKnown, &s.Extra)
 }
 
 // An item in the store.
@@ -742,28 +454,12 @@ func (v ItemKind) Valid() bool {
 
 // UnmarshalJSON accepts only the values of ItemKind.
 func (v *ItemKind) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !ItemKind(s).Valid() {
-		return cddlrt.InvalidEnum("ItemKind", s)
-	}
-	*v = ItemKind(s)
-	return nil
+	return cddlrt.UnmarshalEnumJSON(data, v, "ItemKind", ItemKind.Valid)
 }
 
 // UnmarshalCBOR accepts only the values of ItemKind.
 func (v *ItemKind) UnmarshalCBOR(data []byte) error {
-	var s string
-	if err := cbor.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !ItemKind(s).Valid() {
-		return cddlrt.InvalidEnum("ItemKind", s)
-	}
-	*v = ItemKind(s)
-	return nil
+	return cddlrt.UnmarshalEnumCBOR(data, v, "ItemKind", ItemKind.Valid)
 }
 
 // A flat scalar.
@@ -823,28 +519,12 @@ func (v Flags) Valid() bool {
 
 // UnmarshalJSON accepts only the values of Flags.
 func (v *Flags) UnmarshalJSON(data []byte) error {
-	var n int64
-	if err := json.Unmarshal(data, &n); err != nil {
-		return err
-	}
-	if !Flags(n).Valid() {
-		return cddlrt.InvalidEnum("Flags", n)
-	}
-	*v = Flags(n)
-	return nil
+	return cddlrt.UnmarshalIntEnumJSON(data, v, "Flags", Flags.Valid)
 }
 
 // UnmarshalCBOR accepts only the values of Flags.
 func (v *Flags) UnmarshalCBOR(data []byte) error {
-	var n int64
-	if err := cbor.Unmarshal(data, &n); err != nil {
-		return err
-	}
-	if !Flags(n).Valid() {
-		return cddlrt.InvalidEnum("Flags", n)
-	}
-	*v = Flags(n)
-	return nil
+	return cddlrt.UnmarshalIntEnumCBOR(data, v, "Flags", Flags.Valid)
 }
 
 // FlagBits is generated from CDDL rule "FlagBits".
@@ -867,28 +547,12 @@ func (v FlagBits) Valid() bool {
 
 // UnmarshalJSON accepts only the values of FlagBits.
 func (v *FlagBits) UnmarshalJSON(data []byte) error {
-	var n int64
-	if err := json.Unmarshal(data, &n); err != nil {
-		return err
-	}
-	if !FlagBits(n).Valid() {
-		return cddlrt.InvalidEnum("FlagBits", n)
-	}
-	*v = FlagBits(n)
-	return nil
+	return cddlrt.UnmarshalIntEnumJSON(data, v, "FlagBits", FlagBits.Valid)
 }
 
 // UnmarshalCBOR accepts only the values of FlagBits.
 func (v *FlagBits) UnmarshalCBOR(data []byte) error {
-	var n int64
-	if err := cbor.Unmarshal(data, &n); err != nil {
-		return err
-	}
-	if !FlagBits(n).Valid() {
-		return cddlrt.InvalidEnum("FlagBits", n)
-	}
-	*v = FlagBits(n)
-	return nil
+	return cddlrt.UnmarshalIntEnumCBOR(data, v, "FlagBits", FlagBits.Valid)
 }
 
 // Shapes are a closed choice on `type`: unknown shapes are errors.
@@ -908,30 +572,24 @@ func (*Circle) isShape() {}
 
 func (*Square) isShape() {}
 
+var shapeVariants = cddlrt.Variants[ShapeVariant]{
+	"circle": func() ShapeVariant { return new(Circle) },
+	"square": func() ShapeVariant { return new(Square) },
+}
+
 // MarshalJSON encodes the variant.
 func (u Shape) MarshalJSON() ([]byte, error) {
-	if u.Value != nil {
-		return json.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Shape", u.Value, nil)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("Shape: no variant set")
+	return json.Marshal(v)
 }
 
 // UnmarshalJSON decodes the variant named by member "type".
 func (u *Shape) UnmarshalJSON(data []byte) error {
-	tag, ok, err := cddlrt.Probe(data, "type")
+	v, _, err := cddlrt.DecodeJSON(data, "Shape", "type", shapeVariants, false)
 	if err != nil {
-		return err
-	}
-	var v ShapeVariant
-	switch {
-	case ok && tag == "circle":
-		v = new(Circle)
-	case ok && tag == "square":
-		v = new(Square)
-	default:
-		return cddlrt.UnknownVariant("Shape", "type", tag, ok)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
 		return err
 	}
 	u.Value = v
@@ -940,28 +598,17 @@ func (u *Shape) UnmarshalJSON(data []byte) error {
 
 // MarshalCBOR encodes the variant.
 func (u Shape) MarshalCBOR() ([]byte, error) {
-	if u.Value != nil {
-		return cbor.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Shape", u.Value, nil)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("Shape: no variant set")
+	return cbor.Marshal(v)
 }
 
 // UnmarshalCBOR decodes the variant named by member "type".
 func (u *Shape) UnmarshalCBOR(data []byte) error {
-	tag, ok, err := cddlrt.ProbeCBOR(data, "type")
+	v, _, err := cddlrt.DecodeCBOR(data, "Shape", "type", shapeVariants, false)
 	if err != nil {
-		return err
-	}
-	var v ShapeVariant
-	switch {
-	case ok && tag == "circle":
-		v = new(Circle)
-	case ok && tag == "square":
-		v = new(Square)
-	default:
-		return cddlrt.UnknownVariant("Shape", "type", tag, ok)
-	}
-	if err := cbor.Unmarshal(data, v); err != nil {
 		return err
 	}
 	u.Value = v
@@ -976,60 +623,32 @@ type Circle struct {
 // CircleTypeValue is the value Circle always has in member "type".
 const CircleTypeValue = "circle"
 
+var circleLiterals = []cddlrt.Literal{{Member: "type", Value: "circle"}}
+
 // MarshalJSON encodes Circle with its literal members and Extra.
 func (s Circle) MarshalJSON() ([]byte, error) {
-	type Fields Circle
-	b, err := json.Marshal(struct {
-		LType string `json:"type"`
-		*Fields
-	}{"circle", (*Fields)(&s)})
-	return b, err
+	type fields Circle
+	return cddlrt.MarshalJSON((*fields)(&s), circleLiterals, nil)
 }
 
 // UnmarshalJSON decodes Circle, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *Circle) UnmarshalJSON(data []byte) error {
-	type Fields Circle
-	var w struct {
-		LType *string `json:"type"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("Circle", "type", w.LType, "circle"); err != nil {
-		return err
-	}
-	return nil
+	type fields Circle
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "Circle", circleLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes Circle with its literal members and Extra.
 func (s Circle) MarshalCBOR() ([]byte, error) {
-	type Fields Circle
-	b, err := cbor.Marshal(struct {
-		LType string `cbor:"type"`
-		*Fields
-	}{"circle", (*Fields)(&s)})
-	return b, err
+	type fields Circle
+	return cddlrt.MarshalCBOR((*fields)(&s), circleLiterals, nil)
 }
 
 // UnmarshalCBOR decodes Circle, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *Circle) UnmarshalCBOR(data []byte) error {
-	type Fields Circle
-	var w struct {
-		LType *string `cbor:"type"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("Circle", "type", w.LType, "circle"); err != nil {
-		return err
-	}
-	return nil
+	type fields Circle
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Circle", circleLiterals, nil, nil)
 }
 
 // Square is generated from CDDL rule "Square".
@@ -1041,60 +660,32 @@ type Square struct {
 // SquareTypeValue is the value Square always has in member "type".
 const SquareTypeValue = "square"
 
+var squareLiterals = []cddlrt.Literal{{Member: "type", Value: "square"}}
+
 // MarshalJSON encodes Square with its literal members and Extra.
 func (s Square) MarshalJSON() ([]byte, error) {
-	type Fields Square
-	b, err := json.Marshal(struct {
-		LType string `json:"type"`
-		*Fields
-	}{"square", (*Fields)(&s)})
-	return b, err
+	type fields Square
+	return cddlrt.MarshalJSON((*fields)(&s), squareLiterals, nil)
 }
 
 // UnmarshalJSON decodes Square, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *Square) UnmarshalJSON(data []byte) error {
-	type Fields Square
-	var w struct {
-		LType *string `json:"type"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("Square", "type", w.LType, "square"); err != nil {
-		return err
-	}
-	return nil
+	type fields Square
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "Square", squareLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes Square with its literal members and Extra.
 func (s Square) MarshalCBOR() ([]byte, error) {
-	type Fields Square
-	b, err := cbor.Marshal(struct {
-		LType string `cbor:"type"`
-		*Fields
-	}{"square", (*Fields)(&s)})
-	return b, err
+	type fields Square
+	return cddlrt.MarshalCBOR((*fields)(&s), squareLiterals, nil)
 }
 
 // UnmarshalCBOR decodes Square, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *Square) UnmarshalCBOR(data []byte) error {
-	type Fields Square
-	var w struct {
-		LType *string `cbor:"type"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("Square", "type", w.LType, "square"); err != nil {
-		return err
-	}
-	return nil
+	type fields Square
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Square", squareLiterals, nil, nil)
 }
 
 // A group choice used as a type means the choice of its maps.
@@ -1114,30 +705,24 @@ func (*ReplyOk) isReply() {}
 
 func (*ReplyErr) isReply() {}
 
+var replyVariants = cddlrt.Variants[ReplyVariant]{
+	"ok":    func() ReplyVariant { return new(ReplyOk) },
+	"error": func() ReplyVariant { return new(ReplyErr) },
+}
+
 // MarshalJSON encodes the variant.
 func (u Reply) MarshalJSON() ([]byte, error) {
-	if u.Value != nil {
-		return json.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Reply", u.Value, nil)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("Reply: no variant set")
+	return json.Marshal(v)
 }
 
 // UnmarshalJSON decodes the variant named by member "status".
 func (u *Reply) UnmarshalJSON(data []byte) error {
-	tag, ok, err := cddlrt.Probe(data, "status")
+	v, _, err := cddlrt.DecodeJSON(data, "Reply", "status", replyVariants, false)
 	if err != nil {
-		return err
-	}
-	var v ReplyVariant
-	switch {
-	case ok && tag == "ok":
-		v = new(ReplyOk)
-	case ok && tag == "error":
-		v = new(ReplyErr)
-	default:
-		return cddlrt.UnknownVariant("Reply", "status", tag, ok)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
 		return err
 	}
 	u.Value = v
@@ -1146,28 +731,17 @@ func (u *Reply) UnmarshalJSON(data []byte) error {
 
 // MarshalCBOR encodes the variant.
 func (u Reply) MarshalCBOR() ([]byte, error) {
-	if u.Value != nil {
-		return cbor.Marshal(u.Value)
+	v, err := cddlrt.EncodeVariant("Reply", u.Value, nil)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("Reply: no variant set")
+	return cbor.Marshal(v)
 }
 
 // UnmarshalCBOR decodes the variant named by member "status".
 func (u *Reply) UnmarshalCBOR(data []byte) error {
-	tag, ok, err := cddlrt.ProbeCBOR(data, "status")
+	v, _, err := cddlrt.DecodeCBOR(data, "Reply", "status", replyVariants, false)
 	if err != nil {
-		return err
-	}
-	var v ReplyVariant
-	switch {
-	case ok && tag == "ok":
-		v = new(ReplyOk)
-	case ok && tag == "error":
-		v = new(ReplyErr)
-	default:
-		return cddlrt.UnknownVariant("Reply", "status", tag, ok)
-	}
-	if err := cbor.Unmarshal(data, v); err != nil {
 		return err
 	}
 	u.Value = v
@@ -1182,60 +756,32 @@ type ReplyOk struct {
 // ReplyOkStatusValue is the value ReplyOk always has in member "status".
 const ReplyOkStatusValue = "ok"
 
+var replyOkLiterals = []cddlrt.Literal{{Member: "status", Value: "ok"}}
+
 // MarshalJSON encodes ReplyOk with its literal members and Extra.
 func (s ReplyOk) MarshalJSON() ([]byte, error) {
-	type Fields ReplyOk
-	b, err := json.Marshal(struct {
-		LStatus string `json:"status"`
-		*Fields
-	}{"ok", (*Fields)(&s)})
-	return b, err
+	type fields ReplyOk
+	return cddlrt.MarshalJSON((*fields)(&s), replyOkLiterals, nil)
 }
 
 // UnmarshalJSON decodes ReplyOk, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *ReplyOk) UnmarshalJSON(data []byte) error {
-	type Fields ReplyOk
-	var w struct {
-		LStatus *string `json:"status"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("ReplyOk", "status", w.LStatus, "ok"); err != nil {
-		return err
-	}
-	return nil
+	type fields ReplyOk
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "ReplyOk", replyOkLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes ReplyOk with its literal members and Extra.
 func (s ReplyOk) MarshalCBOR() ([]byte, error) {
-	type Fields ReplyOk
-	b, err := cbor.Marshal(struct {
-		LStatus string `cbor:"status"`
-		*Fields
-	}{"ok", (*Fields)(&s)})
-	return b, err
+	type fields ReplyOk
+	return cddlrt.MarshalCBOR((*fields)(&s), replyOkLiterals, nil)
 }
 
 // UnmarshalCBOR decodes ReplyOk, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *ReplyOk) UnmarshalCBOR(data []byte) error {
-	type Fields ReplyOk
-	var w struct {
-		LStatus *string `cbor:"status"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("ReplyOk", "status", w.LStatus, "ok"); err != nil {
-		return err
-	}
-	return nil
+	type fields ReplyOk
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ReplyOk", replyOkLiterals, nil, nil)
 }
 
 // ReplyErr is generated from CDDL rule "ReplyErr".
@@ -1247,60 +793,32 @@ type ReplyErr struct {
 // ReplyErrStatusValue is the value ReplyErr always has in member "status".
 const ReplyErrStatusValue = "error"
 
+var replyErrLiterals = []cddlrt.Literal{{Member: "status", Value: "error"}}
+
 // MarshalJSON encodes ReplyErr with its literal members and Extra.
 func (s ReplyErr) MarshalJSON() ([]byte, error) {
-	type Fields ReplyErr
-	b, err := json.Marshal(struct {
-		LStatus string `json:"status"`
-		*Fields
-	}{"error", (*Fields)(&s)})
-	return b, err
+	type fields ReplyErr
+	return cddlrt.MarshalJSON((*fields)(&s), replyErrLiterals, nil)
 }
 
 // UnmarshalJSON decodes ReplyErr, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *ReplyErr) UnmarshalJSON(data []byte) error {
-	type Fields ReplyErr
-	var w struct {
-		LStatus *string `json:"status"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("ReplyErr", "status", w.LStatus, "error"); err != nil {
-		return err
-	}
-	return nil
+	type fields ReplyErr
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "ReplyErr", replyErrLiterals, nil, nil)
 }
 
 // MarshalCBOR encodes ReplyErr with its literal members and Extra.
 func (s ReplyErr) MarshalCBOR() ([]byte, error) {
-	type Fields ReplyErr
-	b, err := cbor.Marshal(struct {
-		LStatus string `cbor:"status"`
-		*Fields
-	}{"error", (*Fields)(&s)})
-	return b, err
+	type fields ReplyErr
+	return cddlrt.MarshalCBOR((*fields)(&s), replyErrLiterals, nil)
 }
 
 // UnmarshalCBOR decodes ReplyErr, checking its literal members and keeping
 // members the schema does not name in Extra.
 func (s *ReplyErr) UnmarshalCBOR(data []byte) error {
-	type Fields ReplyErr
-	var w struct {
-		LStatus *string `cbor:"status"`
-		*Fields
-	}
-	w.Fields = (*Fields)(s)
-	if err := cbor.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	if err := cddlrt.CheckLiteral("ReplyErr", "status", w.LStatus, "error"); err != nil {
-		return err
-	}
-	return nil
+	type fields ReplyErr
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ReplyErr", replyErrLiterals, nil, nil)
 }
 
 // ErrorCode is generated from CDDL rule "ErrorCode".
@@ -1323,28 +841,12 @@ func (v ErrorCode) Valid() bool {
 
 // UnmarshalJSON accepts only the values of ErrorCode.
 func (v *ErrorCode) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !ErrorCode(s).Valid() {
-		return cddlrt.InvalidEnum("ErrorCode", s)
-	}
-	*v = ErrorCode(s)
-	return nil
+	return cddlrt.UnmarshalEnumJSON(data, v, "ErrorCode", ErrorCode.Valid)
 }
 
 // UnmarshalCBOR accepts only the values of ErrorCode.
 func (v *ErrorCode) UnmarshalCBOR(data []byte) error {
-	var s string
-	if err := cbor.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !ErrorCode(s).Valid() {
-		return cddlrt.InvalidEnum("ErrorCode", s)
-	}
-	*v = ErrorCode(s)
-	return nil
+	return cddlrt.UnmarshalEnumCBOR(data, v, "ErrorCode", ErrorCode.Valid)
 }
 
 // Labels is generated from CDDL rule "Labels".
@@ -1404,28 +906,12 @@ func (v Color) Valid() bool {
 
 // UnmarshalJSON accepts only the values of Color.
 func (v *Color) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !Color(s).Valid() {
-		return cddlrt.InvalidEnum("Color", s)
-	}
-	*v = Color(s)
-	return nil
+	return cddlrt.UnmarshalEnumJSON(data, v, "Color", Color.Valid)
 }
 
 // UnmarshalCBOR accepts only the values of Color.
 func (v *Color) UnmarshalCBOR(data []byte) error {
-	var s string
-	if err := cbor.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !Color(s).Valid() {
-		return cddlrt.InvalidEnum("Color", s)
-	}
-	*v = Color(s)
-	return nil
+	return cddlrt.UnmarshalEnumCBOR(data, v, "Color", Color.Valid)
 }
 
 // Palette is generated from CDDL rule "Palette".
