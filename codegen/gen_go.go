@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 var goReserved = map[string]bool{
@@ -28,6 +29,7 @@ type goGen struct {
 func (g *genCtx) goFile() ([]byte, error) {
 	g.assignIdents(goName, goReserved)
 	gg := &goGen{genCtx: g, imports: map[string]bool{}}
+	gg.b.Grow(1024 * len(g.m.Decls)) // about what a declaration and its methods take
 	gg.findRecursion()
 	for _, d := range g.m.Decls {
 		gg.decl(d)
@@ -94,7 +96,8 @@ const splitMark = "//cddlgen:split\n"
 // cut ends the current run of declarations written with p: they are queued
 // for formatting and a placeholder goes into the output.
 func (gg *goGen) cut() {
-	if gg.pending.Len() == 0 {
+	if len(bytes.TrimSpace(gg.pending.Bytes())) == 0 {
+		gg.pending.Reset()
 		return
 	}
 	gg.chunks = append(gg.chunks, gg.pending.String())
@@ -473,21 +476,49 @@ func (gf goField) tags() string {
 func (gg *goGen) structDecl(d *Decl, id string) {
 	s := d.Shape
 	fs := gg.fields(d, s)
-	gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
-	gg.p("type %s struct {", id)
 	var literals []goField
+	// Each line is a comment (one cell) or a field (name, type, tags).
+	var lines [][]string
+	plain := plainDoc(d.Doc)
 	for _, gf := range fs {
 		if gf.literal != "" {
 			literals = append(literals, gf)
 			continue
 		}
-		gg.doc("\t", gf.name, gf.f.Doc, "")
-		gg.p("\t%s %s %s", gf.name, gf.typ, gf.tags())
+		for _, l := range commentLines(gf.f.Doc) {
+			lines = append(lines, []string{strings.TrimRight("// "+l, " ")})
+		}
+		plain = plain && plainDoc(gf.f.Doc)
+		lines = append(lines, []string{gf.name, gf.typ, gf.tags()})
 	}
 	if s.Rest != nil {
-		gg.p("\t// Extra holds the members the schema does not name, so that they")
-		gg.p("\t// round-trip. It is nil when there are none.")
-		gg.p("\tExtra map[string]any `json:\"-\" cbor:\"-\"`")
+		lines = append(lines,
+			[]string{"// Extra holds the members the schema does not name, so that they"},
+			[]string{"// round-trip. It is nil when there are none."},
+			[]string{"Extra", "map[string]any", "`json:\"-\" cbor:\"-\"`"})
+	}
+	if plain && len(lines) > 0 {
+		// Laid out here as gofmt would, which is much faster than go/format.
+		out := []string{""}
+		for _, l := range commentLines(d.Doc) {
+			out = append(out, strings.TrimRight("// "+l, " "))
+		}
+		if d.Doc == "" {
+			out = append(out, fmt.Sprintf("// %s is generated from CDDL rule %q.", id, d.Name))
+		}
+		out = append(out, fmt.Sprintf("type %s struct {", id))
+		out = append(out, alignCells(lines, "\t")...)
+		out = append(out, "}")
+		gg.r(out...)
+	} else {
+		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
+		gg.p("type %s struct {", id)
+		for _, l := range lines {
+			gg.p("\t%s", strings.Join(l, " "))
+		}
+		gg.p("}")
+	}
+	if s.Rest != nil {
 		if s.Rest.Kind != KAny {
 			gg.warn(d, "extra members are kept untyped in Extra")
 		}
@@ -498,11 +529,10 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 			}
 		}
 	}
-	gg.p("}")
 	for _, gf := range literals {
-		gg.p("")
-		gg.p("// %s%s is the value %s always has in member %q.", id, goName(gf.f.Name)+"Value", id, gf.wire)
-		gg.p("const %s%sValue = %s", id, goName(gf.f.Name), strconv.Quote(gf.literal))
+		gg.r("",
+			fmt.Sprintf("// %s%s is the value %s always has in member %q.", id, goName(gf.f.Name)+"Value", id, gf.wire),
+			fmt.Sprintf("const %s%sValue = %s", id, goName(gf.f.Name), strconv.Quote(gf.literal)))
 	}
 	if len(literals) == 0 && s.Rest == nil {
 		return
@@ -543,6 +573,81 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 			fmt.Sprintf("\treturn cddlrt.Unmarshal%s(data, (*fields)(s), %q, %s, %s, %s)", enc, id, lits, known, extraPtr),
 			"}")
 	}
+}
+
+// plainDoc reports whether gofmt keeps a doc comment's lines as they are:
+// no indented (code) lines, headings, lists or link definitions, and no
+// runs of blank lines, which go/doc/comment would rewrite.
+func plainDoc(doc string) bool {
+	prevBlank := false
+	for _, l := range commentLines(doc) {
+		if l == "" {
+			if prevBlank {
+				return false
+			}
+			prevBlank = true
+			continue
+		}
+		prevBlank = false
+		switch l[0] {
+		case ' ', '\t', '#', '-', '*', '+', '[':
+			return false
+		}
+		if l[0] >= '0' && l[0] <= '9' {
+			return false // maybe a numbered list
+		}
+		for _, r := range l {
+			if r < ' ' || r == 0x7f {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// alignCells lays out lines of cells as gofmt's tabwriter does: a cell that
+// another follows on its line is padded to the widest such cell of the
+// adjacent lines that have one in that column, plus one space. A line with
+// one cell (a comment) ends every column.
+func alignCells(lines [][]string, indent string) []string {
+	widths := make([][]int, len(lines))
+	for i, l := range lines {
+		widths[i] = make([]int, len(l))
+	}
+	for col := 0; ; col++ {
+		any := false
+		for i := 0; i < len(lines); {
+			if len(lines[i]) <= col+1 {
+				i++
+				continue
+			}
+			any = true
+			j, w := i, 0
+			for ; j < len(lines) && len(lines[j]) > col+1; j++ {
+				w = max(w, utf8.RuneCountInString(lines[j][col]))
+			}
+			for k := i; k < j; k++ {
+				widths[k][col] = w + 1
+			}
+			i = j
+		}
+		if !any {
+			break
+		}
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		var b strings.Builder
+		b.WriteString(indent)
+		for c, cell := range l {
+			b.WriteString(cell)
+			if c < len(l)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i][c]-utf8.RuneCountInString(cell)))
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
 }
 
 func lowerFirst(s string) string {

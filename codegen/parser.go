@@ -272,7 +272,7 @@ func (p *parser) groupEntry() (*GroupEntry, *Error) {
 		p.advance()
 		p.advance()
 		e.Key = &MemberKey{Pos: t.pos, Kind: KeyValue, Value: t.val, Cut: true}
-	default:
+	case p.arrowAhead():
 		save, saveErrs := p.i, len(p.errs)
 		if k, err := p.type1(); err == nil && (p.cur().kind == tCaret || p.cur().kind == tArrow) {
 			e.Key = &MemberKey{Pos: t.pos, Kind: KeyType, Type: k}
@@ -313,6 +313,37 @@ func (p *parser) groupEntry() (*GroupEntry, *Error) {
 	}
 	e.Type = ty
 	return e, nil
+}
+
+// arrowAhead reports whether a `=>` (or `^`) follows before the current
+// entry ends, that is, whether the entry can have a `type =>` key. It saves
+// parsing every keyless entry twice.
+func (p *parser) arrowAhead() bool {
+	depth := 0
+	for i := p.i; i < len(p.toks); i++ {
+		switch p.toks[i].kind {
+		case tLParen, tLBrace, tLBrack, tLAngle:
+			depth++
+		case tRParen, tRBrace, tRBrack, tRAngle:
+			depth--
+			if depth < 0 {
+				return false
+			}
+		case tArrow, tCaret:
+			if depth == 0 {
+				return true
+			}
+		case tComma, tDSlash, tEOF, tAssign, tTypeAlt, tGroupAlt:
+			if depth == 0 {
+				return false
+			}
+		case tColon:
+			if depth == 0 {
+				return false
+			}
+		}
+	}
+	return false
 }
 
 // endsEntry reports whether the current token may follow a complete entry.
