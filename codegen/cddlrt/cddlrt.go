@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -73,8 +74,7 @@ func jsonNumbersToGo(v any) any {
 		if i, err := x.Int64(); err == nil {
 			return i
 		}
-		var u uint64
-		if _, err := fmt.Sscan(string(x), &u); err == nil {
+		if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
 			return u
 		}
 		f, _ := x.Float64()
