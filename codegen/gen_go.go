@@ -368,12 +368,18 @@ func (gg *goGen) intEnumDecl(d *Decl, id string) {
 		gg.p("%s %s = %s", name, id, v)
 	}
 	gg.p(")")
+	gg.enumMethods(id, names, "UnmarshalIntEnum")
+}
+
+// enumMethods writes Valid and the decoders that reject other values,
+// which call cddlrt's helper (UnmarshalEnum or UnmarshalIntEnum).
+func (gg *goGen) enumMethods(id string, names []string, helper string) {
 	gg.validMethod(id, names)
 	for _, enc := range []string{"JSON", "CBOR"} {
 		gg.r("",
 			fmt.Sprintf("// Unmarshal%s accepts only the values of %s.", enc, id),
 			fmt.Sprintf("func (v *%s) Unmarshal%s(data []byte) error {", id, enc),
-			fmt.Sprintf("\treturn cddlrt.UnmarshalIntEnum%s(data, v, %q, %s.Valid)", enc, id, id),
+			fmt.Sprintf("\treturn cddlrt.%s%s(data, v, %q, %s.Valid)", helper, enc, id, id),
 			"}")
 	}
 }
@@ -676,14 +682,7 @@ func (gg *goGen) enumDecl(d *Decl, id string) {
 		gg.p("%s %s = %s", name, id, strconv.Quote(a.Lit.Text))
 	}
 	gg.p(")")
-	gg.validMethod(id, names)
-	for _, enc := range []string{"JSON", "CBOR"} {
-		gg.r("",
-			fmt.Sprintf("// Unmarshal%s accepts only the values of %s.", enc, id),
-			fmt.Sprintf("func (v *%s) Unmarshal%s(data []byte) error {", id, enc),
-			fmt.Sprintf("\treturn cddlrt.UnmarshalEnum%s(data, v, %q, %s.Valid)", enc, id, id),
-			"}")
-	}
+	gg.enumMethods(id, names, "UnmarshalEnum")
 }
 
 // sumDecl writes a union of structs told apart by one member: a wrapper

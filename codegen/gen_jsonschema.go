@@ -179,20 +179,7 @@ func (g *genCtx) jsShapeBare(d *Decl, s *Shape) *jnode {
 			t = "number"
 		}
 		o := obj("type", t)
-		if s.Min != nil {
-			k := "minimum"
-			if s.MinExclusive {
-				k = "exclusiveMinimum"
-			}
-			o.set(k, numberJSON(s.Min))
-		}
-		if s.Max != nil {
-			k := "maximum"
-			if s.MaxExclusive {
-				k = "exclusiveMaximum"
-			}
-			o.set(k, numberJSON(s.Max))
-		}
+		jsBounds(o, s)
 		return o
 	case KText:
 		o := obj("type", "string")
@@ -295,6 +282,11 @@ func (g *genCtx) jsRefConstraints(o *jnode, s *Shape) {
 		o.set("pattern", "^(?:"+s.Pattern+")$")
 	}
 	g.jsLengths(o, s)
+	jsBounds(o, s)
+}
+
+// jsBounds sets the numeric bounds of s on o.
+func jsBounds(o *jnode, s *Shape) {
 	if s.Min != nil {
 		k := "minimum"
 		if s.MinExclusive {

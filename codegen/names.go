@@ -122,33 +122,21 @@ func words(s string) []string {
 	return out
 }
 
-// goName turns a CDDL name into an exported Go identifier.
-func goName(s string) string {
-	var b strings.Builder
-	for _, w := range words(s) {
-		if up, ok := initialisms[strings.ToLower(w)]; ok {
-			b.WriteString(up)
-			continue
-		}
-		rs := []rune(w)
-		rs[0] = unicode.ToUpper(rs[0])
-		b.WriteString(string(rs))
-	}
-	name := b.String()
-	if name == "" {
-		return "X"
-	}
-	if unicode.IsDigit([]rune(name)[0]) {
-		name = "X" + name
-	}
-	return name
-}
+// goName turns a CDDL name into an exported Go identifier, with Go's
+// initialisms (assistantId becomes AssistantID).
+func goName(s string) string { return identName(s, true) }
 
 // pascalName turns a CDDL name into a PascalCase identifier without Go's
 // initialisms, for TypeScript and Python.
-func pascalName(s string) string {
+func pascalName(s string) string { return identName(s, false) }
+
+func identName(s string, goInitialisms bool) string {
 	var b strings.Builder
 	for _, w := range words(s) {
+		if up, ok := initialisms[strings.ToLower(w)]; ok && goInitialisms {
+			b.WriteString(up)
+			continue
+		}
 		rs := []rune(w)
 		rs[0] = unicode.ToUpper(rs[0])
 		b.WriteString(string(rs))

@@ -296,12 +296,8 @@ func (p *parser) groupEntry() (*GroupEntry, *Error) {
 			return e, nil
 		}
 		p.i, p.errs = save, p.errs[:saveErrs]
-		open := p.advance()
-		g, err := p.group(tRParen)
+		g, err := p.parenGroup()
 		if err != nil {
-			return nil, err
-		}
-		if _, err := p.expect(tRParen, "')' to close the group opened at "+open.pos.String()); err != nil {
 			return nil, err
 		}
 		e.Group = g
@@ -404,6 +400,14 @@ func (p *parser) type1() (*Type1, *Error) {
 	}
 }
 
+// optGenericArgs parses `<type1, ...>` when it follows, or returns nil.
+func (p *parser) optGenericArgs() ([]*Type1, *Error) {
+	if p.cur().kind != tLAngle {
+		return nil, nil
+	}
+	return p.genericArgs()
+}
+
 func (p *parser) genericArgs() ([]*Type1, *Error) {
 	p.advance() // '<'
 	var args []*Type1
@@ -438,13 +442,11 @@ func (p *parser) type2() (*Type2, *Error) {
 	case tIdent:
 		p.advance()
 		n.Kind, n.Name = T2Name, t.text
-		if p.cur().kind == tLAngle {
-			args, err := p.genericArgs()
-			if err != nil {
-				return nil, err
-			}
-			n.Args = args
+		args, err := p.optGenericArgs()
+		if err != nil {
+			return nil, err
 		}
+		n.Args = args
 	case tLParen:
 		p.advance()
 		inner, err := p.typ()
@@ -476,20 +478,14 @@ func (p *parser) type2() (*Type2, *Error) {
 			return nil, err
 		}
 		n.Kind, n.Name = T2Unwrap, id.text
-		if p.cur().kind == tLAngle {
-			if n.Args, err = p.genericArgs(); err != nil {
-				return nil, err
-			}
+		if n.Args, err = p.optGenericArgs(); err != nil {
+			return nil, err
 		}
 	case tAmp:
 		p.advance()
 		if p.cur().kind == tLParen {
-			open := p.advance()
-			g, err := p.group(tRParen)
+			g, err := p.parenGroup()
 			if err != nil {
-				return nil, err
-			}
-			if _, err := p.expect(tRParen, "')' to close the group opened at "+open.pos.String()); err != nil {
 				return nil, err
 			}
 			n.Kind, n.Group = T2EnumGroup, g
@@ -500,10 +496,8 @@ func (p *parser) type2() (*Type2, *Error) {
 			return nil, err
 		}
 		n.Kind, n.Name = T2EnumName, id.text
-		if p.cur().kind == tLAngle {
-			if n.Args, err = p.genericArgs(); err != nil {
-				return nil, err
-			}
+		if n.Args, err = p.optGenericArgs(); err != nil {
+			return nil, err
 		}
 	case tHash:
 		p.advance()
@@ -542,6 +536,19 @@ func (p *parser) type2() (*Type2, *Error) {
 		return nil, p.unexpected("a type")
 	}
 	return n, nil
+}
+
+// parenGroup parses `( group )`.
+func (p *parser) parenGroup() (*Group, *Error) {
+	open := p.advance()
+	g, err := p.group(tRParen)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.expect(tRParen, "')' to close the group opened at "+open.pos.String()); err != nil {
+		return nil, err
+	}
+	return g, nil
 }
 
 // group parses group choices up to (not including) closer.

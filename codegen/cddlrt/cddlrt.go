@@ -141,53 +141,6 @@ func CheckLiteral(typeName, member string, got *string, want string) error {
 	return nil
 }
 
-// ExtraJSON returns the members of a JSON object not named in known, with
-// numbers kept exactly (as json.Number). It returns nil when there are none.
-func ExtraJSON(data []byte, known map[string]bool) (map[string]any, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, err
-	}
-	var extra map[string]any
-	for k, raw := range m {
-		if known[k] {
-			continue
-		}
-		v, err := decodeJSONAny(raw)
-		if err != nil {
-			return nil, err
-		}
-		if extra == nil {
-			extra = map[string]any{}
-		}
-		extra[k] = v
-	}
-	return extra, nil
-}
-
-// ExtraCBOR is [ExtraJSON] for a CBOR map with text keys.
-func ExtraCBOR(data []byte, known map[string]bool) (map[string]any, error) {
-	var m map[string]cbor.RawMessage
-	if err := cbor.Unmarshal(data, &m); err != nil {
-		return nil, err
-	}
-	var extra map[string]any
-	for k, raw := range m {
-		if known[k] {
-			continue
-		}
-		var v any
-		if err := cborDec.Unmarshal(raw, &v); err != nil {
-			return nil, err
-		}
-		if extra == nil {
-			extra = map[string]any{}
-		}
-		extra[k] = v
-	}
-	return extra, nil
-}
-
 // AppendExtraJSON adds the extra members, in key order, to the JSON object
 // obj and returns the result.
 func AppendExtraJSON(obj []byte, extra map[string]any) ([]byte, error) {
@@ -217,30 +170,6 @@ func AppendExtraJSON(obj []byte, extra map[string]any) ([]byte, error) {
 	}
 	return append(out, '}'), nil
 }
-
-// AppendExtraCBOR adds the extra members to the CBOR map obj.
-func AppendExtraCBOR(obj []byte, extra map[string]any) ([]byte, error) {
-	if len(extra) == 0 {
-		return obj, nil
-	}
-	var m map[string]cbor.RawMessage
-	if err := cbor.Unmarshal(obj, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range extra {
-		if _, ok := m[k]; ok {
-			continue
-		}
-		b, err := cbor.Marshal(jsonNumbersToGo(v))
-		if err != nil {
-			return nil, err
-		}
-		m[k] = b
-	}
-	return cborSorted.Marshal(m)
-}
-
-var cborSorted, _ = cbor.EncOptions{Sort: cbor.SortBytewiseLexical}.EncMode()
 
 func sortedKeys(m map[string]any) []string {
 	keys := make([]string, 0, len(m))
@@ -309,26 +238,28 @@ func MarshalJSON(fields any, lits []Literal, extra map[string]any) ([]byte, erro
 // UnmarshalJSON decodes data into fields, checks the literal members and,
 // when extra is not nil, stores the members not in known there.
 func UnmarshalJSON(data []byte, fields any, typeName string, lits []Literal, known map[string]bool, extra *map[string]any) error {
-	if err := json.Unmarshal(data, fields); err != nil {
+	return unmarshalFields(jsonCodec, data, fields, typeName, lits, known, extra)
+}
+
+func unmarshalFields(c codec, data []byte, fields any, typeName string, lits []Literal, known map[string]bool, extra *map[string]any) error {
+	if err := c.unmarshal(data, fields); err != nil {
 		return err
 	}
 	if len(lits) == 0 && extra == nil {
 		return nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := c.members(data)
+	if err != nil {
 		return err
 	}
 	for _, l := range lits {
 		var got *string
 		if raw, ok := m[l.Member]; ok {
 			var s string
-			if json.Unmarshal(raw, &s) == nil {
-				got = &s
-			} else {
-				s = string(raw)
-				got = &s
+			if c.unmarshal(raw, &s) != nil {
+				s = string(raw) // not text: show what it is
 			}
+			got = &s
 		}
 		if err := CheckLiteral(typeName, l.Member, got, l.Value); err != nil {
 			return err
@@ -342,7 +273,7 @@ func UnmarshalJSON(data []byte, fields any, typeName string, lits []Literal, kno
 		if known[k] {
 			continue
 		}
-		v, err := decodeJSONAny(raw)
+		v, err := c.decodeAny(raw)
 		if err != nil {
 			return err
 		}
@@ -420,47 +351,7 @@ func cborMapHead(n int) []byte {
 
 // UnmarshalCBOR is [UnmarshalJSON] for CBOR.
 func UnmarshalCBOR(data []byte, fields any, typeName string, lits []Literal, known map[string]bool, extra *map[string]any) error {
-	if err := cbor.Unmarshal(data, fields); err != nil {
-		return err
-	}
-	if len(lits) == 0 && extra == nil {
-		return nil
-	}
-	var m map[string]cbor.RawMessage
-	if err := cbor.Unmarshal(data, &m); err != nil {
-		return err
-	}
-	for _, l := range lits {
-		var got *string
-		if raw, ok := m[l.Member]; ok {
-			var s string
-			if cbor.Unmarshal(raw, &s) != nil {
-				s = fmt.Sprintf("%x", []byte(raw))
-			}
-			got = &s
-		}
-		if err := CheckLiteral(typeName, l.Member, got, l.Value); err != nil {
-			return err
-		}
-	}
-	if extra == nil {
-		return nil
-	}
-	*extra = nil
-	for k, raw := range m {
-		if known[k] {
-			continue
-		}
-		var v any
-		if err := cborDec.Unmarshal(raw, &v); err != nil {
-			return err
-		}
-		if *extra == nil {
-			*extra = map[string]any{}
-		}
-		(*extra)[k] = v
-	}
-	return nil
+	return unmarshalFields(cborCodec, data, fields, typeName, lits, known, extra)
 }
 
 // Variants maps the values of a union's discriminating member to
@@ -471,41 +362,74 @@ type Variants[V any] map[string]func() V
 // names and decodes data into it. For a value naming no variant it returns
 // the raw value when open, and an [ErrUnknownVariant] error otherwise.
 func DecodeJSON[V any](data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {
-	var zero V
-	tag, ok, err := Probe(data, member)
-	if err != nil {
-		return zero, nil, err
-	}
-	mk, known := variants[tag]
-	if !ok || !known {
-		if open {
-			return zero, &RawValue{JSON: append(json.RawMessage(nil), data...)}, nil
-		}
-		return zero, nil, UnknownVariant(union, member, tag, ok)
-	}
-	v := mk()
-	if err := json.Unmarshal(data, v); err != nil {
-		return zero, nil, err
-	}
-	return v, nil, nil
+	return decodeVariant(jsonCodec, data, union, member, variants, open)
 }
 
 // DecodeCBOR is [DecodeJSON] for CBOR.
 func DecodeCBOR[V any](data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {
+	return decodeVariant(cborCodec, data, union, member, variants, open)
+}
+
+// codec is what the helpers need of an encoding.
+type codec struct {
+	unmarshal func([]byte, any) error
+	probe     func([]byte, string) (string, bool, error)
+	raw       func([]byte) *RawValue
+	members   func([]byte) (map[string][]byte, error) // a map's members, undecoded
+	decodeAny func([]byte) (any, error)               // with exact numbers and text keys
+}
+
+var jsonCodec = codec{
+	unmarshal: json.Unmarshal,
+	probe:     Probe,
+	raw:       func(b []byte) *RawValue { return &RawValue{JSON: append(json.RawMessage(nil), b...)} },
+	members: func(b []byte) (map[string][]byte, error) {
+		var m map[string]json.RawMessage
+		err := json.Unmarshal(b, &m)
+		return rawMembers(m), err
+	},
+	decodeAny: decodeJSONAny,
+}
+
+var cborCodec = codec{
+	unmarshal: cbor.Unmarshal,
+	probe:     ProbeCBOR,
+	raw:       func(b []byte) *RawValue { return &RawValue{CBOR: append(cbor.RawMessage(nil), b...)} },
+	members: func(b []byte) (map[string][]byte, error) {
+		var m map[string]cbor.RawMessage
+		err := cbor.Unmarshal(b, &m)
+		return rawMembers(m), err
+	},
+	decodeAny: func(b []byte) (any, error) {
+		var v any
+		err := cborDec.Unmarshal(b, &v)
+		return v, err
+	},
+}
+
+func rawMembers[R ~[]byte](m map[string]R) map[string][]byte {
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func decodeVariant[V any](c codec, data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {
 	var zero V
-	tag, ok, err := ProbeCBOR(data, member)
+	tag, ok, err := c.probe(data, member)
 	if err != nil {
 		return zero, nil, err
 	}
 	mk, known := variants[tag]
 	if !ok || !known {
 		if open {
-			return zero, &RawValue{CBOR: append(cbor.RawMessage(nil), data...)}, nil
+			return zero, c.raw(data), nil
 		}
 		return zero, nil, UnknownVariant(union, member, tag, ok)
 	}
 	v := mk()
-	if err := cbor.Unmarshal(data, v); err != nil {
+	if err := c.unmarshal(data, v); err != nil {
 		return zero, nil, err
 	}
 	return v, nil, nil
@@ -525,52 +449,46 @@ func EncodeVariant(union string, v any, raw *RawValue) (any, error) {
 
 // UnmarshalEnumJSON decodes a choice of text literals, rejecting others.
 func UnmarshalEnumJSON[T ~string](data []byte, v *T, typeName string, valid func(T) bool) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !valid(T(s)) {
-		return InvalidEnum(typeName, s)
-	}
-	*v = T(s)
-	return nil
+	return unmarshalEnum(json.Unmarshal, data, v, typeName, valid)
 }
 
 // UnmarshalEnumCBOR is [UnmarshalEnumJSON] for CBOR.
 func UnmarshalEnumCBOR[T ~string](data []byte, v *T, typeName string, valid func(T) bool) error {
-	var s string
-	if err := cbor.Unmarshal(data, &s); err != nil {
-		return err
-	}
-	if !valid(T(s)) {
-		return InvalidEnum(typeName, s)
-	}
-	*v = T(s)
-	return nil
+	return unmarshalEnum(cbor.Unmarshal, data, v, typeName, valid)
 }
 
 // UnmarshalIntEnumJSON decodes a choice of integer literals, rejecting others.
 func UnmarshalIntEnumJSON[T ~int64](data []byte, v *T, typeName string, valid func(T) bool) error {
-	var n int64
-	if err := json.Unmarshal(data, &n); err != nil {
-		return err
-	}
-	if !valid(T(n)) {
-		return InvalidEnum(typeName, n)
-	}
-	*v = T(n)
-	return nil
+	return unmarshalIntEnum(json.Unmarshal, data, v, typeName, valid)
 }
 
 // UnmarshalIntEnumCBOR is [UnmarshalIntEnumJSON] for CBOR.
 func UnmarshalIntEnumCBOR[T ~int64](data []byte, v *T, typeName string, valid func(T) bool) error {
-	var n int64
-	if err := cbor.Unmarshal(data, &n); err != nil {
+	return unmarshalIntEnum(cbor.Unmarshal, data, v, typeName, valid)
+}
+
+// unmarshalEnum decodes into the base type (decoding into T itself would
+// call T's own decoder again) and checks the value.
+func unmarshalEnum[T ~string](unmarshal func([]byte, any) error, data []byte, v *T, typeName string, valid func(T) bool) error {
+	var s string
+	if err := unmarshal(data, &s); err != nil {
 		return err
 	}
-	if !valid(T(n)) {
-		return InvalidEnum(typeName, n)
+	return setEnum(v, T(s), typeName, valid)
+}
+
+func unmarshalIntEnum[T ~int64](unmarshal func([]byte, any) error, data []byte, v *T, typeName string, valid func(T) bool) error {
+	var n int64
+	if err := unmarshal(data, &n); err != nil {
+		return err
 	}
-	*v = T(n)
+	return setEnum(v, T(n), typeName, valid)
+}
+
+func setEnum[T any](v *T, x T, typeName string, valid func(T) bool) error {
+	if !valid(x) {
+		return InvalidEnum(typeName, x)
+	}
+	*v = x
 	return nil
 }
