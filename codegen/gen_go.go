@@ -326,6 +326,10 @@ func (gg *goGen) decl(d *Decl) {
 			gg.sumDecl(d, id, disc, values)
 			return
 		}
+		if markers := gg.m.Markers(s); markers != nil {
+			gg.sumDecl(d, id, "", markers)
+			return
+		}
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 		gg.warn(d, "a choice of maps without a member that tells them apart is typed any")
 		gg.p("type %s = any", id)
@@ -699,6 +703,10 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 			open = false
 		}
 	}
+	open = open || gg.opt.OpenUnions
+	// With disc == "", values are marker members: the variant is the one
+	// whose marker is present.
+	byPresence := disc == ""
 	var variants []string
 	for _, l := range leaves {
 		variants = append(variants, "*"+gg.goType(d, l))
@@ -706,7 +714,16 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 	wire := gg.opt.FieldCase.Apply(disc)
 	gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 	gg.p("//")
-	gg.p("// Its Value is one of %s, chosen by member %q.", strings.Join(variants, ", "), wire)
+	if byPresence {
+		var wires []string
+		for i, v := range values {
+			values[i] = gg.opt.FieldCase.Apply(v)
+			wires = append(wires, strconv.Quote(values[i]))
+		}
+		gg.p("// Its Value is one of %s, chosen by which of the members %s is present.", strings.Join(variants, ", "), strings.Join(wires, ", "))
+	} else {
+		gg.p("// Its Value is one of %s, chosen by member %q.", strings.Join(variants, ", "), wire)
+	}
 	gg.p("type %s struct {", id)
 	gg.p("\t// Value is the variant.")
 	if open {
@@ -744,6 +761,12 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 		if !open {
 			rawVar = "_"
 		}
+		decode := fmt.Sprintf("\tv, %s, err := cddlrt.Decode%s(data, %q, %q, %sVariants, %v)", rawVar, enc.name, id, wire, lowerFirst(id), open)
+		what := fmt.Sprintf("named by member %q", wire)
+		if byPresence {
+			decode = fmt.Sprintf("\tv, %s, err := cddlrt.DecodeByMember%s(data, %q, %sVariants, %v)", rawVar, enc.name, id, lowerFirst(id), open)
+			what = "chosen by which member is present"
+		}
 		gg.r("",
 			fmt.Sprintf("// Marshal%s encodes the variant.", enc.name),
 			fmt.Sprintf("func (u %s) Marshal%s() ([]byte, error) {", id, enc.name),
@@ -754,9 +777,9 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 			fmt.Sprintf("\treturn %s.Marshal(v)", enc.pkg),
 			"}",
 			"",
-			fmt.Sprintf("// Unmarshal%s decodes the variant named by member %q.", enc.name, wire),
+			fmt.Sprintf("// Unmarshal%s decodes the variant %s.", enc.name, what),
 			fmt.Sprintf("func (u *%s) Unmarshal%s(data []byte) error {", id, enc.name),
-			fmt.Sprintf("\tv, %s, err := cddlrt.Decode%s(data, %q, %q, %sVariants, %v)", rawVar, enc.name, id, wire, lowerFirst(id), open),
+			decode,
 			"\tif err != nil {",
 			"\t\treturn err",
 			"\t}",

@@ -49,6 +49,11 @@ type Options struct {
 	// Source names the schema in the generated header (default: the
 	// model's file name, without directories).
 	Source string
+	// OpenUnions makes every generated Go union keep a variant it does not
+	// know as raw data instead of failing to decode, for schemas whose
+	// readers must ignore new variants. Without it only unions whose
+	// variants are all extensible maps are open.
+	OpenUnions bool
 }
 
 func (o Options) source(m *Model) string {

@@ -196,6 +196,50 @@ candidates:
 	return "", nil
 }
 
+// Markers returns, for each leaf variant of union u, a required member that
+// no other variant has: what tells the variants apart when no member holds
+// a distinct literal (`{responses: ...}` versus `{interruptId: ...}`). It
+// returns nil when some variant has no such member.
+func (m *Model) Markers(u *Shape) []string {
+	leaves := m.Leaves(u)
+	if len(leaves) < 2 {
+		return nil
+	}
+	structs := make([]*Shape, len(leaves))
+	for i, l := range leaves {
+		st := m.Resolve(l)
+		if st == nil || st.Kind != KStruct {
+			return nil
+		}
+		structs[i] = st
+	}
+	markers := make([]string, len(leaves))
+	for i, st := range structs {
+	fields:
+		for _, f := range st.Fields {
+			if f.Optional || f.IntKey {
+				continue
+			}
+			for j, other := range structs {
+				if j == i {
+					continue
+				}
+				for _, g := range other.Fields {
+					if g.Name == f.Name {
+						continue fields
+					}
+				}
+			}
+			markers[i] = f.Name
+			break
+		}
+		if markers[i] == "" {
+			return nil
+		}
+	}
+	return markers
+}
+
 func (s *Shape) textLiteralField(name string) (string, bool) {
 	for _, f := range s.Fields {
 		if f.Name == name && !f.Optional && f.Shape.Kind == KLiteral && f.Shape.Lit != nil && f.Shape.Lit.Kind == ValueText {
@@ -1007,7 +1051,8 @@ func (l *lowerer) lowerMap(g *Group, e env, pos Pos) *Shape {
 			structs = append(structs, mp)
 			continue
 		}
-		if len(s.Fields) == 0 && s.Rest != nil && s.Rest.Kind != KAny {
+		if len(s.Fields) == 0 && s.Rest != nil {
+			// Only computed keys: a plain map (`{ * text => any }`).
 			mp := prim(KMap)
 			mp.Key, mp.Elem = s.RestKey, s.Rest
 			structs = append(structs, mp)
@@ -1103,8 +1148,19 @@ func (l *lowerer) spliceTarget(en *GroupEntry, e env) (*Group, env, string) {
 	if d.IsGroup {
 		return d.Group, inner, d.Name
 	}
-	if len(d.Type.Choices) == 1 && d.Type.Choices[0].Op == "" && d.Type.Choices[0].Left.Kind == T2Map {
-		return d.Type.Choices[0].Left.Group, inner, d.Name
+	if len(d.Type.Choices) == 1 && d.Type.Choices[0].Op == "" {
+		switch left := d.Type.Choices[0].Left; left.Kind {
+		case T2Map:
+			return left.Group, inner, d.Name
+		case T2Name:
+			// An alias (`RunCommand = RunStart`): splice what it names.
+			if l.depth > maxExpand {
+				return nil, nil, ""
+			}
+			l.depth++
+			defer func() { l.depth-- }()
+			return l.spliceTarget(&GroupEntry{Pos: en.Pos, Type: d.Type}, inner)
+		}
 	}
 	// A type choice of maps spliced in: each map is an alternative.
 	var g Group

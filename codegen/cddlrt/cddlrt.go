@@ -370,6 +370,44 @@ func DecodeCBOR[V any](data []byte, union, member string, variants Variants[V], 
 	return decodeVariant(cborCodec, data, union, member, variants, open)
 }
 
+// DecodeByMemberJSON decodes a union whose variants are told apart by
+// which member is present: variants maps each variant's marker member to
+// its constructor, and the first marker present (in key order) wins.
+func DecodeByMemberJSON[V any](data []byte, union string, variants Variants[V], open bool) (V, *RawValue, error) {
+	return decodeByMember(jsonCodec, data, union, variants, open)
+}
+
+// DecodeByMemberCBOR is [DecodeByMemberJSON] for CBOR.
+func DecodeByMemberCBOR[V any](data []byte, union string, variants Variants[V], open bool) (V, *RawValue, error) {
+	return decodeByMember(cborCodec, data, union, variants, open)
+}
+
+func decodeByMember[V any](c codec, data []byte, union string, variants Variants[V], open bool) (V, *RawValue, error) {
+	var zero V
+	m, err := c.members(data)
+	if err != nil {
+		return zero, nil, err
+	}
+	markers := make([]string, 0, len(variants))
+	for k := range variants {
+		markers = append(markers, k)
+	}
+	sort.Strings(markers)
+	for _, k := range markers {
+		if _, ok := m[k]; ok {
+			v := variants[k]()
+			if err := c.unmarshal(data, v); err != nil {
+				return zero, nil, err
+			}
+			return v, nil, nil
+		}
+	}
+	if open {
+		return zero, c.raw(data), nil
+	}
+	return zero, nil, fmt.Errorf("%s: none of the members %v is present: %w", union, markers, ErrUnknownVariant)
+}
+
 // codec is what the helpers need of an encoding.
 type codec struct {
 	unmarshal func([]byte, any) error

@@ -45,10 +45,6 @@ class ListOp(TypedDict):
     cursor: NotRequired[Optional[str]]
 
 
-class Extensible(TypedDict):
-    """Extra members are allowed and kept."""
-
-
 class Item(TypedDict):
     """An item in the store."""
     id: str
@@ -96,6 +92,15 @@ class Tree(TypedDict):
     children: List[Tree]
 
 
+class AnswerOne(TypedDict):
+    question_id: str
+    response: Any
+
+
+class AnswerMany(TypedDict):
+    responses: List[AnswerOne]
+
+
 # Envelope is what travels on the wire: a numbered request whose body
 # is one of several operations, chosen by `op`.
 Envelope = Union[EnvelopePut, EnvelopeDelete, EnvelopeList]
@@ -103,6 +108,10 @@ Envelope = Union[EnvelopePut, EnvelopeDelete, EnvelopeList]
 
 # The operations. New ones may be added, so decoders keep unknown ones.
 Operation = Union[PutOp, DeleteOp, ListOp]
+
+
+# Extra members are allowed and kept.
+Extensible = Dict[str, Any]
 
 
 # What an item is.
@@ -153,3 +162,7 @@ Header = TypedDict("Header", {
     "1": int,
     "4": NotRequired[str],
 })
+
+
+# Variants told apart by which member is present.
+Answer = Union[AnswerOne, AnswerMany]

@@ -67,9 +67,7 @@ export interface ListOp {
 /**
  * Extra members are allowed and kept.
  */
-export interface Extensible {
-  [key: string]: any;
-}
+export type Extensible = { [key: string]: any };
 
 /**
  * An item in the store.
@@ -174,4 +172,18 @@ export interface Header {
 export interface Tree {
   label: string;
   children: Tree[];
+}
+
+/**
+ * Variants told apart by which member is present.
+ */
+export type Answer = AnswerOne | AnswerMany;
+
+export interface AnswerOne {
+  question_id: string;
+  response: any;
+}
+
+export interface AnswerMany {
+  responses: AnswerOne[];
 }

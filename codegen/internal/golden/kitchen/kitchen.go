@@ -382,39 +382,7 @@ func (s *ListOp) UnmarshalCBOR(data []byte) error {
 }
 
 // Extra members are allowed and kept.
-type Extensible struct {
-	// Extra holds the members the schema does not name, so that they
-	// round-trip. It is nil when there are none.
-	Extra map[string]any `json:"-" cbor:"-"`
-}
-
-var extensibleKnown = map[string]bool{}
-
-// MarshalJSON encodes Extensible with its literal members and Extra.
-func (s Extensible) MarshalJSON() ([]byte, error) {
-	type fields Extensible
-	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
-}
-
-// UnmarshalJSON decodes Extensible, checking its literal members and keeping
-// members the schema does not name in Extra.
-func (s *Extensible) UnmarshalJSON(data []byte) error {
-	type fields Extensible
-	return cddlrt.UnmarshalJSON(data, (*fields)(s), "Extensible", nil, extensibleKnown, &s.Extra)
-}
-
-// MarshalCBOR encodes Extensible with its literal members and Extra.
-func (s Extensible) MarshalCBOR() ([]byte, error) {
-	type fields Extensible
-	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
-}
-
-// UnmarshalCBOR decodes Extensible, checking its literal members and keeping
-// members the schema does not name in Extra.
-func (s *Extensible) UnmarshalCBOR(data []byte) error {
-	type fields Extensible
-	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Extensible", nil, extensibleKnown, &s.Extra)
-}
+type Extensible = map[string]any
 
 // An item in the store.
 type Item struct {
@@ -930,4 +898,75 @@ type Header struct {
 type Tree struct {
 	Label    string `json:"label" cbor:"label"`
 	Children []Tree `json:"children" cbor:"children"`
+}
+
+// Variants told apart by which member is present.
+//
+// Its Value is one of *AnswerOne, *AnswerMany, chosen by which of the members "question_id", "responses" is present.
+type Answer struct {
+	// Value is the variant.
+	Value AnswerVariant
+}
+
+// AnswerVariant is implemented by the variants of Answer.
+type AnswerVariant interface {
+	isAnswer()
+}
+
+func (*AnswerOne) isAnswer() {}
+
+func (*AnswerMany) isAnswer() {}
+
+var answerVariants = cddlrt.Variants[AnswerVariant]{
+	"question_id": func() AnswerVariant { return new(AnswerOne) },
+	"responses":   func() AnswerVariant { return new(AnswerMany) },
+}
+
+// MarshalJSON encodes the variant.
+func (u Answer) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Answer", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant chosen by which member is present.
+func (u *Answer) UnmarshalJSON(data []byte) error {
+	v, _, err := cddlrt.DecodeByMemberJSON(data, "Answer", answerVariants, false)
+	if err != nil {
+		return err
+	}
+	u.Value = v
+	return nil
+}
+
+// MarshalCBOR encodes the variant.
+func (u Answer) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Answer", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant chosen by which member is present.
+func (u *Answer) UnmarshalCBOR(data []byte) error {
+	v, _, err := cddlrt.DecodeByMemberCBOR(data, "Answer", answerVariants, false)
+	if err != nil {
+		return err
+	}
+	u.Value = v
+	return nil
+}
+
+// AnswerOne is generated from CDDL rule "AnswerOne".
+type AnswerOne struct {
+	QuestionID string `json:"question_id" cbor:"question_id"`
+	Response   any    `json:"response" cbor:"response"`
+}
+
+// AnswerMany is generated from CDDL rule "AnswerMany".
+type AnswerMany struct {
+	Responses []AnswerOne `json:"responses" cbor:"responses"`
 }

@@ -172,3 +172,13 @@ func TestRecursion(t *testing.T) {
 	require.Equal(t, "b", tr.Children[0].Label)
 	roundTripCBOR(t, tr)
 }
+
+func TestUnionByMemberPresence(t *testing.T) {
+	a := roundTripJSON[Answer](t, `{"question_id": "q1", "response": 3}`)
+	require.Equal(t, "q1", a.Value.(*AnswerOne).QuestionID)
+	a = roundTripJSON[Answer](t, `{"responses": [{"question_id": "q2", "response": true}]}`)
+	require.Len(t, a.Value.(*AnswerMany).Responses, 1)
+	roundTripCBOR(t, a)
+	var bad Answer
+	require.ErrorIs(t, json.Unmarshal([]byte(`{"other": 1}`), &bad), cddlrt.ErrUnknownVariant)
+}
