@@ -3,12 +3,62 @@ package codegen
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"strings"
 )
+
+// Main runs the cddlgen command with its arguments (without the program
+// name) and returns its exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	o, err := ParseArgs(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "cddlgen:", err)
+		}
+		return 2
+	}
+	return RunCLI(o, stdout, stderr)
+}
+
+// ParseArgs reads cddlgen's command line. Usage goes to usage.
+func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
+	fs := flag.NewFlagSet("cddlgen", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	lang := fs.String("lang", "go", "target: go, jsonschema, ts or python")
+	out := fs.String("out", "", "output file (default: standard output)")
+	pkg := fs.String("package", "schema", "Go package name")
+	fieldCase := fs.String("field-case", "preserve", "member names on the wire: preserve, snake or camel")
+	check := fs.Bool("check", false, "do not write; exit 1 with a diff if --out differs from the generated output")
+	quiet := fs.Bool("quiet", false, "do not print warnings")
+	open := fs.Bool("open-unions", false, "Go: keep unknown variants of every union instead of failing")
+	fs.Usage = func() {
+		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return CLIOptions{}, err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return CLIOptions{}, errors.New("want exactly one schema file")
+	}
+	l, err := ParseLang(*lang)
+	if err != nil {
+		return CLIOptions{}, err
+	}
+	fc, err := ParseFieldCase(*fieldCase)
+	if err != nil {
+		return CLIOptions{}, err
+	}
+	return CLIOptions{
+		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet,
+		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open},
+	}, nil
+}
 
 // CLIOptions is what the cddlgen command was asked to do.
 type CLIOptions struct {

@@ -384,9 +384,20 @@ func (g *genCtx) jsUnion(d *Decl, s *Shape) *jnode {
 	if disc, values := g.m.Discriminator(s); disc != "" {
 		return g.jsTaggedUnion(d, s, disc, values)
 	}
-	alts := make([]any, len(s.Alts))
-	for i, a := range s.Alts {
-		alts[i] = g.jsShape(d, a)
+	// Literal alternatives go into one enum, the others beside it.
+	var alts, lits []any
+	for _, a := range s.Alts {
+		switch {
+		case a.Kind == KLiteral && a.LitBool != nil:
+			lits = append(lits, *a.LitBool)
+		case a.Kind == KLiteral && a.Lit.Kind != ValueBytes:
+			lits = append(lits, jsonValue(a.Lit))
+		default:
+			alts = append(alts, g.jsShape(d, a))
+		}
+	}
+	if len(lits) > 0 {
+		alts = append([]any{obj("enum", lits)}, alts...)
 	}
 	return obj("anyOf", alts)
 }

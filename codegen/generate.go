@@ -161,9 +161,10 @@ func (g *genCtx) ident(name string) string {
 	return name
 }
 
-// wireName is a field's name on the wire.
+// wireName is a field's name on the wire: a bareword member name in the
+// field case, a quoted or integer one exactly as written.
 func (g *genCtx) wireName(f *Field) string {
-	if f.IntKey {
+	if f.IntKey || f.Quoted {
 		return f.Name
 	}
 	return g.opt.FieldCase.Apply(f.Name)

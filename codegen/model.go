@@ -70,6 +70,7 @@ type Shape struct {
 type Field struct {
 	Name     string // the member name as written in the schema
 	IntKey   bool   // the key is an integer (Name holds its decimal form)
+	Quoted   bool   // the key is a text literal ("name":), written on the wire exactly
 	Doc      string
 	Shape    *Shape
 	Optional bool
@@ -1100,7 +1101,7 @@ func mergeAlt(a, b memberAlt) memberAlt {
 	for _, f := range b.fields {
 		dup := false
 		for _, g := range out.fields {
-			if g.Name == f.Name && g.IntKey == f.IntKey {
+			if g.Name == f.Name && g.IntKey == f.IntKey && g.Quoted == f.Quoted {
 				dup = true
 				break
 			}
@@ -1206,10 +1207,12 @@ func (l *lowerer) entryMembers(en *GroupEntry, e env, optional bool) []memberAlt
 		f.Name = en.Key.Name
 	case KeyValue:
 		f.Name, f.IntKey = valueKeyName(en.Key.Value)
+		f.Quoted = !f.IntKey
 	case KeyType:
 		if en.Key.Type.Op == "" {
 			if lit := l.literalOf(en.Key.Type.Left, e); lit != nil && en.Key.Type.Left.Kind == T2Value {
 				f.Name, f.IntKey = valueKeyName(lit)
+				f.Quoted = !f.IntKey
 				break
 			}
 		}

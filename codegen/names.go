@@ -13,7 +13,8 @@ const (
 	// CasePreserve writes member names as the schema spells them.
 	CasePreserve FieldCase = iota
 	// CaseSnake writes camelCase member names as snake_case
-	// (assistantId becomes assistant_id).
+	// (assistantId becomes assistant_id). Only bareword names (`name:`)
+	// are re-cased; a quoted name (`"name":`) is written as quoted.
 	CaseSnake
 	// CaseCamel writes snake_case member names as camelCase
 	// (assistant_id becomes assistantId).

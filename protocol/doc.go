@@ -1,0 +1,31 @@
+// Package protocol holds the Agent Streaming Protocol as agentstream speaks
+// it: protocol.cddl, the source of truth of the wire format; the Go types
+// generated from it (protocol_gen.go); and the validation of incoming
+// commands against the JSON Schema generated from it (schema.json).
+//
+// # Decoding commands
+//
+// [DecodeCommand] turns one JSON frame into a typed [ClientCommand] or the
+// [ErrorResponse] the server should send back: `invalid_argument` with the
+// JSON path and schema rule broken, `unknown_command` for a method the
+// server does not know, and `invalid_argument` with a null id for
+// malformed JSON. The schema is compiled once, on first use.
+//
+// # Wire names
+//
+// Members are camelCase in protocol.cddl and snake_case on the wire
+// (assistantId is `assistant_id`), which is what the official SDK and the
+// reference server send.
+//
+// # Regenerating
+//
+// `go generate ./protocol` regenerates the Go types, the embedded JSON
+// Schema and the bindings under bindings/; a test fails when any of them is
+// stale.
+package protocol
+
+//go:generate go run ../cmd/cddlgen --quiet --lang go --package protocol --field-case snake --open-unions --out protocol_gen.go protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --out schema.json protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --out ../bindings/jsonschema/protocol.schema.json protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang ts --field-case snake --out ../bindings/ts/protocol.ts protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/protocol.py protocol.cddl

@@ -1,0 +1,254 @@
+package protocol
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// schemaJSON is the JSON Schema generated from protocol.cddl.
+//
+//go:embed schema.json
+var schemaJSON []byte
+
+// maxJSInt is the largest integer JavaScript represents exactly (JsUint).
+const maxJSInt = 1<<53 - 1
+
+// commandSchemas maps each method agentstream accepts to the compiled
+// schema of its command. It is built once, from the tagged choice that
+// the generator wrote for ClientCommand.
+var commandSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
+	var doc struct {
+		Defs map[string]struct {
+			AllOf []struct {
+				If struct {
+					Properties struct {
+						Method struct {
+							Const string `json:"const"`
+						} `json:"method"`
+					} `json:"properties"`
+				} `json:"if"`
+				Then struct {
+					Ref string `json:"$ref"`
+				} `json:"then"`
+			} `json:"allOf"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(schemaJSON, &doc); err != nil {
+		return nil, fmt.Errorf("protocol: embedded schema: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	if err := c.AddResource("protocol.json", bytes.NewReader(schemaJSON)); err != nil {
+		return nil, fmt.Errorf("protocol: embedded schema: %w", err)
+	}
+	out := map[string]*jsonschema.Schema{}
+	for _, branch := range doc.Defs["ClientCommand"].AllOf {
+		method, ref := branch.If.Properties.Method.Const, branch.Then.Ref
+		if method == "" || ref == "" {
+			continue
+		}
+		s, err := c.Compile("protocol.json" + ref)
+		if err != nil {
+			return nil, fmt.Errorf("protocol: compiling the schema of %s: %w", method, err)
+		}
+		out[method] = s
+	}
+	if len(out) == 0 {
+		return nil, errors.New("protocol: the embedded schema defines no command")
+	}
+	return out, nil
+})
+
+// Methods lists the command methods agentstream accepts.
+func Methods() []string {
+	schemas, err := commandSchemas()
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(schemas))
+	for m := range schemas {
+		out = append(out, m)
+	}
+	return out
+}
+
+// DecodeCommand reads one JSON command frame. It returns the typed command,
+// or the ErrorResponse to send back when the frame is not a valid command:
+//   - malformed JSON, or a frame that is not an object: invalid_argument
+//     with a null id;
+//   - a method the server does not know: unknown_command;
+//   - anything the schema rejects: invalid_argument, whose message names
+//     the JSON path and the schema rule broken, such as
+//     `params.assistant_id: expected string, but got number (rule RunStartParams)`.
+//
+// The error's id is the command's when the frame has a usable one.
+func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: data after the command")
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "a command must be a JSON object")
+	}
+	id := commandID(obj["id"])
+	method, ok := obj["method"].(string)
+	if !ok {
+		return nil, NewError(id, ErrorCodeInvalidArgument, "method: a command needs a text member \"method\"")
+	}
+	schemas, err := commandSchemas()
+	if err != nil {
+		return nil, NewError(id, ErrorCodeUnknownError, "%v", err)
+	}
+	s, ok := schemas[method]
+	if !ok {
+		return nil, NewError(id, ErrorCodeUnknownCommand, "unknown method %q", method)
+	}
+	if err := s.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, NewError(id, ErrorCodeInvalidArgument, "%s", describe(ve))
+		}
+		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", err)
+	}
+	var cmd ClientCommand
+	if err := json.Unmarshal(data, &cmd); err != nil {
+		// The schema accepted it, so this is a disagreement between the
+		// schema and the generated types: report it rather than hide it.
+		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", err)
+	}
+	return &cmd, nil
+}
+
+// NewError builds an ErrorResponse; id is nil when the command's id is
+// unknown.
+func NewError(id *uint64, code ErrorCode, format string, args ...any) *ErrorResponse {
+	e := &ErrorResponse{Error: code, Message: fmt.Sprintf(format, args...)}
+	if id != nil {
+		v := JsUint(*id)
+		e.ID = &v
+	}
+	return e
+}
+
+// commandID reads a command's id: a JSON integer from 0 to 2^53-1.
+func commandID(v any) *uint64 {
+	n, ok := v.(json.Number)
+	if !ok {
+		return nil
+	}
+	u, err := strconv.ParseUint(string(n), 10, 64)
+	if err != nil || u > maxJSInt {
+		return nil
+	}
+	return &u
+}
+
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	if errors.Is(err, io.EOF) {
+		return "empty frame"
+	}
+	return err.Error()
+}
+
+// describe turns a schema violation into `path: problem (rule Name)`,
+// reporting the most specific cause.
+func describe(ve *jsonschema.ValidationError) string {
+	leaf := deepest(ve)
+	path := jsonPath(leaf.InstanceLocation)
+	msg := leaf.Message
+	if choices(leaf) {
+		// A value that fits none of a choice's alternatives.
+		var alts []string
+		for _, c := range leaf.Causes {
+			alts = append(alts, deepest(c).Message)
+		}
+		msg = "matches none of the choices: " + strings.Join(alts, "; or ")
+	}
+	if rule := ruleOf(leaf.AbsoluteKeywordLocation); rule != "" {
+		msg += " (rule " + rule + ")"
+	}
+	return path + ": " + msg
+}
+
+// choices reports whether ve is a failed choice (anyOf): several causes,
+// all about the value ve is about.
+func choices(ve *jsonschema.ValidationError) bool {
+	if len(ve.Causes) < 2 {
+		return false
+	}
+	for _, c := range ve.Causes {
+		if c.InstanceLocation != ve.InstanceLocation {
+			return false
+		}
+	}
+	return true
+}
+
+// deepest follows the causes down to the violation that names the most
+// specific member, stopping at a failed choice.
+func deepest(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
+	for len(ve.Causes) > 0 && !choices(ve) {
+		best := ve.Causes[0]
+		for _, c := range ve.Causes[1:] {
+			if len(c.InstanceLocation) > len(best.InstanceLocation) {
+				best = c
+			}
+		}
+		ve = best
+	}
+	return ve
+}
+
+// jsonPath turns a JSON pointer (/params/namespaces/0) into a path
+// (params.namespaces[0]); the whole command is "command".
+func jsonPath(pointer string) string {
+	if pointer == "" || pointer == "/" {
+		return "command"
+	}
+	var b strings.Builder
+	for _, part := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		if _, err := strconv.Atoi(part); err == nil {
+			b.WriteString("[" + part + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// ruleOf finds the schema rule a keyword location is in: the last
+// `$defs/Name` of it.
+func ruleOf(loc string) string {
+	i := strings.LastIndex(loc, "/$defs/")
+	if i < 0 {
+		return ""
+	}
+	rest := loc[i+len("/$defs/"):]
+	if j := strings.IndexByte(rest, '/'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
