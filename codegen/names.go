@@ -91,7 +91,7 @@ var initialisms = map[string]string{
 	"id": "ID", "url": "URL", "uri": "URI", "http": "HTTP", "https": "HTTPS",
 	"json": "JSON", "api": "API", "uuid": "UUID", "ip": "IP", "ttl": "TTL",
 	"cpu": "CPU", "cbor": "CBOR", "html": "HTML", "sql": "SQL", "tls": "TLS",
-	"xml": "XML", "ui": "UI", "ascii": "ASCII", "utf8": "UTF8", "eof": "EOF",
+	"xml": "XML", "ui": "UI", "ai": "AI", "ascii": "ASCII", "utf8": "UTF8", "eof": "EOF",
 }
 
 // words splits a name into words at non-alphanumeric characters and at case

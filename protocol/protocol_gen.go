@@ -33,7 +33,7 @@ type MessageRole string
 
 // The values of MessageRole.
 const (
-	MessageRoleAi     MessageRole = "ai"
+	MessageRoleAI     MessageRole = "ai"
 	MessageRoleHuman  MessageRole = "human"
 	MessageRoleSystem MessageRole = "system"
 )
@@ -41,7 +41,7 @@ const (
 // Valid reports whether v is one of the values of MessageRole.
 func (v MessageRole) Valid() bool {
 	switch v {
-	case MessageRoleAi, MessageRoleHuman, MessageRoleSystem:
+	case MessageRoleAI, MessageRoleHuman, MessageRoleSystem:
 		return true
 	}
 	return false

@@ -18,11 +18,15 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-// cborDec decodes unknown members with text-keyed maps, so that they
-// re-encode as JSON too.
-var cborDec, _ = cbor.DecOptions{
+// CBORDecMode decodes CBOR maps held in `any` as map[string]any (rather
+// than the default map[any]any), so that whatever a generated type decodes
+// from CBOR also encodes as JSON. Generated decoders use it; use it too
+// when decoding a generated type that has no decoder of its own.
+var CBORDecMode, _ = cbor.DecOptions{
 	DefaultMapType: reflect.TypeOf(map[string]any(nil)),
 }.DecMode()
+
+var cborDec = CBORDecMode
 
 // RawValue is a value kept as it was received: an unknown variant of an
 // open union. It re-encodes to the same bytes in the encoding it came in,
@@ -430,7 +434,7 @@ var jsonCodec = codec{
 }
 
 var cborCodec = codec{
-	unmarshal: cbor.Unmarshal,
+	unmarshal: CBORDecMode.Unmarshal,
 	probe:     ProbeCBOR,
 	raw:       func(b []byte) *RawValue { return &RawValue{CBOR: append(cbor.RawMessage(nil), b...)} },
 	members: func(b []byte) (map[string][]byte, error) {
