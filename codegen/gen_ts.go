@@ -96,6 +96,10 @@ func (g *genCtx) tsType(d *Decl, s *Shape, indent string) string {
 	case KInt, KFloat:
 		return "number"
 	case KText:
+		if prefix, ok := literalPrefixPattern(s.Pattern); ok {
+			// `text .regexp "custom:.+"` as a template literal type.
+			return "`" + prefix + "${string}`"
+		}
 		return "string"
 	case KBytes:
 		return "string /* base64url */"
@@ -155,6 +159,26 @@ func (g *genCtx) tsType(d *Decl, s *Shape, indent string) string {
 		return strings.Join(dedupStrings(parts), " | ")
 	}
 	return "any"
+}
+
+// literalPrefixPattern recognises a pattern that is a literal prefix
+// followed by `.+` or `.*`, and returns the prefix. Only letters, digits and
+// a few punctuation marks that are not special in regular expressions or in
+// template literals count as literal.
+func literalPrefixPattern(p string) (string, bool) {
+	body, ok := strings.CutSuffix(p, ".+")
+	if !ok {
+		body, ok = strings.CutSuffix(p, ".*")
+	}
+	if !ok || body == "" {
+		return "", false
+	}
+	for _, r := range body {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":_-/@#", r)) {
+			return "", false
+		}
+	}
+	return body, true
 }
 
 func tsArrayOf(t string) string {

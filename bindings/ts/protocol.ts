@@ -1080,7 +1080,7 @@ export interface RunCancelResult {
 /**
  * A channel name; `custom:NAME` selects the custom events named NAME.
  */
-export type Channel = "values" | "updates" | "messages" | "tools" | "lifecycle" | "input" | "checkpoints" | "tasks" | "custom" | string;
+export type Channel = "values" | "updates" | "messages" | "tools" | "lifecycle" | "input" | "checkpoints" | "tasks" | "custom" | `custom:${string}`;
 
 /**
  * The body of an SSE stream request.
