@@ -35,6 +35,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	check := fs.Bool("check", false, "do not write; exit 1 with a diff if --out differs from the generated output")
 	quiet := fs.Bool("quiet", false, "do not print warnings")
 	open := fs.Bool("open-unions", false, "Go: keep unknown variants of every union instead of failing")
+	inline := fs.Bool("inline-leaves", false, "JSON Schema: inline references to scalars, enumerations and patterns (faster validation)")
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
 		fs.PrintDefaults()
@@ -56,7 +57,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	}
 	return CLIOptions{
 		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet,
-		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open},
+		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline},
 	}, nil
 }
 

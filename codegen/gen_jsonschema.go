@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"regexp"
 	"strconv"
+	"strings"
 )
 
 // jsonSchemaDraft is the JSON Schema dialect generated.
@@ -206,6 +208,16 @@ func (g *genCtx) jsShapeBare(d *Decl, s *Shape) *jnode {
 		}
 		return obj("const", jsonValue(s.Lit))
 	case KRef:
+		if target := g.m.Decl(s.Ref); g.opt.InlineLeaves && target != nil && isLeafShape(g.m, target.Shape, 0) {
+			// Inlined, titled with its rule so errors can still name it.
+			o := obj("title", g.ident(s.Ref))
+			inner := g.jsShape(target, target.Shape)
+			for i, k := range inner.keys {
+				o.set(k, inner.vals[i])
+			}
+			g.jsRefConstraints(o, s)
+			return o
+		}
 		o := obj("$ref", "#/$defs/"+g.ident(s.Ref))
 		g.jsRefConstraints(o, s)
 		return o
@@ -384,6 +396,9 @@ func (g *genCtx) jsUnion(d *Decl, s *Shape) *jnode {
 	if disc, values := g.m.Discriminator(s); disc != "" {
 		return g.jsTaggedUnion(d, s, disc, values)
 	}
+	if p, ok := textChoicePattern(s); ok {
+		return obj("type", "string", "pattern", p)
+	}
 	// Literal alternatives go into one enum, the others beside it.
 	var alts, lits []any
 	for _, a := range s.Alts {
@@ -422,4 +437,64 @@ func (g *genCtx) jsTaggedUnion(d *Decl, s *Shape, disc string, values []string) 
 	}
 	o.set("allOf", branches)
 	return o
+}
+
+// textChoicePattern turns a choice of text literals and patterns (`"values"
+// / "custom" / text .regexp "custom:.+"`) into one anchored pattern: the
+// same set of strings, checked at a fraction of the cost of an anyOf, whose
+// failed alternatives each build an error.
+func textChoicePattern(s *Shape) (string, bool) {
+	var parts []string
+	patterns := 0
+	for _, a := range s.Alts {
+		switch {
+		case a.Kind == KLiteral && a.Lit != nil && a.Lit.Kind == ValueText:
+			parts = append(parts, regexp.QuoteMeta(a.Lit.Text))
+		case a.Kind == KText && a.Pattern != "" && a.MinLen == nil && a.MaxLen == nil && a.Format == "" && a.Default == nil:
+			parts = append(parts, "(?:"+a.Pattern+")")
+			patterns++
+		default:
+			return "", false
+		}
+	}
+	if patterns == 0 {
+		return "", false
+	}
+	return "^(?:" + strings.Join(parts, "|") + ")$", true
+}
+
+// isLeafShape reports whether a declaration is cheap to inline: a scalar,
+// an enumeration, a pattern, a list of those, or (at the top) a small map
+// of such members; nothing recursive.
+func isLeafShape(m *Model, s *Shape, depth int) bool {
+	if depth > 8 {
+		return false
+	}
+	switch s.Kind {
+	case KStruct:
+		// A small map of simple members (command parameters) is cheap too.
+		if depth > 0 || len(s.Fields) > 8 {
+			return false
+		}
+		for _, f := range s.Fields {
+			if !isLeafShape(m, f.Shape, depth+1) {
+				return false
+			}
+		}
+		return s.Rest == nil || isLeafShape(m, s.Rest, depth+1)
+	case KMap, KTuple:
+		return false
+	case KArray:
+		return isLeafShape(m, s.Elem, depth+1)
+	case KRef:
+		d := m.Decl(s.Ref)
+		return d != nil && isLeafShape(m, d.Shape, depth+1)
+	case KUnion:
+		for _, a := range s.Alts {
+			if !isLeafShape(m, a, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -1,7 +1,9 @@
 // Package protocol holds the Agent Streaming Protocol as agentstream speaks
 // it: protocol.cddl, the source of truth of the wire format; the Go types
 // generated from it (protocol_gen.go); and the validation of incoming
-// commands against the JSON Schema generated from it (schema.json).
+// commands against the JSON Schema generated from it (schema.json, with
+// simple definitions inlined for speed; bindings/jsonschema has the plain
+// one).
 //
 // # Decoding commands
 //
@@ -25,7 +27,7 @@
 package protocol
 
 //go:generate go run ../cmd/cddlgen --quiet --lang go --package protocol --field-case snake --open-unions --out protocol_gen.go protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --out schema.json protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --inline-leaves --out schema.json protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --out ../bindings/jsonschema/protocol.schema.json protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang ts --field-case snake --out ../bindings/ts/protocol.ts protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/protocol.py protocol.cddl

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,14 +92,12 @@ func Methods() []string {
 //
 // The error's id is the command's when the frame has a usable one.
 func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
+	// Numbers decode as float64 for validation, which is exact for every
+	// integer the protocol allows (up to 2^53-1); the typed decode below
+	// reads the frame itself.
 	var v any
-	if err := dec.Decode(&v); err != nil {
+	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: data after the command")
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
@@ -125,13 +123,15 @@ func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
 		}
 		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", err)
 	}
-	var cmd ClientCommand
-	if err := json.Unmarshal(data, &cmd); err != nil {
+	// The method is known, so decode straight into its variant rather than
+	// through ClientCommand's own dispatch.
+	variant := clientCommandVariants[method]()
+	if err := json.Unmarshal(data, variant); err != nil {
 		// The schema accepted it, so this is a disagreement between the
 		// schema and the generated types: report it rather than hide it.
 		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", err)
 	}
-	return &cmd, nil
+	return &ClientCommand{Value: variant}, nil
 }
 
 // NewError builds an ErrorResponse; id is nil when the command's id is
@@ -147,24 +147,21 @@ func NewError(id *uint64, code ErrorCode, format string, args ...any) *ErrorResp
 
 // commandID reads a command's id: a JSON integer from 0 to 2^53-1.
 func commandID(v any) *uint64 {
-	n, ok := v.(json.Number)
-	if !ok {
+	f, ok := v.(float64)
+	if !ok || f < 0 || f > maxJSInt || f != math.Trunc(f) {
 		return nil
 	}
-	u, err := strconv.ParseUint(string(n), 10, 64)
-	if err != nil || u > maxJSInt {
-		return nil
-	}
+	u := uint64(f)
 	return &u
 }
 
 func jsonProblem(err error) string {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
+		if se.Offset == 0 && se.Error() == "unexpected end of JSON input" {
+			return "empty frame"
+		}
 		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
-	}
-	if errors.Is(err, io.EOF) {
-		return "empty frame"
 	}
 	return err.Error()
 }
@@ -174,12 +171,12 @@ func jsonProblem(err error) string {
 func describe(ve *jsonschema.ValidationError) string {
 	leaf := deepest(ve)
 	path := jsonPath(leaf.InstanceLocation)
-	msg := leaf.Message
-	if choices(leaf) {
+	msg := summary(leaf)
+	if choices(leaf) && strings.HasSuffix(leaf.KeywordLocation, "/anyOf") {
 		// A value that fits none of a choice's alternatives.
 		var alts []string
 		for _, c := range leaf.Causes {
-			alts = append(alts, deepest(c).Message)
+			alts = append(alts, summary(c))
 		}
 		msg = "matches none of the choices: " + strings.Join(alts, "; or ")
 	}
@@ -187,6 +184,14 @@ func describe(ve *jsonschema.ValidationError) string {
 		msg += " (rule " + rule + ")"
 	}
 	return path + ": " + msg
+}
+
+// summary is the message of ve's first most specific cause.
+func summary(ve *jsonschema.ValidationError) string {
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
+	}
+	return ve.Message
 }
 
 // choices reports whether ve is a failed choice (anyOf): several causes,
@@ -239,16 +244,51 @@ func jsonPath(pointer string) string {
 	return b.String()
 }
 
-// ruleOf finds the schema rule a keyword location is in: the last
-// `$defs/Name` of it.
+// ruleOf names the schema rule a keyword location is in: the innermost
+// inlined definition (titled with its rule) on the way, or else the last
+// `$defs/Name` of the location.
 func ruleOf(loc string) string {
-	i := strings.LastIndex(loc, "/$defs/")
+	i := strings.Index(loc, "#")
 	if i < 0 {
 		return ""
 	}
-	rest := loc[i+len("/$defs/"):]
-	if j := strings.IndexByte(rest, '/'); j >= 0 {
-		rest = rest[:j]
+	doc, err := schemaDoc()
+	if err != nil {
+		return ""
 	}
-	return rest
+	rule, prev := "", ""
+	var node any = doc
+	for _, part := range strings.Split(strings.TrimPrefix(loc[i+1:], "/"), "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		if prev == "$defs" {
+			rule = part
+		}
+		prev = part
+		switch n := node.(type) {
+		case map[string]any:
+			node = n[part]
+		case []any:
+			k, err := strconv.Atoi(part)
+			if err != nil || k < 0 || k >= len(n) {
+				return rule
+			}
+			node = n[k]
+		default:
+			return rule
+		}
+		if m, ok := node.(map[string]any); ok {
+			if t, ok := m["title"].(string); ok {
+				rule = t
+			}
+		}
+	}
+	return rule
 }
+
+// schemaDoc is the embedded schema as plain data, for naming rules in
+// errors.
+var schemaDoc = sync.OnceValues(func() (map[string]any, error) {
+	var doc map[string]any
+	err := json.Unmarshal(schemaJSON, &doc)
+	return doc, err
+})

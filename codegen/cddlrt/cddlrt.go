@@ -96,21 +96,29 @@ func jsonNumbersToGo(v any) any {
 }
 
 // Probe returns the text value of member in a JSON object, and whether the
-// member is present with a text value.
+// member is present with a text value. It reads the object once, decoding
+// only that member.
 func Probe(data []byte, member string) (string, bool, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(data, &m); err != nil {
+	var val string
+	found := false
+	err := eachMember(data, func(key string, raw []byte) error {
+		if key != member || found {
+			return nil
+		}
+		found = true
+		if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+			val = string(raw[1 : len(raw)-1])
+			return nil
+		}
+		if json.Unmarshal(raw, &val) != nil {
+			found = false // present, but not text
+		}
+		return nil
+	})
+	if err != nil {
 		return "", false, err
 	}
-	raw, ok := m[member]
-	if !ok {
-		return "", false, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false, nil
-	}
-	return s, true, nil
+	return val, found, nil
 }
 
 // ProbeCBOR is [Probe] for a CBOR map.
@@ -252,30 +260,24 @@ func unmarshalFields(c codec, data []byte, fields any, typeName string, lits []L
 	if len(lits) == 0 && extra == nil {
 		return nil
 	}
-	m, err := c.members(data)
-	if err != nil {
-		return err
+	seen := make([]bool, len(lits))
+	if extra != nil {
+		*extra = nil
 	}
-	for _, l := range lits {
-		var got *string
-		if raw, ok := m[l.Member]; ok {
-			var s string
-			if c.unmarshal(raw, &s) != nil {
+	err := c.each(data, func(k string, raw []byte) error {
+		for i, l := range lits {
+			if l.Member != k {
+				continue
+			}
+			s, ok := c.text(raw)
+			if !ok {
 				s = string(raw) // not text: show what it is
 			}
-			got = &s
+			seen[i] = true
+			return CheckLiteral(typeName, l.Member, &s, l.Value)
 		}
-		if err := CheckLiteral(typeName, l.Member, got, l.Value); err != nil {
-			return err
-		}
-	}
-	if extra == nil {
-		return nil
-	}
-	*extra = nil
-	for k, raw := range m {
-		if known[k] {
-			continue
+		if extra == nil || known[k] {
+			return nil
 		}
 		v, err := c.decodeAny(raw)
 		if err != nil {
@@ -285,6 +287,15 @@ func unmarshalFields(c codec, data []byte, fields any, typeName string, lits []L
 			*extra = map[string]any{}
 		}
 		(*extra)[k] = v
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, l := range lits {
+		if !seen[i] {
+			return CheckLiteral(typeName, l.Member, nil, l.Value)
+		}
 	}
 	return nil
 }
@@ -388,7 +399,13 @@ func DecodeByMemberCBOR[V any](data []byte, union string, variants Variants[V], 
 
 func decodeByMember[V any](c codec, data []byte, union string, variants Variants[V], open bool) (V, *RawValue, error) {
 	var zero V
-	m, err := c.members(data)
+	present := map[string]bool{}
+	err := c.each(data, func(k string, _ []byte) error {
+		if _, ok := variants[k]; ok {
+			present[k] = true
+		}
+		return nil
+	})
 	if err != nil {
 		return zero, nil, err
 	}
@@ -398,7 +415,7 @@ func decodeByMember[V any](c codec, data []byte, union string, variants Variants
 	}
 	sort.Strings(markers)
 	for _, k := range markers {
-		if _, ok := m[k]; ok {
+		if present[k] {
 			v := variants[k]()
 			if err := c.unmarshal(data, v); err != nil {
 				return zero, nil, err
@@ -417,44 +434,53 @@ type codec struct {
 	unmarshal func([]byte, any) error
 	probe     func([]byte, string) (string, bool, error)
 	raw       func([]byte) *RawValue
-	members   func([]byte) (map[string][]byte, error) // a map's members, undecoded
-	decodeAny func([]byte) (any, error)               // with exact numbers and text keys
+	each      func([]byte, func(key string, raw []byte) error) error // a map's members, undecoded
+	decodeAny func([]byte) (any, error)                              // with exact numbers and text keys
+	text      func([]byte) (string, bool)                            // a text value
 }
 
 var jsonCodec = codec{
 	unmarshal: json.Unmarshal,
 	probe:     Probe,
 	raw:       func(b []byte) *RawValue { return &RawValue{JSON: append(json.RawMessage(nil), b...)} },
-	members: func(b []byte) (map[string][]byte, error) {
-		var m map[string]json.RawMessage
-		err := json.Unmarshal(b, &m)
-		return rawMembers(m), err
-	},
+	each:      eachMember,
 	decodeAny: decodeJSONAny,
+	text: func(raw []byte) (string, bool) {
+		if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+			return string(raw[1 : len(raw)-1]), true
+		}
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err == nil
+	},
 }
 
 var cborCodec = codec{
 	unmarshal: CBORDecMode.Unmarshal,
 	probe:     ProbeCBOR,
 	raw:       func(b []byte) *RawValue { return &RawValue{CBOR: append(cbor.RawMessage(nil), b...)} },
-	members: func(b []byte) (map[string][]byte, error) {
+	each: func(b []byte, fn func(string, []byte) error) error {
 		var m map[string]cbor.RawMessage
-		err := cbor.Unmarshal(b, &m)
-		return rawMembers(m), err
+		if err := cbor.Unmarshal(b, &m); err != nil {
+			return err
+		}
+		for k, v := range m {
+			if err := fn(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
 	},
 	decodeAny: func(b []byte) (any, error) {
 		var v any
 		err := cborDec.Unmarshal(b, &v)
 		return v, err
 	},
-}
-
-func rawMembers[R ~[]byte](m map[string]R) map[string][]byte {
-	out := make(map[string][]byte, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	text: func(raw []byte) (string, bool) {
+		var s string
+		err := cbor.Unmarshal(raw, &s)
+		return s, err == nil
+	},
 }
 
 func decodeVariant[V any](c codec, data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {

@@ -1,0 +1,155 @@
+package protocol
+
+import (
+	"encoding/json"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDecodeCommandAcceptsEveryCommand: one valid frame per method decodes
+// into the variant of that method.
+func TestDecodeCommandAcceptsEveryCommand(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		frame string
+		want  any
+	}{
+		{`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}, "config": {"configurable": {"checkpoint_id": "c1"}}, "metadata": {"k": 1}, "langsmith_tracer": {"project_name": "p"}, "multitask_strategy": "enqueue", "multitaskStrategy": "enqueue"}}`, &ClientCommandRunStart{}},
+		{`{"id": 2, "method": "run.cancel", "params": {"run_id": "r1"}}`, &ClientCommandRunCancel{}},
+		{`{"id": 3, "method": "subscription.subscribe", "params": {"channels": ["messages", "custom", "custom:progress"], "namespaces": [[], ["researcher"]], "depth": 1}}`, &ClientCommandSubscriptionSubscribe{}},
+		{`{"id": 4, "method": "subscription.unsubscribe", "params": {"subscription_id": "s1"}}`, &ClientCommandSubscriptionUnsubscribe{}},
+		{`{"id": 5, "method": "subscription.reconnect", "params": {"run_id": "r1", "last_event_id": "41", "subscriptions": ["s1"]}}`, &ClientCommandSubscriptionReconnect{}},
+		{`{"id": 6, "method": "agent.getTree", "params": {}}`, &ClientCommandAgentGetTree{}},
+		{`{"id": 7, "method": "input.respond", "params": {"namespace": [], "interrupt_id": "i1", "response": {"approved": true}, "update": {"x": 1}, "goto": "node_a"}}`, &ClientCommandInputRespond{}},
+		{`{"id": 8, "method": "input.respond", "params": {"responses": [{"namespace": [], "interrupt_id": "i1", "response": 1}, {"namespace": ["a"], "interrupt_id": "i2", "response": 2}], "goto": [{"node": "n", "input": 1}, "m"], "strict_resume": true}}`, &ClientCommandInputRespond{}},
+		{`{"id": 9, "method": "input.inject", "params": {"namespace": [], "message": {"role": "user", "content": "also this"}}}`, &ClientCommandInputInject{}},
+		{`{"id": 10, "method": "state.get", "params": {"namespace": [], "keys": ["messages"]}}`, &ClientCommandStateGet{}},
+		{`{"id": 11, "method": "state.listCheckpoints", "params": {"limit": 10, "before": "c9"}}`, &ClientCommandStateListCheckpoints{}},
+		{`{"id": 12, "method": "state.fork", "params": {"checkpoint_id": "c3", "input": null}}`, &ClientCommandStateFork{}},
+		{`{"id": 13, "method": "run.start", "params": {"assistant_id": "echo", "input": null}, "trace": "extra members of a command are allowed"}`, &ClientCommandRunStart{}},
+	}
+	methods := map[string]bool{}
+	for _, tc := range cases {
+		cmd, errResp := DecodeCommand([]byte(tc.frame))
+		require.Nil(t, errResp, "%s: %+v", tc.frame, errResp)
+		require.IsType(t, tc.want, cmd.Value, tc.frame)
+		var probe struct{ Method string }
+		require.NoError(t, json.Unmarshal([]byte(tc.frame), &probe))
+		methods[probe.Method] = true
+	}
+	all := Methods()
+	sort.Strings(all)
+	for _, m := range all {
+		require.True(t, methods[m], "no valid case for %s", m)
+	}
+
+	// The batch form of input.respond decodes as such.
+	cmd, _ := DecodeCommand([]byte(cases[7].frame))
+	many, ok := cmd.Value.(*ClientCommandInputRespond).Params.Value.(*InputRespondMany)
+	require.True(t, ok)
+	require.Len(t, many.Responses, 2)
+	require.True(t, *many.StrictResume)
+}
+
+// TestDecodeCommandErrors: each kind of bad frame gets its exact error
+// code, id and message.
+func TestDecodeCommandErrors(t *testing.T) {
+	t.Parallel()
+	id := func(n uint64) *JsUint { v := JsUint(n); return &v }
+	cases := []struct {
+		name  string
+		frame string
+		code  ErrorCode
+		id    *JsUint
+		msg   string
+	}{
+		{"malformed", `{"id": 1, "method": `, ErrorCodeInvalidArgument, nil, "malformed JSON: unexpected end of JSON input (at byte 20)"},
+		{"empty", ``, ErrorCodeInvalidArgument, nil, "malformed JSON: empty frame"},
+		{"trailing data", `{"id": 1, "method": "agent.getTree", "params": {}} {}`, ErrorCodeInvalidArgument, nil, "malformed JSON: invalid character '{' after top-level value (at byte 52)"},
+		{"not an object", `[1, 2]`, ErrorCodeInvalidArgument, nil, "a command must be a JSON object"},
+		{"no method", `{"id": 4, "params": {}}`, ErrorCodeInvalidArgument, id(4), `method: a command needs a text member "method"`},
+		{"method not text", `{"id": 5, "method": 7}`, ErrorCodeInvalidArgument, id(5), `method: a command needs a text member "method"`},
+		{"unknown method", `{"id": 6, "method": "run.explode", "params": {}}`, ErrorCodeUnknownCommand, id(6), `unknown method "run.explode"`},
+		{"wrong type", `{"id": 7, "method": "run.start", "params": {"assistant_id": 42, "input": null}}`, ErrorCodeInvalidArgument, id(7),
+			"params.assistant_id: expected string, but got number (rule RunStartParams)"},
+		{"missing member", `{"id": 8, "method": "run.start", "params": {"input": null}}`, ErrorCodeInvalidArgument, id(8),
+			"params: missing properties: 'assistant_id' (rule RunStartParams)"},
+		{"unknown member of a closed map", `{"id": 9, "method": "state.get", "params": {"namespace": [], "color": "red"}}`, ErrorCodeInvalidArgument, id(9),
+			"params: additionalProperties 'color' not allowed (rule StateGetParams)"},
+		{"bad enum", `{"id": 10, "method": "run.start", "params": {"assistant_id": "a", "input": 1, "multitask_strategy": "sometimes"}}`, ErrorCodeInvalidArgument, id(10),
+			`params.multitask_strategy: value must be one of "reject", "rollback", "interrupt", "enqueue" (rule MultitaskStrategy)`},
+		{"bad channel", `{"id": 11, "method": "subscription.subscribe", "params": {"channels": ["messages", "gossip"]}}`, ErrorCodeInvalidArgument, id(11),
+			`params.channels[1]: does not match pattern '^(?:values|updates|messages|tools|lifecycle|input|checkpoints|tasks|custom|(?:custom:.+))$' (rule Channel)`},
+		{"bad namespace", `{"id": 12, "method": "state.get", "params": {"namespace": ["a", 3]}}`, ErrorCodeInvalidArgument, id(12),
+			"params.namespace[1]: expected string, but got number (rule Namespace)"},
+		{"negative id", `{"id": -1, "method": "agent.getTree", "params": {}}`, ErrorCodeInvalidArgument, nil,
+			"id: must be >= 0 but found -1 (rule JsUint)"},
+		{"missing params", `{"id": 14, "method": "agent.getTree"}`, ErrorCodeInvalidArgument, id(14),
+			"command: missing properties: 'params' (rule ClientCommandAgentGetTree)"},
+		{"respond with neither form", `{"id": 15, "method": "input.respond", "params": {"namespace": []}}`, ErrorCodeInvalidArgument, id(15),
+			"params: matches none of the choices: missing properties: 'interrupt_id', 'response'; or missing properties: 'responses' (rule InputRespondParams)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cmd, e := DecodeCommand([]byte(tc.frame))
+			require.Nil(t, cmd)
+			require.NotNil(t, e)
+			require.Equal(t, tc.code, e.Error)
+			require.True(t, reflect.DeepEqual(tc.id, e.ID), "id: want %v, got %v", tc.id, e.ID)
+			require.Equal(t, tc.msg, e.Message)
+			// The error itself is a valid ErrorResponse on the wire.
+			b, err := json.Marshal(e)
+			require.NoError(t, err)
+			var back ErrorResponse
+			require.NoError(t, json.Unmarshal(b, &back))
+		})
+	}
+}
+
+func TestDecodeCommandNeverPanics(t *testing.T) {
+	t.Parallel()
+	for _, frame := range []string{`null`, `"x"`, `1e999`, `{"id": 1e3, "method": "x"}`, `{"method": null}`, `{"id": 99999999999999999999, "method": "agent.getTree", "params": {}}`, "\xff\xfe"} {
+		_, e := DecodeCommand([]byte(frame))
+		require.NotNil(t, e, frame)
+	}
+}
+
+// FuzzDecodeCommand: no frame makes DecodeCommand panic, and it returns
+// exactly one of a command and an error.
+func FuzzDecodeCommand(f *testing.F) {
+	f.Add([]byte(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": null}}`))
+	f.Add([]byte(`{"id": 2, "method": "input.respond", "params": {"responses": []}}`))
+	f.Add([]byte(`{"id": 3, "method": "subscription.subscribe", "params": {"channels": ["custom:x"]}}`))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		cmd, e := DecodeCommand(frame)
+		if (cmd == nil) == (e == nil) {
+			t.Fatalf("want exactly one of a command and an error, got %v and %v", cmd, e)
+		}
+	})
+}
+
+// BenchmarkDecodeCommand is decoding plus validating typical commands.
+func BenchmarkDecodeCommand(b *testing.B) {
+	frames := map[string]string{
+		"run.start":              `{"id": 17, "method": "run.start", "params": {"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "What is the weather in Paris today?"}]}, "config": {"configurable": {"model": "gpt"}}, "multitask_strategy": "enqueue"}}`,
+		"subscription.subscribe": `{"id": 18, "method": "subscription.subscribe", "params": {"channels": ["messages", "tools", "lifecycle", "custom:progress"], "namespaces": [[], ["researcher"]], "depth": 2}}`,
+	}
+	if _, err := commandSchemas(); err != nil {
+		b.Fatal(err)
+	}
+	for name, frame := range frames {
+		data := []byte(frame)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, e := DecodeCommand(data); e != nil {
+					b.Fatal(e.Message)
+				}
+			}
+		})
+	}
+}
