@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// Assistant is Go code a run executes. Run returns when the run is done;
+// an error fails the run. Cancellation (run.cancel, a superseding run,
+// server shutdown) reaches it through ctx, and every emitter then fails.
+type Assistant interface {
+	Run(ctx context.Context, rc *RunContext) error
+}
+
+// AssistantFunc adapts a function to Assistant.
+type AssistantFunc func(ctx context.Context, rc *RunContext) error
+
+// Run calls f.
+func (f AssistantFunc) Run(ctx context.Context, rc *RunContext) error { return f(ctx, rc) }
+
+// Errors the emitters return instead of emitting an invalid stream.
+var (
+	// ErrRunEnded: the run is over (finished or cancelled); nothing more
+	// can be emitted for it.
+	ErrRunEnded = errors.New("server: the run has ended")
+	// ErrLifecycle: the call breaks a lifecycle rule of the protocol (a
+	// block started while another is open, a delta outside a block, a
+	// message finished twice, ...). The message says which.
+	ErrLifecycle = errors.New("server: protocol lifecycle violated")
+	// ErrRunCancelled is the cause of a run's context ended by run.cancel.
+	ErrRunCancelled = errors.New("run cancelled")
+)
+
+// Run statuses.
+const (
+	statusPending     = "pending"
+	statusRunning     = "running"
+	statusInterrupted = "interrupted"
+)
+
+// run is one execution of an assistant on a thread. Its fields are guarded
+// by the thread's mu.
+type run struct {
+	id          string
+	t           *thread
+	assistantID string
+	assistant   Assistant
+	input       any
+	config      map[string]any
+	metadata    map[string]any
+	status      string
+
+	ctx      context.Context
+	cancelFn context.CancelCauseFunc
+	ended    bool
+	inbox    chan any // injected input; buffered, see injectCapacity
+	pending  []*interrupt
+	openMsgs map[string]*MessageWriter // by namespace+node: one message at a time
+	openTool map[string]*ToolCall
+	openSubs map[string]*Subagent
+	before   map[string]any // values at the start, for multitask_strategy rollback
+	endCause error          // why the run was stopped from outside, if it was
+}
+
+// injectCapacity bounds the input waiting for an assistant to read it; a
+// run.start or input.inject beyond it is refused rather than blocking.
+const injectCapacity = 64
+
+type interrupt struct {
+	id      string
+	ns      channels.Namespace
+	payload any
+	answer  chan any // one slot: answered once
+}
+
+func (r *run) pendingList() []*interrupt { return r.pending }
+
+func (r *run) cancel(cause error) {
+	if r.endCause == nil {
+		r.endCause = cause
+	}
+	if r.cancelFn != nil {
+		r.cancelFn(cause)
+	}
+}
+
+// startRun makes run r the thread's active run and starts its goroutine.
+// The caller holds t.mu.
+func (t *thread) startRun(r *run) error {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r.ctx, r.cancelFn = ctx, cancel
+	r.status = statusRunning
+	if v, ok := t.srv.cfg.State.Values(t.id); ok {
+		r.before = maps.Clone(v)
+	}
+	t.run = r
+	t.runs[r.id] = r
+	t.setStatus(nil, protocol.AgentStatusStarted, r.assistantID, nil)
+	if _, err := t.publishLifecycle(nil, protocol.AgentStatusStarted, r.assistantID, nil, ""); err != nil {
+		return err
+	}
+	if _, err := t.publishLifecycle(nil, protocol.AgentStatusRunning, r.assistantID, nil, ""); err != nil {
+		return err
+	}
+	t.srv.runsWG.Add(1)
+	go t.execute(r)
+	return nil
+}
+
+// execute runs the assistant and ends the run. It owns the run's
+// goroutine; the thread's next queued run starts when it returns.
+func (t *thread) execute(r *run) {
+	defer t.srv.runsWG.Done()
+	rc := &RunContext{r: r}
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("assistant %s panicked: %v", r.assistantID, p)
+			}
+		}()
+		return r.assistant.Run(r.ctx, rc)
+	}()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.finish(r, err)
+	if t.run == r {
+		t.run = nil
+	}
+	for len(t.queued) > 0 && t.run == nil {
+		next := t.queued[0]
+		t.queued = t.queued[1:]
+		if next.endCause != nil {
+			continue // cancelled while it waited
+		}
+		if err := t.startRun(next); err != nil {
+			t.run = nil
+		}
+	}
+}
+
+// finish emits the end of run r: its open subagents fail, then the root
+// lifecycle says how it ended. The caller holds t.mu.
+func (t *thread) finish(r *run, err error) {
+	cause := r.endCause
+	if cause == nil && r.ctx.Err() != nil {
+		cause = context.Cause(r.ctx)
+	}
+	for _, key := range slices.Sorted(maps.Keys(r.openSubs)) {
+		sub := r.openSubs[key]
+		t.setStatus(sub.rc.ns, protocol.AgentStatusFailed, sub.graph, nil)
+		_, _ = t.publishLifecycle(sub.rc.ns, protocol.AgentStatusFailed, sub.graph, nil, "the run ended before the subagent did")
+	}
+	r.openSubs = nil
+	var status protocol.AgentStatus
+	msg := ""
+	cancelled := false
+	switch {
+	case cause != nil:
+		status, msg, cancelled = protocol.AgentStatusFailed, cause.Error(), true
+		if errors.Is(cause, errRollback) {
+			t.srv.cfg.State.SetValues(t.id, r.before)
+		}
+	case err != nil:
+		status, msg = protocol.AgentStatusFailed, err.Error()
+	default:
+		status = protocol.AgentStatusCompleted
+	}
+	t.setStatus(nil, status, r.assistantID, nil)
+	data := protocol.LifecycleData{Event: status, GraphName: &r.assistantID}
+	if msg != "" {
+		data.Error = &msg
+	}
+	if cancelled {
+		data.Cancelled = &cancelled
+	}
+	_, _ = t.publish(eventData{method: MethodLifecycle, data: data})
+	r.ended = true
+	r.cancelFn(ErrRunEnded)
+	for _, in := range r.pending {
+		close(in.answer)
+	}
+	r.pending = nil
+}
+
+var (
+	errInterruptStrategy = errors.New("superseded by a new run (multitask_strategy interrupt)")
+	errRollback          = errors.New("superseded by a new run, its state rolled back (multitask_strategy rollback)")
+)
+
+// treeNode is the lifecycle status of one namespace, for agent.getTree.
+type treeNode struct {
+	ns     channels.Namespace
+	status protocol.AgentStatus
+	graph  string
+}
+
+func (t *thread) setStatus(ns channels.Namespace, st protocol.AgentStatus, graph string, _ *protocol.LifecycleCause) {
+	key := ns.Key()
+	n := t.tree[key]
+	if n == nil {
+		n = &treeNode{ns: slices.Clone(ns)}
+		t.tree[key] = n
+	}
+	n.status = st
+	if graph != "" {
+		n.graph = graph
+	}
+}
+
+func (t *thread) publishLifecycle(ns channels.Namespace, st protocol.AgentStatus, graph string, cause *protocol.LifecycleCause, errMsg string) (*Event, error) {
+	data := protocol.LifecycleData{Event: st, Cause: cause}
+	if graph != "" {
+		data.GraphName = &graph
+	}
+	if errMsg != "" {
+		data.Error = &errMsg
+	}
+	return t.publish(eventData{method: MethodLifecycle, namespace: ns, data: data})
+}

@@ -1,0 +1,368 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// Config configures a Server. Zero fields take the defaults in their
+// comments.
+type Config struct {
+	// BufferEvents caps each thread's replay buffer by count (8192).
+	BufferEvents int
+	// BufferBytes caps each thread's replay buffer by encoded size (16 MiB).
+	BufferBytes int
+	// QueueBytes caps each subscription's queue of unread events (8 MiB);
+	// a subscription that falls further behind is ended.
+	QueueBytes int
+	// IdleRelease is how long a thread with no run and no subscription
+	// keeps its replay buffer (10 minutes). Its state and checkpoints stay.
+	IdleRelease time.Duration
+	// ReconnectGrace is how long subscriptions of a dropped session stay
+	// restorable with subscription.reconnect (1 minute).
+	ReconnectGrace time.Duration
+	// State stores thread state and checkpoints (in memory).
+	State StateStore
+	// FanOut, when set, also receives every published event, for other
+	// nodes of a cluster (none: one process).
+	FanOut FanOut
+	// Now is the clock (time.Now); tests replace it.
+	Now func() time.Time
+	// NewID makes run, interrupt, checkpoint and subscription ids
+	// (random); tests replace it for stable ids.
+	NewID func(prefix string) string
+}
+
+func (c Config) withDefaults() Config {
+	if c.BufferEvents <= 0 {
+		c.BufferEvents = 8192
+	}
+	if c.BufferBytes <= 0 {
+		c.BufferBytes = 16 << 20
+	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = 8 << 20
+	}
+	if c.IdleRelease <= 0 {
+		c.IdleRelease = 10 * time.Minute
+	}
+	if c.ReconnectGrace <= 0 {
+		c.ReconnectGrace = time.Minute
+	}
+	if c.State == nil {
+		c.State = NewMemoryState()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.NewID == nil {
+		c.NewID = randomID
+	}
+	return c
+}
+
+// ErrServerClosed is returned by operations on a closed Server.
+var ErrServerClosed = errors.New("server: closed")
+
+// Server is agentstream's core: threads, their runs and event streams,
+// the registered assistants, and one command dispatcher every transport
+// uses. All its methods are safe for concurrent use.
+type Server struct {
+	cfg Config
+
+	mu         sync.Mutex
+	threads    map[string]*thread
+	assistants map[string]Assistant
+	sessions   map[string]*detachedSession // dropped sessions awaiting reconnect
+	closed     bool
+	nextSubID  atomic.Uint64
+
+	runsWG  sync.WaitGroup // every run goroutine
+	stop    chan struct{}  // closed by Close: ends the janitor
+	janitor sync.WaitGroup
+
+	metrics Metrics
+}
+
+// Metrics counts what the server did; read it with [Server.Metrics].
+type Metrics struct {
+	published     atomic.Uint64
+	slowConsumers atomic.Uint64
+	replays       atomic.Uint64
+	commands      atomic.Uint64
+}
+
+// MetricsSnapshot is a copy of the counters.
+type MetricsSnapshot struct {
+	EventsPublished uint64 // events appended to thread streams
+	SlowConsumers   uint64 // subscriptions ended because they fell behind
+	Replays         uint64 // subscriptions that started with a replay
+	Commands        uint64 // commands dispatched
+}
+
+// New returns a running Server. Close it to stop its runs.
+func New(cfg Config) *Server {
+	s := &Server{
+		cfg:        cfg.withDefaults(),
+		threads:    map[string]*thread{},
+		assistants: map[string]Assistant{},
+		sessions:   map[string]*detachedSession{},
+		stop:       make(chan struct{}),
+	}
+	s.janitor.Add(1)
+	go s.sweep()
+	return s
+}
+
+// Metrics returns the server's counters.
+func (s *Server) Metrics() MetricsSnapshot {
+	return MetricsSnapshot{
+		EventsPublished: s.metrics.published.Load(),
+		SlowConsumers:   s.metrics.slowConsumers.Load(),
+		Replays:         s.metrics.replays.Load(),
+		Commands:        s.metrics.commands.Load(),
+	}
+}
+
+// Register adds an assistant under id; a later registration replaces it.
+func (s *Server) Register(id string, a Assistant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.assistants[id] = a
+}
+
+// Assistants lists the registered assistant ids.
+func (s *Server) Assistants() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.assistants))
+	for id := range s.assistants {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (s *Server) assistant(id string) (Assistant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.assistants[id]
+	return a, ok
+}
+
+// thread returns the thread id, creating it when create is set.
+func (s *Server) thread(id string, create bool) (*thread, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrServerClosed
+	}
+	t := s.threads[id]
+	if t == nil && create {
+		t = newThread(s, id)
+		s.threads[id] = t
+	}
+	return t, nil
+}
+
+// CreateThread makes sure thread id exists (threads are otherwise created
+// by their first run.start).
+func (s *Server) CreateThread(id string) error {
+	_, err := s.thread(id, true)
+	return err
+}
+
+// HasThread reports whether thread id exists.
+func (s *Server) HasThread(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.threads[id]
+	return ok || s.cfg.State.Exists(id)
+}
+
+// Subscribe opens a subscription to thread id's events that match f,
+// replaying buffered events after cursor first (all of them when cursor is
+// nil). The thread is created if needed, so a client may subscribe before
+// the first run. replayed counts the buffered events queued for replay.
+func (s *Server) Subscribe(id string, f channels.Filter, cursor *uint64) (sub *Subscription, replayed int, err error) {
+	t, err := s.thread(id, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	return t.subscribe(f, cursor)
+}
+
+// LastSeq is the sequence number of the last event of thread id.
+func (s *Server) LastSeq(id string) uint64 {
+	t, _ := s.thread(id, false)
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
+// ThreadState is what GET /threads/{id}/state reports.
+type ThreadState struct {
+	Values     map[string]any
+	Interrupts []PendingInterrupt
+	Checkpoint *CheckpointRecord
+	Status     string // idle, running or interrupted
+}
+
+// PendingInterrupt is an interrupt waiting for input.respond.
+type PendingInterrupt struct {
+	ID        string
+	Namespace channels.Namespace
+	Payload   any
+}
+
+// State returns thread id's state; ok is false for an unknown thread.
+func (s *Server) State(id string) (ThreadState, bool) {
+	t, _ := s.thread(id, false)
+	if t == nil && !s.cfg.State.Exists(id) {
+		return ThreadState{}, false
+	}
+	st := ThreadState{Status: "idle"}
+	if v, ok := s.cfg.State.Values(id); ok {
+		st.Values = v
+	}
+	if cps := s.cfg.State.Checkpoints(id); len(cps) > 0 {
+		cp := cps[0]
+		st.Checkpoint = &cp
+	}
+	if t != nil {
+		t.mu.Lock()
+		if t.run != nil {
+			st.Status = t.run.status
+			for _, in := range t.run.pendingList() {
+				st.Interrupts = append(st.Interrupts, PendingInterrupt{ID: in.id, Namespace: in.ns, Payload: in.payload})
+			}
+		}
+		t.mu.Unlock()
+	}
+	return st, true
+}
+
+// Close cancels every run, ends every subscription and waits for the runs
+// to return, or for ctx to end. It is safe to call more than once.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	threads := make([]*thread, 0, len(s.threads))
+	for _, t := range s.threads {
+		threads = append(threads, t)
+	}
+	s.mu.Unlock()
+	for _, t := range threads {
+		t.mu.Lock()
+		if t.run != nil {
+			t.run.cancel(errServerClosing)
+		}
+		for _, r := range t.queued {
+			r.cancel(errServerClosing)
+		}
+		subs := make([]*Subscription, 0, len(t.subs))
+		for _, sub := range t.subs {
+			subs = append(subs, sub)
+		}
+		t.mu.Unlock()
+		for _, sub := range subs {
+			sub.end(ErrServerClosed)
+		}
+	}
+	s.janitor.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.runsWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("server: runs still stopping: %w", ctx.Err())
+	}
+}
+
+var errServerClosing = errors.New("server shutting down")
+
+// sweep releases the buffers of idle threads and forgets expired dropped
+// sessions, until Close.
+func (s *Server) sweep() {
+	defer s.janitor.Done()
+	tick := time.NewTicker(sweepInterval(s.cfg.IdleRelease))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.SweepNow()
+		}
+	}
+}
+
+func sweepInterval(idle time.Duration) time.Duration {
+	iv := idle / 4
+	if iv > time.Minute {
+		iv = time.Minute
+	}
+	if iv < 10*time.Millisecond {
+		iv = 10 * time.Millisecond
+	}
+	return iv
+}
+
+// SweepNow releases the replay buffers of threads idle for longer than
+// IdleRelease and forgets dropped sessions past their grace period. The
+// server does it by itself periodically; tests call it directly.
+func (s *Server) SweepNow() {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	threads := make([]*thread, 0, len(s.threads))
+	for _, t := range s.threads {
+		threads = append(threads, t)
+	}
+	for id, d := range s.sessions {
+		if now.After(d.expires) {
+			delete(s.sessions, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range threads {
+		t.mu.Lock()
+		if t.idle(now.Add(-s.cfg.IdleRelease)) {
+			t.buf.Clear()
+		}
+		t.mu.Unlock()
+	}
+}
+
+// BufferedEvents is how many events thread id holds for replay.
+func (s *Server) BufferedEvents(id string) int {
+	t, _ := s.thread(id, false)
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.Len()
+}
+
+// errorResponse builds a protocol error for a command.
+func errorResponse(id uint64, code protocol.ErrorCode, format string, args ...any) *protocol.ErrorResponse {
+	return protocol.NewError(&id, code, format, args...)
+}
