@@ -169,20 +169,25 @@ func (rc *RunContext) Task(data any) error {
 func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 	t := rc.r.t
 	in := &interrupt{id: t.srv.cfg.NewID("int_"), ns: slices.Clone(rc.ns), payload: payload, answer: make(chan any, 1)}
-	err := rc.emit(func() (eventData, error) {
-		rc.r.pending = append(rc.r.pending, in)
-		rc.r.status = statusInterrupted
-		return eventData{method: MethodInputRequested, data: protocol.InputRequestedData{InterruptID: in.id, Payload: payload}}, nil
-	})
+	// The request and the run's interrupted status go out under one lock,
+	// so no answer can be published between them.
+	t.mu.Lock()
+	if rc.r.ended || rc.r.ctx.Err() != nil {
+		t.mu.Unlock()
+		return nil, ErrRunEnded
+	}
+	rc.r.pending = append(rc.r.pending, in)
+	rc.r.status = statusInterrupted
+	_, err := t.publish(eventData{method: MethodInputRequested, namespace: rc.ns,
+		data: protocol.InputRequestedData{InterruptID: in.id, Payload: payload}})
+	if err == nil && len(rc.r.pending) == 1 { // the first pending interrupt interrupts the run
+		t.setStatus(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil)
+		_, err = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
+	}
+	t.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	if len(rc.r.pending) == 1 { // the first pending interrupt interrupts the run
-		t.setStatus(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil)
-		_, _ = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
-	}
-	t.mu.Unlock()
 	select {
 	case v, ok := <-in.answer:
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func newServer(t *testing.T, cfg server.Config) *server.Server {
 	return s
 }
 
-var cmdID uint64
+var cmdID atomic.Uint64
 
 // do runs a command and fails the test on a protocol error.
 func do(t *testing.T, s *server.Server, thread string, v protocol.ClientCommandVariant) *protocol.CommandResponse {
@@ -53,8 +54,7 @@ func do(t *testing.T, s *server.Server, thread string, v protocol.ClientCommandV
 }
 
 func tryDo(s *server.Server, thread string, v protocol.ClientCommandVariant) (*protocol.CommandResponse, *protocol.ErrorResponse) {
-	cmdID++
-	setID(v, cmdID)
+	setID(v, cmdID.Add(1))
 	return s.Do(context.Background(), thread, &protocol.ClientCommand{Value: v})
 }
 

@@ -260,8 +260,8 @@ func TestDemoInterruptApproveAndReject(t *testing.T) {
 		sub, _, _ := s.Subscribe("t", all, nil)
 		defer sub.Close()
 		start(t, s, "t", "demo", userInput("What is it?"))
-		es := collect(t, sub, func(e *server.Event) bool { return e.Method == server.MethodInputRequested })
-		req := es[len(es)-1].Payload.(*protocol.ServerEventInputRequested).Params.Data
+		es := collect(t, sub, func(e *server.Event) bool { st, _ := lifecycle(e); return st == protocol.AgentStatusInterrupted })
+		req := es[len(es)-2].Payload.(*protocol.ServerEventInputRequested).Params.Data
 		st, ok := s.State("t")
 		require.True(t, ok)
 		require.Equal(t, "interrupted", st.Status)
@@ -280,16 +280,15 @@ func TestDemoInterruptApproveAndReject(t *testing.T) {
 
 		rest := collect(t, sub, rootEnded)
 		got := describeAll(rest)
-		require.Equal(t, "lifecycle[] interrupted", got[0])
-		require.Equal(t, "input.answered[]", got[1], "input.answered comes first when the run resumes")
-		require.Equal(t, "lifecycle[] running", got[2])
+		require.Equal(t, "input.answered[]", got[0], "input.answered comes first when the run resumes")
+		require.Equal(t, "lifecycle[] running", got[1])
 		toolEnd := "tools[] tool-error"
 		if approve {
 			toolEnd = "tools[] tool-finished"
 		}
 		require.Contains(t, got, toolEnd)
 		require.Equal(t, "lifecycle[] completed", got[len(got)-1])
-		answered := rest[1].Payload.(*protocol.ServerEventInputAnswered).Params.Data
+		answered := rest[0].Payload.(*protocol.ServerEventInputAnswered).Params.Data
 		require.Equal(t, []string{req.InterruptID}, answered.InterruptIds)
 
 		// The whole run used every channel, and the subagent's namespace.
