@@ -30,6 +30,9 @@ type Config struct {
 	ReconnectGrace time.Duration
 	// State stores thread state and checkpoints (in memory).
 	State StateStore
+	// Log keeps each thread's replay buffer (in memory, capped by
+	// BufferEvents and BufferBytes).
+	Log EventLog
 	// FanOut, when set, also receives every published event, for other
 	// nodes of a cluster (none: one process).
 	FanOut FanOut
@@ -58,6 +61,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.State == nil {
 		c.State = NewMemoryState()
+	}
+	if c.Log == nil {
+		c.Log = NewMemoryLog(c.BufferEvents, c.BufferBytes)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -345,7 +351,7 @@ func (s *Server) SweepNow() {
 	for _, t := range threads {
 		t.mu.Lock()
 		if t.idle(now.Add(-s.cfg.IdleRelease)) {
-			t.buf.Clear()
+			s.cfg.Log.Release(t.id)
 		}
 		t.mu.Unlock()
 	}
@@ -359,7 +365,7 @@ func (s *Server) BufferedEvents(id string) int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.buf.Len()
+	return s.cfg.Log.Len(id)
 }
 
 // errorResponse builds a protocol error for a command.

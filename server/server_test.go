@@ -672,3 +672,23 @@ func TestCloseStopsRunsAndEndsSubscriptions(t *testing.T) {
 	_, e = s.Do(context.Background(), "t", &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 2, Params: protocol.RunStartParams{AssistantID: "forever"}}})
 	require.NotNil(t, e)
 }
+
+func TestFanOutReceivesEveryPublishedEvent(t *testing.T) {
+	fo := server.NewMemoryFanOut()
+	var mu sync.Mutex
+	var got []uint64
+	stop := fo.Listen(func(thread string, e *server.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, e.Seq)
+	})
+	defer stop()
+	s := newServer(t, server.Config{FanOut: fo})
+	sub, _, _ := s.Subscribe("t", all, nil)
+	defer sub.Close()
+	start(t, s, "t", "echo", userInput("a b c"))
+	es := collect(t, sub, rootEnded)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, seqs(es), got)
+}

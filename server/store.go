@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/ring"
 )
 
 // StateStore keeps what outlives a thread's event buffer: its current
@@ -44,10 +45,135 @@ type CheckpointRecord struct {
 	Metadata  map[string]any
 }
 
+// EventLog keeps each thread's recent events for replay, in sequence
+// order, within its caps. The server calls it with the thread's lock held,
+// so calls for one thread never overlap; a shared log (Redis streams) lets
+// a node replay what another published. The in-memory one is
+// [NewMemoryLog].
+type EventLog interface {
+	// Append adds an event (its Seq above every other of the thread's).
+	Append(thread string, e *Event)
+	// After calls fn for each event of the thread after seq, oldest first,
+	// until fn returns false.
+	After(thread string, seq uint64, fn func(*Event) bool)
+	// Oldest is the sequence number of the oldest event kept, 0 for none.
+	Oldest(thread string) uint64
+	// Len is how many events the thread has kept.
+	Len(thread string) int
+	// Release drops the thread's events (the thread went idle).
+	Release(thread string)
+}
+
 // FanOut carries published events to the other nodes of a cluster.
-// Publish must not block the publisher. A single process needs none.
+// Publish must not block the publisher. A single process needs none; the
+// in-memory one, [MemoryFanOut], connects servers of one process.
 type FanOut interface {
 	Publish(thread string, e *Event)
+}
+
+// MemoryLog is the in-memory EventLog: a ring buffer per thread.
+type MemoryLog struct {
+	maxEvents, maxBytes int
+	mu                  sync.Mutex
+	threads             map[string]*ring.Buffer[*Event]
+}
+
+var _ EventLog = (*MemoryLog)(nil)
+
+// NewMemoryLog returns a log keeping at most maxEvents events and
+// maxBytes bytes (encoded JSON) per thread.
+func NewMemoryLog(maxEvents, maxBytes int) *MemoryLog {
+	return &MemoryLog{maxEvents: maxEvents, maxBytes: maxBytes, threads: map[string]*ring.Buffer[*Event]{}}
+}
+
+func (l *MemoryLog) buf(thread string) *ring.Buffer[*Event] {
+	b := l.threads[thread]
+	if b == nil {
+		b = ring.New[*Event](l.maxEvents, l.maxBytes)
+		l.threads[thread] = b
+	}
+	return b
+}
+
+// Append implements EventLog.
+func (l *MemoryLog) Append(thread string, e *Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf(thread).Push(e)
+}
+
+// After implements EventLog.
+func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
+	l.mu.Lock()
+	b := l.threads[thread]
+	l.mu.Unlock()
+	if b != nil {
+		b.After(seq, fn) // the thread's lock keeps it from changing meanwhile
+	}
+}
+
+// Oldest implements EventLog.
+func (l *MemoryLog) Oldest(thread string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.threads[thread]; b != nil {
+		return b.Oldest()
+	}
+	return 0
+}
+
+// Len implements EventLog.
+func (l *MemoryLog) Len(thread string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.threads[thread]; b != nil {
+		return b.Len()
+	}
+	return 0
+}
+
+// Release implements EventLog.
+func (l *MemoryLog) Release(thread string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.threads, thread)
+}
+
+// MemoryFanOut passes published events to listeners in the same process.
+type MemoryFanOut struct {
+	mu        sync.Mutex
+	listeners map[int]func(thread string, e *Event)
+	next      int
+}
+
+var _ FanOut = (*MemoryFanOut)(nil)
+
+// NewMemoryFanOut returns a fan-out with no listener.
+func NewMemoryFanOut() *MemoryFanOut {
+	return &MemoryFanOut{listeners: map[int]func(string, *Event){}}
+}
+
+// Publish implements FanOut: it calls every listener, which must not block.
+func (f *MemoryFanOut) Publish(thread string, e *Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, fn := range f.listeners {
+		fn(thread, e)
+	}
+}
+
+// Listen adds a listener and returns the function that removes it.
+func (f *MemoryFanOut) Listen(fn func(thread string, e *Event)) (stop func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.next
+	f.next++
+	f.listeners[id] = fn
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.listeners, id)
+	}
 }
 
 // MemoryState is the in-memory StateStore.

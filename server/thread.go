@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
-	"github.com/agentstream/agentstream/internal/ring"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -18,7 +17,6 @@ type thread struct {
 
 	mu         sync.Mutex
 	seq        uint64 // the last sequence number published
-	buf        *ring.Buffer[*Event]
 	index      *channels.Index[*Subscription]
 	subs       map[uint64]*Subscription
 	cutoff     []*Subscription // scratch: subscriptions ended during a publish
@@ -35,7 +33,6 @@ type thread struct {
 func newThread(s *Server, id string) *thread {
 	return &thread{
 		srv: s, id: id,
-		buf:        ring.New[*Event](s.cfg.BufferEvents, s.cfg.BufferBytes),
 		index:      channels.NewIndex[*Subscription](),
 		subs:       map[uint64]*Subscription{},
 		runs:       map[string]*run{},
@@ -53,7 +50,7 @@ func (t *thread) publish(d eventData) (*Event, error) {
 		return nil, err
 	}
 	t.seq = e.Seq
-	t.buf.Push(e)
+	t.srv.cfg.Log.Append(t.id, e)
 	t.lastActive = t.srv.cfg.Now()
 	t.srv.metrics.published.Add(1)
 	t.deliver(e)
@@ -114,7 +111,7 @@ func (t *thread) subscribe(f channels.Filter, cursor *uint64) (*Subscription, in
 		after = t.seq // a cursor from the future: nothing to replay
 	}
 	now := uint64(t.srv.cfg.Now().UnixMilli())
-	oldest := t.buf.Oldest()
+	oldest := t.srv.cfg.Log.Oldest(t.id)
 	if oldest == 0 {
 		oldest = t.seq + 1 // nothing buffered: the next event is the first available
 	}
@@ -135,7 +132,7 @@ func (t *thread) subscribe(f channels.Filter, cursor *uint64) (*Subscription, in
 		s.pre = append(s.pre, snap)
 	}
 	replayed := 0
-	t.buf.After(after, func(e *Event) bool {
+	t.srv.cfg.Log.After(t.id, after, func(e *Event) bool {
 		if f.Matches(e.Channel, e.Name, e.Namespace) {
 			s.pre = append(s.pre, e)
 			replayed++

@@ -1,0 +1,55 @@
+// Package server is agentstream's core: threads, runs, event streams and
+// the command dispatcher behind every transport.
+//
+// # Model
+//
+// A thread is the durable key of a conversation, created by its first
+// run.start (or [Server.CreateThread], or a subscription). Every event
+// published on it gets the next sequence number (seq 1, 2, 3, ... never
+// reused, never renumbered per connection; its event_id is the decimal
+// seq) and goes into a replay buffer capped by count and by bytes
+// ([Config.BufferEvents], [Config.BufferBytes]). A thread idle for
+// [Config.IdleRelease], with no run and no subscriber, releases its buffer;
+// its state and checkpoints stay in the [StateStore].
+//
+// A run executes a registered [Assistant]. Its [RunContext] has emitters
+// for every channel that keep the protocol's lifecycles (a misuse is an
+// ErrLifecycle error, never an invalid stream), Interrupt for human input,
+// and state saving. The server emits the root lifecycle (started, running,
+// interrupted, completed or failed) itself.
+//
+// # Commands
+//
+// [Server.Do] carries out every command but the subscription ones, which
+// need a connection scope: a [Session]. Every success carries
+// meta.applied_through_seq. Semantics worth knowing:
+//
+//   - run.start on an interrupted thread resumes it, the input answering
+//     every pending interrupt; on a running thread it injects the input
+//     (RunContext.Injected) unless multitask_strategy says otherwise:
+//     reject refuses, enqueue queues a run, interrupt and rollback cancel
+//     the active run (rollback also restores the state it started from) and
+//     start the new one;
+//   - run.cancel (an extension) is idempotent; the run ends with a failed
+//     lifecycle event whose `cancelled` is true;
+//   - input.respond answers one or several interrupts at once, or none when
+//     any is unknown or already answered (no_such_interrupt); input.answered
+//     is published as the run resumes; `update` is merged into the state;
+//     `goto` is accepted but has no effect on Go assistants, which have no
+//     graph nodes to jump to;
+//   - state.fork forks on the same thread: the state goes back to the
+//     checkpoint's and a new run starts with the given input;
+//   - state is kept for the root namespace.
+//
+// # Subscriptions
+//
+// [Server.Subscribe] takes a filter and a cursor. The subscription first
+// gets an events.missed notice when the cursor is older than the buffer,
+// the current state when it selects the values channel, then the buffered
+// events after the cursor, then live events: replay and live delivery meet
+// with no gap and no duplicate. Publishing never blocks on a subscriber:
+// each has a queue bounded by [Config.QueueBytes], and one that overflows
+// is ended with a [SlowConsumerError] naming the last event it read.
+// Matching uses an index by channel and namespace prefix
+// ([channels.Index]), so subscriptions that do not match cost nothing.
+package server
