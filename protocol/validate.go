@@ -68,6 +68,51 @@ var commandSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, erro
 	return out, nil
 })
 
+// defSchema compiles the schema of one definition, once per name.
+var defSchemas sync.Map // name -> *jsonschema.Schema
+
+func defSchema(name string) (*jsonschema.Schema, error) {
+	if s, ok := defSchemas.Load(name); ok {
+		return s.(*jsonschema.Schema), nil
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	if err := c.AddResource("protocol.json", bytes.NewReader(schemaJSON)); err != nil {
+		return nil, err
+	}
+	s, err := c.Compile("protocol.json#/$defs/" + name)
+	if err != nil {
+		return nil, err
+	}
+	defSchemas.Store(name, s)
+	return s, nil
+}
+
+// DecodeEventStreamRequest reads the body of an SSE stream request,
+// returning the ErrorResponse (with a null id) to send when it is invalid.
+func DecodeEventStreamRequest(data []byte) (*EventStreamRequest, *ErrorResponse) {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
+	}
+	s, err := defSchema("EventStreamRequest")
+	if err != nil {
+		return nil, NewError(nil, ErrorCodeUnknownError, "%v", err)
+	}
+	if err := s.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, NewError(nil, ErrorCodeInvalidArgument, "%s", describe(ve))
+		}
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "%v", err)
+	}
+	var req EventStreamRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "%v", err)
+	}
+	return &req, nil
+}
+
 // Methods lists the command methods agentstream accepts.
 func Methods() []string {
 	schemas, err := commandSchemas()

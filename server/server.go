@@ -357,6 +357,23 @@ func (s *Server) SweepNow() {
 	}
 }
 
+// Subscriptions is the number of open subscriptions, all threads.
+func (s *Server) Subscriptions() int {
+	s.mu.Lock()
+	threads := make([]*thread, 0, len(s.threads))
+	for _, t := range s.threads {
+		threads = append(threads, t)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, t := range threads {
+		t.mu.Lock()
+		n += len(t.subs)
+		t.mu.Unlock()
+	}
+	return n
+}
+
 // BufferedEvents is how many events thread id holds for replay.
 func (s *Server) BufferedEvents(id string) int {
 	t, _ := s.thread(id, false)

@@ -193,6 +193,10 @@ func (s *Subscription) NextBatch(ctx context.Context, buf []*Event, max int) ([]
 	}
 }
 
+// Ready is signalled when events may be waiting (or the subscription
+// ended): a reader that found nothing with TryNext waits on it.
+func (s *Subscription) Ready() <-chan struct{} { return s.notify }
+
 // Close ends the subscription; events still queued can be read, then Next
 // returns ErrClosed. Closing twice is harmless.
 func (s *Subscription) Close() {

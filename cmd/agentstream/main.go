@@ -1,0 +1,187 @@
+// Command agentstream runs the agentstream server.
+//
+// Usage:
+//
+//	agentstream serve [flags]
+//
+// Every flag can also be set with an environment variable: --addr is
+// AGENTSTREAM_ADDR, --log-level is AGENTSTREAM_LOG_LEVEL, and so on. Run
+// `agentstream serve -h` for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/ws"
+	"github.com/rs/zerolog"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+}
+
+// config is what `serve` is told.
+type config struct {
+	addr            string
+	bufferEvents    int
+	bufferBytes     int
+	queueBytes      int
+	heartbeat       time.Duration
+	allowedOrigins  string
+	logLevel        string
+	logFormat       string
+	builtins        bool
+	shutdownTimeout time.Duration
+	idleRelease     time.Duration
+}
+
+// run is the command; ready, when not nil, receives the listening address.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) int {
+	if len(args) == 0 || args[0] != "serve" {
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags]   (agentstream serve -h for the flags)")
+		return 2
+	}
+	var c config
+	fs := flag.NewFlagSet("agentstream serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:2024", "listen address (LangGraph's local server port)")
+	fs.IntVar(&c.bufferEvents, "buffer-events", 8192, "replay buffer per thread, in events")
+	fs.IntVar(&c.bufferBytes, "buffer-bytes", 16<<20, "replay buffer per thread, in bytes")
+	fs.IntVar(&c.queueBytes, "queue-bytes", 8<<20, "unread events a subscriber may hold, in bytes, before it is cut off")
+	fs.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "SSE heartbeat interval")
+	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns allowed to open WebSockets from browsers (default: same origin)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "console", "console or json")
+	fs.BoolVar(&c.builtins, "builtins", true, "register the built-in assistants (echo, demo, firehose)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
+	fs.DurationVar(&c.idleRelease, "idle-release", 10*time.Minute, "how long an idle thread keeps its replay buffer")
+	if err := applyEnv(fs); err != nil {
+		fmt.Fprintln(stderr, "agentstream:", err)
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	log, err := newLogger(c.logLevel, c.logFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream:", err)
+		return 2
+	}
+	if err := serve(ctx, c, log, ready); err != nil {
+		log.Error().Err(err).Msg("server stopped")
+		return 1
+	}
+	return 0
+}
+
+// applyEnv sets each flag from AGENTSTREAM_<NAME> when that is set; flags
+// on the command line still win.
+func applyEnv(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "AGENTSTREAM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("log level %q: %w", level, err)
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	default:
+		return zerolog.Logger{}, fmt.Errorf("log format %q is not console or json", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- string) error {
+	srv := server.New(server.Config{
+		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
+	})
+	if c.builtins {
+		assistants.Register(srv)
+	}
+	var origins []string
+	for _, o := range strings.Split(c.allowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	h := transport.New(srv, transport.Options{
+		SSE: sse.Options{Heartbeat: c.heartbeat},
+		WS:  ws.Options{OriginPatterns: origins},
+	})
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: logRequests(h, log), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info().Str("addr", ln.Addr().String()).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	// Stop accepting, end the streams so their handlers return, then wait
+	// for the rest and stop the runs.
+	var errs []error
+	go func() { _ = h.Shutdown(sctx) }()
+	if err := hs.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("http: %w", err))
+	}
+	if err := h.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("websockets: %w", err))
+	}
+	if err := srv.Close(sctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, err)
+	}
+	log.Info().Msg("stopped")
+	return errors.Join(errs...)
+}
+
+// logRequests logs each request at debug level.
+func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		next.ServeHTTP(w, r)
+		log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Dur("took", time.Since(start)).Msg("request")
+	})
+}

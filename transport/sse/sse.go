@@ -1,0 +1,308 @@
+// Package sse serves a thread's events as Server-Sent Events: one filtered
+// subscription per HTTP request, for `POST /threads/{id}/stream[/events]`
+// (the filter is an EventStreamRequest body) and for a browser
+// EventSource's `GET` on the same paths (the filter in query parameters,
+// the cursor from Last-Event-ID or `?since=` / `?lastEventId=`).
+//
+// Frames are `id: <event_id>`, `event: <method>` and `data: <Event JSON>`;
+// notices that are not part of the stream (events.missed, the initial
+// values snapshot) have no id. A `: heartbeat` comment goes out when the
+// stream has been quiet for the heartbeat interval. Events that are ready
+// are written together with one flush. A client that cannot keep up is cut
+// off (its write deadline passes, or its queue overflows) without slowing
+// anyone else, and resumes with Last-Event-ID.
+package sse
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+)
+
+// Options configure the handler. Zero fields take the defaults in their
+// comments.
+type Options struct {
+	// Heartbeat is how long a stream may stay quiet before a heartbeat
+	// comment is sent (5s).
+	Heartbeat time.Duration
+	// WriteTimeout bounds each write to a client (10s); a client that
+	// cannot take a batch in that time is cut off.
+	WriteTimeout time.Duration
+	// MaxBatch is the most events written with one flush (512).
+	MaxBatch int
+	// MaxBody caps the request body (64 KiB).
+	MaxBody int64
+	// OnStream, when set, is called as a stream opens, and the function it
+	// returns as it closes (for metrics).
+	OnStream func() (done func())
+	// OnDeliver, when set, counts the events written.
+	OnDeliver func(n int)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 5 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 512
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = 64 << 10
+	}
+	return o
+}
+
+// Handler serves SSE streams of srv's threads.
+type Handler struct {
+	srv  *server.Server
+	opts Options
+	done chan struct{} // closed by Shutdown
+}
+
+// New returns a handler for srv.
+func New(srv *server.Server, opts Options) *Handler {
+	return &Handler{srv: srv, opts: opts.withDefaults(), done: make(chan struct{})}
+}
+
+// Shutdown ends every open stream cleanly (the clients see the response
+// end). Streams opened afterwards end at once. It is safe to call twice.
+func (h *Handler) Shutdown() {
+	select {
+	case <-h.done:
+	default:
+		close(h.done)
+	}
+}
+
+// ServeHTTP serves the stream of thread r.PathValue("id").
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("id")
+	if thread == "" {
+		writeError(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the path needs a thread id"))
+		return
+	}
+	var f channels.Filter
+	var cursor *uint64
+	var errResp *protocol.ErrorResponse
+	if r.Method == http.MethodPost {
+		f, cursor, errResp = h.fromBody(r)
+	} else {
+		f, cursor, errResp = fromQuery(r)
+	}
+	if errResp != nil {
+		writeError(w, http.StatusBadRequest, errResp)
+		return
+	}
+	if c := lastEventID(r); c != nil {
+		cursor = c
+	}
+	sub, _, err := h.srv.Subscribe(thread, f, cursor)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
+		return
+	}
+	defer sub.Close()
+	if h.opts.OnStream != nil {
+		defer h.opts.OnStream()()
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("Connection", "keep-alive")
+	hdr.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	h.stream(r.Context(), w, rc, sub)
+}
+
+// stream writes the subscription's events until the client goes, the
+// subscription ends or the handler shuts down.
+func (h *Handler) stream(ctx context.Context, w io.Writer, rc *http.ResponseController, sub *server.Subscription) {
+	var buf bytes.Buffer
+	heartbeat := time.NewTimer(h.opts.Heartbeat)
+	defer heartbeat.Stop()
+	write := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return false
+		}
+		buf.Reset()
+		return rc.Flush() == nil
+	}
+	for {
+		n := 0
+		var endErr error
+		for n < h.opts.MaxBatch {
+			e, ok, err := sub.TryNext()
+			if !ok {
+				endErr = err
+				break
+			}
+			appendFrame(&buf, e)
+			n++
+		}
+		if n > 0 {
+			if !write() {
+				return
+			}
+			if h.opts.OnDeliver != nil {
+				h.opts.OnDeliver(n)
+			}
+			if !heartbeat.Stop() {
+				select {
+				case <-heartbeat.C:
+				default:
+				}
+			}
+			heartbeat.Reset(h.opts.Heartbeat)
+			continue
+		}
+		if endErr != nil {
+			// A slow consumer or a closing server: end the response; the
+			// client resumes with Last-Event-ID.
+			var sce *server.SlowConsumerError
+			if errors.As(endErr, &sce) {
+				buf.WriteString(": slow consumer, resume after " + strconv.FormatUint(sce.LastSeq, 10) + "\n\n")
+				write()
+			}
+			return
+		}
+		select {
+		case <-sub.Ready():
+		case <-heartbeat.C:
+			buf.WriteString(": heartbeat\n\n")
+			if !write() {
+				return
+			}
+			heartbeat.Reset(h.opts.Heartbeat)
+		case <-ctx.Done():
+			return
+		case <-h.done:
+			return
+		}
+	}
+}
+
+// appendFrame writes one event as an SSE frame.
+func appendFrame(buf *bytes.Buffer, e *server.Event) {
+	if id := e.EventID(); id != "" {
+		buf.WriteString("id: ")
+		buf.WriteString(id)
+		buf.WriteByte('\n')
+	}
+	buf.WriteString("event: ")
+	buf.WriteString(e.Method)
+	buf.WriteString("\ndata: ")
+	buf.Write(e.JSON()) // JSON from encoding/json has no raw newline
+	buf.WriteString("\n\n")
+}
+
+func (h *Handler) fromBody(r *http.Request) (channels.Filter, *uint64, *protocol.ErrorResponse) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, h.opts.MaxBody))
+	if err != nil {
+		return channels.Filter{}, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return channels.All, nil, nil
+	}
+	req, errResp := protocol.DecodeEventStreamRequest(body)
+	if errResp != nil {
+		return channels.Filter{}, nil, errResp
+	}
+	return server.FilterOf(req.Channels, req.Namespaces, req.Depth), req.Since, nil
+}
+
+// fromQuery reads a GET stream's filter: channels (comma-separated or
+// repeated), namespaces (each a JSON array, or segments joined by "/"),
+// depth and since.
+func fromQuery(r *http.Request) (channels.Filter, *uint64, *protocol.ErrorResponse) {
+	q := r.URL.Query()
+	f := channels.Filter{Depth: channels.Unlimited}
+	for _, v := range q["channels"] {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c == "" {
+				continue
+			}
+			if !channels.Valid(c) {
+				return f, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "channels: %q is not a channel", c)
+			}
+			f.Channels = append(f.Channels, c)
+		}
+	}
+	for _, v := range q["namespaces"] {
+		var ns []string
+		if strings.HasPrefix(v, "[") {
+			if err := json.Unmarshal([]byte(v), &ns); err != nil {
+				return f, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "namespaces: %q is not a JSON array of text", v)
+			}
+		} else if v != "" {
+			ns = strings.Split(v, "/")
+		}
+		f.Namespaces = append(f.Namespaces, channels.Namespace(ns))
+	}
+	if v := q.Get("depth"); v != "" {
+		d, err := strconv.Atoi(v)
+		if err != nil || d < 0 {
+			return f, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "depth: %q is not a non-negative integer", v)
+		}
+		f.Depth = d
+	}
+	var cursor *uint64
+	for _, k := range []string{"since", "lastEventId"} {
+		if v := q.Get(k); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return f, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: %q is not an event id", k, v)
+			}
+			cursor = &n
+		}
+	}
+	return f, cursor, nil
+}
+
+// lastEventID reads the Last-Event-ID header a reconnecting EventSource
+// sends.
+func lastEventID(r *http.Request) *uint64 {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return nil
+	}
+	return &n
+}
+
+// writeError answers with an ErrorResponse body.
+func writeError(w http.ResponseWriter, status int, e *protocol.ErrorResponse) {
+	WriteJSON(w, status, e)
+}
+
+// WriteJSON writes v as a JSON response.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,223 @@
+// Package transport mounts agentstream's wire transports on one HTTP
+// handler: the routes of the protocol's spec and of the official SDK.
+//
+//	POST /threads/{id}/stream, /threads/{id}/stream/events   SSE (EventStreamRequest body)
+//	GET  same paths, without an upgrade                       SSE for EventSource (query filter, Last-Event-ID)
+//	GET  same paths, with an upgrade                          the thread's WebSocket
+//	POST /threads/{id}/commands                               one JSON command, one JSON response
+//	GET  /threads/{id}/state                                  values, pending interrupts, latest checkpoint
+//	GET  /healthz, /readyz                                    liveness and readiness
+//	GET  /metrics                                             Prometheus metrics
+//
+// The subpackages sse, ws and inproc own each transport; this package owns
+// the routing, the commands and state endpoints, and the metrics.
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentstream/agentstream/codegen/cddlrt"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/ws"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configure the handler.
+type Options struct {
+	SSE sse.Options
+	WS  ws.Options
+	// Registry receives the metrics (a new one when nil).
+	Registry *prometheus.Registry
+	// MaxCommandBody caps a command's body (1 MiB).
+	MaxCommandBody int64
+}
+
+// Handler is the HTTP face of a server.
+type Handler struct {
+	srv     *server.Server
+	mux     *http.ServeMux
+	sse     *sse.Handler
+	ws      *ws.Handler
+	metrics *metrics
+	ready   atomic.Bool
+	maxBody int64
+}
+
+// New builds the handler for srv.
+func New(srv *server.Server, opts Options) *Handler {
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := newMetrics(reg, srv)
+	opts.SSE.OnStream = chain(opts.SSE.OnStream, m.stream)
+	opts.SSE.OnDeliver = chainN(opts.SSE.OnDeliver, m.delivered)
+	opts.WS.OnConn = chain(opts.WS.OnConn, m.conn)
+	opts.WS.OnDeliver = chainN(opts.WS.OnDeliver, m.delivered)
+	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody}
+	if h.maxBody <= 0 {
+		h.maxBody = 1 << 20
+	}
+	h.ready.Store(true)
+	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
+		h.mux.Handle("POST "+p, h.sse)
+		h.mux.HandleFunc("GET "+p, h.streamGET)
+	}
+	h.mux.HandleFunc("POST /threads/{id}/commands", h.command)
+	h.mux.HandleFunc("GET /threads/{id}/state", h.state)
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Shutdown marks the handler not ready and ends every stream and
+// WebSocket cleanly, waiting for the WebSockets or ctx.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.ready.Store(false)
+	h.sse.Shutdown()
+	return h.ws.Shutdown(ctx)
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if !h.ready.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// streamGET is a WebSocket upgrade or an EventSource stream.
+func (h *Handler) streamGET(w http.ResponseWriter, r *http.Request) {
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		h.ws.ServeHTTP(w, r)
+		return
+	}
+	h.sse.ServeHTTP(w, r)
+}
+
+// statusOf maps a protocol error to an HTTP status.
+func statusOf(code protocol.ErrorCode) int {
+	switch code {
+	case protocol.ErrorCodeNoSuchRun, protocol.ErrorCodeNoSuchSubscription, protocol.ErrorCodeNoSuchNamespace,
+		protocol.ErrorCodeNoSuchInterrupt, protocol.ErrorCodeNoSuchCheckpoint:
+		return http.StatusNotFound
+	case protocol.ErrorCodePermissionDenied:
+		return http.StatusForbidden
+	case protocol.ErrorCodeUnknownError:
+		return http.StatusInternalServerError
+	}
+	return http.StatusBadRequest
+}
+
+// command serves POST /threads/{id}/commands.
+func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		status := http.StatusBadRequest
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		sse.WriteJSON(w, status, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the command: %v", err))
+		return
+	}
+	cmd, errResp := protocol.DecodeCommand(body)
+	method := "invalid"
+	if errResp == nil {
+		method = methodOf(cmd)
+		var resp *protocol.CommandResponse
+		resp, errResp = h.srv.Do(r.Context(), r.PathValue("id"), cmd)
+		if errResp == nil {
+			h.metrics.command(method, "success", time.Since(start))
+			sse.WriteJSON(w, http.StatusOK, resp)
+			return
+		}
+	}
+	h.metrics.command(method, string(errResp.Error), time.Since(start))
+	sse.WriteJSON(w, statusOf(errResp.Error), errResp)
+}
+
+func methodOf(cmd *protocol.ClientCommand) string {
+	b, err := cmd.MarshalJSON()
+	if err != nil {
+		return "unknown"
+	}
+	m, _, _ := cddlrt.Probe(b, "method")
+	return m
+}
+
+// state serves GET /threads/{id}/state in the shape of LangGraph's thread
+// state, which the SDK reads to hydrate: values, next (non-empty while a
+// run is active), tasks with the pending interrupts, and the latest
+// checkpoint.
+func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	st, ok := h.srv.State(id)
+	if !ok {
+		sse.WriteJSON(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "no thread %q", id))
+		return
+	}
+	values := st.Values
+	if values == nil {
+		values = map[string]any{}
+	}
+	next := []string{}
+	if st.Status != "idle" {
+		next = []string{"agent"}
+	}
+	tasks := []any{}
+	if len(st.Interrupts) > 0 {
+		var ints []any
+		for _, in := range st.Interrupts {
+			ints = append(ints, map[string]any{"id": in.ID, "value": in.Payload, "namespace": nonNil(in.Namespace)})
+		}
+		tasks = append(tasks, map[string]any{"id": "interrupts", "name": "agent", "interrupts": ints})
+	}
+	out := map[string]any{"values": values, "next": next, "tasks": tasks, "metadata": map[string]any{}, "status": st.Status}
+	if cp := st.Checkpoint; cp != nil {
+		out["checkpoint"] = map[string]any{"thread_id": id, "checkpoint_ns": "", "checkpoint_id": cp.ID}
+		out["metadata"] = map[string]any{"step": cp.Step, "source": cp.Source}
+		out["created_at"] = cp.Time.UTC().Format(time.RFC3339Nano)
+		if cp.ParentID != "" {
+			out["parent_checkpoint"] = map[string]any{"thread_id": id, "checkpoint_ns": "", "checkpoint_id": cp.ParentID}
+		}
+	}
+	sse.WriteJSON(w, http.StatusOK, out)
+}
+
+func nonNil(ns []string) []string {
+	if ns == nil {
+		return []string{}
+	}
+	return ns
+}
+
+func chain(a, b func() func()) func() func() {
+	if a == nil {
+		return b
+	}
+	return func() func() {
+		da, db := a(), b()
+		return func() { db(); da() }
+	}
+}
+
+func chainN(a, b func(int)) func(int) {
+	if a == nil {
+		return b
+	}
+	return func(n int) { a(n); b(n) }
+}

@@ -1,0 +1,296 @@
+// Package ws serves a thread over WebSocket (github.com/coder/websocket):
+// clients send Command objects and receive CommandResponse, ErrorResponse
+// and Event objects on one connection, as JSON text frames, or as CBOR
+// binary frames when they negotiate the subprotocol [CBORSubprotocol].
+//
+// Every command works in-band, subscriptions included. A dropped
+// connection leaves its subscriptions restorable, for the server's
+// reconnect grace period, by subscription.reconnect on a new connection.
+// The server pings idle connections; a frame over the read limit closes
+// the connection with 1009; a rejection after the handshake closes it with
+// 4000 + the HTTP status. Origins are checked (see Options.OriginPatterns).
+package ws
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"encoding/json"
+	"github.com/agentstream/agentstream/codegen/cddlrt"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/coder/websocket"
+	"github.com/fxamacker/cbor/v2"
+)
+
+// CBORSubprotocol is the WebSocket subprotocol for CBOR framing: the same
+// messages as JSON, encoded as CBOR in binary frames.
+const CBORSubprotocol = "agentstream.cbor"
+
+// JSONSubprotocol names the default JSON framing, for clients that want
+// to ask for it explicitly.
+const JSONSubprotocol = "agentstream.json"
+
+// Options configure the handler. Zero fields take the defaults in their
+// comments.
+type Options struct {
+	// OriginPatterns lists the host patterns (path.Match syntax) that may
+	// open a WebSocket from a browser page besides the server's own host.
+	// Empty: same-origin only. "*" allows every origin.
+	OriginPatterns []string
+	// ReadLimit caps an incoming frame (1 MiB); a larger one closes the
+	// connection with 1009.
+	ReadLimit int64
+	// PingInterval is how often an idle connection is pinged (20s); a peer
+	// that does not answer within it is dropped.
+	PingInterval time.Duration
+	// WriteTimeout bounds each write (10s); a peer that cannot take it is
+	// dropped.
+	WriteTimeout time.Duration
+	// MaxBatch is the most events taken from a subscription at a time (256).
+	MaxBatch int
+	// OnConn, when set, is called as a connection opens, and the function
+	// it returns as it closes (for metrics).
+	OnConn func() (done func())
+	// OnDeliver, when set, counts the events written.
+	OnDeliver func(n int)
+}
+
+func (o Options) withDefaults() Options {
+	if o.ReadLimit <= 0 {
+		o.ReadLimit = 1 << 20
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 20 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+	return o
+}
+
+// Handler upgrades requests to thread WebSockets.
+type Handler struct {
+	srv  *server.Server
+	opts Options
+	done chan struct{}
+	wg   sync.WaitGroup // open connections
+}
+
+// New returns a handler for srv.
+func New(srv *server.Server, opts Options) *Handler {
+	return &Handler{srv: srv, opts: opts.withDefaults(), done: make(chan struct{})}
+}
+
+// Shutdown closes every connection with 1001 (going away) and waits for
+// their goroutines, or for ctx.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	select {
+	case <-h.done:
+	default:
+		close(h.done)
+	}
+	c := make(chan struct{})
+	go func() { h.wg.Wait(); close(c) }()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ServeHTTP upgrades the request and serves thread r.PathValue("id").
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:   []string{CBORSubprotocol, JSONSubprotocol},
+		OriginPatterns: h.opts.OriginPatterns,
+	})
+	if err != nil {
+		return // Accept has answered (403 for a bad origin, 426 ...)
+	}
+	h.wg.Add(1)
+	defer h.wg.Done()
+	thread := r.PathValue("id")
+	if thread == "" {
+		conn.Close(4000+http.StatusBadRequest, "the path needs a thread id")
+		return
+	}
+	select {
+	case <-h.done:
+		conn.Close(4000+http.StatusServiceUnavailable, "server shutting down")
+		return
+	default:
+	}
+	conn.SetReadLimit(h.opts.ReadLimit)
+	if h.opts.OnConn != nil {
+		defer h.opts.OnConn()()
+	}
+	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
+	c.serve(r.Context())
+}
+
+// connection is one WebSocket: a reader of commands, one pump per
+// subscription, and a pinger, all stopped when it ends.
+type connection struct {
+	h       *Handler
+	conn    *websocket.Conn
+	cbor    bool
+	session *server.Session
+	wg      sync.WaitGroup
+	wmu     sync.Mutex // serialises frames
+}
+
+func (c *connection) serve(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	defer func() {
+		cancel()
+		c.wg.Wait()
+		c.session.Detach()
+	}()
+	c.wg.Add(1)
+	go c.keepalive(ctx, cancel)
+	for {
+		typ, data, err := c.conn.Read(ctx)
+		if err != nil {
+			// The peer went, a frame was too big (the library closed with
+			// 1009), or the handler shuts down.
+			select {
+			case <-c.h.done:
+				c.conn.Close(websocket.StatusGoingAway, "server shutting down")
+			default:
+			}
+			return
+		}
+		cmd, errResp := c.decode(typ, data)
+		if errResp != nil {
+			if !c.send(ctx, errResp) {
+				return
+			}
+			continue
+		}
+		resp, errResp := c.session.Do(ctx, cmd, func(s *server.SessionSub) {
+			c.wg.Add(1)
+			go c.pump(ctx, s)
+		})
+		var out any = resp
+		if errResp != nil {
+			out = errResp
+		}
+		if !c.send(ctx, out) {
+			return
+		}
+	}
+}
+
+func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.ClientCommand, *protocol.ErrorResponse) {
+	if typ == websocket.MessageBinary {
+		if !c.cbor {
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "binary frames need the %s subprotocol", CBORSubprotocol)
+		}
+		// CBOR commands are checked by the same schema, through JSON.
+		var v any
+		if err := cddlrt.CBORDecMode.Unmarshal(data, &v); err != nil {
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
+		}
+		data = j
+	}
+	return protocol.DecodeCommand(data)
+}
+
+// send writes one message (response, error or event) as a frame.
+func (c *connection) send(ctx context.Context, v any) bool {
+	var b []byte
+	var err error
+	typ := websocket.MessageText
+	if c.cbor {
+		typ = websocket.MessageBinary
+		b, err = cbor.Marshal(v)
+	} else {
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return false
+	}
+	return c.write(ctx, typ, b)
+}
+
+func (c *connection) write(ctx context.Context, typ websocket.MessageType, b []byte) bool {
+	wctx, cancel := context.WithTimeout(ctx, c.h.opts.WriteTimeout)
+	defer cancel()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.conn.Write(wctx, typ, b) == nil
+}
+
+// pump forwards one subscription's events until it ends or the connection
+// does.
+func (c *connection) pump(ctx context.Context, s *server.SessionSub) {
+	defer c.wg.Done()
+	buf := make([]*server.Event, 0, c.h.opts.MaxBatch)
+	for {
+		var err error
+		buf, err = s.Sub.NextBatch(ctx, buf[:0], c.h.opts.MaxBatch)
+		for _, e := range buf {
+			typ, b := websocket.MessageText, e.JSON()
+			if c.cbor {
+				var cerr error
+				if b, cerr = e.CBOR(); cerr != nil {
+					continue
+				}
+				typ = websocket.MessageBinary
+			}
+			if !c.write(ctx, typ, b) {
+				return
+			}
+		}
+		if c.h.opts.OnDeliver != nil && len(buf) > 0 {
+			c.h.opts.OnDeliver(len(buf))
+		}
+		if err != nil {
+			var sce *server.SlowConsumerError
+			if errors.As(err, &sce) {
+				// Tell the client why its events stopped; it can
+				// resubscribe (the SDK dedupes by event_id).
+				c.conn.Close(4000+http.StatusTooManyRequests, sce.Error())
+			}
+			return
+		}
+	}
+}
+
+// keepalive pings the peer and drops it when it stops answering; it also
+// ends the connection when the handler shuts down.
+func (c *connection) keepalive(ctx context.Context, cancel context.CancelFunc) {
+	defer c.wg.Done()
+	t := time.NewTicker(c.h.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.h.done:
+			c.conn.Close(websocket.StatusGoingAway, "server shutting down")
+			cancel()
+			return
+		case <-t.C:
+			pctx, pcancel := context.WithTimeout(ctx, c.h.opts.PingInterval)
+			err := c.conn.Ping(pctx)
+			pcancel()
+			if err != nil {
+				cancel()
+				return
+			}
+		}
+	}
+}
