@@ -124,7 +124,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	select {
 	case <-h.done:
-		conn.Close(4000+http.StatusServiceUnavailable, "server shutting down")
+		conn.Close(websocket.StatusGoingAway, "server shutting down")
 		return
 	default:
 	}

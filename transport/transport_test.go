@@ -1,0 +1,443 @@
+package transport_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/ws"
+	"github.com/coder/websocket"
+	"github.com/fxamacker/cbor/v2"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start runs a server with the built-in assistants on a loopback port.
+func start(t *testing.T, opts transport.Options) (*httptest.Server, *transport.Handler, *server.Server) {
+	t.Helper()
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	h := transport.New(srv, opts)
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		require.NoError(t, srv.Close(ctx))
+	})
+	return ts, h, srv
+}
+
+func post(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+const echoStart = `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "one two three"}]}}}`
+
+// frame is one SSE frame.
+type frame struct{ id, event, data string }
+
+// readFrames reads SSE frames until stop says so.
+func readFrames(t *testing.T, body io.Reader, stop func(frame) bool) []frame {
+	t.Helper()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var out []frame
+	var cur frame
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if cur.event != "" {
+				out = append(out, cur)
+				if stop(cur) {
+					return out
+				}
+			}
+			cur = frame{}
+		case strings.HasPrefix(line, "id: "):
+			cur.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			cur.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			cur.data = line[6:]
+		case strings.HasPrefix(line, ":"):
+			out = append(out, frame{event: "comment", data: line})
+			if stop(out[len(out)-1]) {
+				return out
+			}
+		}
+	}
+	t.Fatalf("stream ended after %d frames: %v", len(out), sc.Err())
+	return nil
+}
+
+func completed(f frame) bool {
+	return f.event == "lifecycle" && strings.Contains(f.data, `"namespace":[],`) && strings.Contains(f.data, `"event":"completed"`)
+}
+
+func TestSSEStreamOfEcho(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	req, _ := http.NewRequest("POST", ts.URL+"/threads/t1/stream/events", strings.NewReader(`{"channels": ["messages", "lifecycle"]}`))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "no-cache", resp.Header.Get("Cache-Control"))
+	require.Equal(t, "no", resp.Header.Get("X-Accel-Buffering"))
+	code, out := post(t, ts.URL+"/threads/t1/commands", echoStart)
+	require.Equal(t, 200, code, "%v", out)
+	require.Equal(t, "success", out["type"])
+	frames := readFrames(t, resp.Body, completed)
+	var text strings.Builder
+	for i, f := range frames {
+		require.Equal(t, f.id, mustGet(t, f.data, "event_id"), "id: is the event_id")
+		require.Equal(t, f.event, mustGet(t, f.data, "method"), "event: is the method")
+		if i > 0 {
+			require.NotEqual(t, frames[i-1].id, f.id)
+		}
+		var e struct {
+			Params struct {
+				Data struct {
+					Event string
+					Delta struct{ Type, Text string }
+				}
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(f.data), &e))
+		if e.Params.Data.Delta.Type == "text-delta" {
+			text.WriteString(e.Params.Data.Delta.Text)
+		}
+	}
+	require.Equal(t, "one two three", text.String())
+}
+
+func mustGet(t *testing.T, data, key string) string {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(data), &m))
+	v, _ := m[key].(string)
+	return v
+}
+
+func TestSSEGetWithLastEventIDAndHeartbeat(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{SSE: sse.Options{Heartbeat: 50 * time.Millisecond}})
+	post(t, ts.URL+"/threads/t/commands", echoStart)
+	// Wait for the run to finish, then resume after event 5 as EventSource would.
+	require.Eventually(t, func() bool {
+		_, out := post(t, ts.URL+"/threads/t/commands", `{"id": 2, "method": "agent.getTree", "params": {}}`)
+		tree, _ := out["result"].(map[string]any)["tree"].(map[string]any)
+		return tree["status"] == "completed"
+	}, 5*time.Second, 20*time.Millisecond)
+	req, _ := http.NewRequest("GET", ts.URL+"/threads/t/stream?channels=messages,lifecycle", nil)
+	req.Header.Set("Last-Event-ID", "5")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	frames := readFrames(t, resp.Body, func(f frame) bool { return f.event == "comment" })
+	require.Equal(t, "6", frames[0].id, "resumes after Last-Event-ID")
+	require.Equal(t, ": heartbeat", frames[len(frames)-1].data, "a quiet stream gets heartbeats")
+}
+
+func TestSSEBadRequests(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	for _, tc := range []struct{ body, msg string }{
+		{`{"channels": "messages"}`, "channels: expected array, but got string (rule EventStreamRequest)"},
+		{`{"channels": ["gossip"]}`, "channels[0]: does not match pattern"},
+		{`{"channels": [], "depth": -1}`, "depth: must be >= 0"},
+		{`{"channels": [`, "malformed JSON"},
+	} {
+		code, out := post(t, ts.URL+"/threads/t/stream", tc.body)
+		require.Equal(t, http.StatusBadRequest, code, tc.body)
+		require.Equal(t, "error", out["type"])
+		require.Nil(t, out["id"])
+		require.Equal(t, "invalid_argument", out["error"])
+		require.Contains(t, out["message"], tc.msg)
+	}
+	resp, err := http.Get(ts.URL + "/threads/t/stream?depth=deep")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+func TestCommandsEndpoint(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{MaxCommandBody: 4096})
+	url := ts.URL + "/threads/t/commands"
+	cases := []struct {
+		name, body string
+		code       int
+		errCode    string
+	}{
+		{"run.start", echoStart, 200, ""},
+		{"state.get", `{"id": 2, "method": "state.get", "params": {"namespace": []}}`, 200, ""},
+		{"listCheckpoints", `{"id": 3, "method": "state.listCheckpoints", "params": {}}`, 200, ""},
+		{"getTree", `{"id": 4, "method": "agent.getTree", "params": {}}`, 200, ""},
+		{"run.cancel", `{"id": 5, "method": "run.cancel", "params": {}}`, 200, ""},
+		{"input.inject without a run", `{"id": 6, "method": "input.inject", "params": {"namespace": [], "message": {"role": "user", "content": "x"}}}`, 404, "no_such_run"},
+		{"unknown interrupt", `{"id": 7, "method": "input.respond", "params": {"namespace": [], "interrupt_id": "nope", "response": 1}}`, 404, "no_such_interrupt"},
+		{"unknown checkpoint", `{"id": 8, "method": "state.fork", "params": {"checkpoint_id": "nope"}}`, 404, "no_such_checkpoint"},
+		{"subscription over HTTP", `{"id": 9, "method": "subscription.subscribe", "params": {"channels": ["messages"]}}`, 400, "not_supported"},
+		{"unknown method", `{"id": 10, "method": "run.explode", "params": {}}`, 400, "unknown_command"},
+		{"wrong type", `{"id": 11, "method": "run.start", "params": {"assistant_id": 1, "input": null}}`, 400, "invalid_argument"},
+		{"unknown assistant", `{"id": 12, "method": "run.start", "params": {"assistant_id": "ghost", "input": null}}`, 400, "invalid_argument"},
+		{"malformed", `{"id": 13,`, 400, "invalid_argument"},
+		{"too big", `{"id": 14, "method": "run.start", "params": {"assistant_id": "echo", "input": "` + strings.Repeat("x", 5000) + `"}}`, 413, "invalid_argument"},
+	}
+	for _, tc := range cases {
+		code, out := post(t, url, tc.body)
+		require.Equal(t, tc.code, code, "%s: %v", tc.name, out)
+		if tc.errCode == "" {
+			require.Equal(t, "success", out["type"], tc.name)
+			require.NotNil(t, out["meta"].(map[string]any)["applied_through_seq"], tc.name)
+		} else {
+			require.Equal(t, tc.errCode, out["error"], "%s: %v", tc.name, out)
+		}
+	}
+	code, out := post(t, url, `{"id": 13,`)
+	require.Equal(t, 400, code)
+	require.Nil(t, out["id"], "malformed JSON has a null id")
+}
+
+func TestStateEndpoint(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	resp, err := http.Get(ts.URL + "/threads/nope/state")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	post(t, ts.URL+"/threads/t/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "demo", "input": null}}`)
+	var st map[string]any
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(ts.URL + "/threads/t/state")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		st = nil
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		tasks, _ := st["tasks"].([]any)
+		return len(tasks) == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, []any{"agent"}, st["next"], "an interrupted thread is active")
+	ints := st["tasks"].([]any)[0].(map[string]any)["interrupts"].([]any)
+	require.Contains(t, ints[0].(map[string]any)["value"], "question")
+}
+
+func TestHealthReadyAndMetrics(t *testing.T) {
+	ts, h, _ := start(t, transport.Options{})
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(ts.URL + p)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, p)
+		if p == "/metrics" {
+			for _, m := range []string{"agentstream_events_published_total", "agentstream_sse_streams", "agentstream_websocket_connections",
+				"agentstream_slow_consumers_total", "agentstream_replays_total", "agentstream_subscriptions", "agentstream_events_delivered_total"} {
+				require.Contains(t, string(b), m)
+			}
+		}
+	}
+	require.NoError(t, h.Shutdown(context.Background()))
+	resp, err := http.Get(ts.URL + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
+
+func dial(t *testing.T, ts *httptest.Server, thread string, opts *websocket.DialOptions) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/threads/"+thread+"/stream/events", opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+func wsSend(t *testing.T, c *websocket.Conn, msg string) {
+	t.Helper()
+	require.NoError(t, c.Write(context.Background(), websocket.MessageText, []byte(msg)))
+}
+
+func wsRead(t *testing.T, c *websocket.Conn) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, b, err := c.Read(ctx)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	return m
+}
+
+func TestWebSocketCommandsEventsAndErrors(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	c := dial(t, ts, "t", nil)
+	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["messages", "lifecycle"]}}`)
+	resp := wsRead(t, c)
+	require.Equal(t, "success", resp["type"])
+	subID := resp["result"].(map[string]any)["subscription_id"].(string)
+	wsSend(t, c, echoStart)
+	var text strings.Builder
+	gotResponse := false
+	for {
+		m := wsRead(t, c)
+		if m["type"] == "success" {
+			gotResponse = true
+			continue
+		}
+		require.Equal(t, "event", m["type"])
+		params := m["params"].(map[string]any)
+		data := params["data"].(map[string]any)
+		if d, ok := data["delta"].(map[string]any); ok && d["type"] == "text-delta" {
+			text.WriteString(d["text"].(string))
+		}
+		if m["method"] == "lifecycle" && data["event"] == "completed" {
+			break
+		}
+	}
+	require.True(t, gotResponse)
+	require.Equal(t, "one two three", text.String())
+	// Bad input gets an error frame, and the connection stays usable.
+	for _, tc := range []struct{ msg, code string }{
+		{`{"id": 3, "method": `, "invalid_argument"},
+		{`{"id": 4, "method": "nope", "params": {}}`, "unknown_command"},
+		{`{"id": 5, "method": "subscription.unsubscribe", "params": {"subscription_id": "nope"}}`, "no_such_subscription"},
+		{`{"id": 6, "method": "state.get", "params": {"namespace": "root"}}`, "invalid_argument"},
+	} {
+		wsSend(t, c, tc.msg)
+		m := wsRead(t, c)
+		require.Equal(t, "error", m["type"], tc.msg)
+		require.Equal(t, tc.code, m["error"], tc.msg)
+	}
+	wsSend(t, c, `{"id": 7, "method": "subscription.unsubscribe", "params": {"subscription_id": "`+subID+`"}}`)
+	require.Equal(t, "success", wsRead(t, c)["type"])
+	// A frame over the read limit closes with 1009.
+	wsSend(t, c, `{"id": 8, "method": "run.start", "params": {"assistant_id": "echo", "input": "`+strings.Repeat("x", 1<<20)+`"}}`)
+	_, _, err := c.Read(context.Background())
+	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err))
+}
+
+func TestWebSocketCBOR(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	c := dial(t, ts, "t", &websocket.DialOptions{Subprotocols: []string{ws.CBORSubprotocol}})
+	require.Equal(t, ws.CBORSubprotocol, c.Subprotocol())
+	cmd, _ := cbor.Marshal(map[string]any{"id": 1, "method": "subscription.subscribe", "params": map[string]any{"channels": []string{"lifecycle"}}})
+	require.NoError(t, c.Write(context.Background(), websocket.MessageBinary, cmd))
+	read := func() map[string]any {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		typ, b, err := c.Read(ctx)
+		require.NoError(t, err)
+		require.Equal(t, websocket.MessageBinary, typ)
+		var m map[string]any
+		require.NoError(t, cbor.Unmarshal(b, &m))
+		return m
+	}
+	require.Equal(t, "success", read()["type"])
+	cmd, _ = cbor.Marshal(map[string]any{"id": 2, "method": "run.start", "params": map[string]any{"assistant_id": "echo", "input": map[string]any{"messages": []any{map[string]any{"role": "user", "content": "cbor"}}}}})
+	require.NoError(t, c.Write(context.Background(), websocket.MessageBinary, cmd))
+	methods := map[any]bool{}
+	for i := 0; i < 4; i++ {
+		m := read()
+		methods[m["type"]] = true
+	}
+	require.True(t, methods["event"])
+}
+
+func TestWebSocketOriginCheck(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	h := http.Header{"Origin": []string{"https://evil.example"}}
+	_, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/threads/t/stream", &websocket.DialOptions{HTTPHeader: h})
+	require.Error(t, err)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	ts2, _, _ := start(t, transport.Options{WS: ws.Options{OriginPatterns: []string{"evil.example"}}})
+	c, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(ts2.URL, "http")+"/threads/t/stream", &websocket.DialOptions{HTTPHeader: h})
+	require.NoError(t, err, "an allowed origin")
+	c.CloseNow()
+}
+
+func TestWebSocketReconnectRestoresSubscriptions(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	c := dial(t, ts, "t", nil)
+	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle"]}}`)
+	subID := wsRead(t, c)["result"].(map[string]any)["subscription_id"].(string)
+	wsSend(t, c, `{"id": 2, "method": "run.start", "params": {"assistant_id": "demo", "input": null}}`)
+	for {
+		m := wsRead(t, c)
+		if m["type"] == "event" && m["params"].(map[string]any)["data"].(map[string]any)["event"] == "interrupted" {
+			break
+		}
+	}
+	c.CloseNow() // dropped
+	c2 := dial(t, ts, "t", nil)
+	require.Eventually(t, func() bool {
+		wsSend(t, c2, `{"id": 3, "method": "subscription.reconnect", "params": {"run_id": "r", "subscriptions": ["`+subID+`"]}}`)
+		m := wsRead(t, c2)
+		return m["type"] == "success" && m["result"].(map[string]any)["restored"] == true
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+func TestShutdownEndsOpenStreams(t *testing.T) {
+	ts, h, _ := start(t, transport.Options{})
+	resp, err := http.Post(ts.URL+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["messages"]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	c := dial(t, ts, "t", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.Shutdown(ctx))
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err, "the SSE response ends cleanly")
+	_, _, err = c.Read(ctx)
+	require.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err))
+}
+
+// TestConformanceWithTheOfficialSDK runs tools/node/conformance.mjs: the
+// official JavaScript SDK against this server over SSE and WebSocket.
+func TestConformanceWithTheOfficialSDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs node")
+	}
+	node, err := exec.LookPath("node")
+	script, _ := filepath.Abs("../tools/node/conformance.mjs")
+	_, sdkErr := os.Stat("../tools/node/node_modules/@langchain/langgraph-sdk")
+	if err != nil || sdkErr != nil {
+		if os.Getenv("AGENTSTREAM_REQUIRE_TOOLS") == "1" {
+			t.Fatal("node and tools/node (npm ci --prefix tools/node) are needed")
+		}
+		t.Skip("node or tools/node is not installed")
+	}
+	ts, _, _ := start(t, transport.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script, ts.URL)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Log("\n" + out.String())
+	require.NoError(t, err, "conformance failed")
+	require.Contains(t, out.String(), "10 passed, 0 failed")
+}
