@@ -408,11 +408,15 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	c := dial(t, ts, "t", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	closed := make(chan error, 1) // the client reads, as a real one does
+	go func() {
+		_, _, err := c.Read(ctx)
+		closed <- err
+	}()
 	require.NoError(t, h.Shutdown(ctx))
 	_, err = io.ReadAll(resp.Body)
 	require.NoError(t, err, "the SSE response ends cleanly")
-	_, _, err = c.Read(ctx)
-	require.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(err))
+	require.Equal(t, websocket.StatusGoingAway, websocket.CloseStatus(<-closed))
 }
 
 // TestConformanceWithTheOfficialSDK runs tools/node/conformance.mjs: the

@@ -54,7 +54,10 @@ async function echo(transport) {
     // Projections are opened before the run, as applications do.
     const message = firstMessageText(thread);
     const output = thread.output;
-    await thread.run.start({ input: userInput(text) });
+    // A small per-token delay makes echo stream over time as a model
+    // does; with none the run can end before the SDK's lazily opened
+    // projections subscribe, and the SDK closes them at the run's end.
+    await thread.run.start({ input: userInput(text), config: { token_delay_ms: 5 } });
     const got = await withTimeout(message, 10000, "echo message");
     assertEqual(got, text, "assembled message text");
     const state = await withTimeout(output, 10000, "echo output");

@@ -77,10 +77,12 @@ func (o Options) withDefaults() Options {
 
 // Handler upgrades requests to thread WebSockets.
 type Handler struct {
-	srv  *server.Server
-	opts Options
-	done chan struct{}
-	wg   sync.WaitGroup // open connections
+	srv     *server.Server
+	opts    Options
+	done    chan struct{}
+	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
+	closing bool
+	wg      sync.WaitGroup // open connections
 }
 
 // New returns a handler for srv.
@@ -91,11 +93,12 @@ func New(srv *server.Server, opts Options) *Handler {
 // Shutdown closes every connection with 1001 (going away) and waits for
 // their goroutines, or for ctx.
 func (h *Handler) Shutdown(ctx context.Context) error {
-	select {
-	case <-h.done:
-	default:
+	h.mu.Lock()
+	if !h.closing {
+		h.closing = true
 		close(h.done)
 	}
+	h.mu.Unlock()
 	c := make(chan struct{})
 	go func() { h.wg.Wait(); close(c) }()
 	select {
@@ -115,18 +118,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered (403 for a bad origin, 426 ...)
 	}
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		conn.Close(websocket.StatusGoingAway, "server shutting down")
+		return
+	}
 	h.wg.Add(1)
+	h.mu.Unlock()
 	defer h.wg.Done()
 	thread := r.PathValue("id")
 	if thread == "" {
 		conn.Close(4000+http.StatusBadRequest, "the path needs a thread id")
 		return
-	}
-	select {
-	case <-h.done:
-		conn.Close(websocket.StatusGoingAway, "server shutting down")
-		return
-	default:
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
 	if h.opts.OnConn != nil {
