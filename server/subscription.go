@@ -79,9 +79,10 @@ func (s *Subscription) enqueue(e *Event) bool {
 	}
 	if s.qbytes+e.Size() > s.maxBytes && s.qn > 0 {
 		s.closed = true
-		s.err = &SlowConsumerError{LastSeq: s.lastQueuedBeforeOverflow(), QueueSize: s.maxBytes}
+		s.err = &SlowConsumerError{LastSeq: s.lastQueued, QueueSize: s.maxBytes}
+		notify := s.notify
 		s.mu.Unlock()
-		s.wake()
+		wake(notify)
 		return false
 	}
 	if s.qn == len(s.queue) {
@@ -91,14 +92,11 @@ func (s *Subscription) enqueue(e *Event) bool {
 	s.qn++
 	s.qbytes += e.Size()
 	s.lastQueued = e.Seq
+	notify := s.notify
 	s.mu.Unlock()
-	s.wake()
+	wake(notify)
 	return true
 }
-
-// lastQueuedBeforeOverflow is the cursor to resume from: everything up to
-// it is either read or still queued (and will be read before the error).
-func (s *Subscription) lastQueuedBeforeOverflow() uint64 { return s.lastQueued }
 
 func (s *Subscription) growQueue() {
 	size := 2 * len(s.queue)
@@ -112,11 +110,44 @@ func (s *Subscription) growQueue() {
 	s.queue, s.qhead = q, 0
 }
 
-func (s *Subscription) wake() {
+// wake signals a notify channel without blocking: one pending signal is
+// enough, since a woken reader drains everything.
+func wake(ch chan struct{}) {
 	select {
-	case s.notify <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
+}
+
+func (s *Subscription) wake() {
+	s.mu.Lock()
+	ch := s.notify
+	s.mu.Unlock()
+	wake(ch)
+}
+
+// SetNotify makes the subscription signal ch instead of its own channel,
+// so that one reader can wait on several subscriptions; ch should have a
+// buffer of one. The reader is signalled once right away.
+func (s *Subscription) SetNotify(ch chan struct{}) {
+	s.mu.Lock()
+	s.notify = ch
+	s.mu.Unlock()
+	wake(ch)
+}
+
+// Peek returns the sequence number of the next event without reading it
+// (0 for a notice); ok is false when nothing is queued.
+func (s *Subscription) Peek() (seq uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pre) > 0 {
+		return s.pre[0].Seq, true
+	}
+	if s.qn > 0 {
+		return s.queue[s.qhead].Seq, true
+	}
+	return 0, false
 }
 
 // Next returns the next event, waiting for one. It returns ctx.Err() when
@@ -128,7 +159,7 @@ func (s *Subscription) Next(ctx context.Context) (*Event, error) {
 			return e, err
 		}
 		select {
-		case <-s.notify:
+		case <-s.Ready():
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -186,7 +217,7 @@ func (s *Subscription) NextBatch(ctx context.Context, buf []*Event, max int) ([]
 			return buf, nil
 		}
 		select {
-		case <-s.notify:
+		case <-s.Ready():
 		case <-ctx.Done():
 			return buf, ctx.Err()
 		}
@@ -195,7 +226,11 @@ func (s *Subscription) NextBatch(ctx context.Context, buf []*Event, max int) ([]
 
 // Ready is signalled when events may be waiting (or the subscription
 // ended): a reader that found nothing with TryNext waits on it.
-func (s *Subscription) Ready() <-chan struct{} { return s.notify }
+func (s *Subscription) Ready() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notify
+}
 
 // Close ends the subscription; events still queued can be read, then Next
 // returns ErrClosed. Closing twice is harmless.

@@ -445,3 +445,33 @@ func TestConformanceWithTheOfficialSDK(t *testing.T) {
 	require.NoError(t, err, "conformance failed")
 	require.Contains(t, out.String(), "10 passed, 0 failed")
 }
+
+// TestWebSocketDeliversInSequenceOrder: events of all the subscriptions of
+// a connection go out in sequence order, each once, so a subscription
+// added mid-run gets its replay before newer events of the others.
+func TestWebSocketDeliversInSequenceOrder(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	c := dial(t, ts, "t", nil)
+	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle", "messages"]}}`)
+	require.Equal(t, "success", wsRead(t, c)["type"])
+	wsSend(t, c, `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300}}}`)
+	wsSend(t, c, `{"id": 3, "method": "subscription.subscribe", "params": {"channels": ["custom", "lifecycle"]}}`)
+	var seqs []float64
+	responses := 0
+	for {
+		m := wsRead(t, c)
+		if m["type"] == "success" {
+			responses++
+			continue
+		}
+		seqs = append(seqs, m["seq"].(float64))
+		data := m["params"].(map[string]any)["data"].(map[string]any)
+		if m["method"] == "lifecycle" && data["event"] == "completed" && responses == 2 {
+			break
+		}
+	}
+	for i := 1; i < len(seqs); i++ {
+		require.Greater(t, seqs[i], seqs[i-1], "in order and once: %v", seqs)
+	}
+	require.Len(t, seqs, 303, "every event once")
+}

@@ -140,8 +140,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.serve(r.Context())
 }
 
-// connection is one WebSocket: a reader of commands, one pump per
-// subscription, and a pinger, all stopped when it ends.
+// connection is one WebSocket: a reader of commands, one writer of events
+// for all its subscriptions, and a pinger, all stopped when it ends.
+//
+// The writer sends the events of every subscription of the connection in
+// sequence order, each once: when a subscription is added, its replay goes
+// out before newer events of the others (so a client never sees a run end
+// before the replayed events of that run), and an event two subscriptions
+// match is sent once (clients route events by filter).
 type connection struct {
 	h       *Handler
 	conn    *websocket.Conn
@@ -149,17 +155,24 @@ type connection struct {
 	session *server.Session
 	wg      sync.WaitGroup
 	wmu     sync.Mutex // serialises frames
+
+	smu    sync.Mutex
+	subs   map[*server.Subscription]bool
+	notify chan struct{} // one slot: the writer drains everything when woken
 }
 
 func (c *connection) serve(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
+	c.subs = map[*server.Subscription]bool{}
+	c.notify = make(chan struct{}, 1)
 	defer func() {
 		cancel()
 		c.wg.Wait()
 		c.session.Detach()
 	}()
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.keepalive(ctx, cancel)
+	go c.writer(ctx)
 	for {
 		typ, data, err := c.conn.Read(ctx)
 		if err != nil {
@@ -180,14 +193,99 @@ func (c *connection) serve(parent context.Context) {
 			continue
 		}
 		resp, errResp := c.session.Do(ctx, cmd, func(s *server.SessionSub) {
-			c.wg.Add(1)
-			go c.pump(ctx, s)
+			c.smu.Lock()
+			c.subs[s.Sub] = true
+			c.smu.Unlock()
+			s.Sub.SetNotify(c.notify)
 		})
 		var out any = resp
 		if errResp != nil {
 			out = errResp
 		}
 		if !c.send(ctx, out) {
+			return
+		}
+	}
+}
+
+// next takes the event with the lowest sequence number among the
+// subscriptions' heads (notices first), dropping subscriptions that ended.
+func (c *connection) next() (*server.Event, error) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	var best *server.Subscription
+	var bestSeq uint64
+	for s := range c.subs {
+		seq, ok := s.Peek()
+		if !ok {
+			if s.Done() {
+				if _, _, err := s.TryNext(); err != nil {
+					delete(c.subs, s)
+					var sce *server.SlowConsumerError
+					if errors.As(err, &sce) {
+						return nil, err
+					}
+				}
+			}
+			continue
+		}
+		if best == nil || seq < bestSeq {
+			best, bestSeq = s, seq
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	e, _, _ := best.TryNext()
+	return e, nil
+}
+
+// writer sends the events of all subscriptions until the connection ends.
+func (c *connection) writer(ctx context.Context) {
+	defer c.wg.Done()
+	var lastSent uint64
+	for {
+		n := 0
+		for n < c.h.opts.MaxBatch {
+			e, err := c.next()
+			if err != nil {
+				var sce *server.SlowConsumerError
+				if errors.As(err, &sce) {
+					// Tell the client why its events stopped; it can
+					// resubscribe (the SDK dedupes by event_id).
+					c.conn.Close(4000+http.StatusTooManyRequests, sce.Error())
+					return
+				}
+			}
+			if e == nil {
+				break
+			}
+			if e.Seq != 0 && e.Seq == lastSent {
+				continue // the same event through another subscription
+			}
+			lastSent = e.Seq
+			typ, b := websocket.MessageText, e.JSON()
+			if c.cbor {
+				var cerr error
+				if b, cerr = e.CBOR(); cerr != nil {
+					continue
+				}
+				typ = websocket.MessageBinary
+			}
+			if !c.write(ctx, typ, b) {
+				return
+			}
+			n++
+		}
+		if c.h.opts.OnDeliver != nil && n > 0 {
+			c.h.opts.OnDeliver(n)
+		}
+		if n == c.h.opts.MaxBatch {
+			continue
+		}
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
 			return
 		}
 	}
@@ -235,42 +333,6 @@ func (c *connection) write(ctx context.Context, typ websocket.MessageType, b []b
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	return c.conn.Write(wctx, typ, b) == nil
-}
-
-// pump forwards one subscription's events until it ends or the connection
-// does.
-func (c *connection) pump(ctx context.Context, s *server.SessionSub) {
-	defer c.wg.Done()
-	buf := make([]*server.Event, 0, c.h.opts.MaxBatch)
-	for {
-		var err error
-		buf, err = s.Sub.NextBatch(ctx, buf[:0], c.h.opts.MaxBatch)
-		for _, e := range buf {
-			typ, b := websocket.MessageText, e.JSON()
-			if c.cbor {
-				var cerr error
-				if b, cerr = e.CBOR(); cerr != nil {
-					continue
-				}
-				typ = websocket.MessageBinary
-			}
-			if !c.write(ctx, typ, b) {
-				return
-			}
-		}
-		if c.h.opts.OnDeliver != nil && len(buf) > 0 {
-			c.h.opts.OnDeliver(len(buf))
-		}
-		if err != nil {
-			var sce *server.SlowConsumerError
-			if errors.As(err, &sce) {
-				// Tell the client why its events stopped; it can
-				// resubscribe (the SDK dedupes by event_id).
-				c.conn.Close(4000+http.StatusTooManyRequests, sce.Error())
-			}
-			return
-		}
-	}
 }
 
 // keepalive pings the peer and drops it when it stops answering; it also
