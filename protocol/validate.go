@@ -68,25 +68,16 @@ var commandSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, erro
 	return out, nil
 })
 
-// defSchema compiles the schema of one definition, once per name.
-var defSchemas sync.Map // name -> *jsonschema.Schema
-
-func defSchema(name string) (*jsonschema.Schema, error) {
-	if s, ok := defSchemas.Load(name); ok {
-		return s.(*jsonschema.Schema), nil
-	}
+// eventStreamRequestSchema is compiled once, on first use: compiling
+// compiles the whole document, which must not happen once per request.
+var eventStreamRequestSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	if err := c.AddResource("protocol.json", bytes.NewReader(schemaJSON)); err != nil {
 		return nil, err
 	}
-	s, err := c.Compile("protocol.json#/$defs/" + name)
-	if err != nil {
-		return nil, err
-	}
-	defSchemas.Store(name, s)
-	return s, nil
-}
+	return c.Compile("protocol.json#/$defs/EventStreamRequest")
+})
 
 // DecodeEventStreamRequest reads the body of an SSE stream request,
 // returning the ErrorResponse (with a null id) to send when it is invalid.
@@ -95,7 +86,7 @@ func DecodeEventStreamRequest(data []byte) (*EventStreamRequest, *ErrorResponse)
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
 	}
-	s, err := defSchema("EventStreamRequest")
+	s, err := eventStreamRequestSchema()
 	if err != nil {
 		return nil, NewError(nil, ErrorCodeUnknownError, "%v", err)
 	}

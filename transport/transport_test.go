@@ -456,7 +456,7 @@ func TestWebSocketDeliversInSequenceOrder(t *testing.T) {
 	c := dial(t, ts, "t", nil)
 	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle"]}}`)
 	require.Equal(t, "success", wsRead(t, c)["type"])
-	wsSend(t, c, `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300}}}`)
+	wsSend(t, c, `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 3000}}}`)
 	wsSend(t, c, `{"id": 3, "method": "subscription.subscribe", "params": {"channels": ["custom"]}}`)
 	var custom []float64
 	responses := 0

@@ -3,6 +3,9 @@
 // Usage:
 //
 //	agentstream serve [flags]
+//	agentstream load --url http://127.0.0.1:2024 [flags]
+//
+// load measures a running server over loopback (see internal/loadtest).
 //
 // Every flag can also be set with an environment variable: --addr is
 // AGENTSTREAM_ADDR, --log-level is AGENTSTREAM_LOG_LEVEL, and so on. Run
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/sse"
@@ -54,8 +58,11 @@ type config struct {
 
 // run is the command; ready, when not nil, receives the listening address.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) int {
+	if len(args) > 0 && args[0] == "load" {
+		return load(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags]   (agentstream serve -h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream load [flags]   (-h for the flags)")
 		return 2
 	}
 	var c config
@@ -175,6 +182,40 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	}
 	log.Info().Msg("stopped")
 	return errors.Join(errs...)
+}
+
+// load runs the load tool against a running server.
+func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentstream load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c loadtest.Config
+	idle := fs.Int("idle", 0, "instead: open this many idle connections and report the server's memory per connection")
+	fs.StringVar(&c.URL, "url", "http://127.0.0.1:2024", "server base URL")
+	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws")
+	fs.IntVar(&c.Subscribers, "subs", 1000, "subscribers of the one thread")
+	fs.IntVar(&c.Count, "count", 1000, "events to publish")
+	fs.Float64Var(&c.Rate, "rate", 0, "events per second (0: as fast as possible)")
+	fs.IntVar(&c.Size, "size", 100, "payload size in bytes")
+	fs.IntVar(&c.ServerPID, "pid", 0, "server process id, for CPU and memory figures")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *idle > 0 {
+		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID)
+		if err != nil {
+			fmt.Fprintln(stderr, "agentstream load:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: %d idle connections: %.1f KB resident per connection\n", c.Transport, *idle, float64(per)/1024)
+		return 0
+	}
+	r, err := loadtest.Run(ctx, c)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream load:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes: %s\n", c.Transport, c.Subscribers, c.Count, c.Size, r)
+	return 0
 }
 
 // logRequests logs each request at debug level.

@@ -111,7 +111,8 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 
 // ServeHTTP upgrades the request and serves thread r.PathValue("id").
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	bw := &batchWriter{ResponseWriter: w}
+	conn, err := websocket.Accept(bw, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{CBORSubprotocol, JSONSubprotocol},
 		OriginPatterns: h.opts.OriginPatterns,
 	})
@@ -136,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opts.OnConn != nil {
 		defer h.opts.OnConn()()
 	}
-	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
+	c := &connection{h: h, conn: conn, raw: bw.conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
 	c.serve(r.Context())
 }
 
@@ -151,6 +152,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type connection struct {
 	h       *Handler
 	conn    *websocket.Conn
+	raw     *batchConn // gathers a batch of events into one write
 	cbor    bool
 	session *server.Session
 	wg      sync.WaitGroup
@@ -170,9 +172,10 @@ func (c *connection) serve(parent context.Context) {
 		c.wg.Wait()
 		c.session.Detach()
 	}()
-	c.wg.Add(2)
-	go c.keepalive(ctx, cancel)
+	c.wg.Add(1)
 	go c.writer(ctx)
+	stopPing := c.keepalive(ctx, cancel)
+	defer stopPing()
 	for {
 		typ, data, err := c.conn.Read(ctx)
 		if err != nil {
@@ -246,6 +249,8 @@ func (c *connection) writer(ctx context.Context) {
 	var lastSent uint64
 	for {
 		n := 0
+		c.wmu.Lock() // a batch is one write: responses wait for it
+		c.raw.begin()
 		for n < c.h.opts.MaxBatch {
 			e, err := c.next()
 			if err != nil {
@@ -253,6 +258,8 @@ func (c *connection) writer(ctx context.Context) {
 				if errors.As(err, &sce) {
 					// Tell the client why its events stopped; it can
 					// resubscribe (the SDK dedupes by event_id).
+					_ = c.raw.flush(c.h.opts.WriteTimeout)
+					c.wmu.Unlock()
 					c.conn.Close(4000+http.StatusTooManyRequests, sce.Error())
 					return
 				}
@@ -272,10 +279,18 @@ func (c *connection) writer(ctx context.Context) {
 				}
 				typ = websocket.MessageBinary
 			}
-			if !c.write(ctx, typ, b) {
+			if err := c.conn.Write(ctx, typ, b); err != nil {
+				c.raw.flush(c.h.opts.WriteTimeout)
+				c.wmu.Unlock()
 				return
 			}
 			n++
+		}
+		err := c.raw.flush(c.h.opts.WriteTimeout)
+		c.wmu.Unlock()
+		if err != nil {
+			c.conn.CloseNow() // a peer that cannot take a batch in time is dropped
+			return
 		}
 		if c.h.opts.OnDeliver != nil && n > 0 {
 			c.h.opts.OnDeliver(n)
@@ -286,6 +301,9 @@ func (c *connection) writer(ctx context.Context) {
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
+			return
+		case <-c.h.done:
+			c.conn.Close(websocket.StatusGoingAway, "server shutting down")
 			return
 		}
 	}
@@ -335,28 +353,31 @@ func (c *connection) write(ctx context.Context, typ websocket.MessageType, b []b
 	return c.conn.Write(wctx, typ, b) == nil
 }
 
-// keepalive pings the peer and drops it when it stops answering; it also
-// ends the connection when the handler shuts down.
-func (c *connection) keepalive(ctx context.Context, cancel context.CancelFunc) {
-	defer c.wg.Done()
-	t := time.NewTicker(c.h.opts.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.h.done:
-			c.conn.Close(websocket.StatusGoingAway, "server shutting down")
+// keepalive pings the peer every PingInterval and drops it when it stops
+// answering. It uses a timer rather than a goroutine of its own, which
+// keeps idle connections small; it returns the function that stops it.
+func (c *connection) keepalive(ctx context.Context, cancel context.CancelFunc) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	t = time.AfterFunc(c.h.opts.PingInterval, func() {
+		pctx, pcancel := context.WithTimeout(ctx, c.h.opts.PingInterval)
+		err := c.conn.Ping(pctx)
+		pcancel()
+		if err != nil {
 			cancel()
 			return
-		case <-t.C:
-			pctx, pcancel := context.WithTimeout(ctx, c.h.opts.PingInterval)
-			err := c.conn.Ping(pctx)
-			pcancel()
-			if err != nil {
-				cancel()
-				return
-			}
 		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(c.h.opts.PingInterval)
+		}
+		mu.Unlock()
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		t.Stop()
 	}
 }

@@ -1,0 +1,326 @@
+// Package loadtest measures a running agentstream server from outside, over
+// real loopback connections: deliveries per second to many subscribers of
+// one thread, publish-to-receive latency, server CPU per delivery (read
+// from /proc for the server's pid) and idle memory per connection.
+//
+// It drives the built-in firehose assistant, whose events carry their
+// publish time, so latency needs no clock but the machine's.
+package loadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Config is one measurement.
+type Config struct {
+	URL         string // the server's base URL, http://host:port
+	Transport   string // sse or ws
+	Subscribers int
+	Count       int     // events published
+	Rate        float64 // events per second; 0: as fast as the server can
+	Size        int     // payload size in bytes
+	ServerPID   int     // for CPU and memory figures (0: not measured)
+	Timeout     time.Duration
+}
+
+// Result is what a measurement found.
+type Result struct {
+	Deliveries       int64
+	Seconds          float64 // from the first delivery to the last
+	PerSecond        float64
+	P50, P99         time.Duration
+	CPUPerDelivery   time.Duration // server CPU (user+system) / deliveries; 0 if not measured
+	ServerCPUSeconds float64
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%d deliveries in %.2fs: %.0f/s, latency p50 %v p99 %v, server CPU %.2fs (%v per delivery)",
+		r.Deliveries, r.Seconds, r.PerSecond, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.ServerCPUSeconds, r.CPUPerDelivery)
+}
+
+// stats gathers deliveries from every connection.
+type stats struct {
+	deliveries atomic.Int64
+	first      atomic.Int64 // unix nanos of the first delivery
+	last       atomic.Int64
+	mu         sync.Mutex
+	latencies  []time.Duration
+}
+
+func (s *stats) record(payload []byte, sample bool) {
+	now := time.Now().UnixNano()
+	s.deliveries.Add(1)
+	s.first.CompareAndSwap(0, now)
+	s.last.Store(now)
+	if !sample {
+		return
+	}
+	i := bytes.Index(payload, []byte(`"ts":`))
+	if i < 0 {
+		return
+	}
+	j := i + 5
+	k := j
+	for k < len(payload) && payload[k] >= '0' && payload[k] <= '9' {
+		k++
+	}
+	ts, err := strconv.ParseInt(string(payload[j:k]), 10, 64)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.latencies = append(s.latencies, time.Duration(now-ts))
+	s.mu.Unlock()
+}
+
+// Run measures deliveries of cfg.Count firehose events to cfg.Subscribers.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	thread := fmt.Sprintf("load-%d", time.Now().UnixNano())
+	var st stats
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Subscribers) // one per connection at most
+	ready := make(chan struct{}, cfg.Subscribers)
+	done := make(chan struct{}, cfg.Subscribers)
+	sampleEvery := max(1, cfg.Subscribers*cfg.Count/200000) // about 200k latency samples
+	for i := 0; i < cfg.Subscribers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var err error
+			if cfg.Transport == "ws" {
+				err = wsSubscriber(ctx, cfg, thread, i, sampleEvery, &st, ready, done)
+			} else {
+				err = sseSubscriber(ctx, cfg, thread, i, sampleEvery, &st, ready, done)
+			}
+			if err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		}(i)
+	}
+	for i := 0; i < cfg.Subscribers; i++ {
+		select {
+		case <-ready:
+		case err := <-errs:
+			cancel()
+			wg.Wait()
+			return Result{}, err
+		case <-ctx.Done():
+			wg.Wait()
+			return Result{}, fmt.Errorf("connecting %d subscribers: %w", cfg.Subscribers, ctx.Err())
+		}
+	}
+	cpu0, _ := cpuSeconds(cfg.ServerPID)
+	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, cfg.Count, cfg.Rate, cfg.Size)
+	resp, err := http.Post(cfg.URL+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return Result{}, err
+	}
+	resp.Body.Close()
+	for i := 0; i < cfg.Subscribers; i++ {
+		select {
+		case <-done:
+		case err := <-errs:
+			cancel()
+			wg.Wait()
+			return Result{}, err
+		case <-ctx.Done():
+			wg.Wait()
+			return Result{}, fmt.Errorf("waiting for deliveries (%d so far): %w", st.deliveries.Load(), ctx.Err())
+		}
+	}
+	cpu1, _ := cpuSeconds(cfg.ServerPID)
+	cancel()
+	wg.Wait()
+	r := Result{Deliveries: st.deliveries.Load()}
+	r.Seconds = float64(st.last.Load()-st.first.Load()) / 1e9
+	if r.Seconds > 0 {
+		r.PerSecond = float64(r.Deliveries) / r.Seconds
+	}
+	slices.Sort(st.latencies)
+	if n := len(st.latencies); n > 0 {
+		r.P50, r.P99 = st.latencies[n/2], st.latencies[n*99/100]
+	}
+	if cfg.ServerPID > 0 && r.Deliveries > 0 {
+		r.ServerCPUSeconds = cpu1 - cpu0
+		r.CPUPerDelivery = time.Duration(r.ServerCPUSeconds / float64(r.Deliveries) * 1e9)
+	}
+	return r, nil
+}
+
+func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done chan<- struct{}) error {
+	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:firehose"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("stream: HTTP %d", resp.StatusCode)
+	}
+	ready <- struct{}{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	got := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data: ")) {
+			continue
+		}
+		got++
+		st.record(line, (got+i)%sampleEvery == 0)
+		if got == cfg.Count {
+			done <- struct{}{}
+			_, _ = io.Copy(io.Discard, resp.Body) // stay connected until the end
+			return nil
+		}
+	}
+	return sc.Err()
+}
+
+func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done chan<- struct{}) error {
+	url := "ws" + strings.TrimPrefix(cfg.URL, "http") + "/threads/" + thread + "/stream"
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["custom:firehose"]}}`)); err != nil {
+		return err
+	}
+	_, b, err := c.Read(ctx)
+	if err != nil {
+		return err
+	}
+	var resp struct{ Type string }
+	if json.Unmarshal(b, &resp) != nil || resp.Type != "success" {
+		return fmt.Errorf("subscribe: %s", b)
+	}
+	ready <- struct{}{}
+	got := 0
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		got++
+		st.record(b, (got+i)%sampleEvery == 0)
+		if got == cfg.Count {
+			done <- struct{}{}
+		}
+	}
+}
+
+// IdleMemory opens n idle connections (each subscribed, with no events)
+// and returns the server's resident memory growth per connection.
+func IdleMemory(ctx context.Context, url, transport string, n, pid int) (perConn int64, err error) {
+	// Warm up first, so one-time costs (compiling schemas, first pools) are
+	// not counted against the connections.
+	if _, err := Run(ctx, Config{URL: url, Transport: transport, Subscribers: 10, Count: 10, Size: 100}); err != nil {
+		return 0, fmt.Errorf("warming up: %w", err)
+	}
+	time.Sleep(time.Second)
+	before, err := rssBytes(pid)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	thread := fmt.Sprintf("idle-%d", time.Now().UnixNano())
+	var wg sync.WaitGroup
+	ready := make(chan struct{}, n)
+	errs := make(chan error, n)
+	cfg := Config{URL: url, Count: 1 << 30}
+	var st stats
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var err error
+			if transport == "ws" {
+				err = wsSubscriber(ctx, cfg, thread, i, 1, &st, ready, nil)
+			} else {
+				err = sseSubscriber(ctx, cfg, thread, i, 1, &st, ready, nil)
+			}
+			if err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		select {
+		case <-ready:
+		case err := <-errs:
+			cancel()
+			wg.Wait()
+			return 0, err
+		}
+	}
+	time.Sleep(2 * time.Second) // let the server settle
+	after, err := rssBytes(pid)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return 0, err
+	}
+	return (after - before) / int64(n), nil
+}
+
+// cpuSeconds reads a process's user+system CPU time from /proc.
+func cpuSeconds(pid int) (float64, error) {
+	if pid <= 0 {
+		return 0, nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces, in parens).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// rssBytes reads a process's resident set size from /proc.
+func rssBytes(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, err := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
