@@ -458,30 +458,30 @@ func TestEmitterMisuse(t *testing.T) {
 	s.Register("clumsy", server.AssistantFunc(func(ctx context.Context, rc *server.RunContext) error {
 		var out []error
 		m, _ := rc.StartMessage(protocol.MessageRoleAI, "m1", nil)
-		out = append(out, m.Delta(&protocol.TextDelta{Text: "x"}))                      // no open block
-		_, err := m.StartBlock(&protocol.TextContentBlock{})                             // ok
-		out = append(out, err)                                                           // nil
-		_, err = m.StartBlock(&protocol.TextContentBlock{})                              // interleave
-		out = append(out, err)                                                           //
-		out = append(out, m.Finish(nil))                                                 // block open
-		_, err = rc.StartMessage(protocol.MessageRoleAI, "m2", nil)                      // second message at once
-		out = append(out, err)                                                           //
-		out = append(out, m.FinishBlock(&protocol.TextContentBlock{}))                   // ok
-		out = append(out, m.FinishBlock(&protocol.TextContentBlock{}))                   // no block open
-		out = append(out, m.Finish(nil))                                                 // ok
-		out = append(out, m.Finish(nil))                                                 // finished twice
-		_, err = rc.StartMessage("robot", "m3", nil)                                     // bad role
-		out = append(out, err)                                                           //
-		tool, _ := rc.StartTool("c1", "t", nil)                                          //
-		_, err = rc.StartTool("c1", "t", nil)                                            // same call twice
-		out = append(out, err)                                                           //
-		out = append(out, tool.Finish(1), tool.Error("x", ""))                           // ok, then ended
-		sub, _ := rc.StartSubagent("kid", "g", nil)                                      //
-		out = append(out, sub.End(nil), sub.End(nil))                                    // ok, then ended
-		_, err = rc.Checkpoint("sideways", 1)                                            // bad source
-		out = append(out, err)                                                           //
-		ended = rc                                                                       //
-		errs <- out                                                                      //
+		out = append(out, m.Delta(&protocol.TextDelta{Text: "x"}))     // no open block
+		_, err := m.StartBlock(&protocol.TextContentBlock{})           // ok
+		out = append(out, err)                                         // nil
+		_, err = m.StartBlock(&protocol.TextContentBlock{})            // interleave
+		out = append(out, err)                                         //
+		out = append(out, m.Finish(nil))                               // block open
+		_, err = rc.StartMessage(protocol.MessageRoleAI, "m2", nil)    // second message at once
+		out = append(out, err)                                         //
+		out = append(out, m.FinishBlock(&protocol.TextContentBlock{})) // ok
+		out = append(out, m.FinishBlock(&protocol.TextContentBlock{})) // no block open
+		out = append(out, m.Finish(nil))                               // ok
+		out = append(out, m.Finish(nil))                               // finished twice
+		_, err = rc.StartMessage("robot", "m3", nil)                   // bad role
+		out = append(out, err)                                         //
+		tool, _ := rc.StartTool("c1", "t", nil)                        //
+		_, err = rc.StartTool("c1", "t", nil)                          // same call twice
+		out = append(out, err)                                         //
+		out = append(out, tool.Finish(1), tool.Error("x", ""))         // ok, then ended
+		sub, _ := rc.StartSubagent("kid", "g", nil)                    //
+		out = append(out, sub.End(nil), sub.End(nil))                  // ok, then ended
+		_, err = rc.Checkpoint("sideways", 1)                          // bad source
+		out = append(out, err)                                         //
+		ended = rc                                                     //
+		errs <- out                                                    //
 		return nil
 	}))
 	sub, _, _ := s.Subscribe("t", all, nil)
@@ -575,7 +575,9 @@ func TestNamespaceAndChannelFilters(t *testing.T) {
 	for _, e := range es {
 		require.Equal(t, channels.Namespace{"researcher"}, e.Namespace)
 	}
-	p := collect(t, progress, func(e *server.Event) bool { return len(seqs([]*server.Event{e})) > 0 && e.Name == "progress" && e.Payload.(*protocol.ServerEventCustom).Params.Data.Payload.(map[string]any)["step"] == 3 })
+	p := collect(t, progress, func(e *server.Event) bool {
+		return len(seqs([]*server.Event{e})) > 0 && e.Name == "progress" && e.Payload.(*protocol.ServerEventCustom).Params.Data.Payload.(map[string]any)["step"] == 3
+	})
 	require.Len(t, p, 3)
 	r := collect(t, rootOnly, func(e *server.Event) bool { st, _ := lifecycle(e); return st == protocol.AgentStatusInterrupted })
 	for _, e := range r {
