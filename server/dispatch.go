@@ -48,31 +48,7 @@ func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 
 // commandID returns a command's id.
 func commandID(cmd *protocol.ClientCommand) (uint64, bool) {
-	switch c := cmd.Value.(type) {
-	case *protocol.ClientCommandRunStart:
-		return c.ID, true
-	case *protocol.ClientCommandRunCancel:
-		return c.ID, true
-	case *protocol.ClientCommandInputRespond:
-		return c.ID, true
-	case *protocol.ClientCommandInputInject:
-		return c.ID, true
-	case *protocol.ClientCommandStateGet:
-		return c.ID, true
-	case *protocol.ClientCommandStateListCheckpoints:
-		return c.ID, true
-	case *protocol.ClientCommandStateFork:
-		return c.ID, true
-	case *protocol.ClientCommandAgentGetTree:
-		return c.ID, true
-	case *protocol.ClientCommandSubscriptionSubscribe:
-		return c.ID, true
-	case *protocol.ClientCommandSubscriptionUnsubscribe:
-		return c.ID, true
-	case *protocol.ClientCommandSubscriptionReconnect:
-		return c.ID, true
-	}
-	return 0, false
+	return protocol.CommandIDOf(cmd.Value)
 }
 
 func success(id, applied uint64, result any) *protocol.CommandResponse {

@@ -54,29 +54,8 @@ func do(t *testing.T, s *server.Server, thread string, v protocol.ClientCommandV
 }
 
 func tryDo(s *server.Server, thread string, v protocol.ClientCommandVariant) (*protocol.CommandResponse, *protocol.ErrorResponse) {
-	setID(v, cmdID.Add(1))
+	protocol.SetCommandID(v, cmdID.Add(1))
 	return s.Do(context.Background(), thread, &protocol.ClientCommand{Value: v})
-}
-
-func setID(v protocol.ClientCommandVariant, id uint64) {
-	switch c := v.(type) {
-	case *protocol.ClientCommandRunStart:
-		c.ID = id
-	case *protocol.ClientCommandRunCancel:
-		c.ID = id
-	case *protocol.ClientCommandInputRespond:
-		c.ID = id
-	case *protocol.ClientCommandInputInject:
-		c.ID = id
-	case *protocol.ClientCommandStateGet:
-		c.ID = id
-	case *protocol.ClientCommandStateListCheckpoints:
-		c.ID = id
-	case *protocol.ClientCommandStateFork:
-		c.ID = id
-	case *protocol.ClientCommandAgentGetTree:
-		c.ID = id
-	}
 }
 
 func start(t *testing.T, s *server.Server, thread, assistant string, input any) string {

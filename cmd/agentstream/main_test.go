@@ -20,7 +20,9 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	ready := make(chan string, 1)
 	var logs bytes.Buffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--heartbeat", "100ms"}, io.Discard, &logs, ready) }()
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--heartbeat", "100ms"}, io.Discard, &logs, ready)
+	}()
 	var addr string
 	select {
 	case addr = <-ready:

@@ -51,7 +51,9 @@ func (e *CommandError) Code() protocol.ErrorCode { return e.Response.Error }
 // when zero) and returns the typed response. A protocol error comes back
 // as a *CommandError.
 func (c *Client) Do(ctx context.Context, cmd protocol.ClientCommandVariant) (*protocol.CommandResponse, error) {
-	setID(cmd, c.nextID.Add(1))
+	if id, _ := protocol.CommandIDOf(cmd); id == 0 {
+		protocol.SetCommandID(cmd, c.nextID.Add(1))
+	}
 	resp, errResp := c.session.Do(ctx, &protocol.ClientCommand{Value: cmd}, nil)
 	if errResp != nil {
 		return nil, &CommandError{Response: errResp}
@@ -82,53 +84,3 @@ func (c *Client) Subscribe(f channels.Filter, cursor *uint64) (*server.Subscript
 
 // Close ends the client's session subscriptions.
 func (c *Client) Close() { c.session.Close() }
-
-// setID sets the id of a command variant.
-func setID(cmd protocol.ClientCommandVariant, id uint64) {
-	switch v := cmd.(type) {
-	case *protocol.ClientCommandRunStart:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandRunCancel:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandInputRespond:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandInputInject:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandStateGet:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandStateListCheckpoints:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandStateFork:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandAgentGetTree:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandSubscriptionSubscribe:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandSubscriptionUnsubscribe:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	case *protocol.ClientCommandSubscriptionReconnect:
-		if v.ID == 0 {
-			v.ID = id
-		}
-	}
-}
