@@ -20,6 +20,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,6 +55,7 @@ type config struct {
 	builtins        bool
 	shutdownTimeout time.Duration
 	idleRelease     time.Duration
+	pprof           bool
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -79,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.builtins, "builtins", true, "register the built-in assistants (echo, demo, firehose)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
 	fs.DurationVar(&c.idleRelease, "idle-release", 10*time.Minute, "how long an idle thread keeps its replay buffer")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (for diagnosing; do not expose)")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
@@ -149,7 +152,15 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: logRequests(h, log), ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = h
+	if c.pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		handler = mux
+	}
+	hs := &http.Server{Handler: logRequests(handler, log), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info().Str("addr", ln.Addr().String()).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
@@ -190,6 +201,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c loadtest.Config
 	idle := fs.Int("idle", 0, "instead: open this many idle connections and report the server's memory per connection")
+	settle := fs.Duration("settle", 150*time.Second, "with --idle: how long the connections stay idle before measuring (Go returns garbage memory to the system within about two minutes)")
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:2024", "server base URL")
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws")
 	fs.IntVar(&c.Subscribers, "subs", 1000, "subscribers of the one thread")
@@ -201,7 +213,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *idle > 0 {
-		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID)
+		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID, *settle)
 		if err != nil {
 			fmt.Fprintln(stderr, "agentstream load:", err)
 			return 1

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -37,9 +38,14 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	require.NoError(t, err)
 	r.Body.Close()
 	require.Equal(t, 200, r.StatusCode)
-	buf := make([]byte, 4096)
-	n, _ := resp.Body.Read(buf)
-	require.Contains(t, string(buf[:n]), "event: messages")
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if line == "event: messages\n" {
+			break // heartbeats may come first
+		}
+	}
 	cancel() // as SIGINT does
 	select {
 	case code := <-done:
@@ -47,7 +53,7 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no graceful shutdown")
 	}
-	_, err = io.ReadAll(resp.Body)
+	_, err = io.ReadAll(br)
 	require.NoError(t, err, "the open stream ended cleanly")
 	require.Contains(t, logs.String(), `"message":"stopped"`)
 }

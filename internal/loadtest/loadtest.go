@@ -240,7 +240,10 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 
 // IdleMemory opens n idle connections (each subscribed, with no events)
 // and returns the server's resident memory growth per connection.
-func IdleMemory(ctx context.Context, url, transport string, n, pid int) (perConn int64, err error) {
+// settle is how long the connections stay idle before the server's memory
+// is read: long enough (over two minutes) for Go's periodic collection and
+// scavenger to give garbage from setting them up back to the system.
+func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle time.Duration) (perConn int64, err error) {
 	// Warm up first, so one-time costs (compiling schemas, first pools) are
 	// not counted against the connections.
 	if _, err := Run(ctx, Config{URL: url, Transport: transport, Subscribers: 10, Count: 10, Size: 100}); err != nil {
@@ -283,7 +286,13 @@ func IdleMemory(ctx context.Context, url, transport string, n, pid int) (perConn
 			return 0, err
 		}
 	}
-	time.Sleep(2 * time.Second) // let the server settle
+	select { // let the server settle
+	case <-time.After(settle):
+	case <-ctx.Done():
+		cancel()
+		wg.Wait()
+		return 0, ctx.Err()
+	}
 	after, err := rssBytes(pid)
 	cancel()
 	wg.Wait()

@@ -98,7 +98,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var cursor *uint64
 	var errResp *protocol.ErrorResponse
 	if r.Method == http.MethodPost {
-		f, cursor, errResp = h.fromBody(r)
+		// Validating the body grows the stack; doing it on a goroutine of
+		// its own keeps the long-lived stream's stack small.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f, cursor, errResp = h.fromBody(r)
+		}()
+		<-done
 	} else {
 		f, cursor, errResp = fromQuery(r)
 	}

@@ -68,7 +68,9 @@ func (w *batchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	w.conn = &batchConn{Conn: c}
-	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 4096)), nil
+	// The batchConn buffers anyway; a small writer keeps idle connections
+	// small (the library flushes after every frame).
+	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 512)), nil
 }
 
 func (w *batchWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -188,24 +188,7 @@ func (c *connection) serve(parent context.Context) {
 			}
 			return
 		}
-		cmd, errResp := c.decode(typ, data)
-		if errResp != nil {
-			if !c.send(ctx, errResp) {
-				return
-			}
-			continue
-		}
-		resp, errResp := c.session.Do(ctx, cmd, func(s *server.SessionSub) {
-			c.smu.Lock()
-			c.subs[s.Sub] = true
-			c.smu.Unlock()
-			s.Sub.SetNotify(c.notify)
-		})
-		var out any = resp
-		if errResp != nil {
-			out = errResp
-		}
-		if !c.send(ctx, out) {
+		if !c.send(ctx, c.command(ctx, typ, data)) {
 			return
 		}
 	}
@@ -307,6 +290,32 @@ func (c *connection) writer(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// command decodes and carries out one command, on a goroutine of its own:
+// decoding and validating grow a stack that the connection's long-lived
+// reader would otherwise keep while idle.
+func (c *connection) command(ctx context.Context, typ websocket.MessageType, data []byte) any {
+	out := make(chan any, 1) // the one result; buffered so the worker never waits
+	go func() {
+		cmd, errResp := c.decode(typ, data)
+		if errResp != nil {
+			out <- errResp
+			return
+		}
+		resp, errResp := c.session.Do(ctx, cmd, func(s *server.SessionSub) {
+			c.smu.Lock()
+			c.subs[s.Sub] = true
+			c.smu.Unlock()
+			s.Sub.SetNotify(c.notify)
+		})
+		if errResp != nil {
+			out <- errResp
+			return
+		}
+		out <- resp
+	}()
+	return <-out
 }
 
 func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.ClientCommand, *protocol.ErrorResponse) {
