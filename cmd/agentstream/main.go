@@ -201,7 +201,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c loadtest.Config
 	idle := fs.Int("idle", 0, "instead: open this many idle connections and report the server's memory per connection")
-	settle := fs.Duration("settle", 150*time.Second, "with --idle: how long the connections stay idle before measuring (Go returns garbage memory to the system within about two minutes)")
+	settle := fs.Duration("settle", 3*time.Second, "with --idle: how long the connections stay idle before the server's memory is read")
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:2024", "server base URL")
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws")
 	fs.IntVar(&c.Subscribers, "subs", 1000, "subscribers of the one thread")

@@ -238,11 +238,9 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 	}
 }
 
-// IdleMemory opens n idle connections (each subscribed, with no events)
-// and returns the server's resident memory growth per connection.
-// settle is how long the connections stay idle before the server's memory
-// is read: long enough (over two minutes) for Go's periodic collection and
-// scavenger to give garbage from setting them up back to the system.
+// IdleMemory opens n idle connections (each subscribed, with no events),
+// waits settle, and returns the server's resident memory growth per
+// connection.
 func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle time.Duration) (perConn int64, err error) {
 	// Warm up first, so one-time costs (compiling schemas, first pools) are
 	// not counted against the connections.
