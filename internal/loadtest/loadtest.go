@@ -118,38 +118,24 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}(i)
 	}
-	for i := 0; i < cfg.Subscribers; i++ {
-		select {
-		case <-ready:
-		case err := <-errs:
-			cancel()
-			wg.Wait()
-			return Result{}, err
-		case <-ctx.Done():
-			wg.Wait()
-			return Result{}, fmt.Errorf("connecting %d subscribers: %w", cfg.Subscribers, ctx.Err())
-		}
+	// stop ends the connections and returns err.
+	stop := func(err error) (Result, error) {
+		cancel()
+		wg.Wait()
+		return Result{}, err
+	}
+	if err := waitN(ctx, ready, errs, cfg.Subscribers); err != nil {
+		return stop(fmt.Errorf("connecting %d subscribers: %w", cfg.Subscribers, err))
 	}
 	cpu0, _ := cpuSeconds(cfg.ServerPID)
 	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, cfg.Count, cfg.Rate, cfg.Size)
 	resp, err := http.Post(cfg.URL+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
 	if err != nil {
-		cancel()
-		wg.Wait()
-		return Result{}, err
+		return stop(err)
 	}
 	resp.Body.Close()
-	for i := 0; i < cfg.Subscribers; i++ {
-		select {
-		case <-done:
-		case err := <-errs:
-			cancel()
-			wg.Wait()
-			return Result{}, err
-		case <-ctx.Done():
-			wg.Wait()
-			return Result{}, fmt.Errorf("waiting for deliveries (%d so far): %w", st.deliveries.Load(), ctx.Err())
-		}
+	if err := waitN(ctx, done, errs, cfg.Subscribers); err != nil {
+		return stop(fmt.Errorf("waiting for deliveries (%d so far): %w", st.deliveries.Load(), err))
 	}
 	cpu1, _ := cpuSeconds(cfg.ServerPID)
 	cancel()
@@ -168,6 +154,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		r.CPUPerDelivery = time.Duration(r.ServerCPUSeconds / float64(r.Deliveries) * 1e9)
 	}
 	return r, nil
+}
+
+// waitN waits for n signals on ch, the first error on errs, or ctx's end.
+func waitN(ctx context.Context, ch <-chan struct{}, errs <-chan error, n int) error {
+	for i := 0; i < n; i++ {
+		select {
+		case <-ch:
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done chan<- struct{}) error {
@@ -275,14 +275,10 @@ func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle t
 			}
 		}(i)
 	}
-	for i := 0; i < n; i++ {
-		select {
-		case <-ready:
-		case err := <-errs:
-			cancel()
-			wg.Wait()
-			return 0, err
-		}
+	if err := waitN(ctx, ready, errs, n); err != nil {
+		cancel()
+		wg.Wait()
+		return 0, err
 	}
 	select { // let the server settle
 	case <-time.After(settle):
