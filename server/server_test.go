@@ -690,6 +690,11 @@ func TestFanOutReceivesEveryPublishedEvent(t *testing.T) {
 	defer sub.Close()
 	start(t, s, "t", "echo", userInput("a b c"))
 	es := collect(t, sub, rootEnded)
+	require.Eventually(t, func() bool { // the fan-out hears of each event right after subscribers do
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(es)
+	}, 5*time.Second, time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, seqs(es), got)
