@@ -50,6 +50,8 @@ type Subscription struct {
 	// notify wakes the reader; its one slot is enough because the reader
 	// drains everything queued each time it wakes.
 	notify chan struct{}
+	// notifyFn, when set, is called instead (see SetNotifyFunc).
+	notifyFn func()
 }
 
 func newSubscription(id uint64, t *thread, f channels.Filter, maxBytes int) *Subscription {
@@ -80,9 +82,9 @@ func (s *Subscription) enqueue(e *Event) bool {
 	if s.qbytes+e.Size() > s.maxBytes && s.qn > 0 {
 		s.closed = true
 		s.err = &SlowConsumerError{LastSeq: s.lastQueued, QueueSize: s.maxBytes}
-		notify := s.notify
+		notify, fn := s.notify, s.notifyFn
 		s.mu.Unlock()
-		wake(notify)
+		signal(notify, fn)
 		return false
 	}
 	if s.qn == len(s.queue) {
@@ -92,10 +94,18 @@ func (s *Subscription) enqueue(e *Event) bool {
 	s.qn++
 	s.qbytes += e.Size()
 	s.lastQueued = e.Seq
-	notify := s.notify
+	notify, fn := s.notify, s.notifyFn
 	s.mu.Unlock()
-	wake(notify)
+	signal(notify, fn)
 	return true
+}
+
+func signal(ch chan struct{}, fn func()) {
+	if fn != nil {
+		fn()
+		return
+	}
+	wake(ch)
 }
 
 func (s *Subscription) growQueue() {
@@ -121,9 +131,21 @@ func wake(ch chan struct{}) {
 
 func (s *Subscription) wake() {
 	s.mu.Lock()
-	ch := s.notify
+	ch, fn := s.notify, s.notifyFn
 	s.mu.Unlock()
-	wake(ch)
+	signal(ch, fn)
+}
+
+// SetNotifyFunc makes the subscription call fn, instead of signalling a
+// channel, whenever events may be waiting or it ends: a transport can then
+// start a writer only when there is something to write, rather than keep a
+// goroutine per connection. fn runs on the publisher's goroutine and must
+// not block. It is called once right away.
+func (s *Subscription) SetNotifyFunc(fn func()) {
+	s.mu.Lock()
+	s.notifyFn = fn
+	s.mu.Unlock()
+	fn()
 }
 
 // SetNotify makes the subscription signal ch instead of its own channel,

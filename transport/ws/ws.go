@@ -79,7 +79,8 @@ func (o Options) withDefaults() Options {
 type Handler struct {
 	srv     *server.Server
 	opts    Options
-	done    chan struct{}
+	ctx     context.Context // cancelled by Shutdown
+	stop    context.CancelFunc
 	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
 	closing bool
 	wg      sync.WaitGroup // open connections
@@ -87,18 +88,17 @@ type Handler struct {
 
 // New returns a handler for srv.
 func New(srv *server.Server, opts Options) *Handler {
-	return &Handler{srv: srv, opts: opts.withDefaults(), done: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Handler{srv: srv, opts: opts.withDefaults(), ctx: ctx, stop: stop}
 }
 
 // Shutdown closes every connection with 1001 (going away) and waits for
 // their goroutines, or for ctx.
 func (h *Handler) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
-	if !h.closing {
-		h.closing = true
-		close(h.done)
-	}
+	h.closing = true
 	h.mu.Unlock()
+	h.stop()
 	c := make(chan struct{})
 	go func() { h.wg.Wait(); close(c) }()
 	select {
@@ -155,43 +155,96 @@ type connection struct {
 	raw     *batchConn // gathers a batch of events into one write
 	cbor    bool
 	session *server.Session
+	ctx     context.Context
 	wg      sync.WaitGroup
 	wmu     sync.Mutex // serialises frames
 
-	smu    sync.Mutex
-	subs   map[*server.Subscription]bool
-	notify chan struct{} // one slot: the writer drains everything when woken
+	smu  sync.Mutex
+	subs map[*server.Subscription]bool
+
+	// A writer goroutine runs only while there are events to write.
+	kmu      sync.Mutex
+	writing  bool
+	closing  bool
+	lastSent uint64 // owned by the running writer
 }
 
 func (c *connection) serve(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
+	c.ctx = ctx
 	c.subs = map[*server.Subscription]bool{}
-	c.notify = make(chan struct{}, 1)
+	stopPing := c.keepalive(ctx, cancel)
+	stopShutdown := context.AfterFunc(c.h.ctx, func() {
+		c.conn.Close(websocket.StatusGoingAway, "server shutting down")
+		cancel()
+	})
 	defer func() {
+		stopShutdown()
+		stopPing()
+		c.kmu.Lock()
+		c.closing = true
+		c.kmu.Unlock()
 		cancel()
 		c.wg.Wait()
 		c.session.Detach()
 	}()
-	c.wg.Add(1)
-	go c.writer(ctx)
-	stopPing := c.keepalive(ctx, cancel)
-	defer stopPing()
 	for {
 		typ, data, err := c.conn.Read(ctx)
 		if err != nil {
-			// The peer went, a frame was too big (the library closed with
-			// 1009), or the handler shuts down.
-			select {
-			case <-c.h.done:
-				c.conn.Close(websocket.StatusGoingAway, "server shutting down")
-			default:
-			}
-			return
+			return // the peer went, a frame was too big (closed with 1009), or shutdown
 		}
 		if !c.send(ctx, c.command(ctx, typ, data)) {
 			return
 		}
 	}
+}
+
+// kick starts a writer unless one is running or the connection is ending.
+// Subscriptions call it (on the publisher's goroutine) when events wait.
+func (c *connection) kick() {
+	c.kmu.Lock()
+	if c.writing || c.closing {
+		c.kmu.Unlock()
+		return
+	}
+	c.writing = true
+	c.wg.Add(1)
+	c.kmu.Unlock()
+	go c.drain()
+}
+
+// drain writes until nothing is ready, then stops, re-checking for events
+// that arrived while it was stopping.
+func (c *connection) drain() {
+	defer c.wg.Done()
+	for {
+		ok := c.writeReady(c.ctx)
+		c.kmu.Lock()
+		c.writing = false
+		c.kmu.Unlock()
+		if !ok || !c.pending() {
+			return
+		}
+		c.kmu.Lock()
+		if c.writing || c.closing {
+			c.kmu.Unlock()
+			return
+		}
+		c.writing = true
+		c.kmu.Unlock()
+	}
+}
+
+// pending reports whether any subscription has an event or has ended.
+func (c *connection) pending() bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	for s := range c.subs {
+		if _, ok := s.Peek(); ok || s.Done() {
+			return true
+		}
+	}
+	return false
 }
 
 // next takes the event with the lowest sequence number among the
@@ -226,10 +279,9 @@ func (c *connection) next() (*server.Event, error) {
 	return e, nil
 }
 
-// writer sends the events of all subscriptions until the connection ends.
-func (c *connection) writer(ctx context.Context) {
-	defer c.wg.Done()
-	var lastSent uint64
+// writeReady writes every ready event in batches; it reports false when the
+// connection must end (a write failed, or a subscriber fell too far behind).
+func (c *connection) writeReady(ctx context.Context) bool {
 	for {
 		n := 0
 		c.wmu.Lock() // a batch is one write: responses wait for it
@@ -244,16 +296,16 @@ func (c *connection) writer(ctx context.Context) {
 					_ = c.raw.flush(c.h.opts.WriteTimeout)
 					c.wmu.Unlock()
 					c.conn.Close(4000+http.StatusTooManyRequests, sce.Error())
-					return
+					return false
 				}
 			}
 			if e == nil {
 				break
 			}
-			if e.Seq != 0 && e.Seq == lastSent {
+			if e.Seq != 0 && e.Seq == c.lastSent {
 				continue // the same event through another subscription
 			}
-			lastSent = e.Seq
+			c.lastSent = e.Seq
 			typ, b := websocket.MessageText, e.JSON()
 			if c.cbor {
 				var cerr error
@@ -263,9 +315,9 @@ func (c *connection) writer(ctx context.Context) {
 				typ = websocket.MessageBinary
 			}
 			if err := c.conn.Write(ctx, typ, b); err != nil {
-				c.raw.flush(c.h.opts.WriteTimeout)
+				_ = c.raw.flush(c.h.opts.WriteTimeout)
 				c.wmu.Unlock()
-				return
+				return false
 			}
 			n++
 		}
@@ -273,21 +325,13 @@ func (c *connection) writer(ctx context.Context) {
 		c.wmu.Unlock()
 		if err != nil {
 			c.conn.CloseNow() // a peer that cannot take a batch in time is dropped
-			return
+			return false
 		}
 		if c.h.opts.OnDeliver != nil && n > 0 {
 			c.h.opts.OnDeliver(n)
 		}
-		if n == c.h.opts.MaxBatch {
-			continue
-		}
-		select {
-		case <-c.notify:
-		case <-ctx.Done():
-			return
-		case <-c.h.done:
-			c.conn.Close(websocket.StatusGoingAway, "server shutting down")
-			return
+		if n < c.h.opts.MaxBatch {
+			return true
 		}
 	}
 }
@@ -307,7 +351,7 @@ func (c *connection) command(ctx context.Context, typ websocket.MessageType, dat
 			c.smu.Lock()
 			c.subs[s.Sub] = true
 			c.smu.Unlock()
-			s.Sub.SetNotify(c.notify)
+			s.Sub.SetNotifyFunc(c.kick)
 		})
 		if errResp != nil {
 			out <- errResp
