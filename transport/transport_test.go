@@ -480,3 +480,45 @@ func TestWebSocketDeliversInSequenceOrder(t *testing.T) {
 		require.Greater(t, custom[i], custom[i-1], "in order and once")
 	}
 }
+
+// TestSlowSSEClientIsCutOffWithoutSlowingOthers: a client that stops
+// reading is cut off (its queue overflows) while another receives every
+// event; the cut-off one learns where to resume.
+func TestSlowSSEClientIsCutOffWithoutSlowingOthers(t *testing.T) {
+	srv := server.New(server.Config{QueueBytes: 2 << 20})
+	assistants.Register(srv)
+	h := transport.New(srv, transport.Options{})
+	ts := httptest.NewServer(h)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		_ = srv.Close(ctx)
+	}()
+	open := func() *http.Response {
+		resp, err := http.Post(ts.URL+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["custom", "lifecycle"]}`))
+		require.NoError(t, err)
+		return resp
+	}
+	slow, fast := open(), open()
+	defer slow.Body.Close()
+	defer fast.Body.Close()
+	// 20 MB at a pace a reading client keeps up with; more than the
+	// non-reading client's socket buffers and queue can hold.
+	post(t, ts.URL+"/threads/t/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 5000, "rate": 2000, "size": 4000}}}`)
+	frames := readFrames(t, fast.Body, completed)
+	custom := 0
+	for _, f := range frames {
+		if f.event == "custom" {
+			custom++
+		}
+	}
+	require.Equal(t, 5000, custom, "the reading client got everything")
+	// The slow one is ended: its stream closes after a comment naming the
+	// event to resume after.
+	b, err := io.ReadAll(slow.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(b), ": slow consumer, resume after ")
+	require.Equal(t, uint64(1), srv.Metrics().SlowConsumers)
+}
