@@ -59,8 +59,9 @@ func success(id, applied uint64, result any) *protocol.CommandResponse {
 }
 
 func (s *Server) newRun(t *thread, a Assistant, assistantID string, input any, config, metadata map[string]any) *run {
+	id := s.cfg.NewID("run_")
 	return &run{
-		id: s.cfg.NewID("run_"), t: t, assistantID: assistantID, assistant: a,
+		id: id, t: t, assistantID: assistantID, assistant: a, extra: map[string]any{"run_id": id},
 		input: input, config: config, metadata: metadata, status: statusPending,
 		inbox: make(chan any, injectCapacity),
 	}
@@ -150,7 +151,6 @@ func (t *thread) resume(r *run, ids []string, answers []any) {
 	_, _ = t.publish(eventData{method: MethodInputAnswered, data: protocol.InputAnsweredData{InterruptIds: ids}})
 	if len(r.pending) == 0 {
 		r.status = statusRunning
-		t.setStatus(nil, protocol.AgentStatusRunning, r.assistantID, nil)
 		_, _ = t.publishLifecycle(nil, protocol.AgentStatusRunning, r.assistantID, nil, "")
 	}
 }
@@ -331,13 +331,7 @@ func (s *Server) stateFork(threadID string, id uint64, p *protocol.StateForkPara
 	if t.run != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s); cancel it before forking", threadID, t.run.id)
 	}
-	assistantID := ""
-	for _, r := range t.runs {
-		assistantID = r.assistantID // any will do when all share one; prefer the checkpoint's
-	}
-	if aid, ok := cp.Metadata["assistant_id"].(string); ok {
-		assistantID = aid
-	}
+	assistantID, _ := cp.Metadata["assistant_id"].(string) // RunContext.Checkpoint records it
 	a, ok := s.assistant(assistantID)
 	if !ok {
 		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "no assistant to fork with (checkpoint %s names %q)", cp.ID, assistantID)

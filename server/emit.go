@@ -181,7 +181,6 @@ func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 	_, err := t.publish(eventData{method: MethodInputRequested, namespace: rc.ns,
 		data: protocol.InputRequestedData{InterruptID: in.id, Payload: payload}})
 	if err == nil && len(rc.r.pending) == 1 { // the first pending interrupt interrupts the run
-		t.setStatus(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil)
 		_, err = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
 	}
 	t.mu.Unlock()
@@ -219,7 +218,8 @@ func (rc *RunContext) messageData(v protocol.MessagesDataVariant) eventData {
 
 // runExtra is the run id that message events carry in their data, as the
 // reference server does (the SDK keys messages by namespace, node and run).
-func (rc *RunContext) runExtra() map[string]any { return map[string]any{"run_id": rc.r.id} }
+// The map is made once per run and shared: encoding only reads it.
+func (rc *RunContext) runExtra() map[string]any { return rc.r.extra }
 
 // StartMessage begins a message. Only one message at a time may stream in
 // a namespace and node.
@@ -421,11 +421,9 @@ func (rc *RunContext) StartSubagent(name, graph string, cause *protocol.Lifecycl
 		rc.r.openSubs = map[string]*Subagent{}
 	}
 	rc.r.openSubs[key] = sub
-	t.setStatus(ns, protocol.AgentStatusStarted, graph, cause)
 	if _, err := t.publishLifecycle(ns, protocol.AgentStatusStarted, graph, cause, ""); err != nil {
 		return nil, err
 	}
-	t.setStatus(ns, protocol.AgentStatusRunning, graph, nil)
 	if _, err := t.publishLifecycle(ns, protocol.AgentStatusRunning, graph, nil, ""); err != nil {
 		return nil, err
 	}
@@ -452,7 +450,6 @@ func (s *Subagent) End(err error) error {
 	if err != nil {
 		st, msg = protocol.AgentStatusFailed, err.Error()
 	}
-	t.setStatus(s.rc.ns, st, s.graph, nil)
 	_, perr := t.publishLifecycle(s.rc.ns, st, s.graph, nil, msg)
 	return perr
 }

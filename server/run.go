@@ -64,6 +64,7 @@ type run struct {
 	openMsgs map[string]*MessageWriter // by namespace+node: one message at a time
 	openTool map[string]*ToolCall
 	openSubs map[string]*Subagent
+	extra    map[string]any // {"run_id": id}, carried by every message event
 	before   map[string]any // values at the start, for multitask_strategy rollback
 	endCause error          // why the run was stopped from outside, if it was
 }
@@ -101,7 +102,6 @@ func (t *thread) startRun(r *run) error {
 	}
 	t.run = r
 	t.runs[r.id] = r
-	t.setStatus(nil, protocol.AgentStatusStarted, r.assistantID, nil)
 	if _, err := t.publishLifecycle(nil, protocol.AgentStatusStarted, r.assistantID, nil, ""); err != nil {
 		return err
 	}
@@ -153,7 +153,6 @@ func (t *thread) finish(r *run, err error) {
 	}
 	for _, key := range slices.Sorted(maps.Keys(r.openSubs)) {
 		sub := r.openSubs[key]
-		t.setStatus(sub.rc.ns, protocol.AgentStatusFailed, sub.graph, nil)
 		_, _ = t.publishLifecycle(sub.rc.ns, protocol.AgentStatusFailed, sub.graph, nil, "the run ended before the subagent did")
 	}
 	r.openSubs = nil
@@ -171,7 +170,7 @@ func (t *thread) finish(r *run, err error) {
 	default:
 		status = protocol.AgentStatusCompleted
 	}
-	t.setStatus(nil, status, r.assistantID, nil)
+	t.setStatus(nil, status, r.assistantID)
 	data := protocol.LifecycleData{Event: status, GraphName: &r.assistantID}
 	if msg != "" {
 		data.Error = &msg
@@ -200,7 +199,7 @@ type treeNode struct {
 	graph  string
 }
 
-func (t *thread) setStatus(ns channels.Namespace, st protocol.AgentStatus, graph string, _ *protocol.LifecycleCause) {
+func (t *thread) setStatus(ns channels.Namespace, st protocol.AgentStatus, graph string) {
 	key := ns.Key()
 	n := t.tree[key]
 	if n == nil {
@@ -213,7 +212,10 @@ func (t *thread) setStatus(ns channels.Namespace, st protocol.AgentStatus, graph
 	}
 }
 
+// publishLifecycle records a namespace's status (for agent.getTree) and
+// publishes its lifecycle event.
 func (t *thread) publishLifecycle(ns channels.Namespace, st protocol.AgentStatus, graph string, cause *protocol.LifecycleCause, errMsg string) (*Event, error) {
+	t.setStatus(ns, st, graph)
 	data := protocol.LifecycleData{Event: st, Cause: cause}
 	if graph != "" {
 		data.GraphName = &graph

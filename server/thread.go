@@ -45,13 +45,14 @@ func newThread(s *Server, id string) *thread {
 // publish appends an event to the stream and delivers it to the matching
 // subscriptions. The caller holds t.mu. It returns the event.
 func (t *thread) publish(d eventData) (*Event, error) {
-	e, err := buildEvent(d, t.seq+1, uint64(t.srv.cfg.Now().UnixMilli()))
+	now := t.srv.cfg.Now()
+	e, err := buildEvent(d, t.seq+1, uint64(now.UnixMilli()))
 	if err != nil {
 		return nil, err
 	}
 	t.seq = e.Seq
 	t.srv.cfg.Log.Append(t.id, e)
-	t.lastActive = t.srv.cfg.Now()
+	t.lastActive = now
 	t.srv.metrics.published.Add(1)
 	t.deliver(e)
 	if t.srv.cfg.FanOut != nil {

@@ -137,7 +137,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	cmd, errResp := protocol.DecodeCommand(body)
 	method := "invalid"
 	if errResp == nil {
-		method = methodOf(cmd)
+		method, _, _ = cddlrt.Probe(body, "method") // one scan of the body
 		var resp *protocol.CommandResponse
 		resp, errResp = h.srv.Do(r.Context(), r.PathValue("id"), cmd)
 		if errResp == nil {
@@ -148,15 +148,6 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	}
 	h.metrics.command(method, string(errResp.Error), time.Since(start))
 	sse.WriteJSON(w, statusOf(errResp.Error), errResp)
-}
-
-func methodOf(cmd *protocol.ClientCommand) string {
-	b, err := cmd.MarshalJSON()
-	if err != nil {
-		return "unknown"
-	}
-	m, _, _ := cddlrt.Probe(b, "method")
-	return m
 }
 
 // state serves GET /threads/{id}/state in the shape of LangGraph's thread
