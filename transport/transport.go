@@ -83,11 +83,15 @@ func New(srv *server.Server, opts Options) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // Shutdown marks the handler not ready and ends every stream and
-// WebSocket cleanly, waiting for the WebSockets or ctx.
+// WebSocket cleanly, waiting for them or ctx.
 func (h *Handler) Shutdown(ctx context.Context) error {
 	h.ready.Store(false)
-	h.sse.Shutdown()
-	return h.ws.Shutdown(ctx)
+	var sseErr error
+	done := make(chan struct{})
+	go func() { sseErr = h.sse.Shutdown(ctx); close(done) }()
+	wsErr := h.ws.Shutdown(ctx)
+	<-done
+	return errors.Join(sseErr, wsErr)
 }
 
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {

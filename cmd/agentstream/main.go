@@ -49,6 +49,7 @@ type config struct {
 	bufferBytes     int
 	queueBytes      int
 	heartbeat       time.Duration
+	writeInterval   time.Duration
 	allowedOrigins  string
 	logLevel        string
 	logFormat       string
@@ -75,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.bufferBytes, "buffer-bytes", 16<<20, "replay buffer per thread, in bytes")
 	fs.IntVar(&c.queueBytes, "queue-bytes", 8<<20, "unread events a subscriber may hold, in bytes, before it is cut off")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "SSE heartbeat interval")
+	fs.DurationVar(&c.writeInterval, "write-interval", ws.DefaultWriteInterval, "least time between two writes of events to one connection; events arriving meanwhile go out together (0: no pacing)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns allowed to open WebSockets from browsers (default: same origin)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "console", "console or json")
@@ -145,8 +147,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 	}
 	h := transport.New(srv, transport.Options{
-		SSE: sse.Options{Heartbeat: c.heartbeat},
-		WS:  ws.Options{OriginPatterns: origins},
+		SSE: sse.Options{Heartbeat: c.heartbeat, WriteInterval: pacing(c.writeInterval)},
+		WS:  ws.Options{OriginPatterns: origins, WriteInterval: pacing(c.writeInterval)},
 	})
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
@@ -183,7 +185,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		errs = append(errs, fmt.Errorf("http: %w", err))
 	}
 	if err := h.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("websockets: %w", err))
+		errs = append(errs, fmt.Errorf("streams: %w", err))
 	}
 	if err := srv.Close(sctx); err != nil {
 		errs = append(errs, err)
@@ -237,4 +239,13 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 		next.ServeHTTP(w, r)
 		log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Dur("took", time.Since(start)).Msg("request")
 	})
+}
+
+// pacing maps the --write-interval flag (0: off) to the options' convention
+// (0: the default, negative: off).
+func pacing(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

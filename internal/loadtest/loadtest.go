@@ -221,17 +221,28 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 		return fmt.Errorf("subscribe: %s", b)
 	}
 	ready <- struct{}{}
+	// Read with a context that never ends (the library would otherwise
+	// arm and disarm a watcher per message) and one reused buffer, so the
+	// client spends its core on reading; the connection is closed when ctx
+	// ends.
+	stop := context.AfterFunc(ctx, func() { c.CloseNow() })
+	defer stop()
+	var buf bytes.Buffer
 	got := 0
 	for {
-		_, b, err := c.Read(ctx)
+		_, r, err := c.Reader(context.Background())
+		if err == nil {
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
 		if err != nil {
-			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 		got++
-		st.record(b, (got+i)%sampleEvery == 0)
+		st.record(buf.Bytes(), (got+i)%sampleEvery == 0)
 		if got == cfg.Count {
 			done <- struct{}{}
 		}

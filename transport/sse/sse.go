@@ -22,12 +22,17 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/pace"
 )
+
+// DefaultWriteInterval is Options.WriteInterval's default.
+const DefaultWriteInterval = pace.DefaultInterval
 
 // Options configure the handler. Zero fields take the defaults in their
 // comments.
@@ -38,10 +43,19 @@ type Options struct {
 	// WriteTimeout bounds each write to a client (10s); a client that
 	// cannot take a batch in that time is cut off.
 	WriteTimeout time.Duration
+	// WriteInterval is the least time between two writes of events to one
+	// stream (DefaultWriteInterval): a stream that has been quiet that long
+	// writes at once, a busy one sends what arrived meanwhile in one write.
+	// Negative: no pacing.
+	WriteInterval time.Duration
 	// MaxBatch is the most events written with one flush (512).
 	MaxBatch int
 	// MaxBody caps the request body (64 KiB).
 	MaxBody int64
+	// KeepHandler keeps every stream on its net/http handler goroutine.
+	// By default an HTTP/1.1 stream is taken over from net/http once its
+	// response starts (see Handler).
+	KeepHandler bool
 	// OnStream, when set, is called as a stream opens, and the function it
 	// returns as it closes (for metrics).
 	OnStream func() (done func())
@@ -56,6 +70,9 @@ func (o Options) withDefaults() Options {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
+	if o.WriteInterval == 0 {
+		o.WriteInterval = DefaultWriteInterval
+	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 512
 	}
@@ -66,24 +83,50 @@ func (o Options) withDefaults() Options {
 }
 
 // Handler serves SSE streams of srv's threads.
+//
+// An HTTP/1.1 stream is taken over from net/http (hijacked) once the
+// request is validated: the handler writes the response head and then
+// the events as chunks of the chunked transfer coding, one chunk per
+// batch. The stream then costs no net/http buffers and no handler
+// goroutine: a writer runs only while events wait, and one small reader
+// goroutine notices the client leaving (anything the client sends after
+// its request ends the stream too). Other streams (HTTP/2, or
+// Options.KeepHandler) stay on their handler goroutine with the same
+// frames, batching and cut-offs.
 type Handler struct {
-	srv  *server.Server
-	opts Options
-	done chan struct{} // closed by Shutdown
+	srv   *server.Server
+	opts  Options
+	pacer *pace.Pacer
+	ctx   context.Context // cancelled by Shutdown
+	stop  context.CancelFunc
+
+	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
+	closing bool
+	wg      sync.WaitGroup // taken-over streams
 }
 
 // New returns a handler for srv.
 func New(srv *server.Server, opts Options) *Handler {
-	return &Handler{srv: srv, opts: opts.withDefaults(), done: make(chan struct{})}
+	opts = opts.withDefaults()
+	ctx, stop := context.WithCancel(context.Background())
+	return &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), ctx: ctx, stop: stop}
 }
 
 // Shutdown ends every open stream cleanly (the clients see the response
-// end). Streams opened afterwards end at once. It is safe to call twice.
-func (h *Handler) Shutdown() {
+// end) and waits for the taken-over ones, or for ctx. Streams opened
+// afterwards end at once. It is safe to call twice.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+	h.stop()
+	c := make(chan struct{})
+	go func() { h.wg.Wait(); close(c) }()
 	select {
-	case <-h.done:
-	default:
-		close(h.done)
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -121,15 +164,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
 		return
 	}
-	defer sub.Close()
-	if h.opts.OnStream != nil {
-		defer h.opts.OnStream()()
-	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("Connection", "keep-alive")
 	hdr.Set("X-Accel-Buffering", "no")
+	if h.takeOver(w, r, sub) {
+		return
+	}
+	defer sub.Close()
+	if h.opts.OnStream != nil {
+		defer h.opts.OnStream()()
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {
@@ -138,36 +184,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.stream(r.Context(), w, rc, sub)
 }
 
-// stream writes the subscription's events until the client goes, the
-// subscription ends or the handler shuts down.
+// stream writes the subscription's events on the handler's goroutine
+// until the client goes, the subscription ends or the handler shuts down.
 func (h *Handler) stream(ctx context.Context, w io.Writer, rc *http.ResponseController, sub *server.Subscription) {
-	var buf bytes.Buffer
+	var buf []byte
 	heartbeat := time.NewTimer(h.opts.Heartbeat)
 	defer heartbeat.Stop()
+	var last time.Time // of the last write of events
 	write := func() bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
-		if _, err := w.Write(buf.Bytes()); err != nil {
+		if _, err := w.Write(buf); err != nil {
 			return false
 		}
-		buf.Reset()
+		buf = buf[:0]
 		return rc.Flush() == nil
 	}
 	for {
-		n := 0
-		var endErr error
-		for n < h.opts.MaxBatch {
-			e, ok, err := sub.TryNext()
-			if !ok {
-				endErr = err
-				break
+		if wait := h.pacer.Interval() - time.Since(last); wait > 0 {
+			select { // pacing: let a busy stream's events gather
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			case <-h.ctx.Done():
+				return
 			}
-			appendFrame(&buf, e)
-			n++
 		}
+		var n int
+		var endErr error
+		buf, n, endErr = h.appendReady(buf, sub)
 		if n > 0 {
 			if !write() {
 				return
 			}
+			last = time.Now()
 			if h.opts.OnDeliver != nil {
 				h.opts.OnDeliver(n)
 			}
@@ -183,41 +232,66 @@ func (h *Handler) stream(ctx context.Context, w io.Writer, rc *http.ResponseCont
 		if endErr != nil {
 			// A slow consumer or a closing server: end the response; the
 			// client resumes with Last-Event-ID.
-			var sce *server.SlowConsumerError
-			if errors.As(endErr, &sce) {
-				buf.WriteString(": slow consumer, resume after " + strconv.FormatUint(sce.LastSeq, 10) + "\n\n")
-				write()
-			}
+			buf = appendEnd(buf, endErr)
+			write()
 			return
 		}
 		select {
 		case <-sub.Ready():
 		case <-heartbeat.C:
-			buf.WriteString(": heartbeat\n\n")
+			buf = append(buf, heartbeatComment...)
 			if !write() {
 				return
 			}
 			heartbeat.Reset(h.opts.Heartbeat)
 		case <-ctx.Done():
 			return
-		case <-h.done:
+		case <-h.ctx.Done():
 			return
 		}
 	}
 }
 
-// appendFrame writes one event as an SSE frame.
-func appendFrame(buf *bytes.Buffer, e *server.Event) {
-	if id := e.EventID(); id != "" {
-		buf.WriteString("id: ")
-		buf.WriteString(id)
-		buf.WriteByte('\n')
+const heartbeatComment = ": heartbeat\n\n"
+
+// appendReady appends up to MaxBatch ready events as frames; endErr is
+// set when nothing is ready because the subscription ended.
+func (h *Handler) appendReady(buf []byte, sub *server.Subscription) (_ []byte, n int, endErr error) {
+	for n < h.opts.MaxBatch {
+		e, ok, err := sub.TryNext()
+		if !ok {
+			return buf, n, err
+		}
+		buf = appendFrame(buf, e)
+		n++
 	}
-	buf.WriteString("event: ")
-	buf.WriteString(e.Method)
-	buf.WriteString("\ndata: ")
-	buf.Write(e.JSON()) // JSON from encoding/json has no raw newline
-	buf.WriteString("\n\n")
+	return buf, n, nil
+}
+
+// appendEnd appends what a stream says as it ends because of err: a slow
+// consumer is told the sequence number to resume after.
+func appendEnd(buf []byte, err error) []byte {
+	var sce *server.SlowConsumerError
+	if errors.As(err, &sce) {
+		buf = append(buf, ": slow consumer, resume after "...)
+		buf = strconv.AppendUint(buf, sce.LastSeq, 10)
+		buf = append(buf, "\n\n"...)
+	}
+	return buf
+}
+
+// appendFrame appends one event as an SSE frame.
+func appendFrame(buf []byte, e *server.Event) []byte {
+	if id := e.EventID(); id != "" {
+		buf = append(buf, "id: "...)
+		buf = append(buf, id...)
+		buf = append(buf, '\n')
+	}
+	buf = append(buf, "event: "...)
+	buf = append(buf, e.Method...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, e.JSON()...) // JSON from encoding/json has no raw newline
+	return append(buf, "\n\n"...)
 }
 
 func (h *Handler) fromBody(r *http.Request) (channels.Filter, *uint64, *protocol.ErrorResponse) {

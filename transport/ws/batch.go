@@ -2,29 +2,54 @@ package ws
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/agentstream/agentstream/transport/internal/pace"
 )
 
+// WebSocket opcodes of the data frames the connection writes itself.
+const (
+	opText   = 0x1
+	opBinary = 0x2
+	opClose  = 0x8
+)
+
+var errClosed = errors.New("the WebSocket is closing")
+
 // batchConn is the hijacked connection under a WebSocket. The library
-// flushes every message with its own write; while a batch is open, those
-// writes are gathered here and reach the socket as one write when the
-// batch is flushed, still one WebSocket message per event. Outside a batch
-// (handshake, pongs, close frames) writes go straight through.
+// reads frames and writes the control frames (pong, ping, close); the
+// connection writes its data frames itself, into a batch that reaches the
+// socket as one write: a server's frames are unmasked, so a frame is a
+// header and the payload as is, and a batch of events is one syscall while
+// staying one WebSocket message per event.
+//
+// Every write of the library is one whole control frame (its buffer is
+// flushed after each frame and a control frame fits in it), so a frame the
+// connection appends never lands inside one of the library's, and a close
+// frame is seen going out: after it no data frame is written.
 type batchConn struct {
 	net.Conn
-	mu       sync.Mutex
-	batching bool
-	buf      []byte
+	mu     sync.Mutex
+	buf    *[]byte // the open batch; nil outside one
+	closed bool    // a close frame went out
 }
 
+// Write is the library's path: one control frame, gathered into the open
+// batch if there is one.
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.batching {
-		b.buf = append(b.buf, p...)
+	if len(p) > 0 && p[0]&0x0f == opClose {
+		b.closed = true
+	}
+	if b.buf != nil {
+		*b.buf = append(*b.buf, p...)
 		return len(p), nil
 	}
 	return b.Conn.Write(p)
@@ -33,26 +58,54 @@ func (b *batchConn) Write(p []byte) (int, error) {
 // begin opens a batch.
 func (b *batchConn) begin() {
 	b.mu.Lock()
-	b.batching = true
+	if b.buf == nil {
+		b.buf = pace.GetBuffer()
+	}
 	b.mu.Unlock()
+}
+
+// frame appends one data frame (FIN set, unmasked) to the open batch.
+func (b *batchConn) frame(opcode byte, payload []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errClosed
+	}
+	*b.buf = appendFrame(*b.buf, opcode, payload)
+	return nil
+}
+
+// appendFrame appends a server's frame: header, then the payload.
+func appendFrame(dst []byte, opcode byte, payload []byte) []byte {
+	n := len(payload)
+	dst = append(dst, 0x80|opcode)
+	switch {
+	case n <= 125:
+		dst = append(dst, byte(n))
+	case n <= 0xffff:
+		dst = append(dst, 126, byte(n>>8), byte(n))
+	default:
+		dst = append(dst, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(dst, payload...)
 }
 
 // flush closes the batch and writes what it gathered, within timeout.
 func (b *batchConn) flush(timeout time.Duration) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.batching = false
-	if len(b.buf) == 0 {
+	bp := b.buf
+	b.buf = nil
+	if bp == nil {
+		return nil
+	}
+	defer pace.PutBuffer(bp)
+	if len(*bp) == 0 {
 		return nil
 	}
 	_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := b.Conn.Write(b.buf)
+	_, err := b.Conn.Write(*bp)
 	_ = b.Conn.SetWriteDeadline(time.Time{})
-	if cap(b.buf) > 1<<20 {
-		b.buf = nil // do not keep a burst's buffer for an idle connection
-	} else {
-		b.buf = b.buf[:0]
-	}
 	return err
 }
 
@@ -68,9 +121,21 @@ func (w *batchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	w.conn = &batchConn{Conn: c}
-	// The batchConn buffers anyway; a small writer keeps idle connections
-	// small (the library flushes after every frame).
-	return w.conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.conn, 512)), nil
+	// Small buffers keep idle connections small: the library writes only
+	// control frames (each fits), and clients send few commands; a frame
+	// larger than the reader's buffer is read straight from the socket.
+	// net/http's 4 KiB reader is let go. What it had read ahead (a client
+	// may send its first frame right behind the handshake) is moved into
+	// the new reader's buffer, where Accept's own hand-over keeps it.
+	br := bufio.NewReaderSize(w.conn, 256)
+	if n := brw.Reader.Buffered(); n > 0 {
+		ahead, _ := brw.Reader.Peek(n)
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), w.conn), max(256, n))
+		if _, err := br.Peek(n); err != nil {
+			return nil, nil, err
+		}
+	}
+	return w.conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.conn, 256)), nil
 }
 
 func (w *batchWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/agentstream/agentstream/codegen/cddlrt"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -33,6 +35,9 @@ const CBORSubprotocol = "agentstream.cbor"
 // JSONSubprotocol names the default JSON framing, for clients that want
 // to ask for it explicitly.
 const JSONSubprotocol = "agentstream.json"
+
+// DefaultWriteInterval is Options.WriteInterval's default.
+const DefaultWriteInterval = pace.DefaultInterval
 
 // Options configure the handler. Zero fields take the defaults in their
 // comments.
@@ -52,6 +57,11 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxBatch is the most events taken from a subscription at a time (256).
 	MaxBatch int
+	// WriteInterval is the least time between two writes of events to one
+	// connection (DefaultWriteInterval): a connection that has been quiet that long writes at
+	// once, a busy one sends what arrived meanwhile in one write. Negative:
+	// no pacing.
+	WriteInterval time.Duration
 	// OnConn, when set, is called as a connection opens, and the function
 	// it returns as it closes (for metrics).
 	OnConn func() (done func())
@@ -72,24 +82,29 @@ func (o Options) withDefaults() Options {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 256
 	}
+	if o.WriteInterval == 0 {
+		o.WriteInterval = DefaultWriteInterval
+	}
 	return o
 }
 
 // Handler upgrades requests to thread WebSockets.
 type Handler struct {
-	srv     *server.Server
-	opts    Options
-	ctx     context.Context // cancelled by Shutdown
-	stop    context.CancelFunc
-	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
+	srv   *server.Server
+	opts  Options
+	pacer *pace.Pacer
+
+	mu      sync.Mutex
 	closing bool
-	wg      sync.WaitGroup // open connections
+	conns   map[*connection]struct{} // open connections, for pings and Shutdown
+	pinger  *time.Timer              // armed while connections are open
+	wg      sync.WaitGroup           // open connections' goroutines
 }
 
 // New returns a handler for srv.
 func New(srv *server.Server, opts Options) *Handler {
-	ctx, stop := context.WithCancel(context.Background())
-	return &Handler{srv: srv, opts: opts.withDefaults(), ctx: ctx, stop: stop}
+	opts = opts.withDefaults()
+	return &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), conns: map[*connection]struct{}{}}
 }
 
 // Shutdown closes every connection with 1001 (going away) and waits for
@@ -97,8 +112,13 @@ func New(srv *server.Server, opts Options) *Handler {
 func (h *Handler) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.closing = true
+	if h.pinger != nil {
+		h.pinger.Stop()
+	}
+	for c := range h.conns {
+		go c.conn.Close(websocket.StatusGoingAway, "server shutting down")
+	}
 	h.mu.Unlock()
-	h.stop()
 	c := make(chan struct{})
 	go func() { h.wg.Wait(); close(c) }()
 	select {
@@ -109,7 +129,10 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	}
 }
 
-// ServeHTTP upgrades the request and serves thread r.PathValue("id").
+// ServeHTTP upgrades the request and serves thread r.PathValue("id"). It
+// returns once the connection is set up; the connection runs on a
+// goroutine of its own, so net/http's per-request state (its buffers, the
+// request, the handler chain's stack) is released while it stays open.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	bw := &batchWriter{ResponseWriter: w}
 	conn, err := websocket.Accept(bw, r, &websocket.AcceptOptions{
@@ -125,20 +148,54 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		conn.Close(websocket.StatusGoingAway, "server shutting down")
 		return
 	}
-	h.wg.Add(1)
-	h.mu.Unlock()
-	defer h.wg.Done()
 	thread := r.PathValue("id")
 	if thread == "" {
+		h.mu.Unlock()
 		conn.Close(4000+http.StatusBadRequest, "the path needs a thread id")
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
-	if h.opts.OnConn != nil {
-		defer h.opts.OnConn()()
-	}
 	c := &connection{h: h, conn: conn, raw: bw.conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
-	c.serve(r.Context())
+	c.writer = h.pacer.NewWriter(c.writeReady, c.pending)
+	h.conns[c] = struct{}{}
+	if h.pinger == nil {
+		h.pinger = time.AfterFunc(h.opts.PingInterval, h.ping)
+	} else if len(h.conns) == 1 {
+		h.pinger.Reset(h.opts.PingInterval)
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		if h.opts.OnConn != nil {
+			defer h.opts.OnConn()()
+		}
+		c.serve()
+		h.mu.Lock()
+		delete(h.conns, c)
+		h.mu.Unlock()
+	}()
+}
+
+// ping pings every open connection, each on a goroutine of its own, and
+// drops those that do not answer within the interval. One timer serves
+// all connections, so an idle connection keeps none.
+func (h *Handler) ping() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing || len(h.conns) == 0 {
+		return
+	}
+	for c := range h.conns {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), h.opts.PingInterval)
+			defer cancel()
+			if c.conn.Ping(ctx) != nil {
+				c.conn.CloseNow()
+			}
+		}()
+	}
+	h.pinger.Reset(h.opts.PingInterval)
 }
 
 // connection is one WebSocket: a reader of commands, one writer of events
@@ -148,7 +205,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // sequence order, each once: when a subscription is added, its replay goes
 // out before newer events of the others (so a client never sees a run end
 // before the replayed events of that run), and an event two subscriptions
-// match is sent once (clients route events by filter).
+// match is sent once (clients route events by filter). It runs only while
+// events wait, paced by the handler's pacer.
 type connection struct {
 	h       *Handler
 	conn    *websocket.Conn
@@ -156,82 +214,35 @@ type connection struct {
 	cbor    bool
 	session *server.Session
 	ctx     context.Context
-	wg      sync.WaitGroup
+	writer  *pace.Writer
 	wmu     sync.Mutex // serialises frames
 
 	smu  sync.Mutex
-	subs map[*server.Subscription]bool
+	subs []*server.Subscription
 
-	// A writer goroutine runs only while there are events to write.
-	kmu      sync.Mutex
-	writing  bool
-	closing  bool
-	lastSent uint64 // owned by the running writer
+	lastSent uint64 // owned by the writer
 }
 
-func (c *connection) serve(parent context.Context) {
-	ctx, cancel := context.WithCancel(parent)
+func (c *connection) serve() {
+	ctx, cancel := context.WithCancel(context.Background())
 	c.ctx = ctx
-	c.subs = map[*server.Subscription]bool{}
-	stopPing := c.keepalive(ctx, cancel)
-	stopShutdown := context.AfterFunc(c.h.ctx, func() {
-		c.conn.Close(websocket.StatusGoingAway, "server shutting down")
-		cancel()
-	})
 	defer func() {
-		stopShutdown()
-		stopPing()
-		c.kmu.Lock()
-		c.closing = true
-		c.kmu.Unlock()
 		cancel()
-		c.wg.Wait()
+		c.conn.CloseNow()
+		c.writer.Stop()
 		c.session.Detach()
 	}()
 	for {
-		typ, data, err := c.conn.Read(ctx)
+		// Reading with a context that never ends keeps the library from
+		// holding a watcher per idle connection; closing the connection
+		// (shutdown, a failed ping, a failed write) ends the read.
+		typ, data, err := c.conn.Read(context.Background())
 		if err != nil {
-			return // the peer went, a frame was too big (closed with 1009), or shutdown
+			return // the peer went, a frame was too big (closed with 1009), or the connection was closed
 		}
-		if !c.send(ctx, c.command(ctx, typ, data)) {
+		if !c.command(ctx, typ, data) {
 			return
 		}
-	}
-}
-
-// kick starts a writer unless one is running or the connection is ending.
-// Subscriptions call it (on the publisher's goroutine) when events wait.
-func (c *connection) kick() {
-	c.kmu.Lock()
-	if c.writing || c.closing {
-		c.kmu.Unlock()
-		return
-	}
-	c.writing = true
-	c.wg.Add(1)
-	c.kmu.Unlock()
-	go c.drain()
-}
-
-// drain writes until nothing is ready, then stops, re-checking for events
-// that arrived while it was stopping.
-func (c *connection) drain() {
-	defer c.wg.Done()
-	for {
-		ok := c.writeReady(c.ctx)
-		c.kmu.Lock()
-		c.writing = false
-		c.kmu.Unlock()
-		if !ok || !c.pending() {
-			return
-		}
-		c.kmu.Lock()
-		if c.writing || c.closing {
-			c.kmu.Unlock()
-			return
-		}
-		c.writing = true
-		c.kmu.Unlock()
 	}
 }
 
@@ -239,7 +250,7 @@ func (c *connection) drain() {
 func (c *connection) pending() bool {
 	c.smu.Lock()
 	defer c.smu.Unlock()
-	for s := range c.subs {
+	for _, s := range c.subs {
 		if _, ok := s.Peek(); ok || s.Done() {
 			return true
 		}
@@ -254,12 +265,14 @@ func (c *connection) next() (*server.Event, error) {
 	defer c.smu.Unlock()
 	var best *server.Subscription
 	var bestSeq uint64
-	for s := range c.subs {
+	for i := 0; i < len(c.subs); i++ {
+		s := c.subs[i]
 		seq, ok := s.Peek()
 		if !ok {
 			if s.Done() {
 				if _, _, err := s.TryNext(); err != nil {
-					delete(c.subs, s)
+					c.subs = slices.Delete(c.subs, i, i+1)
+					i--
 					var sce *server.SlowConsumerError
 					if errors.As(err, &sce) {
 						return nil, err
@@ -281,7 +294,7 @@ func (c *connection) next() (*server.Event, error) {
 
 // writeReady writes every ready event in batches; it reports false when the
 // connection must end (a write failed, or a subscriber fell too far behind).
-func (c *connection) writeReady(ctx context.Context) bool {
+func (c *connection) writeReady() bool {
 	for {
 		n := 0
 		c.wmu.Lock() // a batch is one write: responses wait for it
@@ -306,15 +319,15 @@ func (c *connection) writeReady(ctx context.Context) bool {
 				continue // the same event through another subscription
 			}
 			c.lastSent = e.Seq
-			typ, b := websocket.MessageText, e.JSON()
+			op, b := byte(opText), e.JSON()
 			if c.cbor {
 				var cerr error
 				if b, cerr = e.CBOR(); cerr != nil {
 					continue
 				}
-				typ = websocket.MessageBinary
+				op = opBinary
 			}
-			if err := c.conn.Write(ctx, typ, b); err != nil {
+			if err := c.raw.frame(op, b); err != nil {
 				_ = c.raw.flush(c.h.opts.WriteTimeout)
 				c.wmu.Unlock()
 				return false
@@ -336,28 +349,29 @@ func (c *connection) writeReady(ctx context.Context) bool {
 	}
 }
 
-// command decodes and carries out one command, on a goroutine of its own:
-// decoding and validating grow a stack that the connection's long-lived
-// reader would otherwise keep while idle.
-func (c *connection) command(ctx context.Context, typ websocket.MessageType, data []byte) any {
-	out := make(chan any, 1) // the one result; buffered so the worker never waits
+// command decodes and carries out one command and sends its answer, on a
+// goroutine of its own: decoding, validating and encoding grow a stack
+// that the connection's long-lived reader would otherwise keep while idle.
+// It reports false when the answer could not be sent.
+func (c *connection) command(ctx context.Context, typ websocket.MessageType, data []byte) bool {
+	out := make(chan bool, 1) // buffered so the worker never waits
 	go func() {
 		cmd, errResp := c.decode(typ, data)
 		if errResp != nil {
-			out <- errResp
+			out <- c.send(errResp)
 			return
 		}
 		resp, errResp := c.session.Do(ctx, cmd, func(s *server.SessionSub) {
 			c.smu.Lock()
-			c.subs[s.Sub] = true
+			c.subs = append(c.subs, s.Sub)
 			c.smu.Unlock()
-			s.Sub.SetNotifyFunc(c.kick)
+			s.Sub.SetNotifyFunc(c.writer.Kick)
 		})
 		if errResp != nil {
-			out <- errResp
+			out <- c.send(errResp)
 			return
 		}
-		out <- resp
+		out <- c.send(resp)
 	}()
 	return <-out
 }
@@ -381,13 +395,14 @@ func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.C
 	return protocol.DecodeCommand(data)
 }
 
-// send writes one message (response, error or event) as a frame.
-func (c *connection) send(ctx context.Context, v any) bool {
+// send writes one response or error as a frame, now, within the write
+// timeout.
+func (c *connection) send(v any) bool {
 	var b []byte
 	var err error
-	typ := websocket.MessageText
+	op := byte(opText)
 	if c.cbor {
-		typ = websocket.MessageBinary
+		op = opBinary
 		b, err = cbor.Marshal(v)
 	} else {
 		b, err = json.Marshal(v)
@@ -395,42 +410,12 @@ func (c *connection) send(ctx context.Context, v any) bool {
 	if err != nil {
 		return false
 	}
-	return c.write(ctx, typ, b)
-}
-
-func (c *connection) write(ctx context.Context, typ websocket.MessageType, b []byte) bool {
-	wctx, cancel := context.WithTimeout(ctx, c.h.opts.WriteTimeout)
-	defer cancel()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.conn.Write(wctx, typ, b) == nil
-}
-
-// keepalive pings the peer every PingInterval and drops it when it stops
-// answering. It uses a timer rather than a goroutine of its own, which
-// keeps idle connections small; it returns the function that stops it.
-func (c *connection) keepalive(ctx context.Context, cancel context.CancelFunc) (stop func()) {
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	t = time.AfterFunc(c.h.opts.PingInterval, func() {
-		pctx, pcancel := context.WithTimeout(ctx, c.h.opts.PingInterval)
-		err := c.conn.Ping(pctx)
-		pcancel()
-		if err != nil {
-			cancel()
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			t.Reset(c.h.opts.PingInterval)
-		}
-		mu.Unlock()
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		t.Stop()
+	c.raw.begin()
+	if err := c.raw.frame(op, b); err != nil {
+		_ = c.raw.flush(c.h.opts.WriteTimeout)
+		return false
 	}
+	return c.raw.flush(c.h.opts.WriteTimeout) == nil
 }

@@ -1,0 +1,181 @@
+// Package pace owns when a streaming connection writes. A connection's
+// writer runs, on a goroutine of its own, only while the connection has
+// something to send, so an idle connection keeps no writer goroutine; and
+// a connection writes at most once per interval, so events that arrive
+// close together leave in one write (one syscall) instead of one each.
+//
+// A connection that has not written for an interval writes at once, so
+// pacing adds no delay to a quiet stream; under load it adds at most one
+// interval, and in exchange the server's cost per event drops several
+// times (syscalls dominate it) and so does the latency of a busy server.
+package pace
+
+import (
+	"sync"
+	"time"
+)
+
+// DefaultInterval is the transports' default interval: short enough to
+// be invisible in a stream of tokens, long enough that a connection
+// receiving a few hundred events a second writes a handful at a time.
+const DefaultInterval = 5 * time.Millisecond
+
+// Pacer releases the writers that had to wait for their interval. One
+// Pacer serves every connection of a handler; its timer runs only while
+// some writer waits.
+type Pacer struct {
+	interval time.Duration
+	epoch    time.Time // monotonic base for Writer.last
+
+	mu    sync.Mutex
+	due   []*Writer
+	timer *time.Timer
+	armed bool
+}
+
+// New returns a pacer with the given interval; 0 or less turns pacing off
+// (every writer starts as soon as it is kicked).
+func New(interval time.Duration) *Pacer {
+	return &Pacer{interval: max(interval, 0), epoch: time.Now()}
+}
+
+// Interval is the least time between two writes of one connection.
+func (p *Pacer) Interval() time.Duration { return p.interval }
+
+// Epoch is the base of the pacer's monotonic clock.
+func (p *Pacer) Epoch() time.Time { return p.epoch }
+
+func (p *Pacer) now() time.Duration { return time.Since(p.epoch) }
+
+// wait queues w until the next release.
+func (p *Pacer) wait(w *Writer) {
+	p.mu.Lock()
+	p.due = append(p.due, w)
+	if !p.armed {
+		p.armed = true
+		if p.timer == nil {
+			p.timer = time.AfterFunc(p.interval, p.release)
+		} else {
+			p.timer.Reset(p.interval)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// release starts the writers that waited.
+func (p *Pacer) release() {
+	p.mu.Lock()
+	due := p.due
+	p.due = nil
+	p.armed = false
+	p.mu.Unlock()
+	for _, w := range due {
+		w.release()
+	}
+}
+
+// Writer runs one connection's write function. It is safe to Kick from
+// any goroutine; at most one run of the write function is under way at a
+// time.
+type Writer struct {
+	p       *Pacer
+	write   func() bool
+	pending func() bool
+
+	mu      sync.Mutex
+	running bool
+	waiting bool // queued on the pacer
+	stopped bool
+	wrote   bool
+	last    time.Duration // when the last run ended, on the pacer's clock
+	wg      sync.WaitGroup
+}
+
+// NewWriter returns a writer for one connection. write sends whatever is
+// ready and reports false when the connection must end (the writer then
+// stops for good); pending reports whether anything is ready to send.
+// write never runs concurrently with itself; pending may run while a
+// write does.
+func (p *Pacer) NewWriter(write, pending func() bool) *Writer {
+	return &Writer{p: p, write: write, pending: pending}
+}
+
+// Kick asks for a write: at once if the connection has not written within
+// the interval, otherwise at the pacer's next release. Kicks while a write
+// is running or queued are absorbed by it. Kick never blocks on I/O.
+func (w *Writer) Kick() {
+	w.mu.Lock()
+	if w.running || w.waiting || w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	if w.wrote && w.p.interval > 0 && w.p.now()-w.last < w.p.interval {
+		w.waiting = true
+		w.mu.Unlock()
+		w.p.wait(w)
+		return
+	}
+	w.running = true
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go w.run()
+}
+
+// release is the pacer starting a writer that waited.
+func (w *Writer) release() {
+	w.mu.Lock()
+	w.waiting = false
+	if w.running || w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go w.run()
+}
+
+// run writes, then stops; what arrived during the write is kicked again
+// (and so waits for the interval like anything else).
+func (w *Writer) run() {
+	defer w.wg.Done()
+	ok := w.write()
+	w.mu.Lock()
+	w.running = false
+	w.wrote = true
+	w.last = w.p.now()
+	if !ok {
+		w.stopped = true
+	}
+	w.mu.Unlock()
+	if ok && w.pending() {
+		w.Kick()
+	}
+}
+
+// Stop keeps the write function from being called again and waits for a
+// run under way. It must not be called from the write function.
+func (w *Writer) Stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// buffers holds write buffers between runs, so that an idle connection
+// keeps none of its own.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// GetBuffer returns an empty write buffer; give it back with PutBuffer
+// once its bytes are written.
+func GetBuffer() *[]byte { return buffers.Get().(*[]byte) }
+
+// PutBuffer returns a buffer from GetBuffer. A buffer grown past 1 MiB by
+// a burst is dropped rather than kept.
+func PutBuffer(b *[]byte) {
+	if cap(*b) > 1<<20 {
+		return
+	}
+	*b = (*b)[:0]
+	buffers.Put(b)
+}

@@ -1,0 +1,164 @@
+package pace
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// conn is a connection whose events are counted: write takes all queued.
+type conn struct {
+	queued  atomic.Int64
+	writes  atomic.Int64
+	written atomic.Int64
+	fail    atomic.Bool
+	block   chan struct{} // when set, write waits on it
+	busy    atomic.Int32  // writes under way, to catch overlap
+	overlap atomic.Bool
+}
+
+func (c *conn) write() bool {
+	if c.busy.Add(1) > 1 {
+		c.overlap.Store(true)
+	}
+	defer c.busy.Add(-1)
+	if c.block != nil {
+		<-c.block
+	}
+	c.writes.Add(1)
+	c.written.Add(c.queued.Swap(0))
+	return !c.fail.Load()
+}
+
+func (c *conn) pending() bool { return c.queued.Load() > 0 }
+
+func (c *conn) publish(w *Writer, n int) {
+	for range n {
+		c.queued.Add(1)
+		w.Kick()
+	}
+}
+
+func TestQuietConnectionWritesAtOnce(t *testing.T) {
+	p := New(time.Hour) // a release would never come in time
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.written.Load() == 1 }, 5*time.Second, time.Millisecond)
+	w.Stop()
+}
+
+func TestBusyConnectionWaitsAndGathers(t *testing.T) {
+	p := New(100 * time.Millisecond)
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.written.Load() == 1 }, 5*time.Second, time.Millisecond)
+	// Within the interval of that write: these wait, and leave together.
+	c.publish(w, 50)
+	require.Eventually(t, func() bool { return c.written.Load() == 51 }, 5*time.Second, time.Millisecond)
+	w.Stop()
+	assert.LessOrEqual(t, c.writes.Load(), int64(3), "50 events in far fewer writes")
+	assert.False(t, c.overlap.Load())
+}
+
+func TestNoPacing(t *testing.T) {
+	p := New(0)
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	for i := 1; i <= 20; i++ {
+		c.publish(w, 1)
+		require.Eventually(t, func() bool { return c.written.Load() == int64(i) }, 5*time.Second, time.Millisecond)
+	}
+	w.Stop()
+	assert.Equal(t, int64(20), c.writes.Load(), "every event written as it came")
+}
+
+func TestEventsDuringAWriteAreWritten(t *testing.T) {
+	p := New(time.Millisecond)
+	c := &conn{block: make(chan struct{})}
+	w := p.NewWriter(c.write, c.pending)
+	c.publish(w, 1) // the write starts and blocks
+	require.Eventually(t, func() bool { return c.busy.Load() == 1 }, 5*time.Second, time.Millisecond)
+	c.publish(w, 5) // absorbed by the running write
+	close(c.block)
+	require.Eventually(t, func() bool { return c.written.Load() == 6 }, 5*time.Second, time.Millisecond)
+	w.Stop()
+	assert.False(t, c.overlap.Load())
+}
+
+func TestStopWaitsAndEnds(t *testing.T) {
+	p := New(time.Millisecond)
+	c := &conn{block: make(chan struct{})}
+	w := p.NewWriter(c.write, c.pending)
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.busy.Load() == 1 }, 5*time.Second, time.Millisecond)
+	stopped := make(chan struct{})
+	go func() { w.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a write was under way")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(c.block)
+	<-stopped
+	n := c.writes.Load()
+	c.publish(w, 3)
+	time.Sleep(20 * time.Millisecond) // a release, if one were (wrongly) queued
+	assert.Equal(t, n, c.writes.Load(), "no write after Stop")
+}
+
+func TestFailedWriteStopsTheWriter(t *testing.T) {
+	p := New(0)
+	c := &conn{}
+	c.fail.Store(true)
+	w := p.NewWriter(c.write, c.pending)
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.writes.Load() == 1 }, 5*time.Second, time.Millisecond)
+	w.Stop() // wait for the run to finish
+	c.publish(w, 3)
+	w.Stop()
+	assert.Equal(t, int64(1), c.writes.Load())
+}
+
+func TestManyWritersOnePacer(t *testing.T) {
+	p := New(2 * time.Millisecond)
+	const n = 200
+	conns := make([]*conn, n)
+	writers := make([]*Writer, n)
+	for i := range conns {
+		conns[i] = &conn{}
+		writers[i] = p.NewWriter(conns[i].write, conns[i].pending)
+	}
+	var wg sync.WaitGroup
+	for round := 0; round < 50; round++ {
+		wg.Add(n)
+		for i := range conns {
+			go func() { defer wg.Done(); conns[i].publish(writers[i], 1) }()
+		}
+		wg.Wait()
+	}
+	for i := range conns {
+		require.Eventually(t, func() bool { return conns[i].written.Load() == 50 }, 5*time.Second, time.Millisecond)
+		writers[i].Stop()
+		assert.False(t, conns[i].overlap.Load())
+	}
+}
+
+func TestBuffers(t *testing.T) {
+	b := GetBuffer()
+	assert.Empty(t, *b)
+	*b = append(*b, "x"...)
+	PutBuffer(b)
+	big := GetBuffer()
+	*big = make([]byte, 0, 2<<20)
+	PutBuffer(big) // dropped, not kept
+	assert.Empty(t, *GetBuffer())
+}
