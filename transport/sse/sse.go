@@ -159,16 +159,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c := lastEventID(r); c != nil {
 		cursor = c
 	}
+	if r.Method == http.MethodHead { // the headers a stream would have, and no stream
+		setStreamHeaders(w.Header())
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	sub, _, err := h.srv.Subscribe(thread, f, cursor)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
 		return
 	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("Connection", "keep-alive")
-	hdr.Set("X-Accel-Buffering", "no")
+	setStreamHeaders(w.Header())
 	if h.takeOver(w, r, sub) {
 		return
 	}
@@ -182,6 +183,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.stream(r.Context(), w, rc, sub)
+}
+
+// setStreamHeaders sets an event stream's response headers.
+func setStreamHeaders(hdr http.Header) {
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("Connection", "keep-alive")
+	hdr.Set("X-Accel-Buffering", "no")
 }
 
 // stream writes the subscription's events on the handler's goroutine

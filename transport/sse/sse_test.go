@@ -213,3 +213,13 @@ func httpChunked(s string) io.Reader {
 	}
 	return resp.Body
 }
+
+func TestHeadHasTheHeadersAndNoStream(t *testing.T) {
+	f := serve(t, Options{})
+	resp, err := http.Head(f.url + "/threads/h/stream")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	assert.Equal(t, int64(0), f.open.Load())
+}

@@ -109,6 +109,11 @@ func (b *batchConn) flush(timeout time.Duration) error {
 	return err
 }
 
+// bufSize is the size of the library's reader and writer buffers: a
+// control frame (at most 2 + 125 bytes from a server) must fit the writer
+// whole, so that it reaches batchConn in one Write.
+const bufSize = 128
+
 // batchWriter makes Accept hijack a batchConn.
 type batchWriter struct {
 	http.ResponseWriter
@@ -127,15 +132,15 @@ func (w *batchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	// net/http's 4 KiB reader is let go. What it had read ahead (a client
 	// may send its first frame right behind the handshake) is moved into
 	// the new reader's buffer, where Accept's own hand-over keeps it.
-	br := bufio.NewReaderSize(w.conn, 256)
+	br := bufio.NewReaderSize(w.conn, bufSize)
 	if n := brw.Reader.Buffered(); n > 0 {
 		ahead, _ := brw.Reader.Peek(n)
-		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), w.conn), max(256, n))
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(ahead)), w.conn), max(bufSize, n))
 		if _, err := br.Peek(n); err != nil {
 			return nil, nil, err
 		}
 	}
-	return w.conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.conn, 256)), nil
+	return w.conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.conn, bufSize)), nil
 }
 
 func (w *batchWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
