@@ -13,11 +13,13 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/pace"
 )
 
-// WebSocket opcodes of the data frames the connection writes itself.
+// WebSocket opcodes (RFC 6455 section 5.2).
 const (
 	opText   = 0x1
 	opBinary = 0x2
 	opClose  = 0x8
+	opPing   = 0x9
+	opPong   = 0xa
 )
 
 var errClosed = errors.New("the WebSocket is closing")
@@ -32,7 +34,7 @@ var errClosed = errors.New("the WebSocket is closing")
 // Every write of the library is one whole control frame (its buffer is
 // flushed after each frame and a control frame fits in it), so a frame the
 // connection appends never lands inside one of the library's, and a close
-// frame is seen going out: after it no data frame is written.
+// frame is seen going out: after it nothing more is written.
 type batchConn struct {
 	net.Conn
 	mu     sync.Mutex
@@ -45,6 +47,9 @@ type batchConn struct {
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return len(p), nil // nothing follows a close frame (the library may echo one)
+	}
 	if len(p) > 0 && p[0]&0x0f == opClose {
 		b.closed = true
 	}
@@ -73,6 +78,29 @@ func (b *batchConn) frame(opcode byte, payload []byte) error {
 	}
 	*b.buf = appendFrame(*b.buf, opcode, payload)
 	return nil
+}
+
+// control sends a control frame now: into the open batch if there is one
+// (its owner flushes it), otherwise straight to the socket within timeout.
+// Nothing is sent after a close frame.
+func (b *batchConn) control(opcode byte, payload []byte, timeout time.Duration) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errClosed
+	}
+	if opcode == opClose {
+		b.closed = true
+	}
+	if b.buf != nil {
+		*b.buf = appendFrame(*b.buf, opcode, payload)
+		return nil
+	}
+	var f [2 + 125]byte
+	_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	_, err := b.Conn.Write(appendFrame(f[:0], opcode, payload))
+	_ = b.Conn.SetWriteDeadline(time.Time{})
+	return err
 }
 
 // appendFrame appends a server's frame: header, then the payload.
@@ -118,6 +146,11 @@ const bufSize = 128
 type batchWriter struct {
 	http.ResponseWriter
 	conn *batchConn
+	br   *bufio.Reader // the library's reader, which the connection peeks
+	// ahead is what net/http had read past the request. Accept moves it
+	// from br's buffer to the front of br's source; the connection pulls
+	// it back in (see ServeHTTP) before waiting on the socket.
+	ahead int
 }
 
 func (w *batchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -139,7 +172,9 @@ func (w *batchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		if _, err := br.Peek(n); err != nil {
 			return nil, nil, err
 		}
+		w.ahead = n
 	}
+	w.br = br
 	return w.conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.conn, bufSize)), nil
 }
 

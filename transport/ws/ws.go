@@ -12,11 +12,14 @@
 package ws
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"encoding/json"
@@ -49,8 +52,8 @@ type Options struct {
 	// ReadLimit caps an incoming frame (1 MiB); a larger one closes the
 	// connection with 1009.
 	ReadLimit int64
-	// PingInterval is how often an idle connection is pinged (20s); a peer
-	// that does not answer within it is dropped.
+	// PingInterval is how often every connection is pinged (20s); a peer
+	// that sent nothing, not even the pong, by the next ping is dropped.
 	PingInterval time.Duration
 	// WriteTimeout bounds each write (10s); a peer that cannot take it is
 	// dropped.
@@ -116,7 +119,7 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 		h.pinger.Stop()
 	}
 	for c := range h.conns {
-		go c.conn.Close(websocket.StatusGoingAway, "server shutting down")
+		go c.closeWith(websocket.StatusGoingAway, "server shutting down")
 	}
 	h.mu.Unlock()
 	c := make(chan struct{})
@@ -155,7 +158,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
-	c := &connection{h: h, conn: conn, raw: bw.conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
+	if bw.ahead > 0 {
+		_, _ = bw.br.Peek(1) // buffered again: the socket will not signal it
+	}
+	c := &connection{h: h, conn: conn, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.pending)
 	h.conns[c] = struct{}{}
 	if h.pinger == nil {
@@ -177,9 +183,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
-// ping pings every open connection, each on a goroutine of its own, and
-// drops those that do not answer within the interval. One timer serves
-// all connections, so an idle connection keeps none.
+// ping pings every open connection and drops those that sent nothing
+// since the previous ping. One timer serves all connections, so an idle
+// connection keeps none.
 func (h *Handler) ping() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -187,19 +193,15 @@ func (h *Handler) ping() {
 		return
 	}
 	for c := range h.conns {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), h.opts.PingInterval)
-			defer cancel()
-			if c.conn.Ping(ctx) != nil {
-				c.conn.CloseNow()
-			}
-		}()
+		c.ping()
 	}
 	h.pinger.Reset(h.opts.PingInterval)
 }
 
-// connection is one WebSocket: a reader of commands, one writer of events
-// for all its subscriptions, and a pinger, all stopped when it ends.
+// connection is one WebSocket: a long-lived goroutine that waits for
+// messages and answers control frames, a short-lived one per command, and
+// one writer of events for all its subscriptions that runs only while
+// events wait; the handler's timer pings it.
 //
 // The writer sends the events of every subscription of the connection in
 // sequence order, each once: when a subscription is added, its replay goes
@@ -210,7 +212,9 @@ func (h *Handler) ping() {
 type connection struct {
 	h       *Handler
 	conn    *websocket.Conn
-	raw     *batchConn // gathers a batch of events into one write
+	raw     *batchConn      // gathers a batch of events into one write
+	br      *bufio.Reader   // the library's reader, peeked between messages
+	rc      syscall.RawConn // the socket, waited on between messages (nil: wait in br)
 	cbor    bool
 	session *server.Session
 	ctx     context.Context
@@ -221,6 +225,9 @@ type connection struct {
 	subs []*server.Subscription
 
 	lastSent uint64 // owned by the writer
+
+	alive  atomic.Bool // the peer sent something since the last ping
+	pinged bool        // a ping went out; under the handler's lock
 }
 
 func (c *connection) serve() {
@@ -232,17 +239,7 @@ func (c *connection) serve() {
 		c.writer.Stop()
 		c.session.Detach()
 	}()
-	for {
-		// Reading with a context that never ends keeps the library from
-		// holding a watcher per idle connection; closing the connection
-		// (shutdown, a failed ping, a failed write) ends the read.
-		typ, data, err := c.conn.Read(context.Background())
-		if err != nil {
-			return // the peer went, a frame was too big (closed with 1009), or the connection was closed
-		}
-		if !c.command(ctx, typ, data) {
-			return
-		}
+	for c.awaitMessage() == nil && c.message() {
 	}
 }
 
@@ -308,7 +305,7 @@ func (c *connection) writeReady() bool {
 					// resubscribe (the SDK dedupes by event_id).
 					_ = c.raw.flush(c.h.opts.WriteTimeout)
 					c.wmu.Unlock()
-					c.conn.Close(4000+http.StatusTooManyRequests, sce.Error())
+					c.closeWith(4000+http.StatusTooManyRequests, sce.Error())
 					return false
 				}
 			}
@@ -349,31 +346,23 @@ func (c *connection) writeReady() bool {
 	}
 }
 
-// command decodes and carries out one command and sends its answer, on a
-// goroutine of its own: decoding, validating and encoding grow a stack
-// that the connection's long-lived reader would otherwise keep while idle.
-// It reports false when the answer could not be sent.
-func (c *connection) command(ctx context.Context, typ websocket.MessageType, data []byte) bool {
-	out := make(chan bool, 1) // buffered so the worker never waits
-	go func() {
-		cmd, errResp := c.decode(typ, data)
-		if errResp != nil {
-			out <- c.send(errResp)
-			return
-		}
-		resp, errResp := c.session.Do(ctx, cmd, func(s *server.SessionSub) {
-			c.smu.Lock()
-			c.subs = append(c.subs, s.Sub)
-			c.smu.Unlock()
-			s.Sub.SetNotifyFunc(c.writer.Kick)
-		})
-		if errResp != nil {
-			out <- c.send(errResp)
-			return
-		}
-		out <- c.send(resp)
-	}()
-	return <-out
+// command decodes and carries out one command and sends its answer; it
+// reports false when the answer could not be sent.
+func (c *connection) command(typ websocket.MessageType, data []byte) bool {
+	cmd, errResp := c.decode(typ, data)
+	if errResp != nil {
+		return c.send(errResp)
+	}
+	resp, errResp := c.session.Do(c.ctx, cmd, func(s *server.SessionSub) {
+		c.smu.Lock()
+		c.subs = append(c.subs, s.Sub)
+		c.smu.Unlock()
+		s.Sub.SetNotifyFunc(c.writer.Kick)
+	})
+	if errResp != nil {
+		return c.send(errResp)
+	}
+	return c.send(resp)
 }
 
 func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.ClientCommand, *protocol.ErrorResponse) {

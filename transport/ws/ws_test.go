@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -105,29 +106,49 @@ func TestNoDataFrameAfterClose(t *testing.T) {
 	require.NoError(t, d.flush(time.Second))
 }
 
-// TestFirstFrameBehindTheHandshake sends the upgrade request and the first
-// command in one write, so the command reaches the server inside the
-// handshake's read: it must still be read and answered.
-func TestFirstFrameBehindTheHandshake(t *testing.T) {
-	base := serve(t, Options{})
+// clientFrame is a masked client frame (RFC 6455 section 5.3).
+func clientFrame(fin bool, opcode byte, payload []byte, mask bool) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	key := [4]byte{1, 2, 3, 4}
+	if !mask {
+		return append([]byte{b0, byte(len(payload))}, payload...)
+	}
+	f := append([]byte{b0, 0x80 | byte(len(payload))}, key[:]...)
+	for i, c := range payload {
+		f = append(f, c^key[i%4])
+	}
+	return f
+}
+
+const upgrade = "GET /threads/%s/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+
+// dialRaw opens a WebSocket by hand, writing extra right behind the
+// upgrade request, and returns the socket and a reader past the 101.
+func dialRaw(t *testing.T, base, thread string, extra []byte) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
-	defer conn.Close()
-	cmd := []byte(`{"id": 7, "method": "subscription.subscribe", "params": {"channels": ["messages"]}}`)
-	req := "GET /threads/t1/stream HTTP/1.1\r\nHost: " + strings.TrimPrefix(base, "http://") +
-		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-	// A client frame is masked.
-	frame := []byte{0x81, 0x80 | byte(len(cmd)), 1, 2, 3, 4}
-	for i, c := range cmd {
-		frame = append(frame, c^[]byte{1, 2, 3, 4}[i%4])
-	}
-	_, err = conn.Write(append([]byte(req), frame...))
+	t.Cleanup(func() { conn.Close() })
+	_, err = conn.Write(append([]byte(fmt.Sprintf(upgrade, thread)), extra...))
 	require.NoError(t, err)
 	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
 	r := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(r, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	return conn, r
+}
+
+// TestFirstFrameBehindTheHandshake sends the upgrade request and the first
+// command in one write, so the command reaches the server inside the
+// handshake's read: it must still be read and answered.
+func TestFirstFrameBehindTheHandshake(t *testing.T) {
+	base := serve(t, Options{})
+	cmd := []byte(`{"id": 7, "method": "subscription.subscribe", "params": {"channels": ["messages"]}}`)
+	_, r := dialRaw(t, base, "t1", clientFrame(true, opText, cmd, true))
 	_, op, payload, err := readFrame(r)
 	require.NoError(t, err)
 	assert.Equal(t, byte(opText), op)
@@ -138,6 +159,94 @@ func TestFirstFrameBehindTheHandshake(t *testing.T) {
 	require.NoError(t, json.Unmarshal(payload, &out), "%s", payload)
 	assert.Equal(t, 7, out.ID)
 	assert.Equal(t, "success", out.Type)
+}
+
+func TestPingIsAnsweredWithItsPayload(t *testing.T) {
+	base := serve(t, Options{})
+	conn, r := dialRaw(t, base, "p", nil)
+	_, err := conn.Write(clientFrame(true, opPing, []byte("hi"), true))
+	require.NoError(t, err)
+	_, op, payload, err := readFrame(r)
+	require.NoError(t, err)
+	assert.Equal(t, byte(opPong), op)
+	assert.Equal(t, "hi", string(payload))
+}
+
+func TestBadControlFramesCloseWith1002(t *testing.T) {
+	for name, f := range map[string][]byte{
+		"unmasked":   clientFrame(true, opPing, nil, false),
+		"fragmented": clientFrame(false, opPing, nil, true),
+		"reserved":   clientFrame(true, 0xb, nil, true),
+		"too long":   append([]byte{0x89, 0x80 | 126, 0, 200, 1, 2, 3, 4}, make([]byte, 200)...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			base := serve(t, Options{})
+			conn, r := dialRaw(t, base, "b", nil)
+			_, err := conn.Write(f)
+			require.NoError(t, err)
+			_, op, payload, err := readFrame(r)
+			require.NoError(t, err)
+			require.Equal(t, byte(opClose), op)
+			require.GreaterOrEqual(t, len(payload), 2)
+			assert.Equal(t, uint16(websocket.StatusProtocolError), binary.BigEndian.Uint16(payload))
+		})
+	}
+}
+
+func TestClosingHandshakeFromTheClient(t *testing.T) {
+	base := serve(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/threads/c/stream", nil)
+	require.NoError(t, err)
+	// The library's Close waits for the server's answering close frame and
+	// reports an error if it does not come or carries another status.
+	require.NoError(t, c.Close(websocket.StatusNormalClosure, "bye"))
+}
+
+func TestPingsKeepALiveClientAndDropASilentOne(t *testing.T) {
+	base := serve(t, Options{PingInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A live client answers pings while it reads (the library does).
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/threads/k/stream", nil)
+	require.NoError(t, err)
+	defer c.CloseNow()
+	msgs := make(chan string, 4)
+	go func() {
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(b)
+		}
+	}()
+	// A silent one reads nothing and answers nothing.
+	_, silent := dialRaw(t, base, "k", nil)
+	time.Sleep(200 * time.Millisecond) // ten intervals
+	require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(`{"id": 3, "method": "agent.getTree", "params": {}}`)))
+	select {
+	case m, ok := <-msgs:
+		require.True(t, ok, "the live client was dropped")
+		assert.Contains(t, m, `"id":3`)
+	case <-ctx.Done():
+		t.Fatal("no answer")
+	}
+	// The silent one got pings, then the connection ended.
+	pings := 0
+	for {
+		_, op, _, err := readFrame(silent)
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		if op == opPing {
+			pings++
+		}
+	}
+	assert.GreaterOrEqual(t, pings, 1)
 }
 
 // TestFramesReadByTheLibrary checks responses the connection frames itself

@@ -1,0 +1,14 @@
+//go:build !unix
+
+package ws
+
+import (
+	"net"
+	"syscall"
+)
+
+// rawConnOf returns nil: without MSG_PEEK the connection waits in its
+// buffered reader instead.
+func rawConnOf(net.Conn) syscall.RawConn { return nil }
+
+func waitReadable(syscall.RawConn) error { return nil }

@@ -1,0 +1,37 @@
+//go:build unix
+
+package ws
+
+import (
+	"net"
+	"syscall"
+)
+
+// readableFunc makes a raw read wait until the socket has a byte to read
+// (or its end, or an error) without taking anything from it.
+func readableFunc(fd uintptr) bool {
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK && err != syscall.EINTR
+}
+
+// rawConnOf returns the socket's raw connection, for waiting without a
+// read, or nil when it has none.
+func rawConnOf(c net.Conn) syscall.RawConn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// waitReadable waits until the socket has something to read, parked by
+// the runtime's poller with a shallow stack. It returns the socket's error
+// if it is closed or passes its read deadline.
+func waitReadable(rc syscall.RawConn) error {
+	return rc.Read(readableFunc)
+}
