@@ -115,10 +115,7 @@ func (w *Writer) Kick() {
 		w.p.wait(w)
 		return
 	}
-	w.running = true
-	w.wg.Add(1)
-	w.mu.Unlock()
-	go w.run()
+	w.startLocked()
 }
 
 // release is the pacer starting a writer that waited.
@@ -129,6 +126,11 @@ func (w *Writer) release() {
 		w.mu.Unlock()
 		return
 	}
+	w.startLocked()
+}
+
+// startLocked starts a run; it is called with w.mu held and releases it.
+func (w *Writer) startLocked() {
 	w.running = true
 	w.wg.Add(1)
 	w.mu.Unlock()
