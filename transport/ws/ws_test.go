@@ -205,7 +205,9 @@ func TestClosingHandshakeFromTheClient(t *testing.T) {
 }
 
 func TestPingsKeepALiveClientAndDropASilentOne(t *testing.T) {
-	base := serve(t, Options{PingInterval: 20 * time.Millisecond})
+	// An interval long enough that a busy test machine does not make the
+	// live client miss one.
+	base := serve(t, Options{PingInterval: 150 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// A live client answers pings while it reads (the library does).
@@ -225,7 +227,7 @@ func TestPingsKeepALiveClientAndDropASilentOne(t *testing.T) {
 	}()
 	// A silent one reads nothing and answers nothing.
 	_, silent := dialRaw(t, base, "k", nil)
-	time.Sleep(200 * time.Millisecond) // ten intervals
+	time.Sleep(time.Second) // six intervals
 	require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(`{"id": 3, "method": "agent.getTree", "params": {}}`)))
 	select {
 	case m, ok := <-msgs:
