@@ -172,6 +172,21 @@ func TestAClientSendingAfterItsRequestIsClosed(t *testing.T) {
 
 // TestHTTP10StaysOnTheHandler: without chunked coding the stream is left
 // to net/http, which delimits it by closing the connection.
+func TestAPipelinedRequestEndsTheStream(t *testing.T) {
+	f := serve(t, Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	req := "GET /threads/pp/stream HTTP/1.1\r\nHost: x\r\n\r\n"
+	_, err = io.WriteString(conn, req+req)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.ReadAll(conn) // the head, then the end of the connection
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server closes the connection: %v", err)
+	require.Eventually(t, func() bool { return f.open.Load() == 0 }, 5*time.Second, 5*time.Millisecond)
+}
+
 func TestHTTP10StaysOnTheHandler(t *testing.T) {
 	f := serve(t, Options{})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))

@@ -31,12 +31,14 @@ func (h *Handler) takeOver(w http.ResponseWriter, r *http.Request, sub *server.S
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	conn, _, err := http.NewResponseController(w).Hijack()
+	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		h.wg.Done()
 		return false
 	}
-	s := &stream{h: h, conn: conn, sub: sub}
+	// A request pipelined behind this one is something the client sent
+	// after its request: the stream ends at once, as it would on reading it.
+	s := &stream{h: h, conn: conn, sub: sub, sent: brw.Reader.Buffered() > 0}
 	s.writer = h.pacer.NewWriter(s.write, s.pending)
 	head := appendHead(nil, w.Header())
 	_ = conn.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
@@ -77,6 +79,7 @@ type stream struct {
 	sub    *server.Subscription
 	writer *pace.Writer
 
+	sent      bool         // the client had sent more than its request
 	lastWrite atomic.Int64 // on the pacer's clock
 	beatDue   atomic.Bool
 	ending    atomic.Bool // the handler is shutting down
@@ -102,8 +105,10 @@ func (s *stream) run() {
 	// A client sends nothing after its request: this returns when it goes,
 	// when it sends something anyway, or when the writer closes the
 	// connection.
-	var b [1]byte
-	_, _ = s.conn.Read(b[:])
+	if !s.sent {
+		var b [1]byte
+		_, _ = s.conn.Read(b[:])
+	}
 	stopShutdown()
 	s.tmu.Lock()
 	s.stopped = true
