@@ -61,9 +61,9 @@ type Options struct {
 	// MaxBatch is the most events taken from a subscription at a time (256).
 	MaxBatch int
 	// WriteInterval is the least time between two writes of events to one
-	// connection (DefaultWriteInterval): a connection that has been quiet that long writes at
-	// once, a busy one sends what arrived meanwhile in one write. Negative:
-	// no pacing.
+	// connection (DefaultWriteInterval): a connection that has been quiet
+	// that long writes at once, a busy one sends what arrived meanwhile in
+	// one write. Negative: no pacing.
 	WriteInterval time.Duration
 	// OnConn, when set, is called as a connection opens, and the function
 	// it returns as it closes (for metrics).
