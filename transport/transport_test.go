@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -521,4 +525,129 @@ func TestSlowSSEClientIsCutOffWithoutSlowingOthers(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), ": slow consumer, resume after ")
 	require.Equal(t, uint64(1), srv.Metrics().SlowConsumers)
+}
+
+// TestChurnWhileEventsFlow: while a run publishes, clients keep connecting
+// over both transports and dropping without a goodbye; the clients that
+// stay receive every event, in order, once, and nothing is left running
+// afterwards (goleak, in TestMain).
+func TestChurnWhileEventsFlow(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	const events = 1500
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Stable readers, subscribed before the run starts.
+	type result struct {
+		seqs []float64
+		err  error
+	}
+	results := make(chan result, 6)
+	var ready sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		ready.Add(2)
+		go func() { // WebSocket
+			c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/threads/churn/stream", nil)
+			if err != nil {
+				ready.Done()
+				results <- result{err: err}
+				return
+			}
+			defer c.CloseNow()
+			_ = c.Write(ctx, websocket.MessageText, []byte(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["custom"]}}`))
+			_, _, err = c.Read(ctx) // the subscription's response
+			ready.Done()
+			var r result
+			for err == nil && len(r.seqs) < events {
+				var b []byte
+				if _, b, err = c.Read(ctx); err == nil {
+					var m struct{ Seq float64 }
+					err = json.Unmarshal(b, &m)
+					r.seqs = append(r.seqs, m.Seq)
+				}
+			}
+			r.err = err
+			results <- r
+		}()
+		go func() { // SSE
+			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/threads/churn/stream", strings.NewReader(`{"channels": ["custom"]}`))
+			resp, err := http.DefaultClient.Do(req)
+			ready.Done()
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			var r result
+			sc := bufio.NewScanner(resp.Body)
+			for len(r.seqs) < events && sc.Scan() {
+				if id, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+					n, err := strconv.ParseFloat(id, 64)
+					if err != nil {
+						r.err = err
+						break
+					}
+					r.seqs = append(r.seqs, n)
+				}
+			}
+			if r.err == nil && len(r.seqs) < events {
+				r.err = fmt.Errorf("stream ended: %v", sc.Err())
+			}
+			results <- r
+		}()
+	}
+	ready.Wait()
+
+	// Churners: connect, take a few events, drop.
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	var dropped atomic.Int64 // churners that got in and dropped
+	for i := 0; i < 8; i++ {
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, ccancel := context.WithTimeout(ctx, time.Second)
+				if (i+n)%2 == 0 {
+					if c, _, err := websocket.Dial(cctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/threads/churn/stream", nil); err == nil {
+						_ = c.Write(cctx, websocket.MessageText, []byte(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["custom"], "since": 0}}`))
+						for range 3 {
+							if _, _, err := c.Read(cctx); err != nil {
+								break
+							}
+						}
+						c.CloseNow()
+						dropped.Add(1)
+					}
+				} else {
+					req, _ := http.NewRequestWithContext(cctx, "POST", ts.URL+"/threads/churn/stream", strings.NewReader(`{"channels": ["custom"], "since": 0}`))
+					if resp, err := http.DefaultClient.Do(req); err == nil {
+						_, _ = io.ReadFull(resp.Body, make([]byte, 512))
+						resp.Body.Close()
+						dropped.Add(1)
+					}
+				}
+				ccancel()
+			}
+		}()
+	}
+
+	code, out := post(t, ts.URL+"/threads/churn/commands", fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": 1000}}}`, events))
+	require.Equal(t, 200, code, "%v", out)
+	for range 6 {
+		r := <-results
+		require.NoError(t, r.err)
+		require.Len(t, r.seqs, events)
+		for j := 1; j < len(r.seqs); j++ {
+			require.Greater(t, r.seqs[j], r.seqs[j-1], "in order and once")
+		}
+	}
+	close(stop)
+	churn.Wait()
+	require.Greater(t, dropped.Load(), int64(20), "clients came and went meanwhile")
 }
