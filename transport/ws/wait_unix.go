@@ -8,11 +8,12 @@ import (
 )
 
 // readableFunc makes a raw read wait until the socket has a byte to read
-// (or its end, or an error) without taking anything from it.
+// (or its end, or an error) without taking anything from it: only "would
+// block" waits; anything else is left for the real read to meet.
 func readableFunc(fd uintptr) bool {
 	var b [1]byte
 	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK && err != syscall.EINTR
+	return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
 }
 
 // rawConnOf returns the socket's raw connection, for waiting without a
