@@ -8,9 +8,11 @@
 // notices that are not part of the stream (events.missed, the initial
 // values snapshot) have no id. A `: heartbeat` comment goes out when the
 // stream has been quiet for the heartbeat interval. Events that are ready
-// are written together with one flush. A client that cannot keep up is cut
-// off (its write deadline passes, or its queue overflows) without slowing
-// anyone else, and resumes with Last-Event-ID.
+// are written together in one write, at most once per
+// Options.WriteInterval on a busy stream. A client that cannot keep up is
+// cut off (its write deadline passes, or its queue overflows) without
+// slowing anyone else, and resumes with Last-Event-ID. HTTP/1.1 streams
+// are taken over from net/http once validated (see Handler).
 package sse
 
 import (

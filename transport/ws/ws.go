@@ -6,9 +6,16 @@
 // Every command works in-band, subscriptions included. A dropped
 // connection leaves its subscriptions restorable, for the server's
 // reconnect grace period, by subscription.reconnect on a new connection.
-// The server pings idle connections; a frame over the read limit closes
-// the connection with 1009; a rejection after the handshake closes it with
-// 4000 + the HTTP status. Origins are checked (see Options.OriginPatterns).
+// The server pings every connection and drops those that stop answering;
+// a frame over the read limit closes the connection with 1009; a rejection
+// after the handshake closes it with 4000 + the HTTP status. Origins are
+// checked (see Options.OriginPatterns).
+//
+// The library does the handshake and reads messages; the connection
+// writes its own data frames, batched into one socket write, and answers
+// control frames between messages (see batch.go and control.go). Writes
+// are paced: a busy connection writes at most once per
+// Options.WriteInterval.
 package ws
 
 import (
