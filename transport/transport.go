@@ -39,6 +39,11 @@ type Options struct {
 	Registry *prometheus.Registry
 	// MaxCommandBody caps a command's body (1 MiB).
 	MaxCommandBody int64
+	// CORSOrigins lists the origins whose browser pages may call the HTTP
+	// routes (streams, commands, state) across origins, as host patterns
+	// in ws.Options.OriginPatterns' syntax ("*" for every origin). Empty:
+	// no CORS headers, so browsers allow the server's own origin only.
+	CORSOrigins []string
 }
 
 // Handler is the HTTP face of a server.
@@ -50,6 +55,8 @@ type Handler struct {
 	metrics *metrics
 	ready   atomic.Bool
 	maxBody int64
+
+	corsOrigins []string
 }
 
 // New builds the handler for srv.
@@ -63,7 +70,7 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.SSE.OnDeliver = chainN(opts.SSE.OnDeliver, m.delivered)
 	opts.WS.OnConn = chain(opts.WS.OnConn, m.conn)
 	opts.WS.OnDeliver = chainN(opts.WS.OnDeliver, m.delivered)
-	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody}
+	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody, corsOrigins: opts.CORSOrigins}
 	if h.maxBody <= 0 {
 		h.maxBody = 1 << 20
 	}
@@ -80,7 +87,12 @@ func New(srv *server.Server, opts Options) *Handler {
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.cors(w, r) {
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // Shutdown marks the handler not ready and ends every stream and
 // WebSocket cleanly, waiting for them or ctx.

@@ -651,3 +651,49 @@ func TestChurnWhileEventsFlow(t *testing.T) {
 	churn.Wait()
 	require.Greater(t, dropped.Load(), int64(20), "clients came and went meanwhile")
 }
+
+func TestCORSForAllowedOrigins(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{CORSOrigins: []string{"app.example", "*.trusted.example"}})
+	do := func(method, path, origin string, hdr map[string]string, body string) *http.Response {
+		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Origin", origin)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	preflight := map[string]string{"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+
+	resp := do("OPTIONS", "/threads/t/commands", "https://app.example", preflight, "")
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, "https://app.example", resp.Header.Get("Access-Control-Allow-Origin"))
+	require.Equal(t, "GET, POST", resp.Header.Get("Access-Control-Allow-Methods"))
+	require.Equal(t, "content-type", resp.Header.Get("Access-Control-Allow-Headers"))
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Credentials"))
+
+	resp = do("OPTIONS", "/threads/t/commands", "https://evil.example", preflight, "")
+	require.NotEqual(t, http.StatusNoContent, resp.StatusCode)
+	require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+
+	resp = do("POST", "/threads/t/commands", "https://a.trusted.example", map[string]string{"Content-Type": "application/json"},
+		`{"id": 1, "method": "agent.getTree", "params": {}}`)
+	require.Equal(t, "https://a.trusted.example", resp.Header.Get("Access-Control-Allow-Origin"))
+	require.Contains(t, resp.Header.Values("Vary"), "Origin")
+
+	// A stream keeps the header, taken over from net/http or not.
+	resp = do("GET", "/threads/t/stream", "https://app.example", nil, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "https://app.example", resp.Header.Get("Access-Control-Allow-Origin"))
+
+	// Without CORSOrigins, no CORS headers at all.
+	ts2, _, _ := start(t, transport.Options{})
+	req, _ := http.NewRequest("POST", ts2.URL+"/threads/t/commands", strings.NewReader(`{"id": 1, "method": "agent.getTree", "params": {}}`))
+	req.Header.Set("Origin", "https://app.example")
+	resp2, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	require.Empty(t, resp2.Header.Get("Access-Control-Allow-Origin"))
+}

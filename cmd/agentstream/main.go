@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.queueBytes, "queue-bytes", 8<<20, "unread events a subscriber may hold, in bytes, before it is cut off")
 	fs.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "SSE heartbeat interval")
 	fs.DurationVar(&c.writeInterval, "write-interval", ws.DefaultWriteInterval, "least time between two writes of events to one connection; events arriving meanwhile go out together (0: no pacing)")
-	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns allowed to open WebSockets from browsers (default: same origin)")
+	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns (\"*\": all) whose browser pages may use the server across origins: WebSockets, and CORS for the HTTP routes (default: same origin)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "console", "console or json")
 	fs.BoolVar(&c.builtins, "builtins", true, "register the built-in assistants (echo, demo, firehose)")
@@ -147,8 +147,9 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 	}
 	h := transport.New(srv, transport.Options{
-		SSE: sse.Options{Heartbeat: c.heartbeat, WriteInterval: pacing(c.writeInterval)},
-		WS:  ws.Options{OriginPatterns: origins, WriteInterval: pacing(c.writeInterval)},
+		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: pacing(c.writeInterval)},
+		WS:          ws.Options{OriginPatterns: origins, WriteInterval: pacing(c.writeInterval)},
+		CORSOrigins: origins,
 	})
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {

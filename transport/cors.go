@@ -1,0 +1,55 @@
+package transport
+
+import (
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// allowedOrigin reports whether a browser page of origin may use the
+// server: its host (or scheme://host, for a pattern with a scheme) matches
+// one of the patterns, with path.Match and ignoring case, the way
+// coder/websocket checks a WebSocket's origin.
+func allowedOrigin(patterns []string, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	for _, p := range patterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// cors answers a browser's cross-origin checks for the HTTP routes. A
+// request from an allowed origin gets Access-Control-Allow-Origin (an SSE
+// stream keeps it, taken over or not); a preflight from one is answered
+// here. It reports whether the request was answered. Requests from other
+// origins get no CORS headers, which browsers take as a refusal;
+// credentials are never allowed.
+func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || len(h.corsOrigins) == 0 || !allowedOrigin(h.corsOrigins, origin) {
+		return false
+	}
+	hdr := w.Header()
+	hdr.Set("Access-Control-Allow-Origin", origin)
+	hdr.Add("Vary", "Origin")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	hdr.Set("Access-Control-Allow-Methods", "GET, POST")
+	if rh := r.Header.Get("Access-Control-Request-Headers"); rh != "" {
+		hdr.Set("Access-Control-Allow-Headers", rh)
+	}
+	hdr.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
