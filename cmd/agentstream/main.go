@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,6 +52,8 @@ type config struct {
 	heartbeat       time.Duration
 	writeInterval   time.Duration
 	allowedOrigins  string
+	tlsCert         string
+	tlsKey          string
 	logLevel        string
 	logFormat       string
 	builtins        bool
@@ -78,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "SSE heartbeat interval")
 	fs.DurationVar(&c.writeInterval, "write-interval", ws.DefaultWriteInterval, "least time between two writes of events to one connection; events arriving meanwhile go out together (0: no pacing)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns (\"*\": all) whose browser pages may use the server across origins: WebSockets, and CORS for the HTTP routes (default: same origin)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS (and HTTP/2) with this PEM certificate chain; needs --tls-key")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "console", "console or json")
 	fs.BoolVar(&c.builtins, "builtins", true, "register the built-in assistants (echo, demo, firehose)")
@@ -89,6 +94,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return 2
 	}
 	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		fmt.Fprintln(stderr, "agentstream: --tls-cert and --tls-key go together")
 		return 2
 	}
 	log, err := newLogger(c.logLevel, c.logFormat, stderr)
@@ -134,6 +143,18 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 }
 
 func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- string) error {
+	var tlsConfig *tls.Config
+	if c.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert, --tls-key: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
 	srv := server.New(server.Config{
 		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
 	})
@@ -151,10 +172,6 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		WS:          ws.Options{OriginPatterns: origins, WriteInterval: pacing(c.writeInterval)},
 		CORSOrigins: origins,
 	})
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		return err
-	}
 	var handler http.Handler = h
 	if c.pprof {
 		mux := http.NewServeMux()
@@ -165,8 +182,15 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	}
 	hs := &http.Server{Handler: logRequests(handler, log), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
-	go func() { errc <- hs.Serve(ln) }()
-	log.Info().Str("addr", ln.Addr().String()).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
+	hs.TLSConfig = tlsConfig
+	go func() {
+		if tlsConfig != nil {
+			errc <- hs.ServeTLS(ln, "", "") // HTTP/2 by ALPN; WebSockets upgrade over HTTP/1.1
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

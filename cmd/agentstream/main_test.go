@@ -4,14 +4,29 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestServeAndGracefulShutdown starts `agentstream serve` on a free port,
 // streams an echo run over SSE, and stops it as SIGINT would.
@@ -66,4 +81,101 @@ func TestUsageAndBadFlags(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 2, run(context.Background(), []string{"serve"}, io.Discard, &stderr, nil))
 	require.Contains(t, stderr.String(), "log level")
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key, and returns
+// their paths and a pool that trusts it.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "agentstream test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestServeTLS: with a certificate, SSE streams run over HTTP/2 and
+// WebSockets over HTTP/1.1, both encrypted.
+func TestServeTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--log-level", "warn"}, io.Discard, io.Discard, ready)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not start")
+	}
+	base := "https://" + addr
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	defer h2.CloseIdleConnections()
+	resp, err := h2.Post(base+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle"]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor, "an SSE stream over HTTP/2")
+	r, err := h2.Post(base+"/threads/t/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if strings.Contains(line, `"event":"completed"`) {
+			break
+		}
+	}
+
+	h1 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer h1.CloseIdleConnections()
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	c, _, err := websocket.Dial(wctx, "wss://"+addr+"/threads/t/stream", &websocket.DialOptions{HTTPClient: h1})
+	require.NoError(t, err)
+	require.NoError(t, c.Write(wctx, websocket.MessageText, []byte(`{"id": 2, "method": "agent.getTree", "params": {}}`)))
+	_, b, err := c.Read(wctx)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"type":"success"`)
+	c.Close(websocket.StatusNormalClosure, "")
+
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no graceful shutdown")
+	}
+}
+
+func TestTLSFlagsGoTogether(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"serve", "--tls-cert", "x.pem"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "--tls-cert and --tls-key go together")
+	stderr.Reset()
+	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--tls-cert", "missing.pem", "--tls-key", "missing.pem"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "--tls-cert, --tls-key")
 }

@@ -10,7 +10,10 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestRunCountsEveryDelivery runs a small measurement against an
 // in-process server over loopback, on both transports.
