@@ -25,11 +25,16 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 		}, []string{"method", "outcome"}),
 	}
 	delivered := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_events_delivered_total", Help: "Events written to SSE and WebSocket clients."})
-	m.delivered = func(n int) { delivered.Add(float64(n)) }
+	writes := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_event_writes_total",
+		Help: "Socket writes that carried events; events_delivered_total over this is the events per write that pacing gathers."})
+	m.delivered = func(n int) {
+		delivered.Add(float64(n))
+		writes.Inc()
+	}
 	counter := func(name, help string, f func(server.MetricsSnapshot) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(srv.Metrics())) })
 	}
-	reg.MustRegister(m.sseStreams, m.wsConns, m.commandTimes, delivered,
+	reg.MustRegister(m.sseStreams, m.wsConns, m.commandTimes, delivered, writes,
 		counter("agentstream_events_published_total", "Events published on threads.", func(s server.MetricsSnapshot) uint64 { return s.EventsPublished }),
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),

@@ -258,7 +258,7 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode, p)
 		if p == "/metrics" {
 			for _, m := range []string{"agentstream_events_published_total", "agentstream_sse_streams", "agentstream_websocket_connections",
-				"agentstream_slow_consumers_total", "agentstream_replays_total", "agentstream_subscriptions", "agentstream_events_delivered_total"} {
+				"agentstream_slow_consumers_total", "agentstream_replays_total", "agentstream_subscriptions", "agentstream_events_delivered_total", "agentstream_event_writes_total"} {
 				require.Contains(t, string(b), m)
 			}
 		}
