@@ -2,6 +2,7 @@ package ws
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -276,4 +277,37 @@ func TestFramesReadByTheLibrary(t *testing.T) {
 		c.Close(websocket.StatusNormalClosure, "")
 		cancel()
 	}
+}
+
+// FuzzAwaitMessage feeds arbitrary client bytes to the frame handling
+// between messages: it must never panic, and must stop at a data frame,
+// at the end of the input, or with an error.
+//
+//	go test ./transport/ws -run '^$' -fuzz FuzzAwaitMessage -fuzztime 60s
+func FuzzAwaitMessage(f *testing.F) {
+	f.Add(clientFrame(true, opPing, []byte("hi"), true))
+	f.Add(clientFrame(true, opPong, nil, true))
+	f.Add(clientFrame(true, opClose, []byte{3, 232}, true))
+	f.Add(clientFrame(true, opClose, []byte{3}, true))
+	f.Add(clientFrame(true, opText, []byte("{}"), true))
+	f.Add(clientFrame(false, opPing, nil, true))
+	f.Add(append(clientFrame(true, opPing, nil, true), clientFrame(true, opText, nil, true)...))
+	f.Add([]byte{0x89})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		go func() { _, _ = io.Copy(io.Discard, b) }()
+		c := &connection{
+			h:   &Handler{opts: Options{}.withDefaults()},
+			raw: &batchConn{Conn: a},
+			br:  bufio.NewReader(bytes.NewReader(in)),
+		}
+		err := c.awaitMessage()
+		if err == nil {
+			h, perr := c.br.Peek(1)
+			require.NoError(t, perr)
+			require.Zero(t, h[0]&0x08, "stopped at a data frame")
+		}
+	})
 }
