@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -40,7 +41,7 @@ func (h *Handler) takeOver(w http.ResponseWriter, r *http.Request, sub *server.S
 	// after its request: the stream ends at once, as it would on reading it.
 	s := &stream{h: h, conn: conn, sub: sub, sent: brw.Reader.Buffered() > 0}
 	s.writer = h.pacer.NewWriter(s.write, s.pending)
-	head := appendHead(nil, w.Header())
+	head := responseHead(w.Header())
 	_ = conn.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
 	if _, err := conn.Write(head); err != nil {
 		conn.Close()
@@ -54,21 +55,18 @@ func (h *Handler) takeOver(w http.ResponseWriter, r *http.Request, sub *server.S
 	return true
 }
 
-// appendHead appends an HTTP/1.1 response head for a chunked stream with
-// the handler's headers.
-func appendHead(b []byte, hdr http.Header) []byte {
-	b = append(b, "HTTP/1.1 200 OK\r\n"...)
+// responseHead is an HTTP/1.1 response head for a chunked stream with the
+// handler's headers.
+func responseHead(hdr http.Header) []byte {
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 200 OK\r\n")
 	hdr = hdr.Clone()
 	hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	hdr.Set("Transfer-Encoding", "chunked")
-	w := appender{b}
-	_ = hdr.Write(&w)
-	return append(w.b, "\r\n"...)
+	_ = hdr.Write(&b)
+	b.WriteString("\r\n")
+	return b.Bytes()
 }
-
-type appender struct{ b []byte }
-
-func (a *appender) Write(p []byte) (int, error) { a.b = append(a.b, p...); return len(p), nil }
 
 // stream is a taken-over SSE stream. Its reader goroutine (run) owns it:
 // the stream ends when that goroutine sees the connection end, which the
