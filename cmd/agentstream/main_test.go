@@ -28,23 +28,34 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// startServe runs `agentstream serve` on a free loopback port with the
+// extra flags until ctx ends; it returns the address and where the exit
+// code will come.
+func startServe(t *testing.T, ctx context.Context, stderr io.Writer, flags ...string) (string, <-chan int) {
+	t.Helper()
+	ready := make(chan string, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"serve", "--addr", "127.0.0.1:0"}, flags...), io.Discard, stderr, ready)
+	}()
+	select {
+	case addr := <-ready:
+		return addr, done
+	case code := <-done:
+		t.Fatalf("serve exited with %d", code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not start")
+	}
+	return "", nil
+}
+
 // TestServeAndGracefulShutdown starts `agentstream serve` on a free port,
 // streams an echo run over SSE, and stops it as SIGINT would.
 func TestServeAndGracefulShutdown(t *testing.T) {
 	t.Setenv("AGENTSTREAM_LOG_FORMAT", "json")
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
 	var logs bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--heartbeat", "100ms"}, io.Discard, &logs, ready)
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	addr, done := startServe(t, ctx, &logs, "--heartbeat", "100ms")
 	base := "http://" + addr
 	resp, err := http.Post(base+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["messages"]}`))
 	require.NoError(t, err)
@@ -119,17 +130,7 @@ func TestServeTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--log-level", "warn"}, io.Discard, io.Discard, ready)
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	addr, done := startServe(t, ctx, io.Discard, "--tls-cert", certFile, "--tls-key", keyFile, "--log-level", "warn")
 	base := "https://" + addr
 	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
 	defer h2.CloseIdleConnections()
