@@ -49,6 +49,20 @@ func startServe(t *testing.T, ctx context.Context, stderr io.Writer, flags ...st
 	return "", nil
 }
 
+// streamEcho opens an SSE stream of channel on thread t, then starts an
+// echo run there; the stream's body closes with the test.
+func streamEcho(t *testing.T, client *http.Client, base, channel string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	resp, err := client.Post(base+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["`+channel+`"]}`))
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	r, err := client.Post(base+"/threads/t/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	return resp, bufio.NewReader(resp.Body)
+}
+
 // TestServeAndGracefulShutdown starts `agentstream serve` on a free port,
 // streams an echo run over SSE, and stops it as SIGINT would.
 func TestServeAndGracefulShutdown(t *testing.T) {
@@ -57,14 +71,7 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	var logs bytes.Buffer
 	addr, done := startServe(t, ctx, &logs, "--heartbeat", "100ms")
 	base := "http://" + addr
-	resp, err := http.Post(base+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["messages"]}`))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	r, err := http.Post(base+"/threads/t/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`))
-	require.NoError(t, err)
-	r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
-	br := bufio.NewReader(resp.Body)
+	_, br := streamEcho(t, http.DefaultClient, base, "messages")
 	for {
 		line, err := br.ReadString('\n')
 		require.NoError(t, err)
@@ -79,7 +86,7 @@ func TestServeAndGracefulShutdown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no graceful shutdown")
 	}
-	_, err = io.ReadAll(br)
+	_, err := io.ReadAll(br)
 	require.NoError(t, err, "the open stream ended cleanly")
 	require.Contains(t, logs.String(), `"message":"stopped"`)
 }
@@ -134,15 +141,8 @@ func TestServeTLS(t *testing.T) {
 	base := "https://" + addr
 	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
 	defer h2.CloseIdleConnections()
-	resp, err := h2.Post(base+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle"]}`))
-	require.NoError(t, err)
-	defer resp.Body.Close()
+	resp, br := streamEcho(t, h2, base, "lifecycle")
 	require.Equal(t, 2, resp.ProtoMajor, "an SSE stream over HTTP/2")
-	r, err := h2.Post(base+"/threads/t/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`))
-	require.NoError(t, err)
-	r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
-	br := bufio.NewReader(resp.Body)
 	for {
 		line, err := br.ReadString('\n')
 		require.NoError(t, err)
