@@ -20,8 +20,9 @@ import (
 // peer's close) are answered here. The library still handles control
 // frames that arrive inside a fragmented message.
 
-// closeTimeout is how long a peer has to answer a close frame.
-const closeTimeout = 5 * time.Second
+// closeTimeout is how long a peer has to answer a close frame (a variable
+// for tests).
+var closeTimeout = 5 * time.Second
 
 var (
 	errProtocol   = errors.New("a control frame breaks RFC 6455")

@@ -252,6 +252,31 @@ func TestPingsKeepALiveClientAndDropASilentOne(t *testing.T) {
 	assert.GreaterOrEqual(t, pings, 1)
 }
 
+// TestShutdownDoesNotWaitForAPeerThatNeverAnswers: the close frame goes
+// out, and a peer that does not answer it is dropped after closeTimeout.
+func TestShutdownDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
+	defer func(d time.Duration) { closeTimeout = d }(closeTimeout)
+	closeTimeout = 200 * time.Millisecond
+	srv := server.New(server.Config{})
+	h := New(srv, Options{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.SetPathValue("id", "s")
+		h.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	defer srv.Close(context.Background())
+	_, r := dialRaw(t, ts.URL, "s", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.Shutdown(ctx))
+	_, op, payload, err := readFrame(r)
+	require.NoError(t, err)
+	require.Equal(t, byte(opClose), op)
+	assert.Equal(t, uint16(websocket.StatusGoingAway), binary.BigEndian.Uint16(payload))
+	_, _, _, err = readFrame(r)
+	assert.ErrorIs(t, err, io.EOF, "then the connection ends")
+}
+
 // TestFramesReadByTheLibrary checks responses the connection frames itself
 // through a real client of the library, text and CBOR.
 func TestFramesReadByTheLibrary(t *testing.T) {
