@@ -104,7 +104,7 @@ type Handler struct {
 
 	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
 	closing bool
-	wg      sync.WaitGroup // taken-over streams
+	wg      sync.WaitGroup // open streams
 }
 
 // New returns a handler for srv.
@@ -115,7 +115,7 @@ func New(srv *server.Server, opts Options) *Handler {
 }
 
 // Shutdown ends every open stream cleanly (the clients see the response
-// end) and waits for the taken-over ones, or for ctx. Streams opened
+// end) and waits for them, or for ctx. Streams opened
 // afterwards end at once. It is safe to call twice.
 func (h *Handler) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
@@ -172,19 +172,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setStreamHeaders(w.Header())
-	if h.takeOver(w, r, sub) {
+	h.mu.Lock()
+	if h.closing { // the response ends at once
+		h.mu.Unlock()
+		sub.Close()
+		w.WriteHeader(http.StatusOK)
 		return
 	}
-	defer sub.Close()
-	if h.opts.OnStream != nil {
-		defer h.opts.OnStream()()
+	h.wg.Add(1)
+	h.mu.Unlock()
+	if out, ok := h.takeOver(w, r); ok {
+		go newStream(h, sub, out).run(out.wait)
+		return
 	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {
+		sub.Close()
+		h.wg.Done()
 		return
 	}
-	h.stream(r.Context(), w, rc, sub)
+	out := &handlerSink{w: w, rc: rc, timeout: h.opts.WriteTimeout, done: make(chan struct{})}
+	newStream(h, sub, out).run(func() {
+		select {
+		case <-r.Context().Done(): // the client went
+		case <-out.done: // the writer ended the response
+		}
+	})
 }
 
 // setStreamHeaders sets an event stream's response headers.
@@ -193,74 +207,6 @@ func setStreamHeaders(hdr http.Header) {
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("Connection", "keep-alive")
 	hdr.Set("X-Accel-Buffering", "no")
-}
-
-// stream writes the subscription's events on the handler's goroutine
-// until the client goes, the subscription ends or the handler shuts down.
-func (h *Handler) stream(ctx context.Context, w io.Writer, rc *http.ResponseController, sub *server.Subscription) {
-	var buf []byte
-	heartbeat := time.NewTimer(h.opts.Heartbeat)
-	defer heartbeat.Stop()
-	var last time.Time // of the last write of events
-	write := func() bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
-		if _, err := w.Write(buf); err != nil {
-			return false
-		}
-		buf = buf[:0]
-		return rc.Flush() == nil
-	}
-	for {
-		if wait := h.pacer.Interval() - time.Since(last); wait > 0 {
-			select { // pacing: let a busy stream's events gather
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return
-			case <-h.ctx.Done():
-				return
-			}
-		}
-		var n int
-		var endErr error
-		buf, n, endErr = h.appendReady(buf, sub)
-		if n > 0 {
-			if !write() {
-				return
-			}
-			last = time.Now()
-			if h.opts.OnDeliver != nil {
-				h.opts.OnDeliver(n)
-			}
-			if !heartbeat.Stop() {
-				select {
-				case <-heartbeat.C:
-				default:
-				}
-			}
-			heartbeat.Reset(h.opts.Heartbeat)
-			continue
-		}
-		if endErr != nil {
-			// A slow consumer or a closing server: end the response; the
-			// client resumes with Last-Event-ID.
-			buf = appendEnd(buf, endErr)
-			write()
-			return
-		}
-		select {
-		case <-sub.Ready():
-		case <-heartbeat.C:
-			buf = append(buf, heartbeatComment...)
-			if !write() {
-				return
-			}
-			heartbeat.Reset(h.opts.Heartbeat)
-		case <-ctx.Done():
-			return
-		case <-h.ctx.Done():
-			return
-		}
-	}
 }
 
 const heartbeatComment = ": heartbeat\n\n"
