@@ -148,9 +148,18 @@ type batchWriter struct {
 	conn *batchConn
 	br   *bufio.Reader // the library's reader, which the connection peeks
 	// ahead is what net/http had read past the request. Accept moves it
-	// from br's buffer to the front of br's source; the connection pulls
-	// it back in (see ServeHTTP) before waiting on the socket.
+	// from br's buffer to the front of br's source; restoreAhead pulls it
+	// back in.
 	ahead int
+}
+
+// restoreAhead buffers again what Accept moved out of br's buffer, so that
+// waiting on the socket (which will not signal those bytes) does not miss
+// it. Call it once Accept has returned.
+func (w *batchWriter) restoreAhead() {
+	if w.ahead > 0 {
+		_, _ = w.br.Peek(1) // from the bytes Accept put in front: no wait
+	}
 }
 
 func (w *batchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {

@@ -165,9 +165,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
-	if bw.ahead > 0 {
-		_, _ = bw.br.Peek(1) // buffered again: the socket will not signal it
-	}
+	bw.restoreAhead()
 	c := &connection{h: h, conn: conn, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.pending)
 	h.conns[c] = struct{}{}
