@@ -24,11 +24,12 @@ type goGen struct {
 	imports map[string]bool
 	// byValue[a][b]: struct a holds struct b by value (directly).
 	recursive map[string]bool
+	methods   map[string]bool // "Type.Method" already written
 }
 
 func (g *genCtx) goFile() ([]byte, error) {
 	g.assignIdents(goName, goReserved)
-	gg := &goGen{genCtx: g, imports: map[string]bool{}}
+	gg := &goGen{genCtx: g, imports: map[string]bool{}, methods: map[string]bool{}}
 	gg.b.Grow(1024 * len(g.m.Decls)) // about what a declaration and its methods take
 	gg.findRecursion()
 	for _, d := range g.m.Decls {
@@ -148,7 +149,7 @@ const (
 	impJSON = "encoding/json"
 	impFmt  = "fmt"
 	impCBOR = "github.com/fxamacker/cbor/v2"
-	impRT   = "github.com/agentstream/agentstream/codegen/cddlrt"
+	impRT   = "github.com/agentstream/agentstream/runtime/cddlrt"
 )
 
 func (gg *goGen) doc(indent, name, doc, fallback string) {
@@ -737,10 +738,20 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 	}
 	gg.p("}")
 	gg.p("")
+	accessors := gg.variantAccessors(d, leaves, disc, values)
 	gg.p("// %sVariant is implemented by the variants of %s.", id, id)
-	gg.p("type %sVariant interface {\nis%s()\n}", id, id)
-	for _, v := range variants {
+	gg.p("type %sVariant interface {", id)
+	gg.p("is%s()", id)
+	for _, a := range accessors {
+		gg.p("// %s", a.doc)
+		gg.p("%s", a.sig)
+	}
+	gg.p("}")
+	for i, v := range variants {
 		gg.r("", fmt.Sprintf("func (%s) is%s() {}", v, id))
+		for _, a := range accessors {
+			gg.accessorMethod(v, a, i)
+		}
 	}
 	gg.p("")
 	gg.p("var %sVariants = cddlrt.Variants[%sVariant]{", lowerFirst(id), id)
@@ -786,6 +797,94 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
 			assign,
 			"\treturn nil",
 			"}")
+	}
+}
+
+// accessor is a method every variant of a union has, so that code using
+// the union reads and sets what the variants share without a type switch.
+type accessor struct {
+	name, sig, doc string
+	field          string   // the field read or set ("" for a literal)
+	set            bool     // a setter of field
+	literals       []string // per variant, for a literal: its value
+}
+
+// variantAccessors lists the methods the variants of a union share: for
+// the discriminating member, a method named after it returning the
+// variant's value (Method() for member "method"); for every other member
+// all variants have with the same Go type, GetX and SetX. A method whose
+// name a variant already uses for a field is left out.
+func (gg *goGen) variantAccessors(d *Decl, leaves []*Shape, disc string, values []string) []accessor {
+	var perLeaf [][]goField
+	for _, l := range leaves {
+		ld := gg.m.Decl(l.Ref)
+		r := gg.m.Resolve(l)
+		if l.Kind != KRef || ld == nil || r == nil || r.Kind != KStruct {
+			return nil
+		}
+		perLeaf = append(perLeaf, gg.fields(ld, r))
+	}
+	taken := func(name string) bool {
+		for _, fs := range perLeaf {
+			for _, gf := range fs {
+				if gf.name == name {
+					return true
+				}
+			}
+		}
+		return name == "Extra"
+	}
+	var out []accessor
+	if disc != "" {
+		name := goName(disc)
+		if !taken(name) && gotoken.IsIdentifier(name) {
+			out = append(out, accessor{name: name, sig: name + "() string", literals: values,
+				doc: fmt.Sprintf("%s is the variant's member %q.", name, gg.opt.FieldCase.Apply(disc))})
+		}
+	}
+	for _, gf := range perLeaf[0] {
+		if gf.literal != "" {
+			continue
+		}
+		shared := true
+		for _, fs := range perLeaf[1:] {
+			found := false
+			for _, o := range fs {
+				if o.literal == "" && o.name == gf.name && o.typ == gf.typ && o.wire == gf.wire {
+					found = true
+					break
+				}
+			}
+			shared = shared && found
+		}
+		get, set := "Get"+gf.name, "Set"+gf.name
+		if !shared || taken(get) || taken(set) {
+			continue
+		}
+		out = append(out,
+			accessor{name: get, field: gf.name, sig: fmt.Sprintf("%s() %s", get, gf.typ),
+				doc: fmt.Sprintf("%s returns member %q.", get, gf.wire)},
+			accessor{name: set, field: gf.name, set: true, sig: fmt.Sprintf("%s(v %s)", set, gf.typ),
+				doc: fmt.Sprintf("%s sets member %q.", set, gf.wire)})
+	}
+	return out
+}
+
+// accessorMethod writes accessor a for the i-th variant, type v (a pointer
+// type), once per type: a struct can be a variant of several unions.
+func (gg *goGen) accessorMethod(v string, a accessor, i int) {
+	key := v + "." + a.name
+	if gg.methods[key] {
+		return
+	}
+	gg.methods[key] = true
+	switch {
+	case a.literals != nil:
+		gg.r("", fmt.Sprintf("func (%s) %s { return %q }", v, a.sig, a.literals[i]))
+	case a.set:
+		gg.r("", fmt.Sprintf("func (s %s) %s { s.%s = v }", v, a.sig, a.field))
+	default:
+		gg.r("", fmt.Sprintf("func (s %s) %s { return s.%s }", v, a.sig, a.field))
 	}
 }
 

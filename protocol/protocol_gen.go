@@ -4,7 +4,7 @@ package protocol
 
 import (
 	"encoding/json"
-	"github.com/agentstream/agentstream/codegen/cddlrt"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/fxamacker/cbor/v2"
 )
 
@@ -115,33 +115,117 @@ type ContentBlock struct {
 // ContentBlockVariant is implemented by the variants of ContentBlock.
 type ContentBlockVariant interface {
 	isContentBlock()
+	// Type is the variant's member "type".
+	Type() string
+	// GetIndex returns member "index".
+	GetIndex() *BlockIndex
+	// SetIndex sets member "index".
+	SetIndex(v *BlockIndex)
 }
 
 func (*TextContentBlock) isContentBlock() {}
 
+func (*TextContentBlock) Type() string { return "text" }
+
+func (s *TextContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *TextContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*InvalidToolCall) isContentBlock() {}
+
+func (*InvalidToolCall) Type() string { return "invalid_tool_call" }
+
+func (s *InvalidToolCall) GetIndex() *BlockIndex { return s.Index }
+
+func (s *InvalidToolCall) SetIndex(v *BlockIndex) { s.Index = v }
 
 func (*ReasoningContentBlock) isContentBlock() {}
 
+func (*ReasoningContentBlock) Type() string { return "reasoning" }
+
+func (s *ReasoningContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ReasoningContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*NonStandardContentBlock) isContentBlock() {}
+
+func (*NonStandardContentBlock) Type() string { return "non_standard" }
+
+func (s *NonStandardContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *NonStandardContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
 
 func (*ImageContentBlock) isContentBlock() {}
 
+func (*ImageContentBlock) Type() string { return "image" }
+
+func (s *ImageContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ImageContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*VideoContentBlock) isContentBlock() {}
+
+func (*VideoContentBlock) Type() string { return "video" }
+
+func (s *VideoContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *VideoContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
 
 func (*AudioContentBlock) isContentBlock() {}
 
+func (*AudioContentBlock) Type() string { return "audio" }
+
+func (s *AudioContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *AudioContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*FileContentBlock) isContentBlock() {}
+
+func (*FileContentBlock) Type() string { return "file" }
+
+func (s *FileContentBlock) GetIndex() *BlockIndex { return s.Index }
+
+func (s *FileContentBlock) SetIndex(v *BlockIndex) { s.Index = v }
 
 func (*ToolCall) isContentBlock() {}
 
+func (*ToolCall) Type() string { return "tool_call" }
+
+func (s *ToolCall) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ToolCall) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*ToolCallChunk) isContentBlock() {}
+
+func (*ToolCallChunk) Type() string { return "tool_call_chunk" }
+
+func (s *ToolCallChunk) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ToolCallChunk) SetIndex(v *BlockIndex) { s.Index = v }
 
 func (*ServerToolCall) isContentBlock() {}
 
+func (*ServerToolCall) Type() string { return "server_tool_call" }
+
+func (s *ServerToolCall) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ServerToolCall) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*ServerToolCallChunk) isContentBlock() {}
 
+func (*ServerToolCallChunk) Type() string { return "server_tool_call_chunk" }
+
+func (s *ServerToolCallChunk) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ServerToolCallChunk) SetIndex(v *BlockIndex) { s.Index = v }
+
 func (*ServerToolResult) isContentBlock() {}
+
+func (*ServerToolResult) Type() string { return "server_tool_result" }
+
+func (s *ServerToolResult) GetIndex() *BlockIndex { return s.Index }
+
+func (s *ServerToolResult) SetIndex(v *BlockIndex) { s.Index = v }
 
 var contentBlockVariants = cddlrt.Variants[ContentBlockVariant]{
 	"text":                   func() ContentBlockVariant { return new(TextContentBlock) },
@@ -212,15 +296,121 @@ type DataContentBlock struct {
 // DataContentBlockVariant is implemented by the variants of DataContentBlock.
 type DataContentBlockVariant interface {
 	isDataContentBlock()
+	// Type is the variant's member "type".
+	Type() string
+	// GetID returns member "id".
+	GetID() *string
+	// SetID sets member "id".
+	SetID(v *string)
+	// GetFileID returns member "file_id".
+	GetFileID() *string
+	// SetFileID sets member "file_id".
+	SetFileID(v *string)
+	// GetURL returns member "url".
+	GetURL() *string
+	// SetURL sets member "url".
+	SetURL(v *string)
+	// GetBase64 returns member "base64".
+	GetBase64() *string
+	// SetBase64 sets member "base64".
+	SetBase64(v *string)
+	// GetMimeType returns member "mime_type".
+	GetMimeType() *string
+	// SetMimeType sets member "mime_type".
+	SetMimeType(v *string)
+	// GetIndex returns member "index".
+	GetIndex() *BlockIndex
+	// SetIndex sets member "index".
+	SetIndex(v *BlockIndex)
 }
 
 func (*ImageContentBlock) isDataContentBlock() {}
 
+func (s *ImageContentBlock) GetID() *string { return s.ID }
+
+func (s *ImageContentBlock) SetID(v *string) { s.ID = v }
+
+func (s *ImageContentBlock) GetFileID() *string { return s.FileID }
+
+func (s *ImageContentBlock) SetFileID(v *string) { s.FileID = v }
+
+func (s *ImageContentBlock) GetURL() *string { return s.URL }
+
+func (s *ImageContentBlock) SetURL(v *string) { s.URL = v }
+
+func (s *ImageContentBlock) GetBase64() *string { return s.Base64 }
+
+func (s *ImageContentBlock) SetBase64(v *string) { s.Base64 = v }
+
+func (s *ImageContentBlock) GetMimeType() *string { return s.MimeType }
+
+func (s *ImageContentBlock) SetMimeType(v *string) { s.MimeType = v }
+
 func (*VideoContentBlock) isDataContentBlock() {}
+
+func (s *VideoContentBlock) GetID() *string { return s.ID }
+
+func (s *VideoContentBlock) SetID(v *string) { s.ID = v }
+
+func (s *VideoContentBlock) GetFileID() *string { return s.FileID }
+
+func (s *VideoContentBlock) SetFileID(v *string) { s.FileID = v }
+
+func (s *VideoContentBlock) GetURL() *string { return s.URL }
+
+func (s *VideoContentBlock) SetURL(v *string) { s.URL = v }
+
+func (s *VideoContentBlock) GetBase64() *string { return s.Base64 }
+
+func (s *VideoContentBlock) SetBase64(v *string) { s.Base64 = v }
+
+func (s *VideoContentBlock) GetMimeType() *string { return s.MimeType }
+
+func (s *VideoContentBlock) SetMimeType(v *string) { s.MimeType = v }
 
 func (*AudioContentBlock) isDataContentBlock() {}
 
+func (s *AudioContentBlock) GetID() *string { return s.ID }
+
+func (s *AudioContentBlock) SetID(v *string) { s.ID = v }
+
+func (s *AudioContentBlock) GetFileID() *string { return s.FileID }
+
+func (s *AudioContentBlock) SetFileID(v *string) { s.FileID = v }
+
+func (s *AudioContentBlock) GetURL() *string { return s.URL }
+
+func (s *AudioContentBlock) SetURL(v *string) { s.URL = v }
+
+func (s *AudioContentBlock) GetBase64() *string { return s.Base64 }
+
+func (s *AudioContentBlock) SetBase64(v *string) { s.Base64 = v }
+
+func (s *AudioContentBlock) GetMimeType() *string { return s.MimeType }
+
+func (s *AudioContentBlock) SetMimeType(v *string) { s.MimeType = v }
+
 func (*FileContentBlock) isDataContentBlock() {}
+
+func (s *FileContentBlock) GetID() *string { return s.ID }
+
+func (s *FileContentBlock) SetID(v *string) { s.ID = v }
+
+func (s *FileContentBlock) GetFileID() *string { return s.FileID }
+
+func (s *FileContentBlock) SetFileID(v *string) { s.FileID = v }
+
+func (s *FileContentBlock) GetURL() *string { return s.URL }
+
+func (s *FileContentBlock) SetURL(v *string) { s.URL = v }
+
+func (s *FileContentBlock) GetBase64() *string { return s.Base64 }
+
+func (s *FileContentBlock) SetBase64(v *string) { s.Base64 = v }
+
+func (s *FileContentBlock) GetMimeType() *string { return s.MimeType }
+
+func (s *FileContentBlock) SetMimeType(v *string) { s.MimeType = v }
 
 var dataContentBlockVariants = cddlrt.Variants[DataContentBlockVariant]{
 	"image": func() DataContentBlockVariant { return new(ImageContentBlock) },
@@ -282,6 +472,12 @@ type ToolContentBlock struct {
 // ToolContentBlockVariant is implemented by the variants of ToolContentBlock.
 type ToolContentBlockVariant interface {
 	isToolContentBlock()
+	// Type is the variant's member "type".
+	Type() string
+	// GetIndex returns member "index".
+	GetIndex() *BlockIndex
+	// SetIndex sets member "index".
+	SetIndex(v *BlockIndex)
 }
 
 func (*ToolCall) isToolContentBlock() {}
@@ -355,6 +551,12 @@ type FinalizedContentBlock struct {
 // FinalizedContentBlockVariant is implemented by the variants of FinalizedContentBlock.
 type FinalizedContentBlockVariant interface {
 	isFinalizedContentBlock()
+	// Type is the variant's member "type".
+	Type() string
+	// GetIndex returns member "index".
+	GetIndex() *BlockIndex
+	// SetIndex sets member "index".
+	SetIndex(v *BlockIndex)
 }
 
 func (*TextContentBlock) isFinalizedContentBlock() {}
@@ -493,11 +695,29 @@ type Annotation struct {
 // AnnotationVariant is implemented by the variants of Annotation.
 type AnnotationVariant interface {
 	isAnnotation()
+	// Type is the variant's member "type".
+	Type() string
+	// GetID returns member "id".
+	GetID() *string
+	// SetID sets member "id".
+	SetID(v *string)
 }
 
 func (*Citation) isAnnotation() {}
 
+func (*Citation) Type() string { return "citation" }
+
+func (s *Citation) GetID() *string { return s.ID }
+
+func (s *Citation) SetID(v *string) { s.ID = v }
+
 func (*NonStandardAnnotation) isAnnotation() {}
+
+func (*NonStandardAnnotation) Type() string { return "non_standard_annotation" }
+
+func (s *NonStandardAnnotation) GetID() *string { return s.ID }
+
+func (s *NonStandardAnnotation) SetID(v *string) { s.ID = v }
 
 var annotationVariants = cddlrt.Variants[AnnotationVariant]{
 	"citation":                func() AnnotationVariant { return new(Citation) },
@@ -1226,17 +1446,29 @@ type ContentBlockDelta struct {
 // ContentBlockDeltaVariant is implemented by the variants of ContentBlockDelta.
 type ContentBlockDeltaVariant interface {
 	isContentBlockDelta()
+	// Type is the variant's member "type".
+	Type() string
 }
 
 func (*TextDelta) isContentBlockDelta() {}
 
+func (*TextDelta) Type() string { return "text-delta" }
+
 func (*ReasoningDelta) isContentBlockDelta() {}
+
+func (*ReasoningDelta) Type() string { return "reasoning-delta" }
 
 func (*DataDelta) isContentBlockDelta() {}
 
+func (*DataDelta) Type() string { return "data-delta" }
+
 func (*BlockDelta) isContentBlockDelta() {}
 
+func (*BlockDelta) Type() string { return "block-delta" }
+
 func (*ToolCallDelta) isContentBlockDelta() {}
+
+func (*ToolCallDelta) Type() string { return "tool-call-delta" }
 
 var contentBlockDeltaVariants = cddlrt.Variants[ContentBlockDeltaVariant]{
 	"text-delta":      func() ContentBlockDeltaVariant { return new(TextDelta) },
@@ -1547,27 +1779,93 @@ type Command struct {
 // CommandVariant is implemented by the variants of Command.
 type CommandVariant interface {
 	isCommand()
+	// Method is the variant's member "method".
+	Method() string
+	// GetID returns member "id".
+	GetID() JsUint
+	// SetID sets member "id".
+	SetID(v JsUint)
 }
 
 func (*CommandRunStart) isCommand() {}
 
+func (*CommandRunStart) Method() string { return "run.start" }
+
+func (s *CommandRunStart) GetID() JsUint { return s.ID }
+
+func (s *CommandRunStart) SetID(v JsUint) { s.ID = v }
+
 func (*CommandSubscriptionSubscribe) isCommand() {}
+
+func (*CommandSubscriptionSubscribe) Method() string { return "subscription.subscribe" }
+
+func (s *CommandSubscriptionSubscribe) GetID() JsUint { return s.ID }
+
+func (s *CommandSubscriptionSubscribe) SetID(v JsUint) { s.ID = v }
 
 func (*CommandSubscriptionUnsubscribe) isCommand() {}
 
+func (*CommandSubscriptionUnsubscribe) Method() string { return "subscription.unsubscribe" }
+
+func (s *CommandSubscriptionUnsubscribe) GetID() JsUint { return s.ID }
+
+func (s *CommandSubscriptionUnsubscribe) SetID(v JsUint) { s.ID = v }
+
 func (*CommandSubscriptionReconnect) isCommand() {}
+
+func (*CommandSubscriptionReconnect) Method() string { return "subscription.reconnect" }
+
+func (s *CommandSubscriptionReconnect) GetID() JsUint { return s.ID }
+
+func (s *CommandSubscriptionReconnect) SetID(v JsUint) { s.ID = v }
 
 func (*CommandAgentGetTree) isCommand() {}
 
+func (*CommandAgentGetTree) Method() string { return "agent.getTree" }
+
+func (s *CommandAgentGetTree) GetID() JsUint { return s.ID }
+
+func (s *CommandAgentGetTree) SetID(v JsUint) { s.ID = v }
+
 func (*CommandInputRespond) isCommand() {}
+
+func (*CommandInputRespond) Method() string { return "input.respond" }
+
+func (s *CommandInputRespond) GetID() JsUint { return s.ID }
+
+func (s *CommandInputRespond) SetID(v JsUint) { s.ID = v }
 
 func (*CommandInputInject) isCommand() {}
 
+func (*CommandInputInject) Method() string { return "input.inject" }
+
+func (s *CommandInputInject) GetID() JsUint { return s.ID }
+
+func (s *CommandInputInject) SetID(v JsUint) { s.ID = v }
+
 func (*CommandStateGet) isCommand() {}
+
+func (*CommandStateGet) Method() string { return "state.get" }
+
+func (s *CommandStateGet) GetID() JsUint { return s.ID }
+
+func (s *CommandStateGet) SetID(v JsUint) { s.ID = v }
 
 func (*CommandStateListCheckpoints) isCommand() {}
 
+func (*CommandStateListCheckpoints) Method() string { return "state.listCheckpoints" }
+
+func (s *CommandStateListCheckpoints) GetID() JsUint { return s.ID }
+
+func (s *CommandStateListCheckpoints) SetID(v JsUint) { s.ID = v }
+
 func (*CommandStateFork) isCommand() {}
+
+func (*CommandStateFork) Method() string { return "state.fork" }
+
+func (s *CommandStateFork) GetID() JsUint { return s.ID }
+
+func (s *CommandStateFork) SetID(v JsUint) { s.ID = v }
 
 var commandVariants = cddlrt.Variants[CommandVariant]{
 	"run.start":                func() CommandVariant { return new(CommandRunStart) },
@@ -2065,27 +2363,49 @@ type CommandData struct {
 // CommandDataVariant is implemented by the variants of CommandData.
 type CommandDataVariant interface {
 	isCommandData()
+	// Method is the variant's member "method".
+	Method() string
 }
 
 func (*RunCommand) isCommandData() {}
 
+func (*RunCommand) Method() string { return "run.start" }
+
 func (*SubscriptionSubscribe) isCommandData() {}
+
+func (*SubscriptionSubscribe) Method() string { return "subscription.subscribe" }
 
 func (*SubscriptionUnsubscribe) isCommandData() {}
 
+func (*SubscriptionUnsubscribe) Method() string { return "subscription.unsubscribe" }
+
 func (*SubscriptionReconnect) isCommandData() {}
+
+func (*SubscriptionReconnect) Method() string { return "subscription.reconnect" }
 
 func (*AgentCommand) isCommandData() {}
 
+func (*AgentCommand) Method() string { return "agent.getTree" }
+
 func (*InputRespond) isCommandData() {}
+
+func (*InputRespond) Method() string { return "input.respond" }
 
 func (*InputInject) isCommandData() {}
 
+func (*InputInject) Method() string { return "input.inject" }
+
 func (*StateGet) isCommandData() {}
+
+func (*StateGet) Method() string { return "state.get" }
 
 func (*StateListCheckpoints) isCommandData() {}
 
+func (*StateListCheckpoints) Method() string { return "state.listCheckpoints" }
+
 func (*StateFork) isCommandData() {}
+
+func (*StateFork) Method() string { return "state.fork" }
 
 var commandDataVariants = cddlrt.Variants[CommandDataVariant]{
 	"run.start":                func() CommandDataVariant { return new(RunCommand) },
@@ -2153,29 +2473,101 @@ type ClientCommand struct {
 // ClientCommandVariant is implemented by the variants of ClientCommand.
 type ClientCommandVariant interface {
 	isClientCommand()
+	// Method is the variant's member "method".
+	Method() string
+	// GetID returns member "id".
+	GetID() JsUint
+	// SetID sets member "id".
+	SetID(v JsUint)
 }
 
 func (*ClientCommandRunStart) isClientCommand() {}
 
+func (*ClientCommandRunStart) Method() string { return "run.start" }
+
+func (s *ClientCommandRunStart) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandRunStart) SetID(v JsUint) { s.ID = v }
+
 func (*ClientCommandSubscriptionSubscribe) isClientCommand() {}
+
+func (*ClientCommandSubscriptionSubscribe) Method() string { return "subscription.subscribe" }
+
+func (s *ClientCommandSubscriptionSubscribe) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandSubscriptionSubscribe) SetID(v JsUint) { s.ID = v }
 
 func (*ClientCommandSubscriptionUnsubscribe) isClientCommand() {}
 
+func (*ClientCommandSubscriptionUnsubscribe) Method() string { return "subscription.unsubscribe" }
+
+func (s *ClientCommandSubscriptionUnsubscribe) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandSubscriptionUnsubscribe) SetID(v JsUint) { s.ID = v }
+
 func (*ClientCommandSubscriptionReconnect) isClientCommand() {}
+
+func (*ClientCommandSubscriptionReconnect) Method() string { return "subscription.reconnect" }
+
+func (s *ClientCommandSubscriptionReconnect) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandSubscriptionReconnect) SetID(v JsUint) { s.ID = v }
 
 func (*ClientCommandAgentGetTree) isClientCommand() {}
 
+func (*ClientCommandAgentGetTree) Method() string { return "agent.getTree" }
+
+func (s *ClientCommandAgentGetTree) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandAgentGetTree) SetID(v JsUint) { s.ID = v }
+
 func (*ClientCommandInputRespond) isClientCommand() {}
+
+func (*ClientCommandInputRespond) Method() string { return "input.respond" }
+
+func (s *ClientCommandInputRespond) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandInputRespond) SetID(v JsUint) { s.ID = v }
 
 func (*ClientCommandInputInject) isClientCommand() {}
 
+func (*ClientCommandInputInject) Method() string { return "input.inject" }
+
+func (s *ClientCommandInputInject) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandInputInject) SetID(v JsUint) { s.ID = v }
+
 func (*ClientCommandStateGet) isClientCommand() {}
+
+func (*ClientCommandStateGet) Method() string { return "state.get" }
+
+func (s *ClientCommandStateGet) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandStateGet) SetID(v JsUint) { s.ID = v }
 
 func (*ClientCommandStateListCheckpoints) isClientCommand() {}
 
+func (*ClientCommandStateListCheckpoints) Method() string { return "state.listCheckpoints" }
+
+func (s *ClientCommandStateListCheckpoints) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandStateListCheckpoints) SetID(v JsUint) { s.ID = v }
+
 func (*ClientCommandStateFork) isClientCommand() {}
 
+func (*ClientCommandStateFork) Method() string { return "state.fork" }
+
+func (s *ClientCommandStateFork) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandStateFork) SetID(v JsUint) { s.ID = v }
+
 func (*ClientCommandRunCancel) isClientCommand() {}
+
+func (*ClientCommandRunCancel) Method() string { return "run.cancel" }
+
+func (s *ClientCommandRunCancel) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandRunCancel) SetID(v JsUint) { s.ID = v }
 
 var clientCommandVariants = cddlrt.Variants[ClientCommandVariant]{
 	"run.start":                func() ClientCommandVariant { return new(ClientCommandRunStart) },
@@ -2801,27 +3193,137 @@ type Event struct {
 // EventVariant is implemented by the variants of Event.
 type EventVariant interface {
 	isEvent()
+	// Method is the variant's member "method".
+	Method() string
+	// GetEventID returns member "event_id".
+	GetEventID() *string
+	// SetEventID sets member "event_id".
+	SetEventID(v *string)
+	// GetSeq returns member "seq".
+	GetSeq() *JsUint
+	// SetSeq sets member "seq".
+	SetSeq(v *JsUint)
 }
 
 func (*EventLifecycle) isEvent() {}
 
+func (*EventLifecycle) Method() string { return "lifecycle" }
+
+func (s *EventLifecycle) GetEventID() *string { return s.EventID }
+
+func (s *EventLifecycle) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventLifecycle) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventLifecycle) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*EventMessages) isEvent() {}
+
+func (*EventMessages) Method() string { return "messages" }
+
+func (s *EventMessages) GetEventID() *string { return s.EventID }
+
+func (s *EventMessages) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventMessages) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventMessages) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*EventTools) isEvent() {}
 
+func (*EventTools) Method() string { return "tools" }
+
+func (s *EventTools) GetEventID() *string { return s.EventID }
+
+func (s *EventTools) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventTools) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventTools) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*EventInputRequested) isEvent() {}
+
+func (*EventInputRequested) Method() string { return "input.requested" }
+
+func (s *EventInputRequested) GetEventID() *string { return s.EventID }
+
+func (s *EventInputRequested) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventInputRequested) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventInputRequested) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*EventInputAnswered) isEvent() {}
 
+func (*EventInputAnswered) Method() string { return "input.answered" }
+
+func (s *EventInputAnswered) GetEventID() *string { return s.EventID }
+
+func (s *EventInputAnswered) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventInputAnswered) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventInputAnswered) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*EventValues) isEvent() {}
+
+func (*EventValues) Method() string { return "values" }
+
+func (s *EventValues) GetEventID() *string { return s.EventID }
+
+func (s *EventValues) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventValues) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventValues) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*EventUpdates) isEvent() {}
 
+func (*EventUpdates) Method() string { return "updates" }
+
+func (s *EventUpdates) GetEventID() *string { return s.EventID }
+
+func (s *EventUpdates) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventUpdates) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventUpdates) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*EventCheckpoints) isEvent() {}
+
+func (*EventCheckpoints) Method() string { return "checkpoints" }
+
+func (s *EventCheckpoints) GetEventID() *string { return s.EventID }
+
+func (s *EventCheckpoints) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventCheckpoints) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventCheckpoints) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*EventCustom) isEvent() {}
 
+func (*EventCustom) Method() string { return "custom" }
+
+func (s *EventCustom) GetEventID() *string { return s.EventID }
+
+func (s *EventCustom) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventCustom) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventCustom) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*EventTasks) isEvent() {}
+
+func (*EventTasks) Method() string { return "tasks" }
+
+func (s *EventTasks) GetEventID() *string { return s.EventID }
+
+func (s *EventTasks) SetEventID(v *string) { s.EventID = v }
+
+func (s *EventTasks) GetSeq() *JsUint { return s.Seq }
+
+func (s *EventTasks) SetSeq(v *JsUint) { s.Seq = v }
 
 var eventVariants = cddlrt.Variants[EventVariant]{
 	"lifecycle":       func() EventVariant { return new(EventLifecycle) },
@@ -3445,29 +3947,149 @@ type ServerEvent struct {
 // ServerEventVariant is implemented by the variants of ServerEvent.
 type ServerEventVariant interface {
 	isServerEvent()
+	// Method is the variant's member "method".
+	Method() string
+	// GetEventID returns member "event_id".
+	GetEventID() *string
+	// SetEventID sets member "event_id".
+	SetEventID(v *string)
+	// GetSeq returns member "seq".
+	GetSeq() *JsUint
+	// SetSeq sets member "seq".
+	SetSeq(v *JsUint)
 }
 
 func (*ServerEventLifecycle) isServerEvent() {}
 
+func (*ServerEventLifecycle) Method() string { return "lifecycle" }
+
+func (s *ServerEventLifecycle) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventLifecycle) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventLifecycle) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventLifecycle) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*ServerEventMessages) isServerEvent() {}
+
+func (*ServerEventMessages) Method() string { return "messages" }
+
+func (s *ServerEventMessages) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventMessages) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventMessages) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventMessages) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*ServerEventTools) isServerEvent() {}
 
+func (*ServerEventTools) Method() string { return "tools" }
+
+func (s *ServerEventTools) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventTools) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventTools) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventTools) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*ServerEventInputRequested) isServerEvent() {}
+
+func (*ServerEventInputRequested) Method() string { return "input.requested" }
+
+func (s *ServerEventInputRequested) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventInputRequested) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventInputRequested) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventInputRequested) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*ServerEventInputAnswered) isServerEvent() {}
 
+func (*ServerEventInputAnswered) Method() string { return "input.answered" }
+
+func (s *ServerEventInputAnswered) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventInputAnswered) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventInputAnswered) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventInputAnswered) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*ServerEventValues) isServerEvent() {}
+
+func (*ServerEventValues) Method() string { return "values" }
+
+func (s *ServerEventValues) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventValues) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventValues) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventValues) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*ServerEventUpdates) isServerEvent() {}
 
+func (*ServerEventUpdates) Method() string { return "updates" }
+
+func (s *ServerEventUpdates) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventUpdates) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventUpdates) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventUpdates) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*ServerEventCheckpoints) isServerEvent() {}
+
+func (*ServerEventCheckpoints) Method() string { return "checkpoints" }
+
+func (s *ServerEventCheckpoints) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventCheckpoints) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventCheckpoints) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventCheckpoints) SetSeq(v *JsUint) { s.Seq = v }
 
 func (*ServerEventCustom) isServerEvent() {}
 
+func (*ServerEventCustom) Method() string { return "custom" }
+
+func (s *ServerEventCustom) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventCustom) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventCustom) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventCustom) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*ServerEventTasks) isServerEvent() {}
 
+func (*ServerEventTasks) Method() string { return "tasks" }
+
+func (s *ServerEventTasks) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventTasks) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventTasks) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventTasks) SetSeq(v *JsUint) { s.Seq = v }
+
 func (*ServerEventEventsMissed) isServerEvent() {}
+
+func (*ServerEventEventsMissed) Method() string { return "events.missed" }
+
+func (s *ServerEventEventsMissed) GetEventID() *string { return s.EventID }
+
+func (s *ServerEventEventsMissed) SetEventID(v *string) { s.EventID = v }
+
+func (s *ServerEventEventsMissed) GetSeq() *JsUint { return s.Seq }
+
+func (s *ServerEventEventsMissed) SetSeq(v *JsUint) { s.Seq = v }
 
 var serverEventVariants = cddlrt.Variants[ServerEventVariant]{
 	"lifecycle":       func() ServerEventVariant { return new(ServerEventLifecycle) },
@@ -4396,6 +5018,8 @@ type SubscriptionCommand struct {
 // SubscriptionCommandVariant is implemented by the variants of SubscriptionCommand.
 type SubscriptionCommandVariant interface {
 	isSubscriptionCommand()
+	// Method is the variant's member "method".
+	Method() string
 }
 
 func (*SubscriptionSubscribe) isSubscriptionCommand() {}
@@ -4896,27 +5520,49 @@ type EventData struct {
 // EventDataVariant is implemented by the variants of EventData.
 type EventDataVariant interface {
 	isEventData()
+	// Method is the variant's member "method".
+	Method() string
 }
 
 func (*LifecycleEvent) isEventData() {}
 
+func (*LifecycleEvent) Method() string { return "lifecycle" }
+
 func (*MessagesEvent) isEventData() {}
+
+func (*MessagesEvent) Method() string { return "messages" }
 
 func (*ToolsEvent) isEventData() {}
 
+func (*ToolsEvent) Method() string { return "tools" }
+
 func (*InputEvent) isEventData() {}
+
+func (*InputEvent) Method() string { return "input.requested" }
 
 func (*InputAnsweredEvent) isEventData() {}
 
+func (*InputAnsweredEvent) Method() string { return "input.answered" }
+
 func (*ValuesEvent) isEventData() {}
+
+func (*ValuesEvent) Method() string { return "values" }
 
 func (*UpdatesEvent) isEventData() {}
 
+func (*UpdatesEvent) Method() string { return "updates" }
+
 func (*CheckpointsEvent) isEventData() {}
+
+func (*CheckpointsEvent) Method() string { return "checkpoints" }
 
 func (*CustomEvent) isEventData() {}
 
+func (*CustomEvent) Method() string { return "custom" }
+
 func (*TasksEvent) isEventData() {}
+
+func (*TasksEvent) Method() string { return "tasks" }
 
 var eventDataVariants = cddlrt.Variants[EventDataVariant]{
 	"lifecycle":       func() EventDataVariant { return new(LifecycleEvent) },
@@ -5021,13 +5667,21 @@ type LifecycleCause struct {
 // LifecycleCauseVariant is implemented by the variants of LifecycleCause.
 type LifecycleCauseVariant interface {
 	isLifecycleCause()
+	// Type is the variant's member "type".
+	Type() string
 }
 
 func (*LifecycleCauseToolCall) isLifecycleCause() {}
 
+func (*LifecycleCauseToolCall) Type() string { return "toolCall" }
+
 func (*LifecycleCauseSend) isLifecycleCause() {}
 
+func (*LifecycleCauseSend) Type() string { return "send" }
+
 func (*LifecycleCauseEdge) isLifecycleCause() {}
+
+func (*LifecycleCauseEdge) Type() string { return "edge" }
 
 var lifecycleCauseVariants = cddlrt.Variants[LifecycleCauseVariant]{
 	"toolCall": func() LifecycleCauseVariant { return new(LifecycleCauseToolCall) },
@@ -5251,19 +5905,33 @@ type MessagesData struct {
 // MessagesDataVariant is implemented by the variants of MessagesData.
 type MessagesDataVariant interface {
 	isMessagesData()
+	// Event is the variant's member "event".
+	Event() string
 }
 
 func (*MessageStartData) isMessagesData() {}
 
+func (*MessageStartData) Event() string { return "message-start" }
+
 func (*ContentBlockStartData) isMessagesData() {}
+
+func (*ContentBlockStartData) Event() string { return "content-block-start" }
 
 func (*ContentBlockDeltaData) isMessagesData() {}
 
+func (*ContentBlockDeltaData) Event() string { return "content-block-delta" }
+
 func (*ContentBlockFinishData) isMessagesData() {}
+
+func (*ContentBlockFinishData) Event() string { return "content-block-finish" }
 
 func (*MessageFinishData) isMessagesData() {}
 
+func (*MessageFinishData) Event() string { return "message-finish" }
+
 func (*MessageErrorData) isMessagesData() {}
+
+func (*MessageErrorData) Event() string { return "error" }
 
 var messagesDataVariants = cddlrt.Variants[MessagesDataVariant]{
 	"message-start":        func() MessagesDataVariant { return new(MessageStartData) },
@@ -5736,15 +6404,45 @@ type ToolsData struct {
 // ToolsDataVariant is implemented by the variants of ToolsData.
 type ToolsDataVariant interface {
 	isToolsData()
+	// Event is the variant's member "event".
+	Event() string
+	// GetToolCallID returns member "tool_call_id".
+	GetToolCallID() string
+	// SetToolCallID sets member "tool_call_id".
+	SetToolCallID(v string)
 }
 
 func (*ToolStartedData) isToolsData() {}
 
+func (*ToolStartedData) Event() string { return "tool-started" }
+
+func (s *ToolStartedData) GetToolCallID() string { return s.ToolCallID }
+
+func (s *ToolStartedData) SetToolCallID(v string) { s.ToolCallID = v }
+
 func (*ToolOutputDeltaData) isToolsData() {}
+
+func (*ToolOutputDeltaData) Event() string { return "tool-output-delta" }
+
+func (s *ToolOutputDeltaData) GetToolCallID() string { return s.ToolCallID }
+
+func (s *ToolOutputDeltaData) SetToolCallID(v string) { s.ToolCallID = v }
 
 func (*ToolFinishedData) isToolsData() {}
 
+func (*ToolFinishedData) Event() string { return "tool-finished" }
+
+func (s *ToolFinishedData) GetToolCallID() string { return s.ToolCallID }
+
+func (s *ToolFinishedData) SetToolCallID(v string) { s.ToolCallID = v }
+
 func (*ToolErrorData) isToolsData() {}
+
+func (*ToolErrorData) Event() string { return "tool-error" }
+
+func (s *ToolErrorData) GetToolCallID() string { return s.ToolCallID }
+
+func (s *ToolErrorData) SetToolCallID(v string) { s.ToolCallID = v }
 
 var toolsDataVariants = cddlrt.Variants[ToolsDataVariant]{
 	"tool-started":      func() ToolsDataVariant { return new(ToolStartedData) },
@@ -5977,6 +6675,8 @@ type InputCommand struct {
 // InputCommandVariant is implemented by the variants of InputCommand.
 type InputCommandVariant interface {
 	isInputCommand()
+	// Method is the variant's member "method".
+	Method() string
 }
 
 func (*InputRespond) isInputCommand() {}
@@ -6079,11 +6779,71 @@ type InputRespondParams struct {
 // InputRespondParamsVariant is implemented by the variants of InputRespondParams.
 type InputRespondParamsVariant interface {
 	isInputRespondParams()
+	// GetStrictResume returns member "strict_resume".
+	GetStrictResume() *bool
+	// SetStrictResume sets member "strict_resume".
+	SetStrictResume(v *bool)
+	// GetUpdate returns member "update".
+	GetUpdate() map[string]any
+	// SetUpdate sets member "update".
+	SetUpdate(v map[string]any)
+	// GetGoto returns member "goto".
+	GetGoto() *Goto
+	// SetGoto sets member "goto".
+	SetGoto(v *Goto)
+	// GetConfig returns member "config".
+	GetConfig() map[string]any
+	// SetConfig sets member "config".
+	SetConfig(v map[string]any)
+	// GetMetadata returns member "metadata".
+	GetMetadata() map[string]any
+	// SetMetadata sets member "metadata".
+	SetMetadata(v map[string]any)
 }
 
 func (*InputRespondOne) isInputRespondParams() {}
 
+func (s *InputRespondOne) GetStrictResume() *bool { return s.StrictResume }
+
+func (s *InputRespondOne) SetStrictResume(v *bool) { s.StrictResume = v }
+
+func (s *InputRespondOne) GetUpdate() map[string]any { return s.Update }
+
+func (s *InputRespondOne) SetUpdate(v map[string]any) { s.Update = v }
+
+func (s *InputRespondOne) GetGoto() *Goto { return s.Goto }
+
+func (s *InputRespondOne) SetGoto(v *Goto) { s.Goto = v }
+
+func (s *InputRespondOne) GetConfig() map[string]any { return s.Config }
+
+func (s *InputRespondOne) SetConfig(v map[string]any) { s.Config = v }
+
+func (s *InputRespondOne) GetMetadata() map[string]any { return s.Metadata }
+
+func (s *InputRespondOne) SetMetadata(v map[string]any) { s.Metadata = v }
+
 func (*InputRespondMany) isInputRespondParams() {}
+
+func (s *InputRespondMany) GetStrictResume() *bool { return s.StrictResume }
+
+func (s *InputRespondMany) SetStrictResume(v *bool) { s.StrictResume = v }
+
+func (s *InputRespondMany) GetUpdate() map[string]any { return s.Update }
+
+func (s *InputRespondMany) SetUpdate(v map[string]any) { s.Update = v }
+
+func (s *InputRespondMany) GetGoto() *Goto { return s.Goto }
+
+func (s *InputRespondMany) SetGoto(v *Goto) { s.Goto = v }
+
+func (s *InputRespondMany) GetConfig() map[string]any { return s.Config }
+
+func (s *InputRespondMany) SetConfig(v map[string]any) { s.Config = v }
+
+func (s *InputRespondMany) GetMetadata() map[string]any { return s.Metadata }
+
+func (s *InputRespondMany) SetMetadata(v map[string]any) { s.Metadata = v }
 
 var inputRespondParamsVariants = cddlrt.Variants[InputRespondParamsVariant]{
 	"namespace": func() InputRespondParamsVariant { return new(InputRespondOne) },
@@ -6446,6 +7206,8 @@ type StateCommand struct {
 // StateCommandVariant is implemented by the variants of StateCommand.
 type StateCommandVariant interface {
 	isStateCommand()
+	// Method is the variant's member "method".
+	Method() string
 }
 
 func (*StateGet) isStateCommand() {}

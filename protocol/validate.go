@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
@@ -168,6 +169,23 @@ func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
 		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", err)
 	}
 	return &ClientCommand{Value: variant}, nil
+}
+
+// DecodeCommandCBOR reads one CBOR command frame (the WebSocket's
+// agentstream.cbor subprotocol). The frame is checked by the same schema as
+// JSON, through its JSON form, so it is answered with the same errors; a
+// frame that is not well-formed CBOR, or has no JSON equivalent (byte
+// strings, non-text map keys), is invalid_argument with a null id.
+func DecodeCommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
+	var v any
+	if err := cddlrt.CBORDecMode.Unmarshal(data, &v); err != nil {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
+	}
+	return DecodeCommand(j)
 }
 
 // NewError builds an ErrorResponse; id is nil when the command's id is

@@ -20,21 +20,22 @@ func benchThread(b *testing.B) (*Server, *thread) {
 }
 
 // BenchmarkDeliver1000 hands one event to 1,000 matching in-process
-// subscribers of a thread and has each read it: the cost per delivery is
+// sessions of a thread and has each read it: the cost per delivery is
 // ns/op divided by 1,000 (reported as ns/delivery).
 func BenchmarkDeliver1000(b *testing.B) {
-	_, t := benchThread(b)
+	s, _ := benchThread(b)
 	const n = 1000
-	subs := make([]*Subscription, n)
+	subs := make([]*Session, n)
 	cursor := uint64(0)
 	for i := range subs {
-		s, _, err := t.subscribe(channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, &cursor)
+		ss, _, err := s.Subscribe("bench", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, &cursor)
 		if err != nil {
 			b.Fatal(err)
 		}
-		subs[i] = s
+		subs[i] = ss
 	}
-	e, err := buildEvent(eventData{method: MethodCustom, name: "x", data: protocol.CustomData{Payload: "p"}}, 1, 0)
+	t, _ := s.thread("bench", false)
+	e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), 1, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,20 +56,68 @@ func BenchmarkDeliver1000(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/delivery")
 }
 
+// BenchmarkSessionSubscriptions hands events to one session (one
+// connection) that has 1, 100 or 1,000 subscriptions, every one of which
+// matches, with filters of several shapes (channel lists, all channels, a
+// named custom channel, namespace prefixes, depths), and reads each
+// event: the event is queued and read once, and the cost per event stays
+// flat as subscriptions grow.
+func BenchmarkSessionSubscriptions(b *testing.B) {
+	shapes := []channels.Filter{
+		{Channels: []string{channels.Custom}, Depth: channels.Unlimited},
+		{Channels: []string{channels.Lifecycle, channels.Custom}, Depth: channels.Unlimited},
+		{Depth: channels.Unlimited},
+		{Channels: []string{"custom:x"}, Depth: channels.Unlimited},
+		{Channels: []string{channels.Custom}, Namespaces: []channels.Namespace{{"agent"}}, Depth: 1},
+		{Namespaces: []channels.Namespace{{"agent"}, {"agent", "sub"}}, Depth: channels.Unlimited},
+		{Channels: []string{channels.Custom}, Depth: 3},
+	}
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("subscriptions=%d", n), func(b *testing.B) {
+			s, t := benchThread(b)
+			ss := s.NewSession("bench")
+			for i := 0; i < n; i++ {
+				if _, _, err := ss.Subscribe(shapes[i%len(shapes)], nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), 1, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.Namespace = channels.Namespace{"agent", "sub"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e.Seq = uint64(i + 1)
+				t.mu.Lock()
+				t.deliver(e)
+				t.mu.Unlock()
+				if _, ok, _ := ss.TryNext(); !ok {
+					b.Fatal("not delivered")
+				}
+				if _, ok, _ := ss.TryNext(); ok {
+					b.Fatal("delivered twice")
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPublish publishes events (building and encoding them included)
 // on a thread that has 0 or 10,000 subscriptions none of which match: the
 // index keeps the second within twice the first.
 func BenchmarkPublish(b *testing.B) {
 	for _, others := range []int{0, 10000} {
 		b.Run(fmt.Sprintf("nonmatching=%d", others), func(b *testing.B) {
-			_, t := benchThread(b)
+			s, t := benchThread(b)
 			for i := 0; i < others; i++ {
 				f := channels.Filter{Channels: []string{channels.Tools}, Namespaces: []channels.Namespace{{fmt.Sprint("agent", i%100)}}, Depth: channels.Unlimited}
-				if _, _, err := t.subscribe(f, nil); err != nil {
+				if _, _, err := s.Subscribe("bench", f, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
-			d := eventData{method: MethodCustom, name: "x", data: protocol.CustomData{Payload: "payload"}}
+			d := customEvent("x", protocol.CustomData{Payload: "payload"})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -46,9 +46,13 @@ func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 	}
 }
 
-// commandID returns a command's id.
-func commandID(cmd *protocol.ClientCommand) (uint64, bool) {
-	return protocol.CommandIDOf(cmd.Value)
+// commandID returns a command's id; ok is false for a variant this server
+// does not know (decoded raw).
+func commandID(cmd *protocol.ClientCommand) (id uint64, ok bool) {
+	if cmd.Value == nil {
+		return 0, false
+	}
+	return cmd.Value.GetID(), true
 }
 
 func success(id, applied uint64, result any) *protocol.CommandResponse {
@@ -148,7 +152,7 @@ func (t *thread) resume(r *run, ids []string, answers []any) {
 		}
 		t.answered[id] = true
 	}
-	_, _ = t.publish(eventData{method: MethodInputAnswered, data: protocol.InputAnsweredData{InterruptIds: ids}})
+	_, _ = t.publish(inputAnsweredEvent(protocol.InputAnsweredData{InterruptIds: ids}))
 	if len(r.pending) == 0 {
 		r.status = statusRunning
 		_, _ = t.publishLifecycle(nil, protocol.AgentStatusRunning, r.assistantID, nil, "")

@@ -107,7 +107,7 @@ func lifecycleErr(format string, args ...any) error {
 func (rc *RunContext) Values(values map[string]any) error {
 	return rc.emit(func() (eventData, error) {
 		rc.r.t.srv.cfg.State.SetValues(rc.r.t.id, values)
-		return eventData{method: MethodValues, data: maps.Clone(values)}, nil
+		return valuesEvent(maps.Clone(values)), nil
 	})
 }
 
@@ -117,7 +117,7 @@ func (rc *RunContext) Update(node string, values map[string]any) error {
 	if node != "" {
 		d.Node = &node
 	}
-	return rc.emit(just(eventData{method: MethodUpdates, data: d}))
+	return rc.emit(just(updatesEvent(d)))
 }
 
 // Checkpoint saves a checkpoint of the thread's current values and emits
@@ -139,7 +139,7 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 			cp.ParentID = &rec.ParentID
 		}
 		t.srv.cfg.State.AddCheckpoint(t.id, rec)
-		return eventData{method: MethodCheckpoints, data: cp}, nil
+		return checkpointsEvent(cp), nil
 	})
 	if err != nil {
 		return "", err
@@ -154,12 +154,12 @@ func (rc *RunContext) Custom(name string, payload any) error {
 	if name != "" {
 		d.Name = &name
 	}
-	return rc.emit(just(eventData{method: MethodCustom, name: name, data: d}))
+	return rc.emit(just(customEvent(name, d)))
 }
 
 // Task emits a Pregel task event on the tasks channel.
 func (rc *RunContext) Task(data any) error {
-	return rc.emit(just(eventData{method: MethodTasks, data: data}))
+	return rc.emit(just(tasksEvent(data)))
 }
 
 // Interrupt asks for input: it emits input.requested with payload, marks
@@ -178,8 +178,7 @@ func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 	}
 	rc.r.pending = append(rc.r.pending, in)
 	rc.r.status = statusInterrupted
-	_, err := t.publish(eventData{method: MethodInputRequested, namespace: rc.ns,
-		data: protocol.InputRequestedData{InterruptID: in.id, Payload: payload}})
+	_, err := t.publish(inputRequestedEvent(rc.ns, protocol.InputRequestedData{InterruptID: in.id, Payload: payload}))
 	if err == nil && len(rc.r.pending) == 1 { // the first pending interrupt interrupts the run
 		_, err = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
 	}
@@ -213,7 +212,7 @@ type MessageWriter struct {
 }
 
 func (rc *RunContext) messageData(v protocol.MessagesDataVariant) eventData {
-	return eventData{method: MethodMessages, node: rc.node, data: v}
+	return messagesEvent(rc.node, v)
 }
 
 // runExtra is the run id that message events carry in their data, as the
@@ -350,7 +349,7 @@ func (rc *RunContext) StartTool(toolCallID, name string, input any) (*ToolCall, 
 			rc.r.openTool = map[string]*ToolCall{}
 		}
 		rc.r.openTool[toolCallID] = tc
-		return eventData{method: MethodTools, node: rc.node, data: &protocol.ToolStartedData{ToolCallID: toolCallID, ToolName: name, Input: input}}, nil
+		return toolsEvent(rc.node, &protocol.ToolStartedData{ToolCallID: toolCallID, ToolName: name, Input: input}), nil
 	})
 	if err != nil {
 		return nil, err
@@ -367,7 +366,7 @@ func (tc *ToolCall) emit(last bool, d protocol.ToolsDataVariant) error {
 			tc.done = true
 			delete(tc.rc.r.openTool, tc.id)
 		}
-		return eventData{method: MethodTools, node: tc.rc.node, data: d}, nil
+		return toolsEvent(tc.rc.node, d), nil
 	})
 }
 

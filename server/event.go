@@ -10,23 +10,6 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-// The event methods agentstream publishes.
-const (
-	MethodLifecycle      = "lifecycle"
-	MethodMessages       = "messages"
-	MethodTools          = "tools"
-	MethodInputRequested = "input.requested"
-	MethodInputAnswered  = "input.answered"
-	MethodValues         = "values"
-	MethodUpdates        = "updates"
-	MethodCheckpoints    = "checkpoints"
-	MethodCustom         = "custom"
-	MethodTasks          = "tasks"
-	// MethodEventsMissed is agentstream's notice to one subscriber that
-	// events it asked for are no longer buffered (an extension).
-	MethodEventsMissed = "events.missed"
-)
-
 // Event is one event of a thread's stream. It is immutable once published:
 // the same Event is handed to every subscriber, typed for in-process
 // readers and encoded once per wire encoding for the others.
@@ -77,76 +60,116 @@ func (e *Event) EventID() string {
 }
 
 // eventData is what an emitter hands the thread to publish: everything of
-// an event but its sequence number, which publishing assigns.
+// an event but its envelope (sequence number, event id) and its time,
+// which publishing assigns.
 type eventData struct {
-	method    string
 	namespace channels.Namespace
 	node      string
 	name      string // custom events
-	data      any    // the typed data of the method
+	// payload builds the typed event from its namespace, time and node.
+	payload func(h header) protocol.ServerEventVariant
+}
+
+// header is what every event's params carry besides its data.
+type header struct {
+	ns   protocol.Namespace
+	ts   protocol.Timestamp
+	node *string
 }
 
 // buildEvent makes the Event for d with sequence number seq (0 for a
 // notice) at time ts (milliseconds) and encodes it.
 func buildEvent(d eventData, seq uint64, ts uint64) (*Event, error) {
-	ns := protocol.Namespace(d.namespace)
-	if ns == nil {
-		ns = protocol.Namespace{}
+	h := header{ns: protocol.Namespace(d.namespace), ts: ts}
+	if h.ns == nil {
+		h.ns = protocol.Namespace{}
 	}
-	var node *string
 	if d.node != "" {
-		node = &d.node
+		h.node = &d.node
 	}
-	var eventID *string
-	var seqp *protocol.JsUint
+	p := d.payload(h)
 	if seq > 0 {
 		id := strconv.FormatUint(seq, 10)
-		eventID, seqp = &id, &seq
-	}
-	var p protocol.ServerEventVariant
-	switch d.method {
-	case MethodLifecycle:
-		p = &protocol.ServerEventLifecycle{EventID: eventID, Seq: seqp, Params: protocol.EventLifecycleParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.LifecycleData)}}
-	case MethodMessages:
-		p = &protocol.ServerEventMessages{EventID: eventID, Seq: seqp, Params: protocol.EventMessagesParams{
-			Namespace: ns, Timestamp: ts, Node: node, Data: protocol.MessagesData{Value: d.data.(protocol.MessagesDataVariant)}}}
-	case MethodTools:
-		p = &protocol.ServerEventTools{EventID: eventID, Seq: seqp, Params: protocol.EventToolsParams{
-			Namespace: ns, Timestamp: ts, Node: node, Data: protocol.ToolsData{Value: d.data.(protocol.ToolsDataVariant)}}}
-	case MethodInputRequested:
-		p = &protocol.ServerEventInputRequested{EventID: eventID, Seq: seqp, Params: protocol.EventInputRequestedParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.InputRequestedData)}}
-	case MethodInputAnswered:
-		p = &protocol.ServerEventInputAnswered{EventID: eventID, Seq: seqp, Params: protocol.EventInputAnsweredParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.InputAnsweredData)}}
-	case MethodValues:
-		p = &protocol.ServerEventValues{EventID: eventID, Seq: seqp, Params: protocol.EventValuesParams{
-			Namespace: ns, Timestamp: ts, Data: d.data}}
-	case MethodUpdates:
-		p = &protocol.ServerEventUpdates{EventID: eventID, Seq: seqp, Params: protocol.EventUpdatesParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.UpdatesData)}}
-	case MethodCheckpoints:
-		p = &protocol.ServerEventCheckpoints{EventID: eventID, Seq: seqp, Params: protocol.EventCheckpointsParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.Checkpoint)}}
-	case MethodCustom:
-		p = &protocol.ServerEventCustom{EventID: eventID, Seq: seqp, Params: protocol.EventCustomParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.CustomData)}}
-	case MethodTasks:
-		p = &protocol.ServerEventTasks{EventID: eventID, Seq: seqp, Params: protocol.EventTasksParams{
-			Namespace: ns, Timestamp: ts, Data: d.data}}
-	case MethodEventsMissed:
-		p = &protocol.ServerEventEventsMissed{EventID: eventID, Seq: seqp, Params: protocol.ServerEventEventsMissedParams{
-			Namespace: ns, Timestamp: ts, Data: d.data.(protocol.EventsMissedData)}}
-	default:
-		panic("server: unknown event method " + d.method) // a bug in the server, not client input
+		p.SetEventID(&id)
+		p.SetSeq(&seq)
 	}
 	b, err := json.Marshal(protocol.ServerEvent{Value: p})
 	if err != nil {
 		return nil, err
 	}
+	method := p.Method()
 	return &Event{
-		Seq: seq, Method: d.method, Channel: channels.ChannelOf(d.method), Name: d.name,
+		Seq: seq, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
 		Namespace: d.namespace, Payload: p, json: b,
 	}, nil
+}
+
+// The events the server publishes, one constructor per kind.
+
+func lifecycleEvent(ns channels.Namespace, data protocol.LifecycleData) eventData {
+	return eventData{namespace: ns, payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventLifecycle{Params: protocol.EventLifecycleParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func messagesEvent(node string, data protocol.MessagesDataVariant) eventData {
+	return eventData{node: node, payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventMessages{Params: protocol.EventMessagesParams{Namespace: h.ns, Timestamp: h.ts, Node: h.node, Data: protocol.MessagesData{Value: data}}}
+	}}
+}
+
+func toolsEvent(node string, data protocol.ToolsDataVariant) eventData {
+	return eventData{node: node, payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventTools{Params: protocol.EventToolsParams{Namespace: h.ns, Timestamp: h.ts, Node: h.node, Data: protocol.ToolsData{Value: data}}}
+	}}
+}
+
+func inputRequestedEvent(ns channels.Namespace, data protocol.InputRequestedData) eventData {
+	return eventData{namespace: ns, payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventInputRequested{Params: protocol.EventInputRequestedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func inputAnsweredEvent(data protocol.InputAnsweredData) eventData {
+	return eventData{payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventInputAnswered{Params: protocol.EventInputAnsweredParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func valuesEvent(data any) eventData {
+	return eventData{payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventValues{Params: protocol.EventValuesParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func updatesEvent(data protocol.UpdatesData) eventData {
+	return eventData{payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventUpdates{Params: protocol.EventUpdatesParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func checkpointsEvent(data protocol.Checkpoint) eventData {
+	return eventData{payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventCheckpoints{Params: protocol.EventCheckpointsParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func customEvent(name string, data protocol.CustomData) eventData {
+	return eventData{name: name, payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventCustom{Params: protocol.EventCustomParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+func tasksEvent(data any) eventData {
+	return eventData{payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventTasks{Params: protocol.EventTasksParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
+}
+
+// eventsMissedEvent is agentstream's notice to one subscriber that events
+// it asked for are no longer buffered (an extension).
+func eventsMissedEvent(data protocol.EventsMissedData) eventData {
+	return eventData{payload: func(h header) protocol.ServerEventVariant {
+		return &protocol.ServerEventEventsMissed{Params: protocol.ServerEventEventsMissedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
+	}}
 }

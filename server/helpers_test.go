@@ -54,7 +54,7 @@ func do(t *testing.T, s *server.Server, thread string, v protocol.ClientCommandV
 }
 
 func tryDo(s *server.Server, thread string, v protocol.ClientCommandVariant) (*protocol.CommandResponse, *protocol.ErrorResponse) {
-	protocol.SetCommandID(v, cmdID.Add(1))
+	v.SetID(cmdID.Add(1))
 	return s.Do(context.Background(), thread, &protocol.ClientCommand{Value: v})
 }
 
@@ -70,7 +70,7 @@ func userInput(text string) map[string]any {
 
 // collect reads events until stop returns true for one (included) or the
 // timeout passes.
-func collect(t *testing.T, sub *server.Subscription, stop func(*server.Event) bool) []*server.Event {
+func collect(t *testing.T, sub *server.Session, stop func(*server.Event) bool) []*server.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -178,7 +178,7 @@ func (t *thread) finish(r *run, err error) {
 	if cancelled {
 		data.Cancelled = &cancelled
 	}
-	_, _ = t.publish(eventData{method: MethodLifecycle, data: data})
+	_, _ = t.publish(lifecycleEvent(nil, data))
 	r.ended = true
 	r.cancelFn(ErrRunEnded)
 	for _, in := range r.pending {
@@ -223,5 +223,5 @@ func (t *thread) publishLifecycle(ns channels.Namespace, st protocol.AgentStatus
 	if errMsg != "" {
 		data.Error = &errMsg
 	}
-	return t.publish(eventData{method: MethodLifecycle, namespace: ns, data: data})
+	return t.publish(lifecycleEvent(ns, data))
 }

@@ -86,7 +86,7 @@ type Server struct {
 	mu         sync.Mutex
 	threads    map[string]*thread
 	assistants map[string]Assistant
-	sessions   map[string]*detachedSession // dropped sessions awaiting reconnect
+	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	closed     bool
 	nextSubID  atomic.Uint64
 
@@ -94,11 +94,11 @@ type Server struct {
 	stop    chan struct{}  // closed by Close: ends the janitor
 	janitor sync.WaitGroup
 
-	metrics Metrics
+	metrics counters
 }
 
-// Metrics counts what the server did; read it with [Server.Metrics].
-type Metrics struct {
+// counters count what the server did; read them with [Server.Metrics].
+type counters struct {
 	published     atomic.Uint64
 	slowConsumers atomic.Uint64
 	replays       atomic.Uint64
@@ -119,7 +119,7 @@ func New(cfg Config) *Server {
 		cfg:        cfg.withDefaults(),
 		threads:    map[string]*thread{},
 		assistants: map[string]Assistant{},
-		sessions:   map[string]*detachedSession{},
+		detached:   map[string]*detachedSub{},
 		stop:       make(chan struct{}),
 	}
 	s.janitor.Add(1)
@@ -190,18 +190,6 @@ func (s *Server) HasThread(id string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.threads[id]
 	return ok || s.cfg.State.Exists(id)
-}
-
-// Subscribe opens a subscription to thread id's events that match f,
-// replaying buffered events after cursor first (all of them when cursor is
-// nil). The thread is created if needed, so a client may subscribe before
-// the first run. replayed counts the buffered events queued for replay.
-func (s *Server) Subscribe(id string, f channels.Filter, cursor *uint64) (sub *Subscription, replayed int, err error) {
-	t, err := s.thread(id, true)
-	if err != nil {
-		return nil, 0, err
-	}
-	return t.subscribe(f, cursor)
 }
 
 // LastSeq is the sequence number of the last event of thread id.
@@ -280,13 +268,13 @@ func (s *Server) Close(ctx context.Context) error {
 		for _, r := range t.queued {
 			r.cancel(errServerClosing)
 		}
-		subs := make([]*Subscription, 0, len(t.subs))
-		for _, sub := range t.subs {
-			subs = append(subs, sub)
+		sessions := make([]*Session, 0, len(t.sessions))
+		for ss := range t.sessions {
+			sessions = append(sessions, ss)
 		}
 		t.mu.Unlock()
-		for _, sub := range subs {
-			sub.end(ErrServerClosed)
+		for _, ss := range sessions {
+			ss.end(ErrServerClosed)
 		}
 	}
 	s.janitor.Wait()
@@ -342,9 +330,9 @@ func (s *Server) SweepNow() {
 	for _, t := range s.threads {
 		threads = append(threads, t)
 	}
-	for id, d := range s.sessions {
+	for id, d := range s.detached {
 		if now.After(d.expires) {
-			delete(s.sessions, id)
+			delete(s.detached, id)
 		}
 	}
 	s.mu.Unlock()
@@ -368,7 +356,7 @@ func (s *Server) Subscriptions() int {
 	n := 0
 	for _, t := range threads {
 		t.mu.Lock()
-		n += len(t.subs)
+		n += t.nsubs
 		t.mu.Unlock()
 	}
 	return n

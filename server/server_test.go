@@ -129,7 +129,7 @@ func TestEvictionAndMissedEventsNotice(t *testing.T) {
 	defer sub.Close()
 	require.Equal(t, 10, replayed)
 	e, _, _ := sub.TryNext()
-	require.Equal(t, server.MethodEventsMissed, e.Method)
+	require.Equal(t, protocol.ServerEventEventsMissedMethodValue, e.Method)
 	notice := e.Payload.(*protocol.ServerEventEventsMissed).Params.Data
 	require.Equal(t, protocol.EventsMissedData{Since: 5, FirstAvailableSeq: 34, Missed: 28}, notice)
 	require.Equal(t, uint64(0), e.Seq, "the notice is not part of the stream")
@@ -187,19 +187,34 @@ func TestSlowConsumerIsCutOffAndResumesWithoutLoss(t *testing.T) {
 	require.ErrorAs(t, err, &sce)
 	require.Equal(t, last, sce.LastSeq, "the error names the last event it read")
 	require.Equal(t, uint64(1), s.Metrics().SlowConsumers)
-	// Coming back with that cursor loses nothing.
-	again, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"custom"}, Depth: channels.Unlimited}, &sce.LastSeq)
-	require.NoError(t, err)
-	defer again.Close()
-	next := sce.LastSeq + 1
+	// Coming back with that cursor loses nothing. The replay counts against
+	// the same bound, so it comes in queue-sized parts, each ending with
+	// the cursor to come back with.
+	next, cursor, parts := sce.LastSeq+1, sce.LastSeq, 0
 	for {
-		e, ok, _ := again.TryNext()
-		if !ok {
+		again, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"custom"}, Depth: channels.Unlimited}, &cursor)
+		require.NoError(t, err)
+		parts++
+		for {
+			e, ok, err := again.TryNext()
+			if !ok {
+				sce = nil
+				if errors.As(err, &sce) {
+					cursor = sce.LastSeq
+				}
+				break
+			}
+			require.Equal(t, next, e.Seq)
+			next++
+		}
+		again.Close()
+		if sce == nil {
 			break
 		}
-		require.Equal(t, next, e.Seq)
-		next++
+		require.Equal(t, next-1, cursor, "each part ends with the cursor of its last event")
+		require.Less(t, parts, 200, "every part makes progress")
 	}
+	require.Greater(t, parts, 2)
 	require.Equal(t, uint64(203), next, "custom events run from 3 to 202")
 }
 
@@ -319,7 +334,7 @@ func TestRunStartOnInterruptedThreadResumes(t *testing.T) {
 	sub, _, _ := s.Subscribe("t", all, nil)
 	defer sub.Close()
 	runID := start(t, s, "t", "demo", nil)
-	collect(t, sub, func(e *server.Event) bool { return e.Method == server.MethodInputRequested })
+	collect(t, sub, func(e *server.Event) bool { return e.Method == protocol.ServerEventInputRequestedMethodValue })
 	again := start(t, s, "t", "demo", map[string]any{"approved": true})
 	require.Equal(t, runID, again, "the interrupted run resumes")
 	es := collect(t, sub, rootEnded)
@@ -422,7 +437,7 @@ func TestMultitaskStrategies(t *testing.T) {
 			return ctx.Err()
 		}))
 		start(t, s, "rb", "dirty", nil)
-		collect(t, sub, func(e *server.Event) bool { return e.Method == server.MethodValues })
+		collect(t, sub, func(e *server.Event) bool { return e.Method == protocol.ServerEventValuesMethodValue })
 		do(t, s, "rb", strategy(protocol.MultitaskStrategyRollback))
 		collect(t, sub, rootEnded)
 		es := collect(t, sub, rootEnded)
@@ -558,7 +573,7 @@ func TestValuesSubscriptionStartsWithCurrentState(t *testing.T) {
 	defer v.Close()
 	e, ok, _ := v.TryNext()
 	require.True(t, ok, "a live-only values subscription still gets the state first")
-	require.Equal(t, server.MethodValues, e.Method)
+	require.Equal(t, protocol.ServerEventValuesMethodValue, e.Method)
 	require.Len(t, e.Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)["messages"], 2)
 }
 
@@ -618,36 +633,44 @@ func TestIdleThreadsReleaseTheirBufferButKeepState(t *testing.T) {
 func TestSessionSubscriptionsAndReconnect(t *testing.T) {
 	s := newServer(t, server.Config{})
 	ss := s.NewSession("t")
-	var subs []*server.SessionSub
 	resp, e := ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1,
-		Params: protocol.SubscribeParams{Channels: []protocol.Channel{"messages", "lifecycle"}}}}, func(s *server.SessionSub) { subs = append(subs, s) })
+		Params: protocol.SubscribeParams{Channels: []protocol.Channel{"messages", "lifecycle"}}}})
 	require.Nil(t, e)
 	id := resp.Result.(protocol.SubscribeResult).SubscriptionID
-	require.Len(t, subs, 1)
+	require.Equal(t, []string{id}, ss.Subscriptions())
 	start(t, s, "t", "echo", userInput("one two three"))
-	collect(t, subs[0].Sub, func(e *server.Event) bool { return e.Method == server.MethodMessages && e.Seq >= 5 })
+	collect(t, ss, func(e *server.Event) bool { return e.Method == protocol.ServerEventMessagesMethodValue && e.Seq >= 5 })
 	// The connection drops mid-run; a new one reconnects.
 	ss.Detach()
-	collectOnly := func() {}
-	_ = collectOnly
+	var err error
+	for ok := true; ok; _, ok, err = ss.TryNext() {
+	}
+	require.ErrorIs(t, err, server.ErrClosed, "a detached session ends once its queue is read")
 	ss2 := s.NewSession("t")
-	var restored []*server.SessionSub
 	resp, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionReconnect{ID: 2,
-		Params: protocol.ReconnectParams{RunID: "run_1", Subscriptions: []string{id}}}}, func(s *server.SessionSub) { restored = append(restored, s) })
+		Params: protocol.ReconnectParams{RunID: "run_1", Subscriptions: []string{id}}}})
 	require.Nil(t, e)
 	res := resp.Result.(protocol.ReconnectResult)
 	require.True(t, res.Restored)
 	require.NotEmpty(t, res.CurrentNamespaces)
-	es := collect(t, restored[0].Sub, rootEnded)
+	require.Equal(t, []string{id}, ss2.Subscriptions(), "restored under its id")
+	es := collect(t, ss2, rootEnded)
 	require.Equal(t, uint64(6), es[0].Seq, "resumes right after the last event read")
-	// Unknown subscription: no_such_subscription on unsubscribe.
-	_, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionUnsubscribe{ID: 3, Params: protocol.UnsubscribeParams{SubscriptionID: "nope"}}}, nil)
-	require.Equal(t, protocol.ErrorCodeNoSuchSubscription, e.Error)
-	_, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionUnsubscribe{ID: 4, Params: protocol.UnsubscribeParams{SubscriptionID: id}}}, nil)
+	// A subscription restores once.
+	resp, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionReconnect{ID: 3,
+		Params: protocol.ReconnectParams{RunID: "run_1", Subscriptions: []string{id}}}})
 	require.Nil(t, e)
+	require.False(t, resp.Result.(protocol.ReconnectResult).Restored)
+	// Unknown subscription: no_such_subscription on unsubscribe.
+	_, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionUnsubscribe{ID: 4, Params: protocol.UnsubscribeParams{SubscriptionID: "nope"}}})
+	require.Equal(t, protocol.ErrorCodeNoSuchSubscription, e.Error)
+	_, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionUnsubscribe{ID: 5, Params: protocol.UnsubscribeParams{SubscriptionID: id}}})
+	require.Nil(t, e)
+	require.Empty(t, ss2.Subscriptions())
+	require.Equal(t, 0, s.Subscriptions())
 	ss2.Close()
 	// Without a session, subscription commands are not supported.
-	_, e = s.Do(context.Background(), "t", &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionUnsubscribe{ID: 5}})
+	_, e = s.Do(context.Background(), "t", &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionUnsubscribe{ID: 6}})
 	require.Equal(t, protocol.ErrorCodeNotSupported, e.Error)
 }
 

@@ -2,156 +2,621 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 )
 
-// Session is a connection's scope on one thread (a WebSocket, or an
-// in-process client): it carries the subscription commands, holding the
-// subscriptions it made, and passes every other command to [Server.Do].
-// When the connection drops, [Session.Detach] keeps its subscriptions
-// restorable by subscription.reconnect for Config.ReconnectGrace.
+// ErrClosed is returned by a closed session's Next once its queued events
+// are read.
+var ErrClosed = errors.New("server: session closed")
+
+// SlowConsumerError ends a session whose queue overflowed: it read too
+// slowly to keep up, or asked for a replay larger than its queue. LastSeq
+// is the last event queued for it, so a reader that drains the queue and
+// subscribes again with that cursor loses nothing still buffered.
+type SlowConsumerError struct {
+	LastSeq   uint64
+	QueueSize int
+}
+
+func (e *SlowConsumerError) Error() string {
+	return fmt.Sprintf("server: slow consumer: more than %d bytes queued; resume after seq %d", e.QueueSize, e.LastSeq)
+}
+
+// Session is one reader of one thread, and the unit every transport
+// delivers through: a WebSocket connection, an SSE stream (a session with
+// one subscription) and an in-process client each have one.
+//
+// A session holds any number of subscriptions (filters) and merges them
+// into one stream: the thread's events that match any of them, in
+// sequence order, each once. Subscribing queues the new subscription's
+// replay (a missed-events notice when its cursor is older than the buffer,
+// the current values when it selects them, then the buffered events after
+// its cursor), merged in sequence order with whatever is still unread;
+// live events follow with no gap and no duplicate.
+//
+// Publishing never waits for a session: events go into one queue bounded
+// by bytes ([Config.QueueBytes]), replays included, and a session whose
+// queue would overflow is ended with a [*SlowConsumerError] after what it
+// has queued. Its cost per event does not depend on how many subscriptions
+// it has: identical filter terms of its subscriptions share one entry of
+// the thread's routing index, and an event several of them match is queued
+// once.
+//
+// A transport reads with [Session.TryNext] when [Session.SetNotify]'s
+// function tells it events wait; an in-process reader may instead block
+// in [Session.Next]. A session is read by one goroutine at a time; its
+// other methods are safe for concurrent use. When the connection drops,
+// [Session.Detach] keeps its subscriptions restorable by
+// subscription.reconnect for Config.ReconnectGrace.
 type Session struct {
-	srv    *Server
-	thread string
+	srv      *Server
+	threadID string
+	t        atomic.Pointer[thread] // set by the first subscription
 
-	mu     sync.Mutex
-	subs   map[string]*SessionSub
-	closed bool
+	// Guarded by the thread's lock.
+	subs    map[string]*subscription // by subscription id
+	terms   map[term]*termEntry      // this session's entries in the thread's index
+	indexed bool                     // in the thread's index and sessions
+
+	mu         sync.Mutex
+	q          []queued // q[qhead:] is unread, in order
+	qhead      int
+	qbytes     int
+	lastQueued uint64 // the newest seq queued: an event is queued at most once
+	lastRead   uint64 // the newest seq read
+	closed     bool   // nothing more is queued; err says why
+	err        error
+	notify     SessionNotify
+	ready      chan struct{} // wakes Next when no notify function is set
 }
 
-// SessionSub is one subscription of a session.
-type SessionSub struct {
-	ID  string
-	Sub *Subscription
+// queued is an entry of a session's queue. key orders it: 2*seq for an
+// event; 2*after+1 for a notice about a replay from cursor after, which
+// goes right before the events after that cursor.
+type queued struct {
+	e   *Event
+	key uint64
 }
 
-// detachedSession remembers the subscriptions of a dropped session.
-type detachedSession struct {
+// subscription is one filter of a session.
+type subscription struct {
+	id     string
+	filter channels.Filter
+	terms  []term
+}
+
+// term is one entry of a filter in the routing index: a channel key, a
+// namespace prefix and a depth.
+type term struct {
+	channel string // "" for every channel
+	prefix  string // channels.Namespace.Key of the prefix
+	depth   int
+}
+
+// termEntry is a term in the thread's index, shared by the session's
+// subscriptions that have it.
+type termEntry struct {
+	id     uint64
+	filter channels.Filter // the term alone
+	refs   int
+}
+
+// SessionNotify tells a transport when to read a session. Both functions
+// run on the goroutine that queued events (a publisher, or a command) and
+// must not block.
+type SessionNotify struct {
+	// Ready is called when events may be waiting or the session ended.
+	Ready func()
+	// Replayed, when set, is called instead of Ready when a subscription
+	// queued a replay. A transport that paces its writes holds the next
+	// write for an interval, so that subscribes sent together are answered
+	// with one merged replay.
+	Replayed func()
+}
+
+// detachedSub remembers a subscription of a dropped session.
+type detachedSub struct {
 	thread  string
 	filter  channels.Filter
 	lastSeq uint64
 	expires time.Time
 }
 
-// NewSession opens a connection scope on thread threadID.
+// NewSession opens a session on thread threadID. The thread is created by
+// the session's first subscription (or by a run.start).
 func (s *Server) NewSession(threadID string) *Session {
-	return &Session{srv: s, thread: threadID, subs: map[string]*SessionSub{}}
+	return &Session{srv: s, threadID: threadID, subs: map[string]*subscription{}, terms: map[term]*termEntry{}, ready: make(chan struct{}, 1)}
+}
+
+// Subscribe opens a session on thread id with one subscription, to the
+// events that match f after cursor (every buffered event when cursor is
+// nil): an SSE stream, or an in-process reader of one filter. The thread
+// is created if needed, so a client may subscribe before the first run.
+// replayed counts the buffered events queued for replay.
+func (s *Server) Subscribe(id string, f channels.Filter, cursor *uint64) (ss *Session, replayed int, err error) {
+	ss = s.NewSession(id)
+	if _, replayed, err = ss.Subscribe(f, cursor); err != nil {
+		ss.Close()
+		return nil, 0, err
+	}
+	return ss, replayed, nil
 }
 
 // Thread is the session's thread.
-func (ss *Session) Thread() string { return ss.thread }
+func (ss *Session) Thread() string { return ss.threadID }
 
-// Subscriptions lists the session's live subscriptions.
-func (ss *Session) Subscriptions() []*SessionSub {
+// thread returns the session's thread, creating it.
+func (ss *Session) thread() (*thread, error) {
+	if t := ss.t.Load(); t != nil {
+		return t, nil
+	}
+	t, err := ss.srv.thread(ss.threadID, true)
+	if err != nil {
+		return nil, err
+	}
+	ss.t.Store(t) // the server hands out one thread per id
+	return t, nil
+}
+
+// Subscribe adds a subscription to the events that match f, replaying the
+// buffered ones after cursor (all of them when cursor is nil) merged into
+// what the session has not read yet. It returns the subscription's id and
+// how many buffered events it queued for replay.
+func (ss *Session) Subscribe(f channels.Filter, cursor *uint64) (id string, replayed int, err error) {
+	return ss.subscribe(ss.srv.cfg.NewID("sub_"), f, cursor)
+}
+
+func (ss *Session) subscribe(id string, f channels.Filter, cursor *uint64) (string, int, error) {
+	t, err := ss.thread()
+	if err != nil {
+		return "", 0, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	out := make([]*SessionSub, 0, len(ss.subs))
-	for _, s := range ss.subs {
-		out = append(out, s)
+	done := ss.closed
+	ss.mu.Unlock()
+	if done {
+		return "", 0, ErrClosed
+	}
+	replay, after, replayed, err := t.replay(f, cursor)
+	if err != nil {
+		return "", 0, err
+	}
+	sub := &subscription{id: id, filter: f}
+	ss.subs[id] = sub
+	ss.index(t, sub)
+	if replayed > 0 {
+		t.srv.metrics.replays.Add(1)
+	}
+	t.lastActive = t.srv.cfg.Now()
+	if ss.merge(replay, t.seq, after) {
+		t.cutOff(ss)
+	}
+	return id, replayed, nil
+}
+
+// index adds sub's terms to the thread's index, sharing the entries the
+// session already has. The caller holds t.mu.
+func (ss *Session) index(t *thread, sub *subscription) {
+	if !ss.indexed {
+		ss.indexed = true
+		t.sessions[ss] = struct{}{}
+	}
+	t.nsubs++
+	chans := sub.filter.Channels
+	if len(chans) == 0 {
+		chans = []string{""}
+	}
+	prefixes := sub.filter.Namespaces
+	if len(prefixes) == 0 {
+		prefixes = []channels.Namespace{nil}
+	}
+	depth := sub.filter.Depth
+	if depth < 0 {
+		depth = channels.Unlimited
+	}
+	for _, c := range chans {
+		for _, p := range prefixes {
+			k := term{channel: c, prefix: p.Key(), depth: depth}
+			if p == nil {
+				k.prefix = "\x00root" // distinct from the key of a one-segment prefix ""
+			}
+			sub.terms = append(sub.terms, k)
+			if e := ss.terms[k]; e != nil {
+				e.refs++
+				continue
+			}
+			tf := channels.Filter{Depth: depth}
+			if c != "" {
+				tf.Channels = []string{c}
+			}
+			if p != nil {
+				tf.Namespaces = []channels.Namespace{p}
+			}
+			e := &termEntry{id: t.srv.nextSubID.Add(1), filter: tf, refs: 1}
+			ss.terms[k] = e
+			t.index.Add(e.id, tf, ss)
+		}
+	}
+}
+
+// unindex removes sub's terms from the thread's index. The caller holds
+// t.mu.
+func (ss *Session) unindex(t *thread, sub *subscription) {
+	if !ss.indexed {
+		return
+	}
+	t.nsubs--
+	for _, k := range sub.terms {
+		e := ss.terms[k]
+		if e == nil {
+			continue
+		}
+		if e.refs--; e.refs == 0 {
+			t.index.Remove(e.id, e.filter)
+			delete(ss.terms, k)
+		}
+	}
+}
+
+// leave takes the session out of the thread: its index entries, its
+// subscriptions' count. Its subscriptions stay listed (for Detach). The
+// caller holds t.mu.
+func (ss *Session) leave(t *thread) {
+	if !ss.indexed {
+		return
+	}
+	for _, sub := range ss.subs {
+		ss.unindex(t, sub)
+	}
+	ss.indexed = false
+	delete(t.sessions, ss)
+	t.lastActive = t.srv.cfg.Now()
+}
+
+// Unsubscribe ends subscription id; events it already queued may still be
+// read. It reports false when the session has no such subscription.
+func (ss *Session) Unsubscribe(id string) bool {
+	t := ss.t.Load()
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sub := ss.subs[id]
+	if sub == nil {
+		return false
+	}
+	delete(ss.subs, id)
+	ss.unindex(t, sub)
+	t.lastActive = t.srv.cfg.Now()
+	return true
+}
+
+// Subscriptions lists the ids of the session's subscriptions.
+func (ss *Session) Subscriptions() []string {
+	t := ss.t.Load()
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(ss.subs))
+	for id := range ss.subs {
+		out = append(out, id)
 	}
 	return out
 }
 
-// Do carries out a command in this session. onSubscribe, when not nil, is
-// called with each subscription the command creates, before the response
-// is returned, so the transport can start reading it.
-func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand, onSubscribe func(*SessionSub)) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+// enqueue queues a live event. It runs under the thread's lock (events
+// come in sequence order) and never blocks; it reports true when this
+// event overflowed the queue and ended the session.
+func (ss *Session) enqueue(e *Event) (cutOff bool) {
+	ss.mu.Lock()
+	if ss.closed || e.Seq <= ss.lastQueued {
+		ss.mu.Unlock()
+		return false
+	}
+	if ss.qbytes+e.Size() > ss.srv.cfg.QueueBytes && ss.unread() > 0 {
+		ss.closed = true
+		ss.err = &SlowConsumerError{LastSeq: ss.lastQueued, QueueSize: ss.srv.cfg.QueueBytes}
+		n := ss.notify.Ready
+		ss.mu.Unlock()
+		ss.signal(n)
+		return true
+	}
+	ss.q = append(ss.q, queued{e: e, key: e.Seq << 1})
+	ss.qbytes += e.Size()
+	ss.lastQueued = e.Seq
+	n := ss.notify.Ready
+	ss.mu.Unlock()
+	ss.signal(n)
+	return false
+}
+
+func (ss *Session) unread() int { return len(ss.q) - ss.qhead }
+
+// merge adds a subscription's replay from cursor after (in key order) to
+// the unread queue, keeping it in order with each event once, and marks
+// everything up to head (the thread's last seq) queued. A replay that
+// does not fit the queue's bound is cut after what fits and ends the
+// session as a slow consumer, to resume after the last replayed event
+// queued: merge then reports true. The caller holds the thread's lock.
+func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
+	ss.mu.Lock()
+	unread := ss.q[ss.qhead:]
+	out := make([]queued, 0, len(unread)+len(replay))
+	i, j := 0, 0
+	last := after
+	for i < len(unread) || j < len(replay) {
+		if j == len(replay) || (i < len(unread) && unread[i].key <= replay[j].key) {
+			if j < len(replay) && unread[i].key == replay[j].key && unread[i].key&1 == 0 {
+				j++ // the same event, already unread
+			}
+			out = append(out, unread[i])
+			i++
+			continue
+		}
+		r := replay[j]
+		j++
+		if size := r.e.Size(); ss.qbytes+size > ss.srv.cfg.QueueBytes && len(out) > 0 {
+			cutOff = true
+			// What fits of the replay stays; the rest of the unread queue
+			// (other subscriptions' events) is kept too.
+			for ; i < len(unread); i++ {
+				out = append(out, unread[i])
+			}
+			break
+		}
+		ss.qbytes += r.e.Size()
+		if r.e.Seq > 0 {
+			last = r.e.Seq
+		}
+		out = append(out, r)
+	}
+	ss.q, ss.qhead = out, 0
+	n := ss.notify.Replayed
+	if n == nil {
+		n = ss.notify.Ready
+	}
+	if cutOff {
+		ss.closed = true
+		ss.err = &SlowConsumerError{LastSeq: last, QueueSize: ss.srv.cfg.QueueBytes}
+		n = ss.notify.Ready
+	} else if head > ss.lastQueued {
+		ss.lastQueued = head
+	}
+	ss.mu.Unlock()
+	ss.signal(n)
+	return cutOff
+}
+
+// signal wakes the reader: through the notify function when one is set,
+// otherwise through the channel Next waits on (its one slot is enough,
+// since a woken reader reads everything queued).
+func (ss *Session) signal(fn func()) {
+	if fn != nil {
+		fn()
+		return
+	}
+	select {
+	case ss.ready <- struct{}{}:
+	default:
+	}
+}
+
+// SetNotify has the session call n's functions, instead of waking Next,
+// whenever events may be waiting or it ends; a transport then starts a
+// writer only when there is something to write, rather than keep a
+// goroutine per connection. Ready is called once right away.
+func (ss *Session) SetNotify(n SessionNotify) {
+	ss.mu.Lock()
+	ss.notify = n
+	ss.mu.Unlock()
+	ss.signal(n.Ready)
+}
+
+// TryNext returns the next event without waiting: ok is false when none is
+// queued (err then says whether the session has ended: ErrClosed, a
+// *SlowConsumerError, ErrServerClosed).
+func (ss *Session) TryNext() (e *Event, ok bool, err error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.qhead < len(ss.q) {
+		e = ss.q[ss.qhead].e
+		ss.q[ss.qhead] = queued{}
+		ss.qhead++
+		ss.qbytes -= e.Size()
+		if e.Seq > ss.lastRead {
+			ss.lastRead = e.Seq
+		}
+		if ss.qhead == len(ss.q) {
+			// Drained: start over, and let a burst's large queue go.
+			ss.qhead = 0
+			if cap(ss.q) > 256 {
+				ss.q = nil
+			} else {
+				ss.q = ss.q[:0]
+			}
+		}
+		return e, true, nil
+	}
+	if ss.closed {
+		return nil, false, ss.err
+	}
+	return nil, false, nil
+}
+
+// Next returns the next event, waiting for one. It returns ctx.Err() when
+// ctx ends, and once the session is closed and drained, ErrClosed or the
+// reason it was ended (such as a *SlowConsumerError). It is for readers
+// that set no notify function.
+func (ss *Session) Next(ctx context.Context) (*Event, error) {
+	for {
+		if e, ok, err := ss.TryNext(); ok || err != nil {
+			return e, err
+		}
+		select {
+		case <-ss.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Pending reports whether TryNext has something to return: an event, or
+// the reason the session ended.
+func (ss *Session) Pending() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.qhead < len(ss.q) || ss.closed
+}
+
+// Done reports whether the session has ended: nothing more will be
+// queued, though its queue may still hold events.
+func (ss *Session) Done() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.closed
+}
+
+// LastSeq is the sequence number of the last event read (0 before any).
+func (ss *Session) LastSeq() uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.lastRead
+}
+
+// end marks the session over with err, unless it already is, and wakes
+// the reader; events still queued can be read.
+func (ss *Session) end(err error) {
+	ss.mu.Lock()
+	if !ss.closed {
+		ss.closed, ss.err = true, err
+	}
+	n := ss.notify.Ready
+	ss.mu.Unlock()
+	ss.signal(n)
+}
+
+// Close ends the session and its subscriptions for good; events still
+// queued can be read, then Next returns ErrClosed. Closing twice is
+// harmless.
+func (ss *Session) Close() {
+	ss.stop()
+	ss.end(ErrClosed)
+}
+
+// stop takes the session out of its thread and returns its subscriptions.
+func (ss *Session) stop() map[string]*subscription {
+	t := ss.t.Load()
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ss.leave(t)
+	subs := ss.subs
+	ss.subs = map[string]*subscription{}
+	return subs
+}
+
+// Detach ends the session because its connection dropped: it stops, but
+// its subscriptions stay restorable by id, from the last event read, for
+// Config.ReconnectGrace.
+func (ss *Session) Detach() {
+	subs := ss.stop()
+	ss.end(ErrClosed)
+	if len(subs) == 0 {
+		return
+	}
+	last := ss.LastSeq()
+	expires := ss.srv.cfg.Now().Add(ss.srv.cfg.ReconnectGrace)
+	ss.srv.mu.Lock()
+	for id, sub := range subs {
+		ss.srv.detached[id] = &detachedSub{thread: ss.threadID, filter: sub.filter, lastSeq: last, expires: expires}
+	}
+	ss.srv.mu.Unlock()
+}
+
+// Do carries out a command in this session: the subscription commands
+// here, every other command through [Server.Do].
+func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	switch c := cmd.Value.(type) {
 	case *protocol.ClientCommandSubscriptionSubscribe:
 		ss.srv.metrics.commands.Add(1)
 		f := FilterOf(c.Params.Channels, c.Params.Namespaces, c.Params.Depth)
-		applied := ss.srv.LastSeq(ss.thread)
-		sub, replayed, err := ss.srv.Subscribe(ss.thread, f, nil)
+		applied := ss.srv.LastSeq(ss.threadID)
+		id, replayed, err := ss.Subscribe(f, nil)
 		if err != nil {
 			return nil, errorResponse(c.ID, protocol.ErrorCodeUnknownError, "%v", err)
 		}
-		s := ss.add(ss.srv.cfg.NewID("sub_"), sub)
-		if onSubscribe != nil {
-			onSubscribe(s)
-		}
 		n := protocol.JsUint(replayed)
-		return success(c.ID, applied, protocol.SubscribeResult{SubscriptionID: s.ID, ReplayedEvents: &n}), nil
+		return success(c.ID, applied, protocol.SubscribeResult{SubscriptionID: id, ReplayedEvents: &n}), nil
 	case *protocol.ClientCommandSubscriptionUnsubscribe:
 		ss.srv.metrics.commands.Add(1)
-		ss.mu.Lock()
-		s := ss.subs[c.Params.SubscriptionID]
-		delete(ss.subs, c.Params.SubscriptionID)
-		ss.mu.Unlock()
-		if s == nil {
+		if !ss.Unsubscribe(c.Params.SubscriptionID) {
 			return nil, errorResponse(c.ID, protocol.ErrorCodeNoSuchSubscription, "params.subscription_id: no subscription %q on this connection", c.Params.SubscriptionID)
 		}
-		s.Sub.Close()
-		return success(c.ID, ss.srv.LastSeq(ss.thread), nil), nil
+		return success(c.ID, ss.srv.LastSeq(ss.threadID), nil), nil
 	case *protocol.ClientCommandSubscriptionReconnect:
 		ss.srv.metrics.commands.Add(1)
-		return ss.reconnect(c, onSubscribe)
+		return ss.reconnect(c)
 	}
-	return ss.srv.Do(ctx, ss.thread, cmd)
-}
-
-func (ss *Session) add(id string, sub *Subscription) *SessionSub {
-	s := &SessionSub{ID: id, Sub: sub}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.closed {
-		sub.Close()
-		return s
-	}
-	ss.subs[id] = s
-	return s
+	return ss.srv.Do(ctx, ss.threadID, cmd)
 }
 
 // reconnect restores subscriptions of a dropped session by id and replays
 // what they missed: after last_event_id when given, else after the last
-// event each had read.
-func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect, onSubscribe func(*SessionSub)) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+// event the dropped session had read.
+func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	p := c.Params
 	var cursor *uint64
 	if p.LastEventID != nil {
-		if n, ok := parseSeq(*p.LastEventID); ok {
-			cursor = &n
-		} else {
+		n, ok := parseSeq(*p.LastEventID)
+		if !ok {
 			return nil, errorResponse(c.ID, protocol.ErrorCodeInvalidArgument, "params.last_event_id: %q is not an event id of this server", *p.LastEventID)
 		}
+		cursor = &n
 	}
-	applied := ss.srv.LastSeq(ss.thread)
+	applied := ss.srv.LastSeq(ss.threadID)
 	ss.srv.mu.Lock()
 	var found []string
-	var detached []*detachedSession
+	var restore []*detachedSub
 	now := ss.srv.cfg.Now()
 	for _, id := range p.Subscriptions {
-		d := ss.srv.sessions[id]
-		if d == nil || d.thread != ss.thread || now.After(d.expires) {
+		d := ss.srv.detached[id]
+		if d == nil || d.thread != ss.threadID || now.After(d.expires) {
 			continue
 		}
-		delete(ss.srv.sessions, id)
+		delete(ss.srv.detached, id)
 		found = append(found, id)
-		detached = append(detached, d)
+		restore = append(restore, d)
 	}
 	ss.srv.mu.Unlock()
 	missed := 0
-	for i, d := range detached {
+	for i, d := range restore {
 		from := d.lastSeq
 		if cursor != nil {
 			from = *cursor
 		}
-		sub, replayed, err := ss.srv.Subscribe(ss.thread, d.filter, &from)
+		_, replayed, err := ss.subscribe(found[i], d.filter, &from)
 		if err != nil {
 			return nil, errorResponse(c.ID, protocol.ErrorCodeUnknownError, "%v", err)
 		}
 		missed += replayed
-		s := ss.add(found[i], sub)
-		if onSubscribe != nil {
-			onSubscribe(s)
-		}
 	}
 	restored := len(found) > 0 && len(found) == len(p.Subscriptions)
 	n := protocol.JsUint(missed)
-	res := protocol.ReconnectResult{Restored: restored, MissedEvents: &n, CurrentNamespaces: ss.srv.namespaces(ss.thread)}
+	res := protocol.ReconnectResult{Restored: restored, MissedEvents: &n, CurrentNamespaces: ss.srv.namespaces(ss.threadID)}
 	return success(c.ID, applied, res), nil
 }
 
@@ -168,36 +633,6 @@ func (s *Server) namespaces(threadID string) []protocol.AgentStatusEntry {
 		out = append(out, protocol.AgentStatusEntry{Namespace: nonNil(n.ns), Status: n.status})
 	}
 	return out
-}
-
-// Detach ends the session because its connection dropped: its
-// subscriptions stop, but stay restorable by id, from the last event each
-// read, for Config.ReconnectGrace.
-func (ss *Session) Detach() {
-	ss.mu.Lock()
-	subs := ss.subs
-	ss.subs, ss.closed = map[string]*SessionSub{}, true
-	ss.mu.Unlock()
-	expires := ss.srv.cfg.Now().Add(ss.srv.cfg.ReconnectGrace)
-	ss.srv.mu.Lock()
-	for id, s := range subs {
-		ss.srv.sessions[id] = &detachedSession{thread: ss.thread, filter: s.Sub.Filter(), lastSeq: s.Sub.LastSeq(), expires: expires}
-	}
-	ss.srv.mu.Unlock()
-	for _, s := range subs {
-		s.Sub.Close()
-	}
-}
-
-// Close ends the session and its subscriptions for good.
-func (ss *Session) Close() {
-	ss.mu.Lock()
-	subs := ss.subs
-	ss.subs, ss.closed = map[string]*SessionSub{}, true
-	ss.mu.Unlock()
-	for _, s := range subs {
-		s.Sub.Close()
-	}
 }
 
 // FilterOf builds a filter from the protocol's subscription parameters.

@@ -17,9 +17,10 @@ type thread struct {
 
 	mu         sync.Mutex
 	seq        uint64 // the last sequence number published
-	index      *channels.Index[*Subscription]
-	subs       map[uint64]*Subscription
-	cutoff     []*Subscription // scratch: subscriptions ended during a publish
+	index      *channels.Index[*Session]
+	sessions   map[*Session]struct{} // sessions with subscriptions here
+	nsubs      int                   // their subscriptions
+	cutoff     []*Session            // scratch: sessions ended during a publish
 	lastActive time.Time
 
 	// Runs.
@@ -33,8 +34,8 @@ type thread struct {
 func newThread(s *Server, id string) *thread {
 	return &thread{
 		srv: s, id: id,
-		index:      channels.NewIndex[*Subscription](),
-		subs:       map[uint64]*Subscription{},
+		index:      channels.NewIndex[*Session](),
+		sessions:   map[*Session]struct{}{},
 		runs:       map[string]*run{},
 		tree:       map[string]*treeNode{},
 		answered:   map[string]bool{},
@@ -61,50 +62,38 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	return e, nil
 }
 
-// deliver hands e to every matching subscription; those whose queue
-// overflows are ended and removed.
+// deliver hands e to every session with a matching subscription; those
+// whose queue overflows are ended and taken out of the thread.
 func (t *thread) deliver(e *Event) {
-	t.index.Match(e.Channel, e.Name, e.Namespace, func(s *Subscription) {
-		if !s.enqueue(e) {
-			t.cutoff = append(t.cutoff, s)
+	t.index.Match(e.Channel, e.Name, e.Namespace, func(ss *Session) {
+		if ss.enqueue(e) {
+			t.cutoff = append(t.cutoff, ss)
 		}
 	})
 	if len(t.cutoff) > 0 {
-		for i, s := range t.cutoff {
-			t.removeSub(s)
-			t.srv.metrics.slowConsumers.Add(1)
+		for i, ss := range t.cutoff {
+			t.cutOff(ss)
 			t.cutoff[i] = nil
 		}
 		t.cutoff = t.cutoff[:0]
 	}
 }
 
-func (t *thread) removeSub(s *Subscription) {
-	if _, ok := t.subs[s.id]; ok {
-		delete(t.subs, s.id)
-		t.index.Remove(s.id, s.filter)
-	}
+// cutOff takes a session that overflowed out of the thread. The caller
+// holds t.mu.
+func (t *thread) cutOff(ss *Session) {
+	ss.leave(t)
+	t.srv.metrics.slowConsumers.Add(1)
 }
 
-// unsubscribe removes s from the thread.
-func (t *thread) unsubscribe(s *Subscription) {
-	t.mu.Lock()
-	t.removeSub(s)
-	t.lastActive = t.srv.cfg.Now()
-	t.mu.Unlock()
-}
-
-// subscribe registers a subscription and queues, ahead of live events: a
-// missed-events notice when cursor is older than the buffer, the current
-// state when the filter selects values, and the buffered events after
-// cursor. All of it happens under the lock, so no event is published in
-// between: replay and live delivery meet without gap or duplicate.
-// A nil cursor replays everything buffered.
-func (t *thread) subscribe(f channels.Filter, cursor *uint64) (*Subscription, int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := newSubscription(t.srv.nextSubID.Add(1), t, f, t.srv.cfg.QueueBytes)
-	after := uint64(0)
+// replay lists what a new subscription of filter f from cursor gets
+// before live events, in queue order: a missed-events notice when cursor is
+// older than the buffer, the current state when the filter selects values,
+// and the buffered events after cursor (all of them for a nil cursor).
+// after is the cursor used, replayed the number of buffered events. The
+// caller holds t.mu, so no event is published until the subscription is
+// in the index: replay and live delivery meet without gap or duplicate.
+func (t *thread) replay(f channels.Filter, cursor *uint64) (out []queued, after uint64, replayed int, err error) {
 	if cursor != nil {
 		after = *cursor
 	}
@@ -112,46 +101,39 @@ func (t *thread) subscribe(f channels.Filter, cursor *uint64) (*Subscription, in
 		after = t.seq // a cursor from the future: nothing to replay
 	}
 	now := uint64(t.srv.cfg.Now().UnixMilli())
+	noticeKey := after<<1 | 1
 	oldest := t.srv.cfg.Log.Oldest(t.id)
 	if oldest == 0 {
 		oldest = t.seq + 1 // nothing buffered: the next event is the first available
 	}
 	if cursor != nil && oldest > after+1 {
-		notice, err := buildEvent(eventData{method: MethodEventsMissed, data: protocol.EventsMissedData{
+		notice, err := buildEvent(eventsMissedEvent(protocol.EventsMissedData{
 			Since: after, FirstAvailableSeq: oldest, Missed: oldest - after - 1,
-		}}, 0, now)
+		}), 0, now)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
-		s.pre = append(s.pre, notice)
+		out = append(out, queued{e: notice, key: noticeKey})
 	}
 	if state, ok := t.srv.cfg.State.Values(t.id); ok && f.Matches(channels.Values, "", nil) {
-		snap, err := buildEvent(eventData{method: MethodValues, data: state}, 0, now)
+		snap, err := buildEvent(valuesEvent(state), 0, now)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
-		s.pre = append(s.pre, snap)
+		out = append(out, queued{e: snap, key: noticeKey})
 	}
-	replayed := 0
 	t.srv.cfg.Log.After(t.id, after, func(e *Event) bool {
 		if f.Matches(e.Channel, e.Name, e.Namespace) {
-			s.pre = append(s.pre, e)
+			out = append(out, queued{e: e, key: e.Seq << 1})
 			replayed++
 		}
 		return true
 	})
-	s.lastQueued = t.seq
-	t.subs[s.id] = s
-	t.index.Add(s.id, f, s)
-	t.lastActive = t.srv.cfg.Now()
-	if replayed > 0 {
-		t.srv.metrics.replays.Add(1)
-	}
-	return s, replayed, nil
+	return out, after, replayed, nil
 }
 
 // idle reports whether the thread has no run and no subscription and has
 // been so since before cutoff.
 func (t *thread) idle(cutoff time.Time) bool {
-	return t.run == nil && len(t.queued) == 0 && len(t.subs) == 0 && t.lastActive.Before(cutoff)
+	return t.run == nil && len(t.queued) == 0 && len(t.sessions) == 0 && t.lastActive.Before(cutoff)
 }

@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentstream/agentstream/codegen/cddlrt"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/sse"
@@ -153,7 +152,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	cmd, errResp := protocol.DecodeCommand(body)
 	method := "invalid"
 	if errResp == nil {
-		method, _, _ = cddlrt.Probe(body, "method") // one scan of the body
+		method = cmd.Value.Method()
 		var resp *protocol.CommandResponse
 		resp, errResp = h.srv.Do(r.Context(), r.PathValue("id"), cmd)
 		if errResp == nil {

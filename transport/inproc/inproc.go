@@ -2,12 +2,13 @@
 // embedded agentstream server with typed commands and typed events, with
 // no serialization in between.
 //
-// A [Client] is bound to one thread. [Client.Do] sends any command and
-// returns the typed response; [Client.Subscribe] opens a filtered stream
-// with an optional cursor whose events carry their protocol payload as Go
-// values (server.Event.Payload). Subscription commands
-// (subscription.subscribe and friends) work too, through the client's
-// session.
+// A [Client] is bound to one thread and is a session of the server's, as a
+// WebSocket connection is: [Client.Do] sends any command, subscription
+// commands included, and returns the typed response; [Client.Next] reads
+// the events of the client's subscriptions merged into one stream, in
+// sequence order and each once, with their protocol payload as Go values
+// (server.Event.Payload). [Client.Subscribe] opens a separate stream of
+// one filter, for a reader of its own.
 package inproc
 
 import (
@@ -21,7 +22,9 @@ import (
 	"github.com/agentstream/agentstream/server"
 )
 
-// Client is an in-process connection to one thread of a server.
+// Client is an in-process connection to one thread of a server. Its
+// methods are safe for concurrent use, but one goroutine at a time reads
+// with Next.
 type Client struct {
 	srv     *server.Server
 	session *server.Session
@@ -51,10 +54,10 @@ func (e *CommandError) Code() protocol.ErrorCode { return e.Response.Error }
 // when zero) and returns the typed response. A protocol error comes back
 // as a *CommandError.
 func (c *Client) Do(ctx context.Context, cmd protocol.ClientCommandVariant) (*protocol.CommandResponse, error) {
-	if id, _ := protocol.CommandIDOf(cmd); id == 0 {
-		protocol.SetCommandID(cmd, c.nextID.Add(1))
+	if cmd.GetID() == 0 {
+		cmd.SetID(c.nextID.Add(1))
 	}
-	resp, errResp := c.session.Do(ctx, &protocol.ClientCommand{Value: cmd}, nil)
+	resp, errResp := c.session.Do(ctx, &protocol.ClientCommand{Value: cmd})
 	if errResp != nil {
 		return nil, &CommandError{Response: errResp}
 	}
@@ -75,12 +78,22 @@ func (c *Client) Start(ctx context.Context, assistant string, input any) (string
 	return *r.RunID, nil
 }
 
-// Subscribe opens a stream of the thread's events matching f, after cursor
-// (every buffered event when cursor is nil).
-func (c *Client) Subscribe(f channels.Filter, cursor *uint64) (*server.Subscription, error) {
-	sub, _, err := c.srv.Subscribe(c.Thread(), f, cursor)
-	return sub, err
+// Next returns the next event of the client's subscriptions (made with
+// subscription.subscribe or subscription.reconnect through Do), waiting for
+// one. It returns ctx.Err() when ctx ends, and once the client is closed
+// and its queue drained, server.ErrClosed or the reason the stream ended
+// (a *server.SlowConsumerError when the client read too slowly).
+func (c *Client) Next(ctx context.Context) (*server.Event, error) {
+	return c.session.Next(ctx)
 }
 
-// Close ends the client's session subscriptions.
+// Subscribe opens a separate stream of the thread's events matching f,
+// after cursor (every buffered event when cursor is nil), to be read with
+// its own Next and closed with its Close.
+func (c *Client) Subscribe(f channels.Filter, cursor *uint64) (*server.Session, error) {
+	ss, _, err := c.srv.Subscribe(c.Thread(), f, cursor)
+	return ss, err
+}
+
+// Close ends the client's subscriptions.
 func (c *Client) Close() { c.session.Close() }

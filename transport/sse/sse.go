@@ -213,7 +213,7 @@ const heartbeatComment = ": heartbeat\n\n"
 
 // appendReady appends up to MaxBatch ready events as frames; endErr is
 // set when nothing is ready because the subscription ended.
-func (h *Handler) appendReady(buf []byte, sub *server.Subscription) (_ []byte, n int, endErr error) {
+func (h *Handler) appendReady(buf []byte, sub *server.Session) (_ []byte, n int, endErr error) {
 	for n < h.opts.MaxBatch {
 		e, ok, err := sub.TryNext()
 		if !ok {

@@ -33,10 +33,10 @@ type sink interface {
 // writer sends what is ready, a timer asks for heartbeats, and the
 // goroutine in run owns the stream until it ends.
 type stream struct {
-	h      *Handler
-	sub    *server.Subscription
-	out    sink
-	writer *pace.Writer
+	h       *Handler
+	session *server.Session
+	out     sink
+	writer  *pace.Writer
 
 	lastWrite atomic.Int64 // on the pacer's clock
 	beatDue   atomic.Bool
@@ -49,8 +49,8 @@ type stream struct {
 
 // newStream starts the clock of a stream whose response head has just
 // gone out.
-func newStream(h *Handler, sub *server.Subscription, out sink) *stream {
-	s := &stream{h: h, sub: sub, out: out}
+func newStream(h *Handler, session *server.Session, out sink) *stream {
+	s := &stream{h: h, session: session, out: out}
 	s.writer = h.pacer.NewWriter(s.write, s.pending)
 	s.lastWrite.Store(int64(time.Since(h.pacer.Epoch())))
 	return s
@@ -71,14 +71,14 @@ func (s *stream) run(wait func()) {
 	s.tmu.Lock()
 	s.timer = time.AfterFunc(s.h.opts.Heartbeat, s.beat)
 	s.tmu.Unlock()
-	s.sub.SetNotifyFunc(s.writer.Kick)
+	s.session.SetNotify(server.SessionNotify{Ready: s.writer.Kick})
 	wait()
 	stopShutdown()
 	s.tmu.Lock()
 	s.stopped = true
 	s.timer.Stop()
 	s.tmu.Unlock()
-	s.sub.Close()
+	s.session.Close()
 	s.out.end() // makes a write under way fail at once
 	s.writer.Stop()
 }
@@ -102,10 +102,7 @@ func (s *stream) beat() {
 }
 
 func (s *stream) pending() bool {
-	if _, ok := s.sub.Peek(); ok {
-		return true
-	}
-	return s.sub.Done() || s.beatDue.Load() || s.ending.Load()
+	return s.session.Pending() || s.beatDue.Load() || s.ending.Load()
 }
 
 // write sends what is ready, a batch per write. It sends the last batch
@@ -116,7 +113,7 @@ func (s *stream) write() bool {
 	defer pace.PutBuffer(bp)
 	for {
 		buf := append((*bp)[:0], make([]byte, chunkRoom)...)
-		buf, n, endErr := s.h.appendReady(buf, s.sub)
+		buf, n, endErr := s.h.appendReady(buf, s.session)
 		if s.beatDue.Swap(false) && n == 0 {
 			buf = append(buf, heartbeatComment...)
 		}

@@ -23,14 +23,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"encoding/json"
-	"github.com/agentstream/agentstream/codegen/cddlrt"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
@@ -167,7 +165,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(h.opts.ReadLimit)
 	bw.restoreAhead()
 	c := &connection{h: h, conn: conn, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
-	c.writer = h.pacer.NewWriter(c.writeReady, c.pending)
+	c.writer = h.pacer.NewWriter(c.writeReady, c.session.Pending)
+	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: c.writer.Hold})
 	h.conns[c] = struct{}{}
 	if h.pinger == nil {
 		h.pinger = time.AfterFunc(h.opts.PingInterval, h.ping)
@@ -205,15 +204,9 @@ func (h *Handler) ping() {
 
 // connection is one WebSocket: a long-lived goroutine that waits for
 // messages and answers control frames, a short-lived one per command, and
-// one writer of events for all its subscriptions that runs only while
-// events wait; the handler's timer pings it.
-//
-// The writer sends the events of every subscription of the connection in
-// sequence order, each once: when a subscription is added, its replay goes
-// out before newer events of the others (so a client never sees a run end
-// before the replayed events of that run), and an event two subscriptions
-// match is sent once (clients route events by filter). It runs only while
-// events wait, paced by the handler's pacer.
+// a writer of its session's events that runs only while events wait,
+// paced by the handler's pacer; the handler's timer pings it. The session
+// (server.Session) merges the connection's subscriptions into one stream.
 type connection struct {
 	h       *Handler
 	conn    *websocket.Conn
@@ -225,11 +218,6 @@ type connection struct {
 	ctx     context.Context
 	writer  *pace.Writer
 	wmu     sync.Mutex // serialises frames
-
-	smu  sync.Mutex
-	subs []*server.Subscription
-
-	lastSent uint64 // owned by the writer
 
 	alive  atomic.Bool // the peer sent something since the last ping
 	pinged bool        // a ping went out; under the handler's lock
@@ -248,52 +236,6 @@ func (c *connection) serve() {
 	}
 }
 
-// pending reports whether any subscription has an event or has ended.
-func (c *connection) pending() bool {
-	c.smu.Lock()
-	defer c.smu.Unlock()
-	for _, s := range c.subs {
-		if _, ok := s.Peek(); ok || s.Done() {
-			return true
-		}
-	}
-	return false
-}
-
-// next takes the event with the lowest sequence number among the
-// subscriptions' heads (notices first), dropping subscriptions that ended.
-func (c *connection) next() (*server.Event, error) {
-	c.smu.Lock()
-	defer c.smu.Unlock()
-	var best *server.Subscription
-	var bestSeq uint64
-	for i := 0; i < len(c.subs); i++ {
-		s := c.subs[i]
-		seq, ok := s.Peek()
-		if !ok {
-			if s.Done() {
-				if _, _, err := s.TryNext(); err != nil {
-					c.subs = slices.Delete(c.subs, i, i+1)
-					i--
-					var sce *server.SlowConsumerError
-					if errors.As(err, &sce) {
-						return nil, err
-					}
-				}
-			}
-			continue
-		}
-		if best == nil || seq < bestSeq {
-			best, bestSeq = s, seq
-		}
-	}
-	if best == nil {
-		return nil, nil
-	}
-	e, _, _ := best.TryNext()
-	return e, nil
-}
-
 // writeReady writes every ready event in batches; it reports false when the
 // connection must end (a write failed, or a subscriber fell too far behind).
 func (c *connection) writeReady() bool {
@@ -302,8 +244,8 @@ func (c *connection) writeReady() bool {
 		c.wmu.Lock() // a batch is one write: responses wait for it
 		c.raw.begin()
 		for n < c.h.opts.MaxBatch {
-			e, err := c.next()
-			if err != nil {
+			e, ok, err := c.session.TryNext()
+			if !ok {
 				var sce *server.SlowConsumerError
 				if errors.As(err, &sce) {
 					// Tell the client why its events stopped; it can
@@ -313,14 +255,8 @@ func (c *connection) writeReady() bool {
 					c.closeWith(4000+http.StatusTooManyRequests, sce.Error())
 					return false
 				}
-			}
-			if e == nil {
 				break
 			}
-			if e.Seq != 0 && e.Seq == c.lastSent {
-				continue // the same event through another subscription
-			}
-			c.lastSent = e.Seq
 			op, b := byte(opText), e.JSON()
 			if c.cbor {
 				var cerr error
@@ -358,12 +294,7 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 	if errResp != nil {
 		return c.send(errResp)
 	}
-	resp, errResp := c.session.Do(c.ctx, cmd, func(s *server.SessionSub) {
-		c.smu.Lock()
-		c.subs = append(c.subs, s.Sub)
-		c.smu.Unlock()
-		s.Sub.SetNotifyFunc(c.writer.Kick)
-	})
+	resp, errResp := c.session.Do(c.ctx, cmd)
 	if errResp != nil {
 		return c.send(errResp)
 	}
@@ -375,16 +306,7 @@ func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.C
 		if !c.cbor {
 			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "binary frames need the %s subprotocol", CBORSubprotocol)
 		}
-		// CBOR commands are checked by the same schema, through JSON.
-		var v any
-		if err := cddlrt.CBORDecMode.Unmarshal(data, &v); err != nil {
-			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
-		}
-		j, err := json.Marshal(v)
-		if err != nil {
-			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
-		}
-		data = j
+		return protocol.DecodeCommandCBOR(data)
 	}
 	return protocol.DecodeCommand(data)
 }

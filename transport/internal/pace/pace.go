@@ -84,7 +84,8 @@ type Writer struct {
 
 	mu      sync.Mutex
 	running bool
-	waiting bool // queued on the pacer
+	waiting bool        // queued on the pacer
+	hold    *time.Timer // set while a Hold lasts
 	stopped bool
 	wrote   bool
 	last    time.Duration // when the last run ended, on the pacer's clock
@@ -105,7 +106,7 @@ func (p *Pacer) NewWriter(write, pending func() bool) *Writer {
 // is running or queued are absorbed by it. Kick never blocks on I/O.
 func (w *Writer) Kick() {
 	w.mu.Lock()
-	if w.running || w.waiting || w.stopped {
+	if w.running || w.waiting || w.stopped || w.hold != nil {
 		w.mu.Unlock()
 		return
 	}
@@ -118,11 +119,40 @@ func (w *Writer) Kick() {
 	w.startLocked()
 }
 
+// Hold keeps the writer from starting for one interval from now, and then
+// starts it if anything is pending: what is kicked meanwhile goes out
+// together. A transport holds when a client subscribes, so that the
+// replays of subscribes sent together leave as one merged stream rather
+// than the first one alone (a client may act on its end before the others
+// arrive). A write under way finishes; with pacing off Hold is a Kick.
+func (w *Writer) Hold() {
+	if w.p.interval <= 0 {
+		w.Kick()
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.hold != nil {
+		return
+	}
+	w.hold = time.AfterFunc(w.p.interval, w.unhold)
+}
+
+// unhold ends a Hold.
+func (w *Writer) unhold() {
+	w.mu.Lock()
+	w.hold = nil // the timer is not kept: an idle connection holds none
+	w.mu.Unlock()
+	if w.pending() {
+		w.Kick()
+	}
+}
+
 // release is the pacer starting a writer that waited.
 func (w *Writer) release() {
 	w.mu.Lock()
 	w.waiting = false
-	if w.running || w.stopped {
+	if w.running || w.stopped || w.hold != nil {
 		w.mu.Unlock()
 		return
 	}
@@ -160,6 +190,9 @@ func (w *Writer) run() {
 func (w *Writer) Stop() {
 	w.mu.Lock()
 	w.stopped = true
+	if w.hold != nil {
+		w.hold.Stop()
+	}
 	w.mu.Unlock()
 	w.wg.Wait()
 }

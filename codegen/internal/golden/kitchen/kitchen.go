@@ -5,7 +5,7 @@ package kitchen
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/agentstream/agentstream/codegen/cddlrt"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/fxamacker/cbor/v2"
 )
 
@@ -25,13 +25,37 @@ type Envelope struct {
 // EnvelopeVariant is implemented by the variants of Envelope.
 type EnvelopeVariant interface {
 	isEnvelope()
+	// Op is the variant's member "op".
+	Op() string
+	// GetRequestID returns member "request_id".
+	GetRequestID() uint64
+	// SetRequestID sets member "request_id".
+	SetRequestID(v uint64)
 }
 
 func (*EnvelopePut) isEnvelope() {}
 
+func (*EnvelopePut) Op() string { return "put" }
+
+func (s *EnvelopePut) GetRequestID() uint64 { return s.RequestID }
+
+func (s *EnvelopePut) SetRequestID(v uint64) { s.RequestID = v }
+
 func (*EnvelopeDelete) isEnvelope() {}
 
+func (*EnvelopeDelete) Op() string { return "delete" }
+
+func (s *EnvelopeDelete) GetRequestID() uint64 { return s.RequestID }
+
+func (s *EnvelopeDelete) SetRequestID(v uint64) { s.RequestID = v }
+
 func (*EnvelopeList) isEnvelope() {}
+
+func (*EnvelopeList) Op() string { return "list" }
+
+func (s *EnvelopeList) GetRequestID() uint64 { return s.RequestID }
+
+func (s *EnvelopeList) SetRequestID(v uint64) { s.RequestID = v }
 
 var envelopeVariants = cddlrt.Variants[EnvelopeVariant]{
 	"put":    func() EnvelopeVariant { return new(EnvelopePut) },
@@ -219,13 +243,21 @@ type Operation struct {
 // OperationVariant is implemented by the variants of Operation.
 type OperationVariant interface {
 	isOperation()
+	// Op is the variant's member "op".
+	Op() string
 }
 
 func (*PutOp) isOperation() {}
 
+func (*PutOp) Op() string { return "put" }
+
 func (*DeleteOp) isOperation() {}
 
+func (*DeleteOp) Op() string { return "delete" }
+
 func (*ListOp) isOperation() {}
+
+func (*ListOp) Op() string { return "list" }
 
 var operationVariants = cddlrt.Variants[OperationVariant]{
 	"put":    func() OperationVariant { return new(PutOp) },
@@ -534,11 +566,17 @@ type Shape struct {
 // ShapeVariant is implemented by the variants of Shape.
 type ShapeVariant interface {
 	isShape()
+	// Type is the variant's member "type".
+	Type() string
 }
 
 func (*Circle) isShape() {}
 
+func (*Circle) Type() string { return "circle" }
+
 func (*Square) isShape() {}
+
+func (*Square) Type() string { return "square" }
 
 var shapeVariants = cddlrt.Variants[ShapeVariant]{
 	"circle": func() ShapeVariant { return new(Circle) },
@@ -667,11 +705,17 @@ type Reply struct {
 // ReplyVariant is implemented by the variants of Reply.
 type ReplyVariant interface {
 	isReply()
+	// Status is the variant's member "status".
+	Status() string
 }
 
 func (*ReplyOk) isReply() {}
 
+func (*ReplyOk) Status() string { return "ok" }
+
 func (*ReplyErr) isReply() {}
+
+func (*ReplyErr) Status() string { return "error" }
 
 var replyVariants = cddlrt.Variants[ReplyVariant]{
 	"ok":    func() ReplyVariant { return new(ReplyOk) },

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/agentstream/agentstream/codegen/cddlrt"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 )
@@ -181,4 +181,29 @@ func TestUnionByMemberPresence(t *testing.T) {
 	roundTripCBOR(t, a)
 	var bad Answer
 	require.ErrorIs(t, json.Unmarshal([]byte(`{"other": 1}`), &bad), cddlrt.ErrUnknownVariant)
+}
+
+// The variants of a union share accessors, so code using the union needs
+// no type switch: the discriminator's value, and Get/Set for the members
+// every variant has with the same type (request_id here; item_id is not
+// in every variant, so it gets none).
+func TestUnionAccessors(t *testing.T) {
+	var e Envelope
+	require.NoError(t, json.Unmarshal([]byte(`{"op":"delete","request_id":7,"item_id":"x"}`), &e))
+	require.Equal(t, "delete", e.Value.Op())
+	require.Equal(t, uint64(7), e.Value.GetRequestID())
+	e.Value.SetRequestID(8)
+	b, err := json.Marshal(e)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"op":"delete","request_id":8,"item_id":"x"}`, string(b))
+	for _, v := range []EnvelopeVariant{&EnvelopePut{}, &EnvelopeDelete{}, &EnvelopeList{}} {
+		b, err := json.Marshal(Envelope{Value: v})
+		require.NoError(t, err)
+		var back map[string]any
+		require.NoError(t, json.Unmarshal(b, &back))
+		require.Equal(t, v.Op(), back["op"], "Op() is the value on the wire")
+	}
+	var s Shape
+	require.NoError(t, json.Unmarshal([]byte(`{"type":"square","side":2}`), &s))
+	require.Equal(t, "square", s.Value.Type())
 }
