@@ -64,6 +64,7 @@ type Session struct {
 	subs    map[string]*subscription // by subscription id
 	terms   map[term]*termEntry      // this session's entries in the thread's index
 	indexed bool                     // in the thread's index and sessions
+	offered uint64                   // the last event delivery handed it
 
 	mu         sync.Mutex
 	q          []queued // q[qhead:] is unread, in order

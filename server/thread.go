@@ -66,6 +66,10 @@ func (t *thread) publish(d eventData) (*Event, error) {
 // whose queue overflows are ended and taken out of the thread.
 func (t *thread) deliver(e *Event) {
 	t.index.Match(e.Channel, e.Name, e.Namespace, func(ss *Session) {
+		if ss.offered == e.Seq {
+			return // another of its subscriptions matched it too
+		}
+		ss.offered = e.Seq
 		if ss.enqueue(e) {
 			t.cutoff = append(t.cutoff, ss)
 		}
