@@ -111,3 +111,57 @@ func Example_subagentNamespace() {
 	// messages [researcher]
 	// lifecycle [researcher]
 }
+
+// Subscribe with subscription.subscribe through Do, as a WebSocket client
+// does, and read the client's events: its subscriptions merged into one
+// stream, each event once, in sequence order.
+func Example_subscribeThroughDo() {
+	srv := server.New(server.Config{})
+	defer srv.Close(context.Background())
+	assistants.Register(srv)
+
+	client := inproc.Connect(srv, "thread-3")
+	defer client.Close()
+	ctx := context.Background()
+	for _, chans := range [][]protocol.Channel{{"messages", "lifecycle"}, {"lifecycle", "values"}} {
+		resp, err := client.Do(ctx, &protocol.ClientCommandSubscriptionSubscribe{Params: protocol.SubscribeParams{Channels: chans}})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("subscribed:", resp.Result.(protocol.SubscribeResult).SubscriptionID != "")
+	}
+	if _, err := client.Start(ctx, "echo", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi there"}}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for {
+		e, err := client.Next(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		switch p := e.Payload.(type) {
+		case *protocol.ServerEventLifecycle:
+			fmt.Println(e.Seq, "lifecycle", p.Params.Data.Event)
+			if p.Params.Data.Event == protocol.AgentStatusCompleted {
+				return
+			}
+		case *protocol.ServerEventMessages:
+			if d, ok := p.Params.Data.Value.(*protocol.ContentBlockDeltaData); ok {
+				fmt.Printf("%d messages %q\n", e.Seq, d.Delta.Value.(*protocol.TextDelta).Text)
+			}
+		case *protocol.ServerEventValues:
+			fmt.Println(e.Seq, "values", len(p.Params.Data.(map[string]any)["messages"].([]any)), "messages")
+		}
+	}
+	// Output:
+	// subscribed: true
+	// subscribed: true
+	// 1 lifecycle started
+	// 2 lifecycle running
+	// 5 messages "hi "
+	// 6 messages "there"
+	// 9 values 2 messages
+	// 12 lifecycle completed
+}

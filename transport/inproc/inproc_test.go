@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/protocol"
@@ -28,4 +29,34 @@ func TestCommandErrorsAreTyped(t *testing.T) {
 	resp, err := c.Do(context.Background(), &protocol.ClientCommandSubscriptionSubscribe{Params: protocol.SubscribeParams{Channels: []protocol.Channel{"values"}}})
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Result.(protocol.SubscribeResult).SubscriptionID)
+}
+
+func TestSubscriptionsThroughDoAreRead(t *testing.T) {
+	srv := server.New(server.Config{})
+	defer srv.Close(context.Background())
+	assistants.Register(srv)
+	c := inproc.Connect(srv, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Do(ctx, &protocol.ClientCommandSubscriptionSubscribe{Params: protocol.SubscribeParams{Channels: []protocol.Channel{"lifecycle"}}})
+	require.NoError(t, err)
+	id := resp.Result.(protocol.SubscribeResult).SubscriptionID
+	_, err = c.Start(ctx, "echo", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "a b"}}})
+	require.NoError(t, err)
+	var statuses []protocol.AgentStatus
+	for len(statuses) == 0 || statuses[len(statuses)-1] != protocol.AgentStatusCompleted {
+		e, err := c.Next(ctx)
+		require.NoError(t, err)
+		statuses = append(statuses, e.Payload.(*protocol.ServerEventLifecycle).Params.Data.Event)
+	}
+	require.Equal(t, []protocol.AgentStatus{protocol.AgentStatusStarted, protocol.AgentStatusRunning, protocol.AgentStatusCompleted}, statuses)
+	_, err = c.Do(ctx, &protocol.ClientCommandSubscriptionUnsubscribe{Params: protocol.UnsubscribeParams{SubscriptionID: id}})
+	require.NoError(t, err)
+	_, err = c.Do(ctx, &protocol.ClientCommandSubscriptionUnsubscribe{Params: protocol.UnsubscribeParams{SubscriptionID: id}})
+	var ce *inproc.CommandError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, protocol.ErrorCodeNoSuchSubscription, ce.Code())
+	c.Close()
+	_, err = c.Next(ctx)
+	require.ErrorIs(t, err, server.ErrClosed)
 }
