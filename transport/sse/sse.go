@@ -31,6 +31,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
+	"github.com/agentstream/agentstream/transport/internal/shallow"
 )
 
 // DefaultWriteInterval is Options.WriteInterval's default.
@@ -143,14 +144,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var cursor *uint64
 	var errResp *protocol.ErrorResponse
 	if r.Method == http.MethodPost {
-		// Validating the body grows the stack; doing it on a goroutine of
-		// its own keeps the long-lived stream's stack small.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			f, cursor, errResp = h.fromBody(r)
-		}()
-		<-done
+		// Validating the body grows the stack; the stream may stay on this
+		// goroutine for hours.
+		errResp = shallow.Run(func() *protocol.ErrorResponse {
+			var e *protocol.ErrorResponse
+			f, cursor, e = h.fromBody(r)
+			return e
+		})
 	} else {
 		f, cursor, errResp = fromQuery(r)
 	}

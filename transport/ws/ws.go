@@ -13,25 +13,26 @@
 //
 // The library does the handshake and reads messages; the connection
 // writes its own data frames, batched into one socket write, and answers
-// control frames between messages (see batch.go and control.go). Writes
-// are paced: a busy connection writes at most once per
-// Options.WriteInterval.
+// control frames between messages (transport/internal/wsframe owns that
+// code and lists what it relies on in the library). Writes are paced: a
+// busy connection writes at most once per Options.WriteInterval, and a
+// subscribe holds the next write for one interval, so that subscribes sent
+// together are answered with one replay, merged in sequence order.
 package ws
 
 import (
-	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"encoding/json"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
+	"github.com/agentstream/agentstream/transport/internal/shallow"
+	"github.com/agentstream/agentstream/transport/internal/wsframe"
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -124,7 +125,7 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 		h.pinger.Stop()
 	}
 	for c := range h.conns {
-		go c.closeWith(websocket.StatusGoingAway, "server shutting down")
+		go c.conn.CloseWith(websocket.StatusGoingAway, "server shutting down")
 	}
 	h.mu.Unlock()
 	c := make(chan struct{})
@@ -142,29 +143,27 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 // goroutine of its own, so net/http's per-request state (its buffers, the
 // request, the handler chain's stack) is released while it stays open.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	bw := &batchWriter{ResponseWriter: w}
-	conn, err := websocket.Accept(bw, r, &websocket.AcceptOptions{
+	conn, err := wsframe.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{CBORSubprotocol, JSONSubprotocol},
 		OriginPatterns: h.opts.OriginPatterns,
-	})
+	}, h.opts.WriteTimeout)
 	if err != nil {
 		return // Accept has answered (403 for a bad origin, 426 ...)
 	}
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
-		conn.Close(websocket.StatusGoingAway, "server shutting down")
+		_ = conn.Close(websocket.StatusGoingAway, "server shutting down")
 		return
 	}
 	thread := r.PathValue("id")
 	if thread == "" {
 		h.mu.Unlock()
-		conn.Close(4000+http.StatusBadRequest, "the path needs a thread id")
+		_ = conn.Close(4000+http.StatusBadRequest, "the path needs a thread id")
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
-	bw.restoreAhead()
-	c := &connection{h: h, conn: conn, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
+	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.session.Pending)
 	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: c.writer.Hold})
 	h.conns[c] = struct{}{}
@@ -197,7 +196,9 @@ func (h *Handler) ping() {
 		return
 	}
 	for c := range h.conns {
-		c.ping()
+		if !c.conn.Ping() {
+			go c.conn.CloseNow()
+		}
 	}
 	h.pinger.Reset(h.opts.PingInterval)
 }
@@ -209,18 +210,12 @@ func (h *Handler) ping() {
 // (server.Session) merges the connection's subscriptions into one stream.
 type connection struct {
 	h       *Handler
-	conn    *websocket.Conn
-	raw     *batchConn      // gathers a batch of events into one write
-	br      *bufio.Reader   // the library's reader, peeked between messages
-	rc      syscall.RawConn // the socket, waited on between messages (nil: wait in br)
+	conn    *wsframe.Conn
 	cbor    bool
 	session *server.Session
 	ctx     context.Context
 	writer  *pace.Writer
-	wmu     sync.Mutex // serialises frames
-
-	alive  atomic.Bool // the peer sent something since the last ping
-	pinged bool        // a ping went out; under the handler's lock
+	wmu     sync.Mutex // serialises batches: a response waits for the events being written
 }
 
 func (c *connection) serve() {
@@ -232,8 +227,22 @@ func (c *connection) serve() {
 		c.writer.Stop()
 		c.session.Detach()
 	}()
-	for c.awaitMessage() == nil && c.message() {
+	for c.conn.AwaitMessage() == nil && c.message() {
 	}
+}
+
+// message has the library read the message whose first frame is at the
+// head of the input, then carries out the command, on a goroutine of its
+// own so that the connection's long-lived goroutine keeps a small stack.
+// It reports false when the connection must end.
+func (c *connection) message() bool {
+	return shallow.Run(func() bool {
+		typ, data, err := c.conn.Read(context.Background())
+		if err != nil {
+			return false // closed by the library (1009 for a frame too big, 1002 ...), or the socket failed
+		}
+		return c.command(typ, data)
+	})
 }
 
 // writeReady writes every ready event in batches; it reports false when the
@@ -242,7 +251,7 @@ func (c *connection) writeReady() bool {
 	for {
 		n := 0
 		c.wmu.Lock() // a batch is one write: responses wait for it
-		c.raw.begin()
+		c.conn.Begin()
 		for n < c.h.opts.MaxBatch {
 			e, ok, err := c.session.TryNext()
 			if !ok {
@@ -250,29 +259,29 @@ func (c *connection) writeReady() bool {
 				if errors.As(err, &sce) {
 					// Tell the client why its events stopped; it can
 					// resubscribe (the SDK dedupes by event_id).
-					_ = c.raw.flush(c.h.opts.WriteTimeout)
+					_ = c.conn.Flush()
 					c.wmu.Unlock()
-					c.closeWith(4000+http.StatusTooManyRequests, sce.Error())
+					c.conn.CloseWith(4000+http.StatusTooManyRequests, sce.Error())
 					return false
 				}
 				break
 			}
-			op, b := byte(opText), e.JSON()
+			op, b := byte(wsframe.OpText), e.JSON()
 			if c.cbor {
 				var cerr error
 				if b, cerr = e.CBOR(); cerr != nil {
 					continue
 				}
-				op = opBinary
+				op = wsframe.OpBinary
 			}
-			if err := c.raw.frame(op, b); err != nil {
-				_ = c.raw.flush(c.h.opts.WriteTimeout)
+			if err := c.conn.Frame(op, b); err != nil {
+				_ = c.conn.Flush()
 				c.wmu.Unlock()
 				return false
 			}
 			n++
 		}
-		err := c.raw.flush(c.h.opts.WriteTimeout)
+		err := c.conn.Flush()
 		c.wmu.Unlock()
 		if err != nil {
 			c.conn.CloseNow() // a peer that cannot take a batch in time is dropped
@@ -316,9 +325,9 @@ func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.C
 func (c *connection) send(v any) bool {
 	var b []byte
 	var err error
-	op := byte(opText)
+	op := byte(wsframe.OpText)
 	if c.cbor {
-		op = opBinary
+		op = wsframe.OpBinary
 		b, err = cbor.Marshal(v)
 	} else {
 		b, err = json.Marshal(v)
@@ -328,10 +337,5 @@ func (c *connection) send(v any) bool {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.raw.begin()
-	if err := c.raw.frame(op, b); err != nil {
-		_ = c.raw.flush(c.h.opts.WriteTimeout)
-		return false
-	}
-	return c.raw.flush(c.h.opts.WriteTimeout) == nil
+	return c.conn.Send(op, b) == nil
 }

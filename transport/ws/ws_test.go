@@ -2,7 +2,6 @@ package ws
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/wsframe"
+	"github.com/agentstream/agentstream/transport/internal/wstest"
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,87 +43,8 @@ func serve(t *testing.T, opts Options) string {
 	return ts.URL
 }
 
-// readFrame decodes one server frame (unmasked) straight from RFC 6455
-// section 5.2, independently of the code under test.
-func readFrame(r *bufio.Reader) (fin bool, opcode byte, payload []byte, err error) {
-	var h [2]byte
-	if _, err = io.ReadFull(r, h[:]); err != nil {
-		return
-	}
-	fin, opcode = h[0]&0x80 != 0, h[0]&0x0f
-	if h[0]&0x70 != 0 || h[1]&0x80 != 0 {
-		return fin, opcode, nil, io.ErrUnexpectedEOF // reserved bits or a mask from a server
-	}
-	n := uint64(h[1] & 0x7f)
-	switch n {
-	case 126:
-		var b [2]byte
-		if _, err = io.ReadFull(r, b[:]); err != nil {
-			return
-		}
-		n = uint64(binary.BigEndian.Uint16(b[:]))
-	case 127:
-		var b [8]byte
-		if _, err = io.ReadFull(r, b[:]); err != nil {
-			return
-		}
-		n = binary.BigEndian.Uint64(b[:])
-	}
-	payload = make([]byte, n)
-	_, err = io.ReadFull(r, payload)
-	return
-}
-
-func TestAppendFrameLengths(t *testing.T) {
-	// The three length encodings and their edges.
-	for _, n := range []int{0, 1, 125, 126, 127, 65535, 65536, 1 << 20} {
-		payload := []byte(strings.Repeat("x", n))
-		b := appendFrame(nil, opText, payload)
-		fin, op, got, err := readFrame(bufio.NewReader(strings.NewReader(string(b))))
-		require.NoError(t, err, "length %d", n)
-		assert.True(t, fin)
-		assert.Equal(t, byte(opText), op)
-		assert.Equal(t, n, len(got), "length %d", n)
-	}
-}
-
-func TestNoDataFrameAfterClose(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	c := &batchConn{Conn: a}
-	go func() { _, _ = io.Copy(io.Discard, b) }()
-	// The library writes a close frame (outside a batch): data frames stop.
-	_, err := c.Write([]byte{0x80 | opClose, 2, 0x03, 0xe9})
-	require.NoError(t, err)
-	c.begin()
-	assert.ErrorIs(t, c.frame(opText, []byte(`{}`)), errClosed)
-	require.NoError(t, c.flush(time.Second))
-	// A pong is not a close.
-	d := &batchConn{Conn: a}
-	_, err = d.Write([]byte{0x80 | 0xa, 0})
-	require.NoError(t, err)
-	d.begin()
-	assert.NoError(t, d.frame(opText, []byte(`{}`)))
-	require.NoError(t, d.flush(time.Second))
-}
 
 // clientFrame is a masked client frame (RFC 6455 section 5.3).
-func clientFrame(fin bool, opcode byte, payload []byte, mask bool) []byte {
-	b0 := opcode
-	if fin {
-		b0 |= 0x80
-	}
-	key := [4]byte{1, 2, 3, 4}
-	if !mask {
-		return append([]byte{b0, byte(len(payload))}, payload...)
-	}
-	f := append([]byte{b0, 0x80 | byte(len(payload))}, key[:]...)
-	for i, c := range payload {
-		f = append(f, c^key[i%4])
-	}
-	return f
-}
 
 const upgrade = "GET /threads/%s/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
 
@@ -149,10 +71,10 @@ func dialRaw(t *testing.T, base, thread string, extra []byte) (net.Conn, *bufio.
 func TestFirstFrameBehindTheHandshake(t *testing.T) {
 	base := serve(t, Options{})
 	cmd := []byte(`{"id": 7, "method": "subscription.subscribe", "params": {"channels": ["messages"]}}`)
-	_, r := dialRaw(t, base, "t1", clientFrame(true, opText, cmd, true))
-	_, op, payload, err := readFrame(r)
+	_, r := dialRaw(t, base, "t1", wstest.ClientFrame(true, wsframe.OpText, cmd, true))
+	_, op, payload, err := wstest.ReadFrame(r)
 	require.NoError(t, err)
-	assert.Equal(t, byte(opText), op)
+	assert.Equal(t, byte(wsframe.OpText), op)
 	var out struct {
 		ID   int    `json:"id"`
 		Type string `json:"type"`
@@ -165,19 +87,19 @@ func TestFirstFrameBehindTheHandshake(t *testing.T) {
 func TestPingIsAnsweredWithItsPayload(t *testing.T) {
 	base := serve(t, Options{})
 	conn, r := dialRaw(t, base, "p", nil)
-	_, err := conn.Write(clientFrame(true, opPing, []byte("hi"), true))
+	_, err := conn.Write(wstest.ClientFrame(true, wsframe.OpPing, []byte("hi"), true))
 	require.NoError(t, err)
-	_, op, payload, err := readFrame(r)
+	_, op, payload, err := wstest.ReadFrame(r)
 	require.NoError(t, err)
-	assert.Equal(t, byte(opPong), op)
+	assert.Equal(t, byte(wsframe.OpPong), op)
 	assert.Equal(t, "hi", string(payload))
 }
 
 func TestBadControlFramesCloseWith1002(t *testing.T) {
 	for name, f := range map[string][]byte{
-		"unmasked":   clientFrame(true, opPing, nil, false),
-		"fragmented": clientFrame(false, opPing, nil, true),
-		"reserved":   clientFrame(true, 0xb, nil, true),
+		"unmasked":   wstest.ClientFrame(true, wsframe.OpPing, nil, false),
+		"fragmented": wstest.ClientFrame(false, wsframe.OpPing, nil, true),
+		"reserved":   wstest.ClientFrame(true, 0xb, nil, true),
 		"too long":   append([]byte{0x89, 0x80 | 126, 0, 200, 1, 2, 3, 4}, make([]byte, 200)...),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -185,9 +107,9 @@ func TestBadControlFramesCloseWith1002(t *testing.T) {
 			conn, r := dialRaw(t, base, "b", nil)
 			_, err := conn.Write(f)
 			require.NoError(t, err)
-			_, op, payload, err := readFrame(r)
+			_, op, payload, err := wstest.ReadFrame(r)
 			require.NoError(t, err)
-			require.Equal(t, byte(opClose), op)
+			require.Equal(t, byte(wsframe.OpClose), op)
 			require.GreaterOrEqual(t, len(payload), 2)
 			assert.Equal(t, uint16(websocket.StatusProtocolError), binary.BigEndian.Uint16(payload))
 		})
@@ -240,12 +162,12 @@ func TestPingsKeepALiveClientAndDropASilentOne(t *testing.T) {
 	// The silent one got pings, then the connection ended.
 	pings := 0
 	for {
-		_, op, _, err := readFrame(silent)
+		_, op, _, err := wstest.ReadFrame(silent)
 		if err != nil {
 			require.ErrorIs(t, err, io.EOF)
 			break
 		}
-		if op == opPing {
+		if op == wsframe.OpPing {
 			pings++
 		}
 	}
@@ -253,10 +175,10 @@ func TestPingsKeepALiveClientAndDropASilentOne(t *testing.T) {
 }
 
 // TestShutdownDoesNotWaitForAPeerThatNeverAnswers: the close frame goes
-// out, and a peer that does not answer it is dropped after closeTimeout.
+// out, and a peer that does not answer it is dropped after wsframe.CloseTimeout.
 func TestShutdownDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
-	defer func(d time.Duration) { closeTimeout = d }(closeTimeout)
-	closeTimeout = 200 * time.Millisecond
+	defer func(d time.Duration) { wsframe.CloseTimeout = d }(wsframe.CloseTimeout)
+	wsframe.CloseTimeout = 200 * time.Millisecond
 	srv := server.New(server.Config{})
 	h := New(srv, Options{})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -269,11 +191,11 @@ func TestShutdownDoesNotWaitForAPeerThatNeverAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, h.Shutdown(ctx))
-	_, op, payload, err := readFrame(r)
+	_, op, payload, err := wstest.ReadFrame(r)
 	require.NoError(t, err)
-	require.Equal(t, byte(opClose), op)
+	require.Equal(t, byte(wsframe.OpClose), op)
 	assert.Equal(t, uint16(websocket.StatusGoingAway), binary.BigEndian.Uint16(payload))
-	_, _, _, err = readFrame(r)
+	_, _, _, err = wstest.ReadFrame(r)
 	assert.ErrorIs(t, err, io.EOF, "then the connection ends")
 }
 
@@ -304,35 +226,3 @@ func TestFramesReadByTheLibrary(t *testing.T) {
 	}
 }
 
-// FuzzAwaitMessage feeds arbitrary client bytes to the frame handling
-// between messages: it must never panic, and must stop at a data frame,
-// at the end of the input, or with an error.
-//
-//	go test ./transport/ws -run '^$' -fuzz FuzzAwaitMessage -fuzztime 60s
-func FuzzAwaitMessage(f *testing.F) {
-	f.Add(clientFrame(true, opPing, []byte("hi"), true))
-	f.Add(clientFrame(true, opPong, nil, true))
-	f.Add(clientFrame(true, opClose, []byte{3, 232}, true))
-	f.Add(clientFrame(true, opClose, []byte{3}, true))
-	f.Add(clientFrame(true, opText, []byte("{}"), true))
-	f.Add(clientFrame(false, opPing, nil, true))
-	f.Add(append(clientFrame(true, opPing, nil, true), clientFrame(true, opText, nil, true)...))
-	f.Add([]byte{0x89})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		a, b := net.Pipe()
-		defer a.Close()
-		defer b.Close()
-		go func() { _, _ = io.Copy(io.Discard, b) }()
-		c := &connection{
-			h:   &Handler{opts: Options{}.withDefaults()},
-			raw: &batchConn{Conn: a},
-			br:  bufio.NewReader(bytes.NewReader(in)),
-		}
-		err := c.awaitMessage()
-		if err == nil {
-			h, perr := c.br.Peek(1)
-			require.NoError(t, perr)
-			require.Zero(t, h[0]&0x08, "stopped at a data frame")
-		}
-	})
-}

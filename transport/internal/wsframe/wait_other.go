@@ -1,6 +1,6 @@
 //go:build !unix
 
-package ws
+package wsframe
 
 import (
 	"net"

@@ -1,4 +1,4 @@
-package ws
+package wsframe
 
 import (
 	"bufio"
@@ -13,16 +13,8 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/pace"
 )
 
-// WebSocket opcodes (RFC 6455 section 5.2).
-const (
-	opText   = 0x1
-	opBinary = 0x2
-	opClose  = 0x8
-	opPing   = 0x9
-	opPong   = 0xa
-)
-
-var errClosed = errors.New("the WebSocket is closing")
+// ErrClosed is returned for a frame written after the close frame.
+var ErrClosed = errors.New("wsframe: the WebSocket is closing")
 
 // batchConn is the hijacked connection under a WebSocket. The library
 // reads frames and writes the control frames (pong, ping, close); the
@@ -50,7 +42,7 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	if b.closed {
 		return len(p), nil // nothing follows a close frame (the library may echo one)
 	}
-	if len(p) > 0 && p[0]&0x0f == opClose {
+	if len(p) > 0 && p[0]&0x0f == OpClose {
 		b.closed = true
 	}
 	if b.buf != nil {
@@ -74,9 +66,9 @@ func (b *batchConn) frame(opcode byte, payload []byte) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return errClosed
+		return ErrClosed
 	}
-	*b.buf = appendFrame(*b.buf, opcode, payload)
+	*b.buf = AppendFrame(*b.buf, opcode, payload)
 	return nil
 }
 
@@ -87,24 +79,24 @@ func (b *batchConn) control(opcode byte, payload []byte, timeout time.Duration) 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return errClosed
+		return ErrClosed
 	}
-	if opcode == opClose {
+	if opcode == OpClose {
 		b.closed = true
 	}
 	if b.buf != nil {
-		*b.buf = appendFrame(*b.buf, opcode, payload)
+		*b.buf = AppendFrame(*b.buf, opcode, payload)
 		return nil
 	}
 	var f [2 + 125]byte
 	_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := b.Conn.Write(appendFrame(f[:0], opcode, payload))
+	_, err := b.Conn.Write(AppendFrame(f[:0], opcode, payload))
 	_ = b.Conn.SetWriteDeadline(time.Time{})
 	return err
 }
 
-// appendFrame appends a server's frame: header, then the payload.
-func appendFrame(dst []byte, opcode byte, payload []byte) []byte {
+// AppendFrame appends a server's frame: header, then the payload.
+func AppendFrame(dst []byte, opcode byte, payload []byte) []byte {
 	n := len(payload)
 	dst = append(dst, 0x80|opcode)
 	switch {

@@ -1,0 +1,106 @@
+package wsframe
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// WebSocket opcodes (RFC 6455 section 5.2).
+const (
+	OpText   = 0x1
+	OpBinary = 0x2
+	OpClose  = 0x8
+	OpPing   = 0x9
+	OpPong   = 0xa
+)
+
+// Conn is an accepted WebSocket: the library's connection for reading
+// messages, and this package's batch writer and control-frame handling.
+// Begin, Frame and Flush must not be called concurrently with each other
+// (the caller serialises its batches); everything else is safe from any
+// goroutine.
+type Conn struct {
+	ws           *websocket.Conn
+	raw          *batchConn      // gathers a batch of frames into one write
+	br           *bufio.Reader   // the library's reader, peeked between messages
+	rc           syscall.RawConn // the socket, waited on between messages (nil: wait in br)
+	writeTimeout time.Duration
+
+	alive  atomic.Bool // the peer sent something since the last ping
+	pinged atomic.Bool // a ping went out
+}
+
+// Accept upgrades the request as websocket.Accept does, with the small
+// buffers and the batching connection this package needs. On an error,
+// Accept has answered the request (403 for a bad origin, 426 ...).
+// writeTimeout bounds each write of the connection.
+func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions, writeTimeout time.Duration) (*Conn, error) {
+	bw := &batchWriter{ResponseWriter: w}
+	ws, err := websocket.Accept(bw, r, opts)
+	if err != nil {
+		return nil, err
+	}
+	bw.restoreAhead()
+	return &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: writeTimeout}, nil
+}
+
+// Subprotocol is the subprotocol the handshake chose.
+func (c *Conn) Subprotocol() string { return c.ws.Subprotocol() }
+
+// SetReadLimit caps a message; a larger one closes the connection with
+// 1009.
+func (c *Conn) SetReadLimit(n int64) { c.ws.SetReadLimit(n) }
+
+// Read reads the message whose first frame AwaitMessage found, through the
+// library.
+func (c *Conn) Read(ctx context.Context) (websocket.MessageType, []byte, error) {
+	return c.ws.Read(ctx)
+}
+
+// Close runs the closing handshake through the library, waiting for the
+// peer's answer (up to 5 s): for a connection refused right after it
+// opened, before AwaitMessage ever runs.
+func (c *Conn) Close(code websocket.StatusCode, reason string) error { return c.ws.Close(code, reason) }
+
+// CloseNow closes the connection without a closing handshake.
+func (c *Conn) CloseNow() { _ = c.ws.CloseNow() }
+
+// Begin opens a batch: frames appended until Flush go out in one write.
+func (c *Conn) Begin() { c.raw.begin() }
+
+// Frame appends one data frame (FIN set, unmasked) to the open batch. It
+// returns ErrClosed once a close frame went out.
+func (c *Conn) Frame(opcode byte, payload []byte) error { return c.raw.frame(opcode, payload) }
+
+// Flush writes the open batch, within the write timeout, and closes it.
+func (c *Conn) Flush() error { return c.raw.flush(c.writeTimeout) }
+
+// Send writes one data frame now, as a batch of its own.
+func (c *Conn) Send(opcode byte, payload []byte) error {
+	c.Begin()
+	if err := c.Frame(opcode, payload); err != nil {
+		_ = c.Flush()
+		return err
+	}
+	return c.Flush()
+}
+
+// Ping sends a ping, unless the peer sent nothing (not even the pong)
+// since the previous one: Ping then reports false, and the caller drops
+// the connection. The ping is written on a goroutine of its own, so Ping
+// never blocks.
+func (c *Conn) Ping() bool {
+	if c.pinged.Load() && !c.alive.Load() {
+		return false
+	}
+	c.alive.Store(false)
+	c.pinged.Store(true)
+	go func() { _ = c.raw.control(OpPing, nil, c.writeTimeout) }()
+	return true
+}

@@ -1,0 +1,60 @@
+// Package wstest holds test helpers that speak WebSocket frames by hand,
+// straight from RFC 6455 section 5.2 and independently of the code under
+// test: a decoder of server frames and an encoder of client frames.
+package wstest
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+)
+
+// ReadFrame decodes one server frame (unmasked). A frame with reserved
+// bits or a mask, which a server must not send, is io.ErrUnexpectedEOF.
+func ReadFrame(r *bufio.Reader) (fin bool, opcode byte, payload []byte, err error) {
+	var h [2]byte
+	if _, err = io.ReadFull(r, h[:]); err != nil {
+		return
+	}
+	fin, opcode = h[0]&0x80 != 0, h[0]&0x0f
+	if h[0]&0x70 != 0 || h[1]&0x80 != 0 {
+		return fin, opcode, nil, io.ErrUnexpectedEOF
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var b [2]byte
+		if _, err = io.ReadFull(r, b[:]); err != nil {
+			return
+		}
+		n = uint64(binary.BigEndian.Uint16(b[:]))
+	case 127:
+		var b [8]byte
+		if _, err = io.ReadFull(r, b[:]); err != nil {
+			return
+		}
+		n = binary.BigEndian.Uint64(b[:])
+	}
+	payload = make([]byte, n)
+	_, err = io.ReadFull(r, payload)
+	return
+}
+
+// ClientFrame encodes a client frame with a payload of at most 125 bytes,
+// masked unless mask is false (a client must mask: false makes a bad
+// frame on purpose).
+func ClientFrame(fin bool, opcode byte, payload []byte, mask bool) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	key := [4]byte{1, 2, 3, 4}
+	if !mask {
+		return append([]byte{b0, byte(len(payload))}, payload...)
+	}
+	f := append([]byte{b0, 0x80 | byte(len(payload))}, key[:]...)
+	for i, c := range payload {
+		f = append(f, c^key[i%4])
+	}
+	return f
+}
