@@ -396,7 +396,9 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		ss.lastQueued = head
 	}
 	ss.mu.Unlock()
-	ss.signal(n)
+	if len(replay) > 0 {
+		ss.signal(n)
+	}
 	return cutOff
 }
 
@@ -417,12 +419,16 @@ func (ss *Session) signal(fn func()) {
 // SetNotify has the session call n's functions, instead of waking Next,
 // whenever events may be waiting or it ends; a transport then starts a
 // writer only when there is something to write, rather than keep a
-// goroutine per connection. Ready is called once right away.
+// goroutine per connection. Ready is called right away if events already
+// wait.
 func (ss *Session) SetNotify(n SessionNotify) {
 	ss.mu.Lock()
 	ss.notify = n
+	pending := ss.qhead < len(ss.q) || ss.closed
 	ss.mu.Unlock()
-	ss.signal(n.Ready)
+	if pending {
+		ss.signal(n.Ready)
+	}
 }
 
 // TryNext returns the next event without waiting: ok is false when none is

@@ -223,8 +223,10 @@ func (c *connection) serve() {
 	c.ctx = ctx
 	defer func() {
 		cancel()
-		c.conn.CloseNow()
+		// A write under way finishes first (bounded by the write timeout):
+		// a close frame sent while a batch was open is in that batch.
 		c.writer.Stop()
+		c.conn.CloseNow()
 		c.session.Detach()
 	}()
 	for c.conn.AwaitMessage() == nil && c.message() {
