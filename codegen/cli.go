@@ -36,6 +36,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	quiet := fs.Bool("quiet", false, "do not print warnings")
 	open := fs.Bool("open-unions", false, "Go: keep unknown variants of every union instead of failing")
 	inline := fs.Bool("inline-leaves", false, "JSON Schema: inline references to scalars, enumerations and patterns (faster validation)")
+	root := fs.String("root", "", "JSON Schema: the rule a document must match (default: the first rule, as RFC 8610 has it)")
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
 		fs.PrintDefaults()
@@ -57,7 +58,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	}
 	return CLIOptions{
 		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet,
-		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline},
+		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root},
 	}, nil
 }
 

@@ -22,7 +22,8 @@ type goGen struct {
 	pending bytes.Buffer // declarations written with p since the last cut
 	chunks  []string     // declarations to format, in output order
 	imports map[string]bool
-	// byValue[a][b]: struct a holds struct b by value (directly).
+	// recursive marks the structs that reach themselves through required
+	// members held by value; such members become pointers.
 	recursive map[string]bool
 	methods   map[string]bool // "Type.Method" already written
 }
@@ -446,6 +447,12 @@ func (gg *goGen) fields(d *Decl, s *Shape) []goField {
 		if f.IntKey {
 			name = "Key" + strings.ReplaceAll(f.Name, "-", "Minus")
 		}
+		if used[name] && f.Quoted {
+			// A quoted member spelled as another's wire name would be in
+			// another case ("multitaskStrategy" beside multitask_strategy):
+			// say which spelling it is.
+			name += spellingOf(gf.wire)
+		}
 		for base, i := name, 2; used[name]; i++ {
 			name = fmt.Sprintf("%s%d", base, i)
 		}
@@ -470,6 +477,20 @@ func (gg *goGen) fields(d *Decl, s *Shape) []goField {
 		out = append(out, gf)
 	}
 	return out
+}
+
+// spellingOf names the case a member name is written in: Camel, Snake or
+// Kebab, or "" when it is none of them.
+func spellingOf(wire string) string {
+	switch {
+	case strings.Contains(wire, "_"):
+		return "Snake"
+	case strings.Contains(wire, "-"):
+		return "Kebab"
+	case strings.ToLower(wire) != wire && wire[0] >= 'a' && wire[0] <= 'z':
+		return "Camel"
+	}
+	return ""
 }
 
 func (gf goField) tags() string {

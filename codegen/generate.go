@@ -60,6 +60,10 @@ type Options struct {
 	// santhosh-tekuri/jsonschema spend much of their time following
 	// references; inlining these nearly halves it.
 	InlineLeaves bool
+	// Root is the rule the JSON Schema's root refers to: what a document
+	// validated against the schema as a whole must be. Empty: the first
+	// rule, which RFC 8610 makes the root of a specification.
+	Root string
 }
 
 func (o Options) source(m *Model) string {

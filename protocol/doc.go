@@ -27,7 +27,7 @@
 package protocol
 
 //go:generate go run ../cmd/cddlgen --quiet --lang go --package protocol --field-case snake --open-unions --out protocol_gen.go protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --inline-leaves --out schema.json protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --out ../bindings/jsonschema/protocol.schema.json protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --inline-leaves --root Message --out schema.json protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/jsonschema/protocol.schema.json protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang ts --field-case snake --out ../bindings/ts/protocol.ts protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/protocol.py protocol.cddl

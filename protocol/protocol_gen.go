@@ -4804,7 +4804,7 @@ type RunStartParams struct {
 	MultitaskStrategy *MultitaskStrategy `json:"multitask_strategy,omitempty" cbor:"multitask_strategy,omitempty"`
 	// The same, spelled as older servers read it; the official SDK sends
 	// both spellings. The quoted name is not re-cased.
-	MultitaskStrategy2 *MultitaskStrategy `json:"multitaskStrategy,omitempty" cbor:"multitaskStrategy,omitempty"`
+	MultitaskStrategyCamel *MultitaskStrategy `json:"multitaskStrategy,omitempty" cbor:"multitaskStrategy,omitempty"`
 }
 
 // How run.start treats a thread that is busy.

@@ -80,7 +80,7 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 	}
 	strategy := p.MultitaskStrategy
 	if strategy == nil {
-		strategy = p.MultitaskStrategy2
+		strategy = p.MultitaskStrategyCamel
 	}
 	t, err := s.thread(threadID, true)
 	if err != nil {

@@ -12,21 +12,35 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 )
 
+// The defaults of Config's limits.
+const (
+	DefaultBufferEvents   = 8192
+	DefaultBufferBytes    = 16 << 20
+	DefaultQueueBytes     = 8 << 20
+	DefaultIdleRelease    = 10 * time.Minute
+	DefaultReconnectGrace = time.Minute
+)
+
 // Config configures a Server. Zero fields take the defaults in their
 // comments.
 type Config struct {
-	// BufferEvents caps each thread's replay buffer by count (8192).
+	// BufferEvents caps each thread's replay buffer by count
+	// (DefaultBufferEvents, 8192).
 	BufferEvents int
-	// BufferBytes caps each thread's replay buffer by encoded size (16 MiB).
+	// BufferBytes caps each thread's replay buffer by encoded size
+	// (DefaultBufferBytes, 16 MiB).
 	BufferBytes int
-	// QueueBytes caps each subscription's queue of unread events (8 MiB);
-	// a subscription that falls further behind is ended.
+	// QueueBytes caps each session's queue of unread events, replays
+	// included (DefaultQueueBytes, 8 MiB); a session that falls further
+	// behind is ended.
 	QueueBytes int
 	// IdleRelease is how long a thread with no run and no subscription
-	// keeps its replay buffer (10 minutes). Its state and checkpoints stay.
+	// keeps its replay buffer (DefaultIdleRelease, 10 minutes). Its state
+	// and checkpoints stay.
 	IdleRelease time.Duration
 	// ReconnectGrace is how long subscriptions of a dropped session stay
-	// restorable with subscription.reconnect (1 minute).
+	// restorable with subscription.reconnect (DefaultReconnectGrace, 1
+	// minute).
 	ReconnectGrace time.Duration
 	// State stores thread state and checkpoints (in memory).
 	State StateStore
@@ -45,19 +59,19 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.BufferEvents <= 0 {
-		c.BufferEvents = 8192
+		c.BufferEvents = DefaultBufferEvents
 	}
 	if c.BufferBytes <= 0 {
-		c.BufferBytes = 16 << 20
+		c.BufferBytes = DefaultBufferBytes
 	}
 	if c.QueueBytes <= 0 {
-		c.QueueBytes = 8 << 20
+		c.QueueBytes = DefaultQueueBytes
 	}
 	if c.IdleRelease <= 0 {
-		c.IdleRelease = 10 * time.Minute
+		c.IdleRelease = DefaultIdleRelease
 	}
 	if c.ReconnectGrace <= 0 {
-		c.ReconnectGrace = time.Minute
+		c.ReconnectGrace = DefaultReconnectGrace
 	}
 	if c.State == nil {
 		c.State = NewMemoryState()

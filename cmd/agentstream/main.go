@@ -75,25 +75,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs := flag.NewFlagSet("agentstream serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:2024", "listen address (LangGraph's local server port)")
-	fs.IntVar(&c.bufferEvents, "buffer-events", 8192, "replay buffer per thread, in events")
-	fs.IntVar(&c.bufferBytes, "buffer-bytes", 16<<20, "replay buffer per thread, in bytes")
-	fs.IntVar(&c.queueBytes, "queue-bytes", 8<<20, "unread events a subscriber may hold, in bytes, before it is cut off")
-	fs.DurationVar(&c.heartbeat, "heartbeat", 5*time.Second, "SSE heartbeat interval")
-	fs.DurationVar(&c.writeInterval, "write-interval", ws.DefaultWriteInterval, "least time between two writes of events to one connection; events arriving meanwhile go out together (0: no pacing)")
+	fs.IntVar(&c.bufferEvents, "buffer-events", server.DefaultBufferEvents, "replay buffer per thread, in events")
+	fs.IntVar(&c.bufferBytes, "buffer-bytes", server.DefaultBufferBytes, "replay buffer per thread, in bytes")
+	fs.IntVar(&c.queueBytes, "queue-bytes", server.DefaultQueueBytes, "unread events (replays included) a connection may hold, in bytes, before it is cut off")
+	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
+	c.writeInterval = ws.DefaultWriteInterval
+	fs.Var((*intervalFlag)(&c.writeInterval), "write-interval", "least time between two writes of events to one connection; events arriving meanwhile go out together (\"off\": no pacing)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns (\"*\": all) whose browser pages may use the server across origins: WebSockets, and CORS for the HTTP routes (default: same origin)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS (and HTTP/2) with this PEM certificate chain; needs --tls-key")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "console", "console or json")
 	fs.BoolVar(&c.builtins, "builtins", true, "register the built-in assistants (echo, demo, firehose)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
-	fs.DurationVar(&c.idleRelease, "idle-release", 10*time.Minute, "how long an idle thread keeps its replay buffer")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take")
+	fs.DurationVar(&c.idleRelease, "idle-release", server.DefaultIdleRelease, "how long an idle thread keeps its replay buffer")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (for diagnosing; do not expose)")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
 	}
 	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if err := c.check(); err != nil {
+		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
@@ -168,8 +173,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 	}
 	h := transport.New(srv, transport.Options{
-		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: pacing(c.writeInterval)},
-		WS:          ws.Options{OriginPatterns: origins, WriteInterval: pacing(c.writeInterval)},
+		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval},
+		WS:          ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval},
 		CORSOrigins: origins,
 	})
 	var handler http.Handler = h
@@ -266,11 +271,47 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 	})
 }
 
-// pacing maps the --write-interval flag (0: off) to the options' convention
 // (0: the default, negative: off).
-func pacing(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
+// defaultShutdownTimeout is --shutdown-timeout's default.
+const defaultShutdownTimeout = 10 * time.Second
+
+// check refuses a zero or negative size or duration: in the libraries'
+// options zero means "the default", which a command line states instead.
+func (c config) check() error {
+	for _, n := range []struct {
+		flag string
+		v    int64
+	}{
+		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--queue-bytes", int64(c.queueBytes)},
+		{"--heartbeat", int64(c.heartbeat)}, {"--idle-release", int64(c.idleRelease)}, {"--shutdown-timeout", int64(c.shutdownTimeout)},
+	} {
+		if n.v <= 0 {
+			return fmt.Errorf("%s must be more than 0", n.flag)
+		}
 	}
-	return d
+	return nil
+}
+
+// intervalFlag is --write-interval: a positive duration, or "off" for no
+// pacing (the transports' NoPacing).
+type intervalFlag time.Duration
+
+func (f *intervalFlag) String() string {
+	if time.Duration(*f) < 0 {
+		return "off"
+	}
+	return time.Duration(*f).String()
+}
+
+func (f *intervalFlag) Set(s string) error {
+	if s == "off" {
+		*f = intervalFlag(ws.NoPacing)
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q is not a positive duration or \"off\"", s)
+	}
+	*f = intervalFlag(d)
+	return nil
 }

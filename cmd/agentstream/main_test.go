@@ -101,6 +101,28 @@ func TestUsageAndBadFlags(t *testing.T) {
 	require.Contains(t, stderr.String(), "log level")
 }
 
+// Zero means "the default" in the libraries' options; on the command line
+// the default is spelled out, so zero is refused rather than quietly
+// meaning something else, and pacing is turned off by name.
+func TestZeroLimitsAreRefused(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--write-interval", "0", `is not a positive duration or "off"`},
+		{"--write-interval", "-5ms", `is not a positive duration or "off"`},
+		{"--queue-bytes", "0", "--queue-bytes must be more than 0"},
+		{"--buffer-events", "-1", "--buffer-events must be more than 0"},
+		{"--heartbeat", "0s", "--heartbeat must be more than 0"},
+	} {
+		var stderr bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), []string{"serve", tc.flag, tc.value}, io.Discard, &stderr, nil), tc.flag+" "+tc.value)
+		require.Contains(t, stderr.String(), tc.want)
+	}
+	var f intervalFlag
+	require.NoError(t, f.Set("off"))
+	require.Equal(t, "off", f.String())
+	require.NoError(t, f.Set("2ms"))
+	require.Equal(t, "2ms", f.String())
+}
+
 // selfSigned writes a certificate for 127.0.0.1 and its key, and returns
 // their paths and a pool that trusts it.
 func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {

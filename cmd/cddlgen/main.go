@@ -4,7 +4,8 @@
 // Usage:
 //
 //	cddlgen [--lang go|jsonschema|ts|python] [--out FILE] [--package NAME]
-//	        [--field-case preserve|snake|camel] [--open-unions] [--check] [--quiet] schema.cddl
+//	        [--field-case preserve|snake|camel] [--open-unions] [--inline-leaves]
+//	        [--root RULE] [--check] [--quiet] schema.cddl
 //
 // With --check it writes nothing and exits 1, printing a diff, when the
 // file named by --out differs from what would be generated.

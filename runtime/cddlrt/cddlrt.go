@@ -3,7 +3,10 @@
 // variants of open unions so that they round-trip through JSON and CBOR, and
 // reads the member that tells a union's variants apart.
 //
-// Its API serves generated code; programs rarely call it directly.
+// Generated code imports it; nothing else in agentstream does, and it
+// imports nothing of the generator (codegen), so a program that uses
+// generated types does not build the generator. Its API serves generated
+// code and may change with it.
 package cddlrt
 
 import (

@@ -37,11 +37,17 @@ import (
 // DefaultWriteInterval is Options.WriteInterval's default.
 const DefaultWriteInterval = pace.DefaultInterval
 
+// NoPacing as Options.WriteInterval turns pacing off.
+const NoPacing = pace.Off
+
+// DefaultHeartbeat is Options.Heartbeat's default.
+const DefaultHeartbeat = 5 * time.Second
+
 // Options configure the handler. Zero fields take the defaults in their
 // comments.
 type Options struct {
 	// Heartbeat is how long a stream may stay quiet before a heartbeat
-	// comment is sent (5s).
+	// comment is sent (DefaultHeartbeat, 5s).
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write to a client (10s); a client that
 	// cannot take a batch in that time is cut off.
@@ -49,7 +55,7 @@ type Options struct {
 	// WriteInterval is the least time between two writes of events to one
 	// stream (DefaultWriteInterval): a stream that has been quiet that long
 	// writes at once, a busy one sends what arrived meanwhile in one write.
-	// Negative: no pacing.
+	// NoPacing (any negative value): no pacing.
 	WriteInterval time.Duration
 	// MaxBatch is the most events written with one flush (512).
 	MaxBatch int
@@ -68,7 +74,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Heartbeat <= 0 {
-		o.Heartbeat = 5 * time.Second
+		o.Heartbeat = DefaultHeartbeat
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second

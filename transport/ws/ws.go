@@ -48,6 +48,9 @@ const JSONSubprotocol = "agentstream.json"
 // DefaultWriteInterval is Options.WriteInterval's default.
 const DefaultWriteInterval = pace.DefaultInterval
 
+// NoPacing as Options.WriteInterval turns pacing off.
+const NoPacing = pace.Off
+
 // Options configure the handler. Zero fields take the defaults in their
 // comments.
 type Options struct {
@@ -69,7 +72,7 @@ type Options struct {
 	// WriteInterval is the least time between two writes of events to one
 	// connection (DefaultWriteInterval): a connection that has been quiet
 	// that long writes at once, a busy one sends what arrived meanwhile in
-	// one write. Negative: no pacing.
+	// one write. NoPacing (any negative value): no pacing.
 	WriteInterval time.Duration
 	// OnConn, when set, is called as a connection opens, and the function
 	// it returns as it closes (for metrics).

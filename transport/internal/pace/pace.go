@@ -20,6 +20,10 @@ import (
 // receiving a few hundred events a second writes a handful at a time.
 const DefaultInterval = 5 * time.Millisecond
 
+// Off is the interval that turns pacing off: every writer starts as soon
+// as it is kicked.
+const Off time.Duration = -1
+
 // Pacer releases the writers that had to wait for their interval. One
 // Pacer serves every connection of a handler; its timer runs only while
 // some writer waits.
