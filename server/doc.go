@@ -41,15 +41,22 @@
 //     checkpoint's and a new run starts with the given input;
 //   - state is kept for the root namespace.
 //
-// # Subscriptions
+// # Sessions and subscriptions
 //
-// [Server.Subscribe] takes a filter and a cursor. The subscription first
-// gets an events.missed notice when the cursor is older than the buffer,
-// the current state when it selects the values channel, then the buffered
-// events after the cursor, then live events: replay and live delivery meet
-// with no gap and no duplicate. Publishing never blocks on a subscriber:
-// each has a queue bounded by [Config.QueueBytes], and one that overflows
-// is ended with a [SlowConsumerError] naming the last event it read.
-// Matching uses an index by channel and namespace prefix
-// ([channels.Index]), so subscriptions that do not match cost nothing.
+// Every reader is a [Session]: a WebSocket connection, an SSE stream
+// ([Server.Subscribe] opens a session with one subscription) or an
+// in-process client. A session's subscriptions each take a filter and a
+// cursor, and first get an events.missed notice when the cursor is older
+// than the buffer, the current state when they select the values channel,
+// then the buffered events after the cursor, then live events: replay and
+// live delivery meet with no gap and no duplicate. The session merges its
+// subscriptions into one stream in sequence order, each event once (a new
+// subscription's replay is merged with what is still unread), which the
+// transport reads and writes. Publishing never blocks on a reader: each
+// session has one queue bounded by [Config.QueueBytes], replays included,
+// and one that overflows is ended with a [SlowConsumerError] naming the
+// last event queued, to resume from. Matching uses an index by channel and
+// namespace prefix ([channels.Index]), so subscriptions that do not match
+// cost nothing, and a session's subscriptions share their entries, so its
+// cost per event does not grow with their number.
 package server
