@@ -21,6 +21,9 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 	defer sub.Close()
 	runID := start(t, s, "t1", "echo", userInput("Hello  big world"))
 	es := collect(t, sub, rootEnded)
+	require.Equal(t, "values[]", describe(es[0]), "the current state first")
+	require.Empty(t, es[0].Payload.(*protocol.ServerEventValues).Params.Data, "empty, as nothing has set it yet")
+	es = es[1:]
 	require.Equal(t, []string{
 		"lifecycle[] started", "lifecycle[] running",
 		"messages[] message-start ai", "messages[] content-block-start 0",
@@ -134,6 +137,9 @@ func TestEvictionAndMissedEventsNotice(t *testing.T) {
 	require.Equal(t, protocol.EventsMissedData{Since: 5, FirstAvailableSeq: 34, Missed: 28}, notice)
 	require.Equal(t, uint64(0), e.Seq, "the notice is not part of the stream")
 	require.Empty(t, e.EventID())
+	e, _, _ = sub.TryNext()
+	require.Equal(t, protocol.ServerEventValuesMethodValue, e.Method, "then the current state")
+	require.Equal(t, uint64(0), e.Seq)
 	var got []uint64
 	for {
 		e, ok, _ := sub.TryNext()
@@ -148,6 +154,8 @@ func TestEvictionAndMissedEventsNotice(t *testing.T) {
 	since = 40
 	sub2, _, _ := s.Subscribe("t", all, &since)
 	defer sub2.Close()
+	e, _, _ = sub2.TryNext()
+	require.Equal(t, protocol.ServerEventValuesMethodValue, e.Method, "the current state")
 	e, _, _ = sub2.TryNext()
 	require.Equal(t, uint64(41), e.Seq)
 }
@@ -716,7 +724,7 @@ func TestFanOutReceivesEveryPublishedEvent(t *testing.T) {
 	require.Eventually(t, func() bool { // the fan-out hears of each event right after subscribers do
 		mu.Lock()
 		defer mu.Unlock()
-		return len(got) == len(es)
+		return len(got) == len(seqs(es))
 	}, 5*time.Second, time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()

@@ -75,8 +75,9 @@ func TestSessionDeliversOverlappingSubscriptionsOnceInOrder(t *testing.T) {
 	start(t, s, "t", "echo", userInput("one two three"))
 	got := collect(t, ss, rootEnded)
 	requireInOrderOnce(t, got)
-	require.Equal(t, uint64(1), got[0].Seq)
-	require.Len(t, got, int(got[len(got)-1].Seq), "every event of the run, with none skipped")
+	require.Equal(t, protocol.ServerEventValuesMethodValue, got[0].Method, "the (empty) state first")
+	require.Equal(t, uint64(1), seqs(got)[0])
+	require.Len(t, seqs(got), int(got[len(got)-1].Seq), "every event of the run, with none skipped")
 }
 
 // The WebSocket case of issue 10: three subscribes sent back to back after
@@ -217,4 +218,45 @@ func TestSessionNotifyHooks(t *testing.T) {
 		}
 	}, 10*time.Second, time.Millisecond)
 	require.Greater(t, ready.Load(), int32(1), "live events call Ready")
+}
+
+// The protocol: "the first replayed values event is the current full
+// state". A values subscription made mid-run, before anything set the
+// state, gets an empty state as its baseline, then the run's values.
+func TestValuesSubscribeBeforeAnyStateGetsAnEmptyBaseline(t *testing.T) {
+	s := newServer(t, server.Config{})
+	proceed := make(chan struct{})
+	s.Register("slow", server.AssistantFunc(func(ctx context.Context, rc *server.RunContext) error {
+		if err := rc.Custom("step", 1); err != nil {
+			return err
+		}
+		select {
+		case <-proceed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return rc.Values(map[string]any{"answer": 42.0})
+	}))
+	w, _, err := s.Subscribe("t", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, nil)
+	require.NoError(t, err)
+	defer w.Close()
+	start(t, s, "t", "slow", nil)
+	collect(t, w, func(e *server.Event) bool { return e.Channel == channels.Custom })
+	ss, _, err := s.Subscribe("t", channels.Filter{Channels: []string{channels.Values}, Depth: channels.Unlimited}, nil)
+	require.NoError(t, err)
+	defer ss.Close()
+	first, ok, _ := ss.TryNext()
+	require.True(t, ok, "the baseline is there at once")
+	require.Equal(t, protocol.ServerEventValuesMethodValue, first.Method)
+	require.Equal(t, uint64(0), first.Seq, "a snapshot, not an event of the stream")
+	require.Equal(t, map[string]any{}, first.Payload.(*protocol.ServerEventValues).Params.Data)
+	close(proceed)
+	got := collect(t, ss, func(e *server.Event) bool { return e.Seq > 0 })
+	require.Equal(t, map[string]any{"answer": 42.0}, got[len(got)-1].Payload.(*protocol.ServerEventValues).Params.Data)
+	// A later subscriber's baseline is the state that run set.
+	late, _, err := s.Subscribe("t", channels.Filter{Channels: []string{channels.Values}, Depth: channels.Unlimited}, new(uint64))
+	require.NoError(t, err)
+	defer late.Close()
+	snap, _, _ := late.TryNext()
+	require.Equal(t, map[string]any{"answer": 42.0}, snap.Payload.(*protocol.ServerEventValues).Params.Data)
 }

@@ -92,8 +92,9 @@ func (t *thread) cutOff(ss *Session) {
 
 // replay lists what a new subscription of filter f from cursor gets
 // before live events, in queue order: a missed-events notice when cursor is
-// older than the buffer, the current state when the filter selects values,
-// and the buffered events after cursor (all of them for a nil cursor).
+// older than the buffer, the current state when the filter selects values
+// (empty before anything set it), and the buffered events after cursor
+// (all of them for a nil cursor).
 // after is the cursor used, replayed the number of buffered events. The
 // caller holds t.mu, so no event is published until the subscription is
 // in the index: replay and live delivery meet without gap or duplicate.
@@ -119,7 +120,14 @@ func (t *thread) replay(f channels.Filter, cursor *uint64) (out []queued, after 
 		}
 		out = append(out, queued{e: notice, key: noticeKey})
 	}
-	if state, ok := t.srv.cfg.State.Values(t.id); ok && f.Matches(channels.Values, "", nil) {
+	if f.Matches(channels.Values, "", nil) {
+		// The protocol: "the first replayed values event is the current full
+		// state". Before anything set it, that is an empty state: a client
+		// gets its baseline whenever it subscribes, mid-run included.
+		state, ok := t.srv.cfg.State.Values(t.id)
+		if !ok {
+			state = map[string]any{}
+		}
 		snap, err := buildEvent(valuesEvent(state), 0, now)
 		if err != nil {
 			return nil, 0, 0, err

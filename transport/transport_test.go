@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/sse"
@@ -446,7 +448,7 @@ func TestConformanceWithTheOfficialSDK(t *testing.T) {
 	err = cmd.Run()
 	t.Log("\n" + out.String())
 	require.NoError(t, err, "conformance failed")
-	require.Contains(t, out.String(), "10 passed, 0 failed")
+	require.Contains(t, out.String(), "12 passed, 0 failed")
 }
 
 // TestWebSocketDeliversInSequenceOrder: the events of all the
@@ -483,6 +485,70 @@ func TestWebSocketDeliversInSequenceOrder(t *testing.T) {
 	for i := 1; i < len(custom); i++ {
 		require.Greater(t, custom[i], custom[i-1], "in order and once")
 	}
+}
+
+// TestSubscribesSentTogetherGetOneMergedReplay is what the official SDK
+// does after run.start on a run that already ended: three subscribes back
+// to back. They get three successes, then one replay, in sequence order
+// with no event repeated, that is the union of their filters, values
+// snapshot first. (The write interval is long here so that the hold
+// certainly spans the three subscribes on a loaded machine.)
+func TestSubscribesSentTogetherGetOneMergedReplay(t *testing.T) {
+	ts, _, srv := start(t, transport.Options{WS: ws.Options{WriteInterval: 200 * time.Millisecond}})
+	watch, _, err := srv.Subscribe("t", channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, nil)
+	require.NoError(t, err)
+	post(t, ts.URL+"/threads/t/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "fast"}]}}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		e, err := watch.Next(ctx)
+		require.NoError(t, err)
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && l.Params.Data.Event == protocol.AgentStatusCompleted {
+			break
+		}
+	}
+	watch.Close()
+	union := channels.Filter{Channels: []string{channels.Messages, channels.Lifecycle, channels.Input, channels.Values}, Depth: channels.Unlimited}
+	all, _, err := srv.Subscribe("t", union, nil)
+	require.NoError(t, err)
+	var want []float64
+	for {
+		e, ok, _ := all.TryNext()
+		if !ok {
+			break
+		}
+		if e.Seq > 0 {
+			want = append(want, float64(e.Seq))
+		}
+	}
+	all.Close()
+
+	c := dial(t, ts, "t", nil)
+	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["messages", "lifecycle", "input"]}}`)
+	wsSend(t, c, `{"id": 2, "method": "subscription.subscribe", "params": {"channels": ["lifecycle", "input"]}}`)
+	wsSend(t, c, `{"id": 3, "method": "subscription.subscribe", "params": {"channels": ["values", "lifecycle", "input"]}}`)
+	var got []float64
+	var methods []string
+	for i := 0; i < 3; i++ {
+		m := wsRead(t, c)
+		require.Equal(t, "success", m["type"], "the three answers come before the replay: %v", m)
+		require.Equal(t, float64(i+1), m["id"])
+	}
+	for len(got) < len(want) {
+		m := wsRead(t, c)
+		require.Equal(t, "event", m["type"])
+		methods = append(methods, m["method"].(string))
+		if seq, ok := m["seq"].(float64); ok {
+			got = append(got, seq)
+		}
+	}
+	require.Equal(t, "values", methods[0], "the values snapshot first")
+	require.Equal(t, want, got, "one replay: the union of the filters, in order, each event once")
+	// Nothing follows: the replay had every event once.
+	rctx, rcancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer rcancel()
+	_, extra, err := c.Read(rctx)
+	require.Error(t, err, "an event was sent twice: %s", extra)
 }
 
 // TestSlowSSEClientIsCutOffWithoutSlowingOthers: a client that stops

@@ -186,6 +186,29 @@ async function twoSubscribers(transport) {
   }
 }
 
+// A run that ends before the SDK subscribes (echo with no token delay
+// finishes in about a millisecond): the SDK sends run.start, then its
+// subscribes together; a server that answers the first one's replay alone
+// lets the SDK see the run end and close the values projection before its
+// replay arrives, and `await thread.values` is undefined. Each of n runs
+// must resolve to the final state.
+async function fastRuns(transport, n) {
+  for (let i = 0; i < n; i++) {
+    const thread = stream(randomUUID(), "echo", transport);
+    try {
+      await thread.run.start({ input: userInput(`fast run ${i}`) });
+      const values = await withTimeout(thread.values, 10000, `run ${i}: thread.values`);
+      if (!values || !Array.isArray(values.messages)) {
+        throw new Error(`run ${i} of ${n}: thread.values resolved to ${JSON.stringify(values)}`);
+      }
+      assertEqual(values.messages.map((m) => m.type), ["human", "ai"], `run ${i}: final state messages`);
+      assertEqual(values.messages.map((m) => m.content), [`fast run ${i}`, `fast run ${i}`], `run ${i}: contents`);
+    } finally {
+      await thread.close();
+    }
+  }
+}
+
 async function hydration() {
   const threadId = randomUUID();
   const thread = stream(threadId, "echo", "sse");
@@ -219,6 +242,8 @@ const scenarios = [
   ["two subscribers with different filters over SSE", () => twoSubscribers("sse")],
   ["two subscribers with different filters over WebSocket", () => twoSubscribers("websocket")],
   ["hydration through GET /state", hydration],
+  ["50 fast runs over WebSocket: thread.values is the final state", () => fastRuns("websocket", 50)],
+  ["50 fast runs over SSE: thread.values is the final state", () => fastRuns("sse", 50)],
 ];
 
 let passed = 0, failed = 0;

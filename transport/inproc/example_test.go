@@ -152,12 +152,14 @@ func Example_subscribeThroughDo() {
 				fmt.Printf("%d messages %q\n", e.Seq, d.Delta.Value.(*protocol.TextDelta).Text)
 			}
 		case *protocol.ServerEventValues:
-			fmt.Println(e.Seq, "values", len(p.Params.Data.(map[string]any)["messages"].([]any)), "messages")
+			msgs, _ := p.Params.Data.(map[string]any)["messages"].([]any)
+			fmt.Println(e.Seq, "values", len(msgs), "messages")
 		}
 	}
 	// Output:
 	// subscribed: true
 	// subscribed: true
+	// 0 values 0 messages
 	// 1 lifecycle started
 	// 2 lifecycle running
 	// 5 messages "hi "

@@ -114,7 +114,9 @@ func TestHeartbeatOnAQuietStream(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			m.opts.Heartbeat = 30 * time.Millisecond
 			f := serve(t, m.opts)
-			resp, err := http.Get(f.url + "/threads/q/stream")
+			// Not the values channel: its subscribers get the current
+			// state at once.
+			resp, err := http.Get(f.url + "/threads/q/stream?channels=lifecycle")
 			require.NoError(t, err)
 			defer resp.Body.Close()
 			r := bufio.NewReader(resp.Body)
@@ -192,7 +194,7 @@ func TestHTTP10StaysOnTheHandler(t *testing.T) {
 	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = io.WriteString(conn, "GET /threads/old/stream HTTP/1.0\r\n\r\n")
+	_, err = io.WriteString(conn, "GET /threads/old/stream?channels=lifecycle HTTP/1.0\r\n\r\n")
 	require.NoError(t, err)
 	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
