@@ -4665,7 +4665,12 @@ type ResultData = any
 // A result with nothing to say.
 type EmptyResult = map[string]any
 
-// Why a command failed.
+// Why a command failed. EXTENSION: the last two are agentstream's. A
+// connection sent commands faster than its rate limit allows
+// (`rate_limited`: wait and retry), or a command would pass a server-wide
+// or per-thread cap (`resource_exhausted`: too many threads, queued runs or
+// subscriptions on one connection). Clients that do not know them treat
+// them as any other error.
 type ErrorCode string
 
 // The values of ErrorCode.
@@ -4680,12 +4685,14 @@ const (
 	ErrorCodeNoSuchCheckpoint   ErrorCode = "no_such_checkpoint"
 	ErrorCodePermissionDenied   ErrorCode = "permission_denied"
 	ErrorCodeNotSupported       ErrorCode = "not_supported"
+	ErrorCodeRateLimited        ErrorCode = "rate_limited"
+	ErrorCodeResourceExhausted  ErrorCode = "resource_exhausted"
 )
 
 // Valid reports whether v is one of the values of ErrorCode.
 func (v ErrorCode) Valid() bool {
 	switch v {
-	case ErrorCodeInvalidArgument, ErrorCodeUnknownCommand, ErrorCodeUnknownError, ErrorCodeNoSuchRun, ErrorCodeNoSuchSubscription, ErrorCodeNoSuchNamespace, ErrorCodeNoSuchInterrupt, ErrorCodeNoSuchCheckpoint, ErrorCodePermissionDenied, ErrorCodeNotSupported:
+	case ErrorCodeInvalidArgument, ErrorCodeUnknownCommand, ErrorCodeUnknownError, ErrorCodeNoSuchRun, ErrorCodeNoSuchSubscription, ErrorCodeNoSuchNamespace, ErrorCodeNoSuchInterrupt, ErrorCodeNoSuchCheckpoint, ErrorCodePermissionDenied, ErrorCodeNotSupported, ErrorCodeRateLimited, ErrorCodeResourceExhausted:
 		return true
 	}
 	return false

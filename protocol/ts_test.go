@@ -34,7 +34,15 @@ var upstreamDefects = map[string]string{
 	"EventData theirs->ours":              textTypeDefect,
 	"Event theirs->ours":                  textTypeDefect,
 	"Message theirs->ours":                textTypeDefect,
+	// agentstream may answer with two error codes of its own.
+	"ErrorCode ours->theirs":     extensionErrorCodes,
+	"ErrorResponse ours->theirs": extensionErrorCodes,
+	"Message ours->theirs":       extensionErrorCodes,
 }
+
+// extensionErrorCodes: ErrorCode has agentstream's rate_limited and
+// resource_exhausted (EXTENSION in protocol.cddl), which upstream lacks.
+const extensionErrorCodes = "agentstream's extension error codes"
 
 // textTypeDefect: upstream types TextContentBlock's `type` as string. The
 // schema says the literal "text", which its generator mistook for the

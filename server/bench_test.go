@@ -10,7 +10,7 @@ import (
 
 func benchThread(b *testing.B) (*Server, *thread) {
 	b.Helper()
-	s := New(Config{QueueBytes: 1 << 30})
+	s := New(Config{QueueBytes: 1 << 30, MaxSessionSubscriptions: 1 << 20})
 	b.Cleanup(func() { _ = s.Close(b.Context()) })
 	t, err := s.thread("bench", true)
 	if err != nil {

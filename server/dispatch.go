@@ -62,6 +62,20 @@ func success(id, applied uint64, result any) *protocol.CommandResponse {
 	return &protocol.CommandResponse{ID: id, Result: result, Meta: &protocol.ResponseMeta{AppliedThroughSeq: &applied}}
 }
 
+// checkInput asks an assistant that validates its input whether a new run
+// may start with it.
+func (s *Server) checkInput(id uint64, a Assistant, input any, config map[string]any) *protocol.ErrorResponse {
+	v, ok := a.(InputValidator)
+	if !ok {
+		return nil
+	}
+	if err := v.ValidateInput(input, config); err != nil {
+		s.metrics.refused.add(LimitAssistantInput)
+		return errorResponse(id, protocol.ErrorCodeInvalidArgument, "params.input: %v", err)
+	}
+	return nil
+}
+
 func (s *Server) newRun(t *thread, a Assistant, assistantID string, input any, config, metadata map[string]any) *run {
 	id := s.cfg.NewID("run_")
 	return &run{
@@ -82,14 +96,19 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 	if strategy == nil {
 		strategy = p.MultitaskStrategyCamel
 	}
-	t, err := s.thread(threadID, true)
+	t, err := s.lockThread(threadID)
 	if err != nil {
-		return nil, errorResponse(id, protocol.ErrorCodeUnknownError, "%v", err)
+		return nil, errorResponse(id, codeOf(err), "%v", err)
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
 	applied := t.seq
 	cur := t.run
+	newRun := cur == nil || (cur.status != statusInterrupted && strategy != nil && *strategy != protocol.MultitaskStrategyReject)
+	if newRun {
+		if e := s.checkInput(id, a, p.Input, p.Config); e != nil {
+			return nil, e
+		}
+	}
 	switch {
 	case cur == nil:
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
@@ -121,9 +140,12 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 	case *strategy == protocol.MultitaskStrategyReject:
 		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s) and multitask_strategy is reject", threadID, cur.id)
 	case *strategy == protocol.MultitaskStrategyEnqueue:
+		if len(t.queued) >= s.cfg.MaxQueuedRuns {
+			s.metrics.refused.add(LimitQueuedRuns)
+			return nil, errorResponse(id, protocol.ErrorCodeResourceExhausted, "thread %s has %d runs queued, the most it takes (--max-queued-runs)", threadID, len(t.queued))
+		}
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
 		t.queued = append(t.queued, r)
-		t.runs[r.id] = r
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
 	default: // interrupt or rollback: the new run replaces the active one
 		cause := errInterruptStrategy
@@ -132,7 +154,6 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 		}
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
 		t.queued = append([]*run{r}, t.queued...)
-		t.runs[r.id] = r
 		cur.cancel(cause)
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
 	}
@@ -326,11 +347,10 @@ func (s *Server) stateFork(threadID string, id uint64, p *protocol.StateForkPara
 	if !ok {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchCheckpoint, "params.checkpoint_id: no checkpoint %q on thread %s", p.CheckpointID, threadID)
 	}
-	t, err := s.thread(threadID, true)
+	t, err := s.lockThread(threadID)
 	if err != nil {
-		return nil, errorResponse(id, protocol.ErrorCodeUnknownError, "%v", err)
+		return nil, errorResponse(id, codeOf(err), "%v", err)
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.run != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s); cancel it before forking", threadID, t.run.id)
@@ -339,6 +359,9 @@ func (s *Server) stateFork(threadID string, id uint64, p *protocol.StateForkPara
 	a, ok := s.assistant(assistantID)
 	if !ok {
 		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "no assistant to fork with (checkpoint %s names %q)", cp.ID, assistantID)
+	}
+	if e := s.checkInput(id, a, p.Input, p.Config); e != nil {
+		return nil, e
 	}
 	applied := t.seq
 	s.cfg.State.SetValues(threadID, cp.Values)

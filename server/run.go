@@ -101,7 +101,6 @@ func (t *thread) startRun(r *run) error {
 		r.before = maps.Clone(v)
 	}
 	t.run = r
-	t.runs[r.id] = r
 	if _, err := t.publishLifecycle(nil, protocol.AgentStatusStarted, r.assistantID, nil, ""); err != nil {
 		return err
 	}

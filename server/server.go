@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,12 @@ const (
 	DefaultQueueBytes     = 8 << 20
 	DefaultIdleRelease    = 10 * time.Minute
 	DefaultReconnectGrace = time.Minute
+
+	DefaultMaxThreads              = 100_000
+	DefaultThreadTTL               = 24 * time.Hour
+	DefaultMaxQueuedRuns           = 16
+	DefaultMaxSessionSubscriptions = 64
+	DefaultMaxCheckpoints          = 100
 )
 
 // Config configures a Server. Zero fields take the defaults in their
@@ -42,6 +49,25 @@ type Config struct {
 	// restorable with subscription.reconnect (DefaultReconnectGrace, 1
 	// minute).
 	ReconnectGrace time.Duration
+	// MaxThreads caps the threads held at once (DefaultMaxThreads,
+	// 100,000); a command or subscription that would create one more is
+	// refused with resource_exhausted.
+	MaxThreads int
+	// ThreadTTL is how long a thread with no run and no subscription is
+	// kept at all (DefaultThreadTTL, 24 hours): then it is forgotten, its
+	// state and checkpoints deleted from the StateStore too. With the
+	// in-memory store that is the thread's whole history.
+	ThreadTTL time.Duration
+	// MaxQueuedRuns caps the runs waiting behind a thread's active run
+	// (multitask_strategy enqueue) (DefaultMaxQueuedRuns, 16).
+	MaxQueuedRuns int
+	// MaxSessionSubscriptions caps the subscriptions of one session, that
+	// is one connection (DefaultMaxSessionSubscriptions, 64).
+	MaxSessionSubscriptions int
+	// MaxCheckpoints caps the checkpoints the default in-memory StateStore
+	// keeps per thread, the oldest dropped first (DefaultMaxCheckpoints,
+	// 100). It does not apply to a State given here.
+	MaxCheckpoints int
 	// State stores thread state and checkpoints (in memory).
 	State StateStore
 	// Log keeps each thread's replay buffer (in memory, capped by
@@ -73,8 +99,25 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectGrace <= 0 {
 		c.ReconnectGrace = DefaultReconnectGrace
 	}
+	if c.MaxThreads <= 0 {
+		c.MaxThreads = DefaultMaxThreads
+	}
+	if c.ThreadTTL <= 0 {
+		c.ThreadTTL = DefaultThreadTTL
+	}
+	if c.MaxQueuedRuns <= 0 {
+		c.MaxQueuedRuns = DefaultMaxQueuedRuns
+	}
+	if c.MaxSessionSubscriptions <= 0 {
+		c.MaxSessionSubscriptions = DefaultMaxSessionSubscriptions
+	}
+	if c.MaxCheckpoints <= 0 {
+		c.MaxCheckpoints = DefaultMaxCheckpoints
+	}
 	if c.State == nil {
-		c.State = NewMemoryState()
+		st := NewMemoryState()
+		st.MaxCheckpoints = c.MaxCheckpoints
+		c.State = st
 	}
 	if c.Log == nil {
 		c.Log = NewMemoryLog(c.BufferEvents, c.BufferBytes)
@@ -113,6 +156,7 @@ type Server struct {
 
 // counters count what the server did; read them with [Server.Metrics].
 type counters struct {
+	refused       refusals
 	published     atomic.Uint64
 	slowConsumers atomic.Uint64
 	replays       atomic.Uint64
@@ -125,6 +169,8 @@ type MetricsSnapshot struct {
 	SlowConsumers   uint64 // subscriptions ended because they fell behind
 	Replays         uint64 // subscriptions that started with a replay
 	Commands        uint64 // commands dispatched
+	// Refused counts, per limit, what the server refused because of it.
+	Refused map[Limit]uint64
 }
 
 // New returns a running Server. Close it to stop its runs.
@@ -148,6 +194,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		SlowConsumers:   s.metrics.slowConsumers.Load(),
 		Replays:         s.metrics.replays.Load(),
 		Commands:        s.metrics.commands.Load(),
+		Refused:         s.metrics.refused.snapshot(),
 	}
 }
 
@@ -176,7 +223,8 @@ func (s *Server) assistant(id string) (Assistant, bool) {
 	return a, ok
 }
 
-// thread returns the thread id, creating it when create is set.
+// thread returns the thread id, creating it when create is set (within
+// the limits: a valid id, at most MaxThreads).
 func (s *Server) thread(id string, create bool) (*thread, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -185,10 +233,36 @@ func (s *Server) thread(id string, create bool) (*thread, error) {
 	}
 	t := s.threads[id]
 	if t == nil && create {
+		if err := ValidThreadID(id); err != nil {
+			s.metrics.refused.add(LimitThreadID)
+			return nil, err
+		}
+		if len(s.threads) >= s.cfg.MaxThreads {
+			s.metrics.refused.add(LimitThreads)
+			return nil, fmt.Errorf("%w: %d threads, the most this server keeps (--max-threads)", ErrTooManyThreads, len(s.threads))
+		}
 		t = newThread(s, id)
 		s.threads[id] = t
 	}
 	return t, nil
+}
+
+// lockThread returns thread id locked, creating it as thread does. A
+// thread the sweeper is forgetting is not returned: the caller gets the
+// one that replaces it.
+func (s *Server) lockThread(id string) (*thread, error) {
+	for {
+		t, err := s.thread(id, true)
+		if err != nil {
+			return nil, err
+		}
+		t.mu.Lock()
+		if !t.evicted {
+			return t, nil
+		}
+		t.mu.Unlock()
+		runtime.Gosched() // the sweeper is taking it out of the map
+	}
 }
 
 // CreateThread makes sure thread id exists (threads are otherwise created
@@ -335,7 +409,8 @@ func sweepInterval(idle time.Duration) time.Duration {
 }
 
 // SweepNow releases the replay buffers of threads idle for longer than
-// IdleRelease and forgets dropped sessions past their grace period. The
+// IdleRelease, forgets threads idle for longer than ThreadTTL (their state
+// too) and dropped sessions past their grace period. The
 // server does it by itself periodically; tests call it directly.
 func (s *Server) SweepNow() {
 	now := s.cfg.Now()
@@ -352,11 +427,30 @@ func (s *Server) SweepNow() {
 	s.mu.Unlock()
 	for _, t := range threads {
 		t.mu.Lock()
-		if t.idle(now.Add(-s.cfg.IdleRelease)) {
+		forget := t.idle(now.Add(-s.cfg.ThreadTTL))
+		if forget {
+			t.evicted = true
+		} else if t.idle(now.Add(-s.cfg.IdleRelease)) {
 			s.cfg.Log.Release(t.id)
 		}
 		t.mu.Unlock()
+		if forget {
+			s.mu.Lock()
+			if s.threads[t.id] == t {
+				delete(s.threads, t.id)
+			}
+			s.mu.Unlock()
+			s.cfg.Log.Release(t.id)
+			s.cfg.State.Delete(t.id)
+		}
 	}
+}
+
+// Threads is the number of threads held.
+func (s *Server) Threads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.threads)
 }
 
 // Subscriptions is the number of open subscriptions, all threads.

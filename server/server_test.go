@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -250,7 +251,7 @@ func TestRunCancelIsIdempotent(t *testing.T) {
 func TestCancelRaces(t *testing.T) {
 	s := newServer(t, server.Config{})
 	for i := 0; i < 30; i++ {
-		thread := "race" + string(rune('a'+i))
+		thread := fmt.Sprint("race", i)
 		sub, _, _ := s.Subscribe(thread, all, nil)
 		start(t, s, thread, "firehose", map[string]any{"count": float64(50)})
 		var wg sync.WaitGroup

@@ -153,16 +153,22 @@ func (s *Server) Subscribe(id string, f channels.Filter, cursor *uint64) (ss *Se
 // Thread is the session's thread.
 func (ss *Session) Thread() string { return ss.threadID }
 
-// thread returns the session's thread, creating it.
-func (ss *Session) thread() (*thread, error) {
+// lockThread returns the session's thread, locked, creating it. A
+// session with no subscription left may outlive its thread (the sweeper
+// forgets idle threads): it then moves to the thread that replaces it.
+func (ss *Session) lockThread() (*thread, error) {
 	if t := ss.t.Load(); t != nil {
-		return t, nil
+		t.mu.Lock()
+		if !t.evicted {
+			return t, nil
+		}
+		t.mu.Unlock()
 	}
-	t, err := ss.srv.thread(ss.threadID, true)
+	t, err := ss.srv.lockThread(ss.threadID)
 	if err != nil {
 		return nil, err
 	}
-	ss.t.Store(t) // the server hands out one thread per id
+	ss.t.Store(t) // the server hands out one live thread per id
 	return t, nil
 }
 
@@ -175,17 +181,20 @@ func (ss *Session) Subscribe(f channels.Filter, cursor *uint64) (id string, repl
 }
 
 func (ss *Session) subscribe(id string, f channels.Filter, cursor *uint64) (string, int, error) {
-	t, err := ss.thread()
+	t, err := ss.lockThread()
 	if err != nil {
 		return "", 0, err
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
 	ss.mu.Lock()
 	done := ss.closed
 	ss.mu.Unlock()
 	if done {
 		return "", 0, ErrClosed
+	}
+	if len(ss.subs) >= ss.srv.cfg.MaxSessionSubscriptions {
+		ss.srv.metrics.refused.add(LimitSessionSubscriptions)
+		return "", 0, fmt.Errorf("%w: %d, the most one connection may have (--max-subscriptions)", ErrTooManySubscriptions, len(ss.subs))
 	}
 	replay, after, replayed, err := t.replay(f, cursor)
 	if err != nil {
@@ -298,6 +307,9 @@ func (ss *Session) Unsubscribe(id string) bool {
 	}
 	delete(ss.subs, id)
 	ss.unindex(t, sub)
+	if len(ss.subs) == 0 {
+		ss.leave(t) // a session with no subscription keeps no thread alive
+	}
 	t.lastActive = t.srv.cfg.Now()
 	return true
 }
@@ -564,7 +576,7 @@ func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand) (*protoc
 		applied := ss.srv.LastSeq(ss.threadID)
 		id, replayed, err := ss.Subscribe(f, nil)
 		if err != nil {
-			return nil, errorResponse(c.ID, protocol.ErrorCodeUnknownError, "%v", err)
+			return nil, errorResponse(c.ID, codeOf(err), "%v", err)
 		}
 		n := protocol.JsUint(replayed)
 		return success(c.ID, applied, protocol.SubscribeResult{SubscriptionID: id, ReplayedEvents: &n}), nil
@@ -617,7 +629,7 @@ func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*p
 		}
 		_, replayed, err := ss.subscribe(found[i], d.filter, &from)
 		if err != nil {
-			return nil, errorResponse(c.ID, protocol.ErrorCodeUnknownError, "%v", err)
+			return nil, errorResponse(c.ID, codeOf(err), "%v", err)
 		}
 		missed += replayed
 	}

@@ -11,7 +11,7 @@ import (
 // depends on the distinct filter terms, not on how many subscriptions have
 // them.
 func TestSessionSubscriptionsShareIndexEntries(t *testing.T) {
-	s := New(Config{})
+	s := New(Config{MaxSessionSubscriptions: 2000})
 	t.Cleanup(func() { _ = s.Close(t.Context()) })
 	ss := s.NewSession("t")
 	f := channels.Filter{Channels: []string{channels.Messages, channels.Lifecycle}, Depth: channels.Unlimited}

@@ -29,6 +29,9 @@ type StateStore interface {
 	Checkpoints(thread string) []CheckpointRecord
 	// Checkpoint finds one checkpoint by id.
 	Checkpoint(thread, id string) (CheckpointRecord, bool)
+	// Delete forgets the thread's values and checkpoints (the server
+	// forgets threads idle for Config.ThreadTTL).
+	Delete(thread string)
 }
 
 // CheckpointRecord is a saved checkpoint: its envelope and the values it
@@ -178,6 +181,10 @@ func (f *MemoryFanOut) Listen(fn func(thread string, e *Event)) (stop func()) {
 
 // MemoryState is the in-memory StateStore.
 type MemoryState struct {
+	// MaxCheckpoints, when more than 0, caps the checkpoints kept per
+	// thread: the oldest go first. Set it before use.
+	MaxCheckpoints int
+
 	mu      sync.Mutex
 	threads map[string]*memThread
 }
@@ -233,6 +240,18 @@ func (m *MemoryState) AddCheckpoint(thread string, cp CheckpointRecord) {
 	defer m.mu.Unlock()
 	t := m.get(thread)
 	t.checkpoints = append(t.checkpoints, cp)
+	if n := m.MaxCheckpoints; n > 0 && len(t.checkpoints) > n {
+		drop := len(t.checkpoints) - n
+		clear(t.checkpoints[:drop]) // let their values go
+		t.checkpoints = t.checkpoints[drop:]
+	}
+}
+
+// Delete implements StateStore.
+func (m *MemoryState) Delete(thread string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.threads, thread)
 }
 
 // Checkpoints implements StateStore.

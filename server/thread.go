@@ -21,12 +21,12 @@ type thread struct {
 	sessions   map[*Session]struct{} // sessions with subscriptions here
 	nsubs      int                   // their subscriptions
 	cutoff     []*Session            // scratch: sessions ended during a publish
+	evicted    bool                  // forgotten by the sweeper: a new thread replaces it
 	lastActive time.Time
 
 	// Runs.
-	run      *run   // the active (running or interrupted) run, if any
-	queued   []*run // runs waiting behind it (multitask_strategy enqueue)
-	runs     map[string]*run
+	run      *run                 // the active (running or interrupted) run, if any
+	queued   []*run               // runs waiting behind it (multitask_strategy enqueue)
 	tree     map[string]*treeNode // namespace key -> lifecycle status
 	answered map[string]bool      // interrupt ids already answered
 }
@@ -36,7 +36,6 @@ func newThread(s *Server, id string) *thread {
 		srv: s, id: id,
 		index:      channels.NewIndex[*Session](),
 		sessions:   map[*Session]struct{}{},
-		runs:       map[string]*run{},
 		tree:       map[string]*treeNode{},
 		answered:   map[string]bool{},
 		lastActive: s.cfg.Now(),

@@ -954,9 +954,14 @@ export type ResultData = RunResult | SubscriptionResult | AgentResult | InputRes
 export type EmptyResult = { [key: string]: any };
 
 /**
- * Why a command failed.
+ * Why a command failed. EXTENSION: the last two are agentstream's. A
+ * connection sent commands faster than its rate limit allows
+ * (`rate_limited`: wait and retry), or a command would pass a server-wide
+ * or per-thread cap (`resource_exhausted`: too many threads, queued runs or
+ * subscriptions on one connection). Clients that do not know them treat
+ * them as any other error.
  */
-export type ErrorCode = "invalid_argument" | "unknown_command" | "unknown_error" | "no_such_run" | "no_such_subscription" | "no_such_namespace" | "no_such_interrupt" | "no_such_checkpoint" | "permission_denied" | "not_supported";
+export type ErrorCode = "invalid_argument" | "unknown_command" | "unknown_error" | "no_such_run" | "no_such_subscription" | "no_such_namespace" | "no_such_interrupt" | "no_such_checkpoint" | "permission_denied" | "not_supported" | "rate_limited" | "resource_exhausted";
 
 /**
  * Facts about where a command took effect.

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// Limit names a limit of the server; each refusal it causes is counted
+// ([MetricsSnapshot.Refused]).
+type Limit string
+
+// The server's limits.
+const (
+	// LimitThreadID: a thread id longer than MaxThreadIDLength or with a
+	// character outside [A-Za-z0-9._:-].
+	LimitThreadID Limit = "thread_id"
+	// LimitThreads: Config.MaxThreads live threads.
+	LimitThreads Limit = "threads"
+	// LimitQueuedRuns: Config.MaxQueuedRuns runs waiting on one thread.
+	LimitQueuedRuns Limit = "queued_runs"
+	// LimitSessionSubscriptions: Config.MaxSessionSubscriptions on one
+	// connection.
+	LimitSessionSubscriptions Limit = "session_subscriptions"
+	// LimitAssistantInput: an assistant's InputValidator refused a run's
+	// input.
+	LimitAssistantInput Limit = "assistant_input"
+)
+
+var limits = []Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput}
+
+// MaxThreadIDLength is the longest thread id the server accepts.
+const MaxThreadIDLength = 256
+
+// Errors of the limits, for errors.Is.
+var (
+	ErrThreadID             = errors.New("server: bad thread id")
+	ErrTooManyThreads       = errors.New("server: too many threads")
+	ErrTooManySubscriptions = errors.New("server: too many subscriptions on one connection")
+)
+
+// ValidThreadID reports whether id may name a thread: 1 to 256 bytes of
+// A-Z, a-z, 0-9, '.', '_', ':' and '-' (UUIDs, and the ids the official
+// SDK makes, qualify).
+func ValidThreadID(id string) error {
+	if id == "" || len(id) > MaxThreadIDLength {
+		return fmt.Errorf("%w: it must be 1 to %d bytes long", ErrThreadID, MaxThreadIDLength)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("%w: byte %d (%q) is not one of A-Z a-z 0-9 . _ : -", ErrThreadID, i, c)
+		}
+	}
+	return nil
+}
+
+// refusals counts refusals by limit.
+type refusals [5]atomic.Uint64
+
+func (r *refusals) add(l Limit) {
+	for i, k := range limits {
+		if k == l {
+			r[i].Add(1)
+			return
+		}
+	}
+}
+
+func (r *refusals) snapshot() map[Limit]uint64 {
+	out := make(map[Limit]uint64, len(limits))
+	for i, k := range limits {
+		out[k] = r[i].Load()
+	}
+	return out
+}
+
+// InputValidator is an [Assistant] that checks a new run's input and
+// config before the run starts: run.start (and state.fork) answer
+// invalid_argument with its error instead of starting the run. An
+// assistant that takes sizes, counts or rates from its input bounds them
+// here, so no request can make it exhaust the server.
+type InputValidator interface {
+	ValidateInput(input any, config map[string]any) error
+}
+
+// codeOf is the protocol error code for an error of the core.
+func codeOf(err error) protocol.ErrorCode {
+	switch {
+	case errors.Is(err, ErrThreadID):
+		return protocol.ErrorCodeInvalidArgument
+	case errors.Is(err, ErrTooManyThreads), errors.Is(err, ErrTooManySubscriptions):
+		return protocol.ErrorCodeResourceExhausted
+	}
+	return protocol.ErrorCodeUnknownError
+}
