@@ -10,6 +10,13 @@
 // [Register] adds all three to a server. A per-token delay for echo and demo
 // comes from the run config: `token_delay_ms` (top level or under
 // `configurable`), default 0.
+//
+// Each checks a new run's input before the run starts
+// ([server.InputValidator]), so a request cannot make a built-in exhaust
+// the server: run.start answers invalid_argument for a firehose of more
+// than [FirehoseMaxCount] events, [FirehoseMaxSize] bytes each or
+// [FirehoseMaxRate] per second, a delay over [MaxTokenDelay], or an echo
+// input that is not a user message.
 package assistants
 
 import (
@@ -24,29 +31,84 @@ import (
 	"github.com/agentstream/agentstream/server"
 )
 
+// The bounds of the built-ins' inputs.
+const (
+	FirehoseMaxCount = 1_000_000
+	FirehoseMaxSize  = 1 << 20 // bytes per event
+	FirehoseMaxRate  = 1_000_000
+	// FirehoseMaxBytes bounds count × size: what one run may make the
+	// server encode.
+	FirehoseMaxBytes = 1 << 30
+	MaxTokenDelay    = time.Minute
+)
+
 // Register adds echo, demo and firehose to srv.
 func Register(srv *server.Server) {
-	srv.Register("echo", server.AssistantFunc(Echo))
-	srv.Register("demo", server.AssistantFunc(Demo))
-	srv.Register("firehose", server.AssistantFunc(Firehose))
+	srv.Register("echo", checked{server.AssistantFunc(Echo), checkEcho})
+	srv.Register("demo", checked{server.AssistantFunc(Demo), checkDemo})
+	srv.Register("firehose", checked{server.AssistantFunc(Firehose), checkFirehose})
 }
 
-// tokenDelay reads token_delay_ms from the run config.
-func tokenDelay(rc *server.RunContext) time.Duration {
-	cfg := rc.Config()
+// checked is an assistant with the check of its input.
+type checked struct {
+	server.AssistantFunc
+	check func(input any, config map[string]any) error
+}
+
+// ValidateInput implements server.InputValidator.
+func (c checked) ValidateInput(input any, config map[string]any) error { return c.check(input, config) }
+
+func checkEcho(input any, config map[string]any) error {
+	if _, _, err := userText(input); err != nil {
+		return err
+	}
+	_, err := delayOf(config)
+	return err
+}
+
+func checkDemo(input any, config map[string]any) error {
+	_, err := delayOf(config)
+	return err
+}
+
+func checkFirehose(input any, config map[string]any) error {
+	_, err := firehoseParams(input)
+	return err
+}
+
+// delayOf reads token_delay_ms from a run config: a number of
+// milliseconds from 0 to MaxTokenDelay, at the top level or under
+// configurable.
+func delayOf(cfg map[string]any) (time.Duration, error) {
 	v, ok := cfg["token_delay_ms"]
 	if !ok {
 		if c, _ := cfg["configurable"].(map[string]any); c != nil {
-			v = c["token_delay_ms"]
+			v, ok = c["token_delay_ms"]
 		}
 	}
+	if !ok || v == nil {
+		return 0, nil
+	}
+	var ms float64
 	switch n := v.(type) {
 	case float64:
-		return time.Duration(n * float64(time.Millisecond))
+		ms = n
 	case int:
-		return time.Duration(n) * time.Millisecond
+		ms = float64(n)
+	default:
+		return 0, fmt.Errorf("config.token_delay_ms: %v is not a number", v)
 	}
-	return 0
+	if ms < 0 || ms > float64(MaxTokenDelay/time.Millisecond) {
+		return 0, fmt.Errorf("config.token_delay_ms: %v is not from 0 to %d", v, MaxTokenDelay/time.Millisecond)
+	}
+	return time.Duration(ms * float64(time.Millisecond)), nil
+}
+
+// tokenDelay reads token_delay_ms from the run config (checked before the
+// run started).
+func tokenDelay(rc *server.RunContext) time.Duration {
+	d, _ := delayOf(rc.Config())
+	return d
 }
 
 // Words splits text into tokens that each keep the white space after them
@@ -173,19 +235,68 @@ func Echo(ctx context.Context, rc *server.RunContext) error {
 	return err
 }
 
+type firehose struct {
+	count, size int
+	rate        float64
+}
+
+// firehoseParams reads and bounds firehose's input: count (100), rate (0:
+// as fast as it can) and size (100), each a number from 0 to its maximum.
+func firehoseParams(input any) (firehose, error) {
+	p := firehose{count: 100, size: 100}
+	if input == nil {
+		return p, nil
+	}
+	in, ok := input.(map[string]any)
+	if !ok {
+		return p, errors.New(`input must be {"count": N, "rate": R, "size": S} (each optional)`)
+	}
+	num := func(k string, max float64, whole bool) (float64, bool, error) {
+		v, ok := in[k]
+		if !ok || v == nil {
+			return 0, false, nil
+		}
+		n, isNum := v.(float64)
+		if !isNum || n < 0 || n > max || (whole && n != float64(int64(n))) {
+			kind := "a number"
+			if whole {
+				kind = "a whole number"
+			}
+			return 0, false, fmt.Errorf("%s: %v is not %s from 0 to %v", k, v, kind, int64(max))
+		}
+		return n, true, nil
+	}
+	if n, ok, err := num("count", FirehoseMaxCount, true); err != nil {
+		return p, err
+	} else if ok {
+		p.count = int(n)
+	}
+	if n, ok, err := num("size", FirehoseMaxSize, true); err != nil {
+		return p, err
+	} else if ok {
+		p.size = int(n)
+	}
+	if n, ok, err := num("rate", FirehoseMaxRate, false); err != nil {
+		return p, err
+	} else if ok {
+		p.rate = n
+	}
+	if int64(p.count)*int64(max(p.size, 64)) > FirehoseMaxBytes {
+		return p, fmt.Errorf("count × size: %d × %d bytes is more than %d", p.count, p.size, FirehoseMaxBytes)
+	}
+	return p, nil
+}
+
 // Firehose publishes `count` custom events named "firehose" at `rate` per
 // second (0: as fast as it can), each payload holding its index, the
 // publish time in Unix nanoseconds and padding up to `size` bytes. Input:
 // {"count": N, "rate": R, "size": S}.
 func Firehose(ctx context.Context, rc *server.RunContext) error {
-	in, _ := rc.Input().(map[string]any)
-	num := func(k string, def float64) float64 {
-		if v, ok := in[k].(float64); ok && v >= 0 {
-			return v
-		}
-		return def
+	p, err := firehoseParams(rc.Input())
+	if err != nil {
+		return err
 	}
-	count, rate, size := int(num("count", 100)), num("rate", 0), int(num("size", 100))
+	count, rate, size := p.count, p.rate, p.size
 	pad := ""
 	if size > 64 {
 		pad = strings.Repeat("x", size-64)

@@ -168,6 +168,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(h.opts.ReadLimit)
 	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.session.Pending)
+	c.writer.SetHoldWhile(conn.InputPending) // subscribes sent together, read slowly, still go together
 	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: c.writer.Hold})
 	h.conns[c] = struct{}{}
 	if h.pinger == nil {

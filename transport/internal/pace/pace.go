@@ -86,14 +86,16 @@ type Writer struct {
 	write   func() bool
 	pending func() bool
 
-	mu      sync.Mutex
-	running bool
-	waiting bool        // queued on the pacer
-	hold    *time.Timer // set while a Hold lasts
-	stopped bool
-	wrote   bool
-	last    time.Duration // when the last run ended, on the pacer's clock
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	running   bool
+	waiting   bool        // queued on the pacer
+	hold      *time.Timer // set while a Hold lasts
+	holds     int         // intervals the current Hold has lasted
+	holdWhile func() bool
+	stopped   bool
+	wrote     bool
+	last      time.Duration // when the last run ended, on the pacer's clock
+	wg        sync.WaitGroup
 }
 
 // NewWriter returns a writer for one connection. write sends whatever is
@@ -128,7 +130,11 @@ func (w *Writer) Kick() {
 // together. A transport holds when a client subscribes, so that the
 // replays of subscribes sent together leave as one merged stream rather
 // than the first one alone (a client may act on its end before the others
-// arrive). A write under way finishes; with pacing off Hold is a Kick.
+// arrive). When the interval ends while the connection still has input to
+// read (SetHoldWhile), the hold goes on, interval by interval, up to
+// MaxHoldIntervals: subscribes sent together are answered together even
+// when reading them takes longer than an interval. A write under way
+// finishes; with pacing off Hold is a Kick.
 func (w *Writer) Hold() {
 	if w.p.interval <= 0 {
 		w.Kick()
@@ -139,12 +145,40 @@ func (w *Writer) Hold() {
 	if w.stopped || w.hold != nil {
 		return
 	}
+	w.holds = 1
 	w.hold = time.AfterFunc(w.p.interval, w.unhold)
 }
 
-// unhold ends a Hold.
+// MaxHoldIntervals bounds a Hold that SetHoldWhile extends, in intervals.
+const MaxHoldIntervals = 20
+
+// SetHoldWhile has a Hold go on while busy reports true (the connection
+// has input it has not read yet, or is carrying out a command). busy runs
+// on a timer's goroutine and must not block.
+func (w *Writer) SetHoldWhile(busy func() bool) {
+	w.mu.Lock()
+	w.holdWhile = busy
+	w.mu.Unlock()
+}
+
+// unhold ends a Hold, or extends it by an interval while the connection
+// is busy.
 func (w *Writer) unhold() {
 	w.mu.Lock()
+	if busy := w.holdWhile; busy != nil && !w.stopped && w.holds < MaxHoldIntervals {
+		w.mu.Unlock()
+		if busy() {
+			w.mu.Lock()
+			if !w.stopped {
+				w.holds++
+				w.hold.Reset(w.p.interval)
+				w.mu.Unlock()
+				return
+			}
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+	}
 	w.hold = nil // the timer is not kept: an idle connection holds none
 	w.mu.Unlock()
 	if w.pending() {

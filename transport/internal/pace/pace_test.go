@@ -162,3 +162,41 @@ func TestBuffers(t *testing.T) {
 	PutBuffer(big) // dropped, not kept
 	assert.Empty(t, *GetBuffer())
 }
+
+func TestHoldGathersWhatArrivesDuringIt(t *testing.T) {
+	p := New(20 * time.Millisecond)
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	w.Hold()
+	c.publish(w, 3) // a quiet connection would write at once: held, it waits
+	time.Sleep(5 * time.Millisecond)
+	c.publish(w, 2)
+	require.Eventually(t, func() bool { return c.written.Load() == 5 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int64(1), c.writes.Load(), "one write after the hold")
+	w.Stop()
+}
+
+func TestHoldGoesOnWhileBusyUpToItsBound(t *testing.T) {
+	p := New(5 * time.Millisecond)
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	var busy atomic.Bool
+	var asked atomic.Int32
+	busy.Store(true)
+	w.SetHoldWhile(func() bool { asked.Add(1); return busy.Load() })
+	w.Hold()
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return asked.Load() >= 3 }, 5*time.Second, time.Millisecond)
+	assert.Zero(t, c.written.Load(), "held while busy")
+	busy.Store(false)
+	require.Eventually(t, func() bool { return c.written.Load() == 1 }, 5*time.Second, time.Millisecond)
+	// Busy for ever: the hold ends after MaxHoldIntervals all the same.
+	busy.Store(true)
+	time.Sleep(10 * time.Millisecond)
+	asked.Store(0)
+	w.Hold()
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.written.Load() == 2 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int32(MaxHoldIntervals-1), asked.Load(), "asked at the end of every interval but the last")
+	w.Stop()
+}

@@ -34,6 +34,7 @@ type Conn struct {
 
 	alive  atomic.Bool // the peer sent something since the last ping
 	pinged atomic.Bool // a ping went out
+	idle   atomic.Bool // AwaitMessage has read everything received and waits
 }
 
 // Accept upgrades the request as websocket.Accept does, with the small
@@ -89,6 +90,14 @@ func (c *Conn) Send(opcode byte, payload []byte) error {
 		return err
 	}
 	return c.Flush()
+}
+
+// InputPending reports whether the peer sent something the connection has
+// not finished with: a message being read or carried out, bytes buffered,
+// or bytes waiting on the socket. It is safe from any goroutine and never
+// blocks.
+func (c *Conn) InputPending() bool {
+	return !c.idle.Load() || socketReadable(c.rc)
 }
 
 // Ping sends a ping, unless the peer sent nothing (not even the pong)

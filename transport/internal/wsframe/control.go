@@ -38,9 +38,13 @@ var (
 // with 1002), or the socket failed or passed its read deadline.
 func (c *Conn) AwaitMessage() error {
 	for {
-		if c.br.Buffered() == 0 && c.rc != nil {
-			if err := waitReadable(c.rc); err != nil {
-				return err
+		if c.br.Buffered() == 0 {
+			// Everything received so far is read: the connection waits.
+			c.idle.Store(true)
+			if c.rc != nil {
+				if err := waitReadable(c.rc); err != nil {
+					return err
+				}
 			}
 		}
 		h, err := c.br.Peek(2)
@@ -49,6 +53,7 @@ func (c *Conn) AwaitMessage() error {
 		}
 		op := h[0] & 0x0f
 		if op&0x8 == 0 {
+			c.idle.Store(false) // until the connection waits again
 			c.alive.Store(true)
 			return nil // data or continuation: the library's to read (and to reject, if it must)
 		}

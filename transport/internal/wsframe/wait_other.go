@@ -12,3 +12,7 @@ import (
 func rawConnOf(net.Conn) syscall.RawConn { return nil }
 
 func waitReadable(syscall.RawConn) error { return nil }
+
+// socketReadable reports false: without MSG_PEEK only the connection's
+// own state tells.
+func socketReadable(syscall.RawConn) bool { return false }

@@ -36,3 +36,18 @@ func rawConnOf(c net.Conn) syscall.RawConn {
 func waitReadable(rc syscall.RawConn) error {
 	return rc.Read(readableFunc)
 }
+
+// socketReadable reports, without waiting and without taking the read
+// lock a waiting reader holds, whether the socket has bytes to read.
+func socketReadable(rc syscall.RawConn) bool {
+	if rc == nil {
+		return false
+	}
+	readable := false
+	_ = rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		readable = err == nil && n > 0
+	})
+	return readable
+}

@@ -272,3 +272,15 @@ func FuzzAwaitMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestInputPending(t *testing.T) {
+	a, conn, _ := acceptOne(t, nil)
+	require.True(t, a.c.InputPending(), "until the connection first waits")
+	done := make(chan error, 1)
+	go func() { done <- a.c.AwaitMessage() }()
+	require.Eventually(t, func() bool { return !a.c.InputPending() }, 5*time.Second, time.Millisecond, "waiting with nothing received")
+	_, err := conn.Write(wstest.ClientFrame(true, OpText, []byte("x"), true))
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	require.True(t, a.c.InputPending(), "a message is at the head, not yet read")
+}
