@@ -43,7 +43,6 @@ func serve(t *testing.T, opts Options) string {
 	return ts.URL
 }
 
-
 // clientFrame is a masked client frame (RFC 6455 section 5.3).
 
 const upgrade = "GET /threads/%s/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
@@ -225,4 +224,3 @@ func TestFramesReadByTheLibrary(t *testing.T) {
 		cancel()
 	}
 }
-
