@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -22,6 +23,28 @@ func allowedOrigin(patterns []string, origin string) bool {
 			target = u.Scheme + "://" + u.Host
 		}
 		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOrigin reports whether origin is a page of the host the request was
+// sent to.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
+}
+
+// allowedHost reports whether a request's Host (the port aside) matches
+// one of the patterns.
+func allowedHost(patterns []string, host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(strings.ToLower(host), "[]")
+	for _, p := range patterns {
+		if ok, _ := path.Match(strings.ToLower(p), host); ok {
 			return true
 		}
 	}

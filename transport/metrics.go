@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"sync"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -13,6 +14,40 @@ type metrics struct {
 	wsConns      prometheus.Gauge
 	delivered    func(int)
 	commandTimes *prometheus.HistogramVec
+	refusals     *refusals
+}
+
+// refusals counts what the transports refused, by limit, and exports it
+// with the core's refusals as agentstream_refusals_total{limit}.
+type refusals struct {
+	srv  *server.Server
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	n    map[string]uint64
+}
+
+func (r *refusals) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+func (r *refusals) Collect(ch chan<- prometheus.Metric) {
+	all := map[string]uint64{}
+	for l, n := range r.srv.Metrics().Refused {
+		all[string(l)] += n
+	}
+	r.mu.Lock()
+	for l, n := range r.n {
+		all[l] += n
+	}
+	r.mu.Unlock()
+	for l, n := range all {
+		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(n), l)
+	}
+}
+
+// refuse counts one refusal because of limit.
+func (m *metrics) refuse(limit string) {
+	m.refusals.mu.Lock()
+	m.refusals.n[limit]++
+	m.refusals.mu.Unlock()
 }
 
 func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
@@ -34,7 +69,9 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	counter := func(name, help string, f func(server.MetricsSnapshot) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(srv.Metrics())) })
 	}
-	reg.MustRegister(m.sseStreams, m.wsConns, m.commandTimes, delivered, writes,
+	m.refusals = &refusals{srv: srv, n: map[string]uint64{}, desc: prometheus.NewDesc("agentstream_refusals_total",
+		"Requests, commands, connections and runs refused because of a limit, by limit.", []string{"limit"}, nil)}
+	reg.MustRegister(m.refusals, m.sseStreams, m.wsConns, m.commandTimes, delivered, writes,
 		counter("agentstream_events_published_total", "Events published on threads.", func(s server.MetricsSnapshot) uint64 { return s.EventsPublished }),
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),

@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -38,12 +40,28 @@ type Options struct {
 	Registry *prometheus.Registry
 	// MaxCommandBody caps a command's body (1 MiB).
 	MaxCommandBody int64
+	// BodyTimeout bounds reading a command's body (DefaultBodyTimeout,
+	// 10s): a client that sends it slower, or promises more than it sends,
+	// gets 408 instead of holding a goroutine for ever.
+	BodyTimeout time.Duration
+	// Hosts, when not empty, lists the Host names (path.Match patterns,
+	// without the port) the handler answers; a request for any other gets
+	// 403. A server listening on loopback sets it to the loopback names, so
+	// that a web page whose DNS name was rebound to 127.0.0.1 cannot reach
+	// it (agentstream serve's --allowed-hosts adds names).
+	Hosts []string
 	// CORSOrigins lists the origins whose browser pages may call the HTTP
 	// routes (streams, commands, state) across origins, as host patterns
 	// in ws.Options.OriginPatterns' syntax ("*" for every origin). Empty:
 	// no CORS headers, so browsers allow the server's own origin only.
 	CORSOrigins []string
 }
+
+// DefaultBodyTimeout is Options.BodyTimeout's default.
+const DefaultBodyTimeout = 10 * time.Second
+
+// LoopbackHosts are the Host names of a server on loopback.
+var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1", "*.localhost"}
 
 // Handler is the HTTP face of a server.
 type Handler struct {
@@ -56,6 +74,8 @@ type Handler struct {
 	maxBody int64
 
 	corsOrigins []string
+	hosts       []string
+	bodyTimeout time.Duration
 }
 
 // New builds the handler for srv.
@@ -69,9 +89,15 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.SSE.OnDeliver = chainN(opts.SSE.OnDeliver, m.delivered)
 	opts.WS.OnConn = chain(opts.WS.OnConn, m.conn)
 	opts.WS.OnDeliver = chainN(opts.WS.OnDeliver, m.delivered)
-	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody, corsOrigins: opts.CORSOrigins}
+	opts.SSE.OnRefuse = chainS(opts.SSE.OnRefuse, m.refuse)
+	opts.WS.OnRefuse = chainS(opts.WS.OnRefuse, m.refuse)
+	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
+		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout}
 	if h.maxBody <= 0 {
 		h.maxBody = 1 << 20
+	}
+	if h.bodyTimeout <= 0 {
+		h.bodyTimeout = DefaultBodyTimeout
 	}
 	h.ready.Store(true)
 	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
@@ -87,10 +113,25 @@ func New(srv *server.Server, opts Options) *Handler {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(h.hosts) > 0 && !allowedHost(h.hosts, r.Host) {
+		h.metrics.refuse("host")
+		sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "host %q is not served here (--allowed-hosts)", r.Host))
+		return
+	}
 	if h.cors(w, r) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// threadOK answers 400 for a request whose path names no valid thread.
+func (h *Handler) threadOK(w http.ResponseWriter, r *http.Request) bool {
+	if err := server.ValidThreadID(r.PathValue("id")); err != nil {
+		h.metrics.refuse(string(server.LimitThreadID))
+		sse.WriteJSON(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		return false
+	}
+	return true
 }
 
 // Shutdown marks the handler not ready and ends every stream and
@@ -130,6 +171,8 @@ func statusOf(code protocol.ErrorCode) int {
 		return http.StatusNotFound
 	case protocol.ErrorCodePermissionDenied:
 		return http.StatusForbidden
+	case protocol.ErrorCodeRateLimited, protocol.ErrorCodeResourceExhausted:
+		return http.StatusTooManyRequests
 	case protocol.ErrorCodeUnknownError:
 		return http.StatusInternalServerError
 	}
@@ -139,12 +182,36 @@ func statusOf(code protocol.ErrorCode) int {
 // command serves POST /threads/{id}/commands.
 func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if !h.threadOK(w, r) {
+		return
+	}
+	// A command changes state: a cross-site form post (which needs no
+	// preflight) must not be one. It has to say it is JSON, and come from
+	// this server's pages or an allowed origin.
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		h.metrics.refuse("content_type")
+		sse.WriteJSON(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "a command's Content-Type must be application/json, not %q", r.Header.Get("Content-Type")))
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) && !allowedOrigin(h.corsOrigins, o) {
+		h.metrics.refuse("origin")
+		sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not send commands (--allowed-origins)", o))
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		var mbe *http.MaxBytesError
+		var ne net.Error
 		status := http.StatusBadRequest
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			status = http.StatusRequestEntityTooLarge
+		case errors.As(err, &ne) && ne.Timeout():
+			h.metrics.refuse("body_timeout")
+			status = http.StatusRequestTimeout
 		}
 		sse.WriteJSON(w, status, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the command: %v", err))
 		return
@@ -170,6 +237,9 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 // run is active), tasks with the pending interrupts, and the latest
 // checkpoint.
 func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
+	if !h.threadOK(w, r) {
+		return
+	}
 	id := r.PathValue("id")
 	st, ok := h.srv.State(id)
 	if !ok {
@@ -219,6 +289,13 @@ func chain(a, b func() func()) func() func() {
 		da, db := a(), b()
 		return func() { db(); da() }
 	}
+}
+
+func chainS(a, b func(string)) func(string) {
+	if a == nil {
+		return b
+	}
+	return func(s string) { a(s); b(s) }
 }
 
 func chainN(a, b func(int)) func(int) {

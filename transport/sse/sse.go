@@ -70,6 +70,10 @@ type Options struct {
 	OnStream func() (done func())
 	// OnDeliver, when set, counts the events written.
 	OnDeliver func(n int)
+	// OnRefuse, when set, counts a refusal because of the named limit.
+	OnRefuse func(limit string)
+	// BodyTimeout bounds reading a POST stream's body (10s).
+	BodyTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -87,6 +91,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = 64 << 10
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 10 * time.Second
 	}
 	return o
 }
@@ -142,8 +149,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 // ServeHTTP serves the stream of thread r.PathValue("id").
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	thread := r.PathValue("id")
-	if thread == "" {
-		writeError(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the path needs a thread id"))
+	if err := server.ValidThreadID(thread); err != nil {
+		h.refuse(string(server.LimitThreadID))
+		writeError(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return
 	}
 	var f channels.Filter
@@ -152,11 +160,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		// Validating the body grows the stack; the stream may stay on this
 		// goroutine for hours.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
 		errResp = shallow.Run(func() *protocol.ErrorResponse {
 			var e *protocol.ErrorResponse
 			f, cursor, e = h.fromBody(r)
 			return e
 		})
+		_ = rc.SetReadDeadline(time.Time{}) // the stream then waits on the connection for as long as it lasts
 	} else {
 		f, cursor, errResp = fromQuery(r)
 	}
@@ -174,7 +185,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, _, err := h.srv.Subscribe(thread, f, cursor)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
+		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
+		if errors.Is(err, server.ErrTooManyThreads) {
+			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+		}
+		writeError(w, status, protocol.NewError(nil, code, "%v", err))
 		return
 	}
 	setStreamHeaders(w.Header())
@@ -205,6 +220,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-out.done: // the writer ended the response
 		}
 	})
+}
+
+func (h *Handler) refuse(limit string) {
+	if h.opts.OnRefuse != nil {
+		h.opts.OnRefuse(limit)
+	}
 }
 
 // setStreamHeaders sets an event stream's response headers.

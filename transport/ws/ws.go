@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -79,6 +80,8 @@ type Options struct {
 	OnConn func() (done func())
 	// OnDeliver, when set, counts the events written.
 	OnDeliver func(n int)
+	// OnRefuse, when set, counts a refusal because of the named limit.
+	OnRefuse func(limit string)
 }
 
 func (o Options) withDefaults() Options {
@@ -146,6 +149,15 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 // goroutine of its own, so net/http's per-request state (its buffers, the
 // request, the handler chain's stack) is released while it stays open.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("id")
+	if err := server.ValidThreadID(thread); err != nil {
+		h.refuse(string(server.LimitThreadID))
+		b, _ := json.Marshal(protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(b)
+		return
+	}
 	conn, err := wsframe.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{CBORSubprotocol, JSONSubprotocol},
 		OriginPatterns: h.opts.OriginPatterns,
@@ -156,13 +168,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
-		_ = conn.Close(websocket.StatusGoingAway, "server shutting down")
-		return
-	}
-	thread := r.PathValue("id")
-	if thread == "" {
-		h.mu.Unlock()
-		_ = conn.Close(4000+http.StatusBadRequest, "the path needs a thread id")
+		// As for the open connections: the close frame, then the peer
+		// has CloseTimeout to answer.
+		conn.CloseWith(websocket.StatusGoingAway, "server shutting down")
+		conn.Drain()
+		conn.CloseNow()
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
@@ -233,7 +243,12 @@ func (c *connection) serve() {
 		c.conn.CloseNow()
 		c.session.Detach()
 	}()
-	for c.conn.AwaitMessage() == nil && c.message() {
+	var err error
+	for err = c.conn.AwaitMessage(); err == nil && c.message(); err = c.conn.AwaitMessage() {
+	}
+	if errors.Is(err, wsframe.ErrTooBig) || errors.Is(err, wsframe.ErrProtocol) {
+		c.h.refuse("websocket_frame")
+		c.conn.Drain()
 	}
 }
 
@@ -304,7 +319,19 @@ func (c *connection) writeReady() bool {
 
 // command decodes and carries out one command and sends its answer; it
 // reports false when the answer could not be sent.
+func (h *Handler) refuse(limit string) {
+	if h.opts.OnRefuse != nil {
+		h.opts.OnRefuse(limit)
+	}
+}
+
 func (c *connection) command(typ websocket.MessageType, data []byte) bool {
+	if typ == websocket.MessageText && !utf8.Valid(data) {
+		// RFC 6455 section 8.1: a text message must be UTF-8.
+		c.h.refuse("utf8")
+		c.conn.CloseWith(websocket.StatusInvalidFramePayloadData, "a text message must be UTF-8")
+		return false
+	}
 	cmd, errResp := c.decode(typ, data)
 	if errResp != nil {
 		return c.send(errResp)

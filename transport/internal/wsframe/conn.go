@@ -31,10 +31,12 @@ type Conn struct {
 	br           *bufio.Reader   // the library's reader, peeked between messages
 	rc           syscall.RawConn // the socket, waited on between messages (nil: wait in br)
 	writeTimeout time.Duration
+	closeTimeout time.Duration
 
-	alive  atomic.Bool // the peer sent something since the last ping
-	pinged atomic.Bool // a ping went out
-	idle   atomic.Bool // AwaitMessage has read everything received and waits
+	alive     atomic.Bool // the peer sent something since the last ping
+	pinged    atomic.Bool // a ping went out
+	idle      atomic.Bool // AwaitMessage has read everything received and waits
+	readLimit atomic.Int64
 }
 
 // Accept upgrades the request as websocket.Accept does, with the small
@@ -48,7 +50,7 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 		return nil, err
 	}
 	bw.restoreAhead()
-	return &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: writeTimeout}, nil
+	return &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: writeTimeout, closeTimeout: CloseTimeout}, nil
 }
 
 // Subprotocol is the subprotocol the handshake chose.
@@ -56,7 +58,10 @@ func (c *Conn) Subprotocol() string { return c.ws.Subprotocol() }
 
 // SetReadLimit caps a message; a larger one closes the connection with
 // 1009.
-func (c *Conn) SetReadLimit(n int64) { c.ws.SetReadLimit(n) }
+func (c *Conn) SetReadLimit(n int64) {
+	c.readLimit.Store(n)
+	c.ws.SetReadLimit(n)
+}
 
 // Read reads the message whose first frame AwaitMessage found, through the
 // library.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 )
@@ -20,7 +21,7 @@ import (
 // frames that arrive inside a fragmented message.
 
 // CloseTimeout is how long a peer has to answer a close frame (a variable
-// for tests).
+// for tests; a connection reads it when it is accepted).
 var CloseTimeout = 5 * time.Second
 
 var (
@@ -30,6 +31,9 @@ var (
 	// ErrPeerClosed ends a connection whose peer sent a close frame; it was
 	// answered.
 	ErrPeerClosed = errors.New("wsframe: the peer closed the WebSocket")
+	// ErrTooBig ends a connection whose peer declared a frame over the
+	// read limit; it was answered with 1009.
+	ErrTooBig = errors.New("wsframe: a frame over the read limit")
 )
 
 // AwaitMessage returns once a data frame is at the head of the input,
@@ -55,6 +59,14 @@ func (c *Conn) AwaitMessage() error {
 		if op&0x8 == 0 {
 			c.idle.Store(false) // until the connection waits again
 			c.alive.Store(true)
+			// A frame declaring more than the read limit is refused now,
+			// before any of its payload is waited for.
+			if n, err := c.declaredLength(h[1] & 0x7f); err != nil {
+				return err
+			} else if limit := c.readLimit.Load(); limit > 0 && n > uint64(limit) {
+				c.CloseWith(websocket.StatusMessageTooBig, "message too big")
+				return ErrTooBig
+			}
 			return nil // data or continuation: the library's to read (and to reject, if it must)
 		}
 		fin, rsv, masked, n := h[0]&0x80 != 0, h[0]&0x70, h[1]&0x80 != 0, int(h[1]&0x7f)
@@ -80,12 +92,58 @@ func (c *Conn) AwaitMessage() error {
 				return err
 			}
 		case OpClose:
+			if !validClose(payload) {
+				c.CloseWith(websocket.StatusProtocolError, "invalid close code or reason")
+				return ErrProtocol
+			}
 			// Answer with the peer's status, unless this side closed first
 			// (then this is the answer, and control sends nothing).
 			_ = c.raw.control(OpClose, payload[:min(2, len(payload))], c.writeTimeout)
 			return ErrPeerClosed
 		}
 	}
+}
+
+// Drain reads and drops what the peer still sends after this side started
+// the closing handshake for a fault (ErrTooBig, ErrProtocol), until the
+// peer closes or CloseWith's deadline passes: closing a socket with unread
+// input resets it, and the peer would lose the close frame that says why.
+func (c *Conn) Drain() {
+	_, _ = io.Copy(io.Discard, c.br)
+}
+
+// declaredLength reads the payload length a data frame's header declares,
+// from its 7-bit length field n and the extended length after it.
+func (c *Conn) declaredLength(n byte) (uint64, error) {
+	switch n {
+	case 126:
+		h, err := c.br.Peek(4)
+		if err != nil {
+			return 0, err
+		}
+		return uint64(binary.BigEndian.Uint16(h[2:])), nil
+	case 127:
+		h, err := c.br.Peek(10)
+		if err != nil {
+			return 0, err
+		}
+		return binary.BigEndian.Uint64(h[2:]), nil
+	}
+	return uint64(n), nil
+}
+
+// validClose reports whether a close frame's payload is one RFC 6455
+// allows: empty, or a status code a peer may send (1000-1003, 1007-1014,
+// 3000-4999) followed by a UTF-8 reason.
+func validClose(p []byte) bool {
+	if len(p) == 0 {
+		return true
+	}
+	if len(p) < 2 || !utf8.Valid(p[2:]) {
+		return false
+	}
+	code := binary.BigEndian.Uint16(p)
+	return code >= 1000 && code <= 1003 || code >= 1007 && code <= 1014 || code >= 3000 && code <= 4999
 }
 
 // CloseWith starts the closing handshake: the close frame goes out now,
@@ -98,5 +156,5 @@ func (c *Conn) CloseWith(code websocket.StatusCode, reason string) {
 		c.CloseNow()
 		return
 	}
-	_ = c.raw.SetReadDeadline(time.Now().Add(CloseTimeout))
+	_ = c.raw.SetReadDeadline(time.Now().Add(c.closeTimeout))
 }

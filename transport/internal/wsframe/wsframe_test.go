@@ -119,7 +119,7 @@ func acceptOne(t *testing.T, extra []byte) (*accepted, net.Conn, *bufio.Reader) 
 			return
 		}
 		bw.restoreAhead()
-		got <- &accepted{hijacked: rw.hijacked, c: &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: time.Second}, rec: rw.rec, bw: bw}
+		got <- &accepted{hijacked: rw.hijacked, c: &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: time.Second, closeTimeout: CloseTimeout}, rec: rw.rec, bw: bw}
 	}))
 	t.Cleanup(ts.Close)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
@@ -211,10 +211,9 @@ func TestLibraryBehaviours(t *testing.T) {
 	})
 	t.Run("5: a message over the read limit closes with 1009; CloseNow closes the socket", func(t *testing.T) {
 		a, conn, r := acceptOne(t, nil)
-		a.c.SetReadLimit(10)
+		a.c.ws.SetReadLimit(10) // the library's own check, without AwaitMessage's
 		_, err := conn.Write(wstest.ClientFrame(true, OpText, []byte(strings.Repeat("x", 100)), true))
 		require.NoError(t, err)
-		require.NoError(t, a.c.AwaitMessage())
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, _, err = a.c.Read(ctx)
@@ -263,7 +262,7 @@ func FuzzAwaitMessage(f *testing.F) {
 		defer a.Close()
 		defer b.Close()
 		go func() { _, _ = io.Copy(io.Discard, b) }()
-		c := &Conn{raw: &batchConn{Conn: a}, br: bufio.NewReader(bytes.NewReader(in)), writeTimeout: time.Second}
+		c := &Conn{raw: &batchConn{Conn: a}, br: bufio.NewReader(bytes.NewReader(in)), writeTimeout: time.Second, closeTimeout: time.Second}
 		err := c.AwaitMessage()
 		if err == nil {
 			h, perr := c.br.Peek(1)
@@ -283,4 +282,56 @@ func TestInputPending(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, <-done)
 	require.True(t, a.c.InputPending(), "a message is at the head, not yet read")
+}
+
+// A frame whose header declares more than the read limit is refused with
+// 1009 at once, before any of its payload arrives.
+func TestOversizedFrameIsRefusedAtItsHeader(t *testing.T) {
+	a, conn, r := acceptOne(t, nil)
+	a.c.SetReadLimit(1 << 20)
+	// A text frame declaring 2^40 bytes, masked, with no payload sent.
+	hdr := []byte{0x81, 0x80 | 127, 0, 0, 1, 0, 0, 0, 0, 0, 1, 2, 3, 4}
+	_, err := conn.Write(hdr)
+	require.NoError(t, err)
+	require.ErrorIs(t, a.c.AwaitMessage(), ErrTooBig)
+	_, op, payload, err := wstest.ReadFrame(r)
+	require.NoError(t, err)
+	require.Equal(t, byte(OpClose), op)
+	require.Equal(t, []byte{0x03, 0xf1}, payload[:2], "1009")
+}
+
+func TestCloseFramesAreChecked(t *testing.T) {
+	for name, tc := range map[string]struct {
+		payload []byte
+		answer  uint16
+	}{
+		"normal":           {[]byte{0x03, 0xe8}, 1000},
+		"empty":            {nil, 0},
+		"application":      {[]byte{0x0f, 0xa0, 'o', 'k'}, 4000},
+		"999":              {[]byte{0x03, 0xe7}, 1002},
+		"1005 on the wire": {[]byte{0x03, 0xed}, 1002},
+		"5000":             {[]byte{0x13, 0x88}, 1002},
+		"bad reason":       {[]byte{0x03, 0xe8, 0xff, 0xfe}, 1002},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, conn, r := acceptOne(t, nil)
+			_, err := conn.Write(wstest.ClientFrame(true, OpClose, tc.payload, true))
+			require.NoError(t, err)
+			err = a.c.AwaitMessage()
+			_, op, payload, rerr := wstest.ReadFrame(r)
+			require.NoError(t, rerr)
+			require.Equal(t, byte(OpClose), op)
+			if tc.answer == 0 {
+				require.ErrorIs(t, err, ErrPeerClosed)
+				require.Empty(t, payload)
+				return
+			}
+			require.Equal(t, tc.answer, uint16(payload[0])<<8|uint16(payload[1]))
+			if tc.answer == 1002 {
+				require.ErrorIs(t, err, ErrProtocol)
+			} else {
+				require.ErrorIs(t, err, ErrPeerClosed)
+			}
+		})
+	}
 }
