@@ -108,6 +108,7 @@ func (t *thread) startRun(r *run) error {
 		return err
 	}
 	t.srv.runsWG.Add(1)
+	t.srv.running.Add(1)
 	go t.execute(r)
 	return nil
 }
@@ -116,6 +117,7 @@ func (t *thread) startRun(r *run) error {
 // goroutine; the thread's next queued run starts when it returns.
 func (t *thread) execute(r *run) {
 	defer t.srv.runsWG.Done()
+	defer t.srv.running.Add(-1)
 	rc := &RunContext{r: r}
 	err := func() (err error) {
 		defer func() {

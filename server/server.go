@@ -148,6 +148,7 @@ type Server struct {
 	nextSubID  atomic.Uint64
 
 	runsWG  sync.WaitGroup // every run goroutine
+	running atomic.Int64   // how many there are
 	stop    chan struct{}  // closed by Close: ends the janitor
 	janitor sync.WaitGroup
 
@@ -375,7 +376,7 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("server: runs still stopping: %w", ctx.Err())
+		return fmt.Errorf("server: %d runs still stopping: %w", s.running.Load(), ctx.Err())
 	}
 }
 

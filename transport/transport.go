@@ -89,6 +89,9 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.SSE.OnDeliver = chainN(opts.SSE.OnDeliver, m.delivered)
 	opts.WS.OnConn = chain(opts.WS.OnConn, m.conn)
 	opts.WS.OnDeliver = chainN(opts.WS.OnDeliver, m.delivered)
+	if opts.SSE.BodyTimeout == 0 {
+		opts.SSE.BodyTimeout = opts.BodyTimeout // one setting for both routes that read a body
+	}
 	opts.SSE.OnRefuse = chainS(opts.SSE.OnRefuse, m.refuse)
 	opts.WS.OnRefuse = chainS(opts.WS.OnRefuse, m.refuse)
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
@@ -201,7 +204,11 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(h.bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	_ = rc.SetReadDeadline(time.Time{})
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	} else {
+		w.Header().Set("Connection", "close") // what is left of the body is not read
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		var ne net.Error

@@ -24,6 +24,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -60,6 +61,11 @@ type config struct {
 	shutdownTimeout time.Duration
 	idleRelease     time.Duration
 	pprof           bool
+
+	maxThreads, maxQueuedRuns, maxSubscriptions, maxCheckpoints int
+	threadTTL, readHeaderTimeout, idleTimeout, bodyTimeout      time.Duration
+	allowedHosts                                                string
+	insecure                                                    bool
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -90,6 +96,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take")
 	fs.DurationVar(&c.idleRelease, "idle-release", server.DefaultIdleRelease, "how long an idle thread keeps its replay buffer")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (for diagnosing; do not expose)")
+	fs.IntVar(&c.maxThreads, "max-threads", server.DefaultMaxThreads, "threads held at once; more are refused (resource_exhausted)")
+	fs.DurationVar(&c.threadTTL, "thread-ttl", server.DefaultThreadTTL, "how long a thread with no run and no subscriber is kept at all (in memory: its state and checkpoints go with it)")
+	fs.IntVar(&c.maxQueuedRuns, "max-queued-runs", server.DefaultMaxQueuedRuns, "runs queued behind a thread's active run (multitask_strategy enqueue)")
+	fs.IntVar(&c.maxSubscriptions, "max-subscriptions", server.DefaultMaxSessionSubscriptions, "subscriptions on one WebSocket or in-process connection")
+	fs.IntVar(&c.maxCheckpoints, "max-checkpoints", server.DefaultMaxCheckpoints, "checkpoints kept per thread, oldest dropped first")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time to read a request's headers")
+	fs.DurationVar(&c.bodyTimeout, "body-timeout", transport.DefaultBodyTimeout, "time to read a command's or stream request's body (408 after)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long a kept-alive HTTP connection may wait for its next request")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host name patterns served besides the loopback names, on a loopback address (protects against DNS rebinding; \"*\": any)")
+	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
@@ -160,22 +176,36 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	if err != nil {
 		return err
 	}
+	loopback := isLoopback(ln.Addr())
+	if !loopback && !c.insecure {
+		ln.Close()
+		return fmt.Errorf("%s is not a loopback address and clients are not authenticated: anyone who reaches it can read and steer every thread; pass --insecure to serve it anyway", ln.Addr())
+	}
+	var hosts []string
+	if loopback {
+		hosts = append(hosts, transport.LoopbackHosts...)
+		hosts = append(hosts, splitList(c.allowedHosts)...)
+		if slices.Contains(hosts, "*") {
+			hosts = nil
+		}
+	} else if c.allowedHosts != "" && c.allowedHosts != "*" {
+		hosts = splitList(c.allowedHosts)
+	}
 	srv := server.New(server.Config{
 		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
+		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
+		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
 	})
 	if c.builtins {
 		assistants.Register(srv)
 	}
-	var origins []string
-	for _, o := range strings.Split(c.allowedOrigins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			origins = append(origins, o)
-		}
-	}
+	origins := splitList(c.allowedOrigins)
 	h := transport.New(srv, transport.Options{
-		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval},
+		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
 		WS:          ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval},
 		CORSOrigins: origins,
+		Hosts:       hosts,
+		BodyTimeout: c.bodyTimeout,
 	})
 	var handler http.Handler = h
 	if c.pprof {
@@ -185,7 +215,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		handler = mux
 	}
-	hs := &http.Server{Handler: logRequests(handler, log), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: logRequests(handler, log), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}
 	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
 	hs.TLSConfig = tlsConfig
 	go func() {
@@ -224,7 +254,10 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		errs = append(errs, err)
 	}
 	log.Info().Msg("stopped")
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return fmt.Errorf("shutdown took longer than --shutdown-timeout %s: %w", c.shutdownTimeout, errors.Join(errs...))
+	}
+	return nil
 }
 
 // load runs the load tool against a running server.
@@ -272,6 +305,23 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 }
 
 // (0: the default, negative: off).
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// isLoopback reports whether a listener's address is on loopback only.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
 // defaultShutdownTimeout is --shutdown-timeout's default.
 const defaultShutdownTimeout = 10 * time.Second
 
@@ -284,6 +334,9 @@ func (c config) check() error {
 	}{
 		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--queue-bytes", int64(c.queueBytes)},
 		{"--heartbeat", int64(c.heartbeat)}, {"--idle-release", int64(c.idleRelease)}, {"--shutdown-timeout", int64(c.shutdownTimeout)},
+		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
+		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
+		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)

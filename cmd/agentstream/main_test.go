@@ -202,3 +202,33 @@ func TestTLSFlagsGoTogether(t *testing.T) {
 	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--tls-cert", "missing.pem", "--tls-key", "missing.pem"}, io.Discard, &stderr, nil))
 	require.Contains(t, stderr.String(), "--tls-cert, --tls-key")
 }
+
+// Nothing authenticates clients yet: serving beyond loopback needs
+// --insecure.
+func TestNonLoopbackNeedsInsecure(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "pass --insecure")
+}
+
+// On loopback, a page whose DNS name was rebound to 127.0.0.1 is refused
+// by its Host; --allowed-hosts adds names.
+func TestLoopbackServesLoopbackHostsOnly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done := startServe(t, ctx, io.Discard, "--allowed-hosts", "dev.example")
+	get := func(host string) int {
+		req, err := http.NewRequest("GET", "http://"+addr+"/threads/t/state", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, get("evil.example"))
+	require.Equal(t, http.StatusNotFound, get("localhost"), "served (no such thread)")
+	require.Equal(t, http.StatusNotFound, get("dev.example:2024"))
+	cancel()
+	require.Equal(t, 0, <-done)
+}

@@ -20,11 +20,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
@@ -119,6 +121,7 @@ type Handler struct {
 	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
 	closing bool
 	wg      sync.WaitGroup // open streams
+	open    atomic.Int64   // how many
 }
 
 // New returns a handler for srv.
@@ -142,7 +145,7 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	case <-c:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("sse: %d streams still open: %w", h.open.Load(), ctx.Err())
 	}
 }
 
@@ -167,7 +170,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f, cursor, e = h.fromBody(r)
 			return e
 		})
-		_ = rc.SetReadDeadline(time.Time{}) // the stream then waits on the connection for as long as it lasts
+		if errResp == nil {
+			_ = rc.SetReadDeadline(time.Time{}) // the stream then waits on the connection for as long as it lasts
+		} else {
+			w.Header().Set("Connection", "close") // what is left of the body is not read
+		}
 	} else {
 		f, cursor, errResp = fromQuery(r)
 	}

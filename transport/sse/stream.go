@@ -61,6 +61,8 @@ func newStream(h *Handler, session *server.Session, out sink) *stream {
 // in the handler's wait group, which the caller added to.
 func (s *stream) run(wait func()) {
 	defer s.h.wg.Done()
+	s.h.open.Add(1)
+	defer s.h.open.Add(-1)
 	if s.h.opts.OnStream != nil {
 		defer s.h.opts.OnStream()()
 	}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -140,7 +141,10 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	case <-c:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		h.mu.Lock()
+		n := len(h.conns)
+		h.mu.Unlock()
+		return fmt.Errorf("websocket: %d connections still open (peers that do not answer the close): %w", n, ctx.Err())
 	}
 }
 
