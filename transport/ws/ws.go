@@ -50,6 +50,12 @@ const JSONSubprotocol = "agentstream.json"
 // DefaultWriteInterval is Options.WriteInterval's default.
 const DefaultWriteInterval = pace.DefaultInterval
 
+// The defaults of Options.CommandRate and Options.CommandBurst.
+const (
+	DefaultCommandRate  = 100
+	DefaultCommandBurst = 200
+)
+
 // NoPacing as Options.WriteInterval turns pacing off.
 const NoPacing = pace.Off
 
@@ -71,6 +77,12 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxBatch is the most events taken from a subscription at a time (256).
 	MaxBatch int
+	// CommandRate is how many commands a second one connection may send
+	// on average (DefaultCommandRate, 100), with bursts of CommandBurst
+	// (DefaultCommandBurst, 200); a command over it is answered with
+	// rate_limited and not carried out.
+	CommandRate  float64
+	CommandBurst int
 	// WriteInterval is the least time between two writes of events to one
 	// connection (DefaultWriteInterval): a connection that has been quiet
 	// that long writes at once, a busy one sends what arrived meanwhile in
@@ -97,6 +109,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 256
+	}
+	if o.CommandRate <= 0 {
+		o.CommandRate = DefaultCommandRate
+	}
+	if o.CommandBurst <= 0 {
+		o.CommandBurst = DefaultCommandBurst
 	}
 	if o.WriteInterval == 0 {
 		o.WriteInterval = DefaultWriteInterval
@@ -234,6 +252,9 @@ type connection struct {
 	ctx     context.Context
 	writer  *pace.Writer
 	wmu     sync.Mutex // serialises batches: a response waits for the events being written
+
+	tokens   float64   // the command bucket (see allow); owned by the reader
+	bucketAt time.Time // when it was last filled
 }
 
 func (c *connection) serve() {
@@ -323,6 +344,24 @@ func (c *connection) writeReady() bool {
 
 // command decodes and carries out one command and sends its answer; it
 // reports false when the answer could not be sent.
+// allow takes a token from the connection's command bucket, which fills
+// at CommandRate up to CommandBurst. Commands are read one at a time, so
+// only the connection's reader calls it.
+func (c *connection) allow(now time.Time) bool {
+	o := c.h.opts
+	if c.bucketAt.IsZero() {
+		c.tokens = float64(o.CommandBurst)
+	} else {
+		c.tokens = min(float64(o.CommandBurst), c.tokens+now.Sub(c.bucketAt).Seconds()*o.CommandRate)
+	}
+	c.bucketAt = now
+	if c.tokens < 1 {
+		return false
+	}
+	c.tokens--
+	return true
+}
+
 func (h *Handler) refuse(limit string) {
 	if h.opts.OnRefuse != nil {
 		h.opts.OnRefuse(limit)
@@ -339,6 +378,11 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 	cmd, errResp := c.decode(typ, data)
 	if errResp != nil {
 		return c.send(errResp)
+	}
+	if !c.allow(time.Now()) {
+		c.h.refuse("command_rate")
+		id := cmd.Value.GetID()
+		return c.send(protocol.NewError(&id, protocol.ErrorCodeRateLimited, "more than %g commands a second on this connection (bursts of %d); wait and retry", c.h.opts.CommandRate, c.h.opts.CommandBurst))
 	}
 	resp, errResp := c.session.Do(c.ctx, cmd)
 	if errResp != nil {

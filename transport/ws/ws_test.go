@@ -224,3 +224,28 @@ func TestFramesReadByTheLibrary(t *testing.T) {
 		cancel()
 	}
 }
+
+func TestCommandRateLimit(t *testing.T) {
+	base := serve(t, Options{CommandRate: 1, CommandBurst: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/threads/r/stream", nil)
+	require.NoError(t, err)
+	defer c.CloseNow()
+	var codes []string
+	for i := 1; i <= 5; i++ {
+		require.NoError(t, c.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"id": %d, "method": "agent.getTree", "params": {}}`, i))))
+		_, b, err := c.Read(ctx)
+		require.NoError(t, err)
+		var m struct {
+			Type  string
+			ID    int
+			Error string
+		}
+		require.NoError(t, json.Unmarshal(b, &m))
+		require.Equal(t, i, m.ID)
+		codes = append(codes, m.Type+" "+m.Error)
+	}
+	require.Equal(t, []string{"error no_such_run", "error no_such_run", "error no_such_run", "error rate_limited", "error rate_limited"}, codes,
+		"a burst of 3 is carried out (no run yet), then the rest is refused")
+}
