@@ -65,6 +65,8 @@ type config struct {
 	maxThreads, maxQueuedRuns, maxSubscriptions, maxCheckpoints int
 	threadTTL, readHeaderTimeout, idleTimeout, bodyTimeout      time.Duration
 	allowedHosts                                                string
+	commandRate                                                 float64
+	commandBurst                                                int
 	insecure                                                    bool
 }
 
@@ -105,6 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", transport.DefaultBodyTimeout, "time to read a command's or stream request's body (408 after)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long a kept-alive HTTP connection may wait for its next request")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host name patterns served besides the loopback names, on a loopback address (protects against DNS rebinding; \"*\": any)")
+	fs.Float64Var(&c.commandRate, "command-rate", ws.DefaultCommandRate, "commands a second one WebSocket may send on average; more are answered rate_limited")
+	fs.IntVar(&c.commandBurst, "command-burst", ws.DefaultCommandBurst, "commands one WebSocket may send at once above --command-rate")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
@@ -202,7 +206,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	origins := splitList(c.allowedOrigins)
 	h := transport.New(srv, transport.Options{
 		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
-		WS:          ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval},
+		WS:          ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst},
 		CORSOrigins: origins,
 		Hosts:       hosts,
 		BodyTimeout: c.bodyTimeout,
@@ -335,7 +339,7 @@ func (c config) check() error {
 		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--queue-bytes", int64(c.queueBytes)},
 		{"--heartbeat", int64(c.heartbeat)}, {"--idle-release", int64(c.idleRelease)}, {"--shutdown-timeout", int64(c.shutdownTimeout)},
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
-		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
+		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
