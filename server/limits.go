@@ -29,7 +29,7 @@ const (
 	LimitAssistantInput Limit = "assistant_input"
 )
 
-var limits = []Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256
@@ -58,7 +58,7 @@ func ValidThreadID(id string) error {
 }
 
 // refusals counts refusals by limit.
-type refusals [5]atomic.Uint64
+type refusals [len(limits)]atomic.Uint64
 
 func (r *refusals) add(l Limit) {
 	for i, k := range limits {

@@ -365,6 +365,13 @@ func (ss *Session) unread() int { return len(ss.q) - ss.qhead }
 // queued: merge then reports true. The caller holds the thread's lock.
 func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 	ss.mu.Lock()
+	if len(replay) == 0 { // nothing to merge: only the live cursor moves
+		if head > ss.lastQueued {
+			ss.lastQueued = head
+		}
+		ss.mu.Unlock()
+		return false
+	}
 	unread := ss.q[ss.qhead:]
 	out := make([]queued, 0, len(unread)+len(replay))
 	i, j := 0, 0
@@ -408,9 +415,7 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		ss.lastQueued = head
 	}
 	ss.mu.Unlock()
-	if len(replay) > 0 {
-		ss.signal(n)
-	}
+	ss.signal(n)
 	return cutOff
 }
 
