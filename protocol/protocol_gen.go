@@ -3378,7 +3378,8 @@ func (u *Event) UnmarshalCBOR(data []byte) error {
 
 // EventLifecycle is generated from CDDL rule "EventLifecycle".
 type EventLifecycle struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint              `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3433,7 +3434,8 @@ type EventLifecycleParams struct {
 
 // EventMessages is generated from CDDL rule "EventMessages".
 type EventMessages struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint             `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3490,7 +3492,8 @@ type EventMessagesParams struct {
 
 // EventTools is generated from CDDL rule "EventTools".
 type EventTools struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint          `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3547,7 +3550,8 @@ type EventToolsParams struct {
 
 // EventInputRequested is generated from CDDL rule "EventInputRequested".
 type EventInputRequested struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint                   `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3602,7 +3606,8 @@ type EventInputRequestedParams struct {
 
 // EventInputAnswered is generated from CDDL rule "EventInputAnswered".
 type EventInputAnswered struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint                  `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3657,7 +3662,8 @@ type EventInputAnsweredParams struct {
 
 // EventValues is generated from CDDL rule "EventValues".
 type EventValues struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint           `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3713,7 +3719,8 @@ type EventValuesParams struct {
 
 // EventUpdates is generated from CDDL rule "EventUpdates".
 type EventUpdates struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint            `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3768,7 +3775,8 @@ type EventUpdatesParams struct {
 
 // EventCheckpoints is generated from CDDL rule "EventCheckpoints".
 type EventCheckpoints struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint                `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3823,7 +3831,8 @@ type EventCheckpointsParams struct {
 
 // EventCustom is generated from CDDL rule "EventCustom".
 type EventCustom struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint           `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -3878,7 +3887,8 @@ type EventCustomParams struct {
 
 // EventTasks is generated from CDDL rule "EventTasks".
 type EventTasks struct {
-	// Identifies the event for reconnection; it is the SSE `id:`.
+	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+	// clients; agentstream's are "EPOCH-SEQ" (see events.missed).
 	EventID *string `json:"event_id,omitempty" cbor:"event_id,omitempty"`
 	// The thread's sequence number of the event: increasing, never reused.
 	Seq    *JsUint          `json:"seq,omitempty" cbor:"seq,omitempty"`
@@ -7806,18 +7816,22 @@ func (s *EventsMissedEvent) UnmarshalCBOR(data []byte) error {
 
 // EventsMissedData is generated from CDDL rule "EventsMissedData".
 type EventsMissedData struct {
-	// The cursor the client asked to resume after.
+	// The cursor the client asked to resume after (its sequence number).
 	Since JsUint `json:"since" cbor:"since"`
 	// The oldest sequence number still buffered; replay starts there.
 	FirstAvailableSeq JsUint `json:"first_available_seq" cbor:"first_available_seq"`
-	// How many events the client will never receive.
+	// How many events of the current epoch the client will never receive.
 	Missed JsUint `json:"missed" cbor:"missed"`
+	// The stream's current epoch.
+	Epoch *string `json:"epoch,omitempty" cbor:"epoch,omitempty"`
+	// The cursor was from another epoch of the stream (or beyond its end).
+	Reset *bool `json:"reset,omitempty" cbor:"reset,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var eventsMissedDataKnown = map[string]bool{"since": true, "first_available_seq": true, "missed": true}
+var eventsMissedDataKnown = map[string]bool{"since": true, "first_available_seq": true, "missed": true, "epoch": true, "reset": true}
 
 // MarshalJSON encodes EventsMissedData with its literal members and Extra.
 func (s EventsMissedData) MarshalJSON() ([]byte, error) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -83,9 +84,9 @@ var eventStreamRequestSchema = sync.OnceValues(func() (*jsonschema.Schema, error
 // DecodeEventStreamRequest reads the body of an SSE stream request,
 // returning the ErrorResponse (with a null id) to send when it is invalid.
 func DecodeEventStreamRequest(data []byte) (*EventStreamRequest, *ErrorResponse) {
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
+	v, errResp := decodeJSON(data)
+	if errResp != nil {
+		return nil, errResp
 	}
 	s, err := eventStreamRequestSchema()
 	if err != nil {
@@ -132,9 +133,9 @@ func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
 	// Numbers decode as float64 for validation, which is exact for every
 	// integer the protocol allows (up to 2^53-1); the typed decode below
 	// reads the frame itself.
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
+	v, errResp := decodeJSON(data)
+	if errResp != nil {
+		return nil, errResp
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
@@ -186,6 +187,19 @@ func DecodeCommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
 	}
 	return DecodeCommand(j)
+}
+
+// decodeJSON reads a message for validation. Text that is not UTF-8 is
+// refused rather than quietly turned into U+FFFD (RFC 8259 section 8.1).
+func decodeJSON(data []byte) (any, *ErrorResponse) {
+	if !utf8.Valid(data) {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: not valid UTF-8")
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
+	}
+	return v, nil
 }
 
 // NewError builds an ErrorResponse; id is nil when the command's id is

@@ -26,7 +26,7 @@ func BenchmarkDeliver1000(b *testing.B) {
 	s, _ := benchThread(b)
 	const n = 1000
 	subs := make([]*Session, n)
-	cursor := uint64(0)
+	cursor := Cursor{}
 	for i := range subs {
 		ss, _, err := s.Subscribe("bench", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, &cursor)
 		if err != nil {
@@ -35,7 +35,7 @@ func BenchmarkDeliver1000(b *testing.B) {
 		subs[i] = ss
 	}
 	t, _ := s.thread("bench", false)
-	e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), 1, 0)
+	e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", 1, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func BenchmarkSessionSubscriptions(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), 1, 0)
+			e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", 1, 0)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -6,8 +6,8 @@
 // A thread is the durable key of a conversation, created by its first
 // run.start (or [Server.CreateThread], or a subscription). Every event
 // published on it gets the next sequence number (seq 1, 2, 3, ... never
-// reused, never renumbered per connection; its event_id is the decimal
-// seq) and goes into a replay buffer capped by count and by bytes
+// reused, never renumbered per connection; its event_id is "EPOCH-SEQ",
+// see [Cursor]) and goes into a replay buffer capped by count and by bytes
 // ([Config.BufferEvents], [Config.BufferBytes]). A thread idle for
 // [Config.IdleRelease], with no run and no subscriber, releases its buffer;
 // its state and checkpoints stay in the [StateStore].
@@ -47,7 +47,7 @@
 // ([Server.Subscribe] opens a session with one subscription) or an
 // in-process client. A session's subscriptions each take a filter and a
 // cursor, and first get an events.missed notice when the cursor is older
-// than the buffer, the current state when they select the values channel,
+// than the buffer (or from another epoch of the stream: reset), the current state when they select the values channel,
 // then the buffered events after the cursor, then live events: replay and
 // live delivery meet with no gap and no duplicate. The session merges its
 // subscriptions into one stream in sequence order, each event once (a new

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"strconv"
 	"sync"
 
 	"github.com/agentstream/agentstream/channels"
@@ -14,8 +13,8 @@ import (
 // the same Event is handed to every subscriber, typed for in-process
 // readers and encoded once per wire encoding for the others.
 type Event struct {
-	// Seq is the thread's sequence number of the event (its event_id in
-	// decimal); 0 for per-subscriber notices that are not in the stream.
+	// Seq is the thread's sequence number of the event; 0 for
+	// per-subscriber notices that are not in the stream.
 	Seq uint64
 	// Method is the event's method (its channel, or input.requested ...).
 	Method string
@@ -28,6 +27,7 @@ type Event struct {
 	// Payload is the event as the protocol types describe it.
 	Payload protocol.ServerEventVariant
 
+	id       string // the event_id, "EPOCH-SEQ"
 	json     []byte
 	cborOnce sync.Once
 	cbor     []byte
@@ -51,13 +51,9 @@ func (e *Event) CBOR() ([]byte, error) {
 	return e.cbor, e.cborErr
 }
 
-// EventID is the event's id on the wire (the decimal Seq), "" for notices.
-func (e *Event) EventID() string {
-	if e.Seq == 0 {
-		return ""
-	}
-	return strconv.FormatUint(e.Seq, 10)
-}
+// EventID is the event's id on the wire, "EPOCH-SEQ" (see [Cursor]); ""
+// for notices.
+func (e *Event) EventID() string { return e.id }
 
 // eventData is what an emitter hands the thread to publish: everything of
 // an event but its envelope (sequence number, event id) and its time,
@@ -77,9 +73,9 @@ type header struct {
 	node *string
 }
 
-// buildEvent makes the Event for d with sequence number seq (0 for a
-// notice) at time ts (milliseconds) and encodes it.
-func buildEvent(d eventData, seq uint64, ts uint64) (*Event, error) {
+// buildEvent makes the Event for d with sequence number seq of the stream
+// epoch (seq 0 for a notice) at time ts (milliseconds) and encodes it.
+func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error) {
 	h := header{ns: protocol.Namespace(d.namespace), ts: ts}
 	if h.ns == nil {
 		h.ns = protocol.Namespace{}
@@ -88,8 +84,9 @@ func buildEvent(d eventData, seq uint64, ts uint64) (*Event, error) {
 		h.node = &d.node
 	}
 	p := d.payload(h)
+	var id string
 	if seq > 0 {
-		id := strconv.FormatUint(seq, 10)
+		id = eventID(epoch, seq)
 		p.SetEventID(&id)
 		p.SetSeq(&seq)
 	}
@@ -99,7 +96,7 @@ func buildEvent(d eventData, seq uint64, ts uint64) (*Event, error) {
 	}
 	method := p.Method()
 	return &Event{
-		Seq: seq, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
+		Seq: seq, id: id, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
 		Namespace: d.namespace, Payload: p, json: b,
 	}, nil
 }

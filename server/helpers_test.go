@@ -174,3 +174,23 @@ func seqs(es []*server.Event) []uint64 {
 }
 
 var all = channels.All
+
+// testClock is a clock tests move by hand (Config.Now).
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *testClock { return &testClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

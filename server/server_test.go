@@ -89,7 +89,7 @@ func TestReplayMeetsLiveWithoutGapOrDuplicate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cursor := s.LastSeq("t")
-			sub, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"custom:firehose"}, Depth: channels.Unlimited}, &cursor)
+			sub, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"custom:firehose"}, Depth: channels.Unlimited}, server.SeqCursor(cursor))
 			if err != nil {
 				t.Error(err)
 				return
@@ -127,15 +127,15 @@ func TestEvictionAndMissedEventsNotice(t *testing.T) {
 	start(t, s, "t", "firehose", map[string]any{"count": float64(40)})
 	collect(t, first, rootEnded) // 2 lifecycle + 40 custom + 1 lifecycle = 43 events
 	require.Equal(t, 10, s.BufferedEvents("t"))
-	since := uint64(5)
-	sub, replayed, err := s.Subscribe("t", all, &since)
+	sub, replayed, err := s.Subscribe("t", all, server.SeqCursor(5))
 	require.NoError(t, err)
 	defer sub.Close()
 	require.Equal(t, 10, replayed)
 	e, _, _ := sub.TryNext()
 	require.Equal(t, protocol.ServerEventEventsMissedMethodValue, e.Method)
 	notice := e.Payload.(*protocol.ServerEventEventsMissed).Params.Data
-	require.Equal(t, protocol.EventsMissedData{Since: 5, FirstAvailableSeq: 34, Missed: 28}, notice)
+	require.NotNil(t, notice.Epoch)
+	require.Equal(t, protocol.EventsMissedData{Since: 5, FirstAvailableSeq: 34, Missed: 28, Epoch: notice.Epoch}, notice, "no reset: the cursor is of this stream")
 	require.Equal(t, uint64(0), e.Seq, "the notice is not part of the stream")
 	require.Empty(t, e.EventID())
 	e, _, _ = sub.TryNext()
@@ -148,12 +148,12 @@ func TestEvictionAndMissedEventsNotice(t *testing.T) {
 			break
 		}
 		got = append(got, e.Seq)
+		require.Equal(t, fmt.Sprintf("%s-%d", *notice.Epoch, e.Seq), e.EventID(), "event ids are EPOCH-SEQ")
 	}
 	require.Equal(t, []uint64{34, 35, 36, 37, 38, 39, 40, 41, 42, 43}, got)
 
 	// A cursor still covered by the buffer gets no notice.
-	since = 40
-	sub2, _, _ := s.Subscribe("t", all, &since)
+	sub2, _, _ := s.Subscribe("t", all, server.SeqCursor(40))
 	defer sub2.Close()
 	e, _, _ = sub2.TryNext()
 	require.Equal(t, protocol.ServerEventValuesMethodValue, e.Method, "the current state")
@@ -201,7 +201,7 @@ func TestSlowConsumerIsCutOffAndResumesWithoutLoss(t *testing.T) {
 	// the cursor to come back with.
 	next, cursor, parts := sce.LastSeq+1, sce.LastSeq, 0
 	for {
-		again, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"custom"}, Depth: channels.Unlimited}, &cursor)
+		again, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"custom"}, Depth: channels.Unlimited}, server.SeqCursor(cursor))
 		require.NoError(t, err)
 		parts++
 		for {
@@ -577,7 +577,7 @@ func TestValuesSubscriptionStartsWithCurrentState(t *testing.T) {
 	collect(t, sub, rootEnded)
 	sub.Close()
 	head := s.LastSeq("t")
-	v, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"values"}, Depth: channels.Unlimited}, &head)
+	v, _, err := s.Subscribe("t", channels.Filter{Channels: []string{"values"}, Depth: channels.Unlimited}, server.SeqCursor(head))
 	require.NoError(t, err)
 	defer v.Close()
 	e, ok, _ := v.TryNext()

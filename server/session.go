@@ -126,7 +126,7 @@ type SessionNotify struct {
 type detachedSub struct {
 	thread  string
 	filter  channels.Filter
-	lastSeq uint64
+	last    Cursor // the last event the dropped session read
 	expires time.Time
 }
 
@@ -141,7 +141,7 @@ func (s *Server) NewSession(threadID string) *Session {
 // nil): an SSE stream, or an in-process reader of one filter. The thread
 // is created if needed, so a client may subscribe before the first run.
 // replayed counts the buffered events queued for replay.
-func (s *Server) Subscribe(id string, f channels.Filter, cursor *uint64) (ss *Session, replayed int, err error) {
+func (s *Server) Subscribe(id string, f channels.Filter, cursor *Cursor) (ss *Session, replayed int, err error) {
 	ss = s.NewSession(id)
 	if _, replayed, err = ss.Subscribe(f, cursor); err != nil {
 		ss.Close()
@@ -176,11 +176,11 @@ func (ss *Session) lockThread() (*thread, error) {
 // buffered ones after cursor (all of them when cursor is nil) merged into
 // what the session has not read yet. It returns the subscription's id and
 // how many buffered events it queued for replay.
-func (ss *Session) Subscribe(f channels.Filter, cursor *uint64) (id string, replayed int, err error) {
+func (ss *Session) Subscribe(f channels.Filter, cursor *Cursor) (id string, replayed int, err error) {
 	return ss.subscribe(ss.srv.cfg.NewID("sub_"), f, cursor)
 }
 
-func (ss *Session) subscribe(id string, f channels.Filter, cursor *uint64) (string, int, error) {
+func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (string, int, error) {
 	t, err := ss.lockThread()
 	if err != nil {
 		return "", 0, err
@@ -557,16 +557,20 @@ func (ss *Session) stop() map[string]*subscription {
 // its subscriptions stay restorable by id, from the last event read, for
 // Config.ReconnectGrace.
 func (ss *Session) Detach() {
+	var epoch string
+	if t := ss.t.Load(); t != nil {
+		epoch = t.epoch
+	}
 	subs := ss.stop()
 	ss.end(ErrClosed)
 	if len(subs) == 0 {
 		return
 	}
-	last := ss.LastSeq()
+	last := Cursor{Epoch: epoch, Seq: ss.LastSeq()}
 	expires := ss.srv.cfg.Now().Add(ss.srv.cfg.ReconnectGrace)
 	ss.srv.mu.Lock()
 	for id, sub := range subs {
-		ss.srv.detached[id] = &detachedSub{thread: ss.threadID, filter: sub.filter, lastSeq: last, expires: expires}
+		ss.srv.detached[id] = &detachedSub{thread: ss.threadID, filter: sub.filter, last: last, expires: expires}
 	}
 	ss.srv.mu.Unlock()
 }
@@ -603,13 +607,13 @@ func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand) (*protoc
 // event the dropped session had read.
 func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	p := c.Params
-	var cursor *uint64
+	var cursor *Cursor
 	if p.LastEventID != nil {
-		n, ok := parseSeq(*p.LastEventID)
-		if !ok {
-			return nil, errorResponse(c.ID, protocol.ErrorCodeInvalidArgument, "params.last_event_id: %q is not an event id of this server", *p.LastEventID)
+		c2, err := ParseCursor(*p.LastEventID)
+		if err != nil {
+			return nil, errorResponse(c.ID, protocol.ErrorCodeInvalidArgument, "params.last_event_id: %v", err)
 		}
-		cursor = &n
+		cursor = &c2
 	}
 	applied := ss.srv.LastSeq(ss.threadID)
 	ss.srv.mu.Lock()
@@ -628,7 +632,7 @@ func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*p
 	ss.srv.mu.Unlock()
 	missed := 0
 	for i, d := range restore {
-		from := d.lastSeq
+		from := d.last
 		if cursor != nil {
 			from = *cursor
 		}
@@ -672,18 +676,4 @@ func FilterOf(chans []protocol.Channel, namespaces []protocol.Namespace, depth *
 		f.Depth = int(min(*depth, 1<<30))
 	}
 	return f
-}
-
-func parseSeq(s string) (uint64, bool) {
-	var n uint64
-	if s == "" {
-		return 0, false
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' || n > (1<<63)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return n, true
 }

@@ -26,7 +26,7 @@ func drain(ss *server.Session) (out []*server.Event, err error) {
 // runDone starts an echo run on thread and waits until it has ended.
 func runDone(t *testing.T, s *server.Server, thread, text string) {
 	t.Helper()
-	w, _, err := s.Subscribe(thread, channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, new(uint64))
+	w, _, err := s.Subscribe(thread, channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, server.SeqCursor(0))
 	require.NoError(t, err)
 	defer w.Close()
 	start(t, s, thread, "echo", userInput(text))
@@ -254,7 +254,7 @@ func TestValuesSubscribeBeforeAnyStateGetsAnEmptyBaseline(t *testing.T) {
 	got := collect(t, ss, func(e *server.Event) bool { return e.Seq > 0 })
 	require.Equal(t, map[string]any{"answer": 42.0}, got[len(got)-1].Payload.(*protocol.ServerEventValues).Params.Data)
 	// A later subscriber's baseline is the state that run set.
-	late, _, err := s.Subscribe("t", channels.Filter{Channels: []string{channels.Values}, Depth: channels.Unlimited}, new(uint64))
+	late, _, err := s.Subscribe("t", channels.Filter{Channels: []string{channels.Values}, Depth: channels.Unlimited}, server.SeqCursor(0))
 	require.NoError(t, err)
 	defer late.Close()
 	snap, _, _ := late.TryNext()

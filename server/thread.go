@@ -15,6 +15,8 @@ type thread struct {
 	srv *Server
 	id  string
 
+	epoch string // the stream's epoch (see Cursor); fixed for the thread's life
+
 	mu         sync.Mutex
 	seq        uint64 // the last sequence number published
 	index      *channels.Index[*Session]
@@ -33,7 +35,7 @@ type thread struct {
 
 func newThread(s *Server, id string) *thread {
 	return &thread{
-		srv: s, id: id,
+		srv: s, id: id, epoch: newEpoch(),
 		index:      channels.NewIndex[*Session](),
 		sessions:   map[*Session]struct{}{},
 		tree:       map[string]*treeNode{},
@@ -46,7 +48,7 @@ func newThread(s *Server, id string) *thread {
 // subscriptions. The caller holds t.mu. It returns the event.
 func (t *thread) publish(d eventData) (*Event, error) {
 	now := t.srv.cfg.Now()
-	e, err := buildEvent(d, t.seq+1, uint64(now.UnixMilli()))
+	e, err := buildEvent(d, t.epoch, t.seq+1, uint64(now.UnixMilli()))
 	if err != nil {
 		return nil, err
 	}
@@ -91,18 +93,20 @@ func (t *thread) cutOff(ss *Session) {
 
 // replay lists what a new subscription of filter f from cursor gets
 // before live events, in queue order: a missed-events notice when cursor is
-// older than the buffer, the current state when the filter selects values
-// (empty before anything set it), and the buffered events after cursor
-// (all of them for a nil cursor).
+// older than the buffer or from another epoch of the stream, the current
+// state when the filter selects values (empty before anything set it), and
+// the buffered events after cursor (all of them for a nil cursor or one
+// from another epoch).
 // after is the cursor used, replayed the number of buffered events. The
 // caller holds t.mu, so no event is published until the subscription is
 // in the index: replay and live delivery meet without gap or duplicate.
-func (t *thread) replay(f channels.Filter, cursor *uint64) (out []queued, after uint64, replayed int, err error) {
-	if cursor != nil {
-		after = *cursor
-	}
-	if after > t.seq {
-		after = t.seq // a cursor from the future: nothing to replay
+func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after uint64, replayed int, err error) {
+	// A cursor of another epoch, or beyond the end of this stream (a bare
+	// number from before a restart), is from a stream that is gone: the
+	// client gets all of this one, after a notice that says so.
+	reset := cursor != nil && (cursor.Epoch != "" && cursor.Epoch != t.epoch || cursor.Seq > t.seq)
+	if cursor != nil && !reset {
+		after = cursor.Seq
 	}
 	now := uint64(t.srv.cfg.Now().UnixMilli())
 	noticeKey := after<<1 | 1
@@ -110,10 +114,12 @@ func (t *thread) replay(f channels.Filter, cursor *uint64) (out []queued, after 
 	if oldest == 0 {
 		oldest = t.seq + 1 // nothing buffered: the next event is the first available
 	}
-	if cursor != nil && oldest > after+1 {
-		notice, err := buildEvent(eventsMissedEvent(protocol.EventsMissedData{
-			Since: after, FirstAvailableSeq: oldest, Missed: oldest - after - 1,
-		}), 0, now)
+	if reset || cursor != nil && oldest > after+1 {
+		data := protocol.EventsMissedData{Since: cursor.Seq, FirstAvailableSeq: oldest, Missed: oldest - after - 1, Epoch: &t.epoch}
+		if reset {
+			data.Reset = &reset
+		}
+		notice, err := buildEvent(eventsMissedEvent(data), t.epoch, 0, now)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -127,7 +133,7 @@ func (t *thread) replay(f channels.Filter, cursor *uint64) (out []queued, after 
 		if !ok {
 			state = map[string]any{}
 		}
-		snap, err := buildEvent(valuesEvent(state), 0, now)
+		snap, err := buildEvent(valuesEvent(state), t.epoch, 0, now)
 		if err != nil {
 			return nil, 0, 0, err
 		}

@@ -18,30 +18,66 @@ import (
 // TestBadHTTPInput is the table of bad requests the abuse review tried,
 // each with the exact status and error code it must get.
 func TestBadHTTPInput(t *testing.T) {
-	ts, _, _ := start(t, transport.Options{BodyTimeout: 300 * time.Millisecond, CORSOrigins: []string{"app.example"}})
+	ts, _, _ := start(t, transport.Options{BodyTimeout: 300 * time.Millisecond, CORSOrigins: []string{"app.example"}, Hosts: transport.LoopbackHosts})
 	longID := strings.Repeat("a", 300)
 	run := func(input string) string {
 		return `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": ` + input + `}}`
+	}
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	cmd := func(method, params string) string {
+		return `{"id": 1, "method": "` + method + `", "params": ` + params + `}`
 	}
 	for _, tc := range []struct {
 		name, method, path, contentType, origin, body string
 		status                                        int
 		code                                          string
+		header                                        map[string]string
 	}{
-		{"thread id too long", "POST", "/threads/" + longID + "/commands", "application/json", "", run("{}"), 400, "invalid_argument"},
-		{"thread id with a space", "POST", "/threads/a%20b/commands", "application/json", "", run("{}"), 400, "invalid_argument"},
-		{"state of a bad thread id", "GET", "/threads/a%00b/state", "", "", "", 400, "invalid_argument"},
-		{"stream of a bad thread id", "POST", "/threads/" + longID + "/stream", "application/json", "", "{}", 400, "invalid_argument"},
-		{"command as text/plain (a cross-site form)", "POST", "/threads/t/commands", "text/plain", "http://evil.example", run("{}"), 415, "invalid_argument"},
-		{"command with no content type", "POST", "/threads/t/commands", "", "", run("{}"), 415, "invalid_argument"},
-		{"command from a foreign origin", "POST", "/threads/t/commands", "application/json", "http://evil.example", run("{}"), 403, "permission_denied"},
-		{"command from an allowed origin", "POST", "/threads/t/commands", "application/json; charset=utf-8", "http://app.example", run(`{"count": 1}`), 200, ""},
-		{"malformed JSON", "POST", "/threads/t/commands", "application/json", "", `{"id": 1,`, 400, "invalid_argument"},
-		{"unknown method", "POST", "/threads/t/commands", "application/json", "", `{"id": 1, "method": "nope", "params": {}}`, 400, "unknown_command"},
-		{"body over 1 MiB", "POST", "/threads/t/commands", "application/json", "", `{"x": "` + strings.Repeat("x", 1<<20) + `"}`, 413, "invalid_argument"},
-		{"firehose size 1e14 (was a crash)", "POST", "/threads/t/commands", "application/json", "", run(`{"size": 1e14}`), 400, "invalid_argument"},
-		{"firehose a billion events", "POST", "/threads/t/commands", "application/json", "", run(`{"count": 1e9, "rate": 0}`), 400, "invalid_argument"},
-		{"echo with no message", "POST", "/threads/t/commands", "application/json", "", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {}}}`, 400, "invalid_argument"},
+		// Thread ids and paths.
+		{"thread id too long", "POST", "/threads/" + longID + "/commands", "application/json", "", run("{}"), 400, "invalid_argument", nil},
+		{"thread id with a space", "POST", "/threads/a%20b/commands", "application/json", "", run("{}"), 400, "invalid_argument", nil},
+		{"state of a bad thread id", "GET", "/threads/a%00b/state", "", "", "", 400, "invalid_argument", nil},
+		{"stream of a bad thread id", "POST", "/threads/" + longID + "/stream", "application/json", "", "{}", 400, "invalid_argument", nil},
+		{"thread id with a slash", "POST", "/threads/a%2Fb/commands", "application/json", "", run("{}"), 400, "invalid_argument", nil},
+		{"thread id ..", "GET", "/threads/../state", "", "", "", 404, "", nil},
+		{"no such route", "GET", "/threads/t/nope", "", "", "", 404, "", nil},
+		{"wrong verb on commands", "GET", "/threads/t/commands", "", "", "", 405, "", nil},
+		{"state of an unknown thread", "GET", "/threads/never-seen/state", "", "", "", 404, "invalid_argument", nil},
+		// Browsers as attackers.
+		{"command as text/plain (a cross-site form)", "POST", "/threads/t/commands", "text/plain", "http://evil.example", run("{}"), 415, "invalid_argument", nil},
+		{"command with no content type", "POST", "/threads/t/commands", "", "", run("{}"), 415, "invalid_argument", nil},
+		{"command from a foreign origin", "POST", "/threads/t/commands", "application/json", "http://evil.example", run("{}"), 403, "permission_denied", nil},
+		{"command from an allowed origin", "POST", "/threads/t/commands", "application/json; charset=utf-8", "http://app.example", run(`{"count": 1}`), 200, "", nil},
+		{"DNS rebinding: a foreign Host", "GET", "/threads/t/state", "", "", "", 403, "permission_denied", map[string]string{"Host": "evil.example"}},
+		// Malformed, oversized, deep and mistyped JSON.
+		{"malformed JSON", "POST", "/threads/t/commands", "application/json", "", `{"id": 1,`, 400, "invalid_argument", nil},
+		{"not an object", "POST", "/threads/t/commands", "application/json", "", `[1, 2]`, 400, "invalid_argument", nil},
+		{"empty body", "POST", "/threads/t/commands", "application/json", "", ``, 400, "invalid_argument", nil},
+		{"invalid UTF-8", "POST", "/threads/t/commands", "application/json", "", "{\"id\": 1, \"method\": \"\xff\xfe\", \"params\": {}}", 400, "invalid_argument", nil},
+		{"nesting 10,000 deep", "POST", "/threads/t/commands", "application/json", "", run(deep), 400, "invalid_argument", nil},
+		{"unknown method", "POST", "/threads/t/commands", "application/json", "", cmd("nope", "{}"), 400, "unknown_command", nil},
+		{"id of the wrong type", "POST", "/threads/t/commands", "application/json", "", `{"id": "one", "method": "state.get", "params": {}}`, 400, "invalid_argument", nil},
+		{"negative id", "POST", "/threads/t/commands", "application/json", "", `{"id": -1, "method": "state.get", "params": {}}`, 400, "invalid_argument", nil},
+		{"params of the wrong type", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `"go"`), 400, "invalid_argument", nil},
+		{"missing assistant_id", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `{}`), 400, "invalid_argument", nil},
+		{"body over 1 MiB", "POST", "/threads/t/commands", "application/json", "", `{"x": "` + strings.Repeat("x", 1<<20) + `"}`, 413, "invalid_argument", nil},
+		// Built-in assistants' inputs (the remote crash).
+		{"firehose size 1e14 (was a crash)", "POST", "/threads/t/commands", "application/json", "", run(`{"size": 1e14}`), 400, "invalid_argument", nil},
+		{"firehose a billion events", "POST", "/threads/t/commands", "application/json", "", run(`{"count": 1e9, "rate": 0}`), 400, "invalid_argument", nil},
+		{"firehose negative count", "POST", "/threads/t/commands", "application/json", "", run(`{"count": -5}`), 400, "invalid_argument", nil},
+		{"echo with no message", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `{"assistant_id": "echo", "input": {}}`), 400, "invalid_argument", nil},
+		{"unknown assistant", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `{"assistant_id": "nope", "input": {}}`), 400, "invalid_argument", nil},
+		// Lifecycle abuse: commands about things that do not exist.
+		{"respond to no interrupt", "POST", "/threads/t/commands", "application/json", "", cmd("input.respond", `{"namespace": [], "interrupt_id": "i9", "response": true}`), 404, "no_such_interrupt", nil},
+		{"fork from no checkpoint", "POST", "/threads/t/commands", "application/json", "", cmd("state.fork", `{"checkpoint_id": "nope"}`), 404, "no_such_checkpoint", nil},
+		{"unsubscribe over HTTP", "POST", "/threads/t/commands", "application/json", "", cmd("subscription.unsubscribe", `{"subscription_id": "s1"}`), 400, "not_supported", nil},
+		// Streams: filters and cursors.
+		{"stream of an unknown channel", "POST", "/threads/t/stream", "application/json", "", `{"channels": ["nope"]}`, 400, "invalid_argument", nil},
+		{"stream with a negative depth", "GET", "/threads/t/stream?channels=lifecycle&depth=-1", "", "", "", 400, "invalid_argument", nil},
+		{"stream since a word", "GET", "/threads/t/stream?channels=lifecycle&since=ten", "", "", "", 400, "invalid_argument", nil},
+		{"stream since a float", "POST", "/threads/t/stream", "application/json", "", `{"channels": ["lifecycle"], "since": 1.5}`, 400, "invalid_argument", nil},
+		{"a Last-Event-ID this server never gave", "GET", "/threads/t/stream?channels=lifecycle", "", "", "", 400, "invalid_argument", map[string]string{"Last-Event-ID": "a-b-c"}},
+		{"stream body deep", "POST", "/threads/t/stream", "application/json", "", `{"channels": ` + deep + `}`, 400, "invalid_argument", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
@@ -51,6 +87,13 @@ func TestBadHTTPInput(t *testing.T) {
 			}
 			if tc.origin != "" {
 				req.Header.Set("Origin", tc.origin)
+			}
+			for k, v := range tc.header {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
 			}
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
@@ -70,7 +113,7 @@ func TestBadHTTPInput(t *testing.T) {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
 		require.NoError(t, err)
 		require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
-		_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", path)
+		_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":", path)
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		require.NoError(t, err, path)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,7 +164,18 @@ func TestSSEGetWithLastEventIDAndHeartbeat(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	frames := readFrames(t, resp.Body, func(f frame) bool { return f.event == "comment" })
-	require.Equal(t, "6", frames[0].id, "resumes after Last-Event-ID")
+	c, err := server.ParseCursor(frames[0].id)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), c.Seq, "resumes after Last-Event-ID (a bare seq is of the current epoch)")
+	require.Equal(t, ": heartbeat", frames[len(frames)-1].data, "a quiet stream gets heartbeats")
+
+	// The same with the full id: EventSource sends back the id it was given.
+	req.Header.Set("Last-Event-ID", c.String())
+	resp2, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	frames = readFrames(t, resp2.Body, func(f frame) bool { return f.event == "comment" })
+	require.Equal(t, (&server.Cursor{Epoch: c.Epoch, Seq: 7}).String(), frames[0].id)
 	require.Equal(t, ": heartbeat", frames[len(frames)-1].data, "a quiet stream gets heartbeats")
 }
 
@@ -648,12 +658,12 @@ func TestChurnWhileEventsFlow(t *testing.T) {
 			sc := bufio.NewScanner(resp.Body)
 			for len(r.seqs) < events && sc.Scan() {
 				if id, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
-					n, err := strconv.ParseFloat(id, 64)
+					c, err := server.ParseCursor(id)
 					if err != nil {
 						r.err = err
 						break
 					}
-					r.seqs = append(r.seqs, n)
+					r.seqs = append(r.seqs, float64(c.Seq))
 				}
 			}
 			if r.err == nil && len(r.seqs) < events {

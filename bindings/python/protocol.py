@@ -376,7 +376,8 @@ class ErrorResponse(TypedDict):
 
 class EventLifecycle(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -392,7 +393,8 @@ class EventLifecycleParams(TypedDict):
 
 class EventMessages(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -410,7 +412,8 @@ class EventMessagesParams(TypedDict):
 
 class EventTools(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -428,7 +431,8 @@ class EventToolsParams(TypedDict):
 
 class EventInputRequested(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -444,7 +448,8 @@ class EventInputRequestedParams(TypedDict):
 
 class EventInputAnswered(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -460,7 +465,8 @@ class EventInputAnsweredParams(TypedDict):
 
 class EventValues(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -477,7 +483,8 @@ class EventValuesParams(TypedDict):
 
 class EventUpdates(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -493,7 +500,8 @@ class EventUpdatesParams(TypedDict):
 
 class EventCheckpoints(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -509,7 +517,8 @@ class EventCheckpointsParams(TypedDict):
 
 class EventCustom(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -525,7 +534,8 @@ class EventCustomParams(TypedDict):
 
 class EventTasks(TypedDict):
     type: Literal["event"]
-    # Identifies the event for reconnection; it is the SSE `id:`.
+    # Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+    # clients; agentstream's are "EPOCH-SEQ" (see events.missed).
     event_id: NotRequired[str]
     # The thread's sequence number of the event: increasing, never reused.
     seq: NotRequired[JsUint]
@@ -1194,12 +1204,16 @@ class EventsMissedEvent(TypedDict):
 
 
 class EventsMissedData(TypedDict):
-    # The cursor the client asked to resume after.
+    # The cursor the client asked to resume after (its sequence number).
     since: JsUint
     # The oldest sequence number still buffered; replay starts there.
     first_available_seq: JsUint
-    # How many events the client will never receive.
+    # How many events of the current epoch the client will never receive.
     missed: JsUint
+    # The stream's current epoch.
+    epoch: NotRequired[str]
+    # The cursor was from another epoch of the stream (or beyond its end).
+    reset: NotRequired[bool]
 
 
 # An integer JavaScript represents exactly.

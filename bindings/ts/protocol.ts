@@ -607,7 +607,8 @@ export type Event = EventLifecycle | EventMessages | EventTools | EventInputRequ
 export interface EventLifecycle {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -628,7 +629,8 @@ export interface EventLifecycleParams {
 export interface EventMessages {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -653,7 +655,8 @@ export interface EventMessagesParams {
 export interface EventTools {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -678,7 +681,8 @@ export interface EventToolsParams {
 export interface EventInputRequested {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -699,7 +703,8 @@ export interface EventInputRequestedParams {
 export interface EventInputAnswered {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -720,7 +725,8 @@ export interface EventInputAnsweredParams {
 export interface EventValues {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -744,7 +750,8 @@ export interface EventValuesParams {
 export interface EventUpdates {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -765,7 +772,8 @@ export interface EventUpdatesParams {
 export interface EventCheckpoints {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -786,7 +794,8 @@ export interface EventCheckpointsParams {
 export interface EventCustom {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -807,7 +816,8 @@ export interface EventCustomParams {
 export interface EventTasks {
   type: "event";
   /**
-   * Identifies the event for reconnection; it is the SSE `id:`.
+   * Identifies the event for reconnection; it is the SSE `id:`. Opaque to
+   * clients; agentstream's are "EPOCH-SEQ" (see events.missed).
    */
   event_id?: string;
   /**
@@ -1835,7 +1845,7 @@ export interface EventsMissedEvent {
 
 export interface EventsMissedData {
   /**
-   * The cursor the client asked to resume after.
+   * The cursor the client asked to resume after (its sequence number).
    */
   since: JsUint;
   /**
@@ -1843,8 +1853,16 @@ export interface EventsMissedData {
    */
   first_available_seq: JsUint;
   /**
-   * How many events the client will never receive.
+   * How many events of the current epoch the client will never receive.
    */
   missed: JsUint;
+  /**
+   * The stream's current epoch.
+   */
+  epoch?: string;
+  /**
+   * The cursor was from another epoch of the stream (or beyond its end).
+   */
+  reset?: boolean;
   [key: string]: any;
 }

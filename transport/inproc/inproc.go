@@ -90,7 +90,7 @@ func (c *Client) Next(ctx context.Context) (*server.Event, error) {
 // Subscribe opens a separate stream of the thread's events matching f,
 // after cursor (every buffered event when cursor is nil), to be read with
 // its own Next and closed with its Close.
-func (c *Client) Subscribe(f channels.Filter, cursor *uint64) (*server.Session, error) {
+func (c *Client) Subscribe(f channels.Filter, cursor *server.Cursor) (*server.Session, error) {
 	ss, _, err := c.srv.Subscribe(c.Thread(), f, cursor)
 	return ss, err
 }

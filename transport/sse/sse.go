@@ -158,7 +158,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f channels.Filter
-	var cursor *uint64
+	var cursor *server.Cursor
 	var errResp *protocol.ErrorResponse
 	if r.Method == http.MethodPost {
 		// Validating the body grows the stack; the stream may stay on this
@@ -182,7 +182,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, errResp)
 		return
 	}
-	if c := lastEventID(r); c != nil {
+	if c, e := lastEventID(r); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	} else if c != nil {
 		cursor = c
 	}
 	if r.Method == http.MethodHead { // the headers a stream would have, and no stream
@@ -285,7 +288,7 @@ func appendFrame(buf []byte, e *server.Event) []byte {
 	return append(buf, "\n\n"...)
 }
 
-func (h *Handler) fromBody(r *http.Request) (channels.Filter, *uint64, *protocol.ErrorResponse) {
+func (h *Handler) fromBody(r *http.Request) (channels.Filter, *server.Cursor, *protocol.ErrorResponse) {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, h.opts.MaxBody))
 	if err != nil {
 		return channels.Filter{}, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the body: %v", err)
@@ -297,13 +300,17 @@ func (h *Handler) fromBody(r *http.Request) (channels.Filter, *uint64, *protocol
 	if errResp != nil {
 		return channels.Filter{}, nil, errResp
 	}
-	return server.FilterOf(req.Channels, req.Namespaces, req.Depth), req.Since, nil
+	var cursor *server.Cursor
+	if req.Since != nil {
+		cursor = server.SeqCursor(*req.Since)
+	}
+	return server.FilterOf(req.Channels, req.Namespaces, req.Depth), cursor, nil
 }
 
 // fromQuery reads a GET stream's filter: channels (comma-separated or
 // repeated), namespaces (each a JSON array, or segments joined by "/"),
 // depth and since.
-func fromQuery(r *http.Request) (channels.Filter, *uint64, *protocol.ErrorResponse) {
+func fromQuery(r *http.Request) (channels.Filter, *server.Cursor, *protocol.ErrorResponse) {
 	q := r.URL.Query()
 	f := channels.Filter{Depth: channels.Unlimited}
 	for _, v := range q["channels"] {
@@ -335,31 +342,31 @@ func fromQuery(r *http.Request) (channels.Filter, *uint64, *protocol.ErrorRespon
 		}
 		f.Depth = d
 	}
-	var cursor *uint64
+	var cursor *server.Cursor
 	for _, k := range []string{"since", "lastEventId"} {
 		if v := q.Get(k); v != "" {
-			n, err := strconv.ParseUint(v, 10, 64)
+			c, err := server.ParseCursor(v)
 			if err != nil {
-				return f, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: %q is not an event id", k, v)
+				return f, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: %v", k, err)
 			}
-			cursor = &n
+			cursor = &c
 		}
 	}
 	return f, cursor, nil
 }
 
 // lastEventID reads the Last-Event-ID header a reconnecting EventSource
-// sends.
-func lastEventID(r *http.Request) *uint64 {
-	v := r.Header.Get("Last-Event-ID")
+// sends: an event id this server gave (or a bare sequence number).
+func lastEventID(r *http.Request) (*server.Cursor, *protocol.ErrorResponse) {
+	v := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	if v == "" {
-		return nil
+		return nil, nil
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	c, err := server.ParseCursor(v)
 	if err != nil {
-		return nil
+		return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "Last-Event-ID: %v", err)
 	}
-	return &n
+	return &c, nil
 }
 
 // writeError answers with an ErrorResponse body.

@@ -94,7 +94,7 @@ func TestStreamHeadersFramesAndEnd(t *testing.T) {
 				}
 			}
 			require.NoError(t, sc.Err())
-			require.Equal(t, "id: 1", lines[0])
+			require.Regexp(t, `^id: [0-9a-v]{8}-1$`, lines[0], "event ids are EPOCH-SEQ")
 			require.Equal(t, "event: lifecycle", lines[1])
 			require.True(t, strings.HasPrefix(lines[2], "data: {"), lines[2])
 			// Shutdown ends the response cleanly: the body reaches EOF, which
@@ -204,7 +204,7 @@ func TestHTTP10StaysOnTheHandler(t *testing.T) {
 	f.start(t, "old")
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	require.NoError(t, err)
-	require.Equal(t, "id: 1\n", line)
+	require.Regexp(t, "^id: [0-9a-v]{8}-1\n$", line)
 }
 
 func TestChunk(t *testing.T) {

@@ -59,6 +59,12 @@ func (c *Conn) AwaitMessage() error {
 		if op&0x8 == 0 {
 			c.idle.Store(false) // until the connection waits again
 			c.alive.Store(true)
+			// The library drops a connection whose client sent an unmasked
+			// frame without saying why; RFC 6455 section 5.1 allows a 1002.
+			if h[1]&0x80 == 0 {
+				c.CloseWith(websocket.StatusProtocolError, "unmasked frame from a client")
+				return ErrProtocol
+			}
 			// A frame declaring more than the read limit is refused now,
 			// before any of its payload is waited for.
 			if n, err := c.declaredLength(h[1] & 0x7f); err != nil {

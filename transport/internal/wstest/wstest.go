@@ -40,19 +40,31 @@ func ReadFrame(r *bufio.Reader) (fin bool, opcode byte, payload []byte, err erro
 	return
 }
 
-// ClientFrame encodes a client frame with a payload of at most 125 bytes,
-// masked unless mask is false (a client must mask: false makes a bad
-// frame on purpose).
+// ClientFrame encodes a client frame, masked unless mask is false (a
+// client must mask: false makes a bad frame on purpose).
 func ClientFrame(fin bool, opcode byte, payload []byte, mask bool) []byte {
 	b0 := opcode
 	if fin {
 		b0 |= 0x80
 	}
-	key := [4]byte{1, 2, 3, 4}
-	if !mask {
-		return append([]byte{b0, byte(len(payload))}, payload...)
+	var m byte
+	if mask {
+		m = 0x80
 	}
-	f := append([]byte{b0, 0x80 | byte(len(payload))}, key[:]...)
+	var f []byte
+	switch n := len(payload); {
+	case n <= 125:
+		f = []byte{b0, m | byte(n)}
+	case n <= 0xffff:
+		f = binary.BigEndian.AppendUint16([]byte{b0, m | 126}, uint16(n))
+	default:
+		f = binary.BigEndian.AppendUint64([]byte{b0, m | 127}, uint64(n))
+	}
+	if !mask {
+		return append(f, payload...)
+	}
+	key := [4]byte{1, 2, 3, 4}
+	f = append(f, key[:]...)
 	for i, c := range payload {
 		f = append(f, c^key[i%4])
 	}
