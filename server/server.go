@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -144,6 +145,8 @@ type Server struct {
 	threads    map[string]*thread
 	assistants map[string]Assistant
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
+	threadsHW  compact.Tracker         // high-water marks of threads and detached,
+	detachedHW compact.Tracker         // so that the sweeper gives their memory back
 	closed     bool
 	nextSubID  atomic.Uint64
 
@@ -244,6 +247,7 @@ func (s *Server) thread(id string, create bool) (*thread, error) {
 		}
 		t = newThread(s, id)
 		s.threads[id] = t
+		s.threadsHW.Grew(len(s.threads))
 	}
 	return t, nil
 }
@@ -425,6 +429,7 @@ func (s *Server) SweepNow() {
 			delete(s.detached, id)
 		}
 	}
+	s.detached = compact.Shrink(s.detached, &s.detachedHW)
 	s.mu.Unlock()
 	for _, t := range threads {
 		t.mu.Lock()
@@ -439,6 +444,7 @@ func (s *Server) SweepNow() {
 			s.mu.Lock()
 			if s.threads[t.id] == t {
 				delete(s.threads, t.id)
+				s.threads = compact.Shrink(s.threads, &s.threadsHW)
 			}
 			s.mu.Unlock()
 			s.cfg.Log.Release(t.id)

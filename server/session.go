@@ -571,6 +571,7 @@ func (ss *Session) Detach() {
 	ss.srv.mu.Lock()
 	for id, sub := range subs {
 		ss.srv.detached[id] = &detachedSub{thread: ss.threadID, filter: sub.filter, last: last, expires: expires}
+		ss.srv.detachedHW.Grew(len(ss.srv.detached))
 	}
 	ss.srv.mu.Unlock()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/internal/ring"
 )
 
@@ -79,6 +80,7 @@ type MemoryLog struct {
 	maxEvents, maxBytes int
 	mu                  sync.Mutex
 	threads             map[string]*ring.Buffer[*Event]
+	hw                  compact.Tracker
 }
 
 var _ EventLog = (*MemoryLog)(nil)
@@ -94,6 +96,7 @@ func (l *MemoryLog) buf(thread string) *ring.Buffer[*Event] {
 	if b == nil {
 		b = ring.New[*Event](l.maxEvents, l.maxBytes)
 		l.threads[thread] = b
+		l.hw.Grew(len(l.threads))
 	}
 	return b
 }
@@ -140,6 +143,7 @@ func (l *MemoryLog) Release(thread string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.threads, thread)
+	l.threads = compact.Shrink(l.threads, &l.hw)
 }
 
 // MemoryFanOut passes published events to listeners in the same process.
@@ -187,6 +191,7 @@ type MemoryState struct {
 
 	mu      sync.Mutex
 	threads map[string]*memThread
+	hw      compact.Tracker
 }
 
 type memThread struct {
@@ -204,6 +209,7 @@ func (m *MemoryState) get(thread string) *memThread {
 	if t == nil {
 		t = &memThread{}
 		m.threads[thread] = t
+		m.hw.Grew(len(m.threads))
 	}
 	return t
 }
@@ -252,6 +258,7 @@ func (m *MemoryState) Delete(thread string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.threads, thread)
+	m.threads = compact.Shrink(m.threads, &m.hw)
 }
 
 // Checkpoints implements StateStore.

@@ -30,6 +30,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
@@ -131,6 +132,7 @@ type Handler struct {
 	mu      sync.Mutex
 	closing bool
 	conns   map[*connection]struct{} // open connections, for pings and Shutdown
+	connsHW compact.Tracker          // their high-water mark, to give the map's memory back
 	pinger  *time.Timer              // armed while connections are open
 	wg      sync.WaitGroup           // open connections' goroutines
 }
@@ -203,6 +205,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.writer.SetHoldWhile(conn.InputPending) // subscribes sent together, read slowly, still go together
 	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: c.writer.Hold})
 	h.conns[c] = struct{}{}
+	h.connsHW.Grew(len(h.conns))
 	if h.pinger == nil {
 		h.pinger = time.AfterFunc(h.opts.PingInterval, h.ping)
 	} else if len(h.conns) == 1 {
@@ -218,6 +221,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.serve()
 		h.mu.Lock()
 		delete(h.conns, c)
+		h.conns = compact.Shrink(h.conns, &h.connsHW)
 		h.mu.Unlock()
 	}()
 }
