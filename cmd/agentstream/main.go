@@ -274,12 +274,26 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:2024", "server base URL")
 	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws")
 	fs.IntVar(&c.Subscribers, "subs", 1000, "subscribers of the one thread")
+	// With --threads, --rate is per thread.
 	fs.IntVar(&c.Count, "count", 1000, "events to publish")
 	fs.Float64Var(&c.Rate, "rate", 0, "events per second (0: as fast as possible)")
 	fs.IntVar(&c.Size, "size", 100, "payload size in bytes")
 	fs.IntVar(&c.ServerPID, "pid", 0, "server process id, for CPU and memory figures")
+	threads := fs.Int("threads", 0, "instead: the many-conversations workload, this many threads (with --subs-per-thread, --rate per thread, --duration)")
+	perThread := fs.Int("subs-per-thread", 2, "with --threads: subscribers of each thread")
+	duration := fs.Duration("duration", 10*time.Second, "with --threads: how long each thread's run publishes")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *threads > 0 {
+		r, err := loadtest.RunMany(ctx, loadtest.ManyConfig{URL: c.URL, Transport: c.Transport, Threads: *threads, SubsPerThread: *perThread,
+			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID})
+		fmt.Fprintf(stdout, "%s, %d threads × %d subscribers, %g events/s each for %v: %s\n", c.Transport, *threads, *perThread, c.Rate, *duration, r)
+		if err != nil {
+			fmt.Fprintln(stderr, "agentstream load:", err)
+			return 1
+		}
+		return 0
 	}
 	if *idle > 0 {
 		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID, *settle)

@@ -109,9 +109,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			defer wg.Done()
 			var err error
 			if cfg.Transport == "ws" {
-				err = wsSubscriber(ctx, cfg, thread, i, sampleEvery, &st, ready, done)
+				err = wsSubscriber(ctx, cfg, thread, i, sampleEvery, &st, signal(ready), signal(done))
 			} else {
-				err = sseSubscriber(ctx, cfg, thread, i, sampleEvery, &st, ready, done)
+				err = sseSubscriber(ctx, cfg, thread, i, sampleEvery, &st, signal(ready), signal(done))
 			}
 			if err != nil && ctx.Err() == nil {
 				errs <- err
@@ -156,6 +156,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return r, nil
 }
 
+// signal returns a function that sends on ch.
+func signal(ch chan<- struct{}) func() { return func() { ch <- struct{}{} } }
+
 // waitN waits for n signals on ch, the first error on errs, or ctx's end.
 func waitN(ctx context.Context, ch <-chan struct{}, errs <-chan error, n int) error {
 	for i := 0; i < n; i++ {
@@ -170,7 +173,7 @@ func waitN(ctx context.Context, ch <-chan struct{}, errs <-chan error, n int) er
 	return nil
 }
 
-func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done chan<- struct{}) error {
+func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
 	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:firehose"]}`))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -181,7 +184,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 	if resp.StatusCode != 200 {
 		return fmt.Errorf("stream: HTTP %d", resp.StatusCode)
 	}
-	ready <- struct{}{}
+	ready()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	got := 0
@@ -193,7 +196,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 		got++
 		st.record(line, (got+i)%sampleEvery == 0)
 		if got == cfg.Count {
-			done <- struct{}{}
+			done()
 			_, _ = io.Copy(io.Discard, resp.Body) // stay connected until the end
 			return nil
 		}
@@ -201,7 +204,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 	return sc.Err()
 }
 
-func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done chan<- struct{}) error {
+func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
 	url := "ws" + strings.TrimPrefix(cfg.URL, "http") + "/threads/" + thread + "/stream"
 	c, _, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
@@ -220,7 +223,7 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 	if json.Unmarshal(b, &resp) != nil || resp.Type != "success" {
 		return fmt.Errorf("subscribe: %s", b)
 	}
-	ready <- struct{}{}
+	ready()
 	// Read with a context that never ends (the library would otherwise
 	// arm and disarm a watcher per message) and one reused buffer, so the
 	// client spends its core on reading; the connection is closed when ctx
@@ -244,7 +247,7 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 		got++
 		st.record(buf.Bytes(), (got+i)%sampleEvery == 0)
 		if got == cfg.Count {
-			done <- struct{}{}
+			done()
 		}
 	}
 }
@@ -277,9 +280,9 @@ func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle t
 			defer wg.Done()
 			var err error
 			if transport == "ws" {
-				err = wsSubscriber(ctx, cfg, thread, i, 1, &st, ready, nil)
+				err = wsSubscriber(ctx, cfg, thread, i, 1, &st, signal(ready), func() {})
 			} else {
-				err = sseSubscriber(ctx, cfg, thread, i, 1, &st, ready, nil)
+				err = sseSubscriber(ctx, cfg, thread, i, 1, &st, signal(ready), func() {})
 			}
 			if err != nil && ctx.Err() == nil {
 				errs <- err

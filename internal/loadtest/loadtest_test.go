@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/server"
@@ -40,4 +41,30 @@ func TestRunCountsEveryDelivery(t *testing.T) {
 	rss, err := rssBytes(os.Getpid())
 	require.NoError(t, err)
 	require.Positive(t, rss)
+}
+
+// TestRunManyCountsEveryDelivery runs a small many-conversations
+// measurement over loopback, on both transports.
+func TestRunManyCountsEveryDelivery(t *testing.T) {
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	h := transport.New(srv, transport.Options{})
+	ts := httptest.NewServer(h)
+	defer func() {
+		_ = h.Shutdown(context.Background())
+		ts.Close()
+		_ = srv.Close(context.Background())
+	}()
+	for _, tr := range []string{"sse", "ws"} {
+		r, err := RunMany(context.Background(), ManyConfig{URL: ts.URL, Transport: tr, Threads: 6, SubsPerThread: 2, Rate: 40, Duration: 500 * time.Millisecond, Size: 100, ServerPID: os.Getpid()})
+		require.NoError(t, err, tr)
+		require.Equal(t, 12, r.Subscribers)
+		require.Equal(t, int64(12*20), r.Expected, tr)
+		require.Equal(t, r.Expected, r.Deliveries, tr)
+		require.Zero(t, r.Missing, tr)
+		require.Positive(t, r.P99, tr)
+		require.Positive(t, r.StartLatency, tr)
+		require.Positive(t, r.ClientCPUSeconds, tr)
+		require.Equal(t, float64(12*40), r.Offered)
+	}
 }

@@ -1,0 +1,225 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ManyConfig is the many-conversations workload: Threads threads, each
+// watched by SubsPerThread subscribers and fed by one firehose run
+// publishing Rate events a second for Duration.
+type ManyConfig struct {
+	URL           string
+	Transport     string // sse or ws
+	Threads       int
+	SubsPerThread int
+	Rate          float64 // events per second per thread
+	Duration      time.Duration
+	Size          int // payload bytes
+	ServerPID     int // for CPU and memory figures (0: not measured)
+	// Connect and Start bound the connections being opened and the
+	// run.start requests in flight at once (defaults 64 and 32).
+	Connect, Start int
+	Timeout        time.Duration // the whole measurement (default Duration + 2 min)
+}
+
+// ManyResult is what a many-conversations measurement found.
+type ManyResult struct {
+	Subscribers int
+	Offered     float64 // deliveries per second the runs offer together
+	Expected    int64   // deliveries if nothing is lost
+	Deliveries  int64
+	Missing     int64   // Expected - Deliveries, when the runs have ended
+	Seconds     float64 // from the first delivery to the last
+	PerSecond   float64
+	P50, P99    time.Duration
+	// StartSeconds is how long the burst of run.start requests took, and
+	// StartLatency the median of their round trips.
+	StartSeconds float64
+	StartLatency time.Duration
+	// Server and client CPU (user+system) from the first run.start to the
+	// last delivery, and the server's per delivery.
+	ServerCPUSeconds, ClientCPUSeconds float64
+	CPUPerDelivery                     time.Duration
+	// RSS is the server's resident memory with the subscribers connected
+	// before any run, and at the end of the runs; PerThread is their
+	// difference over the threads (buffers and state, not connections).
+	RSSConnected, RSSEnd int64
+	PerThread            int64
+}
+
+func (r ManyResult) String() string {
+	return fmt.Sprintf("offered %.0f/s to %d subscribers: delivered %d of %d (missing %d) in %.2fs: %.0f/s, latency p50 %v p99 %v; "+
+		"runs started in %.2fs (median run.start %v); server CPU %.2fs (%v per delivery), client CPU %.2fs; "+
+		"server RSS %d MB connected, %d MB after the runs (%.1f KB per thread)",
+		r.Offered, r.Subscribers, r.Deliveries, r.Expected, r.Missing, r.Seconds, r.PerSecond, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+		r.StartSeconds, r.StartLatency.Round(time.Microsecond), r.ServerCPUSeconds, r.CPUPerDelivery, r.ClientCPUSeconds,
+		r.RSSConnected>>20, r.RSSEnd>>20, float64(r.PerThread)/1024)
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// RunMany measures the many-conversations workload: it connects every
+// subscriber, starts every run in a burst, and counts what arrives until
+// each subscriber has all its thread's events or the timeout passes.
+func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
+	if cfg.Connect <= 0 {
+		cfg.Connect = 64
+	}
+	if cfg.Start <= 0 {
+		cfg.Start = 32
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = cfg.Duration + 2*time.Minute
+	}
+	count := int(cfg.Rate * cfg.Duration.Seconds())
+	if cfg.Threads <= 0 || cfg.SubsPerThread <= 0 || count <= 0 {
+		return ManyResult{}, fmt.Errorf("need threads, subscribers per thread and rate × duration ≥ 1")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	n := cfg.Threads * cfg.SubsPerThread
+	res := ManyResult{Subscribers: n, Offered: cfg.Rate * float64(n), Expected: int64(n) * int64(count)}
+	prefix := fmt.Sprintf("many-%d-", time.Now().UnixNano())
+	var st stats
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	var finished atomic.Int64
+	allDone := make(chan struct{})
+	sampleEvery := max(1, n*count/200000)
+	sub := Config{URL: cfg.URL, Count: count}
+
+	// Connect, at most cfg.Connect at a time.
+	sem := make(chan struct{}, cfg.Connect)
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case err := <-errs:
+			cancel()
+			wg.Wait()
+			return res, fmt.Errorf("connecting subscriber %d: %w", i, err)
+		case <-ctx.Done():
+			wg.Wait()
+			return res, ctx.Err()
+		}
+		thread := prefix + fmt.Sprint(i%cfg.Threads)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			ready := func() { once.Do(func() { <-sem }) }
+			done := func() {
+				if finished.Add(1) == int64(n) {
+					close(allDone)
+				}
+			}
+			var err error
+			if cfg.Transport == "ws" {
+				err = wsSubscriber(ctx, sub, thread, i, sampleEvery, &st, ready, done)
+			} else {
+				err = sseSubscriber(ctx, sub, thread, i, sampleEvery, &st, ready, done)
+			}
+			ready()
+			if err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		}()
+	}
+	for range cfg.Connect { // the last connections are in
+		sem <- struct{}{}
+	}
+	res.RSSConnected, _ = rssBytes(cfg.ServerPID)
+
+	// Start every run, cfg.Start requests at a time.
+	cpu0, _ := cpuSeconds(cfg.ServerPID)
+	self0 := selfCPU()
+	begin := time.Now()
+	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, count, cfg.Rate, cfg.Size)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Start}}
+	defer client.CloseIdleConnections()
+	threads := make(chan int)
+	latencies := make([]time.Duration, cfg.Threads)
+	var startErr atomic.Pointer[error]
+	var starters sync.WaitGroup
+	for range cfg.Start {
+		starters.Go(func() {
+			for t := range threads {
+				t0 := time.Now()
+				req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+prefix+fmt.Sprint(t)+"/commands", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("run.start: %s", resp.Status)
+					}
+				}
+				if err != nil {
+					startErr.CompareAndSwap(nil, &err)
+				}
+				latencies[t] = time.Since(t0)
+			}
+		})
+	}
+	for t := range cfg.Threads {
+		threads <- t
+	}
+	close(threads)
+	starters.Wait()
+	res.StartSeconds = time.Since(begin).Seconds()
+	slices.Sort(latencies)
+	res.StartLatency = latencies[len(latencies)/2]
+	if p := startErr.Load(); p != nil {
+		cancel()
+		wg.Wait()
+		return res, *p
+	}
+
+	// Wait for every delivery, or the timeout.
+	var waitErr error
+	select {
+	case <-allDone:
+	case err := <-errs:
+		waitErr = err
+	case <-ctx.Done():
+	}
+	cpu1, _ := cpuSeconds(cfg.ServerPID)
+	self1 := selfCPU()
+	res.RSSEnd, _ = rssBytes(cfg.ServerPID)
+	cancel()
+	wg.Wait()
+
+	res.Deliveries = st.deliveries.Load()
+	res.Missing = res.Expected - res.Deliveries
+	res.Seconds = float64(st.last.Load()-st.first.Load()) / 1e9
+	if res.Seconds > 0 {
+		res.PerSecond = float64(res.Deliveries) / res.Seconds
+	}
+	slices.Sort(st.latencies)
+	if k := len(st.latencies); k > 0 {
+		res.P50, res.P99 = st.latencies[k/2], st.latencies[k*99/100]
+	}
+	res.ClientCPUSeconds = self1 - self0
+	if cfg.ServerPID > 0 && res.Deliveries > 0 {
+		res.ServerCPUSeconds = cpu1 - cpu0
+		res.CPUPerDelivery = time.Duration(res.ServerCPUSeconds / float64(res.Deliveries) * 1e9)
+		res.PerThread = (res.RSSEnd - res.RSSConnected) / int64(cfg.Threads)
+	}
+	return res, waitErr
+}
