@@ -301,24 +301,44 @@ func Firehose(ctx context.Context, rc *server.RunContext) error {
 	if size > 64 {
 		pad = strings.Repeat("x", size-64)
 	}
-	var tick <-chan time.Time
-	if rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer t.Stop()
-		tick = t.C
-	}
-	for i := 0; i < count; i++ {
-		if tick != nil {
-			select {
-			case <-tick:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		payload := map[string]any{"index": i, "ts": time.Now().UnixNano(), "pad": pad}
-		if err := rc.Custom("firehose", payload); err != nil {
+	publish := func(i int) error {
+		if err := rc.Custom("firehose", firehoseEvent{Index: i, TS: time.Now().UnixNano(), Pad: pad}); err != nil {
 			return fmt.Errorf("firehose event %d: %w", i, err)
 		}
+		return nil
 	}
-	return nil
+	if rate <= 0 {
+		for i := 0; i < count; i++ {
+			if err := publish(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Paced: the shared scheduler publishes each event when it is due.
+	i := 0
+	var failed error
+	e := ticks.add(time.Duration(float64(time.Second)/rate), func() bool {
+		if failed = publish(i); failed != nil {
+			return false
+		}
+		i++
+		return i < count
+	})
+	select {
+	case <-e.done:
+		return failed
+	case <-ctx.Done():
+		ticks.remove(e)
+		<-e.done
+		return context.Cause(ctx)
+	}
+}
+
+// firehoseEvent is a firehose payload: its index, the publish time in Unix
+// nanoseconds (which the load tool reads latency from) and padding.
+type firehoseEvent struct {
+	Index int    `json:"index" cbor:"index"`
+	TS    int64  `json:"ts" cbor:"ts"`
+	Pad   string `json:"pad" cbor:"pad"`
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/agentstream/agentstream/channels"
@@ -126,6 +127,53 @@ func BenchmarkPublish(b *testing.B) {
 					b.Fatal(err)
 				}
 				t.mu.Unlock()
+			}
+		})
+	}
+}
+
+// firehoseLike is a 100-byte custom payload like the firehose assistant's.
+type firehoseLike struct {
+	Index int    `json:"index"`
+	TS    int64  `json:"ts"`
+	Pad   string `json:"pad"`
+}
+
+// BenchmarkPublishCustom publishes 100-byte custom events (built, encoded,
+// buffered, handed to 0, 1 or 2 subscribed sessions that read them): the
+// per-event cost of the server without the socket write.
+func BenchmarkPublishCustom(b *testing.B) {
+	for _, subs := range []int{0, 1, 2} {
+		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
+			s, t := benchThread(b)
+			var sessions []*Session
+			for range subs {
+				ss, _, err := s.Subscribe("bench", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sessions = append(sessions, ss)
+			}
+			name := "firehose"
+			pad := strings.Repeat("x", 36)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d := customEvent(name, protocol.CustomData{Name: &name, Payload: firehoseLike{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}})
+				t.mu.Lock()
+				e, err := t.publish(d)
+				t.mu.Unlock()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if i == 0 && len(e.JSON()) < 200 {
+					b.Fatalf("a smaller event than meant: %s", e.JSON())
+				}
+				for _, ss := range sessions {
+					if _, ok, _ := ss.TryNext(); !ok {
+						b.Fatal("not delivered")
+					}
+				}
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"sync"
 
 	"github.com/agentstream/agentstream/channels"
@@ -62,6 +61,8 @@ type eventData struct {
 	namespace channels.Namespace
 	node      string
 	name      string // custom events
+	// data is the params' data member, which encodeEventJSON writes.
+	data any
 	// payload builds the typed event from its namespace, time and node.
 	payload func(h header) protocol.ServerEventVariant
 }
@@ -90,11 +91,11 @@ func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error
 		p.SetEventID(&id)
 		p.SetSeq(&seq)
 	}
-	b, err := json.Marshal(protocol.ServerEvent{Value: p})
+	method := p.Method()
+	b, err := encodeEventJSON(method, id, seq, h, d.data)
 	if err != nil {
 		return nil, err
 	}
-	method := p.Method()
 	return &Event{
 		Seq: seq, id: id, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
 		Namespace: d.namespace, Payload: p, json: b,
@@ -104,61 +105,61 @@ func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error
 // The events the server publishes, one constructor per kind.
 
 func lifecycleEvent(ns channels.Namespace, data protocol.LifecycleData) eventData {
-	return eventData{namespace: ns, payload: func(h header) protocol.ServerEventVariant {
+	return eventData{namespace: ns, data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventLifecycle{Params: protocol.EventLifecycleParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func messagesEvent(node string, data protocol.MessagesDataVariant) eventData {
-	return eventData{node: node, payload: func(h header) protocol.ServerEventVariant {
+	return eventData{node: node, data: protocol.MessagesData{Value: data}, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventMessages{Params: protocol.EventMessagesParams{Namespace: h.ns, Timestamp: h.ts, Node: h.node, Data: protocol.MessagesData{Value: data}}}
 	}}
 }
 
 func toolsEvent(node string, data protocol.ToolsDataVariant) eventData {
-	return eventData{node: node, payload: func(h header) protocol.ServerEventVariant {
+	return eventData{node: node, data: protocol.ToolsData{Value: data}, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventTools{Params: protocol.EventToolsParams{Namespace: h.ns, Timestamp: h.ts, Node: h.node, Data: protocol.ToolsData{Value: data}}}
 	}}
 }
 
 func inputRequestedEvent(ns channels.Namespace, data protocol.InputRequestedData) eventData {
-	return eventData{namespace: ns, payload: func(h header) protocol.ServerEventVariant {
+	return eventData{namespace: ns, data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventInputRequested{Params: protocol.EventInputRequestedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func inputAnsweredEvent(data protocol.InputAnsweredData) eventData {
-	return eventData{payload: func(h header) protocol.ServerEventVariant {
+	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventInputAnswered{Params: protocol.EventInputAnsweredParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func valuesEvent(data any) eventData {
-	return eventData{payload: func(h header) protocol.ServerEventVariant {
+	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventValues{Params: protocol.EventValuesParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func updatesEvent(data protocol.UpdatesData) eventData {
-	return eventData{payload: func(h header) protocol.ServerEventVariant {
+	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventUpdates{Params: protocol.EventUpdatesParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func checkpointsEvent(data protocol.Checkpoint) eventData {
-	return eventData{payload: func(h header) protocol.ServerEventVariant {
+	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventCheckpoints{Params: protocol.EventCheckpointsParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func customEvent(name string, data protocol.CustomData) eventData {
-	return eventData{name: name, payload: func(h header) protocol.ServerEventVariant {
+	return eventData{name: name, data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventCustom{Params: protocol.EventCustomParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
 
 func tasksEvent(data any) eventData {
-	return eventData{payload: func(h header) protocol.ServerEventVariant {
+	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventTasks{Params: protocol.EventTasksParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }
@@ -166,7 +167,7 @@ func tasksEvent(data any) eventData {
 // eventsMissedEvent is agentstream's notice to one subscriber that events
 // it asked for are no longer buffered (an extension).
 func eventsMissedEvent(data protocol.EventsMissedData) eventData {
-	return eventData{payload: func(h header) protocol.ServerEventVariant {
+	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventEventsMissed{Params: protocol.ServerEventEventsMissedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
 }

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// encodeEventJSON writes an event the server builds as JSON: the envelope
+// and params by hand, the data member with encoding/json (by hand too for
+// custom data). The result is the JSON of the generated ServerEvent types
+// (TestEncodeEventJSONMatchesTheGeneratedTypes checks every kind), without
+// their reflection and re-compaction at every level, which were most of
+// the cost of publishing an event.
+func encodeEventJSON(method, id string, seq uint64, h header, data any) ([]byte, error) {
+	d, err := dataJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 96+len(id)+len(method)+16*len(h.ns)+len(d))
+	b = append(b, `{"type":"event",`...)
+	if seq > 0 {
+		b = append(b, `"event_id":`...)
+		b = appendString(b, id)
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, seq, 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"method":`...)
+	b = appendString(b, method)
+	b = append(b, `,"params":{"namespace":[`...)
+	for i, seg := range h.ns {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, seg)
+	}
+	b = append(b, `],"timestamp":`...)
+	b = strconv.AppendUint(b, h.ts, 10)
+	if h.node != nil {
+		b = append(b, `,"node":`...)
+		b = appendString(b, *h.node)
+	}
+	b = append(b, `,"data":`...)
+	b = append(b, d...)
+	return append(b, "}}"...), nil
+}
+
+// dataJSON encodes an event's data member.
+func dataJSON(data any) ([]byte, error) {
+	c, ok := data.(protocol.CustomData)
+	if !ok || c.Extra != nil {
+		return json.Marshal(data)
+	}
+	payload, err := json.Marshal(c.Payload)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 24+len(payload))
+	b = append(b, '{')
+	if c.Name != nil {
+		b = append(b, `"name":`...)
+		b = appendString(b, *c.Name)
+		b = append(b, ',')
+	}
+	b = append(b, `"payload":`...)
+	b = append(b, payload...)
+	return append(b, '}'), nil
+}
+
+// appendString appends s as a JSON string. Plain ASCII is copied as is;
+// anything else goes through encoding/json, so escaping (HTML characters,
+// invalid UTF-8, U+2028) is exactly its.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= utf8.RuneSelf {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
