@@ -169,9 +169,10 @@ func (o *handlerSink) end() { o.once.Do(func() { close(o.done) }) }
 // connSink writes an HTTP/1.1 response taken over from net/http: a batch
 // is one chunk of the chunked transfer coding, and one write.
 type connSink struct {
-	conn    net.Conn
-	timeout time.Duration
-	sent    bool // the client had sent more than its request
+	conn     net.Conn
+	timeout  time.Duration
+	deadline pace.WriteDeadline
+	sent     bool // the client had sent more than its request
 }
 
 // takeOver hijacks an HTTP/1.1 stream from net/http and writes its
@@ -213,7 +214,7 @@ func (o *connSink) write(buf []byte, last bool) error {
 	if len(out) == 0 {
 		return nil
 	}
-	_ = o.conn.SetWriteDeadline(time.Now().Add(o.timeout))
+	o.deadline.Arm(o.conn, o.timeout)
 	_, err := o.conn.Write(out)
 	return err
 }

@@ -32,6 +32,10 @@ type batchConn struct {
 	mu     sync.Mutex
 	buf    *[]byte // the open batch; nil outside one
 	closed bool    // a close frame went out
+	// deadline bounds every write, the library's included (timeout,
+	// Accept's write timeout, for those).
+	deadline pace.WriteDeadline
+	timeout  time.Duration
 }
 
 // Write is the library's path: one control frame, gathered into the open
@@ -49,7 +53,16 @@ func (b *batchConn) Write(p []byte) (int, error) {
 		*b.buf = append(*b.buf, p...)
 		return len(p), nil
 	}
+	b.arm(b.timeout)
 	return b.Conn.Write(p)
+}
+
+// arm bounds the next write by timeout (see pace.WriteDeadline); a zero
+// timeout leaves it as it is. The caller holds b.mu.
+func (b *batchConn) arm(timeout time.Duration) {
+	if timeout > 0 {
+		b.deadline.Arm(b.Conn, timeout)
+	}
 }
 
 // begin opens a batch.
@@ -89,9 +102,8 @@ func (b *batchConn) control(opcode byte, payload []byte, timeout time.Duration) 
 		return nil
 	}
 	var f [2 + 125]byte
-	_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	b.arm(timeout)
 	_, err := b.Conn.Write(AppendFrame(f[:0], opcode, payload))
-	_ = b.Conn.SetWriteDeadline(time.Time{})
 	return err
 }
 
@@ -123,9 +135,8 @@ func (b *batchConn) flush(timeout time.Duration) error {
 	if len(*bp) == 0 {
 		return nil
 	}
-	_ = b.Conn.SetWriteDeadline(time.Now().Add(timeout))
+	b.arm(timeout)
 	_, err := b.Conn.Write(*bp)
-	_ = b.Conn.SetWriteDeadline(time.Time{})
 	return err
 }
 

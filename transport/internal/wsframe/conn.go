@@ -50,6 +50,9 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 		return nil, err
 	}
 	bw.restoreAhead()
+	bw.conn.mu.Lock()
+	bw.conn.timeout = writeTimeout
+	bw.conn.mu.Unlock()
 	return &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: writeTimeout, closeTimeout: CloseTimeout}, nil
 }
 
