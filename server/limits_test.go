@@ -179,3 +179,25 @@ func TestCheckpointsPerThreadAreCapped(t *testing.T) {
 	resp := do(t, s, "t", &protocol.ClientCommandStateListCheckpoints{})
 	require.Len(t, resp.Result.(protocol.ListCheckpointsResult).Checkpoints, 3)
 }
+
+// TestBufferTotalBudget: past --buffer-total-bytes the least recently
+// active thread's buffer goes, and a subscriber resuming on it is told.
+func TestBufferTotalBudget(t *testing.T) {
+	s := newServer(t, server.Config{BufferTotalBytes: 30 * (server.EventOverhead + 300)})
+	for _, th := range []string{"a", "b"} {
+		w, _, _ := s.Subscribe(th, channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, nil)
+		start(t, s, th, "firehose", map[string]any{"count": float64(20)})
+		collect(t, w, rootEnded)
+		w.Close()
+	}
+	m := s.Metrics()
+	require.Positive(t, m.BufferTrimmed, "a's buffer went")
+	require.LessOrEqual(t, m.BufferUsed, int64(30*(server.EventOverhead+300)))
+	require.Zero(t, s.BufferedEvents("a"))
+	sub, _, err := s.Subscribe("a", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, server.SeqCursor(5))
+	require.NoError(t, err)
+	defer sub.Close()
+	e, ok, _ := sub.TryNext()
+	require.True(t, ok)
+	require.Equal(t, protocol.ServerEventEventsMissedMethodValue, e.Method, "the cursor's events are gone, and the subscriber is told")
+}

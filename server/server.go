@@ -29,6 +29,17 @@ const (
 	DefaultMaxCheckpoints          = 100
 )
 
+// DefaultBufferTotalBytes is Config.BufferTotalBytes' default: an eighth
+// of the machine's memory, at least 64 MiB and at most 2 GiB (1 GiB when
+// the machine's memory is unknown).
+func DefaultBufferTotalBytes() int64 {
+	m := physicalMemory()
+	if m <= 0 {
+		return 1 << 30
+	}
+	return min(max(m/8, 64<<20), 2<<30)
+}
+
 // Config configures a Server. Zero fields take the defaults in their
 // comments.
 type Config struct {
@@ -38,6 +49,13 @@ type Config struct {
 	// BufferBytes caps each thread's replay buffer by encoded size
 	// (DefaultBufferBytes, 16 MiB).
 	BufferBytes int
+	// BufferTotalBytes is the budget of all the replay buffers together
+	// (DefaultBufferTotalBytes), each event counting its encoded JSON plus
+	// EventOverhead. Past it, the buffers of the threads that published
+	// least recently are dropped first; a subscriber whose cursor they
+	// held gets the events.missed notice. It applies to the in-memory Log
+	// the server makes, not to a Log given here.
+	BufferTotalBytes int64
 	// QueueBytes caps each session's queue of unread events, replays
 	// included (DefaultQueueBytes, 8 MiB); a session that falls further
 	// behind is ended.
@@ -120,8 +138,13 @@ func (c Config) withDefaults() Config {
 		st.MaxCheckpoints = c.MaxCheckpoints
 		c.State = st
 	}
+	if c.BufferTotalBytes <= 0 {
+		c.BufferTotalBytes = DefaultBufferTotalBytes()
+	}
 	if c.Log == nil {
-		c.Log = NewMemoryLog(c.BufferEvents, c.BufferBytes)
+		l := NewMemoryLog(c.BufferEvents, c.BufferBytes)
+		l.SetTotalBytes(c.BufferTotalBytes)
+		c.Log = l
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -175,6 +198,11 @@ type MetricsSnapshot struct {
 	Commands        uint64 // commands dispatched
 	// Refused counts, per limit, what the server refused because of it.
 	Refused map[Limit]uint64
+	// BufferTrimmed counts the events the total buffer budget dropped, and
+	// BufferUsed is what the buffers count against it now (both 0 with a
+	// Log that is not the in-memory one).
+	BufferTrimmed uint64
+	BufferUsed    int64
 }
 
 // New returns a running Server. Close it to stop its runs.
@@ -193,13 +221,17 @@ func New(cfg Config) *Server {
 
 // Metrics returns the server's counters.
 func (s *Server) Metrics() MetricsSnapshot {
-	return MetricsSnapshot{
+	m := MetricsSnapshot{
 		EventsPublished: s.metrics.published.Load(),
 		SlowConsumers:   s.metrics.slowConsumers.Load(),
 		Replays:         s.metrics.replays.Load(),
 		Commands:        s.metrics.commands.Load(),
 		Refused:         s.metrics.refused.snapshot(),
 	}
+	if l, ok := s.cfg.Log.(*MemoryLog); ok {
+		m.BufferTrimmed, m.BufferUsed = l.Trimmed(), l.Used()
+	}
+	return m
 }
 
 // Register adds an assistant under id; a later registration replaces it.

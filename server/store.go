@@ -75,46 +75,151 @@ type FanOut interface {
 	Publish(thread string, e *Event)
 }
 
-// MemoryLog is the in-memory EventLog: a ring buffer per thread.
+// EventOverhead is what an event costs in memory beyond its encoded JSON
+// (the Event and its typed payload), as measured for a firehose event:
+// 818 bytes resident for 230 bytes of JSON. The total buffer budget counts
+// each event as its JSON plus this.
+const EventOverhead = 600
+
+// MemoryLog is the in-memory EventLog: a ring buffer per thread, capped
+// per thread by count and bytes, and all together by a total budget that
+// drops the buffers of the threads that published least recently first.
 type MemoryLog struct {
 	maxEvents, maxBytes int
 	mu                  sync.Mutex
-	threads             map[string]*ring.Buffer[*Event]
+	threads             map[string]*logThread
 	hw                  compact.Tracker
+	// The total budget: used is the cost of everything held, the list runs
+	// from the thread that appended last (hot) to the coldest.
+	total, used int64
+	hot, cold   *logThread
+	trimmed     uint64 // events dropped to stay within the budget
+}
+
+// logThread is one thread's buffer and its place in the hot-to-cold list.
+type logThread struct {
+	id             string
+	buf            *ring.Buffer[*Event]
+	hotter, colder *logThread
+}
+
+// cost is what the thread's buffer counts against the total budget.
+func (t *logThread) cost() int64 {
+	return int64(t.buf.Bytes()) + int64(t.buf.Len())*EventOverhead
 }
 
 var _ EventLog = (*MemoryLog)(nil)
 
 // NewMemoryLog returns a log keeping at most maxEvents events and
-// maxBytes bytes (encoded JSON) per thread.
+// maxBytes bytes (encoded JSON) per thread, with no total budget.
 func NewMemoryLog(maxEvents, maxBytes int) *MemoryLog {
-	return &MemoryLog{maxEvents: maxEvents, maxBytes: maxBytes, threads: map[string]*ring.Buffer[*Event]{}}
+	return &MemoryLog{maxEvents: maxEvents, maxBytes: maxBytes, threads: map[string]*logThread{}}
 }
 
-func (l *MemoryLog) buf(thread string) *ring.Buffer[*Event] {
-	b := l.threads[thread]
-	if b == nil {
-		b = ring.New[*Event](l.maxEvents, l.maxBytes)
-		l.threads[thread] = b
+// SetTotalBytes sets the budget of all the threads' buffers together
+// (0: none), each event counting its JSON plus EventOverhead. When an
+// append passes it, the buffers of the threads that appended least
+// recently are dropped whole (a subscriber resuming from them gets the
+// events.missed notice); when only the appending thread is left, its
+// oldest events go.
+func (l *MemoryLog) SetTotalBytes(n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total = n
+}
+
+// Used is what the buffers count against the total budget now.
+func (l *MemoryLog) Used() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used
+}
+
+// Trimmed is how many events the total budget has dropped.
+func (l *MemoryLog) Trimmed() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trimmed
+}
+
+func (l *MemoryLog) buf(thread string) *logThread {
+	t := l.threads[thread]
+	if t == nil {
+		t = &logThread{id: thread, buf: ring.New[*Event](l.maxEvents, l.maxBytes)}
+		l.threads[thread] = t
 		l.hw.Grew(len(l.threads))
 	}
-	return b
+	return t
+}
+
+// unlink takes t out of the hot-to-cold list.
+func (l *MemoryLog) unlink(t *logThread) {
+	if t.hotter != nil {
+		t.hotter.colder = t.colder
+	} else if l.hot == t {
+		l.hot = t.colder
+	}
+	if t.colder != nil {
+		t.colder.hotter = t.hotter
+	} else if l.cold == t {
+		l.cold = t.hotter
+	}
+	t.hotter, t.colder = nil, nil
+}
+
+// drop forgets a thread's buffer. Its ring is not touched: a reader that
+// took it before (under the thread's lock) goes on reading it.
+func (l *MemoryLog) drop(t *logThread) {
+	l.unlink(t)
+	l.used -= t.cost()
+	delete(l.threads, t.id)
+	l.threads = compact.Shrink(l.threads, &l.hw)
 }
 
 // Append implements EventLog.
 func (l *MemoryLog) Append(thread string, e *Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.buf(thread).Push(e)
+	t := l.buf(thread)
+	before := t.cost()
+	t.buf.Push(e)
+	l.used += t.cost() - before
+	if l.hot != t { // to the hot end
+		l.unlink(t)
+		t.colder = l.hot
+		if l.hot != nil {
+			l.hot.hotter = t
+		}
+		l.hot = t
+		if l.cold == nil {
+			l.cold = t
+		}
+	}
+	for l.total > 0 && l.used > l.total {
+		if c := l.cold; c != t {
+			l.trimmed += uint64(c.buf.Len())
+			l.drop(c)
+			continue
+		}
+		// Only the appending thread is left (its caller holds its lock,
+		// so its ring may change): its oldest events go, the newest stays.
+		if t.buf.Len() <= 1 {
+			break
+		}
+		before := t.cost()
+		t.buf.PopOldest()
+		l.used -= before - t.cost()
+		l.trimmed++
+	}
 }
 
 // After implements EventLog.
 func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
 	l.mu.Lock()
-	b := l.threads[thread]
+	t := l.threads[thread]
 	l.mu.Unlock()
-	if b != nil {
-		b.After(seq, fn) // the thread's lock keeps it from changing meanwhile
+	if t != nil {
+		t.buf.After(seq, fn) // the thread's lock keeps it from changing meanwhile
 	}
 }
 
@@ -122,8 +227,8 @@ func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
 func (l *MemoryLog) Oldest(thread string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b := l.threads[thread]; b != nil {
-		return b.Oldest()
+	if t := l.threads[thread]; t != nil {
+		return t.buf.Oldest()
 	}
 	return 0
 }
@@ -132,8 +237,8 @@ func (l *MemoryLog) Oldest(thread string) uint64 {
 func (l *MemoryLog) Len(thread string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b := l.threads[thread]; b != nil {
-		return b.Len()
+	if t := l.threads[thread]; t != nil {
+		return t.buf.Len()
 	}
 	return 0
 }
@@ -142,8 +247,9 @@ func (l *MemoryLog) Len(thread string) int {
 func (l *MemoryLog) Release(thread string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.threads, thread)
-	l.threads = compact.Shrink(l.threads, &l.hw)
+	if t := l.threads[thread]; t != nil {
+		l.drop(t)
+	}
 }
 
 // MemoryFanOut passes published events to listeners in the same process.

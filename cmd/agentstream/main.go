@@ -49,6 +49,7 @@ type config struct {
 	addr            string
 	bufferEvents    int
 	bufferBytes     int
+	bufferTotal     int64
 	queueBytes      int
 	heartbeat       time.Duration
 	writeInterval   time.Duration
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:2024", "listen address (LangGraph's local server port)")
 	fs.IntVar(&c.bufferEvents, "buffer-events", server.DefaultBufferEvents, "replay buffer per thread, in events")
 	fs.IntVar(&c.bufferBytes, "buffer-bytes", server.DefaultBufferBytes, "replay buffer per thread, in bytes")
+	fs.Int64Var(&c.bufferTotal, "buffer-total-bytes", server.DefaultBufferTotalBytes(), "all replay buffers together, in bytes, each event counting its JSON plus "+fmt.Sprint(server.EventOverhead)+
+		" (default: an eighth of this machine's memory, 64 MiB to 2 GiB); past it the least recently active threads' buffers are dropped first")
 	fs.IntVar(&c.queueBytes, "queue-bytes", server.DefaultQueueBytes, "unread events (replays included) a connection may hold, in bytes, before it is cut off")
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
@@ -196,7 +199,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		hosts = splitList(c.allowedHosts)
 	}
 	srv := server.New(server.Config{
-		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
+		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, BufferTotalBytes: c.bufferTotal, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
 	})
@@ -350,7 +353,7 @@ func (c config) check() error {
 		flag string
 		v    int64
 	}{
-		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--queue-bytes", int64(c.queueBytes)},
+		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--buffer-total-bytes", c.bufferTotal}, {"--queue-bytes", int64(c.queueBytes)},
 		{"--heartbeat", int64(c.heartbeat)}, {"--idle-release", int64(c.idleRelease)}, {"--shutdown-timeout", int64(c.shutdownTimeout)},
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},

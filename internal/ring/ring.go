@@ -54,6 +54,13 @@ func (b *Buffer[T]) Push(it T) int {
 	return evicted
 }
 
+// PopOldest evicts the oldest item, if any.
+func (b *Buffer[T]) PopOldest() {
+	if b.n > 0 {
+		b.pop()
+	}
+}
+
 func (b *Buffer[T]) pop() {
 	var zero T
 	b.bytes -= b.items[b.head].Size()
