@@ -102,6 +102,13 @@ func New(srv *server.Server, opts Options) *Handler {
 	if h.bodyTimeout <= 0 {
 		h.bodyTimeout = DefaultBodyTimeout
 	}
+	interval := func(name, help string, f func() time.Duration) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f().Seconds() })
+	}
+	reg.MustRegister(
+		interval("agentstream_sse_write_interval_seconds", "The least time between two writes of one SSE stream now (it grows while the server is behind).", h.sse.WriteInterval),
+		interval("agentstream_websocket_write_interval_seconds", "The least time between two writes of one WebSocket now (it grows while the server is behind).", h.ws.WriteInterval),
+	)
 	h.ready.Store(true)
 	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
 		h.mux.Handle("POST "+p, h.sse)

@@ -131,6 +131,11 @@ func New(srv *server.Server, opts Options) *Handler {
 	return &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), ctx: ctx, stop: stop}
 }
 
+// WriteInterval is the least time between two writes of one connection
+// now: Options.WriteInterval, or more while the server is behind (the
+// pacing adapts to the CPU left).
+func (h *Handler) WriteInterval() time.Duration { return h.pacer.Current() }
+
 // Shutdown ends every open stream cleanly (the clients see the response
 // end) and waits for them, or for ctx. Streams opened
 // afterwards end at once. It is safe to call twice.

@@ -143,6 +143,11 @@ func New(srv *server.Server, opts Options) *Handler {
 	return &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), conns: map[*connection]struct{}{}}
 }
 
+// WriteInterval is the least time between two writes of one connection
+// now: Options.WriteInterval, or more while the server is behind (the
+// pacing adapts to the CPU left).
+func (h *Handler) WriteInterval() time.Duration { return h.pacer.Current() }
+
 // Shutdown closes every connection with 1001 (going away) and waits for
 // their goroutines, or for ctx.
 func (h *Handler) Shutdown(ctx context.Context) error {

@@ -8,11 +8,30 @@
 // pacing adds no delay to a quiet stream; under load it adds at most one
 // interval, and in exchange the server's cost per event drops several
 // times (syscalls dominate it) and so does the latency of a busy server.
+//
+// The interval adapts: while the process uses nearly all the CPU it may
+// (the server is behind), it doubles, up to MaxInterval, so that each
+// write carries more events and the same CPU delivers more; once there is
+// CPU to spare again it halves back to the configured one. Throughput then
+// rises under overload and latency stays bounded by about MaxInterval plus
+// the scheduling delay, instead of queues growing.
 package pace
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
+)
+
+// MaxInterval bounds the adaptive interval.
+const MaxInterval = 400 * time.Millisecond
+
+// The CPU use (a share of GOMAXPROCS cores) above which the interval
+// doubles, and under which it halves.
+const (
+	busyAbove = 0.9
+	idleBelow = 0.6
 )
 
 // DefaultInterval is the transports' default interval: short enough to
@@ -28,8 +47,13 @@ const Off time.Duration = -1
 // Pacer serves every connection of a handler; its timer runs only while
 // some writer waits.
 type Pacer struct {
-	interval time.Duration
-	epoch    time.Time // monotonic base for Writer.last
+	interval time.Duration // the configured interval
+	epoch    time.Time     // monotonic base for Writer.last
+
+	// The adaptive interval (nanoseconds), and when it was last adapted
+	// (on the pacer's clock).
+	cur, adapted atomic.Int64
+	cpu          cpuGauge // guarded by mu
 
 	mu    sync.Mutex
 	due   []*Writer
@@ -40,11 +64,84 @@ type Pacer struct {
 // New returns a pacer with the given interval; 0 or less turns pacing off
 // (every writer starts as soon as it is kicked).
 func New(interval time.Duration) *Pacer {
-	return &Pacer{interval: max(interval, 0), epoch: time.Now()}
+	p := &Pacer{interval: max(interval, 0), epoch: time.Now()}
+	p.cur.Store(int64(p.interval))
+	return p
 }
 
-// Interval is the least time between two writes of one connection.
+// Interval is the configured least time between two writes of one
+// connection.
 func (p *Pacer) Interval() time.Duration { return p.interval }
+
+// Current is the interval in force now (see the package comment).
+func (p *Pacer) Current() time.Duration { return time.Duration(p.cur.Load()) }
+
+// adaptEvery is the least time between two adaptations of the interval:
+// the window CPU use is measured over.
+const adaptEvery = 100 * time.Millisecond
+
+// adapt sets the interval from the process's CPU use since the last
+// adaptation. The caller holds p.mu.
+func (p *Pacer) adapt() {
+	now := p.now()
+	if p.interval <= 0 || now-time.Duration(p.adapted.Load()) < adaptEvery {
+		return
+	}
+	since := now - time.Duration(p.adapted.Load())
+	p.adapted.Store(int64(now))
+	use, ok := p.cpu.use()
+	switch {
+	case !ok:
+	case since > 10*adaptEvery && use < idleBelow:
+		p.cur.Store(int64(p.interval)) // quiet for a while: no pacing left over from a past overload
+	default:
+		p.setFrom(use)
+	}
+}
+
+// maybeAdapt adapts the interval if it is due (a writer is kicked while
+// none waits, so release may not run for a while).
+func (p *Pacer) maybeAdapt() {
+	if p.interval <= 0 || p.now()-time.Duration(p.adapted.Load()) < adaptEvery {
+		return
+	}
+	p.mu.Lock()
+	p.adapt()
+	p.mu.Unlock()
+}
+
+// setFrom moves the interval one step given the CPU use (a share of the
+// cores the process may use).
+func (p *Pacer) setFrom(use float64) {
+	cur := time.Duration(p.cur.Load())
+	switch {
+	case use > busyAbove && cur < MaxInterval:
+		p.cur.Store(int64(min(2*cur, MaxInterval)))
+	case use < idleBelow && cur > p.interval:
+		p.cur.Store(int64(max(cur/2, p.interval)))
+	}
+}
+
+// cpuGauge measures the process's CPU use between two reads, as a share
+// of GOMAXPROCS cores.
+type cpuGauge struct {
+	cpu  time.Duration // user+system time at the last read
+	wall time.Time
+}
+
+func (g *cpuGauge) use() (float64, bool) {
+	cpu, ok := processCPU()
+	if !ok {
+		return 0, false
+	}
+	now := time.Now()
+	prevCPU, prevWall := g.cpu, g.wall
+	g.cpu, g.wall = cpu, now
+	if prevWall.IsZero() || !now.After(prevWall) {
+		return 0, false
+	}
+	return float64(cpu-prevCPU) / float64(now.Sub(prevWall)) / float64(runtime.GOMAXPROCS(0)), true
+}
 
 // Epoch is the base of the pacer's monotonic clock.
 func (p *Pacer) Epoch() time.Time { return p.epoch }
@@ -58,9 +155,9 @@ func (p *Pacer) wait(w *Writer) {
 	if !p.armed {
 		p.armed = true
 		if p.timer == nil {
-			p.timer = time.AfterFunc(p.interval, p.release)
+			p.timer = time.AfterFunc(p.Current(), p.release)
 		} else {
-			p.timer.Reset(p.interval)
+			p.timer.Reset(p.Current())
 		}
 	}
 	p.mu.Unlock()
@@ -69,6 +166,7 @@ func (p *Pacer) wait(w *Writer) {
 // release starts the writers that waited.
 func (p *Pacer) release() {
 	p.mu.Lock()
+	p.adapt()
 	due := p.due
 	p.due = nil
 	p.armed = false
@@ -111,12 +209,13 @@ func (p *Pacer) NewWriter(write, pending func() bool) *Writer {
 // the interval, otherwise at the pacer's next release. Kicks while a write
 // is running or queued are absorbed by it. Kick never blocks on I/O.
 func (w *Writer) Kick() {
+	w.p.maybeAdapt()
 	w.mu.Lock()
 	if w.running || w.waiting || w.stopped || w.hold != nil {
 		w.mu.Unlock()
 		return
 	}
-	if w.wrote && w.p.interval > 0 && w.p.now()-w.last < w.p.interval {
+	if w.wrote && w.p.interval > 0 && w.p.now()-w.last < w.p.Current() {
 		w.waiting = true
 		w.mu.Unlock()
 		w.p.wait(w)

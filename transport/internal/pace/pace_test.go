@@ -200,3 +200,55 @@ func TestHoldGoesOnWhileBusyUpToItsBound(t *testing.T) {
 	assert.Equal(t, int32(MaxHoldIntervals-1), asked.Load(), "asked at the end of every interval but the last")
 	w.Stop()
 }
+
+// TestIntervalAdaptsToCPUUse: a process using all its CPU (a server
+// behind) doubles the interval up to MaxInterval; one with CPU to spare
+// brings it back to the configured one.
+func TestIntervalAdaptsToCPUUse(t *testing.T) {
+	p := New(5 * time.Millisecond)
+	require.Equal(t, 5*time.Millisecond, p.Current())
+	for range 10 {
+		p.setFrom(1)
+	}
+	require.Equal(t, MaxInterval, p.Current(), "behind: the interval grows to its bound, and no further")
+	p.setFrom(0.75)
+	require.Equal(t, MaxInterval, p.Current(), "between the thresholds nothing changes")
+	for range 10 {
+		p.setFrom(0.1)
+	}
+	require.Equal(t, 5*time.Millisecond, p.Current(), "CPU to spare: back to the configured interval, and no lower")
+	off := New(Off)
+	off.mu.Lock()
+	off.adapt()
+	off.mu.Unlock()
+	require.Zero(t, off.Current(), "pacing off stays off")
+
+	// After a quiet while, a kick finds the interval back where it was set.
+	for range 10 {
+		p.setFrom(1)
+	}
+	p.cpu.use()                                   // the gauge's first read, as if
+	p.cpu.wall = p.cpu.wall.Add(-20 * adaptEvery) // two seconds ago
+	p.adapted.Store(int64(p.now() - 20*adaptEvery))
+	w := p.NewWriter(func() bool { return true }, func() bool { return false })
+	w.Kick()
+	w.Stop()
+	require.Equal(t, 5*time.Millisecond, p.Current(), "a quiet process resets the interval")
+}
+
+// TestCPUGaugeReadsTheProcess: a busy loop between two reads shows as CPU
+// use, a sleep as little.
+func TestCPUGaugeReadsTheProcess(t *testing.T) {
+	var g cpuGauge
+	_, ok := g.use()
+	require.False(t, ok, "nothing to compare the first read with")
+	for start := time.Now(); time.Since(start) < 50*time.Millisecond; {
+	}
+	busy, ok := g.use()
+	require.True(t, ok)
+	require.Greater(t, busy, 0.2, "a busy loop uses CPU")
+	time.Sleep(50 * time.Millisecond)
+	idle, ok := g.use()
+	require.True(t, ok)
+	require.Less(t, idle, busy, "a sleep uses less")
+}
