@@ -27,11 +27,13 @@ import (
 // MaxInterval bounds the adaptive interval.
 const MaxInterval = 400 * time.Millisecond
 
-// The CPU use (a share of GOMAXPROCS cores) above which the interval
-// doubles, and under which it halves.
+// The CPU use (a share of GOMAXPROCS cores) above which, for busyWindows
+// windows in a row, the interval doubles, and under which it halves: a
+// burst does not slow a server that keeps up.
 const (
-	busyAbove = 0.9
-	idleBelow = 0.6
+	busyAbove   = 0.9
+	busyWindows = 3
+	idleBelow   = 0.6
 )
 
 // DefaultInterval is the transports' default interval: short enough to
@@ -54,6 +56,7 @@ type Pacer struct {
 	// (on the pacer's clock).
 	cur, adapted atomic.Int64
 	cpu          cpuGauge // guarded by mu
+	busy         int      // windows in a row above busyAbove, guarded by mu
 
 	mu    sync.Mutex
 	due   []*Writer
@@ -110,12 +113,18 @@ func (p *Pacer) maybeAdapt() {
 	p.mu.Unlock()
 }
 
-// setFrom moves the interval one step given the CPU use (a share of the
-// cores the process may use).
+// setFrom moves the interval one step given the CPU use of the last
+// window (a share of the cores the process may use). The caller holds
+// p.mu.
 func (p *Pacer) setFrom(use float64) {
 	cur := time.Duration(p.cur.Load())
+	if use > busyAbove {
+		p.busy++
+	} else {
+		p.busy = 0
+	}
 	switch {
-	case use > busyAbove && cur < MaxInterval:
+	case p.busy >= busyWindows && cur < MaxInterval:
 		p.cur.Store(int64(min(2*cur, MaxInterval)))
 	case use < idleBelow && cur > p.interval:
 		p.cur.Store(int64(max(cur/2, p.interval)))

@@ -207,7 +207,13 @@ func TestHoldGoesOnWhileBusyUpToItsBound(t *testing.T) {
 func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	p := New(5 * time.Millisecond)
 	require.Equal(t, 5*time.Millisecond, p.Current())
-	for range 10 {
+	for range busyWindows - 1 {
+		p.setFrom(1)
+	}
+	p.setFrom(0.8)
+	p.setFrom(1)
+	require.Equal(t, 5*time.Millisecond, p.Current(), "a burst is not overload")
+	for range 30 {
 		p.setFrom(1)
 	}
 	require.Equal(t, MaxInterval, p.Current(), "behind: the interval grows to its bound, and no further")
@@ -224,7 +230,7 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	require.Zero(t, off.Current(), "pacing off stays off")
 
 	// After a quiet while, a kick finds the interval back where it was set.
-	for range 10 {
+	for range 30 {
 		p.setFrom(1)
 	}
 	p.cpu.use()                                   // the gauge's first read, as if
