@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -176,5 +177,22 @@ func BenchmarkPublishCustom(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRunStart starts a run on a new thread each time (what a burst
+// of conversations starting costs): the command, the thread, the run and
+// its goroutine, whose assistant returns at once.
+func BenchmarkRunStart(b *testing.B) {
+	s := New(Config{MaxThreads: 1 << 30})
+	b.Cleanup(func() { _ = s.Close(b.Context()) })
+	s.Register("noop", AssistantFunc(func(ctx context.Context, rc *RunContext) error { return nil }))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cmd := &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: protocol.RunStartParams{AssistantID: "noop"}}}
+		if _, e := s.Do(b.Context(), fmt.Sprint("t", i), cmd); e != nil {
+			b.Fatal(e.Message)
+		}
 	}
 }

@@ -19,7 +19,16 @@ func encodeEventJSON(method, id string, seq uint64, h header, data any) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 96+len(id)+len(method)+16*len(h.ns)+len(d))
+	// The exact size for plain text (escapes add to it): the literal parts,
+	// two numbers of at most 20 digits, the texts and the data.
+	size := 96 + 40 + len(id) + len(method) + len(d)
+	for _, seg := range h.ns {
+		size += len(seg) + 3
+	}
+	if h.node != nil {
+		size += 10 + len(*h.node)
+	}
+	b := make([]byte, 0, size)
 	b = append(b, `{"type":"event",`...)
 	if seq > 0 {
 		b = append(b, `"event_id":`...)

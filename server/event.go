@@ -1,7 +1,7 @@
 package server
 
 import (
-	"sync"
+	"sync/atomic"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -26,11 +26,16 @@ type Event struct {
 	// Payload is the event as the protocol types describe it.
 	Payload protocol.ServerEventVariant
 
-	id       string // the event_id, "EPOCH-SEQ"
-	json     []byte
-	cborOnce sync.Once
-	cbor     []byte
-	cborErr  error
+	id   string // the event_id, "EPOCH-SEQ"
+	json []byte
+	cbor atomic.Pointer[cborForm] // made on first use
+}
+
+// cborForm is an event's CBOR encoding, kept apart so that the events of
+// JSON readers (most) carry one pointer for it, not the encoding's fields.
+type cborForm struct {
+	b   []byte
+	err error
 }
 
 // Sequence returns Seq (for the replay buffer).
@@ -44,10 +49,15 @@ func (e *Event) JSON() []byte { return e.json }
 
 // CBOR is the event encoded as CBOR, computed once on first use.
 func (e *Event) CBOR() ([]byte, error) {
-	e.cborOnce.Do(func() {
-		e.cbor, e.cborErr = cbor.Marshal(protocol.ServerEvent{Value: e.Payload})
-	})
-	return e.cbor, e.cborErr
+	if f := e.cbor.Load(); f != nil {
+		return f.b, f.err
+	}
+	f := &cborForm{}
+	f.b, f.err = cbor.Marshal(protocol.ServerEvent{Value: e.Payload})
+	if !e.cbor.CompareAndSwap(nil, f) {
+		f = e.cbor.Load() // another reader made it first: one encoding for all
+	}
+	return f.b, f.err
 }
 
 // EventID is the event's id on the wire, "EPOCH-SEQ" (see [Cursor]); ""

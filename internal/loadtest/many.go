@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,10 +30,15 @@ type ManyConfig struct {
 	// run.start requests in flight at once (defaults 64 and 32).
 	Connect, Start int
 	Timeout        time.Duration // the whole measurement (default Duration + 2 min)
+	// IdleWait, when set, is how long to wait after the runs, connections
+	// closed, before reading the server's live heap once more (run the
+	// server with a shorter --idle-release to see buffers released).
+	IdleWait time.Duration
 }
 
 // ManyResult is what a many-conversations measurement found.
 type ManyResult struct {
+	Threads     int
 	Subscribers int
 	Offered     float64 // deliveries per second the runs offer together
 	Expected    int64   // deliveries if nothing is lost
@@ -54,15 +60,59 @@ type ManyResult struct {
 	// difference over the threads (buffers and state, not connections).
 	RSSConnected, RSSEnd int64
 	PerThread            int64
+	// Heap is the server's live heap (after a collection, read from its
+	// /debug/pprof and /metrics; 0 when it does not serve --pprof) with the
+	// subscribers connected, at the end of the runs and after IdleWait.
+	HeapConnected, HeapEnd, HeapIdle int64
+	HeapBase                         int64 // before connecting
 }
 
 func (r ManyResult) String() string {
+	heap := ""
+	if r.HeapConnected > 0 {
+		heap = fmt.Sprintf("; server live heap %d MB connected, %.1f KB per thread after the runs", r.HeapConnected>>20, float64(r.HeapEnd-r.HeapConnected)/1024/float64(r.Threads))
+		if r.HeapIdle > 0 {
+			heap += fmt.Sprintf(", %.1f KB per thread idle (no connection; the baseline before connecting subtracted)", float64(r.HeapIdle-r.HeapBase)/1024/float64(r.Threads))
+		}
+	}
+	return heap2(r, heap)
+}
+
+func heap2(r ManyResult, heap string) string {
 	return fmt.Sprintf("offered %.0f/s to %d subscribers: delivered %d of %d (missing %d) in %.2fs: %.0f/s, latency p50 %v p99 %v; "+
 		"runs started in %.2fs (median run.start %v); server CPU %.2fs (%v per delivery), client CPU %.2fs; "+
 		"server RSS %d MB connected, %d MB after the runs (%.1f KB per thread)",
 		r.Offered, r.Subscribers, r.Deliveries, r.Expected, r.Missing, r.Seconds, r.PerSecond, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
 		r.StartSeconds, r.StartLatency.Round(time.Microsecond), r.ServerCPUSeconds, r.CPUPerDelivery, r.ClientCPUSeconds,
-		r.RSSConnected>>20, r.RSSEnd>>20, float64(r.PerThread)/1024)
+		r.RSSConnected>>20, r.RSSEnd>>20, float64(r.PerThread)/1024) + heap
+}
+
+// liveHeap reads a server's live heap: a collection through its profiler
+// (/debug/pprof/heap?gc=1), then go_memstats_heap_alloc_bytes from
+// /metrics. ok is false when the server does not serve its profiler.
+func liveHeap(url string) (int64, bool) {
+	resp, err := http.Get(url + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	resp, err = http.Get(url + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int64(f), err == nil
+		}
+	}
+	return 0, false
 }
 
 // selfCPU is this process's user+system CPU time.
@@ -96,6 +146,8 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	n := cfg.Threads * cfg.SubsPerThread
 	res := ManyResult{Subscribers: n, Offered: cfg.Rate * float64(n), Expected: int64(n) * int64(count)}
 	prefix := fmt.Sprintf("many-%d-", time.Now().UnixNano())
+	res.Threads = cfg.Threads
+	res.HeapBase, _ = liveHeap(cfg.URL)
 	var st stats
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -144,6 +196,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 		sem <- struct{}{}
 	}
 	res.RSSConnected, _ = rssBytes(cfg.ServerPID)
+	res.HeapConnected, _ = liveHeap(cfg.URL)
 
 	// Start every run, cfg.Start requests at a time.
 	cpu0, _ := cpuSeconds(cfg.ServerPID)
@@ -202,8 +255,13 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	cpu1, _ := cpuSeconds(cfg.ServerPID)
 	self1 := selfCPU()
 	res.RSSEnd, _ = rssBytes(cfg.ServerPID)
+	res.HeapEnd, _ = liveHeap(cfg.URL)
 	cancel()
 	wg.Wait()
+	if cfg.IdleWait > 0 && res.HeapConnected > 0 {
+		time.Sleep(cfg.IdleWait)
+		res.HeapIdle, _ = liveHeap(cfg.URL)
+	}
 
 	res.Deliveries = st.deliveries.Load()
 	res.Missing = res.Expected - res.Deliveries
