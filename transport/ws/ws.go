@@ -15,7 +15,8 @@
 // writes its own data frames, batched into one socket write, and answers
 // control frames between messages (transport/internal/wsframe owns that
 // code and lists what it relies on in the library). Writes are paced: a
-// busy connection writes at most once per Options.WriteInterval, and a
+// busy connection writes at most once per Options.WriteInterval (longer
+// while the server is behind; see transport/internal/pace), and a
 // subscribe holds the next write for one interval, so that subscribes sent
 // together are answered with one replay, merged in sequence order.
 package ws
