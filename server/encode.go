@@ -15,7 +15,17 @@ import (
 // their reflection and re-compaction at every level, which were most of
 // the cost of publishing an event.
 func encodeEventJSON(method, id string, seq uint64, h header, data any) ([]byte, error) {
-	d, err := dataJSON(data)
+	// The data member: custom data is written below from its payload's
+	// JSON, anything else is encoded whole here.
+	custom, isCustom := data.(protocol.CustomData)
+	isCustom = isCustom && custom.Extra == nil
+	var d []byte
+	var err error
+	if isCustom {
+		d, err = json.Marshal(custom.Payload)
+	} else {
+		d, err = json.Marshal(data)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -27,6 +37,12 @@ func encodeEventJSON(method, id string, seq uint64, h header, data any) ([]byte,
 	}
 	if h.node != nil {
 		size += 10 + len(*h.node)
+	}
+	if isCustom {
+		size += 24
+		if custom.Name != nil {
+			size += len(*custom.Name)
+		}
 	}
 	b := make([]byte, 0, size)
 	b = append(b, `{"type":"event",`...)
@@ -53,30 +69,20 @@ func encodeEventJSON(method, id string, seq uint64, h header, data any) ([]byte,
 		b = appendString(b, *h.node)
 	}
 	b = append(b, `,"data":`...)
-	b = append(b, d...)
+	if isCustom {
+		b = append(b, '{')
+		if custom.Name != nil {
+			b = append(b, `"name":`...)
+			b = appendString(b, *custom.Name)
+			b = append(b, ',')
+		}
+		b = append(b, `"payload":`...)
+		b = append(b, d...)
+		b = append(b, '}')
+	} else {
+		b = append(b, d...)
+	}
 	return append(b, "}}"...), nil
-}
-
-// dataJSON encodes an event's data member.
-func dataJSON(data any) ([]byte, error) {
-	c, ok := data.(protocol.CustomData)
-	if !ok || c.Extra != nil {
-		return json.Marshal(data)
-	}
-	payload, err := json.Marshal(c.Payload)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 0, 24+len(payload))
-	b = append(b, '{')
-	if c.Name != nil {
-		b = append(b, `"name":`...)
-		b = appendString(b, *c.Name)
-		b = append(b, ',')
-	}
-	b = append(b, `"payload":`...)
-	b = append(b, payload...)
-	return append(b, '}'), nil
 }
 
 // appendString appends s as a JSON string. Plain ASCII is copied as is;

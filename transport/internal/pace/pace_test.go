@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,19 +243,26 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a quiet process resets the interval")
 }
 
-// TestCPUGaugeReadsTheProcess: a busy loop between two reads shows as CPU
-// use, a sleep as little.
+// TestCPUGaugeReadsTheProcess: CPU the process spends between two reads
+// shows in the figure, a sleep does not. (Compared as CPU time, since a
+// loaded machine may give a busy loop only part of a core.)
 func TestCPUGaugeReadsTheProcess(t *testing.T) {
 	var g cpuGauge
 	_, ok := g.use()
 	require.False(t, ok, "nothing to compare the first read with")
-	for start := time.Now(); time.Since(start) < 50*time.Millisecond; {
+	spent := func(use float64, since time.Time) time.Duration {
+		return time.Duration(use * float64(time.Since(since)) * float64(runtime.GOMAXPROCS(0)))
+	}
+	start := time.Now()
+	begin, _ := processCPU()
+	for now, _ := processCPU(); now-begin < 30*time.Millisecond && time.Since(start) < 5*time.Second; now, _ = processCPU() {
 	}
 	busy, ok := g.use()
 	require.True(t, ok)
-	require.Greater(t, busy, 0.2, "a busy loop uses CPU")
-	time.Sleep(50 * time.Millisecond)
+	require.Greater(t, spent(busy, start), 20*time.Millisecond, "a busy loop's CPU is counted")
+	start = time.Now()
+	time.Sleep(100 * time.Millisecond)
 	idle, ok := g.use()
 	require.True(t, ok)
-	require.Less(t, idle, busy, "a sleep uses less")
+	require.Less(t, spent(idle, start), 20*time.Millisecond, "a sleep's is not")
 }
