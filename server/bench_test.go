@@ -196,3 +196,55 @@ func BenchmarkRunStart(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPublishManyThreads publishes 100-byte custom events round the
+// 1,000 threads of the many-conversations workload, each with two
+// subscribed sessions that read them: with buffers that keep growing (the
+// default 8,192 events per thread: every event stays, as in a 10 s load
+// run) and with buffers that recycle (16 events). The difference is what
+// a growing heap costs (collections marking every buffered event, fresh
+// memory to clear).
+func BenchmarkPublishManyThreads(b *testing.B) {
+	for _, buf := range []int{DefaultBufferEvents, 16} {
+		b.Run(fmt.Sprintf("buffer=%d", buf), func(b *testing.B) {
+			s := New(Config{BufferEvents: buf})
+			b.Cleanup(func() { _ = s.Close(b.Context()) })
+			const n = 1000
+			threads := make([]*thread, n)
+			sessions := make([][]*Session, n)
+			for i := range threads {
+				id := fmt.Sprint("t", i)
+				var err error
+				if threads[i], err = s.thread(id, true); err != nil {
+					b.Fatal(err)
+				}
+				for range 2 {
+					ss, _, err := s.Subscribe(id, channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					sessions[i] = append(sessions[i], ss)
+				}
+			}
+			name := "firehose"
+			pad := strings.Repeat("x", 36)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := threads[i%n]
+				d := customEvent(name, protocol.CustomData{Name: &name, Payload: firehoseLike{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}})
+				t.mu.Lock()
+				_, err := t.publish(d)
+				t.mu.Unlock()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, ss := range sessions[i%n] {
+					if _, ok, _ := ss.TryNext(); !ok {
+						b.Fatal("not delivered")
+					}
+				}
+			}
+		})
+	}
+}
