@@ -89,6 +89,21 @@ func (s *stats) record(payload []byte, sample bool) {
 	s.mu.Unlock()
 }
 
+// summary gives the deliveries, the seconds from the first to the last,
+// their rate, and the latencies' median and 99th percentile.
+func (s *stats) summary() (n int64, seconds, perSecond float64, p50, p99 time.Duration) {
+	n = s.deliveries.Load()
+	seconds = float64(s.last.Load()-s.first.Load()) / 1e9
+	if seconds > 0 {
+		perSecond = float64(n) / seconds
+	}
+	slices.Sort(s.latencies)
+	if k := len(s.latencies); k > 0 {
+		p50, p99 = s.latencies[k/2], s.latencies[k*99/100]
+	}
+	return
+}
+
 // Run measures deliveries of cfg.Count firehose events to cfg.Subscribers.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Timeout == 0 {
@@ -140,15 +155,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	cpu1, _ := cpuSeconds(cfg.ServerPID)
 	cancel()
 	wg.Wait()
-	r := Result{Deliveries: st.deliveries.Load()}
-	r.Seconds = float64(st.last.Load()-st.first.Load()) / 1e9
-	if r.Seconds > 0 {
-		r.PerSecond = float64(r.Deliveries) / r.Seconds
-	}
-	slices.Sort(st.latencies)
-	if n := len(st.latencies); n > 0 {
-		r.P50, r.P99 = st.latencies[n/2], st.latencies[n*99/100]
-	}
+	r := Result{}
+	r.Deliveries, r.Seconds, r.PerSecond, r.P50, r.P99 = st.summary()
 	if cfg.ServerPID > 0 && r.Deliveries > 0 {
 		r.ServerCPUSeconds = cpu1 - cpu0
 		r.CPUPerDelivery = time.Duration(r.ServerCPUSeconds / float64(r.Deliveries) * 1e9)

@@ -16,18 +16,26 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRunCountsEveryDelivery runs a small measurement against an
-// in-process server over loopback, on both transports.
-func TestRunCountsEveryDelivery(t *testing.T) {
+// startServer runs a server with the built-in assistants on loopback
+// until the test ends.
+func startServer(t *testing.T) *httptest.Server {
+	t.Helper()
 	srv := server.New(server.Config{})
 	assistants.Register(srv)
 	h := transport.New(srv, transport.Options{})
 	ts := httptest.NewServer(h)
-	defer func() {
+	t.Cleanup(func() {
 		_ = h.Shutdown(context.Background())
 		ts.Close()
 		_ = srv.Close(context.Background())
-	}()
+	})
+	return ts
+}
+
+// TestRunCountsEveryDelivery runs a small measurement against an
+// in-process server over loopback, on both transports.
+func TestRunCountsEveryDelivery(t *testing.T) {
+	ts := startServer(t)
 	for _, tr := range []string{"sse", "ws"} {
 		r, err := Run(context.Background(), Config{URL: ts.URL, Transport: tr, Subscribers: 5, Count: 40, Size: 100, ServerPID: os.Getpid()})
 		require.NoError(t, err, tr)
@@ -46,15 +54,7 @@ func TestRunCountsEveryDelivery(t *testing.T) {
 // TestRunManyCountsEveryDelivery runs a small many-conversations
 // measurement over loopback, on both transports.
 func TestRunManyCountsEveryDelivery(t *testing.T) {
-	srv := server.New(server.Config{})
-	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{})
-	ts := httptest.NewServer(h)
-	defer func() {
-		_ = h.Shutdown(context.Background())
-		ts.Close()
-		_ = srv.Close(context.Background())
-	}()
+	ts := startServer(t)
 	for _, tr := range []string{"sse", "ws"} {
 		r, err := RunMany(context.Background(), ManyConfig{URL: ts.URL, Transport: tr, Threads: 6, SubsPerThread: 2, Rate: 40, Duration: 500 * time.Millisecond, Size: 100, ServerPID: os.Getpid()})
 		require.NoError(t, err, tr)

@@ -263,16 +263,8 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 		res.HeapIdle, _ = liveHeap(cfg.URL)
 	}
 
-	res.Deliveries = st.deliveries.Load()
+	res.Deliveries, res.Seconds, res.PerSecond, res.P50, res.P99 = st.summary()
 	res.Missing = res.Expected - res.Deliveries
-	res.Seconds = float64(st.last.Load()-st.first.Load()) / 1e9
-	if res.Seconds > 0 {
-		res.PerSecond = float64(res.Deliveries) / res.Seconds
-	}
-	slices.Sort(st.latencies)
-	if k := len(st.latencies); k > 0 {
-		res.P50, res.P99 = st.latencies[k/2], st.latencies[k*99/100]
-	}
 	res.ClientCPUSeconds = self1 - self0
 	if cfg.ServerPID > 0 && res.Deliveries > 0 {
 		res.ServerCPUSeconds = cpu1 - cpu0

@@ -1,43 +1,16 @@
 package ws
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
 	"github.com/agentstream/agentstream/transport/internal/wstest"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 )
-
-// dialProto opens a WebSocket by hand with the given subprotocol ("" for
-// none) and returns the socket and a reader past the 101.
-func dialProto(t *testing.T, base, proto string) (net.Conn, *bufio.Reader) {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	req := strings.TrimSuffix(fmt.Sprintf(upgrade, "bad"), "\r\n")
-	if proto != "" {
-		req += "Sec-WebSocket-Protocol: " + proto + "\r\n"
-	}
-	_, err = conn.Write([]byte(req + "\r\n"))
-	require.NoError(t, err)
-	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
-	r := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(r, nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-	require.Equal(t, proto, resp.Header.Get("Sec-WebSocket-Protocol"))
-	return conn, r
-}
 
 // TestBadWebSocketInput is the WebSocket half of the abuse review's table:
 // each row is what a client sends after the handshake and either the
@@ -99,7 +72,7 @@ func TestBadWebSocketInput(t *testing.T) {
 		{"fragmented ping", "", wstest.ClientFrame(false, wsframe.OpPing, nil, true), "", 1002},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, r := dialProto(t, base, tc.proto)
+			conn, r := dialWith(t, base, "bad", tc.proto, nil)
 			_, err := conn.Write(tc.send)
 			require.NoError(t, err)
 			_, op, payload, err := wstest.ReadFrame(r)

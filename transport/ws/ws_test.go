@@ -51,16 +51,28 @@ const upgrade = "GET /threads/%s/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocke
 // upgrade request, and returns the socket and a reader past the 101.
 func dialRaw(t *testing.T, base, thread string, extra []byte) (net.Conn, *bufio.Reader) {
 	t.Helper()
+	return dialWith(t, base, thread, "", extra)
+}
+
+// dialWith is dialRaw asking for a subprotocol ("" for none), which the
+// server must accept.
+func dialWith(t *testing.T, base, thread, proto string, extra []byte) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	_, err = conn.Write(append([]byte(fmt.Sprintf(upgrade, thread)), extra...))
+	req := fmt.Sprintf(upgrade, thread)
+	if proto != "" {
+		req = strings.TrimSuffix(req, "\r\n") + "Sec-WebSocket-Protocol: " + proto + "\r\n\r\n"
+	}
+	_, err = conn.Write(append([]byte(req), extra...))
 	require.NoError(t, err)
 	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
 	r := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(r, nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	require.Equal(t, proto, resp.Header.Get("Sec-WebSocket-Protocol"))
 	return conn, r
 }
 
