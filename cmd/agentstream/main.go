@@ -24,6 +24,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -50,6 +51,7 @@ type config struct {
 	bufferEvents    int
 	bufferBytes     int
 	bufferTotal     int64
+	memoryLimit     int64
 	queueBytes      int
 	heartbeat       time.Duration
 	writeInterval   time.Duration
@@ -88,6 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.bufferBytes, "buffer-bytes", server.DefaultBufferBytes, "replay buffer per thread, in bytes")
 	fs.Int64Var(&c.bufferTotal, "buffer-total-bytes", server.DefaultBufferTotalBytes(), "all replay buffers together, in bytes, each event counting its JSON plus "+fmt.Sprint(server.EventOverhead)+
 		" (default: an eighth of this machine's memory, 64 MiB to 2 GiB); past it the least recently active threads' buffers are dropped first")
+	fs.Int64Var(&c.memoryLimit, "memory-limit", 0, "the Go runtime's soft memory limit, in bytes (0: none, or GOMEMLIMIT's): past it the runtime collects more often, which bounds the resident memory a growing heap leaves; set it above --buffer-total-bytes plus what the connections take")
 	fs.IntVar(&c.queueBytes, "queue-bytes", server.DefaultQueueBytes, "unread events (replays included) a connection may hold, in bytes, before it is cut off")
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
@@ -171,6 +174,9 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 }
 
 func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- string) error {
+	if c.memoryLimit > 0 {
+		debug.SetMemoryLimit(c.memoryLimit)
+	}
 	var tlsConfig *tls.Config
 	if c.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
@@ -350,6 +356,9 @@ const defaultShutdownTimeout = 10 * time.Second
 // check refuses a zero or negative size or duration: in the libraries'
 // options zero means "the default", which a command line states instead.
 func (c config) check() error {
+	if c.memoryLimit < 0 {
+		return fmt.Errorf("--memory-limit must be 0 (none) or more")
+	}
 	for _, n := range []struct {
 		flag string
 		v    int64

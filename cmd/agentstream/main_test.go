@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,7 @@ func TestZeroLimitsAreRefused(t *testing.T) {
 		{"--queue-bytes", "0", "--queue-bytes must be more than 0"},
 		{"--buffer-events", "-1", "--buffer-events must be more than 0"},
 		{"--heartbeat", "0s", "--heartbeat must be more than 0"},
+		{"--memory-limit", "-1", "--memory-limit must be 0 (none) or more"},
 	} {
 		var stderr bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), []string{"serve", tc.flag, tc.value}, io.Discard, &stderr, nil), tc.flag+" "+tc.value)
@@ -209,6 +211,17 @@ func TestNonLoopbackNeedsInsecure(t *testing.T) {
 	var stderr bytes.Buffer
 	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, io.Discard, &stderr, nil))
 	require.Contains(t, stderr.String(), "pass --insecure")
+}
+
+// --memory-limit sets the Go runtime's soft memory limit.
+func TestMemoryLimit(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, done := startServe(t, ctx, io.Discard, "--memory-limit", "3000000000")
+	require.Equal(t, int64(3000000000), debug.SetMemoryLimit(-1))
+	cancel()
+	require.Equal(t, 0, <-done)
 }
 
 // On loopback, a page whose DNS name was rebound to 127.0.0.1 is refused
