@@ -266,3 +266,24 @@ func TestCPUGaugeReadsTheProcess(t *testing.T) {
 	require.True(t, ok)
 	require.Less(t, spent(idle, start), 20*time.Millisecond, "a sleep's is not")
 }
+
+// BenchmarkKickAndWrite is one connection's write cycle, pacing off: a
+// kick, the writer running, the write, one event after another.
+func BenchmarkKickAndWrite(b *testing.B) {
+	p := New(Off)
+	var queued atomic.Int64
+	wrote := make(chan struct{}, 1)
+	w := p.NewWriter(func() bool {
+		if queued.Swap(0) > 0 {
+			wrote <- struct{}{}
+		}
+		return true
+	}, func() bool { return queued.Load() > 0 })
+	defer w.Stop()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		queued.Add(1)
+		w.Kick()
+		<-wrote
+	}
+}
