@@ -2460,7 +2460,7 @@ func (u *CommandData) UnmarshalCBOR(data []byte) error {
 
 // EXTENSION. What agentstream accepts: the protocol's commands and its own.
 //
-// Its Value is one of *ClientCommandRunStart, *ClientCommandSubscriptionSubscribe, *ClientCommandSubscriptionUnsubscribe, *ClientCommandSubscriptionReconnect, *ClientCommandAgentGetTree, *ClientCommandInputRespond, *ClientCommandInputInject, *ClientCommandStateGet, *ClientCommandStateListCheckpoints, *ClientCommandStateFork, *ClientCommandRunCancel, chosen by member "method".
+// Its Value is one of *ClientCommandRunStart, *ClientCommandSubscriptionSubscribe, *ClientCommandSubscriptionUnsubscribe, *ClientCommandSubscriptionReconnect, *ClientCommandAgentGetTree, *ClientCommandInputRespond, *ClientCommandInputInject, *ClientCommandStateGet, *ClientCommandStateListCheckpoints, *ClientCommandStateFork, *ClientCommandRunCancel, *ClientCommandAuthRefresh, chosen by member "method".
 type ClientCommand struct {
 	// Value is the variant.
 	// It is nil when Unknown holds a variant this code does not know.
@@ -2569,6 +2569,14 @@ func (s *ClientCommandRunCancel) GetID() JsUint { return s.ID }
 
 func (s *ClientCommandRunCancel) SetID(v JsUint) { s.ID = v }
 
+func (*ClientCommandAuthRefresh) isClientCommand() {}
+
+func (*ClientCommandAuthRefresh) Method() string { return "auth.refresh" }
+
+func (s *ClientCommandAuthRefresh) GetID() JsUint { return s.ID }
+
+func (s *ClientCommandAuthRefresh) SetID(v JsUint) { s.ID = v }
+
 var clientCommandVariants = cddlrt.Variants[ClientCommandVariant]{
 	"run.start":                func() ClientCommandVariant { return new(ClientCommandRunStart) },
 	"subscription.subscribe":   func() ClientCommandVariant { return new(ClientCommandSubscriptionSubscribe) },
@@ -2581,6 +2589,7 @@ var clientCommandVariants = cddlrt.Variants[ClientCommandVariant]{
 	"state.listCheckpoints":    func() ClientCommandVariant { return new(ClientCommandStateListCheckpoints) },
 	"state.fork":               func() ClientCommandVariant { return new(ClientCommandStateFork) },
 	"run.cancel":               func() ClientCommandVariant { return new(ClientCommandRunCancel) },
+	"auth.refresh":             func() ClientCommandVariant { return new(ClientCommandAuthRefresh) },
 }
 
 // MarshalJSON encodes the variant.
@@ -3083,8 +3092,117 @@ func (s *ClientCommandRunCancel) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ClientCommandRunCancel", clientCommandRunCancelLiterals, clientCommandRunCancelKnown, &s.Extra)
 }
 
+// ClientCommandAuthRefresh is generated from CDDL rule "ClientCommandAuthRefresh".
+type ClientCommandAuthRefresh struct {
+	ID     JsUint            `json:"id" cbor:"id"`
+	Params AuthRefreshParams `json:"params" cbor:"params"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+// ClientCommandAuthRefreshMethodValue is the value ClientCommandAuthRefresh always has in member "method".
+const ClientCommandAuthRefreshMethodValue = "auth.refresh"
+
+var clientCommandAuthRefreshLiterals = []cddlrt.Literal{{Member: "method", Value: "auth.refresh"}}
+
+var clientCommandAuthRefreshKnown = map[string]bool{"id": true, "method": true, "params": true}
+
+// MarshalJSON encodes ClientCommandAuthRefresh with its literal members and Extra.
+func (s ClientCommandAuthRefresh) MarshalJSON() ([]byte, error) {
+	type fields ClientCommandAuthRefresh
+	return cddlrt.MarshalJSON((*fields)(&s), clientCommandAuthRefreshLiterals, s.Extra)
+}
+
+// UnmarshalJSON decodes ClientCommandAuthRefresh, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *ClientCommandAuthRefresh) UnmarshalJSON(data []byte) error {
+	type fields ClientCommandAuthRefresh
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "ClientCommandAuthRefresh", clientCommandAuthRefreshLiterals, clientCommandAuthRefreshKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes ClientCommandAuthRefresh with its literal members and Extra.
+func (s ClientCommandAuthRefresh) MarshalCBOR() ([]byte, error) {
+	type fields ClientCommandAuthRefresh
+	return cddlrt.MarshalCBOR((*fields)(&s), clientCommandAuthRefreshLiterals, s.Extra)
+}
+
+// UnmarshalCBOR decodes ClientCommandAuthRefresh, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *ClientCommandAuthRefresh) UnmarshalCBOR(data []byte) error {
+	type fields ClientCommandAuthRefresh
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ClientCommandAuthRefresh", clientCommandAuthRefreshLiterals, clientCommandAuthRefreshKnown, &s.Extra)
+}
+
 // EXTENSION. agentstream's own commands.
-type ExtensionCommandData = RunCancel
+//
+// Its Value is one of *RunCancel, *AuthRefresh, chosen by member "method".
+type ExtensionCommandData struct {
+	// Value is the variant.
+	// It is nil when Unknown holds a variant this code does not know.
+	Value ExtensionCommandDataVariant
+	// Unknown holds a variant this code does not know, as it was received,
+	// so that it round-trips.
+	Unknown *cddlrt.RawValue
+}
+
+// ExtensionCommandDataVariant is implemented by the variants of ExtensionCommandData.
+type ExtensionCommandDataVariant interface {
+	isExtensionCommandData()
+	// Method is the variant's member "method".
+	Method() string
+}
+
+func (*RunCancel) isExtensionCommandData() {}
+
+func (*RunCancel) Method() string { return "run.cancel" }
+
+func (*AuthRefresh) isExtensionCommandData() {}
+
+func (*AuthRefresh) Method() string { return "auth.refresh" }
+
+var extensionCommandDataVariants = cddlrt.Variants[ExtensionCommandDataVariant]{
+	"run.cancel":   func() ExtensionCommandDataVariant { return new(RunCancel) },
+	"auth.refresh": func() ExtensionCommandDataVariant { return new(AuthRefresh) },
+}
+
+// MarshalJSON encodes the variant.
+func (u ExtensionCommandData) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("ExtensionCommandData", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant named by member "method".
+func (u *ExtensionCommandData) UnmarshalJSON(data []byte) error {
+	v, raw, err := cddlrt.DecodeJSON(data, "ExtensionCommandData", "method", extensionCommandDataVariants, true)
+	if err != nil {
+		return err
+	}
+	u.Value, u.Unknown = v, raw
+	return nil
+}
+
+// MarshalCBOR encodes the variant.
+func (u ExtensionCommandData) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("ExtensionCommandData", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant named by member "method".
+func (u *ExtensionCommandData) UnmarshalCBOR(data []byte) error {
+	v, raw, err := cddlrt.DecodeCBOR(data, "ExtensionCommandData", "method", extensionCommandDataVariants, true)
+	if err != nil {
+		return err
+	}
+	u.Value, u.Unknown = v, raw
+	return nil
+}
 
 // Anything the server sends.
 type Message = any
@@ -4675,11 +4793,13 @@ type ResultData = any
 // A result with nothing to say.
 type EmptyResult = map[string]any
 
-// Why a command failed. EXTENSION: the last two are agentstream's. A
+// Why a command failed. EXTENSION: the last three are agentstream's. A
 // connection sent commands faster than its rate limit allows
-// (`rate_limited`: wait and retry), or a command would pass a server-wide
+// (`rate_limited`: wait and retry), a command would pass a server-wide
 // or per-thread cap (`resource_exhausted`: too many threads, queued runs or
-// subscriptions on one connection). Clients that do not know them treat
+// subscriptions on one connection), or the client's credential is missing,
+// invalid or expired (`unauthenticated`; a principal that may not use a
+// thread gets `permission_denied`). Clients that do not know them treat
 // them as any other error.
 type ErrorCode string
 
@@ -4697,12 +4817,13 @@ const (
 	ErrorCodeNotSupported       ErrorCode = "not_supported"
 	ErrorCodeRateLimited        ErrorCode = "rate_limited"
 	ErrorCodeResourceExhausted  ErrorCode = "resource_exhausted"
+	ErrorCodeUnauthenticated    ErrorCode = "unauthenticated"
 )
 
 // Valid reports whether v is one of the values of ErrorCode.
 func (v ErrorCode) Valid() bool {
 	switch v {
-	case ErrorCodeInvalidArgument, ErrorCodeUnknownCommand, ErrorCodeUnknownError, ErrorCodeNoSuchRun, ErrorCodeNoSuchSubscription, ErrorCodeNoSuchNamespace, ErrorCodeNoSuchInterrupt, ErrorCodeNoSuchCheckpoint, ErrorCodePermissionDenied, ErrorCodeNotSupported, ErrorCodeRateLimited, ErrorCodeResourceExhausted:
+	case ErrorCodeInvalidArgument, ErrorCodeUnknownCommand, ErrorCodeUnknownError, ErrorCodeNoSuchRun, ErrorCodeNoSuchSubscription, ErrorCodeNoSuchNamespace, ErrorCodeNoSuchInterrupt, ErrorCodeNoSuchCheckpoint, ErrorCodePermissionDenied, ErrorCodeNotSupported, ErrorCodeRateLimited, ErrorCodeResourceExhausted, ErrorCodeUnauthenticated:
 		return true
 	}
 	return false
@@ -4897,6 +5018,123 @@ func (s RunCancel) MarshalCBOR() ([]byte, error) {
 func (s *RunCancel) UnmarshalCBOR(data []byte) error {
 	type fields RunCancel
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "RunCancel", runCancelLiterals, nil, nil)
+}
+
+// EXTENSION. Swaps a new credential in on an open WebSocket before the
+// one it was opened with expires; the connection then lasts until the new
+// one expires. The new credential must be valid and its principal allowed
+// to use the thread (else `unauthenticated` or `permission_denied`, and the
+// old credential stays in force).
+type AuthRefresh struct {
+	Params AuthRefreshParams `json:"params" cbor:"params"`
+}
+
+// AuthRefreshMethodValue is the value AuthRefresh always has in member "method".
+const AuthRefreshMethodValue = "auth.refresh"
+
+var authRefreshLiterals = []cddlrt.Literal{{Member: "method", Value: "auth.refresh"}}
+
+// MarshalJSON encodes AuthRefresh with its literal members and Extra.
+func (s AuthRefresh) MarshalJSON() ([]byte, error) {
+	type fields AuthRefresh
+	return cddlrt.MarshalJSON((*fields)(&s), authRefreshLiterals, nil)
+}
+
+// UnmarshalJSON decodes AuthRefresh, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *AuthRefresh) UnmarshalJSON(data []byte) error {
+	type fields AuthRefresh
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "AuthRefresh", authRefreshLiterals, nil, nil)
+}
+
+// MarshalCBOR encodes AuthRefresh with its literal members and Extra.
+func (s AuthRefresh) MarshalCBOR() ([]byte, error) {
+	type fields AuthRefresh
+	return cddlrt.MarshalCBOR((*fields)(&s), authRefreshLiterals, nil)
+}
+
+// UnmarshalCBOR decodes AuthRefresh, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *AuthRefresh) UnmarshalCBOR(data []byte) error {
+	type fields AuthRefresh
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "AuthRefresh", authRefreshLiterals, nil, nil)
+}
+
+// EXTENSION.
+type AuthRefreshParams struct {
+	// A bearer token (JWT) or an API key, as the connection was opened with.
+	Token string `json:"token" cbor:"token"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var authRefreshParamsKnown = map[string]bool{"token": true}
+
+// MarshalJSON encodes AuthRefreshParams with its literal members and Extra.
+func (s AuthRefreshParams) MarshalJSON() ([]byte, error) {
+	type fields AuthRefreshParams
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes AuthRefreshParams, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *AuthRefreshParams) UnmarshalJSON(data []byte) error {
+	type fields AuthRefreshParams
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "AuthRefreshParams", nil, authRefreshParamsKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes AuthRefreshParams with its literal members and Extra.
+func (s AuthRefreshParams) MarshalCBOR() ([]byte, error) {
+	type fields AuthRefreshParams
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes AuthRefreshParams, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *AuthRefreshParams) UnmarshalCBOR(data []byte) error {
+	type fields AuthRefreshParams
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "AuthRefreshParams", nil, authRefreshParamsKnown, &s.Extra)
+}
+
+// EXTENSION.
+type AuthRefreshResult struct {
+	// The principal the connection now acts as.
+	Subject string `json:"subject" cbor:"subject"`
+	// When the new credential expires, in Unix seconds; absent when it
+	// does not (an API key).
+	ExpiresAt *JsUint `json:"expires_at,omitempty" cbor:"expires_at,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var authRefreshResultKnown = map[string]bool{"subject": true, "expires_at": true}
+
+// MarshalJSON encodes AuthRefreshResult with its literal members and Extra.
+func (s AuthRefreshResult) MarshalJSON() ([]byte, error) {
+	type fields AuthRefreshResult
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes AuthRefreshResult, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *AuthRefreshResult) UnmarshalJSON(data []byte) error {
+	type fields AuthRefreshResult
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "AuthRefreshResult", nil, authRefreshResultKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes AuthRefreshResult with its literal members and Extra.
+func (s AuthRefreshResult) MarshalCBOR() ([]byte, error) {
+	type fields AuthRefreshResult
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes AuthRefreshResult, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *AuthRefreshResult) UnmarshalCBOR(data []byte) error {
+	type fields AuthRefreshResult
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "AuthRefreshResult", nil, authRefreshResultKnown, &s.Extra)
 }
 
 // EXTENSION.

@@ -30,6 +30,7 @@ func TestDecodeCommandAcceptsEveryCommand(t *testing.T) {
 		{`{"id": 11, "method": "state.listCheckpoints", "params": {"limit": 10, "before": "c9"}}`, &ClientCommandStateListCheckpoints{}},
 		{`{"id": 12, "method": "state.fork", "params": {"checkpoint_id": "c3", "input": null}}`, &ClientCommandStateFork{}},
 		{`{"id": 13, "method": "run.start", "params": {"assistant_id": "echo", "input": null}, "trace": "extra members of a command are allowed"}`, &ClientCommandRunStart{}},
+		{`{"id": 14, "method": "auth.refresh", "params": {"token": "a.b.c"}}`, &ClientCommandAuthRefresh{}},
 	}
 	methods := map[string]bool{}
 	for _, tc := range cases {

@@ -39,6 +39,8 @@ func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 		return s.getTree(threadID, id)
 	case *protocol.ClientCommandSubscriptionSubscribe, *protocol.ClientCommandSubscriptionUnsubscribe, *protocol.ClientCommandSubscriptionReconnect:
 		return nil, errorResponse(id, protocol.ErrorCodeNotSupported, "subscription commands need a connection (WebSocket or in-process session); over SSE each stream is a subscription")
+	case *protocol.ClientCommandAuthRefresh:
+		return nil, errorResponse(id, protocol.ErrorCodeNotSupported, "auth.refresh is for an open WebSocket; an HTTP request carries its own credential")
 	case nil:
 		return nil, errorResponse(id, protocol.ErrorCodeUnknownCommand, "unknown command")
 	default:

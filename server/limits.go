@@ -41,6 +41,15 @@ var (
 	ErrTooManySubscriptions = errors.New("server: too many subscriptions on one connection")
 )
 
+// Errors of authorization, for errors.Is.
+var (
+	// ErrUnauthenticated: authentication is on and the caller has no
+	// valid credential.
+	ErrUnauthenticated = errors.New("server: unauthenticated")
+	// ErrPermissionDenied: the principal may not use the thread.
+	ErrPermissionDenied = errors.New("server: permission denied")
+)
+
 // ValidThreadID reports whether id may name a thread: 1 to 256 bytes of
 // A-Z, a-z, 0-9, '.', '_', ':' and '-' (UUIDs, and the ids the official
 // SDK makes, qualify).
@@ -93,6 +102,8 @@ func codeOf(err error) protocol.ErrorCode {
 		return protocol.ErrorCodeInvalidArgument
 	case errors.Is(err, ErrTooManyThreads), errors.Is(err, ErrTooManySubscriptions):
 		return protocol.ErrorCodeResourceExhausted
+	case errors.Is(err, ErrPermissionDenied):
+		return protocol.ErrorCodePermissionDenied
 	}
 	return protocol.ErrorCodeUnknownError
 }

@@ -188,6 +188,7 @@ type counters struct {
 	slowConsumers atomic.Uint64
 	replays       atomic.Uint64
 	commands      atomic.Uint64
+	denied        atomic.Uint64
 }
 
 // MetricsSnapshot is a copy of the counters.
@@ -196,6 +197,8 @@ type MetricsSnapshot struct {
 	SlowConsumers   uint64 // subscriptions ended because they fell behind
 	Replays         uint64 // subscriptions that started with a replay
 	Commands        uint64 // commands dispatched
+	// Denied counts the times Authorize refused a principal a thread.
+	Denied uint64
 	// Refused counts, per limit, what the server refused because of it.
 	Refused map[Limit]uint64
 	// BufferTrimmed counts the events the total buffer budget dropped, and
@@ -226,6 +229,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		SlowConsumers:   s.metrics.slowConsumers.Load(),
 		Replays:         s.metrics.replays.Load(),
 		Commands:        s.metrics.commands.Load(),
+		Denied:          s.metrics.denied.Load(),
 		Refused:         s.metrics.refused.snapshot(),
 	}
 	if l, ok := s.cfg.Log.(*MemoryLog); ok {

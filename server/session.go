@@ -16,6 +16,11 @@ import (
 // are read.
 var ErrClosed = errors.New("server: session closed")
 
+// ErrCredentialExpired ends a session whose credential expired
+// ([Session.ExpireAt]): the transport tells its client so (an error, then
+// WebSocket close 4401 or the end of an SSE stream).
+var ErrCredentialExpired = errors.New("server: credential expired; connect again with a new one")
+
 // SlowConsumerError ends a session whose queue overflowed: it read too
 // slowly to keep up, or asked for a replay larger than its queue. LastSeq
 // is the last event queued for it, so a reader that drains the queue and
@@ -76,6 +81,7 @@ type Session struct {
 	err        error
 	notify     SessionNotify
 	ready      chan struct{} // wakes Next when no notify function is set
+	expiry     *time.Timer   // ends the session when its credential expires
 }
 
 // queued is an entry of a session's queue. key orders it: 2*seq for an
@@ -526,9 +532,33 @@ func (ss *Session) end(err error) {
 	if !ss.closed {
 		ss.closed, ss.err = true, err
 	}
+	if ss.expiry != nil {
+		ss.expiry.Stop()
+		ss.expiry = nil
+	}
 	n := ss.notify.Ready
 	ss.mu.Unlock()
 	ss.signal(n)
+}
+
+// ExpireAt ends the session with ErrCredentialExpired at t, when the
+// credential its connection was opened with stops being valid; a later
+// call moves the deadline (a refreshed credential), and a zero t removes
+// it. It reports false when the session has already ended.
+func (ss *Session) ExpireAt(t time.Time) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return false
+	}
+	if ss.expiry != nil {
+		ss.expiry.Stop()
+		ss.expiry = nil
+	}
+	if !t.IsZero() {
+		ss.expiry = time.AfterFunc(time.Until(t), func() { ss.end(ErrCredentialExpired) })
+	}
+	return true
 }
 
 // Close ends the session and its subscriptions for good; events still

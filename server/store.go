@@ -13,7 +13,9 @@ import (
 )
 
 // StateStore keeps what outlives a thread's event buffer: its current
-// values and its checkpoints. Implementations are safe for concurrent use.
+// values, its checkpoints and its owner (with authentication on, the
+// principal that first used it). Implementations are safe for concurrent
+// use.
 // The in-memory one is [NewMemoryState]; a Redis one lets several server
 // processes share threads.
 type StateStore interface {
@@ -30,8 +32,14 @@ type StateStore interface {
 	Checkpoints(thread string) []CheckpointRecord
 	// Checkpoint finds one checkpoint by id.
 	Checkpoint(thread, id string) (CheckpointRecord, bool)
-	// Delete forgets the thread's values and checkpoints (the server
-	// forgets threads idle for Config.ThreadTTL).
+	// Owner returns the principal that owns the thread; ok is false when
+	// nobody does yet.
+	Owner(thread string) (owner string, ok bool)
+	// ClaimOwner makes principal the thread's owner unless it has one,
+	// atomically, and returns the owner it has then.
+	ClaimOwner(thread, principal string) (owner string)
+	// Delete forgets the thread's values, checkpoints and owner (the
+	// server forgets threads idle for Config.ThreadTTL).
 	Delete(thread string)
 }
 
@@ -301,6 +309,7 @@ type MemoryState struct {
 }
 
 type memThread struct {
+	owner       string
 	values      map[string]any
 	checkpoints []CheckpointRecord // oldest first
 }
@@ -357,6 +366,27 @@ func (m *MemoryState) AddCheckpoint(thread string, cp CheckpointRecord) {
 		clear(t.checkpoints[:drop]) // let their values go
 		t.checkpoints = t.checkpoints[drop:]
 	}
+}
+
+// Owner implements StateStore.
+func (m *MemoryState) Owner(thread string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.threads[thread]; t != nil && t.owner != "" {
+		return t.owner, true
+	}
+	return "", false
+}
+
+// ClaimOwner implements StateStore.
+func (m *MemoryState) ClaimOwner(thread, principal string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.get(thread)
+	if t.owner == "" {
+		t.owner = principal
+	}
+	return t.owner
 }
 
 // Delete implements StateStore.

@@ -15,6 +15,7 @@ type metrics struct {
 	delivered    func(int)
 	commandTimes *prometheus.HistogramVec
 	refusals     *refusals
+	authFailures *prometheus.CounterVec
 }
 
 // refusals counts what the transports refused, by limit, and exports it
@@ -59,6 +60,8 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
 		}, []string{"method", "outcome"}),
 	}
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentstream_auth_refusals_total",
+		Help: "Requests and commands refused by authentication or authorization, by reason: no_credential, invalid_credential, expired (401) or permission_denied (403)."}, []string{"reason"})
 	delivered := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_events_delivered_total", Help: "Events written to SSE and WebSocket clients."})
 	writes := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_event_writes_total",
 		Help: "Socket writes that carried events; events_delivered_total over this is the events per write that pacing gathers."})
@@ -71,7 +74,7 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	}
 	m.refusals = &refusals{srv: srv, n: map[string]uint64{}, desc: prometheus.NewDesc("agentstream_refusals_total",
 		"Requests, commands, connections and runs refused because of a limit, by limit.", []string{"limit"}, nil)}
-	reg.MustRegister(m.refusals, m.sseStreams, m.wsConns, m.commandTimes, delivered, writes,
+	reg.MustRegister(m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, delivered, writes,
 		counter("agentstream_events_published_total", "Events published on threads.", func(s server.MetricsSnapshot) uint64 { return s.EventsPublished }),
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),
@@ -83,6 +86,10 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	)
 	return m
 }
+
+// authRefused counts a request or command refused by authentication or
+// authorization.
+func (m *metrics) authRefused(reason string) { m.authFailures.WithLabelValues(reason).Inc() }
 
 func (m *metrics) stream() func() {
 	m.sseStreams.Inc()

@@ -10,7 +10,12 @@
 //	GET  /metrics                                             Prometheus metrics
 //
 // The subpackages sse, ws and inproc own each transport; this package owns
-// the routing, the commands and state endpoints, and the metrics.
+// the routing, the commands and state endpoints, the metrics, and, when
+// Options.Auth is set, the authentication of every request: each route
+// under /threads/{id} authenticates the request's credential and asks the
+// server whether its principal may use the thread (server.Authorize)
+// before anything else, /metrics is for admins, and /healthz and /readyz
+// stay open.
 package transport
 
 import (
@@ -24,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/sse"
@@ -55,6 +61,15 @@ type Options struct {
 	// in ws.Options.OriginPatterns' syntax ("*" for every origin). Empty:
 	// no CORS headers, so browsers allow the server's own origin only.
 	CORSOrigins []string
+	// Auth, when set, authenticates every request but /healthz and
+	// /readyz: no credential or a bad one gets 401 (unauthenticated) with
+	// WWW-Authenticate: Bearer, a principal that may not use the thread
+	// 403 (permission_denied), and /metrics needs an admin. Nil: the
+	// server is open to whoever reaches it.
+	Auth *auth.Authenticator
+	// MetricsOpen serves /metrics without authentication even with Auth
+	// set (for a handler on a separate, private listener).
+	MetricsOpen bool
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default.
@@ -76,6 +91,8 @@ type Handler struct {
 	corsOrigins []string
 	hosts       []string
 	bodyTimeout time.Duration
+	auth        *auth.Authenticator
+	reg         *prometheus.Registry
 }
 
 // New builds the handler for srv.
@@ -94,8 +111,10 @@ func New(srv *server.Server, opts Options) *Handler {
 	}
 	opts.SSE.OnRefuse = chainS(opts.SSE.OnRefuse, m.refuse)
 	opts.WS.OnRefuse = chainS(opts.WS.OnRefuse, m.refuse)
+	opts.WS.Auth = opts.Auth
+	opts.WS.OnAuthRefuse = m.authRefused
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
-		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout}
+		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg}
 	if h.maxBody <= 0 {
 		h.maxBody = 1 << 20
 	}
@@ -111,15 +130,103 @@ func New(srv *server.Server, opts Options) *Handler {
 	)
 	h.ready.Store(true)
 	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
-		h.mux.Handle("POST "+p, h.sse)
-		h.mux.HandleFunc("GET "+p, h.streamGET)
+		h.mux.Handle("POST "+p, h.guard(h.sse.ServeHTTP))
+		h.mux.Handle("GET "+p, h.guard(h.streamGET))
 	}
-	h.mux.HandleFunc("POST /threads/{id}/commands", h.command)
-	h.mux.HandleFunc("GET /threads/{id}/state", h.state)
+	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command))
+	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state))
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)
-	h.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if h.auth != nil && !opts.MetricsOpen {
+		metricsHandler = h.adminOnly(metricsHandler)
+	}
+	h.mux.Handle("GET /metrics", metricsHandler)
 	return h
+}
+
+// MetricsHandler serves /metrics, /healthz and /readyz with no
+// authentication, for a separate listener that only operators reach
+// (agentstream serve --metrics-addr).
+func (h *Handler) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", h.readyz)
+	return mux
+}
+
+// guard authenticates and authorizes a request for thread
+// r.PathValue("id") before next serves it, and passes the principal on in
+// the request's context (auth.FromContext). With authentication off it
+// checks the thread id only.
+func (h *Handler) guard(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.threadOK(w, r) {
+			return
+		}
+		if h.auth == nil {
+			next(w, r)
+			return
+		}
+		p, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if err := h.srv.Authorize(p, r.PathValue("id")); err != nil {
+			status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
+			switch {
+			case errors.Is(err, server.ErrTooManyThreads):
+				h.metrics.refuse(string(server.LimitThreads))
+				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+			case errors.Is(err, server.ErrPermissionDenied):
+				h.metrics.authRefused("permission_denied")
+			default:
+				status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
+			}
+			sse.WriteJSON(w, status, protocol.NewError(nil, code, "%v", err))
+			return
+		}
+		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
+	})
+}
+
+// authenticate returns the principal of the request's credential, or
+// answers 401 with WWW-Authenticate: Bearer (RFC 6750).
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Principal, bool) {
+	p, err := h.auth.FromRequest(r)
+	if err == nil {
+		return p, true
+	}
+	challenge := `Bearer realm="agentstream"`
+	reason := "no_credential"
+	if !errors.Is(err, auth.ErrNoCredential) {
+		challenge += `, error="invalid_token"`
+		reason = "invalid_credential"
+		if errors.Is(err, auth.ErrExpired) {
+			reason = "expired"
+		}
+	}
+	h.metrics.authRefused(reason)
+	w.Header().Set("WWW-Authenticate", challenge)
+	sse.WriteJSON(w, http.StatusUnauthorized, protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
+	return nil, false
+}
+
+// adminOnly serves next to admins only.
+func (h *Handler) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if !p.Admin {
+			h.metrics.authRefused("permission_denied")
+			sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q is not an admin: /metrics is for admins (or serve it on --metrics-addr)", p.Subject))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -192,9 +299,6 @@ func statusOf(code protocol.ErrorCode) int {
 // command serves POST /threads/{id}/commands.
 func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	if !h.threadOK(w, r) {
-		return
-	}
 	// A command changes state: a cross-site form post (which needs no
 	// preflight) must not be one. It has to say it is JSON, and come from
 	// this server's pages or an allowed origin.
@@ -251,9 +355,6 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 // run is active), tasks with the pending interrupts, and the latest
 // checkpoint.
 func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
-	if !h.threadOK(w, r) {
-		return
-	}
 	id := r.PathValue("id")
 	st, ok := h.srv.State(id)
 	if !ok {

@@ -355,6 +355,12 @@ class ClientCommandRunCancel(TypedDict):
     params: RunCancelParams
 
 
+class ClientCommandAuthRefresh(TypedDict):
+    id: JsUint
+    method: Literal["auth.refresh"]
+    params: AuthRefreshParams
+
+
 class CommandResponse(TypedDict):
     """The answer to a command that succeeded."""
     type: Literal["success"]
@@ -697,6 +703,31 @@ class RunCancel(TypedDict):
     member is true."""
     method: Literal["run.cancel"]
     params: RunCancelParams
+
+
+class AuthRefresh(TypedDict):
+    """EXTENSION. Swaps a new credential in on an open WebSocket before the
+    one it was opened with expires; the connection then lasts until the new
+    one expires. The new credential must be valid and its principal allowed
+    to use the thread (else `unauthenticated` or `permission_denied`, and the
+    old credential stays in force)."""
+    method: Literal["auth.refresh"]
+    params: AuthRefreshParams
+
+
+class AuthRefreshParams(TypedDict):
+    """EXTENSION."""
+    # A bearer token (JWT) or an API key, as the connection was opened with.
+    token: str
+
+
+class AuthRefreshResult(TypedDict):
+    """EXTENSION."""
+    # The principal the connection now acts as.
+    subject: str
+    # When the new credential expires, in Unix seconds; absent when it
+    # does not (an API key).
+    expires_at: NotRequired[JsUint]
 
 
 class RunCancelParams(TypedDict):
@@ -1301,11 +1332,11 @@ CommandData = Union[RunCommand, SubscriptionCommand, AgentCommand, InputCommand,
 
 
 # EXTENSION. What agentstream accepts: the protocol's commands and its own.
-ClientCommand = Union[ClientCommandRunStart, ClientCommandSubscriptionSubscribe, ClientCommandSubscriptionUnsubscribe, ClientCommandSubscriptionReconnect, ClientCommandAgentGetTree, ClientCommandInputRespond, ClientCommandInputInject, ClientCommandStateGet, ClientCommandStateListCheckpoints, ClientCommandStateFork, ClientCommandRunCancel]
+ClientCommand = Union[ClientCommandRunStart, ClientCommandSubscriptionSubscribe, ClientCommandSubscriptionUnsubscribe, ClientCommandSubscriptionReconnect, ClientCommandAgentGetTree, ClientCommandInputRespond, ClientCommandInputInject, ClientCommandStateGet, ClientCommandStateListCheckpoints, ClientCommandStateFork, ClientCommandRunCancel, ClientCommandAuthRefresh]
 
 
 # EXTENSION. agentstream's own commands.
-ExtensionCommandData = RunCancel
+ExtensionCommandData = Union[RunCancel, AuthRefresh]
 
 
 # An event the server pushes.
@@ -1338,16 +1369,18 @@ StateResult = Union[StateGetResult, ListCheckpointsResult, StateForkResult, Empt
 
 
 # What a successful command returns.
-ResultData = Union[RunResult, SubscriptionResult, AgentResult, InputResult, StateResult, RunCancelResult, EmptyResult]
+ResultData = Union[RunResult, SubscriptionResult, AgentResult, InputResult, StateResult, RunCancelResult, AuthRefreshResult, EmptyResult]
 
 
-# Why a command failed. EXTENSION: the last two are agentstream's. A
+# Why a command failed. EXTENSION: the last three are agentstream's. A
 # connection sent commands faster than its rate limit allows
-# (`rate_limited`: wait and retry), or a command would pass a server-wide
+# (`rate_limited`: wait and retry), a command would pass a server-wide
 # or per-thread cap (`resource_exhausted`: too many threads, queued runs or
-# subscriptions on one connection). Clients that do not know them treat
+# subscriptions on one connection), or the client's credential is missing,
+# invalid or expired (`unauthenticated`; a principal that may not use a
+# thread gets `permission_denied`). Clients that do not know them treat
 # them as any other error.
-ErrorCode = Literal["invalid_argument", "unknown_command", "unknown_error", "no_such_run", "no_such_subscription", "no_such_namespace", "no_such_interrupt", "no_such_checkpoint", "permission_denied", "not_supported", "rate_limited", "resource_exhausted"]
+ErrorCode = Literal["invalid_argument", "unknown_command", "unknown_error", "no_such_run", "no_such_subscription", "no_such_namespace", "no_such_interrupt", "no_such_checkpoint", "permission_denied", "not_supported", "rate_limited", "resource_exhausted", "unauthenticated"]
 
 
 # How run.start treats a thread that is busy.

@@ -485,7 +485,7 @@ export type CommandData = RunCommand | SubscriptionCommand | AgentCommand | Inpu
 /**
  * EXTENSION. What agentstream accepts: the protocol's commands and its own.
  */
-export type ClientCommand = ClientCommandRunStart | ClientCommandSubscriptionSubscribe | ClientCommandSubscriptionUnsubscribe | ClientCommandSubscriptionReconnect | ClientCommandAgentGetTree | ClientCommandInputRespond | ClientCommandInputInject | ClientCommandStateGet | ClientCommandStateListCheckpoints | ClientCommandStateFork | ClientCommandRunCancel;
+export type ClientCommand = ClientCommandRunStart | ClientCommandSubscriptionSubscribe | ClientCommandSubscriptionUnsubscribe | ClientCommandSubscriptionReconnect | ClientCommandAgentGetTree | ClientCommandInputRespond | ClientCommandInputInject | ClientCommandStateGet | ClientCommandStateListCheckpoints | ClientCommandStateFork | ClientCommandRunCancel | ClientCommandAuthRefresh;
 
 export interface ClientCommandRunStart {
   id: JsUint;
@@ -564,10 +564,17 @@ export interface ClientCommandRunCancel {
   [key: string]: any;
 }
 
+export interface ClientCommandAuthRefresh {
+  id: JsUint;
+  method: "auth.refresh";
+  params: AuthRefreshParams;
+  [key: string]: any;
+}
+
 /**
  * EXTENSION. agentstream's own commands.
  */
-export type ExtensionCommandData = RunCancel;
+export type ExtensionCommandData = RunCancel | AuthRefresh;
 
 /**
  * Anything the server sends.
@@ -956,7 +963,7 @@ export type ExtensionEventData = EventsMissedEvent;
 /**
  * What a successful command returns.
  */
-export type ResultData = RunResult | SubscriptionResult | AgentResult | InputResult | StateResult | RunCancelResult | EmptyResult;
+export type ResultData = RunResult | SubscriptionResult | AgentResult | InputResult | StateResult | RunCancelResult | AuthRefreshResult | EmptyResult;
 
 /**
  * A result with nothing to say.
@@ -964,14 +971,16 @@ export type ResultData = RunResult | SubscriptionResult | AgentResult | InputRes
 export type EmptyResult = { [key: string]: any };
 
 /**
- * Why a command failed. EXTENSION: the last two are agentstream's. A
+ * Why a command failed. EXTENSION: the last three are agentstream's. A
  * connection sent commands faster than its rate limit allows
- * (`rate_limited`: wait and retry), or a command would pass a server-wide
+ * (`rate_limited`: wait and retry), a command would pass a server-wide
  * or per-thread cap (`resource_exhausted`: too many threads, queued runs or
- * subscriptions on one connection). Clients that do not know them treat
+ * subscriptions on one connection), or the client's credential is missing,
+ * invalid or expired (`unauthenticated`; a principal that may not use a
+ * thread gets `permission_denied`). Clients that do not know them treat
  * them as any other error.
  */
-export type ErrorCode = "invalid_argument" | "unknown_command" | "unknown_error" | "no_such_run" | "no_such_subscription" | "no_such_namespace" | "no_such_interrupt" | "no_such_checkpoint" | "permission_denied" | "not_supported" | "rate_limited" | "resource_exhausted";
+export type ErrorCode = "invalid_argument" | "unknown_command" | "unknown_error" | "no_such_run" | "no_such_subscription" | "no_such_namespace" | "no_such_interrupt" | "no_such_checkpoint" | "permission_denied" | "not_supported" | "rate_limited" | "resource_exhausted" | "unauthenticated";
 
 /**
  * Facts about where a command took effect.
@@ -1064,6 +1073,45 @@ export interface RunResult {
 export interface RunCancel {
   method: "run.cancel";
   params: RunCancelParams;
+}
+
+/**
+ * EXTENSION. Swaps a new credential in on an open WebSocket before the
+ * one it was opened with expires; the connection then lasts until the new
+ * one expires. The new credential must be valid and its principal allowed
+ * to use the thread (else `unauthenticated` or `permission_denied`, and the
+ * old credential stays in force).
+ */
+export interface AuthRefresh {
+  method: "auth.refresh";
+  params: AuthRefreshParams;
+}
+
+/**
+ * EXTENSION.
+ */
+export interface AuthRefreshParams {
+  /**
+   * A bearer token (JWT) or an API key, as the connection was opened with.
+   */
+  token: string;
+  [key: string]: any;
+}
+
+/**
+ * EXTENSION.
+ */
+export interface AuthRefreshResult {
+  /**
+   * The principal the connection now acts as.
+   */
+  subject: string;
+  /**
+   * When the new credential expires, in Unix seconds; absent when it
+   * does not (an API key).
+   */
+  expires_at?: JsUint;
+  [key: string]: any;
 }
 
 /**

@@ -4,8 +4,11 @@
 //
 //	agentstream serve [flags]
 //	agentstream load --url http://127.0.0.1:2024 [flags]
+//	agentstream token --secret-file F --sub alice [--admin] [--ttl 1h]
 //
-// load measures a running server over loopback (see internal/loadtest).
+// load measures a running server over loopback (see internal/loadtest);
+// token mints an HS256 JWT for a server run with --auth-hs256-secret-file
+// (for development).
 //
 // Every flag can also be set with an environment variable: --addr is
 // AGENTSTREAM_ADDR, --log-level is AGENTSTREAM_LOG_LEVEL, and so on. Run
@@ -31,6 +34,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -71,6 +75,8 @@ type config struct {
 	commandRate                                                 float64
 	commandBurst                                                int
 	insecure                                                    bool
+	auth                                                        authFlags
+	metricsAddr                                                 string
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -78,8 +84,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if len(args) > 0 && args[0] == "load" {
 		return load(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "token" {
+		return token(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream load [flags]   (-h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream load [flags] | agentstream token [flags]   (-h for the flags)")
 		return 2
 	}
 	var c config
@@ -115,7 +124,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host name patterns served besides the loopback names, on a loopback address (protects against DNS rebinding; \"*\": any)")
 	fs.Float64Var(&c.commandRate, "command-rate", ws.DefaultCommandRate, "commands a second one WebSocket may send on average; more are answered rate_limited")
 	fs.IntVar(&c.commandBurst, "command-burst", ws.DefaultCommandBurst, "commands one WebSocket may send at once above --command-rate")
-	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients")
+	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
+	c.auth.register(fs)
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
@@ -185,14 +196,20 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
+	actx, stopAuth := context.WithCancel(context.Background())
+	defer stopAuth()
+	authn, err := c.auth.build(actx)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
 	loopback := isLoopback(ln.Addr())
-	if !loopback && !c.insecure {
+	if !loopback && !c.insecure && authn == nil {
 		ln.Close()
-		return fmt.Errorf("%s is not a loopback address and clients are not authenticated: anyone who reaches it can read and steer every thread; pass --insecure to serve it anyway", ln.Addr())
+		return fmt.Errorf("%s is not a loopback address and clients are not authenticated: anyone who reaches it can read and steer every thread; turn authentication on (--auth-hs256-secret-file, --auth-public-key-file, --auth-jwks-url or --auth-api-keys-file), or pass --insecure to serve it anyway", ln.Addr())
 	}
 	var hosts []string
 	if loopback {
@@ -219,7 +236,19 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		CORSOrigins: origins,
 		Hosts:       hosts,
 		BodyTimeout: c.bodyTimeout,
+		Auth:        authn,
 	})
+	if c.metricsAddr != "" {
+		mln, err := net.Listen("tcp", c.metricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		ms := &http.Server{Handler: h.MetricsHandler(), ReadHeaderTimeout: c.readHeaderTimeout}
+		go func() { _ = ms.Serve(mln) }()
+		defer ms.Close()
+		log.Info().Str("addr", mln.Addr().String()).Msg("metrics listening")
+	}
 	var handler http.Handler = h
 	if c.pprof {
 		mux := http.NewServeMux()
@@ -238,7 +267,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			errc <- hs.Serve(ln)
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
+	log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Bool("auth", authn != nil).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -328,7 +357,7 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		next.ServeHTTP(w, r)
-		log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Dur("took", time.Since(start)).Msg("request")
+		log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Str("query", auth.Redact(r.URL.RawQuery)).Dur("took", time.Since(start)).Msg("request")
 	})
 }
 

@@ -9,6 +9,13 @@
 // sequence order and each once, with their protocol payload as Go values
 // (server.Event.Payload). [Client.Subscribe] opens a separate stream of
 // one filter, for a reader of its own.
+//
+// [Connect] trusts its caller, the program that embeds the server. A
+// program that relays threads to its own users opens each client with
+// [ConnectAs] and the user's principal: the thread is authorized as over
+// the network (server.Authorize, at connect and for every command), and
+// the client's stream ends with server.ErrCredentialExpired when the
+// principal's credential expires.
 package inproc
 
 import (
@@ -17,6 +24,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -29,12 +37,27 @@ type Client struct {
 	srv     *server.Server
 	session *server.Session
 	nextID  atomic.Uint64
+	as      *auth.Principal // nil: the trusted embedder
 }
 
 // Connect opens a client on thread threadID of srv (the thread is created
 // by the first run.start, or by subscribing).
 func Connect(srv *server.Server, threadID string) *Client {
 	return &Client{srv: srv, session: srv.NewSession(threadID)}
+}
+
+// ConnectAs opens a client on thread threadID of srv acting as principal
+// p: it fails with an error wrapping server.ErrPermissionDenied when p may
+// not use the thread (server.ErrUnauthenticated for a nil p), every
+// command is authorized again, and the client's stream ends with
+// server.ErrCredentialExpired at p.Expires.
+func ConnectAs(srv *server.Server, p *auth.Principal, threadID string) (*Client, error) {
+	if err := srv.Authorize(p, threadID); err != nil {
+		return nil, err
+	}
+	c := &Client{srv: srv, session: srv.NewSession(threadID), as: p}
+	c.session.ExpireAt(p.Expires)
+	return c, nil
 }
 
 // Thread is the client's thread.
@@ -56,6 +79,12 @@ func (e *CommandError) Code() protocol.ErrorCode { return e.Response.Error }
 func (c *Client) Do(ctx context.Context, cmd protocol.ClientCommandVariant) (*protocol.CommandResponse, error) {
 	if cmd.GetID() == 0 {
 		cmd.SetID(c.nextID.Add(1))
+	}
+	if c.as != nil {
+		if err := c.srv.Authorize(c.as, c.Thread()); err != nil {
+			id := cmd.GetID()
+			return nil, &CommandError{Response: protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err)}
+		}
 	}
 	resp, errResp := c.session.Do(ctx, &protocol.ClientCommand{Value: cmd})
 	if errResp != nil {
@@ -91,7 +120,15 @@ func (c *Client) Next(ctx context.Context) (*server.Event, error) {
 // after cursor (every buffered event when cursor is nil), to be read with
 // its own Next and closed with its Close.
 func (c *Client) Subscribe(f channels.Filter, cursor *server.Cursor) (*server.Session, error) {
+	if c.as != nil {
+		if err := c.srv.Authorize(c.as, c.Thread()); err != nil {
+			return nil, err
+		}
+	}
 	ss, _, err := c.srv.Subscribe(c.Thread(), f, cursor)
+	if err == nil && c.as != nil {
+		ss.ExpireAt(c.as.Expires)
+	}
 	return ss, err
 }
 

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -207,6 +208,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, protocol.NewError(nil, code, "%v", err))
 		return
 	}
+	if p := auth.FromContext(r.Context()); p != nil {
+		sub.ExpireAt(p.Expires) // the stream ends with an error event then
+	}
 	setStreamHeaders(w.Header())
 	h.mu.Lock()
 	if h.closing { // the response ends at once
@@ -268,8 +272,16 @@ func (h *Handler) appendReady(buf []byte, sub *server.Session) (_ []byte, n int,
 }
 
 // appendEnd appends what a stream says as it ends because of err: a slow
-// consumer is told the sequence number to resume after.
+// consumer is told the sequence number to resume after; a stream whose
+// credential expired gets an "error" event carrying an unauthenticated
+// ErrorResponse.
 func appendEnd(buf []byte, err error) []byte {
+	if errors.Is(err, server.ErrCredentialExpired) {
+		b, _ := json.Marshal(protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
+		buf = append(buf, "event: error\ndata: "...)
+		buf = append(buf, b...)
+		return append(buf, "\n\n"...)
+	}
 	var sce *server.SlowConsumerError
 	if errors.As(err, &sce) {
 		buf = append(buf, ": slow consumer, resume after "...)

@@ -11,6 +11,13 @@
 // after the handshake closes it with 4000 + the HTTP status. Origins are
 // checked (see Options.OriginPatterns).
 //
+// With Options.Auth set, the handshake has been authorized by the caller
+// (transport's guard, which puts the principal in the request's context);
+// each command is authorized again, so a command on a thread the principal
+// may no longer use gets permission_denied, and when the credential
+// expires the client gets an unauthenticated ErrorResponse and the close
+// code 4401. The auth.refresh command swaps in a new credential first.
+//
 // The library does the handshake and reads messages; the connection
 // writes its own data frames, batched into one socket write, and answers
 // control frames between messages (transport/internal/wsframe owns that
@@ -31,6 +38,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -97,7 +105,20 @@ type Options struct {
 	OnDeliver func(n int)
 	// OnRefuse, when set, counts a refusal because of the named limit.
 	OnRefuse func(limit string)
+	// Auth, when set, checks auth.refresh's credentials, and commands are
+	// authorized one by one (server.Authorize) as the principal the
+	// request's context carries (auth.FromContext).
+	Auth *auth.Authenticator
+	// OnAuthRefuse, when set, counts a command refused by authentication
+	// (reason invalid_credential or expired) or authorization
+	// (permission_denied).
+	OnAuthRefuse func(reason string)
 }
+
+// CloseCredentialExpired is the close code of a connection whose
+// credential expired (4000 + 401, as for a rejection after the
+// handshake).
+const CloseCredentialExpired websocket.StatusCode = 4000 + http.StatusUnauthorized
 
 func (o Options) withDefaults() Options {
 	if o.ReadLimit <= 0 {
@@ -206,7 +227,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
-	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread)}
+	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread), principal: auth.FromContext(r.Context())}
+	if c.principal != nil {
+		c.session.ExpireAt(c.principal.Expires)
+	}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.session.Pending)
 	c.writer.SetHoldWhile(conn.InputPending) // subscribes sent together, read slowly, still go together
 	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: c.writer.Hold})
@@ -265,6 +289,8 @@ type connection struct {
 
 	tokens   float64   // the command bucket (see allow); owned by the reader
 	bucketAt time.Time // when it was last filled
+
+	principal *auth.Principal // who the connection acts as (auth on); owned by the reader
 }
 
 func (c *connection) serve() {
@@ -311,6 +337,14 @@ func (c *connection) writeReady() bool {
 		for n < c.h.opts.MaxBatch {
 			e, ok, err := c.session.TryNext()
 			if !ok {
+				if errors.Is(err, server.ErrCredentialExpired) {
+					c.h.authRefuse("expired")
+					_ = c.conn.Flush()
+					c.wmu.Unlock()
+					c.sendError(protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
+					c.conn.CloseWith(CloseCredentialExpired, "credential expired")
+					return false
+				}
 				var sce *server.SlowConsumerError
 				if errors.As(err, &sce) {
 					// Tell the client why its events stopped; it can
@@ -394,12 +428,60 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 		id := cmd.Value.GetID()
 		return c.send(protocol.NewError(&id, protocol.ErrorCodeRateLimited, "more than %g commands a second on this connection (bursts of %d); wait and retry", c.h.opts.CommandRate, c.h.opts.CommandBurst))
 	}
+	if c.h.opts.Auth != nil {
+		id := cmd.Value.GetID()
+		if r, ok := cmd.Value.(*protocol.ClientCommandAuthRefresh); ok {
+			return c.send(c.refresh(id, r.Params.Token))
+		}
+		if err := c.h.srv.Authorize(c.principal, c.session.Thread()); err != nil {
+			c.h.authRefuse("permission_denied")
+			return c.send(protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err))
+		}
+	}
 	resp, errResp := c.session.Do(c.ctx, cmd)
 	if errResp != nil {
 		return c.send(errResp)
 	}
 	return c.send(resp)
 }
+
+// refresh is auth.refresh: a valid credential whose principal may use the
+// thread replaces the connection's, and the connection then lasts until it
+// expires.
+func (c *connection) refresh(id uint64, token string) any {
+	p, err := c.h.opts.Auth.Check(token)
+	if err != nil {
+		reason := "invalid_credential"
+		if errors.Is(err, auth.ErrExpired) {
+			reason = "expired"
+		}
+		c.h.authRefuse(reason)
+		return protocol.NewError(&id, protocol.ErrorCodeUnauthenticated, "params.token: %v", err)
+	}
+	if err := c.h.srv.Authorize(p, c.session.Thread()); err != nil {
+		c.h.authRefuse("permission_denied")
+		return protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err)
+	}
+	if !c.session.ExpireAt(p.Expires) {
+		return protocol.NewError(&id, protocol.ErrorCodeUnauthenticated, "the connection's credential has already expired")
+	}
+	c.principal = p
+	res := protocol.AuthRefreshResult{Subject: p.Subject}
+	if !p.Expires.IsZero() {
+		at := protocol.JsUint(p.Expires.Unix())
+		res.ExpiresAt = &at
+	}
+	return &protocol.CommandResponse{ID: id, Result: res}
+}
+
+func (h *Handler) authRefuse(reason string) {
+	if h.opts.OnAuthRefuse != nil {
+		h.opts.OnAuthRefuse(reason)
+	}
+}
+
+// sendError sends an ErrorResponse, as send does.
+func (c *connection) sendError(e *protocol.ErrorResponse) { _ = c.send(e) }
 
 func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.ClientCommand, *protocol.ErrorResponse) {
 	if typ == websocket.MessageBinary {

@@ -1,0 +1,484 @@
+// Package auth owns who a client is and what it may use: it checks the
+// credentials a request carries (JWTs signed with a shared secret, a
+// public key or a key from a JWKS endpoint; static API keys), turns them
+// into a [Principal], and decides whether a principal may use a thread
+// that has a given owner ([Principal.MayUse]).
+//
+// It knows neither threads nor transports: the server stores each thread's
+// owner with the thread's state, and the transports take the credential
+// from the request ([FromRequest]) and ask the server. JWTs are verified by
+// github.com/golang-jwt/jwt/v5 and JWKS key sets fetched, cached and
+// rotated by github.com/MicahParks/keyfunc/v3; nothing here parses a token
+// by hand.
+package auth
+
+import (
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/time/rate"
+)
+
+// Principal is an authenticated client.
+type Principal struct {
+	// Subject names the principal (a JWT's sub, an API key's principal);
+	// the threads it creates are owned by this name.
+	Subject string
+	// Admin may use every thread, and read /metrics.
+	Admin bool
+	// Threads lists thread-id patterns ("*" matches any run of
+	// characters) the principal may use besides its own threads.
+	Threads []string
+	// Expires is when the credential stops being valid (its exp plus the
+	// allowed clock skew); zero for one that does not expire (API keys).
+	Expires time.Time
+}
+
+// MayUse reports whether the principal may read and act on a thread that
+// owner owns: its own, any as an admin, or one its Threads grant.
+func (p *Principal) MayUse(threadID, owner string) bool {
+	if p == nil {
+		return false
+	}
+	if p.Admin || owner == p.Subject {
+		return true
+	}
+	for _, pat := range p.Threads {
+		if Glob(pat, threadID) {
+			return true
+		}
+	}
+	return false
+}
+
+// Glob reports whether s matches pattern, where "*" matches any run of
+// characters (none included) and every other character itself.
+func Glob(pattern, s string) bool {
+	star, mark := -1, 0 // the last star seen, and where s stood then
+	i, j := 0, 0
+	for j < len(s) {
+		switch {
+		case i < len(pattern) && pattern[i] == '*':
+			star, mark = i, j
+			i++
+		case i < len(pattern) && pattern[i] == s[j]:
+			i++
+			j++
+		case star >= 0: // let the last star take one more character
+			mark++
+			i, j = star+1, mark
+		default:
+			return false
+		}
+	}
+	for i < len(pattern) && pattern[i] == '*' {
+		i++
+	}
+	return i == len(pattern)
+}
+
+// Errors a credential check returns. ErrNoCredential: the request carried
+// none; every other failure wraps ErrInvalidCredential (an expired token
+// also wraps ErrExpired).
+var (
+	ErrNoCredential      = errors.New("no credential: send a bearer token (Authorization: Bearer), an API key (x-api-key) or an access_token query parameter")
+	ErrInvalidCredential = errors.New("invalid credential")
+	ErrExpired           = errors.New("credential expired")
+)
+
+// DefaultLeeway is Config.Leeway's default: the clock skew allowed when
+// checking exp and nbf.
+const DefaultLeeway = 5 * time.Second
+
+// Config says which credentials an Authenticator accepts. At least one
+// source must be set.
+type Config struct {
+	// HS256Secret accepts HS256 JWTs signed with it.
+	HS256Secret []byte
+	// PublicKeys accept RS256/384/512, PS256/384/512, ES256/384/512 and
+	// EdDSA JWTs signed by the matching private keys.
+	PublicKeys []crypto.PublicKey
+	// JWKSURL accepts JWTs signed by a key of this JWK Set, fetched at
+	// start, refreshed every JWKSRefresh (1h) and when a token names a key
+	// id it does not know (at most once per JWKSUnknownKIDEvery, 1m).
+	JWKSURL             string
+	JWKSRefresh         time.Duration
+	JWKSUnknownKIDEvery time.Duration
+	// HTTPClient fetches the JWK Set (http.DefaultClient's settings with
+	// a 10s timeout when nil).
+	HTTPClient *http.Client
+	// APIKeys accepts static keys, each standing for its principal.
+	APIKeys map[string]Principal
+	// Audience and Issuer, when set, must be a JWT's aud (one of) and iss.
+	Audience, Issuer string
+	// Leeway is the clock skew allowed on exp and nbf (DefaultLeeway; a
+	// negative value: none).
+	Leeway time.Duration
+	// Now is the clock (time.Now).
+	Now func() time.Time
+}
+
+// Authenticator checks credentials. It is safe for concurrent use. Close
+// it to stop its JWK Set refresh.
+type Authenticator struct {
+	secret   []byte
+	pubs     []crypto.PublicKey
+	jwks     keyfunc.Keyfunc
+	keys     map[[sha256.Size]byte]Principal
+	parser   *jwt.Parser
+	leeway   time.Duration
+	now      func() time.Time
+	cancel   context.CancelFunc
+	hasJWTs  bool
+	jwksCtx  context.Context
+}
+
+// New returns an Authenticator for cfg. With a JWKS URL it fetches the key
+// set before returning, and ctx (or Close) ends its refreshing.
+func New(ctx context.Context, cfg Config) (*Authenticator, error) {
+	if len(cfg.HS256Secret) == 0 && len(cfg.PublicKeys) == 0 && cfg.JWKSURL == "" && len(cfg.APIKeys) == 0 {
+		return nil, errors.New("auth: no credential source (a secret, public keys, a JWKS URL or API keys)")
+	}
+	a := &Authenticator{secret: cfg.HS256Secret, pubs: cfg.PublicKeys, now: cfg.Now, leeway: cfg.Leeway}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	switch {
+	case a.leeway == 0:
+		a.leeway = DefaultLeeway
+	case a.leeway < 0:
+		a.leeway = 0
+	}
+	a.keys = make(map[[sha256.Size]byte]Principal, len(cfg.APIKeys))
+	for k, p := range cfg.APIKeys {
+		if k == "" || p.Subject == "" {
+			return nil, errors.New("auth: an API key and its principal must not be empty")
+		}
+		a.keys[sha256.Sum256([]byte(k))] = p
+	}
+	var methods []string
+	if len(a.secret) > 0 {
+		methods = append(methods, jwt.SigningMethodHS256.Alg())
+	}
+	if len(a.pubs) > 0 || cfg.JWKSURL != "" {
+		methods = append(methods, "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+	}
+	a.hasJWTs = len(methods) > 0
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithLeeway(a.leeway), jwt.WithTimeFunc(a.now)}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	a.parser = jwt.NewParser(opts...)
+	if cfg.JWKSURL != "" {
+		refresh := cfg.JWKSRefresh
+		if refresh <= 0 {
+			refresh = time.Hour
+		}
+		unknown := cfg.JWKSUnknownKIDEvery
+		if unknown <= 0 {
+			unknown = time.Minute
+		}
+		client := cfg.HTTPClient
+		if client == nil {
+			client = &http.Client{Timeout: 10 * time.Second}
+		}
+		kctx, cancel := context.WithCancel(ctx)
+		fail := false
+		k, err := keyfunc.NewDefaultOverrideCtx(kctx, []string{cfg.JWKSURL}, keyfunc.Override{
+			Client:                    client,
+			RefreshInterval:           refresh,
+			RefreshUnknownKID:         rate.NewLimiter(rate.Every(unknown), 1),
+			NoErrorReturnFirstHTTPReq: &fail, // a server that cannot fetch its keys says so at start
+			RefreshErrorHandlerFunc: func(string) func(context.Context, error) {
+				return func(context.Context, error) {} // the old keys stay in use; tokens they do not verify are refused
+			},
+		})
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("auth: JWKS %s: %w", cfg.JWKSURL, err)
+		}
+		a.jwks, a.cancel, a.jwksCtx = k, cancel, kctx
+	}
+	return a, nil
+}
+
+// Close stops the JWK Set's refreshing.
+func (a *Authenticator) Close() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+}
+
+// claims are the JWT claims agentstream reads.
+type claims struct {
+	jwt.RegisteredClaims
+	Role    string   `json:"role,omitempty"`
+	Roles   []string `json:"roles,omitempty"`
+	Threads []string `json:"threads,omitempty"`
+}
+
+// key finds the key that verifies t: the secret for HS256, otherwise the
+// public keys and the JWK Set's (by key id when the token names one).
+func (a *Authenticator) key(t *jwt.Token) (any, error) {
+	if _, hmac := t.Method.(*jwt.SigningMethodHMAC); hmac {
+		return a.secret, nil
+	}
+	if a.jwks != nil {
+		if _, named := t.Header["kid"]; named {
+			k, err := a.jwks.Keyfunc(t)
+			if err == nil || len(a.pubs) == 0 {
+				return k, err
+			}
+		}
+	}
+	set := jwt.VerificationKeySet{}
+	for _, k := range a.pubs {
+		set.Keys = append(set.Keys, k)
+	}
+	if a.jwks != nil {
+		if js, err := a.jwks.VerificationKeySet(a.jwksCtx); err == nil {
+			set.Keys = append(set.Keys, js.Keys...)
+		}
+	}
+	if len(set.Keys) == 0 {
+		return nil, errors.New("no key to verify it")
+	}
+	return set, nil
+}
+
+// Verify checks a JWT and returns its principal.
+func (a *Authenticator) Verify(token string) (*Principal, error) {
+	if !a.hasJWTs {
+		return nil, fmt.Errorf("%w: this server takes API keys only", ErrInvalidCredential)
+	}
+	var c claims
+	if _, err := a.parser.ParseWithClaims(token, &c, a.key); err != nil {
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			return nil, fmt.Errorf("%w: %w: %v", ErrInvalidCredential, ErrExpired, err)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCredential, err)
+	}
+	if c.Subject == "" {
+		return nil, fmt.Errorf("%w: the token has no sub", ErrInvalidCredential)
+	}
+	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Threads: c.Threads}
+	if c.ExpiresAt != nil {
+		p.Expires = c.ExpiresAt.Add(a.leeway)
+	}
+	return p, nil
+}
+
+// APIKey returns the principal of a static key.
+func (a *Authenticator) APIKey(key string) (*Principal, error) {
+	p, ok := a.keys[sha256.Sum256([]byte(key))]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown API key", ErrInvalidCredential)
+	}
+	return &p, nil
+}
+
+// Check returns the principal of a credential as a client sends it: a JWT
+// (three dot-separated parts) or an API key.
+func (a *Authenticator) Check(credential string) (*Principal, error) {
+	if credential == "" {
+		return nil, ErrNoCredential
+	}
+	if strings.Count(credential, ".") == 2 {
+		return a.Verify(credential)
+	}
+	return a.APIKey(credential)
+}
+
+// AccessTokenParam is the query parameter that carries a credential for
+// clients that cannot set headers (a browser's EventSource and WebSocket).
+// Logs must not show it (see Redact).
+const AccessTokenParam = "access_token"
+
+// Credential returns the credential a request carries: an Authorization
+// bearer token, an x-api-key header, or the access_token query parameter,
+// in that order.
+func Credential(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+	}
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return strings.TrimSpace(k)
+	}
+	if strings.Contains(r.URL.RawQuery, AccessTokenParam) {
+		return r.URL.Query().Get(AccessTokenParam)
+	}
+	return ""
+}
+
+// FromRequest returns the principal of the credential r carries.
+func (a *Authenticator) FromRequest(r *http.Request) (*Principal, error) {
+	return a.Check(Credential(r))
+}
+
+// Redact returns a raw query with the access_token parameter's value
+// replaced, for logs.
+func Redact(rawQuery string) string {
+	if !strings.Contains(rawQuery, AccessTokenParam) {
+		return rawQuery
+	}
+	parts := strings.Split(rawQuery, "&")
+	for i, p := range parts {
+		if k, _, _ := strings.Cut(p, "="); k == AccessTokenParam {
+			parts[i] = AccessTokenParam + "=REDACTED"
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// ReadSecretFile reads an HS256 secret: the file's contents, trimmed of
+// surrounding white space.
+func ReadSecretFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) < 32 {
+		return nil, fmt.Errorf("%s: an HS256 secret needs at least 32 bytes, this one has %d", path, len(b))
+	}
+	return b, nil
+}
+
+// ReadPublicKeysFile reads PEM public keys (PKIX "PUBLIC KEY" blocks, or
+// certificates): RSA, ECDSA or Ed25519.
+func ReadPublicKeysFile(path string) ([]crypto.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var keys []crypto.PublicKey
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		switch blk.Type {
+		case "PUBLIC KEY":
+			k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			keys = append(keys, k)
+		case "RSA PUBLIC KEY":
+			k, err := x509.ParsePKCS1PublicKey(blk.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			keys = append(keys, k)
+		case "CERTIFICATE":
+			c, err := x509.ParseCertificate(blk.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			keys = append(keys, c.PublicKey)
+		default:
+			return nil, fmt.Errorf("%s: a %q PEM block is not a public key", path, blk.Type)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s: no PEM public key in it", path)
+	}
+	return keys, nil
+}
+
+// ReadAPIKeysFile reads static API keys, one per line: KEY PRINCIPAL
+// [admin]. Blank lines and lines starting with # are skipped.
+func ReadAPIKeysFile(path string) (map[string]Principal, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[string]Principal{}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || len(f) > 3 || (len(f) == 3 && f[2] != "admin") {
+			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin]", path, n+1)
+		}
+		if strings.Count(f[0], ".") == 2 {
+			return nil, fmt.Errorf("%s:%d: an API key must not look like a JWT (two dots)", path, n+1)
+		}
+		if _, dup := keys[f[0]]; dup {
+			return nil, fmt.Errorf("%s:%d: the key is listed twice", path, n+1)
+		}
+		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s: no key in it", path)
+	}
+	return keys, nil
+}
+
+// TokenOptions describe a token Mint makes.
+type TokenOptions struct {
+	Subject  string
+	Admin    bool
+	Threads  []string
+	TTL      time.Duration // 0: no exp
+	Audience string
+	Issuer   string
+	Now      time.Time // time.Now() when zero
+}
+
+// Mint signs an HS256 token for development and tests (agentstream
+// token).
+func Mint(secret []byte, o TokenOptions) (string, error) {
+	if o.Subject == "" {
+		return "", errors.New("a token needs a subject")
+	}
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: o.Subject, IssuedAt: jwt.NewNumericDate(now), Issuer: o.Issuer}, Threads: o.Threads}
+	if o.TTL > 0 {
+		c.ExpiresAt = jwt.NewNumericDate(now.Add(o.TTL))
+	}
+	if o.Audience != "" {
+		c.Audience = jwt.ClaimStrings{o.Audience}
+	}
+	if o.Admin {
+		c.Role = "admin"
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+}
+
+type ctxKey struct{}
+
+// NewContext returns ctx carrying p (the transports pass a request's
+// principal on this way).
+func NewContext(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// FromContext returns the principal NewContext put in ctx, or nil.
+func FromContext(ctx context.Context) *Principal {
+	p, _ := ctx.Value(ctxKey{}).(*Principal)
+	return p
+}

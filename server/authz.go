@@ -1,0 +1,47 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/agentstream/agentstream/auth"
+)
+
+// Authorize decides whether principal p may read and act on thread
+// threadID; the transports ask before serving a stream, a WebSocket, a
+// command or the thread's state, when authentication is on. The principal
+// that first uses a thread owns it (the owner is kept with the thread's
+// state, see [StateStore.ClaimOwner]); after that the owner, admins and
+// principals whose thread patterns match may use it (auth.Principal.MayUse),
+// and everyone else gets an error wrapping ErrPermissionDenied. A nil
+// principal gets ErrUnauthenticated.
+//
+// Claiming a thread creates it (within MaxThreads), so that a claim goes
+// when the thread is forgotten (ThreadTTL) and no request can make the
+// server keep owners of threads that do not exist.
+func (s *Server) Authorize(p *auth.Principal, threadID string) error {
+	if p == nil {
+		return ErrUnauthenticated
+	}
+	if err := ValidThreadID(threadID); err != nil {
+		s.metrics.refused.add(LimitThreadID)
+		return err
+	}
+	owner, ok := s.cfg.State.Owner(threadID)
+	if !ok {
+		if _, err := s.thread(threadID, true); err != nil {
+			return err
+		}
+		owner = s.cfg.State.ClaimOwner(threadID, p.Subject)
+	}
+	if p.MayUse(threadID, owner) {
+		return nil
+	}
+	s.metrics.denied.Add(1)
+	return fmt.Errorf("%w: thread %s belongs to another principal, and %q is neither an admin nor granted it", ErrPermissionDenied, threadID, p.Subject)
+}
+
+// Owner returns the principal that owns thread threadID ("" for none).
+func (s *Server) Owner(threadID string) string {
+	o, _ := s.cfg.State.Owner(threadID)
+	return o
+}
