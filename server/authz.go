@@ -15,10 +15,12 @@ import (
 // and everyone else gets an error wrapping ErrPermissionDenied. A nil
 // principal gets ErrUnauthenticated.
 //
-// Claiming a thread creates it (within MaxThreads), so that a claim goes
-// when the thread is forgotten (ThreadTTL) and no request can make the
-// server keep owners of threads that do not exist.
-func (s *Server) Authorize(p *auth.Principal, threadID string) error {
+// With create set (streams and commands, which create threads anyway), an
+// unknown thread is created for p, within MaxThreads, and p owns it: a
+// claim goes when the thread is forgotten (ThreadTTL), and no request can
+// make the server keep owners of threads that do not exist. Without it (a
+// read), an unknown thread is ErrNoSuchThread, and nothing is claimed.
+func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) error {
 	if p == nil {
 		return ErrUnauthenticated
 	}
@@ -28,6 +30,9 @@ func (s *Server) Authorize(p *auth.Principal, threadID string) error {
 	}
 	owner, ok := s.cfg.State.Owner(threadID)
 	if !ok {
+		if !create && !s.HasThread(threadID) {
+			return fmt.Errorf("%w: %q", ErrNoSuchThread, threadID)
+		}
 		if _, err := s.thread(threadID, true); err != nil {
 			return err
 		}

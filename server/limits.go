@@ -48,6 +48,8 @@ var (
 	ErrUnauthenticated = errors.New("server: unauthenticated")
 	// ErrPermissionDenied: the principal may not use the thread.
 	ErrPermissionDenied = errors.New("server: permission denied")
+	// ErrNoSuchThread: a read of a thread the server does not have.
+	ErrNoSuchThread = errors.New("server: no such thread")
 )
 
 // ValidThreadID reports whether id may name a thread: 1 to 256 bytes of

@@ -130,11 +130,11 @@ func New(srv *server.Server, opts Options) *Handler {
 	)
 	h.ready.Store(true)
 	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
-		h.mux.Handle("POST "+p, h.guard(h.sse.ServeHTTP))
-		h.mux.Handle("GET "+p, h.guard(h.streamGET))
+		h.mux.Handle("POST "+p, h.guard(h.sse.ServeHTTP, true))
+		h.mux.Handle("GET "+p, h.guard(h.streamGET, true))
 	}
-	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command))
-	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state))
+	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command, true))
+	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state, false))
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -158,9 +158,11 @@ func (h *Handler) MetricsHandler() http.Handler {
 
 // guard authenticates and authorizes a request for thread
 // r.PathValue("id") before next serves it, and passes the principal on in
-// the request's context (auth.FromContext). With authentication off it
-// checks the thread id only.
-func (h *Handler) guard(next http.HandlerFunc) http.Handler {
+// the request's context (auth.FromContext). A route that would create the
+// thread (create) claims an unknown thread for the principal; a read of an
+// unknown thread is 404. With authentication off it checks the thread id
+// only.
+func (h *Handler) guard(next http.HandlerFunc, create bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.threadOK(w, r) {
 			return
@@ -173,9 +175,11 @@ func (h *Handler) guard(next http.HandlerFunc) http.Handler {
 		if !ok {
 			return
 		}
-		if err := h.srv.Authorize(p, r.PathValue("id")); err != nil {
+		if err := h.srv.Authorize(p, r.PathValue("id"), create); err != nil {
 			status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
 			switch {
+			case errors.Is(err, server.ErrNoSuchThread):
+				status, code = http.StatusNotFound, protocol.ErrorCodeInvalidArgument
 			case errors.Is(err, server.ErrTooManyThreads):
 				h.metrics.refuse(string(server.LimitThreads))
 				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -449,16 +450,43 @@ func TestConformanceWithTheOfficialSDK(t *testing.T) {
 		}
 		t.Skip("node or tools/node is not installed")
 	}
-	ts, _, _ := start(t, transport.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script, ts.URL)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	t.Log("\n" + out.String())
-	require.NoError(t, err, "conformance failed")
-	require.Contains(t, out.String(), "12 passed, 0 failed")
+	conformance := func(t *testing.T, ts *httptest.Server, env ...string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, script, ts.URL)
+		cmd.Env = append(os.Environ(), env...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		t.Log("\n" + out.String())
+		require.NoError(t, err, "conformance failed")
+		require.Contains(t, out.String(), "12 passed, 0 failed")
+	}
+	t.Run("open", func(t *testing.T) {
+		ts, _, _ := start(t, transport.Options{})
+		conformance(t, ts)
+	})
+	// With authentication on, the SDK's apiKey (x-api-key) and a bearer
+	// token in defaultHeaders (and on the WebSocket handshake) both work.
+	t.Run("api key", func(t *testing.T) {
+		ts, srv, _ := authed(t, 0)
+		conformance(t, ts, "AGENTSTREAM_API_KEY=k-alice")
+		require.Zero(t, srv.Metrics().Denied)
+	})
+	t.Run("bearer", func(t *testing.T) {
+		ts, srv, _ := authed(t, 0)
+		conformance(t, ts, "AGENTSTREAM_BEARER="+token(t, auth.TokenOptions{Subject: "alice"}))
+		require.Zero(t, srv.Metrics().Denied)
+	})
+	t.Run("refused without a credential", func(t *testing.T) {
+		ts, _, _ := authed(t, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, node, script, ts.URL).CombinedOutput()
+		require.Error(t, err, "the suite must fail against a server that refuses it")
+		require.Contains(t, string(out), "HTTP 401")
+		require.NotContains(t, string(out), "12 passed")
+	})
 }
 
 // TestWebSocketDeliversInSequenceOrder: the events of all the

@@ -1,6 +1,13 @@
 // Conformance suite: drives an agentstream server with the official
 // JavaScript SDK (@langchain/langgraph-sdk 1.15) over SSE and WebSocket.
 // Usage: node conformance.mjs http://127.0.0.1:PORT
+// With AGENTSTREAM_API_KEY set, every client sends it as the SDK's apiKey
+// (x-api-key); with AGENTSTREAM_BEARER set, as an Authorization bearer
+// header through defaultHeaders. The WebSocket factory sends the same
+// header on the handshake. The SDK's WebSocket transport refuses
+// defaultHeaders (and so apiKey), as a browser WebSocket cannot send them:
+// its clients send the credential through a fetch of their own
+// (callerOptions.fetch) for the HTTP reads, and on the handshake.
 // Prints one line per scenario and a closing "N passed, M failed" line;
 // exits 1 when any scenario failed.
 import { Client } from "@langchain/langgraph-sdk";
@@ -13,15 +20,26 @@ if (!apiUrl) {
   process.exit(2);
 }
 
+const apiKey = process.env.AGENTSTREAM_API_KEY || undefined;
+const bearer = process.env.AGENTSTREAM_BEARER || undefined;
+const authHeaders = bearer ? { Authorization: `Bearer ${bearer}` } : apiKey ? { "x-api-key": apiKey } : {};
+const clientConfig = (transport) => {
+  if (transport === "websocket") {
+    const authedFetch = (url, init = {}) => fetch(url, { ...init, headers: { ...(init.headers ?? {}), ...authHeaders } });
+    return { apiUrl, apiKey: null, callerOptions: { fetch: authedFetch } };
+  }
+  return { apiUrl, apiKey, defaultHeaders: bearer ? { Authorization: `Bearer ${bearer}` } : undefined };
+};
+
 const sockets = [];
 const webSocketFactory = (url) => {
-  const ws = new WebSocket(url);
+  const ws = new WebSocket(url, { headers: authHeaders });
   sockets.push(ws);
   return ws;
 };
 
 function stream(threadId, assistantId, transport) {
-  const client = new Client({ apiUrl });
+  const client = new Client(clientConfig(transport));
   return client.threads.stream(threadId, { assistantId, transport, webSocketFactory });
 }
 
@@ -95,7 +113,7 @@ async function demoInterrupt(transport) {
   } finally {
     await thread.close();
   }
-  const state = await new Client({ apiUrl }).threads.getState(threadId);
+  const state = await new Client(clientConfig()).threads.getState(threadId);
   assertEqual(state.values.approved, true, "the approval reached the run");
 }
 
@@ -218,7 +236,7 @@ async function hydration() {
   } finally {
     await thread.close();
   }
-  const client = new Client({ apiUrl });
+  const client = new Client(clientConfig());
   const state = await client.threads.getState(threadId);
   assertEqual(state.values.messages.map((m) => m.content), ["hydrate me", "hydrate me"], "hydrated messages");
   assertEqual(state.next, [], "an idle thread has nothing next");

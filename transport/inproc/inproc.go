@@ -52,7 +52,7 @@ func Connect(srv *server.Server, threadID string) *Client {
 // command is authorized again, and the client's stream ends with
 // server.ErrCredentialExpired at p.Expires.
 func ConnectAs(srv *server.Server, p *auth.Principal, threadID string) (*Client, error) {
-	if err := srv.Authorize(p, threadID); err != nil {
+	if err := srv.Authorize(p, threadID, true); err != nil {
 		return nil, err
 	}
 	c := &Client{srv: srv, session: srv.NewSession(threadID), as: p}
@@ -81,7 +81,7 @@ func (c *Client) Do(ctx context.Context, cmd protocol.ClientCommandVariant) (*pr
 		cmd.SetID(c.nextID.Add(1))
 	}
 	if c.as != nil {
-		if err := c.srv.Authorize(c.as, c.Thread()); err != nil {
+		if err := c.srv.Authorize(c.as, c.Thread(), true); err != nil {
 			id := cmd.GetID()
 			return nil, &CommandError{Response: protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err)}
 		}
@@ -121,7 +121,7 @@ func (c *Client) Next(ctx context.Context) (*server.Event, error) {
 // its own Next and closed with its Close.
 func (c *Client) Subscribe(f channels.Filter, cursor *server.Cursor) (*server.Session, error) {
 	if c.as != nil {
-		if err := c.srv.Authorize(c.as, c.Thread()); err != nil {
+		if err := c.srv.Authorize(c.as, c.Thread(), true); err != nil {
 			return nil, err
 		}
 	}

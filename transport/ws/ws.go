@@ -433,7 +433,7 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 		if r, ok := cmd.Value.(*protocol.ClientCommandAuthRefresh); ok {
 			return c.send(c.refresh(id, r.Params.Token))
 		}
-		if err := c.h.srv.Authorize(c.principal, c.session.Thread()); err != nil {
+		if err := c.h.srv.Authorize(c.principal, c.session.Thread(), true); err != nil {
 			c.h.authRefuse("permission_denied")
 			return c.send(protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err))
 		}
@@ -458,7 +458,7 @@ func (c *connection) refresh(id uint64, token string) any {
 		c.h.authRefuse(reason)
 		return protocol.NewError(&id, protocol.ErrorCodeUnauthenticated, "params.token: %v", err)
 	}
-	if err := c.h.srv.Authorize(p, c.session.Thread()); err != nil {
+	if err := c.h.srv.Authorize(p, c.session.Thread(), true); err != nil {
 		c.h.authRefuse("permission_denied")
 		return protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err)
 	}
