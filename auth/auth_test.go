@@ -320,3 +320,33 @@ func TestSecretFileAndRedact(t *testing.T) {
 	_, err = auth.New(context.Background(), auth.Config{})
 	require.Error(t, err, "no credential source")
 }
+
+// BenchmarkVerify is the credential check a connect pays: an HS256 JWT
+// and an API key.
+func BenchmarkVerify(b *testing.B) {
+	a, err := auth.New(context.Background(), auth.Config{HS256Secret: secret, APIKeys: map[string]auth.Principal{"k-alice": {Subject: "alice"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	tok, err := auth.Mint(secret, auth.TokenOptions{Subject: "alice", TTL: time.Hour, Threads: []string{"team-*"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hs256", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := a.Check(tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("apikey", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := a.Check("k-alice"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

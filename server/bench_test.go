@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 )
@@ -245,6 +247,60 @@ func BenchmarkPublishManyThreads(b *testing.B) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkPublish10kSubscriptions publishes a custom event on a thread
+// with 10,000 sessions and has each read it, with authentication off (the
+// sessions opened as they are today) and on (each opened after Authorize,
+// as its own principal granted the thread, with a credential that expires
+// in an hour, so each holds an expiry timer). Authorization happens when
+// a session opens, not per event: the two cost the same per delivery.
+func BenchmarkPublish10kSubscriptions(b *testing.B) {
+	for _, authOn := range []bool{false, true} {
+		name := "auth=off"
+		if authOn {
+			name = "auth=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, t := benchThread(b)
+			const n = 10000
+			subs := make([]*Session, n)
+			f := channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}
+			for i := range subs {
+				if authOn {
+					p := &auth.Principal{Subject: fmt.Sprintf("user-%d", i), Threads: []string{"ben*"}, Expires: time.Now().Add(time.Hour)}
+					if err := s.Authorize(p, "bench", true); err != nil {
+						b.Fatal(err)
+					}
+					subs[i] = s.NewSession("bench")
+					subs[i].ExpireAt(p.Expires)
+					if _, _, err := subs[i].Subscribe(f, nil); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					ss, _, err := s.Subscribe("bench", f, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					subs[i] = ss
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := t.publish(customEvent("x", protocol.CustomData{Payload: "p"})); err != nil {
+					b.Fatal(err)
+				}
+				for _, ss := range subs {
+					if _, ok, _ := ss.TryNext(); !ok {
+						b.Fatal("not delivered")
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/delivery")
 		})
 	}
 }

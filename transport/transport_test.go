@@ -35,7 +35,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start runs a server with the built-in assistants on a loopback port.
-func start(t *testing.T, opts transport.Options) (*httptest.Server, *transport.Handler, *server.Server) {
+func start(t testing.TB, opts transport.Options) (*httptest.Server, *transport.Handler, *server.Server) {
 	t.Helper()
 	srv := server.New(server.Config{})
 	assistants.Register(srv)

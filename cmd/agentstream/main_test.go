@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,12 +206,13 @@ func TestTLSFlagsGoTogether(t *testing.T) {
 	require.Contains(t, stderr.String(), "--tls-cert, --tls-key")
 }
 
-// Nothing authenticates clients yet: serving beyond loopback needs
-// --insecure.
+// With no --auth-* flag nothing authenticates clients: serving beyond
+// loopback needs authentication or --insecure.
 func TestNonLoopbackNeedsInsecure(t *testing.T) {
 	var stderr bytes.Buffer
 	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, io.Discard, &stderr, nil))
 	require.Contains(t, stderr.String(), "pass --insecure")
+	require.Contains(t, stderr.String(), "--auth-hs256-secret-file")
 }
 
 // --memory-limit sets the Go runtime's soft memory limit.
@@ -244,4 +246,80 @@ func TestLoopbackServesLoopbackHostsOnly(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, get("dev.example:2024"))
 	cancel()
 	require.Equal(t, 0, <-done)
+}
+
+// TestServeWithAuth: the README's two lines (a secret file, a token from
+// `agentstream token`) turn authentication on; /metrics moves to
+// --metrics-addr; the access_token parameter never reaches the log.
+func TestServeWithAuth(t *testing.T) {
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte("a-development-secret-of-32-bytes-or-more\n"), 0o600))
+	keysFile := filepath.Join(dir, "keys")
+	require.NoError(t, os.WriteFile(keysFile, []byte("k-root root admin\n"), 0o600))
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"token", "--secret-file", secretFile, "--sub", "alice", "--ttl", "1h"}, &out, &errOut, nil), errOut.String())
+	tok := strings.TrimSpace(out.String())
+	require.Equal(t, 2, strings.Count(tok, "."))
+	require.Equal(t, 2, run(context.Background(), []string{"token", "--sub", "alice"}, io.Discard, io.Discard, nil), "--secret-file is needed")
+
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	metricsAddr := ml.Addr().String()
+	ml.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	addr, done := startServe(t, ctx, &logs, "--auth-hs256-secret-file", secretFile, "--auth-api-keys-file", keysFile, "--metrics-addr", metricsAddr, "--log-level", "debug", "--log-format", "json")
+	base := "http://" + addr
+	do := func(method, url, cred, body string) int {
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		if cred != "" {
+			req.Header.Set("Authorization", "Bearer "+cred)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	cmd := `{"id": 1, "method": "state.get", "params": {"namespace": []}}`
+	require.Equal(t, 401, do("POST", base+"/threads/t/commands", "", cmd))
+	require.Equal(t, 200, do("POST", base+"/threads/t/commands", tok, cmd))
+	require.Equal(t, 401, do("GET", base+"/metrics", "", ""))
+	require.Equal(t, 403, do("GET", base+"/metrics", tok, ""))
+	require.Equal(t, 200, do("GET", base+"/healthz", "", ""))
+	require.Equal(t, 200, do("GET", "http://"+metricsAddr+"/metrics", "", ""), "the metrics listener is open")
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("X-Api-Key", "k-root")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "an admin reads /metrics")
+	require.Equal(t, 200, do("GET", base+"/threads/t/state?access_token="+tok, "", ""))
+	cancel()
+	require.Equal(t, 0, <-done)
+	require.Contains(t, logs.String(), "access_token=REDACTED")
+	require.NotContains(t, logs.String(), tok)
+
+	// A bad flag stops the server at start.
+	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--auth-api-keys-file", filepath.Join(dir, "missing")}, io.Discard, io.Discard, nil))
+	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--auth-audience", "x"}, io.Discard, io.Discard, nil))
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's log writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/inproc"
@@ -59,4 +60,37 @@ func TestSubscriptionsThroughDoAreRead(t *testing.T) {
 	c.Close()
 	_, err = c.Next(ctx)
 	require.ErrorIs(t, err, server.ErrClosed)
+}
+
+// TestConnectAs: a relaying program opens clients as its users; a user's
+// client may not use another user's thread, a command is authorized
+// again, and the stream ends when the credential expires.
+func TestConnectAs(t *testing.T) {
+	srv := server.New(server.Config{})
+	defer srv.Close(context.Background())
+	assistants.Register(srv)
+	alice := &auth.Principal{Subject: "alice", Expires: time.Now().Add(300 * time.Millisecond)}
+	c, err := inproc.ConnectAs(srv, alice, "t")
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Start(context.Background(), "echo", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
+	require.NoError(t, err)
+	require.Equal(t, "alice", srv.Owner("t"))
+
+	_, err = inproc.ConnectAs(srv, &auth.Principal{Subject: "bob"}, "t")
+	require.ErrorIs(t, err, server.ErrPermissionDenied)
+	_, err = inproc.ConnectAs(srv, nil, "t")
+	require.ErrorIs(t, err, server.ErrUnauthenticated)
+	admin, err := inproc.ConnectAs(srv, &auth.Principal{Subject: "root", Admin: true}, "t")
+	require.NoError(t, err)
+	defer admin.Close()
+
+	_, err = c.Do(context.Background(), &protocol.ClientCommandSubscriptionSubscribe{Params: protocol.SubscribeParams{Channels: []protocol.Channel{"lifecycle"}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for err == nil {
+		_, err = c.Next(ctx)
+	}
+	require.ErrorIs(t, err, server.ErrCredentialExpired)
 }

@@ -1,0 +1,92 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/server"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAuthorizeOwnershipAndGrants(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s := newServer(t, server.Config{Now: clock, ThreadTTL: time.Hour, MaxThreads: 3})
+	alice := &auth.Principal{Subject: "alice"}
+	bob := &auth.Principal{Subject: "bob"}
+	admin := &auth.Principal{Subject: "root", Admin: true}
+	carol := &auth.Principal{Subject: "carol", Threads: []string{"team-*"}}
+
+	require.ErrorIs(t, s.Authorize(nil, "t", true), server.ErrUnauthenticated)
+	require.ErrorIs(t, s.Authorize(alice, "bad id", true), server.ErrThreadID)
+	require.ErrorIs(t, s.Authorize(alice, "team-1", false), server.ErrNoSuchThread, "a read of an unknown thread")
+	require.Equal(t, "", s.Owner("team-1"), "claims nothing")
+
+	require.NoError(t, s.Authorize(alice, "team-1", true))
+	require.Equal(t, "alice", s.Owner("team-1"))
+	require.True(t, s.HasThread("team-1"), "claiming creates the thread")
+	require.NoError(t, s.Authorize(alice, "team-1", false))
+	require.NoError(t, s.Authorize(admin, "team-1", false))
+	require.NoError(t, s.Authorize(carol, "team-1", true))
+	err := s.Authorize(bob, "team-1", true)
+	require.ErrorIs(t, err, server.ErrPermissionDenied)
+	require.Equal(t, uint64(1), s.Metrics().Denied)
+	require.Equal(t, "alice", s.Owner("team-1"), "a grant or an admin does not take ownership")
+
+	// A thread that existed before anyone claimed it (made by the embedding
+	// program) goes to its first principal, even on a read.
+	require.NoError(t, s.CreateThread("pre"))
+	require.NoError(t, s.Authorize(bob, "pre", false))
+	require.Equal(t, "bob", s.Owner("pre"))
+
+	// Claims count against MaxThreads (team-1, pre, and one more).
+	require.NoError(t, s.Authorize(bob, "b1", true))
+	require.ErrorIs(t, s.Authorize(bob, "b2", true), server.ErrTooManyThreads)
+	require.Equal(t, "", s.Owner("b2"))
+
+	// A forgotten thread forgets its owner: its id is free again.
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	s.SweepNow()
+	require.Equal(t, "", s.Owner("team-1"))
+	require.NoError(t, s.Authorize(bob, "team-1", true))
+	require.Equal(t, "bob", s.Owner("team-1"))
+}
+
+func TestSessionExpiry(t *testing.T) {
+	s := newServer(t, server.Config{})
+	sub, _, err := s.Subscribe("t", all, nil)
+	require.NoError(t, err)
+	require.True(t, sub.ExpireAt(time.Now().Add(time.Hour)))
+	require.True(t, sub.ExpireAt(time.Now().Add(50*time.Millisecond)), "a later call moves the deadline")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for err == nil {
+		_, err = sub.Next(ctx)
+	}
+	require.ErrorIs(t, err, server.ErrCredentialExpired)
+	require.False(t, sub.ExpireAt(time.Now().Add(time.Hour)), "too late to refresh")
+
+	kept, _, err := s.Subscribe("t", all, nil)
+	require.NoError(t, err)
+	require.True(t, kept.ExpireAt(time.Now().Add(30*time.Millisecond)))
+	require.True(t, kept.ExpireAt(time.Time{}), "zero: no deadline")
+	time.Sleep(100 * time.Millisecond)
+	for {
+		_, ok, err := kept.TryNext() // what the subscription replayed, if anything
+		require.NoError(t, err, "still open")
+		if !ok {
+			break
+		}
+	}
+	require.False(t, kept.Done())
+	kept.Close()
+	_, _, err = kept.TryNext()
+	require.True(t, errors.Is(err, server.ErrClosed))
+}
