@@ -133,16 +133,16 @@ type Config struct {
 // Authenticator checks credentials. It is safe for concurrent use. Close
 // it to stop its JWK Set refresh.
 type Authenticator struct {
-	secret   []byte
-	pubs     []crypto.PublicKey
-	jwks     keyfunc.Keyfunc
-	keys     map[[sha256.Size]byte]Principal
-	parser   *jwt.Parser
-	leeway   time.Duration
-	now      func() time.Time
-	cancel   context.CancelFunc
-	hasJWTs  bool
-	jwksCtx  context.Context
+	secret  []byte
+	pubs    []crypto.PublicKey
+	jwks    keyfunc.Keyfunc
+	keys    map[[sha256.Size]byte]Principal
+	parser  *jwt.Parser
+	leeway  time.Duration
+	now     func() time.Time
+	cancel  context.CancelFunc
+	hasJWTs bool
+	jwksCtx context.Context
 }
 
 // New returns an Authenticator for cfg. With a JWKS URL it fetches the key

@@ -135,7 +135,9 @@ func TestHS256(t *testing.T) {
 	}
 }
 
-func isExpired(err error) bool { return err != nil && strings.Contains(err.Error(), auth.ErrExpired.Error()) }
+func isExpired(err error) bool {
+	return err != nil && strings.Contains(err.Error(), auth.ErrExpired.Error())
+}
 
 func TestPublicKeys(t *testing.T) {
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)

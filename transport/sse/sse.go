@@ -11,8 +11,11 @@
 // are written together in one write, at most once per
 // Options.WriteInterval on a busy stream. A client that cannot keep up is
 // cut off (its write deadline passes, or its queue overflows) without
-// slowing anyone else, and resumes with Last-Event-ID. HTTP/1.1 streams
-// are taken over from net/http once validated (see Handler).
+// slowing anyone else, and resumes with Last-Event-ID. A stream opened
+// with a credential that expires (the principal in the request's context,
+// see package auth) ends then with an `event: error` frame carrying an
+// unauthenticated ErrorResponse. HTTP/1.1 streams are taken over from
+// net/http once validated (see Handler).
 package sse
 
 import (
