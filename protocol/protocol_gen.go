@@ -5101,8 +5101,9 @@ func (s *AuthRefreshParams) UnmarshalCBOR(data []byte) error {
 type AuthRefreshResult struct {
 	// The principal the connection now acts as.
 	Subject string `json:"subject" cbor:"subject"`
-	// When the new credential expires, in Unix seconds; absent when it
-	// does not (an API key).
+	// When the connection ends unless refreshed again, in Unix seconds:
+	// the new credential's exp plus the clock skew the server allows;
+	// absent when it does not expire (an API key).
 	ExpiresAt *JsUint `json:"expires_at,omitempty" cbor:"expires_at,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.

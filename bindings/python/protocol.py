@@ -725,8 +725,9 @@ class AuthRefreshResult(TypedDict):
     """EXTENSION."""
     # The principal the connection now acts as.
     subject: str
-    # When the new credential expires, in Unix seconds; absent when it
-    # does not (an API key).
+    # When the connection ends unless refreshed again, in Unix seconds:
+    # the new credential's exp plus the clock skew the server allows;
+    # absent when it does not expire (an API key).
     expires_at: NotRequired[JsUint]
 
 

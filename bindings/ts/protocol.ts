@@ -1107,8 +1107,9 @@ export interface AuthRefreshResult {
    */
   subject: string;
   /**
-   * When the new credential expires, in Unix seconds; absent when it
-   * does not (an API key).
+   * When the connection ends unless refreshed again, in Unix seconds:
+   * the new credential's exp plus the clock skew the server allows;
+   * absent when it does not expire (an API key).
    */
   expires_at?: JsUint;
   [key: string]: any;
