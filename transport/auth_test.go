@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,4 +346,94 @@ func TestMetricsHandlerIsOpen(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 	require.Contains(t, string(b), "agentstream_events_published_total")
+}
+
+// TestWebSocketCommandsAreAuthorizedOneByOne: a WebSocket authorized at
+// its handshake still has each command authorized. Here alice's thread is
+// forgotten (--thread-ttl) while her connection idles, bob claims the id,
+// and alice's next command is refused in-band.
+func TestWebSocketCommandsAreAuthorizedOneByOne(t *testing.T) {
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"k-alice": {Subject: "alice"}, "k-bob": {Subject: "bob"}}})
+	require.NoError(t, err)
+	defer a.Close()
+	srv := server.New(server.Config{Now: clock, ThreadTTL: time.Minute})
+	h := transport.New(srv, transport.Options{Auth: a})
+	ts := httptest.NewServer(h)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		require.NoError(t, srv.Close(ctx))
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/threads/x/stream", &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {"k-alice"}}})
+	require.NoError(t, err)
+	defer c.CloseNow()
+	wsSend(t, c, `{"id": 1, "method": "state.get", "params": {"namespace": []}}`)
+	require.Equal(t, "success", wsRead(t, c)["type"])
+	require.Equal(t, "alice", srv.Owner("x"))
+
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	srv.SweepNow()
+	require.Equal(t, "", srv.Owner("x"), "forgotten")
+	status, _, _ := call(t, ts, "commands", "x", func(h http.Header, _ url.Values) { h.Set("X-Api-Key", "k-bob") })
+	require.Equal(t, 200, status)
+	require.Equal(t, "bob", srv.Owner("x"))
+
+	wsSend(t, c, `{"id": 2, "method": "state.get", "params": {"namespace": []}}`)
+	resp := wsRead(t, c)
+	require.Equal(t, "error", resp["type"])
+	require.Equal(t, "permission_denied", resp["error"])
+	require.Equal(t, float64(2), resp["id"])
+}
+
+// TestHTTPCommandRate: POST /commands is limited per client: per
+// principal with auth on (two principals do not share a bucket), per IP
+// without; over the limit, 429 rate_limited with Retry-After, and the
+// refusal is counted.
+func TestHTTPCommandRate(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"k-alice": {Subject: "alice"}, "k-bob": {Subject: "bob"}}})
+	require.NoError(t, err)
+	defer a.Close()
+	for _, authOn := range []bool{true, false} {
+		opts := transport.Options{HTTPCommandRate: 0.001, HTTPCommandBurst: 3}
+		if authOn {
+			opts.Auth = a
+		}
+		ts, _, _ := start(t, opts)
+		send := func(key string) *http.Response {
+			req, _ := http.NewRequest("POST", ts.URL+"/threads/rl-"+key+"/commands", strings.NewReader(`{"id": 1, "method": "state.get", "params": {"namespace": []}}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Api-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			return resp
+		}
+		for i := 0; i < 3; i++ {
+			require.Equal(t, 200, send("k-alice").StatusCode)
+		}
+		over := send("k-alice")
+		require.Equal(t, 429, over.StatusCode)
+		require.Equal(t, "1", over.Header.Get("Retry-After"))
+		if authOn {
+			require.Equal(t, 200, send("k-bob").StatusCode, "bob has a bucket of his own")
+		} else {
+			require.Equal(t, 429, send("k-bob").StatusCode, "without auth, one IP is one client")
+		}
+		resp, err := http.Get(ts.URL + "/metrics")
+		require.NoError(t, err)
+		if resp.StatusCode == 200 {
+			b, _ := io.ReadAll(resp.Body)
+			require.Contains(t, string(b), `agentstream_refusals_total{limit="http_command_rate"}`)
+		}
+		resp.Body.Close()
+	}
 }

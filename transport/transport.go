@@ -70,6 +70,14 @@ type Options struct {
 	// MetricsOpen serves /metrics without authentication even with Auth
 	// set (for a handler on a separate, private listener).
 	MetricsOpen bool
+	// HTTPCommandRate is how many commands a second one client may send
+	// to POST /threads/{id}/commands on average (DefaultHTTPCommandRate,
+	// 1,000), with bursts of HTTPCommandBurst (DefaultHTTPCommandBurst,
+	// 10,000: a backend that starts thousands of runs at once is one
+	// client); a client is its principal with Auth set, its IP address
+	// without. Over it: 429 rate_limited with Retry-After.
+	HTTPCommandRate  float64
+	HTTPCommandBurst int
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default.
@@ -93,6 +101,7 @@ type Handler struct {
 	bodyTimeout time.Duration
 	auth        *auth.Authenticator
 	reg         *prometheus.Registry
+	limiter     *commandLimiter
 }
 
 // New builds the handler for srv.
@@ -121,6 +130,13 @@ func New(srv *server.Server, opts Options) *Handler {
 	if h.bodyTimeout <= 0 {
 		h.bodyTimeout = DefaultBodyTimeout
 	}
+	if opts.HTTPCommandRate <= 0 {
+		opts.HTTPCommandRate = DefaultHTTPCommandRate
+	}
+	if opts.HTTPCommandBurst <= 0 {
+		opts.HTTPCommandBurst = DefaultHTTPCommandBurst
+	}
+	h.limiter = newCommandLimiter(opts.HTTPCommandRate, opts.HTTPCommandBurst)
 	interval := func(name, help string, f func() time.Duration) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f().Seconds() })
 	}
@@ -314,6 +330,16 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) && !allowedOrigin(h.corsOrigins, o) {
 		h.metrics.refuse("origin")
 		sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not send commands (--allowed-origins)", o))
+		return
+	}
+	client := remoteIP(r.RemoteAddr)
+	if p := auth.FromContext(r.Context()); p != nil {
+		client = "principal:" + p.Subject
+	}
+	if !h.limiter.allow(client, start) {
+		h.metrics.refuse("http_command_rate")
+		w.Header().Set("Retry-After", "1")
+		sse.WriteJSON(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g commands a second from this client (bursts of %d; --http-command-rate, --http-command-burst); wait and retry", float64(h.limiter.rate), h.limiter.burst))
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -74,6 +74,8 @@ type config struct {
 	allowedHosts                                                string
 	commandRate                                                 float64
 	commandBurst                                                int
+	httpCommandRate                                             float64
+	httpCommandBurst                                            int
 	insecure                                                    bool
 	auth                                                        authFlags
 	metricsAddr                                                 string
@@ -124,6 +126,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host name patterns served besides the loopback names, on a loopback address (protects against DNS rebinding; \"*\": any)")
 	fs.Float64Var(&c.commandRate, "command-rate", ws.DefaultCommandRate, "commands a second one WebSocket may send on average; more are answered rate_limited")
 	fs.IntVar(&c.commandBurst, "command-burst", ws.DefaultCommandBurst, "commands one WebSocket may send at once above --command-rate")
+	fs.Float64Var(&c.httpCommandRate, "http-command-rate", transport.DefaultHTTPCommandRate, "commands a second one client (its principal with auth on, its IP address without) may send to POST /threads/{id}/commands on average; more get 429 rate_limited")
+	fs.IntVar(&c.httpCommandBurst, "http-command-burst", transport.DefaultHTTPCommandBurst, "commands one client may send at once above --http-command-rate")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
@@ -231,12 +235,13 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	}
 	origins := splitList(c.allowedOrigins)
 	h := transport.New(srv, transport.Options{
-		SSE:         sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
-		WS:          ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst},
-		CORSOrigins: origins,
-		Hosts:       hosts,
-		BodyTimeout: c.bodyTimeout,
-		Auth:        authn,
+		SSE:             sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
+		WS:              ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst},
+		CORSOrigins:     origins,
+		Hosts:           hosts,
+		BodyTimeout:     c.bodyTimeout,
+		Auth:            authn,
+		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
 	})
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)
@@ -396,6 +401,7 @@ func (c config) check() error {
 		{"--heartbeat", int64(c.heartbeat)}, {"--idle-release", int64(c.idleRelease)}, {"--shutdown-timeout", int64(c.shutdownTimeout)},
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
+		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
