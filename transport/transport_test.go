@@ -593,7 +593,9 @@ func TestSubscribesSentTogetherGetOneMergedReplay(t *testing.T) {
 // reading is cut off (its queue overflows) while another receives every
 // event; the cut-off one learns where to resume.
 func TestSlowSSEClientIsCutOffWithoutSlowingOthers(t *testing.T) {
-	srv := server.New(server.Config{QueueBytes: 2 << 20})
+	// 6 MiB of queue is 0.75 s of slack for the reading client on a loaded
+	// machine (with 2 MiB, a CI run whose CPU was shared cut it off too).
+	srv := server.New(server.Config{QueueBytes: 6 << 20})
 	assistants.Register(srv)
 	h := transport.New(srv, transport.Options{})
 	ts := httptest.NewServer(h)
@@ -612,9 +614,9 @@ func TestSlowSSEClientIsCutOffWithoutSlowingOthers(t *testing.T) {
 	slow, fast := open(), open()
 	defer slow.Body.Close()
 	defer fast.Body.Close()
-	// 20 MB at a pace a reading client keeps up with; more than the
+	// 32 MB at a pace a reading client keeps up with; more than the
 	// non-reading client's socket buffers and queue can hold.
-	post(t, ts.URL+"/threads/t/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 5000, "rate": 2000, "size": 4000}}}`)
+	post(t, ts.URL+"/threads/t/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 8000, "rate": 2000, "size": 4000}}}`)
 	frames := readFrames(t, fast.Body, completed)
 	custom := 0
 	for _, f := range frames {
@@ -622,7 +624,7 @@ func TestSlowSSEClientIsCutOffWithoutSlowingOthers(t *testing.T) {
 			custom++
 		}
 	}
-	require.Equal(t, 5000, custom, "the reading client got everything")
+	require.Equal(t, 8000, custom, "the reading client got everything")
 	// The slow one is ended: its stream closes after a comment naming the
 	// event to resume after.
 	b, err := io.ReadAll(slow.Body)
