@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/agentstream/agentstream/channels"
@@ -180,4 +182,50 @@ func eventsMissedEvent(data protocol.EventsMissedData) eventData {
 	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
 		return &protocol.ServerEventEventsMissed{Params: protocol.ServerEventEventsMissedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
 	}}
+}
+
+// DecodeEvent rebuilds an Event from the JSON the server published (its
+// JSON method), for an EventLog that keeps events outside the process (a
+// Redis stream) and reads them back: the same bytes, the same event id and
+// sequence number, the typed payload decoded again.
+func DecodeEvent(b []byte) (*Event, error) {
+	var probe struct {
+		Method  string  `json:"method"`
+		EventID *string `json:"event_id"`
+		Seq     *uint64 `json:"seq"`
+		Params  struct {
+			Namespace []string `json:"namespace"`
+			Data      struct {
+				Name *string `json:"name"`
+			} `json:"data"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("server: decoding a stored event: %w", err)
+	}
+	var se protocol.ServerEvent
+	if err := se.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("server: decoding a stored event: %w", err)
+	}
+	if se.Value == nil || probe.Seq == nil || probe.EventID == nil {
+		return nil, fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
+	}
+	e := &Event{Seq: *probe.Seq, id: *probe.EventID, Method: probe.Method, Channel: channels.ChannelOf(probe.Method),
+		Namespace: channels.Namespace(probe.Params.Namespace), Payload: se.Value, json: b}
+	if len(e.Namespace) == 0 {
+		e.Namespace = nil
+	}
+	if e.Channel == channels.Custom && probe.Params.Data.Name != nil {
+		e.Name = *probe.Params.Data.Name
+	}
+	return e, nil
+}
+
+// Epoch is the epoch part of the event's id ("" for a notice).
+func (e *Event) Epoch() string {
+	c, err := ParseCursor(e.id)
+	if err != nil {
+		return ""
+	}
+	return c.Epoch
 }

@@ -431,3 +431,14 @@ func randomID(prefix string) string {
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
 }
+
+// DurableLog is an EventLog that outlives the process (a Redis stream):
+// a thread the server creates again (after a restart, or on another node)
+// continues its stream, with the same epoch and the next sequence number,
+// so cursors handed out before stay valid.
+type DurableLog interface {
+	EventLog
+	// Head returns the epoch and the last sequence number the log holds
+	// for the thread; ok is false when it holds nothing.
+	Head(thread string) (epoch string, seq uint64, ok bool)
+}

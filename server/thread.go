@@ -34,7 +34,7 @@ type thread struct {
 }
 
 func newThread(s *Server, id string) *thread {
-	return &thread{
+	t := &thread{
 		srv: s, id: id, epoch: newEpoch(),
 		index:      channels.NewIndex[*Session](),
 		sessions:   map[*Session]struct{}{},
@@ -42,6 +42,13 @@ func newThread(s *Server, id string) *thread {
 		answered:   map[string]bool{},
 		lastActive: s.cfg.Now(),
 	}
+	if d, ok := s.cfg.Log.(DurableLog); ok {
+		// The stream goes on where the log left it: same epoch, next seq.
+		if epoch, seq, ok := d.Head(id); ok && epoch != "" {
+			t.epoch, t.seq = epoch, seq
+		}
+	}
+	return t
 }
 
 // publish appends an event to the stream and delivers it to the matching

@@ -78,6 +78,9 @@ type Options struct {
 	// without. Over it: 429 rate_limited with Retry-After.
 	HTTPCommandRate  float64
 	HTTPCommandBurst int
+	// Ready, when set, is asked by /readyz too: an error (the Redis engine
+	// cannot reach Redis) answers 503.
+	Ready func(context.Context) error
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default.
@@ -102,6 +105,7 @@ type Handler struct {
 	auth        *auth.Authenticator
 	reg         *prometheus.Registry
 	limiter     *commandLimiter
+	readyCheck  func(context.Context) error
 }
 
 // New builds the handler for srv.
@@ -123,7 +127,7 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.WS.Auth = opts.Auth
 	opts.WS.OnAuthRefuse = m.authRefused
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
-		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg}
+		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready}
 	if h.maxBody <= 0 {
 		h.maxBody = 1 << 20
 	}
@@ -287,6 +291,14 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if !h.ready.Load() {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
+	}
+	if h.readyCheck != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := h.readyCheck(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	_, _ = io.WriteString(w, "ready\n")
 }

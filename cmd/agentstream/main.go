@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -36,6 +37,7 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/loadtest"
+	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/sse"
@@ -79,6 +81,7 @@ type config struct {
 	insecure                                                    bool
 	auth                                                        authFlags
 	metricsAddr                                                 string
+	redisURL                                                    string
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -130,6 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.httpCommandBurst, "http-command-burst", transport.DefaultHTTPCommandBurst, "commands one client may send at once above --http-command-rate")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
+	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
@@ -225,11 +229,31 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	} else if c.allowedHosts != "" && c.allowedHosts != "*" {
 		hosts = splitList(c.allowedHosts)
 	}
-	srv := server.New(server.Config{
+	cfg := server.Config{
 		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, BufferTotalBytes: c.bufferTotal, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
-	})
+	}
+	var readyCheck func(context.Context) error
+	if c.redisURL != "" {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		engine, err := redisstore.Open(rctx, c.redisURL, c.threadTTL)
+		cancel()
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--redis: %w", err)
+		}
+		defer engine.Close()
+		onErr := func(err error) { log.Warn().Err(err).Msg("redis") }
+		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr})
+		defer rlog.Close()
+		st := engine.State()
+		st.MaxCheckpoints, st.OnError = c.maxCheckpoints, onErr
+		cfg.Log, cfg.State = rlog, st
+		readyCheck = engine.Ping
+		log.Info().Str("redis", redactURL(c.redisURL)).Msg("threads kept in redis")
+	}
+	srv := server.New(cfg)
 	if c.builtins {
 		assistants.Register(srv)
 	}
@@ -241,6 +265,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		Hosts:           hosts,
 		BodyTimeout:     c.bodyTimeout,
 		Auth:            authn,
+		Ready:           readyCheck,
 		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
 	})
 	if c.metricsAddr != "" {
@@ -367,6 +392,15 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 }
 
 // (0: the default, negative: off).
+// redactURL hides a URL's password, for logs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}
+
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(v string) []string {
 	var out []string

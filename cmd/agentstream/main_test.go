@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -23,12 +24,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/internal/redistest"
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// rueidis waits out its reconnect backoff (under a second) on a goroutine
+// of its own that a closed client does not stop: it ends by itself.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+}
 
 // startServe runs `agentstream serve` on a free loopback port with the
 // extra flags until ctx ends; it returns the address and where the exit
@@ -322,4 +328,57 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestServeWithRedis: `serve --redis` keeps threads across a restart of
+// the server; /readyz says 503 while Redis is away; an unreachable Redis
+// at start is a clear error and exit code 1.
+func TestServeWithRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	runEcho := func(base string) {
+		resp, err := http.Post(base+"/threads/kept/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "remember me"}]}}}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	state := func(base string) string {
+		resp, err := http.Get(base + "/threads/kept/state")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprint(resp.StatusCode, " ", string(b))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL())
+	runEcho("http://" + addr)
+	require.Eventually(t, func() bool { return strings.Contains(state("http://"+addr), `"next":[]`) }, 5*time.Second, 20*time.Millisecond, "the run ends")
+	cancel()
+	require.Equal(t, 0, <-done)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	addr, done = startServe(t, ctx, io.Discard, "--redis", rs.URL())
+	base := "http://" + addr
+	require.Contains(t, state(base), "remember me", "the state outlived the server")
+	ready := func() int {
+		resp, err := http.Get(base + "/readyz")
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 200, ready())
+	rs.Stop()
+	require.Equal(t, 503, ready())
+	rs.Restart() // an empty Redis on the same port: the service recovers
+	require.Eventually(t, func() bool { return ready() == 200 }, 10*time.Second, 50*time.Millisecond)
+	cancel()
+	require.Equal(t, 0, <-done)
+
+	var stderr bytes.Buffer
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gone := ln.Addr().String()
+	ln.Close()
+	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://" + gone + "/0"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "--redis")
 }

@@ -1,0 +1,105 @@
+// Package redistest starts a real redis-server for tests, on a free
+// loopback port, and stops it when the test ends.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Server is a redis-server a test started.
+type Server struct {
+	Addr string
+	t    testing.TB
+	bin  string
+	cmd  *exec.Cmd
+}
+
+// Start starts redis-server on a free loopback port, with no persistence
+// to disk. Without the binary on PATH the test is skipped with a message
+// naming it, unless AGENTSTREAM_REQUIRE_REDIS=1 (set by .ci/run, which
+// installs it), which fails it instead.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("AGENTSTREAM_REQUIRE_REDIS") == "1" {
+			t.Fatal("redis-server is not on PATH (apt-get install redis-server)")
+		}
+		t.Skip("redis-server is not on PATH (apt-get install redis-server): skipping the Redis engine's tests")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := &Server{Addr: addr, t: t, bin: bin}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+func (s *Server) start() {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "yes")
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ping(s.Addr) == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on %s did not answer", s.Addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server (as a crash would) and waits for it.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops the server and starts an empty one on the same port.
+func (s *Server) Restart() {
+	s.Stop()
+	s.start()
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("redis answered %q", line)
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/redis/rueidis"
+)
+
+// DefaultWriteQueue is the most events a Log holds that Redis has not
+// taken yet (LogOptions.WriteQueue's default).
+const DefaultWriteQueue = 100_000
+
+// LogOptions configure a Log. Zero fields take the defaults in their
+// comments.
+type LogOptions struct {
+	// MaxEvents and MaxBytes cap each thread's events, in memory and
+	// (MaxEvents, approximately) in its Redis stream
+	// (server.DefaultBufferEvents, server.DefaultBufferBytes).
+	MaxEvents, MaxBytes int
+	// TotalBytes bounds the events kept in memory, all threads together
+	// (none when 0); Redis keeps the rest.
+	TotalBytes int64
+	// WriteQueue is how many events may wait for Redis (DefaultWriteQueue);
+	// past it, appends are dropped from Redis (kept in memory) and
+	// counted, rather than making publishers wait for an unreachable Redis.
+	WriteQueue int
+	// OnError, when set, hears of every failed Redis command.
+	OnError func(error)
+}
+
+// Log is the server.DurableLog in Redis (see the package comment).
+type Log struct {
+	e    *Engine
+	mem  *server.MemoryLog
+	opts LogOptions
+
+	mu      sync.Mutex
+	pending []entry // appended, not yet sent to Redis, in order
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	dropped atomic.Uint64
+	written atomic.Uint64
+	batches atomic.Uint64
+}
+
+type entry struct {
+	thread string
+	e      *server.Event
+}
+
+var _ server.DurableLog = (*Log)(nil)
+
+// Log returns the engine's event log and starts its writer; Close it.
+func (e *Engine) Log(opts LogOptions) *Log {
+	if opts.MaxEvents <= 0 {
+		opts.MaxEvents = server.DefaultBufferEvents
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = server.DefaultBufferBytes
+	}
+	if opts.WriteQueue <= 0 {
+		opts.WriteQueue = DefaultWriteQueue
+	}
+	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l.mem.SetTotalBytes(opts.TotalBytes)
+	go l.writer()
+	return l
+}
+
+// Close sends what is still pending to Redis (within 5 s) and stops the
+// writer.
+func (l *Log) Close() {
+	close(l.stop)
+	<-l.done
+}
+
+// Stats are the log's counters.
+type Stats struct {
+	Written uint64 // events appended to Redis streams
+	Batches uint64 // the pipelined round trips that carried them
+	Dropped uint64 // events not written to Redis (the queue was full, or Redis failed)
+	Pending int    // events waiting for the writer now
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	p := len(l.pending)
+	l.mu.Unlock()
+	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Pending: p}
+}
+
+// Memory is the in-memory part of the log (for its budget's metrics).
+func (l *Log) Memory() *server.MemoryLog { return l.mem }
+
+func (l *Log) fail(err error) {
+	if err != nil && l.opts.OnError != nil && !rueidis.IsRedisNil(err) {
+		l.opts.OnError(err)
+	}
+}
+
+// Append implements server.EventLog: the event is kept in memory at once
+// and queued for Redis.
+func (l *Log) Append(thread string, e *server.Event) {
+	l.mem.Append(thread, e)
+	l.mu.Lock()
+	if len(l.pending) >= l.opts.WriteQueue {
+		l.mu.Unlock()
+		l.dropped.Add(1)
+		return
+	}
+	l.pending = append(l.pending, entry{thread, e})
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxBatch is the most events one pipelined round trip carries.
+const maxBatch = 512
+
+// writer sends pending events to Redis in order, in pipelined batches:
+// while one batch is on the wire the next gathers.
+func (l *Log) writer() {
+	defer close(l.done)
+	for {
+		select {
+		case <-l.wake:
+		case <-l.stop:
+			deadline := time.Now().Add(5 * time.Second)
+			for l.flush() && time.Now().Before(deadline) {
+			}
+			return
+		}
+		for l.flush() {
+		}
+	}
+}
+
+// flush sends up to maxBatch pending events; it reports whether more wait.
+func (l *Log) flush() bool {
+	l.mu.Lock()
+	n := min(len(l.pending), maxBatch)
+	batch := make([]entry, n)
+	copy(batch, l.pending)
+	l.pending = l.pending[n:]
+	if len(l.pending) == 0 {
+		l.pending = nil // let a burst's backing array go
+	}
+	more := len(l.pending) > 0
+	l.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	c := l.e.c
+	cmds := make(rueidis.Commands, 0, 2*n)
+	maxLen := strconv.Itoa(l.opts.MaxEvents)
+	ttl := l.e.ttlMillis()
+	for i, en := range batch {
+		k := l.e.key(en.thread, "events")
+		cmds = append(cmds, c.B().Xadd().Key(k).Maxlen().Almost().Threshold(maxLen).Id(itoa(en.e.Seq)+"-0").
+			FieldValue().FieldValue("e", rueidis.BinaryString(en.e.JSON())).Build())
+		if i == len(batch)-1 || batch[i+1].thread != en.thread {
+			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ok := uint64(0)
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			l.fail(err)
+			continue
+		}
+		ok++
+	}
+	l.batches.Add(1)
+	// ok counts the PEXPIREs too; what failed is what was not written.
+	written := min(uint64(n), ok)
+	l.written.Add(written)
+	l.dropped.Add(uint64(n) - written)
+	return more
+}
+
+// After implements server.EventLog: events after seq, from Redis as far
+// as memory does not hold them, then from memory.
+func (l *Log) After(thread string, seq uint64, fn func(*server.Event) bool) {
+	memOldest := l.mem.Oldest(thread)
+	if memOldest == 0 || memOldest > seq+1 {
+		// Memory starts later than the cursor (or holds nothing): the
+		// stream has what comes before.
+		stop := uint64(0) // up to memory's oldest, exclusive
+		if memOldest > 0 {
+			stop = memOldest - 1
+		}
+		if !l.fromRedis(thread, seq, stop, fn) {
+			return
+		}
+		if memOldest == 0 {
+			return
+		}
+		seq = memOldest - 1
+	}
+	l.mem.After(thread, seq, fn)
+}
+
+// fromRedis calls fn for the stream's events after seq, up to stop (0: to
+// the end), oldest first; it reports false when fn stopped.
+func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) bool) bool {
+	if stop != 0 && stop <= seq {
+		return true
+	}
+	c := l.e.c
+	k := l.e.key(thread, "events")
+	start := "(" + itoa(seq) + "-0"
+	end := "+"
+	if stop != 0 {
+		end = itoa(stop) + "-0"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		entries, err := c.Do(ctx, c.B().Xrange().Key(k).Start(start).End(end).Count(1024).Build()).AsXRange()
+		if err != nil {
+			l.fail(err)
+			return true
+		}
+		for _, en := range entries {
+			ev, err := server.DecodeEvent([]byte(en.FieldValues["e"]))
+			if err != nil {
+				l.fail(err)
+				continue
+			}
+			if !fn(ev) {
+				return false
+			}
+		}
+		if len(entries) < 1024 {
+			return true
+		}
+		start = "(" + entries[len(entries)-1].ID
+	}
+}
+
+// Oldest implements server.EventLog: the oldest event still held, in the
+// stream or in memory.
+func (l *Log) Oldest(thread string) uint64 {
+	c := l.e.c
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	entries, err := c.Do(ctx, c.B().Xrange().Key(l.e.key(thread, "events")).Start("-").End("+").Count(1).Build()).AsXRange()
+	if err != nil {
+		l.fail(err)
+	}
+	if len(entries) == 1 {
+		if s, ok := seqOf(entries[0].ID); ok {
+			if m := l.mem.Oldest(thread); m == 0 || s < m {
+				return s
+			}
+		}
+	}
+	return l.mem.Oldest(thread)
+}
+
+// Len implements server.EventLog: the events held in memory.
+func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
+
+// Release implements server.EventLog: the thread went idle, so its
+// events leave memory; the stream keeps them.
+func (l *Log) Release(thread string) { l.mem.Release(thread) }
+
+// Head implements server.DurableLog from the stream's newest entry, or
+// from an event still on its way there.
+func (l *Log) Head(thread string) (epoch string, seq uint64, ok bool) {
+	l.mu.Lock()
+	for i := len(l.pending) - 1; i >= 0; i-- {
+		if en := l.pending[i]; en.thread == thread {
+			l.mu.Unlock()
+			return en.e.Epoch(), en.e.Seq, true
+		}
+	}
+	l.mu.Unlock()
+	c := l.e.c
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	entries, err := c.Do(ctx, c.B().Xrevrange().Key(l.e.key(thread, "events")).End("+").Start("-").Count(1).Build()).AsXRange()
+	if err != nil || len(entries) == 0 {
+		l.fail(err)
+		return "", 0, false
+	}
+	ev, err := server.DecodeEvent([]byte(entries[0].FieldValues["e"]))
+	if err != nil {
+		l.fail(err)
+		return "", 0, false
+	}
+	return ev.Epoch(), ev.Seq, true
+}
+
+func seqOf(id string) (uint64, bool) {
+	s, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}

@@ -1,0 +1,231 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/redisstore"
+	"github.com/agentstream/agentstream/server"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// rueidis waits out its reconnect backoff (under a second) on a goroutine
+// of its own that a closed client does not stop: it ends by itself.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+}
+
+func open(t *testing.T, url string) *redisstore.Engine {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := redisstore.Open(ctx, url, time.Hour)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	return e
+}
+
+// node is one server on the Redis engine, as `serve --redis` runs it.
+type node struct {
+	srv *server.Server
+	log *redisstore.Log
+}
+
+func startNode(t *testing.T, e *redisstore.Engine, opts redisstore.LogOptions) *node {
+	t.Helper()
+	l := e.Log(opts)
+	srv := server.New(server.Config{Log: l, State: e.State()})
+	assistants.Register(srv)
+	n := &node{srv: srv, log: l}
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) stop() {
+	if n.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.srv.Close(ctx)
+	n.log.Close()
+	n.srv = nil
+}
+
+func rootEnded(e *server.Event) bool {
+	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+	return ok && len(e.Namespace) == 0 && (l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed)
+}
+
+// runToEnd starts a run and returns every event of the thread's stream
+// up to the run's end.
+func runToEnd(t *testing.T, srv *server.Server, thread, assistant string, input any) []*server.Event {
+	t.Helper()
+	sub, _, err := srv.Subscribe(thread, channels.All, &server.Cursor{Seq: srv.LastSeq(thread)})
+	require.NoError(t, err)
+	defer sub.Close()
+	cmd := &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: protocol.RunStartParams{AssistantID: assistant, Input: input}}}
+	_, errResp := srv.Do(context.Background(), thread, cmd)
+	require.Nil(t, errResp)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*server.Event
+	for {
+		e, err := sub.Next(ctx)
+		require.NoError(t, err)
+		if e.Seq > 0 {
+			out = append(out, e)
+		}
+		if rootEnded(e) {
+			return out
+		}
+	}
+}
+
+// readAll subscribes with cursor and reads what the replay holds.
+func readAll(t *testing.T, srv *server.Server, thread string, cursor *server.Cursor) (notices, events []*server.Event) {
+	t.Helper()
+	sub, _, err := srv.Subscribe(thread, channels.All, cursor)
+	require.NoError(t, err)
+	defer sub.Close()
+	for {
+		e, ok, err := sub.TryNext()
+		require.NoError(t, err)
+		if !ok {
+			return
+		}
+		if e.Seq == 0 {
+			notices = append(notices, e)
+		} else {
+			events = append(events, e)
+		}
+	}
+}
+
+func echoInput(text string) map[string]any {
+	return map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}
+}
+
+// TestRestartKeepsThreads: a server on the Redis engine stops; a new one
+// on the same Redis serves the thread's state and replays its events
+// byte for byte, a cursor from before the restart resumes without a
+// reset, and the next run continues the sequence in the same epoch.
+func TestRestartKeepsThreads(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{})
+	first := runToEnd(t, a.srv, "t", "echo", echoInput("before the restart"))
+	require.NotEmpty(t, first)
+	require.Equal(t, "", a.srv.Owner("t"), "no owner without auth")
+	a.stop()
+
+	b := startNode(t, e, redisstore.LogOptions{})
+	st, ok := b.srv.State("t")
+	require.True(t, ok)
+	require.Len(t, st.Values["messages"], 2)
+	notices, replayed := readAll(t, b.srv, "t", &server.Cursor{})
+	require.Empty(t, notices[1:], "only the values snapshot: nothing missed")
+	require.Len(t, replayed, len(first))
+	for i := range first {
+		require.Equal(t, first[i].EventID(), replayed[i].EventID())
+		require.JSONEq(t, string(first[i].JSON()), string(replayed[i].JSON()))
+		require.Equal(t, first[i].Channel, replayed[i].Channel)
+		require.Equal(t, fmt.Sprintf("%T", first[i].Payload), fmt.Sprintf("%T", replayed[i].Payload))
+	}
+	mid := first[len(first)/2]
+	cursor, err := server.ParseCursor(mid.EventID())
+	require.NoError(t, err)
+	notices, after := readAll(t, b.srv, "t", &cursor)
+	for _, n := range notices {
+		require.NotEqual(t, "events.missed", n.Method, "a cursor from before the restart is still good")
+	}
+	require.Equal(t, first[len(first)/2+1].EventID(), after[0].EventID())
+
+	second := runToEnd(t, b.srv, "t", "echo", echoInput("after"))
+	require.Equal(t, first[len(first)-1].Seq+1, second[0].Seq, "seq continues")
+	require.Equal(t, first[0].Epoch(), second[0].Epoch(), "same epoch")
+}
+
+// TestLogReadsRedisBeyondMemory: what memory no longer holds (released, or
+// beyond the memory budget) is replayed from the stream; the stream is
+// trimmed to about the per-thread cap, and a cursor older than it gets the
+// missed-events notice.
+func TestLogReadsRedisBeyondMemory(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{MaxEvents: 300})
+	evs := runToEnd(t, a.srv, "f", "firehose", map[string]any{"count": 1000.0})
+	last := evs[len(evs)-1].Seq
+	require.Eventually(t, func() bool { return a.log.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, a.log.Stats().Dropped)
+	require.Less(t, a.log.Stats().Batches, a.log.Stats().Written, "pipelined: fewer round trips than events")
+
+	a.log.Release("f") // memory lets the thread go
+	require.Zero(t, a.log.Len("f"))
+	oldest := a.log.Oldest("f")
+	require.Greater(t, oldest, uint64(1), "trimmed")
+	require.LessOrEqual(t, last-oldest+1, uint64(400), "to about 300")
+	notices, events := readAll(t, a.srv, "f", &server.Cursor{Seq: 1})
+	require.Equal(t, "events.missed", notices[0].Method)
+	require.Equal(t, oldest, events[0].Seq)
+	require.Equal(t, last, events[len(events)-1].Seq)
+	for i := 1; i < len(events); i++ {
+		require.Equal(t, events[i-1].Seq+1, events[i].Seq, "in order, no gap")
+	}
+}
+
+func TestState(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	st := e.State()
+	st.MaxCheckpoints = 3
+	_, ok := st.Values("s")
+	require.False(t, ok)
+	require.False(t, st.Exists("s"))
+	st.SetValues("s", map[string]any{"n": 1.0, "list": []any{"a"}})
+	v, ok := st.Values("s")
+	require.True(t, ok)
+	require.Equal(t, map[string]any{"n": 1.0, "list": []any{"a"}}, v)
+	require.True(t, st.Exists("s"))
+	for i := 1; i <= 5; i++ {
+		st.AddCheckpoint("s", server.CheckpointRecord{ID: fmt.Sprint("c", i), Step: int64(i), Time: time.Unix(int64(i), 0).UTC(), Values: map[string]any{"i": float64(i)}})
+	}
+	cps := st.Checkpoints("s")
+	require.Len(t, cps, 3)
+	require.Equal(t, []string{"c5", "c4", "c3"}, []string{cps[0].ID, cps[1].ID, cps[2].ID})
+	cp, ok := st.Checkpoint("s", "c4")
+	require.True(t, ok)
+	require.Equal(t, map[string]any{"i": 4.0}, cp.Values)
+	_, ok = st.Checkpoint("s", "c1")
+	require.False(t, ok, "dropped by the cap")
+
+	_, ok = st.Owner("s")
+	require.False(t, ok)
+	require.Equal(t, "alice", st.ClaimOwner("s", "alice"))
+	require.Equal(t, "alice", st.ClaimOwner("s", "bob"), "the first claim holds")
+	o, _ := st.Owner("s")
+	require.Equal(t, "alice", o)
+	require.NoError(t, e.Forget(context.Background(), "s"))
+	require.False(t, st.Exists("s"))
+}
+
+func TestOpenFailsWithoutRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = redisstore.Open(ctx, "redis://"+addr+"/0", 0)
+	require.Error(t, err)
+	_, err = redisstore.Open(ctx, "http://"+addr, 0)
+	require.ErrorContains(t, err, "scheme")
+}
