@@ -32,6 +32,10 @@ type LogOptions struct {
 	WriteQueue int
 	// OnError, when set, hears of every failed Redis command.
 	OnError func(error)
+	// Publish also publishes each event on its thread's sharded channel
+	// (SPUBLISH, in the same pipelined batch as its XADD), for the other
+	// nodes' Live listeners.
+	Publish bool
 }
 
 // Log is the server.DurableLog in Redis (see the package comment).
@@ -48,6 +52,9 @@ type Log struct {
 	dropped atomic.Uint64
 	written atomic.Uint64
 	batches atomic.Uint64
+	cmds    atomic.Uint64
+
+	expired map[string]time.Time // when each thread's keys last got their TTL; the writer's
 }
 
 type entry struct {
@@ -69,7 +76,7 @@ func (e *Engine) Log(opts LogOptions) *Log {
 		opts.WriteQueue = DefaultWriteQueue
 	}
 	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}}
 	l.mem.SetTotalBytes(opts.TotalBytes)
 	go l.writer()
 	return l
@@ -84,10 +91,11 @@ func (l *Log) Close() {
 
 // Stats are the log's counters.
 type Stats struct {
-	Written uint64 // events appended to Redis streams
-	Batches uint64 // the pipelined round trips that carried them
-	Dropped uint64 // events not written to Redis (the queue was full, or Redis failed)
-	Pending int    // events waiting for the writer now
+	Written  uint64 // events appended to Redis streams
+	Batches  uint64 // the pipelined round trips that carried them
+	Dropped  uint64 // events not written to Redis (the queue was full, or Redis failed)
+	Pending  int    // events waiting for the writer now
+	Commands uint64 // Redis commands the writer sent (XADD, SPUBLISH, PEXPIRE)
 }
 
 // Stats returns the log's counters.
@@ -95,7 +103,7 @@ func (l *Log) Stats() Stats {
 	l.mu.Lock()
 	p := len(l.pending)
 	l.mu.Unlock()
-	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Pending: p}
+	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Pending: p, Commands: l.cmds.Load()}
 }
 
 // Memory is the in-memory part of the log (for its budget's metrics).
@@ -165,29 +173,44 @@ func (l *Log) flush() bool {
 	cmds := make(rueidis.Commands, 0, 2*n)
 	maxLen := strconv.Itoa(l.opts.MaxEvents)
 	ttl := l.e.ttlMillis()
-	for i, en := range batch {
+	now := time.Now()
+	adds := 0
+	for _, en := range batch {
 		k := l.e.key(en.thread, "events")
 		cmds = append(cmds, c.B().Xadd().Key(k).Maxlen().Almost().Threshold(maxLen).Id(itoa(en.e.Seq)+"-0").
 			FieldValue().FieldValue("e", rueidis.BinaryString(en.e.JSON())).Build())
-		if i == len(batch)-1 || batch[i+1].thread != en.thread {
+		adds++
+		if l.opts.Publish {
+			cmds = append(cmds, c.B().Spublish().Channel(l.e.key(en.thread, "live")).Message(rueidis.BinaryString(en.e.JSON())).Build())
+		}
+		// The TTL is renewed once a minute per thread, not per event.
+		if at, ok := l.expired[en.thread]; !ok || now.Sub(at) > time.Minute {
+			l.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build())
 		}
 	}
+	if len(l.expired) > 4*maxBatch {
+		for th, at := range l.expired {
+			if now.Sub(at) > time.Minute {
+				delete(l.expired, th)
+			}
+		}
+	}
+	l.cmds.Add(uint64(len(cmds)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ok := uint64(0)
-	for _, r := range c.DoMulti(ctx, cmds...) {
+	failed := uint64(0)
+	for i, r := range c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			l.fail(err)
-			continue
+			if cmds[i].Commands()[0] == "XADD" {
+				failed++
+			}
 		}
-		ok++
 	}
 	l.batches.Add(1)
-	// ok counts the PEXPIREs too; what failed is what was not written.
-	written := min(uint64(n), ok)
-	l.written.Add(written)
-	l.dropped.Add(uint64(n) - written)
+	l.written.Add(uint64(adds) - failed)
+	l.dropped.Add(failed)
 	return more
 }
 
@@ -270,6 +293,15 @@ func (l *Log) Oldest(thread string) uint64 {
 	}
 	return l.mem.Oldest(thread)
 }
+
+// Stored implements server.DurableLog: the stream's events after seq.
+func (l *Log) Stored(thread string, seq uint64, fn func(*server.Event) bool) {
+	l.fromRedis(thread, seq, 0, fn)
+}
+
+// Cache implements server.DurableLog: an event another node wrote is kept
+// in memory only.
+func (l *Log) Cache(thread string, e *server.Event) { l.mem.Append(thread, e) }
 
 // Len implements server.EventLog: the events held in memory.
 func (l *Log) Len(thread string) int { return l.mem.Len(thread) }

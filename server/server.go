@@ -95,6 +95,10 @@ type Config struct {
 	// FanOut, when set, also receives every published event, for other
 	// nodes of a cluster (none: one process).
 	FanOut FanOut
+	// Watcher, when set, is told when this node starts and stops holding
+	// a thread, so that it can follow the thread's events published on
+	// other nodes (a Redis subscription) and hand them to Ingest.
+	Watcher Watcher
 	// Now is the clock (time.Now); tests replace it.
 	Now func() time.Time
 	// NewID makes run, interrupt, checkpoint and subscription ids
@@ -283,6 +287,9 @@ func (s *Server) thread(id string, create bool) (*thread, error) {
 		}
 		t = newThread(s, id)
 		s.threads[id] = t
+		if s.cfg.Watcher != nil {
+			s.cfg.Watcher.Watch(id)
+		}
 		s.threadsHW.Grew(len(s.threads))
 	}
 	return t, nil
@@ -480,6 +487,9 @@ func (s *Server) SweepNow() {
 			s.mu.Lock()
 			if s.threads[t.id] == t {
 				delete(s.threads, t.id)
+				if s.cfg.Watcher != nil {
+					s.cfg.Watcher.Unwatch(t.id)
+				}
 				s.threads = compact.Shrink(s.threads, &s.threadsHW)
 			}
 			s.mu.Unlock()

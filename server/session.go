@@ -589,7 +589,9 @@ func (ss *Session) stop() map[string]*subscription {
 func (ss *Session) Detach() {
 	var epoch string
 	if t := ss.t.Load(); t != nil {
+		t.mu.Lock()
 		epoch = t.epoch
+		t.mu.Unlock()
 	}
 	subs := ss.stop()
 	ss.end(ErrClosed)

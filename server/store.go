@@ -441,4 +441,19 @@ type DurableLog interface {
 	// Head returns the epoch and the last sequence number the log holds
 	// for the thread; ok is false when it holds nothing.
 	Head(thread string) (epoch string, seq uint64, ok bool)
+	// Cache keeps an event another node published (and wrote) for local
+	// replays, without writing it again.
+	Cache(thread string, e *Event)
+	// Stored calls fn for the events the store itself holds after seq
+	// (what other nodes wrote included), oldest first, until fn returns
+	// false.
+	Stored(thread string, seq uint64, fn func(*Event) bool)
+}
+
+// Watcher follows threads for a node of a cluster (see Config.Watcher).
+// Watch and Unwatch must not block on the network for long: the server
+// calls them with its lock held.
+type Watcher interface {
+	Watch(thread string)
+	Unwatch(thread string)
 }

@@ -15,7 +15,7 @@ type thread struct {
 	srv *Server
 	id  string
 
-	epoch string // the stream's epoch (see Cursor); fixed for the thread's life
+	epoch string // the stream's epoch (see Cursor); changes only when another node restarted the stream (Ingest)
 
 	mu         sync.Mutex
 	seq        uint64 // the last sequence number published

@@ -1,0 +1,186 @@
+package redisstore_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/redisstore"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+)
+
+// clusterNode is one `serve --redis` node: a server on the engine, its
+// live subscriptions, and its HTTP face on a loopback port.
+type clusterNode struct {
+	srv  *server.Server
+	log  *redisstore.Log
+	live *redisstore.Live
+	h    *transport.Handler
+	ts   *httptest.Server
+}
+
+func startClusterNode(t *testing.T, e *redisstore.Engine) *clusterNode {
+	t.Helper()
+	n := &clusterNode{log: e.Log(redisstore.LogOptions{Publish: true}), live: e.Live(nil)}
+	n.srv = server.New(server.Config{Log: n.log, State: e.State(), Watcher: n.live})
+	n.live.Start(n.srv)
+	assistants.Register(n.srv)
+	n.h = transport.New(n.srv, transport.Options{})
+	n.ts = httptest.NewServer(n.h)
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *clusterNode) stop() {
+	if n.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.h.Shutdown(ctx)
+	n.ts.Close()
+	_ = n.srv.Close(ctx)
+	n.live.Close()
+	n.log.Close()
+	n.srv = nil
+}
+
+type sseEvent struct {
+	id, method string
+	seq        uint64
+}
+
+// sseRead reads a stream's events (with ids) until the root agent ends or
+// stop says so.
+func sseRead(t *testing.T, r *bufio.Reader, stop func(sseEvent) bool) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	var cur sseEvent
+	var data string
+	for {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err, "after %d events", len(out))
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			cur.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			cur.method = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			data = line[6:]
+		case line == "" && cur.method != "":
+			var m struct{ Seq uint64 }
+			require.NoError(t, json.Unmarshal([]byte(data), &m))
+			cur.seq = m.Seq
+			if cur.id != "" {
+				out = append(out, cur)
+			}
+			if stop(cur) || rootDone(cur.method, data) {
+				return out
+			}
+			cur, data = sseEvent{}, ""
+		}
+	}
+}
+
+func rootDone(method, data string) bool {
+	return method == "lifecycle" && strings.Contains(data, `"namespace":[]`) && (strings.Contains(data, `"event":"completed"`) || strings.Contains(data, `"event":"failed"`))
+}
+
+func openSSE(t *testing.T, ctx context.Context, base, thread, lastEventID string) *bufio.Reader {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/threads/"+thread+"/stream", nil)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	t.Cleanup(func() { resp.Body.Close() })
+	return bufio.NewReader(resp.Body)
+}
+
+func inOrderOnce(t *testing.T, evs []sseEvent) {
+	t.Helper()
+	for i := 1; i < len(evs); i++ {
+		require.Equal(t, evs[i-1].seq+1, evs[i].seq, "every event once, in order: %v then %v", evs[i-1], evs[i])
+	}
+}
+
+// TestThreeNodes: a run on node A is streamed to an SSE client on node B
+// and a WebSocket client on node C, every event once and in order; a late
+// joiner on C replays the finished run from Redis after A has stopped; a
+// client of B that drops reconnects to C with its cursor and loses
+// nothing, repeats nothing.
+func TestThreeNodes(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a, b, c := startClusterNode(t, e), startClusterNode(t, e), startClusterNode(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Clients on B (SSE) and C (WebSocket) first, then the run on A.
+	onB := openSSE(t, ctx, b.ts.URL, "x", "")
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.ts.URL, "http")+"/threads/x/stream", nil)
+	require.NoError(t, err)
+	defer ws.CloseNow()
+	require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["messages", "lifecycle", "custom", "values", "updates", "checkpoints", "tasks", "tools", "input"]}}`)))
+	_, resp, err := ws.Read(ctx)
+	require.NoError(t, err)
+	require.Contains(t, string(resp), `"type":"success"`)
+	// Subscriptions to the thread's channel take effect asynchronously.
+	time.Sleep(200 * time.Millisecond)
+
+	r, err := http.Post(a.ts.URL+"/threads/x/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 3000}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+
+	gotB := sseRead(t, onB, func(sseEvent) bool { return false })
+	inOrderOnce(t, gotB)
+	require.Equal(t, uint64(1), gotB[0].seq)
+	last := gotB[len(gotB)-1].seq
+	require.GreaterOrEqual(t, last, uint64(302), "300 custom events and the lifecycle around them")
+
+	var gotC []uint64
+	for {
+		_, msg, err := ws.Read(ctx)
+		require.NoError(t, err)
+		var m struct {
+			Type   string
+			Method string
+			Seq    uint64
+		}
+		require.NoError(t, json.Unmarshal(msg, &m))
+		if m.Type == "event" && m.Seq > 0 {
+			gotC = append(gotC, m.Seq)
+		}
+		if rootDone(m.Method, string(msg)) {
+			break
+		}
+	}
+	require.Len(t, gotC, len(gotB))
+	for i := range gotC {
+		require.Equal(t, uint64(i+1), gotC[i])
+	}
+
+	// A stops; a late joiner on C replays the finished run.
+	a.stop()
+	late := sseRead(t, openSSE(t, ctx, c.ts.URL, "x", ""), func(sseEvent) bool { return false })
+	require.Equal(t, gotB, late)
+
+	// A client of B read up to the middle, dropped, and resumes on C.
+	mid := gotB[len(gotB)/2]
+	rest := sseRead(t, openSSE(t, ctx, c.ts.URL, "x", mid.id), func(sseEvent) bool { return false })
+	require.Equal(t, gotB[len(gotB)/2+1:], rest)
+}

@@ -1,0 +1,85 @@
+package server
+
+// Ingest delivers an event another node published on thread threadID to
+// this node's subscribers, as if it had been published here: in sequence
+// order, each once, kept for local replays (DurableLog.Cache). Events this
+// node already has (its own, or repeats) are ignored; when events are
+// missing before it (a live message lost), they are read from the log
+// first. A thread this node does not hold is ignored: nobody here reads
+// it. It is what a Watcher calls.
+func (s *Server) Ingest(threadID string, e *Event) {
+	if e == nil || e.Seq == 0 {
+		return
+	}
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.evicted || e.Seq <= t.seq {
+		return
+	}
+	d, durable := s.cfg.Log.(DurableLog)
+	if ep := e.Epoch(); ep != "" && ep != t.epoch {
+		// The stream was started afresh elsewhere (its keys had expired):
+		// follow it; cursors of the old epoch get the reset notice.
+		t.epoch = ep
+	}
+	if durable && e.Seq > t.seq+1 {
+		d.Stored(threadID, t.seq, func(prev *Event) bool {
+			if prev.Seq >= e.Seq {
+				return false
+			}
+			t.ingestOne(d, prev)
+			return true
+		})
+	}
+	if durable {
+		t.ingestOne(d, e)
+	} else {
+		t.seq = e.Seq
+		t.lastActive = s.cfg.Now()
+		t.deliver(e)
+	}
+}
+
+// ingestOne caches and delivers one event of another node. The caller
+// holds t.mu.
+func (t *thread) ingestOne(d DurableLog, e *Event) {
+	if e.Seq <= t.seq {
+		return
+	}
+	d.Cache(t.id, e)
+	t.seq = e.Seq
+	t.lastActive = t.srv.cfg.Now()
+	t.deliver(e)
+}
+
+// CatchUp delivers what the thread's durable log holds beyond the last
+// event this node has: the events another node published before this
+// node's subscription to them took effect. A Watcher calls it once its
+// subscription is made.
+func (s *Server) CatchUp(threadID string) {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return
+	}
+	d, ok := s.cfg.Log.(DurableLog)
+	if !ok {
+		return
+	}
+	epoch, head, ok := d.Head(threadID)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !ok || t.evicted || head <= t.seq {
+		return
+	}
+	if epoch != "" && epoch != t.epoch {
+		t.epoch = epoch
+	}
+	d.Stored(threadID, t.seq, func(e *Event) bool {
+		t.ingestOne(d, e)
+		return true
+	})
+}
