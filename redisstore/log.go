@@ -53,6 +53,7 @@ type Log struct {
 	written atomic.Uint64
 	batches atomic.Uint64
 	cmds    atomic.Uint64
+	sending atomic.Int64 // events of the batch on the wire
 
 	expired map[string]time.Time // when each thread's keys last got their TTL; the writer's
 }
@@ -94,14 +95,14 @@ type Stats struct {
 	Written  uint64 // events appended to Redis streams
 	Batches  uint64 // the pipelined round trips that carried them
 	Dropped  uint64 // events not written to Redis (the queue was full, or Redis failed)
-	Pending  int    // events waiting for the writer now
+	Pending  int    // events not in Redis yet: waiting for the writer, or on the wire
 	Commands uint64 // Redis commands the writer sent (XADD, SPUBLISH, PEXPIRE)
 }
 
 // Stats returns the log's counters.
 func (l *Log) Stats() Stats {
 	l.mu.Lock()
-	p := len(l.pending)
+	p := len(l.pending) + int(l.sending.Load())
 	l.mu.Unlock()
 	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Pending: p, Commands: l.cmds.Load()}
 }
@@ -161,6 +162,8 @@ func (l *Log) flush() bool {
 	batch := make([]entry, n)
 	copy(batch, l.pending)
 	l.pending = l.pending[n:]
+	l.sending.Store(int64(n))
+	defer l.sending.Store(0)
 	if len(l.pending) == 0 {
 		l.pending = nil // let a burst's backing array go
 	}
