@@ -6,7 +6,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +189,46 @@ func TestThreeNodes(t *testing.T) {
 	mid := gotB[len(gotB)/2]
 	rest := sseRead(t, openSSE(t, ctx, c.ts.URL, "x", mid.id), func(sseEvent) bool { return false })
 	require.Equal(t, gotB[len(gotB)/2+1:], rest)
+}
+
+// TestConformanceAcrossTwoNodes runs the official SDK's conformance suite
+// (tools/node/conformance.mjs) through a router that sends the SDK's HTTP
+// commands to node A and everything else (its streams, WebSockets, state
+// reads) to node B: runs execute on A, and B streams them from Redis.
+func TestConformanceAcrossTwoNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs node")
+	}
+	nodeBin, err := exec.LookPath("node")
+	script, _ := filepath.Abs("../tools/node/conformance.mjs")
+	_, sdkErr := os.Stat("../tools/node/node_modules/@langchain/langgraph-sdk")
+	if err != nil || sdkErr != nil {
+		if os.Getenv("AGENTSTREAM_REQUIRE_TOOLS") == "1" {
+			t.Fatal("node and tools/node (npm ci --prefix tools/node) are needed")
+		}
+		t.Skip("node or tools/node is not installed")
+	}
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a, b := startClusterNode(t, e), startClusterNode(t, e)
+	toA, _ := url.Parse(a.ts.URL)
+	toB, _ := url.Parse(b.ts.URL)
+	pa, pb := httputil.NewSingleHostReverseProxy(toA), httputil.NewSingleHostReverseProxy(toB)
+	var commandsOnA atomic.Int64
+	router := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/commands") {
+			commandsOnA.Add(1)
+			pa.ServeHTTP(w, r)
+			return
+		}
+		pb.ServeHTTP(w, r)
+	}))
+	defer router.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, nodeBin, script, router.URL).CombinedOutput()
+	t.Log("\n" + string(out))
+	require.NoError(t, err, "conformance failed")
+	require.Contains(t, string(out), "12 passed, 0 failed")
+	require.Positive(t, commandsOnA.Load(), "the SDK's HTTP commands went to A")
 }
