@@ -4793,14 +4793,16 @@ type ResultData = any
 // A result with nothing to say.
 type EmptyResult = map[string]any
 
-// Why a command failed. EXTENSION: the last three are agentstream's. A
+// Why a command failed. EXTENSION: the last four are agentstream's. A
 // connection sent commands faster than its rate limit allows
 // (`rate_limited`: wait and retry), a command would pass a server-wide
 // or per-thread cap (`resource_exhausted`: too many threads, queued runs or
-// subscriptions on one connection), or the client's credential is missing,
+// subscriptions on one connection), the client's credential is missing,
 // invalid or expired (`unauthenticated`; a principal that may not use a
-// thread gets `permission_denied`). Clients that do not know them treat
-// them as any other error.
+// thread gets `permission_denied`), or what the command needs cannot be
+// reached now (`unavailable`: the Redis engine lost Redis, or the node
+// running the thread's run did not answer; retry later). Clients that do
+// not know them treat them as any other error.
 type ErrorCode string
 
 // The values of ErrorCode.
@@ -4818,12 +4820,13 @@ const (
 	ErrorCodeRateLimited        ErrorCode = "rate_limited"
 	ErrorCodeResourceExhausted  ErrorCode = "resource_exhausted"
 	ErrorCodeUnauthenticated    ErrorCode = "unauthenticated"
+	ErrorCodeUnavailable        ErrorCode = "unavailable"
 )
 
 // Valid reports whether v is one of the values of ErrorCode.
 func (v ErrorCode) Valid() bool {
 	switch v {
-	case ErrorCodeInvalidArgument, ErrorCodeUnknownCommand, ErrorCodeUnknownError, ErrorCodeNoSuchRun, ErrorCodeNoSuchSubscription, ErrorCodeNoSuchNamespace, ErrorCodeNoSuchInterrupt, ErrorCodeNoSuchCheckpoint, ErrorCodePermissionDenied, ErrorCodeNotSupported, ErrorCodeRateLimited, ErrorCodeResourceExhausted, ErrorCodeUnauthenticated:
+	case ErrorCodeInvalidArgument, ErrorCodeUnknownCommand, ErrorCodeUnknownError, ErrorCodeNoSuchRun, ErrorCodeNoSuchSubscription, ErrorCodeNoSuchNamespace, ErrorCodeNoSuchInterrupt, ErrorCodeNoSuchCheckpoint, ErrorCodePermissionDenied, ErrorCodeNotSupported, ErrorCodeRateLimited, ErrorCodeResourceExhausted, ErrorCodeUnauthenticated, ErrorCodeUnavailable:
 		return true
 	}
 	return false

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -28,18 +29,20 @@ import (
 // clusterNode is one `serve --redis` node: a server on the engine, its
 // live subscriptions, and its HTTP face on a loopback port.
 type clusterNode struct {
-	srv  *server.Server
-	log  *redisstore.Log
-	live *redisstore.Live
-	h    *transport.Handler
-	ts   *httptest.Server
+	srv     *server.Server
+	log     *redisstore.Log
+	live    *redisstore.Live
+	cluster *redisstore.Cluster
+	h       *transport.Handler
+	ts      *httptest.Server
 }
 
 func startClusterNode(t *testing.T, e *redisstore.Engine) *clusterNode {
 	t.Helper()
-	n := &clusterNode{log: e.Log(redisstore.LogOptions{Publish: true}), live: e.Live(nil)}
-	n.srv = server.New(server.Config{Log: n.log, State: e.State(), Watcher: n.live})
+	n := &clusterNode{log: e.Log(redisstore.LogOptions{Publish: true}), live: e.Live(nil), cluster: e.Cluster(redisstore.ClusterOptions{LeaseTTL: time.Second})}
+	n.srv = server.New(server.Config{Log: n.log, State: e.State(), Watcher: n.live, Cluster: n.cluster})
 	n.live.Start(n.srv)
+	n.cluster.Start(n.srv)
 	assistants.Register(n.srv)
 	n.h = transport.New(n.srv, transport.Options{})
 	n.ts = httptest.NewServer(n.h)
@@ -56,6 +59,7 @@ func (n *clusterNode) stop() {
 	_ = n.h.Shutdown(ctx)
 	n.ts.Close()
 	_ = n.srv.Close(ctx)
+	n.cluster.Close()
 	n.live.Close()
 	n.log.Close()
 	n.srv = nil
@@ -231,4 +235,117 @@ func TestConformanceAcrossTwoNodes(t *testing.T) {
 	require.NoError(t, err, "conformance failed")
 	require.Contains(t, string(out), "12 passed, 0 failed")
 	require.Positive(t, commandsOnA.Load(), "the SDK's HTTP commands went to A")
+}
+
+// command posts a command to a node and returns the status and the body.
+func command(t *testing.T, n *clusterNode, thread, body string) (int, map[string]any) {
+	t.Helper()
+	r, err := http.Post(n.ts.URL+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer r.Body.Close()
+	var m map[string]any
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&m))
+	return r.StatusCode, m
+}
+
+// TestRunsFollowTheirLease: a thread's run runs on the node that took its
+// lease; commands for it that arrive at other nodes reach it there
+// (multitask_strategy, input.respond, run.cancel), and once the run is
+// over the lease goes and another node can run the thread.
+func TestRunsFollowTheirLease(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a, b, c := startClusterNode(t, e), startClusterNode(t, e), startClusterNode(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	onC := openSSE(t, ctx, c.ts.URL, "d", "")
+	time.Sleep(200 * time.Millisecond) // C's subscription to the thread takes effect
+
+	status, _ := command(t, a, "d", `{"id": 1, "method": "run.start", "params": {"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`)
+	require.Equal(t, 200, status)
+	holder, err := a.cluster.Holder("d")
+	require.NoError(t, err)
+	require.Equal(t, a.cluster.Node(), holder)
+
+	// The interrupt's id, as C's client sees it.
+	var interruptID string
+	sseReadRaw(t, onC, func(method, data string) bool {
+		if method != "input.requested" {
+			return false
+		}
+		var m struct {
+			Params struct {
+				Data struct {
+					InterruptID string `json:"interrupt_id"`
+				}
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &m))
+		interruptID = m.Params.Data.InterruptID
+		return true
+	})
+	require.NotEmpty(t, interruptID)
+
+	// The answer, sent to B, reaches the run on A.
+	status, body := command(t, b, "d", fmt.Sprintf(`{"id": 3, "method": "input.respond", "params": {"namespace": [], "interrupt_id": %q, "response": {"approved": true}}}`, interruptID))
+	require.Equal(t, 200, status, body)
+	sseReadRaw(t, onC, rootDone)
+
+	// The run is over: the lease goes, and B can run the thread.
+	require.Eventually(t, func() bool { h, _ := a.cluster.Holder("d"); return h == "" }, 10*time.Second, 50*time.Millisecond)
+	status, body = command(t, b, "d", `{"id": 4, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 1000, "rate": 20}}}`)
+	require.Equal(t, 200, status, body)
+	holder, _ = b.cluster.Holder("d")
+	require.Equal(t, b.cluster.Node(), holder)
+	// multitask_strategy reject, sent to C, is decided by B.
+	status, body = command(t, c, "d", `{"id": 2, "method": "run.start", "params": {"assistant_id": "echo", "input": {}, "multitask_strategy": "reject"}}`)
+	require.Equal(t, 400, status, body)
+	require.Contains(t, body["message"], "active run")
+	// Cancelled from C, on B.
+	status, body = command(t, c, "d", `{"id": 5, "method": "run.cancel", "params": {}}`)
+	require.Equal(t, 200, status, body)
+	require.Equal(t, true, body["result"].(map[string]any)["cancelled"])
+	sseReadRaw(t, onC, func(method, data string) bool {
+		return rootDone(method, data) && strings.Contains(data, `"cancelled":true`)
+	})
+	// Both runs' events, from A and from B, are one stream: a late
+	// joiner on C replays them in order, each once.
+	var seqs []uint64
+	ends := 0
+	sseReadRaw(t, openSSE(t, ctx, c.ts.URL, "d", ""), func(method, data string) bool {
+		var m struct{ Seq uint64 }
+		require.NoError(t, json.Unmarshal([]byte(data), &m))
+		if m.Seq > 0 {
+			seqs = append(seqs, m.Seq)
+		}
+		if rootDone(method, data) {
+			ends++
+		}
+		return ends == 2
+	})
+	for i := range seqs {
+		require.Equal(t, uint64(i+1), seqs[i])
+	}
+}
+
+// sseReadRaw reads frames until stop says so.
+func sseReadRaw(t *testing.T, r *bufio.Reader, stop func(method, data string) bool) {
+	t.Helper()
+	var method, data string
+	for {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			method = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			data = line[6:]
+		case line == "" && method != "":
+			if stop(method, data) {
+				return
+			}
+			method, data = "", ""
+		}
+	}
 }

@@ -20,6 +20,11 @@ import (
 func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	s.metrics.commands.Add(1)
 	id, _ := commandID(cmd)
+	if c := s.cfg.Cluster; c != nil {
+		if resp, errResp, done := s.route(ctx, c, threadID, id, cmd); done {
+			return resp, errResp
+		}
+	}
 	switch c := cmd.Value.(type) {
 	case *protocol.ClientCommandRunStart:
 		return s.runStart(threadID, id, &c.Params)

@@ -40,6 +40,7 @@ func (s *Server) Ingest(threadID string, e *Event) {
 	} else {
 		t.seq = e.Seq
 		t.lastActive = s.cfg.Now()
+		t.noteRemote(e)
 		t.deliver(e)
 	}
 }
@@ -53,6 +54,7 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	d.Cache(t.id, e)
 	t.seq = e.Seq
 	t.lastActive = t.srv.cfg.Now()
+	t.noteRemote(e)
 	t.deliver(e)
 }
 

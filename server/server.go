@@ -95,6 +95,9 @@ type Config struct {
 	// FanOut, when set, also receives every published event, for other
 	// nodes of a cluster (none: one process).
 	FanOut FanOut
+	// Cluster, when set, shares runs with the other nodes of the engine
+	// (see Cluster).
+	Cluster Cluster
 	// Watcher, when set, is told when this node starts and stops holding
 	// a thread, so that it can follow the thread's events published on
 	// other nodes (a Redis subscription) and hand them to Ingest.

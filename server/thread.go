@@ -31,6 +31,8 @@ type thread struct {
 	queued   []*run               // runs waiting behind it (multitask_strategy enqueue)
 	tree     map[string]*treeNode // namespace key -> lifecycle status
 	answered map[string]bool      // interrupt ids already answered
+
+	remoteRun bool // another node runs a run of this thread (Ingest says so)
 }
 
 func newThread(s *Server, id string) *thread {

@@ -324,6 +324,10 @@ func statusOf(code protocol.ErrorCode) int {
 		return http.StatusTooManyRequests
 	case protocol.ErrorCodeUnknownError:
 		return http.StatusInternalServerError
+	case protocol.ErrorCodeUnavailable:
+		return http.StatusServiceUnavailable
+	case protocol.ErrorCodeUnauthenticated:
+		return http.StatusUnauthorized
 	}
 	return http.StatusBadRequest
 }

@@ -82,6 +82,8 @@ type config struct {
 	auth                                                        authFlags
 	metricsAddr                                                 string
 	redisURL                                                    string
+	nodeID                                                      string
+	leaseTTL                                                    time.Duration
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -133,6 +135,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.httpCommandBurst, "http-command-burst", transport.DefaultHTTPCommandBurst, "commands one client may send at once above --http-command-rate")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
+	fs.StringVar(&c.nodeID, "node-id", "", "with --redis: this node's name among the nodes that share the Redis (random when empty)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
 	if err := applyEnv(fs); err != nil {
@@ -235,6 +239,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
 	}
 	var readyCheck func(context.Context) error
+	var live *redisstore.Live
+	var cluster *redisstore.Cluster
 	if c.redisURL != "" {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		engine, err := redisstore.Open(rctx, c.redisURL, c.threadTTL)
@@ -245,15 +251,23 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 		defer engine.Close()
 		onErr := func(err error) { log.Warn().Err(err).Msg("redis") }
-		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr})
+		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr, Publish: true})
 		defer rlog.Close()
 		st := engine.State()
 		st.MaxCheckpoints, st.OnError = c.maxCheckpoints, onErr
-		cfg.Log, cfg.State = rlog, st
+		live = engine.Live(onErr)
+		defer live.Close()
+		cluster = engine.Cluster(redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL, OnError: onErr})
+		defer cluster.Close()
+		cfg.Log, cfg.State, cfg.Watcher, cfg.Cluster = rlog, st, live, cluster
 		readyCheck = engine.Ping
-		log.Info().Str("redis", redactURL(c.redisURL)).Msg("threads kept in redis")
+		log.Info().Str("redis", redactURL(c.redisURL)).Str("node", cluster.Node()).Msg("threads kept in redis")
 	}
 	srv := server.New(cfg)
+	if live != nil {
+		live.Start(srv)
+		cluster.Start(srv)
+	}
 	if c.builtins {
 		assistants.Register(srv)
 	}
@@ -436,7 +450,7 @@ func (c config) check() error {
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
-		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
+		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)

@@ -1,0 +1,438 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/redis/rueidis"
+)
+
+// DefaultLeaseTTL is how long a node's run lease on a thread lasts without
+// renewal (ClusterOptions.LeaseTTL's default): when a node dies, its runs
+// end with a failed lifecycle this long after, at most.
+const DefaultLeaseTTL = 10 * time.Second
+
+// ClusterOptions configure a Cluster.
+type ClusterOptions struct {
+	// Node names this node (random when empty).
+	Node string
+	// LeaseTTL is how long a run lease lasts unrenewed (DefaultLeaseTTL);
+	// leases are renewed every third of it.
+	LeaseTTL time.Duration
+	// ForwardTimeout bounds a command forwarded to another node (5s).
+	ForwardTimeout time.Duration
+	// OnError, when set, hears of failed Redis commands.
+	OnError func(error)
+}
+
+// ClusterServer is what a Cluster needs of the server: a *server.Server.
+type ClusterServer interface {
+	Do(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
+	RunActive(thread string) bool
+	RemoteRuns() []string
+	FailLostRun(thread string) bool
+}
+
+// Cluster is the server.Cluster on Redis.
+//
+//   - A thread's run lease is the key PREFIX:{THREAD}:lease holding the
+//     node's name, taken with SET NX PX (a Lua script that also renews it
+//     for its holder), renewed every LeaseTTL/3 while the node has a run or
+//     a queued run on the thread, and deleted (only by its holder) once it
+//     has none.
+//   - Commands for a run that arrive at another node are forwarded over
+//     pub/sub: a request on the holder's channel PREFIX:{node:NAME}:cmd,
+//     the answer on the asker's PREFIX:{node:NAME}:reply.
+//   - Every LeaseTTL/2 a node looks at the threads it follows whose run,
+//     on another node, has not ended; when such a thread's lease is gone
+//     (its node died), the first node to take the lease publishes the
+//     run's failed lifecycle (server.FailLostRun), and the thread takes new
+//     runs.
+type Cluster struct {
+	e    *Engine
+	opts ClusterOptions
+	srv  ClusterServer
+	sub  *subscriber
+
+	mu      sync.Mutex
+	held    map[string]time.Time // threads whose lease this node holds, and when it took it
+	waiting map[string]chan []byte
+	wg      sync.WaitGroup // forwarded commands being carried out
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+var _ server.Cluster = (*Cluster)(nil)
+
+// Cluster returns the engine's run sharing for this node: set it as the
+// server's Config.Cluster, Start it with the server, and Close it before
+// the server.
+func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
+	if opts.Node == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		opts.Node = hex.EncodeToString(b[:])
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.ForwardTimeout <= 0 {
+		opts.ForwardTimeout = 5 * time.Second
+	}
+	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, waiting: map[string]chan []byte{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	c.sub = newSubscriber(e, c.message, opts.OnError)
+	c.sub.change(c.cmdChannel(opts.Node), true)
+	c.sub.change(c.replyChannel(), true)
+	return c
+}
+
+// Start connects and starts renewing leases for srv.
+func (c *Cluster) Start(srv ClusterServer) {
+	c.srv = srv
+	c.sub.start()
+	go c.loop()
+}
+
+// Close stops renewing, gives up the leases this node holds (so that the
+// threads take runs elsewhere at once; runs still going are cancelled by
+// the server's Close), and stops answering forwarded commands.
+func (c *Cluster) Close() {
+	close(c.stop)
+	<-c.done
+	c.sub.close()
+	c.wg.Wait()
+	c.mu.Lock()
+	held := c.held
+	c.held = map[string]time.Time{}
+	c.mu.Unlock()
+	for th := range held {
+		c.release(th)
+	}
+}
+
+// Node implements server.Cluster.
+func (c *Cluster) Node() string { return c.opts.Node }
+
+func (c *Cluster) cmdChannel(node string) string { return c.e.prefix + ":{node:" + node + "}:cmd" }
+func (c *Cluster) replyChannel() string          { return c.e.prefix + ":{node:" + c.opts.Node + "}:reply" }
+
+func (c *Cluster) fail(err error) {
+	if err != nil && c.opts.OnError != nil && !rueidis.IsRedisNil(err) {
+		c.opts.OnError(err)
+	}
+}
+
+func (c *Cluster) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*time.Second)
+}
+
+// acquireScript takes a free lease, renews it for its holder, and returns
+// the holder.
+var acquireScript = rueidis.NewLuaScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return v`)
+
+// renewScript renews a lease for its holder only; 1 when renewed.
+var renewScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+
+// releaseScript deletes a lease for its holder only.
+var releaseScript = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+func (c *Cluster) leaseKey(thread string) string { return c.e.key(thread, "lease") }
+
+func (c *Cluster) ttlArg() string { return fmt.Sprint(c.opts.LeaseTTL.Milliseconds()) }
+
+// Acquire implements server.Cluster.
+func (c *Cluster) Acquire(thread string) (string, error) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	holder, err := acquireScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node, c.ttlArg()}).ToString()
+	if err != nil {
+		c.fail(err)
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if holder == c.opts.Node {
+		c.mu.Lock()
+		if _, ok := c.held[thread]; !ok {
+			c.held[thread] = time.Now()
+		}
+		c.mu.Unlock()
+	}
+	return holder, nil
+}
+
+// Holder implements server.Cluster.
+func (c *Cluster) Holder(thread string) (string, error) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	v, err := c.e.c.Do(ctx, c.e.c.B().Get().Key(c.leaseKey(thread)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	if err != nil {
+		c.fail(err)
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return v, nil
+}
+
+func (c *Cluster) release(thread string) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	c.fail(releaseScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node}).Error())
+}
+
+// loop renews and gives up leases, and looks for runs of dead nodes.
+func (c *Cluster) loop() {
+	defer close(c.done)
+	renew := time.NewTicker(c.opts.LeaseTTL / 3)
+	defer renew.Stop()
+	reap := time.NewTicker(c.opts.LeaseTTL / 2)
+	defer reap.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-renew.C:
+			c.renew()
+		case <-reap.C:
+			c.reap()
+		}
+	}
+}
+
+// renew renews the leases of the threads with a run here, and gives up
+// the others (after a lease's first TTL, so that a run being started
+// keeps the lease it was given).
+func (c *Cluster) renew() {
+	c.mu.Lock()
+	held := make(map[string]time.Time, len(c.held))
+	for th, at := range c.held {
+		held[th] = at
+	}
+	c.mu.Unlock()
+	for th, at := range held {
+		if c.srv.RunActive(th) || time.Since(at) < c.opts.LeaseTTL {
+			ctx, cancel := c.ctx()
+			n, err := renewScript.Exec(ctx, c.e.c, []string{c.leaseKey(th)}, []string{c.opts.Node, c.ttlArg()}).AsInt64()
+			cancel()
+			c.fail(err)
+			if err == nil && n == 0 {
+				// Lost: another node took it (this node was cut off for a
+				// whole TTL). Its run here goes on; nothing new starts.
+				c.mu.Lock()
+				delete(c.held, th)
+				c.mu.Unlock()
+			}
+			continue
+		}
+		c.mu.Lock()
+		delete(c.held, th)
+		c.mu.Unlock()
+		c.release(th)
+	}
+}
+
+// reap ends the runs of dead nodes: a followed thread whose run has not
+// ended and whose lease is gone.
+func (c *Cluster) reap() {
+	for _, th := range c.srv.RemoteRuns() {
+		holder, err := c.Holder(th)
+		if err != nil || holder != "" {
+			continue
+		}
+		if h, err := c.Acquire(th); err == nil && h == c.opts.Node {
+			c.srv.FailLostRun(th)
+		}
+	}
+}
+
+// request is a command forwarded to another node; reply is its answer.
+type request struct {
+	ID      string          `json:"id"`
+	Reply   string          `json:"reply"`
+	Thread  string          `json:"thread"`
+	Command json.RawMessage `json:"command"`
+}
+
+type reply struct {
+	ID       string          `json:"id"`
+	Response json.RawMessage `json:"response"`
+}
+
+// Forward implements server.Cluster.
+func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+	id := cmd.Value.GetID()
+	unavailable := func(format string, args ...any) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, format, args...)
+	}
+	raw, err := json.Marshal(cmd)
+	if err != nil {
+		return unavailable("forwarding the command: %v", err)
+	}
+	var rid [8]byte
+	_, _ = rand.Read(rid[:])
+	req := request{ID: hex.EncodeToString(rid[:]), Reply: c.replyChannel(), Thread: thread, Command: raw}
+	b, _ := json.Marshal(req)
+	ch := make(chan []byte, 1)
+	c.mu.Lock()
+	c.waiting[req.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, req.ID)
+		c.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ForwardTimeout)
+	defer cancel()
+	n, err := c.e.c.Do(ctx, c.e.c.B().Spublish().Channel(c.cmdChannel(node)).Message(rueidis.BinaryString(b)).Build()).AsInt64()
+	if err != nil {
+		return unavailable("forwarding the command to node %s: %v", node, err)
+	}
+	if n == 0 {
+		return unavailable("node %s, which runs the thread, is not listening (it may have stopped; its lease expires within %s)", node, c.opts.LeaseTTL)
+	}
+	select {
+	case resp := <-ch:
+		return decodeResponse(resp, cmd)
+	case <-ctx.Done():
+		return unavailable("node %s, which runs the thread, did not answer within %s", node, c.opts.ForwardTimeout)
+	}
+}
+
+// decodeResponse reads a forwarded command's answer, with its result in
+// the type the command's result has here.
+func decodeResponse(b []byte, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+	var probe struct {
+		Type   string          `json:"type"`
+		Result json.RawMessage `json:"result"`
+	}
+	id := cmd.Value.GetID()
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnknownError, "a forwarded command's answer: %v", err)
+	}
+	if probe.Type == "error" {
+		var e protocol.ErrorResponse
+		if err := json.Unmarshal(b, &e); err != nil {
+			return nil, protocol.NewError(&id, protocol.ErrorCodeUnknownError, "a forwarded command's answer: %v", err)
+		}
+		return nil, &e
+	}
+	var resp protocol.CommandResponse
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnknownError, "a forwarded command's answer: %v", err)
+	}
+	var typed any
+	switch cmd.Value.(type) {
+	case *protocol.ClientCommandRunStart:
+		typed = &protocol.RunResult{}
+	case *protocol.ClientCommandRunCancel:
+		typed = &protocol.RunCancelResult{}
+	case *protocol.ClientCommandStateFork:
+		typed = &protocol.StateForkResult{}
+	case *protocol.ClientCommandAgentGetTree:
+		typed = &protocol.AgentResult{}
+	}
+	if typed != nil {
+		if err := json.Unmarshal(probe.Result, typed); err == nil {
+			switch v := typed.(type) {
+			case *protocol.RunResult:
+				resp.Result = *v
+			case *protocol.RunCancelResult:
+				resp.Result = *v
+			case *protocol.StateForkResult:
+				resp.Result = *v
+			case *protocol.AgentResult:
+				resp.Result = *v
+			}
+		}
+	}
+	return &resp, nil
+}
+
+func (c *Cluster) message(m rueidis.PubSubMessage) {
+	switch m.Channel {
+	case c.replyChannel():
+		var r reply
+		if err := json.Unmarshal([]byte(m.Message), &r); err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		ch := c.waiting[r.ID]
+		c.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- r.Response:
+			default:
+			}
+		}
+	default:
+		var req request
+		if err := json.Unmarshal([]byte(m.Message), &req); err != nil {
+			c.fail(err)
+			return
+		}
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		c.wg.Add(1)
+		go func() { // a command may wait on the thread; the subscription must not
+			defer c.wg.Done()
+			c.serve(req)
+		}()
+	}
+}
+
+// serve carries out a forwarded command and sends its answer back.
+func (c *Cluster) serve(req request) {
+	var out any
+	cmd, errResp := protocol.DecodeCommand(req.Command)
+	if errResp == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ForwardTimeout)
+		resp, e := c.srv.Do(server.Forwarded(ctx), req.Thread, cmd)
+		cancel()
+		if e != nil {
+			out = e
+		} else {
+			out = resp
+		}
+	} else {
+		out = errResp
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	r, _ := json.Marshal(reply{ID: req.ID, Response: b})
+	ctx, cancel := c.ctx()
+	defer cancel()
+	c.fail(c.e.c.Do(ctx, c.e.c.B().Spublish().Channel(req.Reply).Message(rueidis.BinaryString(r)).Build()).Error())
+}
+

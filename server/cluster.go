@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// Cluster lets the nodes that share an engine (Redis) share runs: one node
+// at a time runs a thread's runs, under a lease, and the commands for a
+// thread's run reach that node wherever they arrive (Config.Cluster).
+// Implementations renew the leases of the threads that have a run here
+// (Server.RunActive) and give up the others, and when a node holding a
+// lease dies they call Server.FailLostRun on a node that follows the
+// thread (Server.RemoteRuns).
+type Cluster interface {
+	// Node names this node.
+	Node() string
+	// Acquire takes the thread's run lease for this node unless another
+	// node holds it, and returns the node that holds it now.
+	Acquire(thread string) (holder string, err error)
+	// Holder returns the node holding the thread's lease ("" for none).
+	Holder(thread string) (holder string, err error)
+	// Forward has node carry out cmd on the thread (its Server.Do) and
+	// returns its answer.
+	Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
+}
+
+type forwardedKey struct{}
+
+// Forwarded returns ctx marked as carrying a command another node
+// forwarded here: Do runs it here.
+func Forwarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forwardedKey{}, true)
+}
+
+func isForwarded(ctx context.Context) bool {
+	v, _ := ctx.Value(forwardedKey{}).(bool)
+	return v
+}
+
+// route sends a command that concerns the thread's run to the node that
+// runs it; done is false when it is to be carried out here.
+func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint64, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, done bool) {
+	switch cmd.Value.(type) {
+	case *protocol.ClientCommandRunStart, *protocol.ClientCommandStateFork:
+		holder, err := c.Acquire(threadID)
+		if err != nil {
+			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot take the thread's run lease: %v", err), true
+		}
+		if holder != c.Node() {
+			if isForwarded(ctx) {
+				return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "the thread's runs moved to node %s while the command was on its way; retry", holder), true
+			}
+			resp, errResp := c.Forward(ctx, holder, threadID, cmd)
+			return resp, errResp, true
+		}
+		// This node runs the thread now: its stream goes on from where the
+		// previous holder left it.
+		s.CatchUp(threadID)
+	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
+		if isForwarded(ctx) {
+			return nil, nil, false
+		}
+		holder, err := c.Holder(threadID)
+		if err != nil {
+			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot find the node that runs the thread: %v", err), true
+		}
+		if holder != "" && holder != c.Node() {
+			resp, errResp := c.Forward(ctx, holder, threadID, cmd)
+			return resp, errResp, true
+		}
+	}
+	return nil, nil, false
+}
+
+// RunActive reports whether this node runs a run of the thread, or has one
+// queued: a Cluster keeps the thread's lease while it does.
+func (s *Server) RunActive(threadID string) bool {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.run != nil || len(t.queued) > 0
+}
+
+// RemoteRuns lists the threads this node follows whose run, on another
+// node, has started and not ended (as far as the events it ingested say).
+func (s *Server) RemoteRuns() []string {
+	s.mu.Lock()
+	threads := make([]*thread, 0, len(s.threads))
+	for _, t := range s.threads {
+		threads = append(threads, t)
+	}
+	s.mu.Unlock()
+	var out []string
+	for _, t := range threads {
+		t.mu.Lock()
+		if t.remoteRun && t.run == nil {
+			out = append(out, t.id)
+		}
+		t.mu.Unlock()
+	}
+	return out
+}
+
+// ErrNodeLost is the error of a run whose node stopped renewing its lease.
+const ErrNodeLost = "node lost: the node running this run stopped (its lease expired)"
+
+// FailLostRun ends, for every node's clients, a run of another node that
+// died: the root agent's lifecycle says failed (ErrNodeLost). The caller
+// holds the thread's lease, so that one node does it. It reports whether
+// there was such a run (one that did end meanwhile is left alone).
+func (s *Server) FailLostRun(threadID string) bool {
+	s.CatchUp(threadID) // its end may be in the stream already
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.remoteRun || t.run != nil {
+		return false
+	}
+	t.remoteRun = false
+	graph := ""
+	if n := t.tree[channels.Namespace(nil).Key()]; n != nil {
+		graph = n.graph
+	}
+	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost)
+	return true
+}
+
+// noteRemote records, from an event of another node, whether the thread
+// has a run there. The caller holds t.mu.
+func (t *thread) noteRemote(e *Event) {
+	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+	if !ok || len(e.Namespace) != 0 {
+		return
+	}
+	st := l.Params.Data.Event
+	t.setStatus(nil, st, derefString(l.Params.Data.GraphName))
+	switch st {
+	case protocol.AgentStatusCompleted, protocol.AgentStatusFailed:
+		t.remoteRun = false
+	default:
+		t.remoteRun = true
+	}
+}
+
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
