@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -17,10 +18,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +35,15 @@ import (
 
 // rueidis waits out its reconnect backoff (under a second) on a goroutine
 // of its own that a closed client does not stop: it ends by itself.
+//
+// With AGENTSTREAM_TEST_RUN_MAIN=1 the test binary is the agentstream
+// command instead, so that a test can run a node as a process of its own
+// (and kill it).
 func TestMain(m *testing.M) {
+	if os.Getenv("AGENTSTREAM_TEST_RUN_MAIN") == "1" {
+		main()
+		return
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
 }
 
@@ -381,4 +392,93 @@ func TestServeWithRedis(t *testing.T) {
 	ln.Close()
 	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://" + gone + "/0"}, io.Discard, &stderr, nil))
 	require.Contains(t, stderr.String(), "--redis")
+}
+
+// startProcessNode runs `agentstream serve` as a process of its own (this
+// test binary, see TestMain) and returns its base URL and the process.
+func startProcessNode(t *testing.T, flags ...string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"}, flags...)...)
+	cmd.Env = append(os.Environ(), "AGENTSTREAM_TEST_RUN_MAIN=1")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		var line struct{ Message, Addr string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "agentstream listening" {
+			go func() { _, _ = io.Copy(io.Discard, stderr) }()
+			return "http://" + line.Addr, cmd
+		}
+	}
+	t.Fatalf("the node did not start: %v", sc.Err())
+	return "", nil
+}
+
+// TestKilledNodeFailsItsRun: kill -9 of the node running a thread's run;
+// a client on another node gets the run's failed lifecycle (node lost)
+// within the lease time, and a new run on the same thread then succeeds
+// there.
+func TestKilledNodeFailsItsRun(t *testing.T) {
+	rs := redistest.Start(t)
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
+	survivor := "http://" + addr
+
+	stream, err := http.Post(survivor+"/threads/k/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "custom"]}`))
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
+	post := func(base, body string) int {
+		r, err := http.Post(base+"/threads/k/commands", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		r.Body.Close()
+		return r.StatusCode
+	}
+	require.Equal(t, 200, post(victim, `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}}`))
+	br := bufio.NewReader(stream.Body)
+	frame := func() (string, string) {
+		var event, data string
+		for {
+			line, err := br.ReadString('\n')
+			require.NoError(t, err)
+			line = strings.TrimRight(line, "\n")
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				data = line[6:]
+			case line == "" && event != "":
+				return event, data
+			}
+		}
+	}
+	for custom := 0; custom < 5; {
+		if ev, _ := frame(); ev == "custom" {
+			custom++
+		}
+	}
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	for {
+		ev, data := frame()
+		if ev == "lifecycle" && strings.Contains(data, `"namespace":[]`) && strings.Contains(data, `"event":"failed"`) {
+			require.Contains(t, data, "node lost")
+			break
+		}
+	}
+	require.Less(t, time.Since(killed), 5*time.Second, "within the lease time and a reap interval")
+	// The thread takes a new run, on the survivor.
+	require.Equal(t, 200, post(survivor, `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 3}}}`))
+	for {
+		ev, data := frame()
+		if ev == "lifecycle" && strings.Contains(data, `"namespace":[]`) && strings.Contains(data, `"event":"completed"`) {
+			break
+		}
+	}
+	stream.Body.Close()
+	cancel()
+	require.Equal(t, 0, <-done)
 }
