@@ -170,6 +170,11 @@ func (c *Cluster) Acquire(thread string) (string, error) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	holder, err := acquireScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node, c.ttlArg()}).ToString()
+	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && ctx.Err() == nil {
+		// A connection that died with a restarted Redis fails its first
+		// command; taking the lease is idempotent for its taker: once more.
+		holder, err = acquireScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node, c.ttlArg()}).ToString()
+	}
 	if err != nil {
 		c.fail(err)
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)

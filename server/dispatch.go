@@ -20,6 +20,9 @@ import (
 func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	s.metrics.commands.Add(1)
 	id, _ := commandID(cmd)
+	if err := s.Unavailable(); err != nil {
+		return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "%v; retry when it is back", err)
+	}
 	if c := s.cfg.Cluster; c != nil {
 		if resp, errResp, done := s.route(ctx, c, threadID, id, cmd); done {
 			return resp, errResp

@@ -106,6 +106,8 @@ func codeOf(err error) protocol.ErrorCode {
 		return protocol.ErrorCodeResourceExhausted
 	case errors.Is(err, ErrPermissionDenied):
 		return protocol.ErrorCodePermissionDenied
+	case errors.Is(err, ErrUnavailable):
+		return protocol.ErrorCodeUnavailable
 	}
 	return protocol.ErrorCodeUnknownError
 }

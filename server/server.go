@@ -169,6 +169,8 @@ var ErrServerClosed = errors.New("server: closed")
 // the registered assistants, and one command dispatcher every transport
 // uses. All its methods are safe for concurrent use.
 type Server struct {
+	down downState // set while the engine's store cannot be reached
+
 	cfg Config
 
 	mu         sync.Mutex

@@ -187,6 +187,9 @@ func (ss *Session) Subscribe(f channels.Filter, cursor *Cursor) (id string, repl
 }
 
 func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (string, int, error) {
+	if err := ss.srv.Unavailable(); err != nil {
+		return "", 0, err
+	}
 	t, err := ss.lockThread()
 	if err != nil {
 		return "", 0, err

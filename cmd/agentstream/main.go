@@ -241,9 +241,11 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	var readyCheck func(context.Context) error
 	var live *redisstore.Live
 	var cluster *redisstore.Cluster
+	var engine *redisstore.Engine
 	if c.redisURL != "" {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		engine, err := redisstore.Open(rctx, c.redisURL, c.threadTTL)
+		var err error
+		engine, err = redisstore.Open(rctx, c.redisURL, c.threadTTL)
 		cancel()
 		if err != nil {
 			ln.Close()
@@ -267,6 +269,15 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	if live != nil {
 		live.Start(srv)
 		cluster.Start(srv)
+		health := engine.Health(func(err error) {
+			if err != nil {
+				log.Error().Err(err).Msg("redis lost: streams end, commands are refused as unavailable until it is back")
+			} else {
+				log.Info().Msg("redis is back")
+			}
+			srv.SetUnavailable(err)
+		}, 0)
+		defer health.Close()
 	}
 	if c.builtins {
 		assistants.Register(srv)

@@ -349,8 +349,9 @@ func TestServeWithRedis(t *testing.T) {
 	runEcho := func(base string) {
 		resp, err := http.Post(base+"/threads/kept/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "remember me"}]}}}`))
 		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, 200, resp.StatusCode, string(b))
 	}
 	state := func(base string) string {
 		resp, err := http.Get(base + "/threads/kept/state")
@@ -378,10 +379,32 @@ func TestServeWithRedis(t *testing.T) {
 		return resp.StatusCode
 	}
 	require.Equal(t, 200, ready())
+	stream, err := http.Post(base+"/threads/kept/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle"]}`))
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	cmd := func() (int, string) {
+		r, err := http.Post(base+"/threads/kept/commands", "application/json", strings.NewReader(`{"id": 1, "method": "state.get", "params": {"namespace": []}}`))
+		require.NoError(t, err)
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+
 	rs.Stop()
 	require.Equal(t, 503, ready())
+	// The open stream ends with an error event; commands are refused.
+	rest, err := io.ReadAll(stream.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(rest), "event: error\ndata: {\"type\":\"error\",\"id\":null,\"error\":\"unavailable\"")
+	status, body := cmd()
+	require.Equal(t, 503, status)
+	require.Contains(t, body, `"error":"unavailable"`)
+
 	rs.Restart() // an empty Redis on the same port: the service recovers
 	require.Eventually(t, func() bool { return ready() == 200 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { s, _ := cmd(); return s == 200 }, 10*time.Second, 50*time.Millisecond)
+	runEcho(base)
+	require.Eventually(t, func() bool { return strings.Contains(state(base), "remember me") }, 5*time.Second, 20*time.Millisecond, "runs work again")
 	cancel()
 	require.Equal(t, 0, <-done)
 

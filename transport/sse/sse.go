@@ -205,8 +205,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sub, _, err := h.srv.Subscribe(thread, f, cursor)
 	if err != nil {
 		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
-		if errors.Is(err, server.ErrTooManyThreads) {
+		switch {
+		case errors.Is(err, server.ErrTooManyThreads):
 			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+		case errors.Is(err, server.ErrUnavailable):
+			code = protocol.ErrorCodeUnavailable
 		}
 		writeError(w, status, protocol.NewError(nil, code, "%v", err))
 		return
@@ -279,8 +282,12 @@ func (h *Handler) appendReady(buf []byte, sub *server.Session) (_ []byte, n int,
 // credential expired gets an "error" event carrying an unauthenticated
 // ErrorResponse.
 func appendEnd(buf []byte, err error) []byte {
-	if errors.Is(err, server.ErrCredentialExpired) {
-		b, _ := json.Marshal(protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
+	if errors.Is(err, server.ErrCredentialExpired) || errors.Is(err, server.ErrUnavailable) {
+		code := protocol.ErrorCodeUnauthenticated
+		if errors.Is(err, server.ErrUnavailable) {
+			code = protocol.ErrorCodeUnavailable
+		}
+		b, _ := json.Marshal(protocol.NewError(nil, code, "%v", err))
 		buf = append(buf, "event: error\ndata: "...)
 		buf = append(buf, b...)
 		return append(buf, "\n\n"...)

@@ -222,13 +222,17 @@ func (o *connSink) write(buf []byte, last bool) error {
 func (o *connSink) end() { o.conn.Close() }
 
 // responseHead is an HTTP/1.1 response head for a chunked stream with the
-// handler's headers.
+// handler's headers, and Connection: close, as a taken-over connection
+// serves one stream.
 func responseHead(hdr http.Header) []byte {
 	var b bytes.Buffer
 	b.WriteString("HTTP/1.1 200 OK\r\n")
 	hdr = hdr.Clone()
 	hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	hdr.Set("Transfer-Encoding", "chunked")
+	// The connection closes when the stream ends: a client must not send
+	// its next request on it (it would be reset).
+	hdr.Set("Connection", "close")
 	_ = hdr.Write(&b)
 	b.WriteString("\r\n")
 	return b.Bytes()

@@ -337,6 +337,13 @@ func (c *connection) writeReady() bool {
 		for n < c.h.opts.MaxBatch {
 			e, ok, err := c.session.TryNext()
 			if !ok {
+				if errors.Is(err, server.ErrUnavailable) {
+					_ = c.conn.Flush()
+					c.wmu.Unlock()
+					c.sendError(protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+					c.conn.CloseWith(4000+http.StatusServiceUnavailable, "unavailable; reconnect later")
+					return false
+				}
 				if errors.Is(err, server.ErrCredentialExpired) {
 					c.h.authRefuse("expired")
 					_ = c.conn.Flush()

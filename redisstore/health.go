@@ -1,0 +1,65 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+)
+
+// Health pings Redis and tells the server when it goes and comes back
+// (server.SetUnavailable): while it is gone, streams end with an error
+// and commands are refused as unavailable, rather than served from a
+// store that is not there; nothing needs a restart when it returns.
+type Health struct {
+	e     *Engine
+	set   func(error)
+	every time.Duration
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// Health starts watching Redis every interval (500ms when 0) for set
+// (the server's SetUnavailable): two failed pings in a row make it
+// unavailable, one answer available again. Close it.
+func (e *Engine) Health(set func(error), every time.Duration) *Health {
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	h := &Health{e: e, set: set, every: every, stop: make(chan struct{}), done: make(chan struct{})}
+	go h.run()
+	return h
+}
+
+// Close stops watching.
+func (h *Health) Close() {
+	close(h.stop)
+	<-h.done
+}
+
+func (h *Health) run() {
+	defer close(h.done)
+	tick := time.NewTicker(h.every)
+	defer tick.Stop()
+	failed := 0
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.every)
+		err := h.e.Ping(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			if failed >= 2 {
+				h.set(nil)
+			}
+			failed = 0
+		default:
+			failed++
+			if failed == 2 {
+				h.set(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// ErrUnavailable is wrapped by the error of a server whose engine cannot
+// reach its store (SetUnavailable): streams end with it, and commands and
+// new subscriptions are refused with it until the store is back.
+var ErrUnavailable = errors.New("server: unavailable")
+
+type unavailableErr struct{ err error }
+
+// SetUnavailable says the engine's store (Redis) cannot be reached (err)
+// or is back (nil). When it goes, every open stream ends with an error
+// wrapping ErrUnavailable (its transport tells the client, which
+// reconnects), and commands and subscriptions are refused with it (the
+// unavailable error code) until it is back; nothing needs a restart.
+func (s *Server) SetUnavailable(err error) {
+	if err == nil {
+		s.down.Store(nil)
+		return
+	}
+	wrapped := fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if !s.down.CompareAndSwap(nil, &unavailableErr{wrapped}) {
+		return // already down: the streams have ended
+	}
+	s.mu.Lock()
+	threads := make([]*thread, 0, len(s.threads))
+	for _, t := range s.threads {
+		threads = append(threads, t)
+	}
+	s.mu.Unlock()
+	for _, t := range threads {
+		t.mu.Lock()
+		sessions := make([]*Session, 0, len(t.sessions))
+		for ss := range t.sessions {
+			sessions = append(sessions, ss)
+		}
+		t.mu.Unlock()
+		for _, ss := range sessions {
+			ss.end(wrapped)
+		}
+	}
+}
+
+// Unavailable returns the error SetUnavailable set, or nil.
+func (s *Server) Unavailable() error {
+	if u := s.down.Load(); u != nil {
+		return u.err
+	}
+	return nil
+}
+
+// downState holds SetUnavailable's error.
+type downState = atomic.Pointer[unavailableErr]
