@@ -440,4 +440,3 @@ func (c *Cluster) serve(req request) {
 	defer cancel()
 	c.fail(c.e.c.Do(ctx, c.e.c.B().Spublish().Channel(req.Reply).Message(rueidis.BinaryString(r)).Build()).Error())
 }
-

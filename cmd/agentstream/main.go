@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -372,6 +373,8 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&c.Rate, "rate", 0, "events per second (0: as fast as possible)")
 	fs.IntVar(&c.Size, "size", 100, "payload size in bytes")
 	fs.IntVar(&c.ServerPID, "pid", 0, "server process id, for CPU and memory figures")
+	subURLs := fs.String("sub-urls", "", "comma-separated base URLs of the nodes the subscribers connect to, spread over them (runs start at --url); default --url")
+	otherPIDs := fs.String("other-pids", "", "comma-separated ids of more processes whose CPU counts as the server's (other nodes, redis-server)")
 	threads := fs.Int("threads", 0, "instead: the many-conversations workload, this many threads (with --subs-per-thread, --rate per thread, --duration)")
 	perThread := fs.Int("subs-per-thread", 2, "with --threads: subscribers of each thread")
 	duration := fs.Duration("duration", 10*time.Second, "with --threads: how long each thread's run publishes")
@@ -379,9 +382,18 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	c.SubscribeURLs = splitList(*subURLs)
+	for _, p := range splitList(*otherPIDs) {
+		pid, err := strconv.Atoi(p)
+		if err != nil {
+			fmt.Fprintln(stderr, "agentstream load: --other-pids:", err)
+			return 2
+		}
+		c.OtherPIDs = append(c.OtherPIDs, pid)
+	}
 	if *threads > 0 {
 		r, err := loadtest.RunMany(ctx, loadtest.ManyConfig{URL: c.URL, Transport: c.Transport, Threads: *threads, SubsPerThread: *perThread,
-			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID, IdleWait: *idleWait})
+			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID, IdleWait: *idleWait, SubscribeURLs: c.SubscribeURLs, OtherPIDs: c.OtherPIDs})
 		fmt.Fprintf(stdout, "%s, %d threads × %d subscribers, %g events/s each for %v: %s\n", c.Transport, *threads, *perThread, c.Rate, *duration, r)
 		if err != nil {
 			fmt.Fprintln(stderr, "agentstream load:", err)

@@ -37,6 +37,31 @@ type Config struct {
 	Size        int     // payload size in bytes
 	ServerPID   int     // for CPU and memory figures (0: not measured)
 	Timeout     time.Duration
+	// SubscribeURLs, when set, spreads the subscribers over these nodes
+	// (subscriber i on SubscribeURLs[i % len]); runs still start at URL.
+	SubscribeURLs []string
+	// OtherPIDs are more processes whose CPU counts as the server's (the
+	// other nodes, redis-server).
+	OtherPIDs []int
+}
+
+// subURL is where subscriber i connects.
+func (c Config) subURL(i int) string {
+	if len(c.SubscribeURLs) == 0 {
+		return c.URL
+	}
+	return c.SubscribeURLs[i%len(c.SubscribeURLs)]
+}
+
+// serverCPU is the CPU seconds of the server's processes.
+func (c Config) serverCPU() (float64, error) {
+	total, err := cpuSeconds(c.ServerPID)
+	for _, p := range c.OtherPIDs {
+		s, e := cpuSeconds(p)
+		total += s
+		err = errors.Join(err, e)
+	}
+	return total, err
 }
 
 // Result is what a measurement found.
@@ -142,7 +167,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := waitN(ctx, ready, errs, cfg.Subscribers); err != nil {
 		return stop(fmt.Errorf("connecting %d subscribers: %w", cfg.Subscribers, err))
 	}
-	cpu0, _ := cpuSeconds(cfg.ServerPID)
+	cpu0, _ := cfg.serverCPU()
 	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, cfg.Count, cfg.Rate, cfg.Size)
 	resp, err := http.Post(cfg.URL+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -152,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := waitN(ctx, done, errs, cfg.Subscribers); err != nil {
 		return stop(fmt.Errorf("waiting for deliveries (%d so far): %w", st.deliveries.Load(), err))
 	}
-	cpu1, _ := cpuSeconds(cfg.ServerPID)
+	cpu1, _ := cfg.serverCPU()
 	cancel()
 	wg.Wait()
 	r := Result{}
@@ -182,7 +207,7 @@ func waitN(ctx context.Context, ch <-chan struct{}, errs <-chan error, n int) er
 }
 
 func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
-	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:firehose"]}`))
+	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.subURL(i)+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:firehose"]}`))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -213,7 +238,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 }
 
 func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
-	url := "ws" + strings.TrimPrefix(cfg.URL, "http") + "/threads/" + thread + "/stream"
+	url := "ws" + strings.TrimPrefix(cfg.subURL(i), "http") + "/threads/" + thread + "/stream"
 	c, _, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
 		return err

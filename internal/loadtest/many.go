@@ -34,6 +34,9 @@ type ManyConfig struct {
 	// closed, before reading the server's live heap once more (run the
 	// server with a shorter --idle-release to see buffers released).
 	IdleWait time.Duration
+	// SubscribeURLs and OtherPIDs: as Config's.
+	SubscribeURLs []string
+	OtherPIDs     []int
 }
 
 // ManyResult is what a many-conversations measurement found.
@@ -154,7 +157,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	var finished atomic.Int64
 	allDone := make(chan struct{})
 	sampleEvery := max(1, n*count/200000)
-	sub := Config{URL: cfg.URL, Count: count}
+	sub := Config{URL: cfg.URL, Count: count, SubscribeURLs: cfg.SubscribeURLs}
 
 	// Connect, at most cfg.Connect at a time.
 	sem := make(chan struct{}, cfg.Connect)
@@ -199,7 +202,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	res.HeapConnected, _ = liveHeap(cfg.URL)
 
 	// Start every run, cfg.Start requests at a time.
-	cpu0, _ := cpuSeconds(cfg.ServerPID)
+	cpu0, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self0 := selfCPU()
 	begin := time.Now()
 	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, count, cfg.Rate, cfg.Size)
@@ -252,7 +255,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 		waitErr = err
 	case <-ctx.Done():
 	}
-	cpu1, _ := cpuSeconds(cfg.ServerPID)
+	cpu1, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self1 := selfCPU()
 	res.RSSEnd, _ = rssBytes(cfg.ServerPID)
 	res.HeapEnd, _ = liveHeap(cfg.URL)
