@@ -32,6 +32,9 @@ type LogOptions struct {
 	WriteQueue int
 	// OnError, when set, hears of every failed Redis command.
 	OnError func(error)
+	// WriteTimeout bounds each pipelined batch (5s), ReadTimeout each read
+	// (2s): the replays and the head of a thread created again.
+	WriteTimeout, ReadTimeout time.Duration
 	// Publish also publishes each event on its thread's sharded channel
 	// (SPUBLISH, in the same pipelined batch as its XADD), for the other
 	// nodes' Live listeners.
@@ -75,6 +78,12 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	}
 	if opts.WriteQueue <= 0 {
 		opts.WriteQueue = DefaultWriteQueue
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 5 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = 2 * time.Second
 	}
 	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}}
@@ -174,6 +183,7 @@ func (l *Log) flush() bool {
 	}
 	c := l.e.c
 	cmds := make(rueidis.Commands, 0, 2*n)
+	var isAdd []bool // which of cmds are XADDs (a command is recycled once sent: it cannot be asked)
 	maxLen := strconv.Itoa(l.opts.MaxEvents)
 	ttl := l.e.ttlMillis()
 	now := time.Now()
@@ -182,14 +192,17 @@ func (l *Log) flush() bool {
 		k := l.e.key(en.thread, "events")
 		cmds = append(cmds, c.B().Xadd().Key(k).Maxlen().Almost().Threshold(maxLen).Id(itoa(en.e.Seq)+"-0").
 			FieldValue().FieldValue("e", rueidis.BinaryString(en.e.JSON())).Build())
+		isAdd = append(isAdd, true)
 		adds++
 		if l.opts.Publish {
 			cmds = append(cmds, c.B().Spublish().Channel(l.e.key(en.thread, "live")).Message(rueidis.BinaryString(en.e.JSON())).Build())
+			isAdd = append(isAdd, false)
 		}
 		// The TTL is renewed once a minute per thread, not per event.
 		if at, ok := l.expired[en.thread]; !ok || now.Sub(at) > time.Minute {
 			l.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build())
+			isAdd = append(isAdd, false)
 		}
 	}
 	if len(l.expired) > 4*maxBatch {
@@ -200,13 +213,13 @@ func (l *Log) flush() bool {
 		}
 	}
 	l.cmds.Add(uint64(len(cmds)))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.WriteTimeout)
 	defer cancel()
 	failed := uint64(0)
 	for i, r := range c.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			l.fail(err)
-			if cmds[i].Commands()[0] == "XADD" {
+			if isAdd[i] {
 				failed++
 			}
 		}
@@ -252,7 +265,7 @@ func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) 
 	if stop != 0 {
 		end = itoa(stop) + "-0"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
 	defer cancel()
 	for {
 		entries, err := c.Do(ctx, c.B().Xrange().Key(k).Start(start).End(end).Count(1024).Build()).AsXRange()
@@ -281,7 +294,7 @@ func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) 
 // stream or in memory.
 func (l *Log) Oldest(thread string) uint64 {
 	c := l.e.c
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
 	defer cancel()
 	entries, err := c.Do(ctx, c.B().Xrange().Key(l.e.key(thread, "events")).Start("-").End("+").Count(1).Build()).AsXRange()
 	if err != nil {
@@ -325,7 +338,7 @@ func (l *Log) Head(thread string) (epoch string, seq uint64, ok bool) {
 	}
 	l.mu.Unlock()
 	c := l.e.c
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
 	defer cancel()
 	entries, err := c.Do(ctx, c.B().Xrevrange().Key(l.e.key(thread, "events")).End("+").Start("-").Count(1).Build()).AsXRange()
 	if err != nil || len(entries) == 0 {

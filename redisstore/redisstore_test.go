@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,4 +229,61 @@ func TestOpenFailsWithoutRedis(t *testing.T) {
 	require.Error(t, err)
 	_, err = redisstore.Open(ctx, "http://"+addr, 0)
 	require.ErrorContains(t, err, "scheme")
+}
+
+// TestCommandsPerEvent: publishing costs Redis two commands per event
+// (XADD and SPUBLISH, pipelined), and the keys' TTL once a minute per
+// thread: at most 2 amortized.
+func TestCommandsPerEvent(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	l := e.Log(redisstore.LogOptions{Publish: true})
+	srv := server.New(server.Config{Log: l, State: e.State()})
+	assistants.Register(srv)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Close(ctx)
+		l.Close()
+	}()
+	const threads, each = 10, 1000
+	for i := 0; i < threads; i++ {
+		runToEnd(t, srv, fmt.Sprint("c", i), "firehose", map[string]any{"count": float64(each)})
+	}
+	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	st := l.Stats()
+	require.Equal(t, uint64(threads*(each+3)), st.Written, "every event: the firehose's and 3 lifecycle each")
+	perEvent := float64(st.Commands) / float64(st.Written)
+	t.Logf("%d events, %d commands (%.3f per event), %d round trips (%.1f events each)", st.Written, st.Commands, perEvent, st.Batches, float64(st.Written)/float64(st.Batches))
+	require.LessOrEqual(t, perEvent, 2.01)
+}
+
+// TestLogSurvivesRedisLoss: appends while Redis is gone fail, are counted
+// as dropped, and the log goes on (the in-memory part serves); once Redis
+// is back, appends reach it again.
+func TestLogSurvivesRedisLoss(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	var errs atomic.Int64
+	l := e.Log(redisstore.LogOptions{Publish: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
+	st := e.State()
+	st.Timeout = 200 * time.Millisecond
+	srv := server.New(server.Config{Log: l, State: st})
+	assistants.Register(srv)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Close(ctx)
+		l.Close()
+	}()
+	rs.Stop()
+	evs := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 50.0})
+	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, uint64(len(evs)), l.Stats().Dropped)
+	require.Positive(t, errs.Load())
+	rs.Restart()
+	require.Eventually(t, func() bool { return e.Ping(context.Background()) == nil }, 10*time.Second, 50*time.Millisecond)
+	written := l.Stats().Written
+	more := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 5.0})
+	require.Eventually(t, func() bool { return l.Stats().Written == written+uint64(len(more)) }, 10*time.Second, 20*time.Millisecond)
 }
