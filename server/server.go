@@ -273,31 +273,60 @@ func (s *Server) assistant(id string) (Assistant, bool) {
 }
 
 // thread returns the thread id, creating it when create is set (within
-// the limits: a valid id, at most MaxThreads).
+// the limits: a valid id, at most MaxThreads). A durable log's head (a
+// round trip to Redis) is read before the server's lock is taken, so that
+// creating threads does not serialize on it.
 func (s *Server) thread(id string, create bool) (*thread, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrServerClosed
+	}
+	t := s.threads[id]
+	s.mu.Unlock()
+	if t != nil || !create {
+		return t, nil
+	}
+	if err := ValidThreadID(id); err != nil {
+		s.metrics.refused.add(LimitThreadID)
+		return nil, err
+	}
+	h := s.head(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrServerClosed
 	}
-	t := s.threads[id]
-	if t == nil && create {
-		if err := ValidThreadID(id); err != nil {
-			s.metrics.refused.add(LimitThreadID)
-			return nil, err
-		}
-		if len(s.threads) >= s.cfg.MaxThreads {
-			s.metrics.refused.add(LimitThreads)
-			return nil, fmt.Errorf("%w: %d threads, the most this server keeps (--max-threads)", ErrTooManyThreads, len(s.threads))
-		}
-		t = newThread(s, id)
-		s.threads[id] = t
-		if s.cfg.Watcher != nil {
-			s.cfg.Watcher.Watch(id)
-		}
-		s.threadsHW.Grew(len(s.threads))
+	if t := s.threads[id]; t != nil {
+		return t, nil // made meanwhile
 	}
+	if len(s.threads) >= s.cfg.MaxThreads {
+		s.metrics.refused.add(LimitThreads)
+		return nil, fmt.Errorf("%w: %d threads, the most this server keeps (--max-threads)", ErrTooManyThreads, len(s.threads))
+	}
+	t = newThread(s, id, h)
+	s.threads[id] = t
+	if s.cfg.Watcher != nil {
+		s.cfg.Watcher.Watch(id)
+	}
+	s.threadsHW.Grew(len(s.threads))
 	return t, nil
+}
+
+// streamHead is where a thread's stream stands in a durable log.
+type streamHead struct {
+	epoch string
+	seq   uint64
+	ok    bool
+}
+
+func (s *Server) head(id string) streamHead {
+	d, ok := s.cfg.Log.(DurableLog)
+	if !ok {
+		return streamHead{}
+	}
+	epoch, seq, ok := d.Head(id)
+	return streamHead{epoch, seq, ok && epoch != ""}
 }
 
 // lockThread returns thread id locked, creating it as thread does. A

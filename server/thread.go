@@ -35,7 +35,7 @@ type thread struct {
 	remoteRun bool // another node runs a run of this thread (Ingest says so)
 }
 
-func newThread(s *Server, id string) *thread {
+func newThread(s *Server, id string, h streamHead) *thread {
 	t := &thread{
 		srv: s, id: id, epoch: newEpoch(),
 		index:      channels.NewIndex[*Session](),
@@ -44,11 +44,10 @@ func newThread(s *Server, id string) *thread {
 		answered:   map[string]bool{},
 		lastActive: s.cfg.Now(),
 	}
-	if d, ok := s.cfg.Log.(DurableLog); ok {
-		// The stream goes on where the log left it: same epoch, next seq.
-		if epoch, seq, ok := d.Head(id); ok && epoch != "" {
-			t.epoch, t.seq = epoch, seq
-		}
+	if h.ok {
+		// The stream goes on where the durable log left it: same epoch,
+		// next seq.
+		t.epoch, t.seq = h.epoch, h.seq
 	}
 	return t
 }
