@@ -231,7 +231,9 @@ func (c *Cluster) loop() {
 
 // renew renews the leases of the threads with a run here, and gives up
 // the others (after a lease's first TTL, so that a run being started
-// keeps the lease it was given).
+// keeps the lease it was given). All of it in pipelined batches: a node
+// with thousands of runs renews them in a few round trips, well within a
+// lease's life.
 func (c *Cluster) renew() {
 	c.mu.Lock()
 	held := make(map[string]time.Time, len(c.held))
@@ -239,38 +241,75 @@ func (c *Cluster) renew() {
 		held[th] = at
 	}
 	c.mu.Unlock()
+	var keep, drop []string
 	for th, at := range held {
 		if c.srv.RunActive(th) || time.Since(at) < c.opts.LeaseTTL {
-			ctx, cancel := c.ctx()
-			n, err := renewScript.Exec(ctx, c.e.c, []string{c.leaseKey(th)}, []string{c.opts.Node, c.ttlArg()}).AsInt64()
-			cancel()
+			keep = append(keep, th)
+		} else {
+			drop = append(drop, th)
+		}
+	}
+	c.mu.Lock()
+	for _, th := range drop {
+		delete(c.held, th)
+	}
+	c.mu.Unlock()
+	for i := 0; i < len(keep); i += 1000 {
+		part := keep[i:min(i+1000, len(keep))]
+		stmts := make([]rueidis.LuaExec, len(part))
+		for j, th := range part {
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th)}, Args: []string{c.opts.Node, c.ttlArg()}}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.LeaseTTL/3)
+		for j, r := range renewScript.ExecMulti(ctx, c.e.c, stmts...) {
+			n, err := r.AsInt64()
 			c.fail(err)
 			if err == nil && n == 0 {
 				// Lost: another node took it (this node was cut off for a
 				// whole TTL). Its run here goes on; nothing new starts.
 				c.mu.Lock()
-				delete(c.held, th)
+				delete(c.held, part[j])
 				c.mu.Unlock()
 			}
-			continue
 		}
-		c.mu.Lock()
-		delete(c.held, th)
-		c.mu.Unlock()
-		c.release(th)
+		cancel()
+	}
+	for i := 0; i < len(drop); i += 1000 {
+		part := drop[i:min(i+1000, len(drop))]
+		stmts := make([]rueidis.LuaExec, len(part))
+		for j, th := range part {
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th)}, Args: []string{c.opts.Node}}
+		}
+		ctx, cancel := c.ctx()
+		for _, r := range releaseScript.ExecMulti(ctx, c.e.c, stmts...) {
+			c.fail(r.Error())
+		}
+		cancel()
 	}
 }
 
 // reap ends the runs of dead nodes: a followed thread whose run has not
-// ended and whose lease is gone.
+// ended and whose lease is gone. The leases are looked up in pipelined
+// batches.
 func (c *Cluster) reap() {
-	for _, th := range c.srv.RemoteRuns() {
-		holder, err := c.Holder(th)
-		if err != nil || holder != "" {
-			continue
+	threads := c.srv.RemoteRuns()
+	for i := 0; i < len(threads); i += 1000 {
+		part := threads[i:min(i+1000, len(threads))]
+		cmds := make(rueidis.Commands, len(part))
+		for j, th := range part {
+			cmds[j] = c.e.c.B().Exists().Key(c.leaseKey(th)).Build()
 		}
-		if h, err := c.Acquire(th); err == nil && h == c.opts.Node {
-			c.srv.FailLostRun(th)
+		ctx, cancel := c.ctx()
+		res := c.e.c.DoMulti(ctx, cmds...)
+		cancel()
+		for j, r := range res {
+			n, err := r.AsInt64()
+			if err != nil || n != 0 {
+				continue
+			}
+			if h, err := c.Acquire(part[j]); err == nil && h == c.opts.Node {
+				c.srv.FailLostRun(part[j])
+			}
 		}
 	}
 }
