@@ -30,6 +30,11 @@ type ClusterOptions struct {
 	ForwardTimeout time.Duration
 	// OnError, when set, hears of failed Redis commands.
 	OnError func(error)
+	// Flushed, when set, says whether the log has sent all of a thread's
+	// events to Redis (Log.Flushed): a lease is given up only then, so
+	// that the node that takes it next finds the run's end in the stream
+	// (and does not take the run for one of a dead node).
+	Flushed func(thread string) bool
 }
 
 // ClusterServer is what a Cluster needs of the server: a *server.Server.
@@ -243,7 +248,7 @@ func (c *Cluster) renew() {
 	c.mu.Unlock()
 	var keep, drop []string
 	for th, at := range held {
-		if c.srv.RunActive(th) || time.Since(at) < c.opts.LeaseTTL {
+		if c.srv.RunActive(th) || time.Since(at) < c.opts.LeaseTTL || (c.opts.Flushed != nil && !c.opts.Flushed(th)) {
 			keep = append(keep, th)
 		} else {
 			drop = append(drop, th)
@@ -267,6 +272,7 @@ func (c *Cluster) renew() {
 			if err == nil && n == 0 {
 				// Lost: another node took it (this node was cut off for a
 				// whole TTL). Its run here goes on; nothing new starts.
+				c.fail(fmt.Errorf("the run lease of thread %s was lost (not renewed within %s)", part[j], c.opts.LeaseTTL))
 				c.mu.Lock()
 				delete(c.held, part[j])
 				c.mu.Unlock()
@@ -308,7 +314,9 @@ func (c *Cluster) reap() {
 				continue
 			}
 			if h, err := c.Acquire(part[j]); err == nil && h == c.opts.Node {
-				c.srv.FailLostRun(part[j])
+				if c.srv.FailLostRun(part[j]) {
+					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", part[j]))
+				}
 			}
 		}
 	}

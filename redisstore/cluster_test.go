@@ -39,7 +39,8 @@ type clusterNode struct {
 
 func startClusterNode(t *testing.T, e *redisstore.Engine) *clusterNode {
 	t.Helper()
-	n := &clusterNode{log: e.Log(redisstore.LogOptions{Publish: true}), live: e.Live(nil), cluster: e.Cluster(redisstore.ClusterOptions{LeaseTTL: time.Second})}
+	n := &clusterNode{log: e.Log(redisstore.LogOptions{Publish: true}), live: e.Live(nil)}
+	n.cluster = e.Cluster(redisstore.ClusterOptions{LeaseTTL: time.Second, Flushed: n.log.Flushed})
 	n.srv = server.New(server.Config{Log: n.log, State: e.State(), Watcher: n.live, Cluster: n.cluster})
 	n.live.Start(n.srv)
 	n.cluster.Start(n.srv)

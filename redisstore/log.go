@@ -59,6 +59,7 @@ type Log struct {
 	sending atomic.Int64 // events of the batch on the wire
 
 	expired map[string]time.Time // when each thread's keys last got their TTL; the writer's
+	unsent  map[string]int       // per thread, events appended and not yet sent to Redis; guarded by mu
 }
 
 type entry struct {
@@ -86,7 +87,7 @@ func (e *Engine) Log(opts LogOptions) *Log {
 		opts.ReadTimeout = 2 * time.Second
 	}
 	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}}
 	l.mem.SetTotalBytes(opts.TotalBytes)
 	go l.writer()
 	return l
@@ -136,6 +137,7 @@ func (l *Log) Append(thread string, e *server.Event) {
 		return
 	}
 	l.pending = append(l.pending, entry{thread, e})
+	l.unsent[thread]++
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -224,6 +226,13 @@ func (l *Log) flush() bool {
 			}
 		}
 	}
+	l.mu.Lock()
+	for _, en := range batch {
+		if l.unsent[en.thread]--; l.unsent[en.thread] <= 0 {
+			delete(l.unsent, en.thread)
+		}
+	}
+	l.mu.Unlock()
 	l.batches.Add(1)
 	l.written.Add(uint64(adds) - failed)
 	l.dropped.Add(failed)
@@ -313,6 +322,16 @@ func (l *Log) Oldest(thread string) uint64 {
 // Stored implements server.DurableLog: the stream's events after seq.
 func (l *Log) Stored(thread string, seq uint64, fn func(*server.Event) bool) {
 	l.fromRedis(thread, seq, 0, fn)
+}
+
+// Flushed reports whether every event appended for the thread has been
+// sent to Redis (written, or failed): a node gives up a thread's run lease
+// only then, so that another node that takes it finds the run's end in
+// the stream.
+func (l *Log) Flushed(thread string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unsent[thread] == 0
 }
 
 // Cache implements server.DurableLog: an event another node wrote is kept

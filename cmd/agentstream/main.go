@@ -260,7 +260,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		st.MaxCheckpoints, st.OnError = c.maxCheckpoints, onErr
 		live = engine.Live(onErr)
 		defer live.Close()
-		cluster = engine.Cluster(redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL, OnError: onErr})
+		cluster = engine.Cluster(redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL, OnError: onErr, Flushed: rlog.Flushed})
 		defer cluster.Close()
 		cfg.Log, cfg.State, cfg.Watcher, cfg.Cluster = rlog, st, live, cluster
 		readyCheck = engine.Ping
