@@ -18,8 +18,9 @@ type Health struct {
 }
 
 // Health starts watching Redis every interval (500ms when 0) for set
-// (the server's SetUnavailable): two failed pings in a row make it
-// unavailable, one answer available again. Close it.
+// (the server's SetUnavailable): three failed pings in a row (each given
+// 2 s: a Redis that is only slow, under load, is not taken for lost) make
+// it unavailable, one answer available again. Close it.
 func (e *Engine) Health(set func(error), every time.Duration) *Health {
 	if every <= 0 {
 		every = 500 * time.Millisecond
@@ -46,18 +47,18 @@ func (h *Health) run() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.every)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		err := h.e.Ping(ctx)
 		cancel()
 		switch {
 		case err == nil:
-			if failed >= 2 {
+			if failed >= 3 {
 				h.set(nil)
 			}
 			failed = 0
 		default:
 			failed++
-			if failed == 2 {
+			if failed == 3 {
 				h.set(err)
 			}
 		}
