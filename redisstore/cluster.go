@@ -41,6 +41,7 @@ type ClusterOptions struct {
 type ClusterServer interface {
 	Do(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
 	RunActive(thread string) bool
+	Fence(thread string)
 	RemoteRuns() []string
 	FailLostRun(thread string) bool
 }
@@ -68,6 +69,7 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	held    map[string]time.Time // threads whose lease this node holds, and when it took it
+	renewed map[string]time.Time // when each held lease was last taken or renewed
 	waiting map[string]chan []byte
 	wg      sync.WaitGroup // forwarded commands being carried out
 	stop    chan struct{}
@@ -91,7 +93,7 @@ func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 	if opts.ForwardTimeout <= 0 {
 		opts.ForwardTimeout = 5 * time.Second
 	}
-	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, waiting: map[string]chan []byte{},
+	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, renewed: map[string]time.Time{}, waiting: map[string]chan []byte{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.sub = newSubscriber(e, c.message, opts.OnError)
 	c.sub.change(c.cmdChannel(opts.Node), true)
@@ -189,6 +191,7 @@ func (c *Cluster) Acquire(thread string) (string, error) {
 		if _, ok := c.held[thread]; !ok {
 			c.held[thread] = time.Now()
 		}
+		c.renewed[thread] = time.Now()
 		c.mu.Unlock()
 	}
 	return holder, nil
@@ -257,6 +260,7 @@ func (c *Cluster) renew() {
 	c.mu.Lock()
 	for _, th := range drop {
 		delete(c.held, th)
+		delete(c.renewed, th)
 	}
 	c.mu.Unlock()
 	for i := 0; i < len(keep); i += 1000 {
@@ -266,16 +270,27 @@ func (c *Cluster) renew() {
 			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th)}, Args: []string{c.opts.Node, c.ttlArg()}}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.LeaseTTL/3)
+		now := time.Now()
 		for j, r := range renewScript.ExecMulti(ctx, c.e.c, stmts...) {
+			th := part[j]
 			n, err := r.AsInt64()
 			c.fail(err)
-			if err == nil && n == 0 {
-				// Lost: another node took it (this node was cut off for a
-				// whole TTL). Its run here goes on; nothing new starts.
-				c.fail(fmt.Errorf("the run lease of thread %s was lost (not renewed within %s)", part[j], c.opts.LeaseTTL))
+			c.mu.Lock()
+			last := c.renewed[th]
+			if err == nil && n == 1 {
+				c.renewed[th] = now
+			}
+			c.mu.Unlock()
+			// Lost: another node holds it, or it could not be renewed
+			// within its life (this node is cut off from Redis), so
+			// another node may take it: this node's run stops, unheard.
+			if (err == nil && n == 0) || (err != nil && now.Sub(last) > c.opts.LeaseTTL) {
+				c.fail(fmt.Errorf("the run lease of thread %s was lost (not renewed within %s): its run here is stopped", th, c.opts.LeaseTTL))
 				c.mu.Lock()
-				delete(c.held, part[j])
+				delete(c.held, th)
+				delete(c.renewed, th)
 				c.mu.Unlock()
+				c.srv.Fence(th)
 			}
 		}
 		cancel()

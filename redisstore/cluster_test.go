@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -349,4 +350,50 @@ func sseReadRaw(t *testing.T, r *bufio.Reader, stop func(method, data string) bo
 			method, data = "", ""
 		}
 	}
+}
+
+// TestLostLeaseStopsTheRun: a node whose thread's lease another node now
+// holds stops its run there and writes nothing more to the stream.
+func TestLostLeaseStopsTheRun(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startClusterNode(t, e)
+	status, body := command(t, a, "fenced", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 200}}}`)
+	require.Equal(t, 200, status, body)
+	require.Eventually(t, func() bool { return a.srv.LastSeq("fenced") > 10 }, 5*time.Second, 10*time.Millisecond)
+	// Another node takes the lease (as after a partition longer than a
+	// lease's life).
+	require.NoError(t, rawRedis(rs.Addr, "SET", "agentstream:{fenced}:lease", "another-node"))
+	require.Eventually(t, func() bool { return !a.srv.RunActive("fenced") }, 5*time.Second, 20*time.Millisecond, "the run stops")
+	stopped := a.srv.LastSeq("fenced")
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, stopped, a.srv.LastSeq("fenced"), "nothing more is published")
+	holder, err := a.cluster.Holder("fenced")
+	require.NoError(t, err)
+	require.Equal(t, "another-node", holder)
+}
+
+// rawRedis sends one command over a plain connection.
+func rawRedis(addr string, args ...string) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(line, "-") {
+		return fmt.Errorf("redis: %s", strings.TrimSpace(line))
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -59,6 +60,7 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		// This node runs the thread now: its stream goes on from where the
 		// previous holder left it.
 		s.CatchUp(threadID)
+		s.unfence(threadID)
 	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
 		if isForwarded(ctx) {
 			return nil, nil, false
@@ -126,12 +128,50 @@ func (s *Server) FailLostRun(threadID string) bool {
 		return false
 	}
 	t.remoteRun = false
+	t.fenced = false // the caller holds the lease
 	graph := ""
 	if n := t.tree[channels.Namespace(nil).Key()]; n != nil {
 		graph = n.graph
 	}
 	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost)
 	return true
+}
+
+// ErrLeaseLost ends a run whose node lost the thread's run lease (it
+// could not renew it within its life, cut off from the store): another
+// node may run the thread now, so this one stops, and publishes nothing
+// more on it until it holds the lease again.
+var ErrLeaseLost = errors.New("server: this node lost the thread's run lease")
+
+// Fence stops this node's runs of the thread, and its publishing on it,
+// because it lost the thread's run lease: the run is cancelled, its queued
+// runs dropped, and no event of it reaches the stream (another node may be
+// writing it now). Taking the lease again (a run.start here) lifts it.
+func (s *Server) Fence(threadID string) {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.fenced = true
+	for _, r := range t.queued {
+		r.endCause = ErrLeaseLost
+	}
+	t.queued = nil
+	if t.run != nil {
+		t.run.cancel(ErrLeaseLost)
+	}
+}
+
+func (s *Server) unfence(threadID string) {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.fenced = false
+	t.mu.Unlock()
 }
 
 // noteRemote records, from an event of another node, whether the thread

@@ -33,6 +33,7 @@ type thread struct {
 	answered map[string]bool      // interrupt ids already answered
 
 	remoteRun bool // another node runs a run of this thread (Ingest says so)
+	fenced    bool // this node lost the thread's run lease: it publishes nothing (Fence)
 }
 
 func newThread(s *Server, id string, h streamHead) *thread {
@@ -55,6 +56,9 @@ func newThread(s *Server, id string, h streamHead) *thread {
 // publish appends an event to the stream and delivers it to the matching
 // subscriptions. The caller holds t.mu. It returns the event.
 func (t *thread) publish(d eventData) (*Event, error) {
+	if t.fenced {
+		return nil, ErrLeaseLost
+	}
 	now := t.srv.cfg.Now()
 	e, err := buildEvent(d, t.epoch, t.seq+1, uint64(now.UnixMilli()))
 	if err != nil {
