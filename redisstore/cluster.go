@@ -41,6 +41,7 @@ type ClusterOptions struct {
 type ClusterServer interface {
 	Do(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
 	RunActive(thread string) bool
+	RunState(thread string) (status string, interrupts []server.PendingInterrupt)
 	Fence(thread string)
 	RemoteRuns() []string
 	FailLostRun(thread string) bool
@@ -342,7 +343,13 @@ type request struct {
 	ID      string          `json:"id"`
 	Reply   string          `json:"reply"`
 	Thread  string          `json:"thread"`
-	Command json.RawMessage `json:"command"`
+	Command json.RawMessage `json:"command,omitempty"` // absent: a run-state request
+}
+
+// runState answers a run-state request.
+type runState struct {
+	Status     string                    `json:"status"`
+	Interrupts []server.PendingInterrupt `json:"interrupts,omitempty"`
 }
 
 type reply struct {
@@ -353,16 +360,35 @@ type reply struct {
 // Forward implements server.Cluster.
 func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	id := cmd.Value.GetID()
-	unavailable := func(format string, args ...any) (*protocol.CommandResponse, *protocol.ErrorResponse) {
-		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, format, args...)
-	}
 	raw, err := json.Marshal(cmd)
 	if err != nil {
-		return unavailable("forwarding the command: %v", err)
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "forwarding the command: %v", err)
 	}
+	resp, err := c.ask(ctx, node, thread, raw)
+	if err != nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v", err)
+	}
+	return decodeResponse(resp, cmd)
+}
+
+// ForwardRunState implements server.Cluster.
+func (c *Cluster) ForwardRunState(ctx context.Context, node, thread string) (string, []server.PendingInterrupt, error) {
+	resp, err := c.ask(ctx, node, thread, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	var rs runState
+	if err := json.Unmarshal(resp, &rs); err != nil {
+		return "", nil, err
+	}
+	return rs.Status, rs.Interrupts, nil
+}
+
+// ask sends a request to node and waits for its answer.
+func (c *Cluster) ask(ctx context.Context, node, thread string, command json.RawMessage) ([]byte, error) {
 	var rid [8]byte
 	_, _ = rand.Read(rid[:])
-	req := request{ID: hex.EncodeToString(rid[:]), Reply: c.replyChannel(), Thread: thread, Command: raw}
+	req := request{ID: hex.EncodeToString(rid[:]), Reply: c.replyChannel(), Thread: thread, Command: command}
 	b, _ := json.Marshal(req)
 	ch := make(chan []byte, 1)
 	c.mu.Lock()
@@ -377,16 +403,16 @@ func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protoco
 	defer cancel()
 	n, err := c.e.c.Do(ctx, c.e.c.B().Spublish().Channel(c.cmdChannel(node)).Message(rueidis.BinaryString(b)).Build()).AsInt64()
 	if err != nil {
-		return unavailable("forwarding the command to node %s: %v", node, err)
+		return nil, fmt.Errorf("forwarding to node %s: %w", node, err)
 	}
 	if n == 0 {
-		return unavailable("node %s, which runs the thread, is not listening (it may have stopped; its lease expires within %s)", node, c.opts.LeaseTTL)
+		return nil, fmt.Errorf("node %s, which runs the thread, is not listening (it may have stopped; its lease expires within %s)", node, c.opts.LeaseTTL)
 	}
 	select {
 	case resp := <-ch:
-		return decodeResponse(resp, cmd)
+		return resp, nil
 	case <-ctx.Done():
-		return unavailable("node %s, which runs the thread, did not answer within %s", node, c.opts.ForwardTimeout)
+		return nil, fmt.Errorf("node %s, which runs the thread, did not answer within %s", node, c.opts.ForwardTimeout)
 	}
 }
 
@@ -479,8 +505,11 @@ func (c *Cluster) message(m rueidis.PubSubMessage) {
 // serve carries out a forwarded command and sends its answer back.
 func (c *Cluster) serve(req request) {
 	var out any
-	cmd, errResp := protocol.DecodeCommand(req.Command)
-	if errResp == nil {
+	if len(req.Command) == 0 {
+		var rs runState
+		rs.Status, rs.Interrupts = c.srv.RunState(req.Thread)
+		out = rs
+	} else if cmd, errResp := protocol.DecodeCommand(req.Command); errResp == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ForwardTimeout)
 		resp, e := c.srv.Do(server.Forwarded(ctx), req.Thread, cmd)
 		cancel()

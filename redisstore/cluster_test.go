@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -287,6 +288,13 @@ func TestRunsFollowTheirLease(t *testing.T) {
 		return true
 	})
 	require.NotEmpty(t, interruptID)
+	// C's state read shows A's run waiting for that answer.
+	r, err := http.Get(c.ts.URL + "/threads/d/state")
+	require.NoError(t, err)
+	stateBody, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	require.Contains(t, string(stateBody), `"next":["agent"]`)
+	require.Contains(t, string(stateBody), `"id":"`+interruptID+`"`)
 
 	// The answer, sent to B, reaches the run on A.
 	status, body := command(t, b, "d", fmt.Sprintf(`{"id": 3, "method": "input.respond", "params": {"namespace": [], "interrupt_id": %q, "response": {"approved": true}}}`, interruptID))

@@ -26,6 +26,9 @@ type Cluster interface {
 	// Forward has node carry out cmd on the thread (its Server.Do) and
 	// returns its answer.
 	Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
+	// ForwardRunState asks node for its run of the thread (its
+	// Server.RunState), for a state read on another node.
+	ForwardRunState(ctx context.Context, node, thread string) (status string, interrupts []PendingInterrupt, err error)
 }
 
 type forwardedKey struct{}

@@ -402,17 +402,36 @@ func (s *Server) State(id string) (ThreadState, bool) {
 		cp := cps[0]
 		st.Checkpoint = &cp
 	}
-	if t != nil {
-		t.mu.Lock()
-		if t.run != nil {
-			st.Status = t.run.status
-			for _, in := range t.run.pendingList() {
-				st.Interrupts = append(st.Interrupts, PendingInterrupt{ID: in.id, Namespace: in.ns, Payload: in.payload})
+	if t != nil && s.RunActive(id) {
+		st.Status, st.Interrupts = s.RunState(id)
+	} else if c := s.cfg.Cluster; c != nil {
+		// The run, if any, is on the node that holds the thread's lease.
+		if holder, err := c.Holder(id); err == nil && holder != "" && holder != c.Node() {
+			if status, ints, err := c.ForwardRunState(context.Background(), holder, id); err == nil {
+				st.Status, st.Interrupts = status, ints
 			}
 		}
-		t.mu.Unlock()
 	}
 	return st, true
+}
+
+// RunState is the status of this node's run of thread id (idle, running
+// or interrupted) and its pending interrupts.
+func (s *Server) RunState(id string) (status string, interrupts []PendingInterrupt) {
+	status = "idle"
+	t, _ := s.thread(id, false)
+	if t == nil {
+		return status, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.run != nil {
+		status = t.run.status
+		for _, in := range t.run.pendingList() {
+			interrupts = append(interrupts, PendingInterrupt{ID: in.id, Namespace: in.ns, Payload: in.payload})
+		}
+	}
+	return status, interrupts
 }
 
 // Close cancels every run, ends every subscription and waits for the runs
