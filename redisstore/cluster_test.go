@@ -11,9 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/sdktest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -203,18 +202,7 @@ func TestThreeNodes(t *testing.T) {
 // commands to node A and everything else (its streams, WebSockets, state
 // reads) to node B: runs execute on A, and B streams them from Redis.
 func TestConformanceAcrossTwoNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs node")
-	}
-	nodeBin, err := exec.LookPath("node")
-	script, _ := filepath.Abs("../tools/node/conformance.mjs")
-	_, sdkErr := os.Stat("../tools/node/node_modules/@langchain/langgraph-sdk")
-	if err != nil || sdkErr != nil {
-		if os.Getenv("AGENTSTREAM_REQUIRE_TOOLS") == "1" {
-			t.Fatal("node and tools/node (npm ci --prefix tools/node) are needed")
-		}
-		t.Skip("node or tools/node is not installed")
-	}
+	nodeBin, script := sdktest.Conformance(t)
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
 	a, b := startClusterNode(t, e), startClusterNode(t, e)

@@ -96,10 +96,7 @@ func (s *Server) RunActive(threadID string) bool {
 // node, has started and not ended (as far as the events it ingested say).
 func (s *Server) RemoteRuns() []string {
 	s.mu.Lock()
-	threads := make([]*thread, 0, len(s.threads))
-	for _, t := range s.threads {
-		threads = append(threads, t)
-	}
+	threads := s.threadList()
 	s.mu.Unlock()
 	var out []string
 	for _, t := range threads {

@@ -444,10 +444,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	close(s.stop)
-	threads := make([]*thread, 0, len(s.threads))
-	for _, t := range s.threads {
-		threads = append(threads, t)
-	}
+	threads := s.threadList()
 	s.mu.Unlock()
 	for _, t := range threads {
 		t.mu.Lock()
@@ -516,10 +513,7 @@ func sweepInterval(idle time.Duration) time.Duration {
 func (s *Server) SweepNow() {
 	now := s.cfg.Now()
 	s.mu.Lock()
-	threads := make([]*thread, 0, len(s.threads))
-	for _, t := range s.threads {
-		threads = append(threads, t)
-	}
+	threads := s.threadList()
 	for id, d := range s.detached {
 		if now.After(d.expires) {
 			delete(s.detached, id)
@@ -562,10 +556,7 @@ func (s *Server) Threads() int {
 // Subscriptions is the number of open subscriptions, all threads.
 func (s *Server) Subscriptions() int {
 	s.mu.Lock()
-	threads := make([]*thread, 0, len(s.threads))
-	for _, t := range s.threads {
-		threads = append(threads, t)
-	}
+	threads := s.threadList()
 	s.mu.Unlock()
 	n := 0
 	for _, t := range threads {
@@ -590,4 +581,14 @@ func (s *Server) BufferedEvents(id string) int {
 // errorResponse builds a protocol error for a command.
 func errorResponse(id uint64, code protocol.ErrorCode, format string, args ...any) *protocol.ErrorResponse {
 	return protocol.NewError(&id, code, format, args...)
+}
+
+// threadList is the threads held, for going over them without the
+// server's lock; the caller holds s.mu.
+func (s *Server) threadList() []*thread {
+	threads := make([]*thread, 0, len(s.threads))
+	for _, t := range s.threads {
+		threads = append(threads, t)
+	}
+	return threads
 }

@@ -28,10 +28,7 @@ func (s *Server) SetUnavailable(err error) {
 		return // already down: the streams have ended
 	}
 	s.mu.Lock()
-	threads := make([]*thread, 0, len(s.threads))
-	for _, t := range s.threads {
-		threads = append(threads, t)
-	}
+	threads := s.threadList()
 	s.mu.Unlock()
 	for _, t := range threads {
 		t.mu.Lock()

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/sdktest"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -438,18 +438,7 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 // TestConformanceWithTheOfficialSDK runs tools/node/conformance.mjs: the
 // official JavaScript SDK against this server over SSE and WebSocket.
 func TestConformanceWithTheOfficialSDK(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs node")
-	}
-	node, err := exec.LookPath("node")
-	script, _ := filepath.Abs("../tools/node/conformance.mjs")
-	_, sdkErr := os.Stat("../tools/node/node_modules/@langchain/langgraph-sdk")
-	if err != nil || sdkErr != nil {
-		if os.Getenv("AGENTSTREAM_REQUIRE_TOOLS") == "1" {
-			t.Fatal("node and tools/node (npm ci --prefix tools/node) are needed")
-		}
-		t.Skip("node or tools/node is not installed")
-	}
+	node, script := sdktest.Conformance(t)
 	conformance := func(t *testing.T, ts *httptest.Server, env ...string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
