@@ -14,6 +14,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
+	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -139,7 +140,17 @@ func TestRestartKeepsThreads(t *testing.T) {
 		require.Equal(t, first[i].EventID(), replayed[i].EventID())
 		require.JSONEq(t, string(first[i].JSON()), string(replayed[i].JSON()))
 		require.Equal(t, first[i].Channel, replayed[i].Channel)
-		require.Equal(t, fmt.Sprintf("%T", first[i].Payload), fmt.Sprintf("%T", replayed[i].Payload))
+		typed, err := replayed[i].WithPayload()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%T", first[i].Payload), fmt.Sprintf("%T", typed.Payload), "the typed payload decodes again")
+		cb, err := replayed[i].CBOR()
+		require.NoError(t, err)
+		want, err := first[i].CBOR()
+		require.NoError(t, err)
+		var gotV, wantV any
+		require.NoError(t, cbor.Unmarshal(cb, &gotV))
+		require.NoError(t, cbor.Unmarshal(want, &wantV))
+		require.Equal(t, wantV, gotV, "the CBOR form says the same (maps in any order)")
 	}
 	mid := first[len(first)/2]
 	cursor, err := server.ParseCursor(mid.EventID())

@@ -25,7 +25,12 @@ type Event struct {
 	Name string
 	// Namespace is where in the agent tree it happened.
 	Namespace channels.Namespace
-	// Payload is the event as the protocol types describe it.
+	// Payload is the event as the protocol types describe it. An event
+	// read back from a durable log or received from another node
+	// (DecodeEvent) carries its JSON only, and Payload is nil but for
+	// lifecycle events: the wire transports need no more, and decoding
+	// every event was a third of a receiving node's CPU. WithPayload
+	// returns it with its payload.
 	Payload protocol.ServerEventVariant
 
 	id   string // the event_id, "EPOCH-SEQ"
@@ -55,7 +60,11 @@ func (e *Event) CBOR() ([]byte, error) {
 		return f.b, f.err
 	}
 	f := &cborForm{}
-	f.b, f.err = cbor.Marshal(protocol.ServerEvent{Value: e.Payload})
+	if p, err := e.typed(); err != nil {
+		f.err = err
+	} else {
+		f.b, f.err = cbor.Marshal(protocol.ServerEvent{Value: p})
+	}
 	if !e.cbor.CompareAndSwap(nil, f) {
 		f = e.cbor.Load() // another reader made it first: one encoding for all
 	}
@@ -184,10 +193,38 @@ func eventsMissedEvent(data protocol.EventsMissedData) eventData {
 	}}
 }
 
+// typed is the event's typed payload, decoded from its JSON when it has
+// none.
+func (e *Event) typed() (protocol.ServerEventVariant, error) {
+	if e.Payload != nil {
+		return e.Payload, nil
+	}
+	var se protocol.ServerEvent
+	if err := se.UnmarshalJSON(e.json); err != nil {
+		return nil, fmt.Errorf("server: decoding an event: %w", err)
+	}
+	return se.Value, nil
+}
+
+// WithPayload returns e when it has its typed payload, or else a copy of
+// it that has it, decoded from its JSON (see Payload). The in-process
+// transport hands events out through it.
+func (e *Event) WithPayload() (*Event, error) {
+	if e.Payload != nil {
+		return e, nil
+	}
+	p, err := e.typed()
+	if err != nil {
+		return nil, err
+	}
+	return &Event{Seq: e.Seq, Method: e.Method, Channel: e.Channel, Name: e.Name, Namespace: e.Namespace, Payload: p, id: e.id, json: e.json}, nil
+}
+
 // DecodeEvent rebuilds an Event from the JSON the server published (its
 // JSON method), for an EventLog that keeps events outside the process (a
-// Redis stream) and reads them back: the same bytes, the same event id and
-// sequence number, the typed payload decoded again.
+// Redis stream) and reads them back: the same bytes, the same event id,
+// sequence number and routing fields. Its typed payload is decoded for
+// lifecycle events only (see Payload).
 func DecodeEvent(b []byte) (*Event, error) {
 	var probe struct {
 		Method  string  `json:"method"`
@@ -203,15 +240,18 @@ func DecodeEvent(b []byte) (*Event, error) {
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return nil, fmt.Errorf("server: decoding a stored event: %w", err)
 	}
-	var se protocol.ServerEvent
-	if err := se.UnmarshalJSON(b); err != nil {
-		return nil, fmt.Errorf("server: decoding a stored event: %w", err)
-	}
-	if se.Value == nil || probe.Seq == nil || probe.EventID == nil {
+	if probe.Method == "" || probe.Seq == nil || probe.EventID == nil {
 		return nil, fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
 	}
 	e := &Event{Seq: *probe.Seq, id: *probe.EventID, Method: probe.Method, Channel: channels.ChannelOf(probe.Method),
-		Namespace: channels.Namespace(probe.Params.Namespace), Payload: se.Value, json: b}
+		Namespace: channels.Namespace(probe.Params.Namespace), json: b}
+	if e.Channel == channels.Lifecycle {
+		p, err := e.typed()
+		if err != nil {
+			return nil, err
+		}
+		e.Payload = p
+	}
 	if len(e.Namespace) == 0 {
 		e.Namespace = nil
 	}

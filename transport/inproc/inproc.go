@@ -113,7 +113,11 @@ func (c *Client) Start(ctx context.Context, assistant string, input any) (string
 // and its queue drained, server.ErrClosed or the reason the stream ended
 // (a *server.SlowConsumerError when the client read too slowly).
 func (c *Client) Next(ctx context.Context) (*server.Event, error) {
-	return c.session.Next(ctx)
+	e, err := c.session.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return e.WithPayload() // an event from another node carries its JSON only
 }
 
 // Subscribe opens a separate stream of the thread's events matching f,
