@@ -35,7 +35,7 @@ type Ingester interface {
 	Ingest(thread string, ev *server.Event)
 	// CatchUp delivers what the thread's log holds beyond what this node
 	// has: what was published while the subscription was being made.
-	CatchUp(thread string)
+	CatchUp(thread string) error
 }
 
 var _ server.Watcher = (*Live)(nil)
@@ -48,7 +48,9 @@ func (e *Engine) Live(onErr func(error)) *Live {
 	l.sub = newSubscriber(e, l.message, onErr)
 	l.sub.onSubscribed = func(chans []string) {
 		for _, ch := range chans {
-			l.srv.CatchUp(l.thread(ch))
+			// What cannot be read now comes with the thread's next event
+			// (server.Ingest fills the gap).
+			_ = l.srv.CatchUp(l.thread(ch))
 		}
 	}
 	return l

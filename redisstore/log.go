@@ -250,7 +250,7 @@ func (l *Log) After(thread string, seq uint64, fn func(*server.Event) bool) {
 		if memOldest > 0 {
 			stop = memOldest - 1
 		}
-		if !l.fromRedis(thread, seq, stop, fn) {
+		if cont, _ := l.fromRedis(thread, seq, stop, fn); !cont {
 			return
 		}
 		if memOldest == 0 {
@@ -262,10 +262,11 @@ func (l *Log) After(thread string, seq uint64, fn func(*server.Event) bool) {
 }
 
 // fromRedis calls fn for the stream's events after seq, up to stop (0: to
-// the end), oldest first; it reports false when fn stopped.
-func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) bool) bool {
+// the end), oldest first; it reports false when fn stopped, and an error
+// when the stream could not be read.
+func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) bool) (bool, error) {
 	if stop != 0 && stop <= seq {
-		return true
+		return true, nil
 	}
 	c := l.e.c
 	k := l.e.key(thread, "events")
@@ -280,7 +281,7 @@ func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) 
 		entries, err := c.Do(ctx, c.B().Xrange().Key(k).Start(start).End(end).Count(1024).Build()).AsXRange()
 		if err != nil {
 			l.fail(err)
-			return true
+			return true, err
 		}
 		for _, en := range entries {
 			ev, err := server.DecodeEvent([]byte(en.FieldValues["e"]))
@@ -289,11 +290,11 @@ func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) 
 				continue
 			}
 			if !fn(ev) {
-				return false
+				return false, nil
 			}
 		}
 		if len(entries) < 1024 {
-			return true
+			return true, nil
 		}
 		start = "(" + entries[len(entries)-1].ID
 	}
@@ -320,8 +321,9 @@ func (l *Log) Oldest(thread string) uint64 {
 }
 
 // Stored implements server.DurableLog: the stream's events after seq.
-func (l *Log) Stored(thread string, seq uint64, fn func(*server.Event) bool) {
-	l.fromRedis(thread, seq, 0, fn)
+func (l *Log) Stored(thread string, seq uint64, fn func(*server.Event) bool) error {
+	_, err := l.fromRedis(thread, seq, 0, fn)
+	return err
 }
 
 // Flushed reports whether every event appended for the thread has been
@@ -347,12 +349,12 @@ func (l *Log) Release(thread string) { l.mem.Release(thread) }
 
 // Head implements server.DurableLog from the stream's newest entry, or
 // from an event still on its way there.
-func (l *Log) Head(thread string) (epoch string, seq uint64, ok bool) {
+func (l *Log) Head(thread string) (epoch string, seq uint64, err error) {
 	l.mu.Lock()
 	for i := len(l.pending) - 1; i >= 0; i-- {
 		if en := l.pending[i]; en.thread == thread {
 			l.mu.Unlock()
-			return en.e.Epoch(), en.e.Seq, true
+			return en.e.Epoch(), en.e.Seq, nil
 		}
 	}
 	l.mu.Unlock()
@@ -360,16 +362,19 @@ func (l *Log) Head(thread string) (epoch string, seq uint64, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
 	defer cancel()
 	entries, err := c.Do(ctx, c.B().Xrevrange().Key(l.e.key(thread, "events")).End("+").Start("-").Count(1).Build()).AsXRange()
-	if err != nil || len(entries) == 0 {
+	if err != nil {
 		l.fail(err)
-		return "", 0, false
+		return "", 0, err
+	}
+	if len(entries) == 0 {
+		return "", 0, nil
 	}
 	ev, err := server.DecodeEvent([]byte(entries[0].FieldValues["e"]))
 	if err != nil {
 		l.fail(err)
-		return "", 0, false
+		return "", 0, err
 	}
-	return ev.Epoch(), ev.Seq, true
+	return ev.Epoch(), ev.Seq, nil
 }
 
 func seqOf(id string) (uint64, bool) {

@@ -62,7 +62,9 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		}
 		// This node runs the thread now: its stream goes on from where the
 		// previous holder left it.
-		s.CatchUp(threadID)
+		if err := s.CatchUp(threadID); err != nil {
+			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot read where the thread's stream stands: %v", err), true
+		}
 		s.unfence(threadID)
 	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
 		if isForwarded(ctx) {
@@ -117,7 +119,11 @@ const ErrNodeLost = "node lost: the node running this run stopped (its lease exp
 // holds the thread's lease, so that one node does it. It reports whether
 // there was such a run (one that did end meanwhile is left alone).
 func (s *Server) FailLostRun(threadID string) bool {
-	s.CatchUp(threadID) // its end may be in the stream already
+	if s.CatchUp(threadID) != nil {
+		// Its end may be in the stream, unread: try again later rather
+		// than fail a run that ended.
+		return false
+	}
 	t, _ := s.thread(threadID, false)
 	if t == nil {
 		return false

@@ -1,5 +1,7 @@
 package server
 
+import "fmt"
+
 // Ingest delivers an event another node published on thread threadID to
 // this node's subscribers, as if it had been published here: in sequence
 // order, each once, kept for local replays (DurableLog.Cache). Events this
@@ -27,7 +29,7 @@ func (s *Server) Ingest(threadID string, e *Event) {
 		t.epoch = ep
 	}
 	if durable && e.Seq > t.seq+1 {
-		d.Stored(threadID, t.seq, func(prev *Event) bool {
+		_ = d.Stored(threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
 			if prev.Seq >= e.Seq {
 				return false
 			}
@@ -61,27 +63,35 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 // CatchUp delivers what the thread's durable log holds beyond the last
 // event this node has: the events another node published before this
 // node's subscription to them took effect. A Watcher calls it once its
-// subscription is made.
-func (s *Server) CatchUp(threadID string) {
+// subscription is made. An error says the log could not be read: the
+// node may not have everything.
+func (s *Server) CatchUp(threadID string) error {
 	t, _ := s.thread(threadID, false)
 	if t == nil {
-		return
+		return nil
 	}
 	d, ok := s.cfg.Log.(DurableLog)
 	if !ok {
-		return
+		return nil
 	}
-	epoch, head, ok := d.Head(threadID)
+	epoch, head, err := d.Head(threadID)
+	if err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !ok || t.evicted || head <= t.seq {
-		return
+	if t.evicted || head <= t.seq {
+		return nil
 	}
 	if epoch != "" && epoch != t.epoch {
 		t.epoch = epoch
 	}
-	d.Stored(threadID, t.seq, func(e *Event) bool {
+	err = d.Stored(threadID, t.seq, func(e *Event) bool {
 		t.ingestOne(d, e)
 		return true
 	})
+	if err == nil && t.seq < head {
+		err = fmt.Errorf("server: thread %s: the log's head is %d, read up to %d", threadID, head, t.seq)
+	}
+	return err
 }

@@ -325,8 +325,8 @@ func (s *Server) head(id string) streamHead {
 	if !ok {
 		return streamHead{}
 	}
-	epoch, seq, ok := d.Head(id)
-	return streamHead{epoch, seq, ok && epoch != ""}
+	epoch, seq, err := d.Head(id)
+	return streamHead{epoch, seq, err == nil && epoch != ""}
 }
 
 // lockThread returns thread id locked, creating it as thread does. A

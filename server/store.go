@@ -439,15 +439,16 @@ func randomID(prefix string) string {
 type DurableLog interface {
 	EventLog
 	// Head returns the epoch and the last sequence number the log holds
-	// for the thread; ok is false when it holds nothing.
-	Head(thread string) (epoch string, seq uint64, ok bool)
+	// for the thread ("" and 0 when it holds nothing), or why the store
+	// could not say.
+	Head(thread string) (epoch string, seq uint64, err error)
 	// Cache keeps an event another node published (and wrote) for local
 	// replays, without writing it again.
 	Cache(thread string, e *Event)
 	// Stored calls fn for the events the store itself holds after seq
 	// (what other nodes wrote included), oldest first, until fn returns
-	// false.
-	Stored(thread string, seq uint64, fn func(*Event) bool)
+	// false; an error says the store could not be read to the end.
+	Stored(thread string, seq uint64, fn func(*Event) bool) error
 }
 
 // Watcher follows threads for a node of a cluster (see Config.Watcher).
