@@ -44,7 +44,7 @@ type ClusterServer interface {
 	RunState(thread string) (status string, interrupts []server.PendingInterrupt)
 	Fence(thread string)
 	RemoteRuns() []string
-	FailLostRun(thread string) bool
+	FailLostRun(thread string, quiet time.Duration) bool
 }
 
 // Cluster is the server.Cluster on Redis.
@@ -330,7 +330,7 @@ func (c *Cluster) reap() {
 				continue
 			}
 			if h, err := c.Acquire(part[j]); err == nil && h == c.opts.Node {
-				if c.srv.FailLostRun(part[j]) {
+				if c.srv.FailLostRun(part[j], c.opts.LeaseTTL) {
 					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", part[j]))
 				}
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -117,8 +118,10 @@ const ErrNodeLost = "node lost: the node running this run stopped (its lease exp
 // FailLostRun ends, for every node's clients, a run of another node that
 // died: the root agent's lifecycle says failed (ErrNodeLost). The caller
 // holds the thread's lease, so that one node does it. It reports whether
-// there was such a run (one that did end meanwhile is left alone).
-func (s *Server) FailLostRun(threadID string) bool {
+// there was such a run: one that did end meanwhile is left alone, and so
+// is one this node received an event of within quiet (a lease's life),
+// since this node may only be late in receiving its end.
+func (s *Server) FailLostRun(threadID string, quiet time.Duration) bool {
 	if s.CatchUp(threadID) != nil {
 		// Its end may be in the stream, unread: try again later rather
 		// than fail a run that ended.
@@ -130,7 +133,7 @@ func (s *Server) FailLostRun(threadID string) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.remoteRun || t.run != nil {
+	if !t.remoteRun || t.run != nil || s.cfg.Now().Sub(t.remoteSeen) < quiet {
 		return false
 	}
 	t.remoteRun = false

@@ -56,6 +56,7 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	d.Cache(t.id, e)
 	t.seq = e.Seq
 	t.lastActive = t.srv.cfg.Now()
+	t.remoteSeen = t.lastActive
 	t.noteRemote(e)
 	t.deliver(e)
 }

@@ -32,7 +32,8 @@ type thread struct {
 	tree     map[string]*treeNode // namespace key -> lifecycle status
 	answered map[string]bool      // interrupt ids already answered
 
-	remoteRun bool // another node runs a run of this thread (Ingest says so)
+	remoteRun  bool      // another node runs a run of this thread (Ingest says so)
+	remoteSeen time.Time // when this node last received an event of the thread from another node
 	fenced    bool // this node lost the thread's run lease: it publishes nothing (Fence)
 }
 
