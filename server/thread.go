@@ -34,7 +34,7 @@ type thread struct {
 
 	remoteRun  bool      // another node runs a run of this thread (Ingest says so)
 	remoteSeen time.Time // when this node last received an event of the thread from another node
-	fenced    bool // this node lost the thread's run lease: it publishes nothing (Fence)
+	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
 }
 
 func newThread(s *Server, id string, h streamHead) *thread {
