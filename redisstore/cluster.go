@@ -333,6 +333,15 @@ func (c *Cluster) reap() {
 				if c.srv.FailLostRun(part[j], c.opts.LeaseTTL) {
 					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", part[j]))
 				}
+				if !c.srv.RunActive(part[j]) {
+					// Taken to look, not to run: give it back at once, so
+					// that the thread's next run starts where it is asked.
+					c.mu.Lock()
+					delete(c.held, part[j])
+					delete(c.renewed, part[j])
+					c.mu.Unlock()
+					c.release(part[j])
+				}
 			}
 		}
 	}
