@@ -43,8 +43,13 @@ type node struct {
 
 func startNode(t *testing.T, e *redisstore.Engine, opts redisstore.LogOptions) *node {
 	t.Helper()
-	l := e.Log(opts)
-	srv := server.New(server.Config{Log: l, State: e.State()})
+	return startNodeWith(t, e.Log(opts), e.State())
+}
+
+// startNodeWith is startNode with a log and a state store of the caller's.
+func startNodeWith(t *testing.T, l *redisstore.Log, st server.StateStore) *node {
+	t.Helper()
+	srv := server.New(server.Config{Log: l, State: st})
 	assistants.Register(srv)
 	n := &node{srv: srv, log: l}
 	t.Cleanup(n.stop)
@@ -248,15 +253,8 @@ func TestOpenFailsWithoutRedis(t *testing.T) {
 func TestCommandsPerEvent(t *testing.T) {
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
-	l := e.Log(redisstore.LogOptions{Publish: true})
-	srv := server.New(server.Config{Log: l, State: e.State()})
-	assistants.Register(srv)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-		l.Close()
-	}()
+	a := startNode(t, e, redisstore.LogOptions{Publish: true})
+	srv, l := a.srv, a.log
 	const threads, each = 10, 1000
 	for i := 0; i < threads; i++ {
 		runToEnd(t, srv, fmt.Sprint("c", i), "firehose", map[string]any{"count": float64(each)})
@@ -279,14 +277,7 @@ func TestLogSurvivesRedisLoss(t *testing.T) {
 	l := e.Log(redisstore.LogOptions{Publish: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
 	st := e.State()
 	st.Timeout = 200 * time.Millisecond
-	srv := server.New(server.Config{Log: l, State: st})
-	assistants.Register(srv)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Close(ctx)
-		l.Close()
-	}()
+	srv := startNodeWith(t, l, st).srv
 	rs.Stop()
 	evs := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 50.0})
 	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 20*time.Second, 20*time.Millisecond)

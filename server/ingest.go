@@ -37,23 +37,18 @@ func (s *Server) Ingest(threadID string, e *Event) {
 			return true
 		})
 	}
-	if durable {
-		t.ingestOne(d, e)
-	} else {
-		t.seq = e.Seq
-		t.lastActive = s.cfg.Now()
-		t.noteRemote(e)
-		t.deliver(e)
-	}
+	t.ingestOne(d, e) // d is nil for a log that is not durable: nothing to cache
 }
 
-// ingestOne caches and delivers one event of another node. The caller
-// holds t.mu.
+// ingestOne caches (when d is set) and delivers one event of another
+// node. The caller holds t.mu.
 func (t *thread) ingestOne(d DurableLog, e *Event) {
 	if e.Seq <= t.seq {
 		return
 	}
-	d.Cache(t.id, e)
+	if d != nil {
+		d.Cache(t.id, e)
+	}
 	t.seq = e.Seq
 	t.lastActive = t.srv.cfg.Now()
 	t.remoteSeen = t.lastActive

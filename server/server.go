@@ -169,7 +169,7 @@ var ErrServerClosed = errors.New("server: closed")
 // the registered assistants, and one command dispatcher every transport
 // uses. All its methods are safe for concurrent use.
 type Server struct {
-	down downState // set while the engine's store cannot be reached
+	down atomic.Pointer[unavailableErr] // set while the engine's store cannot be reached (SetUnavailable)
 
 	cfg Config
 
@@ -454,10 +454,7 @@ func (s *Server) Close(ctx context.Context) error {
 		for _, r := range t.queued {
 			r.cancel(errServerClosing)
 		}
-		sessions := make([]*Session, 0, len(t.sessions))
-		for ss := range t.sessions {
-			sessions = append(sessions, ss)
-		}
+		sessions := t.sessionList()
 		t.mu.Unlock()
 		for _, ss := range sessions {
 			ss.end(ErrServerClosed)

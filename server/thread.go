@@ -76,6 +76,16 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	return e, nil
 }
 
+// sessionList is the sessions with subscriptions here, for ending them
+// without the thread's lock; the caller holds t.mu.
+func (t *thread) sessionList() []*Session {
+	sessions := make([]*Session, 0, len(t.sessions))
+	for ss := range t.sessions {
+		sessions = append(sessions, ss)
+	}
+	return sessions
+}
+
 // deliver hands e to every session with a matching subscription; those
 // whose queue overflows are ended and taken out of the thread.
 func (t *thread) deliver(e *Event) {

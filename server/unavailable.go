@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 )
 
 // ErrUnavailable is wrapped by the error of a server whose engine cannot
@@ -32,10 +31,7 @@ func (s *Server) SetUnavailable(err error) {
 	s.mu.Unlock()
 	for _, t := range threads {
 		t.mu.Lock()
-		sessions := make([]*Session, 0, len(t.sessions))
-		for ss := range t.sessions {
-			sessions = append(sessions, ss)
-		}
+		sessions := t.sessionList()
 		t.mu.Unlock()
 		for _, ss := range sessions {
 			ss.end(wrapped)
@@ -50,6 +46,3 @@ func (s *Server) Unavailable() error {
 	}
 	return nil
 }
-
-// downState holds SetUnavailable's error.
-type downState = atomic.Pointer[unavailableErr]
