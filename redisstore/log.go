@@ -8,7 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 )
 
@@ -26,10 +29,18 @@ type LogOptions struct {
 	// TotalBytes bounds the events kept in memory, all threads together
 	// (none when 0); Redis keeps the rest.
 	TotalBytes int64
-	// WriteQueue is how many events may wait for Redis (DefaultWriteQueue);
-	// past it, appends are dropped from Redis (kept in memory) and
-	// counted, rather than making publishers wait for an unreachable Redis.
+	// WriteQueue is how many events may wait for Redis (DefaultWriteQueue).
+	// A publisher that finds it full waits for room (Redis is slower than
+	// the node's publishers: they are slowed to its pace), up to
+	// QueueWait; when that passes, or while Redis fails, the event is
+	// kept in memory only and counted as dropped, rather than making
+	// publishers wait for an unreachable Redis. The end of a run (its root
+	// lifecycle) is queued past the bound, never dropped for it: other
+	// nodes would take a run without an end for one whose node died.
 	WriteQueue int
+	// QueueWait is how long a publisher waits for room in a full write
+	// queue (WriteTimeout).
+	QueueWait time.Duration
 	// OnError, when set, hears of every failed Redis command.
 	OnError func(error)
 	// WriteTimeout bounds each pipelined batch (5s), ReadTimeout each read
@@ -52,7 +63,10 @@ type Log struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	room    chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
+	failing atomic.Bool   // the last batch failed: a full queue drops at once
 	dropped atomic.Uint64
+	waits   atomic.Uint64
 	written atomic.Uint64
 	batches atomic.Uint64
 	cmds    atomic.Uint64
@@ -83,11 +97,14 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 5 * time.Second
 	}
+	if opts.QueueWait <= 0 {
+		opts.QueueWait = opts.WriteTimeout
+	}
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 2 * time.Second
 	}
 	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}}
+		wake: make(chan struct{}, 1), room: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}}
 	l.mem.SetTotalBytes(opts.TotalBytes)
 	go l.writer()
 	return l
@@ -104,7 +121,8 @@ func (l *Log) Close() {
 type Stats struct {
 	Written  uint64 // events appended to Redis streams
 	Batches  uint64 // the pipelined round trips that carried them
-	Dropped  uint64 // events not written to Redis (the queue was full, or Redis failed)
+	Dropped  uint64 // events not written to Redis (the queue stayed full, or Redis failed)
+	Waits    uint64 // appends that waited for room in the write queue
 	Pending  int    // events not in Redis yet: waiting for the writer, or on the wire
 	Commands uint64 // Redis commands the writer sent (XADD, SPUBLISH, PEXPIRE)
 }
@@ -114,7 +132,24 @@ func (l *Log) Stats() Stats {
 	l.mu.Lock()
 	p := len(l.pending) + int(l.sending.Load())
 	l.mu.Unlock()
-	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Pending: p, Commands: l.cmds.Load()}
+	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Waits: l.waits.Load(), Pending: p, Commands: l.cmds.Load()}
+}
+
+// Collectors are the log's Prometheus metrics: events written to Redis,
+// dropped from it, waits for room in the write queue, what is pending, and
+// the commands and round trips the writer sent.
+func (l *Log) Collectors() []prometheus.Collector {
+	counter := func(name, help string, f func(Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(l.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("agentstream_redis_events_written_total", "Events appended to Redis streams.", func(s Stats) uint64 { return s.Written }),
+		counter("agentstream_redis_events_dropped_total", "Events kept in memory only: the write queue stayed full past --redis-queue-wait, or Redis failed.", func(s Stats) uint64 { return s.Dropped }),
+		counter("agentstream_redis_write_queue_waits_total", "Publishes that found the write queue full (--redis-write-queue) and waited for room.", func(s Stats) uint64 { return s.Waits }),
+		counter("agentstream_redis_write_batches_total", "Pipelined round trips that carried events to Redis.", func(s Stats) uint64 { return s.Batches }),
+		counter("agentstream_redis_write_commands_total", "Redis commands the event writer sent (XADD, SPUBLISH, PEXPIRE).", func(s Stats) uint64 { return s.Commands }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_redis_events_pending", Help: "Events not yet in Redis: queued, or on the wire."}, func() float64 { return float64(l.Stats().Pending) }),
+	}
 }
 
 // Memory is the in-memory part of the log (for its budget's metrics).
@@ -127,14 +162,38 @@ func (l *Log) fail(err error) {
 }
 
 // Append implements server.EventLog: the event is kept in memory at once
-// and queued for Redis.
+// and queued for Redis; when the queue is full it waits for room (see
+// LogOptions.WriteQueue).
 func (l *Log) Append(thread string, e *server.Event) {
 	l.mem.Append(thread, e)
 	l.mu.Lock()
-	if len(l.pending) >= l.opts.WriteQueue {
-		l.mu.Unlock()
-		l.dropped.Add(1)
-		return
+	if len(l.pending) >= l.opts.WriteQueue && !isRunEnd(e) {
+		l.waits.Add(1)
+		var deadline <-chan time.Time
+		for len(l.pending) >= l.opts.WriteQueue {
+			if l.failing.Load() {
+				l.mu.Unlock()
+				l.dropped.Add(1)
+				return
+			}
+			if deadline == nil {
+				t := time.NewTimer(l.opts.QueueWait)
+				defer t.Stop()
+				deadline = t.C
+			}
+			room := l.room
+			l.mu.Unlock()
+			select {
+			case <-room:
+			case <-deadline:
+				l.dropped.Add(1)
+				return
+			case <-l.stop:
+				l.dropped.Add(1)
+				return
+			}
+			l.mu.Lock()
+		}
 	}
 	l.pending = append(l.pending, entry{thread, e})
 	l.unsent[thread]++
@@ -143,6 +202,16 @@ func (l *Log) Append(thread string, e *server.Event) {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// isRunEnd reports whether e ends a run: its root lifecycle, completed or
+// failed.
+func isRunEnd(e *server.Event) bool {
+	if e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
+		return false
+	}
+	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+	return ok && (l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed)
 }
 
 // maxBatch is the most events one pipelined round trip carries.
@@ -173,6 +242,10 @@ func (l *Log) flush() bool {
 	batch := make([]entry, n)
 	copy(batch, l.pending)
 	l.pending = l.pending[n:]
+	if n > 0 {
+		close(l.room) // waiting publishers: there is room
+		l.room = make(chan struct{})
+	}
 	l.sending.Store(int64(n))
 	defer l.sending.Store(0)
 	if len(l.pending) == 0 {
@@ -226,6 +299,7 @@ func (l *Log) flush() bool {
 			}
 		}
 	}
+	l.failing.Store(failed > 0)
 	l.mu.Lock()
 	for _, en := range batch {
 		if l.unsent[en.thread]--; l.unsent[en.thread] <= 0 {

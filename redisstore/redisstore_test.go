@@ -289,3 +289,45 @@ func TestLogSurvivesRedisLoss(t *testing.T) {
 	more := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 5.0})
 	require.Eventually(t, func() bool { return l.Stats().Written == written+uint64(len(more)) }, 10*time.Second, 20*time.Millisecond)
 }
+
+// TestFullWriteQueueWaits: while Redis takes no writes (CLIENT PAUSE), a
+// full write queue makes publishers wait for room instead of dropping
+// events; once Redis takes writes again, every event is in the stream.
+func TestFullWriteQueueWaits(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	n := startNode(t, e, redisstore.LogOptions{WriteQueue: 4, WriteTimeout: 10 * time.Second})
+	require.NoError(t, rawRedis(rs.Addr, "CLIENT", "PAUSE", "400", "WRITE"))
+	evs := runToEnd(t, n.srv, "waits", "firehose", map[string]any{"count": 40.0})
+	require.Eventually(t, func() bool { return n.log.Stats().Pending == 0 }, 10*time.Second, 10*time.Millisecond)
+	st := n.log.Stats()
+	require.Zero(t, st.Dropped)
+	require.Positive(t, st.Waits, "the queue filled while Redis was paused")
+	var stored []uint64
+	require.NoError(t, n.log.Stored("waits", 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
+	require.Len(t, stored, len(evs))
+	for i, s := range stored {
+		require.Equal(t, uint64(i+1), s)
+	}
+}
+
+// TestRunEndIsNeverDroppedForAFullQueue: when waiting for room times out,
+// events are dropped from Redis (and counted), but the run's end still
+// reaches the stream, so that no other node takes the run for lost.
+func TestRunEndIsNeverDroppedForAFullQueue(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	n := startNode(t, e, redisstore.LogOptions{WriteQueue: 2, QueueWait: 20 * time.Millisecond})
+	require.NoError(t, rawRedis(rs.Addr, "CLIENT", "PAUSE", "600", "WRITE"))
+	evs := runToEnd(t, n.srv, "ends", "firehose", map[string]any{"count": 20.0})
+	require.Eventually(t, func() bool { return n.log.Stats().Pending == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Positive(t, n.log.Stats().Dropped)
+	// Redis carries out what was sent to it once the pause is over.
+	var last *server.Event
+	require.Eventually(t, func() bool {
+		last = nil
+		require.NoError(t, n.log.Stored("ends", 0, func(e *server.Event) bool { last = e; return true }))
+		return last != nil && last.Seq == evs[len(evs)-1].Seq
+	}, 10*time.Second, 50*time.Millisecond, "the stream ends with the run's end")
+	require.True(t, rootEnded(last))
+}

@@ -43,6 +43,7 @@ import (
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -85,6 +86,8 @@ type config struct {
 	redisURL                                                    string
 	nodeID                                                      string
 	leaseTTL                                                    time.Duration
+	redisWriteQueue                                             int
+	redisQueueWait                                              time.Duration
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -137,6 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
 	fs.StringVar(&c.nodeID, "node-id", "", "with --redis: this node's name among the nodes that share the Redis (random when empty)")
+	fs.IntVar(&c.redisWriteQueue, "redis-write-queue", redisstore.DefaultWriteQueue, "with --redis: how many events may wait to be written to Redis; past it publishers wait (--redis-queue-wait), then events are kept in memory only (agentstream_redis_events_dropped_total)")
+	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", 5*time.Second, "with --redis: how long a publisher waits for room in a full write queue before its event is kept in memory only")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
@@ -240,6 +245,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
 	}
 	var readyCheck func(context.Context) error
+	registry := prometheus.NewRegistry()
 	var live *redisstore.Live
 	var cluster *redisstore.Cluster
 	var engine *redisstore.Engine
@@ -254,7 +260,9 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 		defer engine.Close()
 		onErr := func(err error) { log.Warn().Err(err).Msg("redis") }
-		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr, Publish: true})
+		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr, Publish: true,
+			WriteQueue: c.redisWriteQueue, QueueWait: c.redisQueueWait})
+		registry.MustRegister(rlog.Collectors()...)
 		defer rlog.Close()
 		st := engine.State()
 		st.MaxCheckpoints, st.OnError = c.maxCheckpoints, onErr
@@ -292,6 +300,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		BodyTimeout:     c.bodyTimeout,
 		Auth:            authn,
 		Ready:           readyCheck,
+		Registry:        registry,
 		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
 	})
 	if c.metricsAddr != "" {
@@ -473,7 +482,7 @@ func (c config) check() error {
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
-		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
+		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)

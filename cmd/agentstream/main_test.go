@@ -405,6 +405,12 @@ func TestServeWithRedis(t *testing.T) {
 	require.Eventually(t, func() bool { s, _ := cmd(); return s == 200 }, 10*time.Second, 50*time.Millisecond)
 	runEcho(base)
 	require.Eventually(t, func() bool { return strings.Contains(state(base), "remember me") }, 5*time.Second, 20*time.Millisecond, "runs work again")
+	metrics, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	mb, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	require.Regexp(t, `(?m)^agentstream_redis_events_written_total [1-9]`, string(mb), "the Redis writer's metrics are served")
+	require.Regexp(t, `(?m)^agentstream_redis_events_dropped_total \d`, string(mb))
 	cancel()
 	require.Equal(t, 0, <-done)
 
