@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -510,4 +511,104 @@ func TestKilledNodeFailsItsRun(t *testing.T) {
 	stream.Body.Close()
 	cancel()
 	require.Equal(t, 0, <-done)
+}
+
+// sseFrame is one event of an SSE stream.
+type sseFrame struct{ id, event, data string }
+
+// readRunFrames reads a thread's stream from cursor since (GET, every
+// channel) up to and including the end of the n-th run it shows.
+func readRunFrames(t *testing.T, base, thread, since string, runs int) []sseFrame {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/threads/"+thread+"/stream?since="+since, nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	br := bufio.NewReader(resp.Body)
+	var out []sseFrame
+	var f sseFrame
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			f.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			f.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			f.data = line[6:]
+		case line == "" && f.event != "":
+			out = append(out, f)
+			if f.event == "lifecycle" && strings.Contains(f.data, `"namespace":[]`) &&
+				(strings.Contains(f.data, `"event":"completed"`) || strings.Contains(f.data, `"event":"failed"`)) {
+				if runs--; runs == 0 {
+					return out
+				}
+			}
+			f = sseFrame{}
+		}
+	}
+}
+
+// TestAllNodesRestarted: two nodes as processes, both stopped and two new
+// ones started on the same Redis: the thread's state and its events are
+// still there, byte for byte, and its next run continues the sequence.
+func TestAllNodesRestarted(t *testing.T) {
+	rs := redistest.Start(t)
+	start := func() (string, string, []*exec.Cmd) {
+		a, pa := startProcessNode(t, "--redis", rs.URL(), "--node-id", "a")
+		b, pb := startProcessNode(t, "--redis", rs.URL(), "--node-id", "b")
+		return a, b, []*exec.Cmd{pa, pb}
+	}
+	run := func(base, text string) {
+		body := `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "` + text + `"}]}}}`
+		r, err := http.Post(base+"/threads/kept/commands", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		r.Body.Close()
+		require.Equal(t, 200, r.StatusCode)
+	}
+	state := func(base string) string {
+		r, err := http.Get(base + "/threads/kept/state")
+		require.NoError(t, err)
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return string(b)
+	}
+	a, b, procs := start()
+	run(a, "before the restart")
+	before := readRunFrames(t, b, "kept", "0", 1)
+	require.Greater(t, len(before), 3)
+	valuesBefore := state(b)
+	require.Contains(t, valuesBefore, "before the restart")
+	for _, p := range procs {
+		require.NoError(t, p.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, p.Wait(), "a node stops cleanly")
+	}
+
+	a, b, _ = start()
+	require.Equal(t, valuesBefore, state(a), "the state outlived both nodes")
+	// A stream opens with a snapshot of the values (no id, a timestamp of
+	// now), then the events from the cursor on.
+	stored := func(fs []sseFrame) []sseFrame {
+		require.Empty(t, fs[0].id)
+		require.Equal(t, "values", fs[0].event)
+		return fs[1:]
+	}
+	again := readRunFrames(t, a, "kept", "0", 1)
+	require.Equal(t, stored(before), stored(again), "the events outlived both nodes, byte for byte")
+	last := before[len(before)-1].id
+	run(b, "after the restart")
+	after := stored(readRunFrames(t, a, "kept", last, 1))
+	epoch, seq, _ := strings.Cut(last, "-")
+	n, err := strconv.Atoi(seq)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1), after[0].id, "the sequence continues, in the same epoch")
+	for i, f := range after {
+		require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1+i), f.id)
+	}
+	require.Contains(t, state(b), "after the restart")
 }
