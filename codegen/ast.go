@@ -1,8 +1,10 @@
 package codegen
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math/big"
+	"strconv"
 )
 
 // Pos is a position in a CDDL source: 1-based line and column (in bytes),
@@ -186,6 +188,11 @@ const (
 	ValueText
 	// ValueBytes is a byte string (h'', b64'' or '').
 	ValueBytes
+	// ValueBool is the prelude's true or false (Bool), and ValueNull its
+	// null (or nil); they appear only as a [Shape]'s Default, never in
+	// the syntax tree.
+	ValueBool
+	ValueNull
 )
 
 // Value is a literal.
@@ -196,8 +203,28 @@ type Value struct {
 	Float float64
 	Text  string // ValueText: the decoded text
 	Bytes []byte // ValueBytes: the decoded bytes
+	Bool  bool   // ValueBool
 	Raw   string // the literal as written
 }
 
 // String returns the literal as written in the source.
 func (v *Value) String() string { return v.Raw }
+
+// JSON returns the value as JSON text (a byte string as base64url text,
+// as the JSON Schema and the bindings carry it).
+func (v *Value) JSON() string {
+	switch v.Kind {
+	case ValueInt:
+		return v.Int.String()
+	case ValueFloat:
+		return strconv.FormatFloat(v.Float, 'g', -1, 64)
+	case ValueText:
+		return strconv.Quote(v.Text)
+	case ValueBool:
+		return strconv.FormatBool(v.Bool)
+	case ValueNull:
+		return "null"
+	default:
+		return strconv.Quote(base64.RawURLEncoding.EncodeToString(v.Bytes))
+	}
+}

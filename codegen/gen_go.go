@@ -325,11 +325,17 @@ func (gg *goGen) decl(d *Decl) {
 		gg.intEnumDecl(d, id)
 	case s.Kind == KUnion && hasStructLeaves(gg.m, s):
 		if disc, values := gg.m.Discriminator(s); disc != "" {
-			gg.sumDecl(d, id, disc, values)
+			gg.sumDecl(d, id, disc, values, gg.m.Leaves(s))
 			return
 		}
 		if markers := gg.m.Markers(s); markers != nil {
-			gg.sumDecl(d, id, "", markers)
+			gg.sumDecl(d, id, "", markers, gg.m.Leaves(s))
+			return
+		}
+		// Two levels: a member tells the alternatives apart, and an
+		// alternative that is itself a union decodes its own variants.
+		if disc, values := gg.m.NestedDiscriminator(s); disc != "" {
+			gg.sumDecl(d, id, disc, values, s.Alts)
 			return
 		}
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
@@ -347,6 +353,16 @@ func (gg *goGen) decl(d *Decl) {
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 		gg.p("type %s = %s", id, gg.goType(d, s))
 	}
+}
+
+// goDefaultConst spells a default as an untyped Go constant, or "" for
+// one Go has no constant for (null, a byte string).
+func goDefaultConst(v *Value) string {
+	switch v.Kind {
+	case ValueInt, ValueFloat, ValueText, ValueBool:
+		return v.JSON()
+	}
+	return ""
 }
 
 func isIntEnum(s *Shape) bool {
@@ -509,6 +525,7 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 	s := d.Shape
 	fs := gg.fields(d, s)
 	var literals []goField
+	var defaults [][2]string // field, Go constant value
 	// Each line is a comment (one cell) or a field (name, type, tags).
 	var lines [][]string
 	plain := plainDoc(d.Doc)
@@ -517,10 +534,17 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 			literals = append(literals, gf)
 			continue
 		}
-		for _, l := range commentLines(gf.f.Doc) {
+		doc := gf.f.Doc
+		if def := gf.f.Shape.Default; def != nil {
+			doc = strings.TrimLeft(doc+"\nDefault (when absent): "+def.JSON()+".", "\n")
+			if c := goDefaultConst(def); c != "" {
+				defaults = append(defaults, [2]string{gf.name, c})
+			}
+		}
+		for _, l := range commentLines(doc) {
 			lines = append(lines, []string{strings.TrimRight("// "+l, " ")})
 		}
-		plain = plain && plainDoc(gf.f.Doc)
+		plain = plain && plainDoc(doc)
 		lines = append(lines, []string{gf.name, gf.typ, gf.tags()})
 	}
 	if s.Rest != nil {
@@ -560,6 +584,12 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 				break
 			}
 		}
+	}
+	for _, df := range defaults {
+		gg.r("",
+			fmt.Sprintf("// Default%s%s is the value member %s.%s stands for when it is absent", id, df[0], id, df[0]),
+			"// (the schema's .default; decoding leaves an absent member nil).",
+			fmt.Sprintf("const Default%s%s = %s", id, df[0], df[1]))
 	}
 	for _, gf := range literals {
 		gg.r("",
@@ -714,11 +744,14 @@ func (gg *goGen) enumDecl(d *Decl, id string) {
 // sumDecl writes a union of structs told apart by one member: a wrapper
 // struct holding one variant, an interface the variants implement, and
 // decoders that dispatch on the member.
-func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string) {
+// sumDecl writes union d as a struct holding one of its variants, leaves
+// (structs, or for a two-level dispatch also unions), told apart by member
+// disc with values, or by which of the marker members values is present
+// (disc "").
+func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string, leaves []*Shape) {
 	gg.use(impJSON)
 	gg.use(impCBOR)
 	gg.use(impRT)
-	leaves := gg.m.Leaves(d.Shape)
 	open := true
 	for _, l := range leaves {
 		if r := gg.m.Resolve(l); r == nil || r.Rest == nil {
@@ -837,9 +870,17 @@ type accessor struct {
 // name a variant already uses for a field is left out.
 func (gg *goGen) variantAccessors(d *Decl, leaves []*Shape, disc string, values []string) []accessor {
 	var perLeaf [][]goField
+	unionLeaf := false
 	for _, l := range leaves {
 		ld := gg.m.Decl(l.Ref)
 		r := gg.m.Resolve(l)
+		if l.Kind == KRef && ld != nil && r != nil && r.Kind == KUnion {
+			// A union of a two-level dispatch: its Go struct has these
+			// fields, and shares none with the others.
+			unionLeaf = true
+			perLeaf = append(perLeaf, []goField{{name: "Value"}, {name: "Unknown"}})
+			continue
+		}
 		if l.Kind != KRef || ld == nil || r == nil || r.Kind != KStruct {
 			return nil
 		}
@@ -862,6 +903,9 @@ func (gg *goGen) variantAccessors(d *Decl, leaves []*Shape, disc string, values 
 			out = append(out, accessor{name: name, sig: name + "() string", literals: values,
 				doc: fmt.Sprintf("%s is the variant's member %q.", name, gg.opt.FieldCase.Apply(disc))})
 		}
+	}
+	if unionLeaf {
+		return out
 	}
 	for _, gf := range perLeaf[0] {
 		if gf.literal != "" {

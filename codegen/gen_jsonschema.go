@@ -146,6 +146,10 @@ func jsonValue(v *Value) any {
 		return json.Number(strconv.FormatFloat(v.Float, 'g', -1, 64))
 	case ValueText:
 		return v.Text
+	case ValueBool:
+		return v.Bool
+	case ValueNull:
+		return nil
 	default:
 		return base64.RawURLEncoding.EncodeToString(v.Bytes)
 	}

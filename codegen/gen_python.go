@@ -158,7 +158,11 @@ func (g *genCtx) pyClass(b *bytes.Buffer, d *Decl) {
 	}
 	for _, f := range s.Fields {
 		var fb bytes.Buffer
-		pyComment(&fb, "    ", f.Doc)
+		doc := f.Doc
+		if f.Shape.Default != nil {
+			doc = strings.TrimLeft(doc+"\nDefault (when absent): "+pyValue(f.Shape.Default)+".", "\n")
+		}
+		pyComment(&fb, "    ", doc)
 		t := g.pyType(d, f.Shape, nil)
 		if f.Optional {
 			t = "NotRequired[" + t + "]"
@@ -316,4 +320,18 @@ func pyUnion(parts []string) string {
 		return parts[0]
 	}
 	return "Union[" + strings.Join(parts, ", ") + "]"
+}
+
+// pyValue spells a default value as Python would.
+func pyValue(v *Value) string {
+	switch v.Kind {
+	case ValueBool:
+		if v.Bool {
+			return "True"
+		}
+		return "False"
+	case ValueNull:
+		return "None"
+	}
+	return v.JSON()
 }

@@ -201,7 +201,11 @@ func (g *genCtx) tsStruct(b *bytes.Buffer, d *Decl, s *Shape, indent string) {
 	in := indent + "  "
 	var fieldTypes []string
 	for _, f := range s.Fields {
-		tsDoc(b, in, f.Doc)
+		doc := f.Doc
+		if f.Shape.Default != nil {
+			doc = strings.TrimLeft(doc+"\n@default "+f.Shape.Default.JSON(), "\n")
+		}
+		tsDoc(b, in, doc)
 		t := g.tsType(d, f.Shape, in)
 		opt := ""
 		if f.Optional {

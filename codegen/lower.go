@@ -112,7 +112,7 @@ func mkUnion(alts []*Shape) *Shape {
 	var flat []*Shape
 	var add func(s *Shape)
 	add = func(s *Shape) {
-		if s.Kind == KUnion && s.Note == "" {
+		if s.Kind == KUnion && s.Note == "" && s.Default == nil {
 			for _, a := range s.Alts {
 				add(a)
 			}
@@ -457,6 +457,38 @@ func (l *lowerer) literalOf(t *Type2, e env) *Value {
 	return nil
 }
 
+// preludeValue returns the value of the prelude's true, false, null and
+// nil, also through a rule that names one (`off = false`), or nil.
+func (l *lowerer) preludeValue(t *Type2) *Value {
+	for i := 0; t != nil && i < maxExpand; i++ {
+		if t.Kind == T2Paren && len(t.Inner.Choices) == 1 && t.Inner.Choices[0].Op == "" {
+			t = t.Inner.Choices[0].Left
+			continue
+		}
+		if t.Kind != T2Name {
+			return nil
+		}
+		d := l.res.Defs[t.Name]
+		if d == nil || d.IsGroup {
+			return nil
+		}
+		if d.Prelude {
+			switch t.Name {
+			case "true", "false":
+				return &Value{Pos: t.Pos, Kind: ValueBool, Bool: t.Name == "true", Raw: t.Name}
+			case "null", "nil":
+				return &Value{Pos: t.Pos, Kind: ValueNull, Raw: t.Name}
+			}
+			return nil
+		}
+		if len(d.Type.Choices) != 1 || d.Type.Choices[0].Op != "" {
+			return nil
+		}
+		t = d.Type.Choices[0].Left
+	}
+	return nil
+}
+
 func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 	if t.Op == "" {
 		return l.lowerType2(t.Left, e)
@@ -532,6 +564,9 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 		}
 		l.warn(t.Pos, ".eq without a literal is not checked")
 	case ".default":
+		if right == nil {
+			right = l.preludeValue(t.Right)
+		}
 		out.Default = right
 		if right == nil {
 			l.warn(t.Pos, ".default without a literal value is ignored")
@@ -990,6 +1025,16 @@ func (l *lowerer) flattenArray(gc *GroupChoice, e env, mult int64) []arrItem {
 		if en.Occur != nil {
 			min, max = en.Occur.Min, en.Occur.Max
 		}
+		if en.Key == nil && min == 1 && max == 1 && l.depth < maxExpand {
+			// `~name` of an array rule inside an array: its entries, in
+			// place (RFC 8610 section 3.7).
+			if g, inner := l.unwrappedArray(en, e); g != nil && len(g.Choices) == 1 {
+				l.depth++
+				out = append(out, l.flattenArray(g.Choices[0], inner, mult)...)
+				l.depth--
+				continue
+			}
+		}
 		if en.Key == nil {
 			if g, inner, name := l.spliceTarget(en, e); g != nil && (en.Group != nil || l.isGroupName(name)) {
 				if len(g.Choices) == 1 && min == 1 && max == 1 && l.depth < maxExpand {
@@ -1029,6 +1074,30 @@ func (l *lowerer) flattenArray(gc *GroupChoice, e env, mult int64) []arrItem {
 		out = append(out, it)
 	}
 	return out
+}
+
+// unwrappedArray returns the group of the array rule that entry en
+// unwraps (`~basic-header`), with the rule's generic arguments bound, or
+// nil when en is anything else.
+func (l *lowerer) unwrappedArray(en *GroupEntry, e env) (*Group, env) {
+	if en.Type == nil || len(en.Type.Choices) != 1 || en.Type.Choices[0].Op != "" {
+		return nil, nil
+	}
+	t2 := en.Type.Choices[0].Left
+	if t2.Kind != T2Unwrap {
+		return nil, nil
+	}
+	d := l.res.Defs[t2.Name]
+	if d == nil || d.IsGroup || len(d.Type.Choices) != 1 || d.Type.Choices[0].Op != "" || d.Type.Choices[0].Left.Kind != T2Array {
+		return nil, nil
+	}
+	inner := env{}
+	for i, p := range d.Params {
+		if i < len(t2.Args) {
+			inner[p] = l.lowerType1(t2.Args[i], e)
+		}
+	}
+	return d.Type.Choices[0].Left.Group, inner
 }
 
 func mulMax(a, b int64) int64 {

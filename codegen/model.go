@@ -1,6 +1,9 @@
 package codegen
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // Kind is the kind of a [Shape].
 type Kind int
@@ -271,4 +274,99 @@ func (s *Shape) Nullable() (inner *Shape, ok bool) {
 		return s.Alts[0], true
 	}
 	return nil, false
+}
+
+// NestedDiscriminator tells apart the alternatives of union u in two
+// levels, where [Model.Discriminator] finds no member that tells all the
+// leaf variants apart: a member whose value is a distinct text literal in
+// each alternative, where an alternative is a struct with that literal or
+// a named union every variant of which has the same literal and which
+// tells its own variants apart (by a member, or by which member is
+// present). `Message = Resp / Ev` with `Resp = {type: "success", ...}` and
+// `Ev = {type: "event", ( M1 // M2 )}` dispatches on "type", then Ev on
+// "method". It returns the member and each alternative's value, or "".
+func (m *Model) NestedDiscriminator(u *Shape) (string, []string) {
+	if len(u.Alts) < 2 {
+		return "", nil
+	}
+	// Each alternative's candidate members: the text literal it has for
+	// each, when every leaf below it agrees.
+	lits := make([]map[string]string, len(u.Alts))
+	nested := false
+	for i, a := range u.Alts {
+		r := m.Resolve(a)
+		switch {
+		case r != nil && r.Kind == KStruct:
+			lits[i] = map[string]string{}
+			for _, f := range r.Fields {
+				if v, ok := r.textLiteralField(f.Name); ok {
+					lits[i][f.Name] = v
+				}
+			}
+		case r != nil && r.Kind == KUnion && a.Kind == KRef:
+			if d, _ := m.Discriminator(r); d == "" && m.Markers(r) == nil {
+				if d, _ := m.NestedDiscriminator(r); d == "" {
+					return "", nil
+				}
+			}
+			nested = true
+			var common map[string]string
+			for _, l := range m.Leaves(r) {
+				st := m.Resolve(l)
+				if st == nil || st.Kind != KStruct {
+					return "", nil
+				}
+				here := map[string]string{}
+				for _, f := range st.Fields {
+					if v, ok := st.textLiteralField(f.Name); ok {
+						here[f.Name] = v
+					}
+				}
+				if common == nil {
+					common = here
+					continue
+				}
+				for k, v := range common {
+					if here[k] != v {
+						delete(common, k)
+					}
+				}
+			}
+			lits[i] = common
+		default:
+			return "", nil
+		}
+	}
+	if !nested {
+		return "", nil
+	}
+	// The first member (in the first alternative's order) that is a
+	// distinct literal in every alternative.
+	first := m.Resolve(u.Alts[0])
+	var names []string
+	if first.Kind == KStruct {
+		for _, f := range first.Fields {
+			names = append(names, f.Name)
+		}
+	} else {
+		for k := range lits[0] {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+	}
+candidates:
+	for _, name := range names {
+		seen := map[string]bool{}
+		values := make([]string, len(u.Alts))
+		for i := range u.Alts {
+			v, ok := lits[i][name]
+			if !ok || seen[v] {
+				continue candidates
+			}
+			seen[v] = true
+			values[i] = v
+		}
+		return name, values
+	}
+	return "", nil
 }

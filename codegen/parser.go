@@ -112,6 +112,9 @@ func (p *parser) leave() { p.depth-- }
 
 func (p *parser) rule() (*Rule, *Error) {
 	p.depth = 0
+	if t := p.cur(); t.kind == tValue && t.val != nil && t.val.Kind == ValueText {
+		return nil, p.errAt(t.pos, "a rule name must be an identifier, not a text string: write %s, without quotes", t.val.Text)
+	}
 	name, err := p.expect(tIdent, "a rule name")
 	if err != nil {
 		return nil, err
@@ -391,7 +394,16 @@ func (p *parser) type1() (*Type1, *Error) {
 		if t.Op != "" {
 			t = &Type1{Pos: t.Pos, Left: &Type2{Pos: t.Pos, Kind: T2Paren, Inner: &Type{Pos: t.Pos, Choices: []*Type1{t}}}}
 		}
-		t.Op = p.advance().text
+		op := p.advance()
+		t.Op = op.text
+		if c := p.cur(); c.kind == tIdent && c.pos.Line > op.pos.Line {
+			switch p.peekKind(1) {
+			case tAssign, tTypeAlt, tGroupAlt:
+				// `a = text .size` then `b = int`: the next rule is not
+				// the operator's argument.
+				return nil, p.errAt(op.pos, "%s needs an argument after it, before the rule %s on line %d", op.text, c.text, c.pos.Line)
+			}
+		}
 		right, err := p.type2()
 		if err != nil {
 			return nil, err

@@ -145,6 +145,11 @@ func TestParseErrorsHavePositions(t *testing.T) {
 		{"type choice on group", "a /= b: int", 1, 3, "'/=' adds type alternatives"},
 		{"major out of range", "a = #9", 1, 5, "major type 9 is out of range"},
 		{"second rule error", "a = int\nb = [", 2, 6, "expected ']'"},
+		// Issue 15, bug 6: the missing argument is reported where it is
+		// missing, not on the next rule's '='.
+		{"control without argument", "a = text .size\nb = int", 1, 10, ".size needs an argument after it, before the rule b on line 2"},
+		{"range without upper bound", "a = 1 ..\nb = int", 1, 7, ".. needs an argument"},
+		{"quoted rule name", "\"b\" = int", 1, 1, "a rule name must be an identifier, not a text string"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,6 +202,8 @@ func TestResolveErrors(t *testing.T) {
 		{"duplicate", "a = int\nb = a\na = text", []string{"3:1: rule a is defined twice (first at 1:1)"}},
 		{"generic arity", "p<T> = [T]\na = p<int, text>\nb = p", []string{"2:5: p takes 1 generic argument(s), got 2", "3:5: p takes 1 generic argument(s), got 0"}},
 		{"type alt on group", "g = (x: int)\ng /= text", []string{"2:1: '/=' adds type alternatives, but g is a group rule"}},
+		// Issue 15, bug 5: a range no value satisfies.
+		{"empty range", "a = 10..1\nb = [ 1.5...1.5 ]\nc = 1..1", []string{"1:5: the range 10..1 holds no value", "2:7: the range 1.5...1.5 holds no value"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"math/big"
 	"strings"
 )
 
@@ -86,7 +87,7 @@ func Resolve(s *Schema) (*Resolved, error) {
 					continue
 				}
 				d.IsGroup = true
-				d.Group = &Group{Pos: d.Type.Pos, Choices: []*GroupChoice{{Pos: d.Type.Pos, Entries: []*GroupEntry{{Pos: d.Type.Pos, Type: d.Type}}}}}
+				d.Group = &Group{Pos: d.Type.Pos, Choices: []*GroupChoice{{Pos: d.Type.Pos, Entries: []*GroupEntry{{Pos: d.Type.Pos, Type: plainName(d.Type)}}}}}
 				d.Type = nil
 			}
 			d.Group = &Group{Pos: d.Group.Pos, Choices: append(append([]*GroupChoice{}, d.Group.Choices...), entryChoices(r.Entry)...)}
@@ -124,11 +125,31 @@ func entryChoices(e *GroupEntry) []*GroupChoice {
 // isPlainType reports whether a type rule is a single name, which may stand
 // for a group.
 func isPlainType(d *Def) bool {
-	return d.Type != nil && len(d.Type.Choices) == 1 && d.Type.Choices[0].Op == "" &&
-		d.Type.Choices[0].Left.Kind == T2Name
+	return d.Type != nil && plainName(d.Type) != nil
 }
 
-// classify turns `a = b`, where b is a group rule, into a group rule too.
+// plainName returns the name a type consists of, seen through parentheses
+// (`Y`, `( Y )`, `((Y))`), or nil when it is anything else.
+func plainName(t *Type) *Type {
+	for i := 0; i < 100; i++ {
+		if len(t.Choices) != 1 || t.Choices[0].Op != "" {
+			return nil
+		}
+		switch left := t.Choices[0].Left; left.Kind {
+		case T2Name:
+			return t
+		case T2Paren:
+			t = left.Inner
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// classify turns `a = b` and `a = ( b )`, where b is a group rule, into a
+// group rule too: the parentheses of `X = ( Y )` wrap a group, and the
+// members of Y are spliced wherever X is.
 func (res *Resolved) classify() {
 	for changed := true; changed; {
 		changed = false
@@ -137,10 +158,11 @@ func (res *Resolved) classify() {
 			if d.IsGroup || !isPlainType(d) {
 				continue
 			}
-			target := res.Defs[d.Type.Choices[0].Left.Name]
+			name := plainName(d.Type)
+			target := res.Defs[name.Choices[0].Left.Name]
 			if target != nil && target.IsGroup && target != d {
 				d.IsGroup = true
-				d.Group = &Group{Pos: d.Type.Pos, Choices: []*GroupChoice{{Pos: d.Type.Pos, Entries: []*GroupEntry{{Pos: d.Type.Pos, Type: d.Type}}}}}
+				d.Group = &Group{Pos: d.Type.Pos, Choices: []*GroupChoice{{Pos: d.Type.Pos, Entries: []*GroupEntry{{Pos: d.Type.Pos, Type: name}}}}}
 				d.Type = nil
 				changed = true
 			}
@@ -197,6 +219,15 @@ func (res *Resolved) checkDef(d *Def, errorf func(Pos, string, ...any)) {
 		if t.Right != nil {
 			checkType2(t.Right)
 		}
+		if (t.Op == ".." || t.Op == "...") && t.Left.Kind == T2Value && t.Right != nil && t.Right.Kind == T2Value {
+			if empty, ok := emptyRange(t.Left.Value, t.Right.Value, t.Op == "..."); ok && empty {
+				why := "its lower bound is above its upper bound"
+				if t.Op == "..." {
+					why = "its lower bound is not below its upper bound, which '...' excludes"
+				}
+				errorf(t.Pos, "the range %s%s%s holds no value: %s", t.Left.Value, t.Op, t.Right.Value, why)
+			}
+		}
 	}
 	checkType = func(t *Type) {
 		for _, c := range t.Choices {
@@ -223,4 +254,25 @@ func (res *Resolved) checkDef(d *Def, errorf func(Pos, string, ...any)) {
 	} else {
 		checkType(d.Type)
 	}
+}
+
+// emptyRange reports whether the range lo..hi (lo...hi when exclusive)
+// holds no number; ok is false when the bounds are not both numbers.
+func emptyRange(lo, hi *Value, exclusive bool) (empty, ok bool) {
+	num := func(v *Value) (*big.Float, bool) {
+		switch v.Kind {
+		case ValueInt:
+			return new(big.Float).SetInt(v.Int), true
+		case ValueFloat:
+			return big.NewFloat(v.Float), true
+		}
+		return nil, false
+	}
+	a, okA := num(lo)
+	b, okB := num(hi)
+	if !okA || !okB {
+		return false, false
+	}
+	c := a.Cmp(b)
+	return c > 0 || (exclusive && c == 0), true
 }

@@ -3205,7 +3205,79 @@ func (u *ExtensionCommandData) UnmarshalCBOR(data []byte) error {
 }
 
 // Anything the server sends.
-type Message = any
+//
+// Its Value is one of *CommandResponse, *ErrorResponse, *Event, chosen by member "type".
+type Message struct {
+	// Value is the variant.
+	// It is nil when Unknown holds a variant this code does not know.
+	Value MessageVariant
+	// Unknown holds a variant this code does not know, as it was received,
+	// so that it round-trips.
+	Unknown *cddlrt.RawValue
+}
+
+// MessageVariant is implemented by the variants of Message.
+type MessageVariant interface {
+	isMessage()
+	// Type is the variant's member "type".
+	Type() string
+}
+
+func (*CommandResponse) isMessage() {}
+
+func (*CommandResponse) Type() string { return "success" }
+
+func (*ErrorResponse) isMessage() {}
+
+func (*ErrorResponse) Type() string { return "error" }
+
+func (*Event) isMessage() {}
+
+func (*Event) Type() string { return "event" }
+
+var messageVariants = cddlrt.Variants[MessageVariant]{
+	"success": func() MessageVariant { return new(CommandResponse) },
+	"error":   func() MessageVariant { return new(ErrorResponse) },
+	"event":   func() MessageVariant { return new(Event) },
+}
+
+// MarshalJSON encodes the variant.
+func (u Message) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Message", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant named by member "type".
+func (u *Message) UnmarshalJSON(data []byte) error {
+	v, raw, err := cddlrt.DecodeJSON(data, "Message", "type", messageVariants, true)
+	if err != nil {
+		return err
+	}
+	u.Value, u.Unknown = v, raw
+	return nil
+}
+
+// MarshalCBOR encodes the variant.
+func (u Message) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Message", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant named by member "type".
+func (u *Message) UnmarshalCBOR(data []byte) error {
+	v, raw, err := cddlrt.DecodeCBOR(data, "Message", "type", messageVariants, true)
+	if err != nil {
+		return err
+	}
+	u.Value, u.Unknown = v, raw
+	return nil
+}
 
 // The answer to a command that succeeded.
 type CommandResponse struct {

@@ -45,6 +45,14 @@ var seedExamples = []struct {
 		func() any { return new(ContentBlockDeltaData) }},
 	{"content-block-finish", `{"event": "content-block-finish", "index": 1, "content": {"type": "tool_call", "id": "call_123", "name": "search", "args": {"query": "weather"}}}`,
 		func() any { return new(ContentBlockFinishData) }},
+	// Issue 15: Message, anything the server sends, is a sum type
+	// dispatched on "type", then (for events) on "method".
+	{"Message success", `{"type": "success", "id": 1, "result": {"run_id": "run_123"}, "meta": {"applied_through_seq": 42}}`,
+		func() any { return new(Message) }},
+	{"Message error", `{"type": "error", "id": 1, "error": "invalid_argument", "message": "assistantId is required"}`,
+		func() any { return new(Message) }},
+	{"Message event", `{"type": "event", "event_id": "evt_123", "seq": 43, "method": "messages", "params": {"namespace": [], "timestamp": 1710000000000, "data": {"event": "message-start", "role": "ai", "id": "msg_123"}}}`,
+		func() any { return new(Message) }},
 	{"updates event", `{"method": "updates", "params": {"namespace": [], "timestamp": 1710000000000, "data": {"node": "agent", "values": {"messages": []}}}}`,
 		func() any { return new(UpdatesEvent) }},
 }
@@ -86,6 +94,25 @@ func TestSeedExamplesDecodeToTheRightVariants(t *testing.T) {
 	call, ok := fin.Content.Value.(*ToolCall)
 	require.True(t, ok, "%T", fin.Content.Value)
 	require.Equal(t, "weather", call.Args["query"])
+}
+
+// TestMessageIsASumType: each kind of server message decodes into its
+// own Go type, an event down to its method's payload.
+func TestMessageIsASumType(t *testing.T) {
+	decode := func(in string) MessageVariant {
+		var m Message
+		require.NoError(t, json.Unmarshal([]byte(in), &m))
+		require.Nil(t, m.Unknown)
+		return m.Value
+	}
+	require.IsType(t, &CommandResponse{}, decode(`{"type": "success", "id": 1, "result": {}}`))
+	require.IsType(t, &ErrorResponse{}, decode(`{"type": "error", "id": null, "error": "invalid_argument", "message": "m"}`))
+	ev, ok := decode(`{"type": "event", "event_id": "e-1", "seq": 1, "method": "lifecycle", "params": {"namespace": [], "timestamp": 1, "data": {"event": "running"}}}`).(*Event)
+	require.True(t, ok)
+	require.Equal(t, "event", ev.Type())
+	var m Message
+	require.NoError(t, json.Unmarshal([]byte(`{"type": "heartbeat", "at": 1}`), &m), "unknown kinds are kept (the union is open)")
+	require.NotNil(t, m.Unknown)
 }
 
 // TestUnknownVariantsAreKept: readers ignore what they do not know, so a
