@@ -36,6 +36,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	quiet := fs.Bool("quiet", false, "do not print warnings")
 	open := fs.Bool("open-unions", false, "Go: keep unknown variants of every union instead of failing")
 	inline := fs.Bool("inline-leaves", false, "JSON Schema: inline references to scalars, enumerations and patterns (faster validation)")
+	explain := fs.Bool("explain-any", false, "print, instead of the output, the rules whose Go types fall back to any, and why")
 	root := fs.String("root", "", "JSON Schema: the rule a document must match (default: the first rule, as RFC 8610 has it)")
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
@@ -57,7 +58,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 		return CLIOptions{}, err
 	}
 	return CLIOptions{
-		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet,
+		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
 		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root},
 	}, nil
 }
@@ -68,6 +69,9 @@ type CLIOptions struct {
 	Output string // the output file; "" writes to stdout
 	Check  bool   // compare Output with what would be generated instead of writing
 	Quiet  bool   // do not print warnings
+	// ExplainAny prints the rules whose Go types fall back to any instead
+	// of generating.
+	ExplainAny bool
 	Options
 }
 
@@ -82,6 +86,9 @@ func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
 	}
 	if o.Source == "" {
 		o.Source = o.Input
+	}
+	if o.ExplainAny {
+		return explainAny(o, src, stdout, stderr)
 	}
 	out, warnings, err := Compile(o.Input, src, o.Options)
 	if err != nil {
@@ -159,4 +166,33 @@ func Diff(nameA, nameB string, a, b []byte) string {
 		line(" ", s)
 	}
 	return out.String()
+}
+
+// explainAny prints where the Go output of a schema falls back to any.
+func explainAny(o CLIOptions, src []byte, stdout, stderr io.Writer) int {
+	s, err := Parse(o.Input, src)
+	if err == nil {
+		var res *Resolved
+		if res, err = Resolve(s); err == nil {
+			uses, rules, err := ExplainAny(Lower(res), o.Options)
+			if err != nil {
+				fmt.Fprintln(stderr, "cddlgen:", err)
+				return 1
+			}
+			schemaSays := 0
+			for _, u := range uses {
+				if len(u.Reasons) == 1 && u.Reasons[0] == AnyInSchema {
+					schemaSays++
+				}
+			}
+			fmt.Fprintf(stdout, "%s: %d of %d rules have an any in Go: %d only where the schema says any, %d where a narrower type could exist\n",
+				o.Input, len(uses), rules, schemaSays, len(uses)-schemaSays)
+			for _, u := range uses {
+				fmt.Fprintf(stdout, "  %d:%d %s: %s\n", u.Pos.Line, u.Pos.Col, u.Rule, strings.Join(u.Reasons, "; "))
+			}
+			return 0
+		}
+	}
+	fmt.Fprint(stderr, FormatError(err, src))
+	return 1
 }

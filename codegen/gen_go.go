@@ -26,11 +26,57 @@ type goGen struct {
 	// members held by value; such members become pointers.
 	recursive map[string]bool
 	methods   map[string]bool // "Type.Method" already written
+	anys      *anyLog
+}
+
+// oneGoType reports whether union s has one Go type (a nullable type, or
+// alternatives that share a type), without warning or recording an any.
+func (gg *goGen) oneGoType(d *Decl, s *Shape) bool {
+	if _, ok := s.Nullable(); ok {
+		return true
+	}
+	gg.mute++
+	defer func() { gg.mute-- }()
+	return gg.goType(d, s) != "any"
+}
+
+// anyLog records where the Go output falls back to any, and why
+// (cddlgen --explain-any).
+type anyLog struct {
+	byRule map[string]*AnyUse
+	order  []string
+}
+
+func (gg *goGen) anyBecause(d *Decl, reason string) {
+	if gg.mute > 0 {
+		return
+	}
+	rule := d.Name
+	if d.Synthetic {
+		rule = d.Parent
+	}
+	u := gg.anys.byRule[rule]
+	if u == nil {
+		u = &AnyUse{Rule: rule, Pos: gg.declPos(d)}
+		gg.anys.byRule[rule] = u
+		gg.anys.order = append(gg.anys.order, rule)
+	}
+	for _, r := range u.Reasons {
+		if r == reason {
+			return
+		}
+	}
+	u.Reasons = append(u.Reasons, reason)
 }
 
 func (g *genCtx) goFile() ([]byte, error) {
 	g.assignIdents(goName, goReserved)
-	gg := &goGen{genCtx: g, imports: map[string]bool{}, methods: map[string]bool{}}
+	gg := &goGen{genCtx: g, imports: map[string]bool{}, methods: map[string]bool{}, anys: &anyLog{byRule: map[string]*AnyUse{}}}
+	defer func() {
+		for _, r := range gg.anys.order {
+			g.anyUses = append(g.anyUses, *gg.anys.byRule[r])
+		}
+	}()
 	gg.b.Grow(1024 * len(g.m.Decls)) // about what a declaration and its methods take
 	gg.findRecursion()
 	for _, d := range g.m.Decls {
@@ -216,8 +262,10 @@ func nilable(t string) bool {
 func (gg *goGen) goType(d *Decl, s *Shape) string {
 	switch s.Kind {
 	case KAny:
+		gg.anyBecause(d, AnyInSchema)
 		return "any"
 	case KNever, KNull, KUndefined:
+		gg.anyBecause(d, "null, undefined or an empty choice has no Go type of its own")
 		return "any"
 	case KBool:
 		return "bool"
@@ -263,6 +311,7 @@ func (gg *goGen) goType(d *Decl, s *Shape) string {
 		return "[]" + gg.elemType(d, s.Elem)
 	case KTuple:
 		gg.warn(d, "an array with optional or repeated entries after fixed ones is typed []any")
+		gg.anyBecause(d, "an array with optional or repeated entries after fixed ones")
 		return "[]any"
 	case KUnion:
 		if inner, ok := s.Nullable(); ok {
@@ -301,8 +350,10 @@ func (gg *goGen) goType(d *Decl, s *Shape) string {
 			}
 		}
 		gg.warn(d, "a choice of types without a member that tells them apart is typed any")
+		gg.anyBecause(d, "a choice of types that neither a member nor the JSON kind tells apart")
 		return "any"
 	}
+	gg.anyBecause(d, "a shape with no Go counterpart")
 	return "any"
 }
 
@@ -338,9 +389,14 @@ func (gg *goGen) decl(d *Decl) {
 			gg.sumDecl(d, id, disc, values, s.Alts)
 			return
 		}
+		if gg.kindSum(d, id) {
+			return
+		}
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 		gg.warn(d, "a choice of maps without a member that tells them apart is typed any")
+		gg.anyBecause(d, "a choice of maps without a member that tells them apart")
 		gg.p("type %s = any", id)
+	case s.Kind == KUnion && !s.IsTextEnum() && !isIntEnum(s) && !gg.oneGoType(d, s) && gg.kindSum(d, id):
 	case s.Kind == KTuple && tupleExact(s):
 		gg.tupleDecl(d, id)
 	case s.Kind == KLiteral && s.Lit != nil && s.Lit.Kind == ValueText:

@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -119,9 +120,42 @@ type genCtx struct {
 	warnings []Warning
 	warned   map[string]bool
 	idents   map[string]string // decl name -> identifier in the target
+	anyUses  []AnyUse          // Go: where the output falls back to any
+	mute     int               // > 0: warnings are not recorded (a generator trying a form)
 }
 
+// AnyUse is a rule whose Go output holds an any (or []any), with why.
+type AnyUse struct {
+	Rule    string
+	Pos     Pos
+	Reasons []string
+}
+
+// ExplainAny generates the model's Go output and returns the rules whose
+// Go types fall back to any, in schema order, with the reasons, and the
+// number of rules (declarations) the model has.
+func ExplainAny(m *Model, opt Options) ([]AnyUse, int, error) {
+	opt.Lang = LangGo
+	g := &genCtx{m: m, opt: opt, warned: map[string]bool{}}
+	_, err := g.goFile()
+	rules := 0
+	for _, d := range m.Decls {
+		if !d.Synthetic {
+			rules++
+		}
+	}
+	sort.SliceStable(g.anyUses, func(i, j int) bool { return g.anyUses[i].Pos.Offset < g.anyUses[j].Pos.Offset })
+	return g.anyUses, rules, err
+}
+
+// AnyInSchema is the reason of an any the schema asks for (`any`, or a
+// construct no Go type narrows), as opposed to a fallback of the generator.
+const AnyInSchema = "the schema allows any value (any, or a construct no Go type narrows)"
+
 func (g *genCtx) warn(d *Decl, format string, args ...any) {
+	if g.mute > 0 {
+		return
+	}
 	msg := fmt.Sprintf(format, args...)
 	rule := d.Name
 	if d.Synthetic {

@@ -30,6 +30,7 @@ var goldenCases = []goldenCase{
 	{name: "nested"},
 	{name: "unwrap"},
 	{name: "defaults"},
+	{name: "kinds", warns: true},
 }
 
 func goldenPath(name string, lang Lang) string {

@@ -26,7 +26,123 @@ type Extensible = map[string]any
 type Timestamp = JsUint
 
 // A flat value in a metadata bag.
-type MetadataScalar = any
+//
+// Its Value is one of MetadataScalarBool, MetadataScalarInt, MetadataScalarFloat, MetadataScalarText, chosen by the kind of the value (text, number, map, ...).
+type MetadataScalar struct {
+	// Value is the variant; nil is null.
+	Value MetadataScalarVariant
+}
+
+// MetadataScalarVariant is implemented by the variants of MetadataScalar.
+type MetadataScalarVariant interface{ isMetadataScalar() }
+
+// MetadataScalarBool is the bool variant of MetadataScalar.
+type MetadataScalarBool bool
+
+func (MetadataScalarBool) isMetadataScalar() {}
+
+// MetadataScalarInt is the int variant of MetadataScalar.
+type MetadataScalarInt int64
+
+func (MetadataScalarInt) isMetadataScalar() {}
+
+// MetadataScalarFloat is the float variant of MetadataScalar.
+type MetadataScalarFloat float64
+
+func (MetadataScalarFloat) isMetadataScalar() {}
+
+// MetadataScalarText is the text variant of MetadataScalar.
+type MetadataScalarText string
+
+func (MetadataScalarText) isMetadataScalar() {}
+
+// MarshalJSON encodes the variant.
+func (u MetadataScalar) MarshalJSON() ([]byte, error) {
+	return json.Marshal(u.Value)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *MetadataScalar) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindBool:
+		v := new(MetadataScalarBool)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindInt:
+		v := new(MetadataScalarInt)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindFloat:
+		v := new(MetadataScalarFloat)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(MetadataScalarText)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("MetadataScalar", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u MetadataScalar) MarshalCBOR() ([]byte, error) {
+	return cbor.Marshal(u.Value)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *MetadataScalar) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindBool:
+		v := new(MetadataScalarBool)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindInt:
+		v := new(MetadataScalarInt)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindFloat:
+		v := new(MetadataScalarFloat)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(MetadataScalarText)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("MetadataScalar", k)
+	}
+}
 
 // Who wrote a message on the messages channel.
 type MessageRole string
@@ -634,7 +750,87 @@ func (u *FinalizedContentBlock) UnmarshalCBOR(data []byte) error {
 }
 
 // Where a block sits in an aggregated response while it streams.
-type BlockIndex = any
+//
+// Its Value is one of BlockIndexJsInt, BlockIndexText, chosen by the kind of the value (text, number, map, ...).
+type BlockIndex struct {
+	// Value is the variant.
+	Value BlockIndexVariant
+}
+
+// BlockIndexVariant is implemented by the variants of BlockIndex.
+type BlockIndexVariant interface{ isBlockIndex() }
+
+// BlockIndexJsInt is the int variant of BlockIndex.
+type BlockIndexJsInt JsInt
+
+func (BlockIndexJsInt) isBlockIndex() {}
+
+// BlockIndexText is the text variant of BlockIndex.
+type BlockIndexText string
+
+func (BlockIndexText) isBlockIndex() {}
+
+// MarshalJSON encodes the variant.
+func (u BlockIndex) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("BlockIndex", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *BlockIndex) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindInt:
+		v := new(BlockIndexJsInt)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(BlockIndexText)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("BlockIndex", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u BlockIndex) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("BlockIndex", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *BlockIndex) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindInt:
+		v := new(BlockIndexJsInt)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(BlockIndexText)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("BlockIndex", k)
+	}
+}
 
 // Plain text written by the model.
 type TextContentBlock struct {
@@ -7221,7 +7417,103 @@ func (u *InputRespondParams) UnmarshalCBOR(data []byte) error {
 
 // Where to go along with a resume (LangGraph's Command(goto=...)): a node,
 // a Send of input to a node, or a list of those for fan-out.
-type Goto = any
+//
+// Its Value is one of GotoText, *RunSend, GotoArray, chosen by the kind of the value (text, number, map, ...).
+type Goto struct {
+	// Value is the variant.
+	Value GotoVariant
+}
+
+// GotoVariant is implemented by the variants of Goto.
+type GotoVariant interface{ isGoto() }
+
+// GotoText is the text variant of Goto.
+type GotoText string
+
+func (GotoText) isGoto() {}
+
+func (*RunSend) isGoto() {}
+
+// GotoArray is the array variant of Goto.
+type GotoArray []any
+
+func (GotoArray) isGoto() {}
+
+// MarshalJSON encodes the variant.
+func (u Goto) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Goto", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *Goto) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindText:
+		v := new(GotoText)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindMap:
+		v := new(RunSend)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = v
+		return nil
+	case cddlrt.KindArray:
+		v := new(GotoArray)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("Goto", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u Goto) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Goto", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *Goto) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindText:
+		v := new(GotoText)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindMap:
+		v := new(RunSend)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = v
+		return nil
+	case cddlrt.KindArray:
+		v := new(GotoArray)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("Goto", k)
+	}
+}
 
 // Input for one node, sent with a resume.
 type RunSend struct {

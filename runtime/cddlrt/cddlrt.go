@@ -509,8 +509,15 @@ func decodeVariant[V any](c codec, data []byte, union, member string, variants V
 // EncodeVariant returns what a union wrapper encodes: its variant, or the
 // raw value it keeps, or an error when it holds neither.
 func EncodeVariant(union string, v any, raw *RawValue) (any, error) {
-	if v != nil && !reflect.ValueOf(v).IsNil() {
-		return v, nil
+	if v != nil {
+		switch rv := reflect.ValueOf(v); rv.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+			if !rv.IsNil() {
+				return v, nil
+			}
+		default: // a scalar variant (a union told apart by kind)
+			return v, nil
+		}
 	}
 	if raw != nil {
 		return raw, nil

@@ -463,7 +463,123 @@ func (v *ItemKind) UnmarshalCBOR(data []byte) error {
 }
 
 // A flat scalar.
-type MetaValue = any
+//
+// Its Value is one of MetaValueBool, MetaValueInt, MetaValueFloat, MetaValueText, chosen by the kind of the value (text, number, map, ...).
+type MetaValue struct {
+	// Value is the variant; nil is null.
+	Value MetaValueVariant
+}
+
+// MetaValueVariant is implemented by the variants of MetaValue.
+type MetaValueVariant interface{ isMetaValue() }
+
+// MetaValueBool is the bool variant of MetaValue.
+type MetaValueBool bool
+
+func (MetaValueBool) isMetaValue() {}
+
+// MetaValueInt is the int variant of MetaValue.
+type MetaValueInt int64
+
+func (MetaValueInt) isMetaValue() {}
+
+// MetaValueFloat is the float variant of MetaValue.
+type MetaValueFloat float64
+
+func (MetaValueFloat) isMetaValue() {}
+
+// MetaValueText is the text variant of MetaValue.
+type MetaValueText string
+
+func (MetaValueText) isMetaValue() {}
+
+// MarshalJSON encodes the variant.
+func (u MetaValue) MarshalJSON() ([]byte, error) {
+	return json.Marshal(u.Value)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *MetaValue) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindBool:
+		v := new(MetaValueBool)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindInt:
+		v := new(MetaValueInt)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindFloat:
+		v := new(MetaValueFloat)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(MetaValueText)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("MetaValue", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u MetaValue) MarshalCBOR() ([]byte, error) {
+	return cbor.Marshal(u.Value)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *MetaValue) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindBool:
+		v := new(MetaValueBool)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindInt:
+		v := new(MetaValueInt)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindFloat:
+		v := new(MetaValueFloat)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(MetaValueText)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("MetaValue", k)
+	}
+}
 
 // An x/y pair, written as a two-element array.
 //
