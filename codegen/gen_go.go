@@ -27,6 +27,12 @@ type goGen struct {
 	recursive map[string]bool
 	methods   map[string]bool // "Type.Method" already written
 	anys      *anyLog
+	forms     map[string]string // how each declaration is written (form)
+	// patterns maps each .regexp checked by Validate to its variable ("":
+	// not checked); patternOrder lists them in the order met.
+	patterns     map[string]string
+	patternOrder []string
+	queued       []string // lines of q, not yet written
 }
 
 // oneGoType reports whether union s has one Go type (a nullable type, or
@@ -71,16 +77,27 @@ func (gg *goGen) anyBecause(d *Decl, reason string) {
 
 func (g *genCtx) goFile() ([]byte, error) {
 	g.assignIdents(goName, goReserved)
-	gg := &goGen{genCtx: g, imports: map[string]bool{}, methods: map[string]bool{}, anys: &anyLog{byRule: map[string]*AnyUse{}}}
+	gg := &goGen{genCtx: g, imports: map[string]bool{}, methods: map[string]bool{}, anys: &anyLog{byRule: map[string]*AnyUse{}},
+		forms: map[string]string{}, patterns: map[string]string{}}
 	defer func() {
 		for _, r := range gg.anys.order {
 			g.anyUses = append(g.anyUses, *gg.anys.byRule[r])
 		}
 	}()
-	gg.b.Grow(1024 * len(g.m.Decls)) // about what a declaration and its methods take
+	gg.b.Grow(2048 * len(g.m.Decls)) // about what a declaration and its methods take
 	gg.findRecursion()
 	for _, d := range g.m.Decls {
 		gg.decl(d)
+	}
+	if len(gg.patternOrder) > 0 {
+		gg.use("regexp")
+		gg.p("")
+		gg.p("// The patterns Validate checks (.regexp), anchored.")
+		gg.p("var (")
+		for i, p := range gg.patternOrder {
+			gg.p("pattern%d = regexp.MustCompile(%s)", i, strconv.Quote(anchored(p)))
+		}
+		gg.p(")")
 	}
 	body, err := gg.assemble()
 	if err != nil {
@@ -124,6 +141,39 @@ func numbered(src []byte) string {
 func (gg *goGen) p(format string, args ...any) {
 	fmt.Fprintf(&gg.pending, format, args...)
 	gg.pending.WriteByte('\n')
+}
+
+// q queues a line of code laid out by indent (flushed by flushQ): for
+// methods written line by line, which need no alignment.
+func (gg *goGen) q(format string, args ...any) {
+	gg.queued = append(gg.queued, fmt.Sprintf(format, args...))
+}
+
+// flushQ writes the queued lines indented as gofmt would: one tab per
+// open brace, case and default clauses one level out.
+func (gg *goGen) flushQ() {
+	depth := 0
+	out := make([]string, 0, len(gg.queued))
+	for _, l := range gg.queued {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "}") {
+			depth--
+		}
+		d := depth
+		if strings.HasPrefix(l, "case ") || l == "default:" {
+			d--
+		}
+		if l == "" {
+			out = append(out, "")
+		} else {
+			out = append(out, strings.Repeat("\t", max(d, 0))+l)
+		}
+		if strings.HasSuffix(l, "{") {
+			depth++
+		}
+	}
+	gg.queued = gg.queued[:0]
+	gg.r(out...)
 }
 
 // r writes lines that are already laid out as gofmt would (the methods,
@@ -174,20 +224,31 @@ func (gg *goGen) assemble() ([]byte, error) {
 		return nil, fmt.Errorf("cddlgen: formatting merged declarations (a cddlgen bug)")
 	}
 	var out bytes.Buffer
-	body := gg.b.String()
+	body := gg.b.Bytes()
+	out.Grow(len(body) + len(formatted) + len(parts))
 	for i := 0; ; i++ {
-		j := strings.IndexByte(body, 0)
+		j := bytes.IndexByte(body, 0)
 		if j < 0 {
-			out.WriteString(body)
+			out.Write(body)
 			break
 		}
-		out.WriteString(body[:j])
+		out.Write(body[:j])
 		out.WriteString("\n")
 		out.WriteString(strings.Trim(parts[i], "\n"))
 		out.WriteString("\n")
 		body = body[j+1:]
 	}
-	return out.Bytes(), nil
+	// Pieces written apart may leave two blank lines where gofmt keeps one.
+	b := out.Bytes()
+	w := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] == '\n' && w >= 2 && b[w-1] == '\n' && b[w-2] == '\n' {
+			continue
+		}
+		b[w] = b[i]
+		w++
+	}
+	return b[:w], nil
 }
 
 func (gg *goGen) use(path string) { gg.imports[path] = true }
@@ -447,6 +508,11 @@ func (gg *goGen) intEnumDecl(d *Decl, id string) {
 	}
 	gg.p(")")
 	gg.enumMethods(id, names, "UnmarshalIntEnum")
+	var values []string
+	for _, a := range d.Shape.Alts {
+		values = append(values, a.Lit.Int.String())
+	}
+	gg.validateEnum(d, id, values)
 }
 
 // enumMethods writes Valid and the decoders that reject other values,
@@ -630,6 +696,8 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 		}
 		gg.p("}")
 	}
+	gg.membersDecl(d, id, s)
+	gg.validateStruct(d, id, fs)
 	if s.Rest != nil {
 		if s.Rest.Kind != KAny {
 			gg.warn(d, "extra members are kept untyped in Extra")
@@ -795,6 +863,11 @@ func (gg *goGen) enumDecl(d *Decl, id string) {
 	}
 	gg.p(")")
 	gg.enumMethods(id, names, "UnmarshalEnum")
+	var values []string
+	for _, a := range d.Shape.Alts {
+		values = append(values, strconv.Quote(a.Lit.Text))
+	}
+	gg.validateEnum(d, id, values)
 }
 
 // sumDecl writes a union of structs told apart by one member: a wrapper
@@ -864,6 +937,19 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string, leaves []*Sh
 		}
 	}
 	gg.p("")
+	gg.validateUnion(d, id, false, open)
+	pickMember := wire
+	if byPresence {
+		pickMember = ""
+	}
+	gg.q("")
+	gg.q("// CDDLVariant returns a new, empty variant for the encoded value data,")
+	gg.q("// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).")
+	gg.q("func (%s) CDDLVariant(data []byte, isCBOR bool) (any, error) {", id)
+	gg.q("return cddlrt.PickVariant(data, isCBOR, %q, %q, %sVariants, %v)", id, pickMember, lowerFirst(id), open)
+	gg.q("}")
+	gg.q("")
+	gg.flushQ()
 	gg.p("var %sVariants = cddlrt.Variants[%sVariant]{", lowerFirst(id), id)
 	for i, l := range leaves {
 		gg.p("%q: func() %sVariant { return new(%s) },", values[i], id, gg.goType(d, l))

@@ -82,13 +82,23 @@ func (gg *goGen) kindOf(s *Shape) string {
 // writes nothing, when two alternatives share a kind (JSON: text and bytes
 // are both text) or one may be of several.
 func (gg *goGen) kindSum(d *Decl, id string) bool {
-	alts := d.Shape.Alts
-	if len(alts) < 2 {
+	vs, seen, hasNull, ok := gg.kindVariants(d, id)
+	if !ok {
 		return false
 	}
-	var vs []kindVariant
-	seen := map[string]bool{}
-	hasNull := false
+	gg.writeKindSum(d, id, vs, seen, hasNull)
+	return true
+}
+
+// kindVariants analyses union d for kindSum: its variants, the kinds seen,
+// whether null is one of them, and whether the union can be told apart by
+// kind at all.
+func (gg *goGen) kindVariants(d *Decl, id string) (vs []kindVariant, seen map[string]bool, hasNull, ok bool) {
+	alts := d.Shape.Alts
+	if len(alts) < 2 {
+		return nil, nil, false, false
+	}
+	seen = map[string]bool{}
 	for _, a := range alts {
 		k := gg.kindOf(a)
 		jsonK := k
@@ -96,7 +106,7 @@ func (gg *goGen) kindSum(d *Decl, id string) bool {
 			jsonK = "Text"
 		}
 		if k == "" || seen[jsonK] {
-			return false
+			return nil, nil, false, false
 		}
 		seen[jsonK] = true
 		if k == "Null" {
@@ -118,6 +128,10 @@ func (gg *goGen) kindSum(d *Decl, id string) bool {
 		}
 		vs = append(vs, v)
 	}
+	return vs, seen, hasNull, true
+}
+
+func (gg *goGen) writeKindSum(d *Decl, id string, vs []kindVariant, seen map[string]bool, hasNull bool) {
 	gg.use(impJSON)
 	gg.use(impCBOR)
 	gg.use(impRT)
@@ -150,56 +164,93 @@ func (gg *goGen) kindSum(d *Decl, id string) bool {
 		}
 		gg.r("", fmt.Sprintf("func (%s) is%s() {}", names[i], id))
 	}
+	// The kinds each variant is chosen for, per encoding.
+	kindCases := func(v kindVariant, json bool) string {
+		kinds := "cddlrt.Kind" + v.kind
+		if v.kind == "Bytes" && json {
+			kinds = "cddlrt.KindText"
+		}
+		if v.kind == "Float" && !seen["Int"] {
+			kinds += ", cddlrt.KindInt" // 1 is a float too
+		}
+		return kinds
+	}
 	for _, enc := range []struct{ name, pkg, kindFn, unmarshal string }{
 		{"JSON", "json", "cddlrt.JSONKind", "json.Unmarshal"},
 		{"CBOR", "cbor", "cddlrt.CBORKind", "cddlrt.CBORDecMode.Unmarshal"},
 	} {
-		gg.p("")
-		gg.p("// Marshal%s encodes the variant.", enc.name)
-		gg.p("func (u %s) Marshal%s() ([]byte, error) {", id, enc.name)
+		gg.q("")
+		gg.q("// Marshal%s encodes the variant.", enc.name)
+		gg.q("func (u %s) Marshal%s() ([]byte, error) {", id, enc.name)
 		if hasNull {
-			gg.p("return %s.Marshal(u.Value)", enc.pkg)
+			gg.q("return %s.Marshal(u.Value)", enc.pkg)
 		} else {
-			gg.p("v, err := cddlrt.EncodeVariant(%q, u.Value, nil)", id)
-			gg.p("if err != nil {")
-			gg.p("return nil, err")
-			gg.p("}")
-			gg.p("return %s.Marshal(v)", enc.pkg)
+			gg.q("v, err := cddlrt.EncodeVariant(%q, u.Value, nil)", id)
+			gg.q("if err != nil {")
+			gg.q("return nil, err")
+			gg.q("}")
+			gg.q("return %s.Marshal(v)", enc.pkg)
 		}
-		gg.p("}")
-		gg.p("")
-		gg.p("// Unmarshal%s decodes the variant the value's kind names.", enc.name)
-		gg.p("func (u *%s) Unmarshal%s(data []byte) error {", id, enc.name)
-		gg.p("switch k := %s(data); k {", enc.kindFn)
+		gg.q("}")
+		gg.q("")
+		gg.q("// Unmarshal%s decodes the variant the value's kind names.", enc.name)
+		gg.q("func (u *%s) Unmarshal%s(data []byte) error {", id, enc.name)
+		gg.q("switch k := %s(data); k {", enc.kindFn)
 		if hasNull {
-			gg.p("case cddlrt.KindNull:")
-			gg.p("u.Value = nil")
-			gg.p("return nil")
+			gg.q("case cddlrt.KindNull:")
+			gg.q("u.Value = nil")
+			gg.q("return nil")
 		}
 		for _, v := range vs {
-			kinds := "cddlrt.Kind" + v.kind
-			if v.kind == "Bytes" && enc.name == "JSON" {
-				kinds = "cddlrt.KindText"
-			}
-			if v.kind == "Float" && !seen["Int"] {
-				kinds += ", cddlrt.KindInt" // 1 is a float too
-			}
-			gg.p("case %s:", kinds)
-			gg.p("v := new(%s)", v.typ)
-			gg.p("if err := %s(data, v); err != nil {", enc.unmarshal)
-			gg.p("return err")
-			gg.p("}")
+			gg.q("case %s:", kindCases(v, enc.name == "JSON"))
+			gg.q("v := new(%s)", v.typ)
+			gg.q("if err := %s(data, v); err != nil {", enc.unmarshal)
+			gg.q("return err")
+			gg.q("}")
 			if v.ptr {
-				gg.p("u.Value = v")
+				gg.q("u.Value = v")
 			} else {
-				gg.p("u.Value = *v")
+				gg.q("u.Value = *v")
 			}
-			gg.p("return nil")
+			gg.q("return nil")
 		}
-		gg.p("default:")
-		gg.p("return cddlrt.WrongKind(%q, k)", id)
-		gg.p("}")
-		gg.p("}")
+		gg.q("default:")
+		gg.q("return cddlrt.WrongKind(%q, k)", id)
+		gg.q("}")
+		gg.q("}")
 	}
-	return true
+	gg.q("")
+	gg.q("// CDDLVariant returns a new, empty variant for the encoded value data,")
+	gg.q("// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).")
+	gg.q("func (%s) CDDLVariant(data []byte, isCBOR bool) (any, error) {", id)
+	gg.q("k := cddlrt.JSONKind(data)")
+	gg.q("if isCBOR {")
+	gg.q("k = cddlrt.CBORKind(data)")
+	gg.q("}")
+	gg.q("switch {")
+	if hasNull {
+		gg.q("case k == cddlrt.KindNull:")
+		gg.q("return nil, nil")
+	}
+	for _, v := range vs {
+		jsonCases, cborCases := kindCases(v, true), kindCases(v, false)
+		cond := func(cases string) string {
+			var parts []string
+			for _, c := range strings.Split(cases, ", ") {
+				parts = append(parts, "k == "+c)
+			}
+			return strings.Join(parts, " || ")
+		}
+		if jsonCases == cborCases {
+			gg.q("case %s:", cond(jsonCases))
+		} else {
+			gg.q("case !isCBOR && (%s), isCBOR && (%s):", cond(jsonCases), cond(cborCases))
+		}
+		gg.q("return new(%s), nil", v.typ)
+	}
+	gg.q("}")
+	gg.q("return nil, cddlrt.WrongKind(%q, k)", id)
+	gg.q("}")
+	gg.flushQ()
+	gg.validateUnion(d, id, hasNull, false)
 }

@@ -31,6 +31,7 @@ var goldenCases = []goldenCase{
 	{name: "unwrap"},
 	{name: "defaults"},
 	{name: "kinds", warns: true},
+	{name: "validate"},
 }
 
 func goldenPath(name string, lang Lang) string {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/fxamacker/cbor/v2"
+	"regexp"
 )
 
 // An integer JavaScript represents exactly.
@@ -144,6 +145,39 @@ func (u *MetadataScalar) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (MetadataScalar) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindNull:
+		return nil, nil
+	case k == cddlrt.KindBool:
+		return new(MetadataScalarBool), nil
+	case k == cddlrt.KindInt:
+		return new(MetadataScalarInt), nil
+	case k == cddlrt.KindFloat:
+		return new(MetadataScalarFloat), nil
+	case k == cddlrt.KindText:
+		return new(MetadataScalarText), nil
+	}
+	return nil, cddlrt.WrongKind("MetadataScalar", k)
+}
+
+// Validate checks that MetadataScalar holds a variant, and validates it.
+func (u MetadataScalar) Validate() error {
+	if u.Value == nil {
+		return nil // null
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Who wrote a message on the messages channel.
 type MessageRole string
 
@@ -173,6 +207,14 @@ func (v *MessageRole) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "MessageRole", MessageRole.Valid)
 }
 
+// Validate reports a value that is not one of MessageRole's.
+func (v MessageRole) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "MessageRole", "value must be one of \"ai\", \"human\", \"system\", not %v", v)
+	}
+	return nil
+}
+
 // Short facts about the model behind a streamed message. Keep it small:
 // no nested objects, version maps or runtime internals.
 type MessageMetadata struct {
@@ -186,6 +228,22 @@ type MessageMetadata struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var messageMetadataMembers = cddlrt.Members{Rule: "MessageMetadata", Required: []string{}, Known: []string{"provider", "model", "model_type", "run_id", "thread_id", "system_fingerprint", "service_tier"}, Open: true}
+
+// CDDLMembers describes MessageMetadata's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (MessageMetadata) CDDLMembers() *cddlrt.Members {
+	return &messageMetadataMembers
+}
+
+// Validate checks what the schema requires of the values of MessageMetadata
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s MessageMetadata) Validate() error {
+	_ = s
+	return nil
 }
 
 var messageMetadataKnown = map[string]bool{"provider": true, "model": true, "model_type": true, "run_id": true, "thread_id": true, "system_fingerprint": true, "service_tier": true}
@@ -342,6 +400,26 @@ func (*ServerToolResult) Type() string { return "server_tool_result" }
 func (s *ServerToolResult) GetIndex() *BlockIndex { return s.Index }
 
 func (s *ServerToolResult) SetIndex(v *BlockIndex) { s.Index = v }
+
+// Validate checks that ContentBlock holds a variant, and validates it.
+func (u ContentBlock) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ContentBlock", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ContentBlock) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ContentBlock", "type", contentBlockVariants, true)
+}
 
 var contentBlockVariants = cddlrt.Variants[ContentBlockVariant]{
 	"text":                   func() ContentBlockVariant { return new(TextContentBlock) },
@@ -528,6 +606,26 @@ func (s *FileContentBlock) GetMimeType() *string { return s.MimeType }
 
 func (s *FileContentBlock) SetMimeType(v *string) { s.MimeType = v }
 
+// Validate checks that DataContentBlock holds a variant, and validates it.
+func (u DataContentBlock) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "DataContentBlock", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (DataContentBlock) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "DataContentBlock", "type", dataContentBlockVariants, true)
+}
+
 var dataContentBlockVariants = cddlrt.Variants[DataContentBlockVariant]{
 	"image": func() DataContentBlockVariant { return new(ImageContentBlock) },
 	"video": func() DataContentBlockVariant { return new(VideoContentBlock) },
@@ -605,6 +703,26 @@ func (*ServerToolCall) isToolContentBlock() {}
 func (*ServerToolCallChunk) isToolContentBlock() {}
 
 func (*ServerToolResult) isToolContentBlock() {}
+
+// Validate checks that ToolContentBlock holds a variant, and validates it.
+func (u ToolContentBlock) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ToolContentBlock", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ToolContentBlock) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ToolContentBlock", "type", toolContentBlockVariants, true)
+}
 
 var toolContentBlockVariants = cddlrt.Variants[ToolContentBlockVariant]{
 	"tool_call":              func() ToolContentBlockVariant { return new(ToolCall) },
@@ -696,6 +814,26 @@ func (*AudioContentBlock) isFinalizedContentBlock() {}
 func (*FileContentBlock) isFinalizedContentBlock() {}
 
 func (*NonStandardContentBlock) isFinalizedContentBlock() {}
+
+// Validate checks that FinalizedContentBlock holds a variant, and validates it.
+func (u FinalizedContentBlock) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "FinalizedContentBlock", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (FinalizedContentBlock) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "FinalizedContentBlock", "type", finalizedContentBlockVariants, true)
+}
 
 var finalizedContentBlockVariants = cddlrt.Variants[FinalizedContentBlockVariant]{
 	"text":               func() FinalizedContentBlockVariant { return new(TextContentBlock) },
@@ -832,6 +970,33 @@ func (u *BlockIndex) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (BlockIndex) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindInt:
+		return new(BlockIndexJsInt), nil
+	case k == cddlrt.KindText:
+		return new(BlockIndexText), nil
+	}
+	return nil, cddlrt.WrongKind("BlockIndex", k)
+}
+
+// Validate checks that BlockIndex holds a variant, and validates it.
+func (u BlockIndex) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "BlockIndex", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Plain text written by the model.
 type TextContentBlock struct {
 	Text        string       `json:"text" cbor:"text"`
@@ -841,6 +1006,31 @@ type TextContentBlock struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var textContentBlockMembers = cddlrt.Members{Rule: "TextContentBlock", Required: []string{"type", "text"}, Known: []string{"type", "text", "id", "index", "annotations"}, Open: true}
+
+// CDDLMembers describes TextContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (TextContentBlock) CDDLMembers() *cddlrt.Members {
+	return &textContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of TextContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s TextContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	for i0, e0 := range s.Annotations {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("annotations", i0), err)
+		}
+	}
+	return nil
 }
 
 // TextContentBlockTypeValue is the value TextContentBlock always has in member "type".
@@ -915,6 +1105,26 @@ func (s *NonStandardAnnotation) GetID() *string { return s.ID }
 
 func (s *NonStandardAnnotation) SetID(v *string) { s.ID = v }
 
+// Validate checks that Annotation holds a variant, and validates it.
+func (u Annotation) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "Annotation", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Annotation) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Annotation", "type", annotationVariants, true)
+}
+
 var annotationVariants = cddlrt.Variants[AnnotationVariant]{
 	"citation":                func() AnnotationVariant { return new(Citation) },
 	"non_standard_annotation": func() AnnotationVariant { return new(NonStandardAnnotation) },
@@ -971,6 +1181,37 @@ type Citation struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var citationMembers = cddlrt.Members{Rule: "Citation", Required: []string{"type"}, Known: []string{"type", "id", "url", "title", "start_index", "end_index", "cited_text"}, Open: true}
+
+// CDDLMembers describes Citation's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Citation) CDDLMembers() *cddlrt.Members {
+	return &citationMembers
+}
+
+// Validate checks what the schema requires of the values of Citation
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Citation) Validate() error {
+	if s.StartIndex != nil {
+		if (*s.StartIndex) < -9007199254740991 {
+			return cddlrt.Invalid("start_index", "JsInt", "must be >= -9007199254740991 but found %v", (*s.StartIndex))
+		}
+		if (*s.StartIndex) > 9007199254740991 {
+			return cddlrt.Invalid("start_index", "JsInt", "must be <= 9007199254740991 but found %v", (*s.StartIndex))
+		}
+	}
+	if s.EndIndex != nil {
+		if (*s.EndIndex) < -9007199254740991 {
+			return cddlrt.Invalid("end_index", "JsInt", "must be >= -9007199254740991 but found %v", (*s.EndIndex))
+		}
+		if (*s.EndIndex) > 9007199254740991 {
+			return cddlrt.Invalid("end_index", "JsInt", "must be <= 9007199254740991 but found %v", (*s.EndIndex))
+		}
+	}
+	return nil
+}
+
 // CitationTypeValue is the value Citation always has in member "type".
 const CitationTypeValue = "citation"
 
@@ -1011,6 +1252,22 @@ type NonStandardAnnotation struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var nonStandardAnnotationMembers = cddlrt.Members{Rule: "NonStandardAnnotation", Required: []string{"type", "value"}, Known: []string{"type", "id", "value"}, Open: true}
+
+// CDDLMembers describes NonStandardAnnotation's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (NonStandardAnnotation) CDDLMembers() *cddlrt.Members {
+	return &nonStandardAnnotationMembers
+}
+
+// Validate checks what the schema requires of the values of NonStandardAnnotation
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s NonStandardAnnotation) Validate() error {
+	_ = s
+	return nil
 }
 
 // NonStandardAnnotationTypeValue is the value NonStandardAnnotation always has in member "type".
@@ -1056,6 +1313,26 @@ type ReasoningContentBlock struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var reasoningContentBlockMembers = cddlrt.Members{Rule: "ReasoningContentBlock", Required: []string{"type"}, Known: []string{"type", "reasoning", "id", "index"}, Open: true}
+
+// CDDLMembers describes ReasoningContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ReasoningContentBlock) CDDLMembers() *cddlrt.Members {
+	return &reasoningContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of ReasoningContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ReasoningContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
+}
+
 // ReasoningContentBlockTypeValue is the value ReasoningContentBlock always has in member "type".
 const ReasoningContentBlockTypeValue = "reasoning"
 
@@ -1098,6 +1375,26 @@ type ToolCall struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var toolCallMembers = cddlrt.Members{Rule: "ToolCall", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true}
+
+// CDDLMembers describes ToolCall's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolCall) CDDLMembers() *cddlrt.Members {
+	return &toolCallMembers
+}
+
+// Validate checks what the schema requires of the values of ToolCall
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolCall) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // ToolCallTypeValue is the value ToolCall always has in member "type".
@@ -1145,6 +1442,26 @@ type ToolCallChunk struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var toolCallChunkMembers = cddlrt.Members{Rule: "ToolCallChunk", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true}
+
+// CDDLMembers describes ToolCallChunk's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolCallChunk) CDDLMembers() *cddlrt.Members {
+	return &toolCallChunkMembers
+}
+
+// Validate checks what the schema requires of the values of ToolCallChunk
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolCallChunk) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
+}
+
 // ToolCallChunkTypeValue is the value ToolCallChunk always has in member "type".
 const ToolCallChunkTypeValue = "tool_call_chunk"
 
@@ -1188,6 +1505,26 @@ type InvalidToolCall struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var invalidToolCallMembers = cddlrt.Members{Rule: "InvalidToolCall", Required: []string{"type", "id", "name", "args", "error"}, Known: []string{"type", "id", "name", "args", "error", "index"}, Open: true}
+
+// CDDLMembers describes InvalidToolCall's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InvalidToolCall) CDDLMembers() *cddlrt.Members {
+	return &invalidToolCallMembers
+}
+
+// Validate checks what the schema requires of the values of InvalidToolCall
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InvalidToolCall) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // InvalidToolCallTypeValue is the value InvalidToolCall always has in member "type".
@@ -1234,6 +1571,26 @@ type ServerToolCall struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverToolCallMembers = cddlrt.Members{Rule: "ServerToolCall", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true}
+
+// CDDLMembers describes ServerToolCall's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerToolCall) CDDLMembers() *cddlrt.Members {
+	return &serverToolCallMembers
+}
+
+// Validate checks what the schema requires of the values of ServerToolCall
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerToolCall) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
+}
+
 // ServerToolCallTypeValue is the value ServerToolCall always has in member "type".
 const ServerToolCallTypeValue = "server_tool_call"
 
@@ -1276,6 +1633,26 @@ type ServerToolCallChunk struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverToolCallChunkMembers = cddlrt.Members{Rule: "ServerToolCallChunk", Required: []string{"type"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true}
+
+// CDDLMembers describes ServerToolCallChunk's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerToolCallChunk) CDDLMembers() *cddlrt.Members {
+	return &serverToolCallChunkMembers
+}
+
+// Validate checks what the schema requires of the values of ServerToolCallChunk
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerToolCallChunk) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // ServerToolCallChunkTypeValue is the value ServerToolCallChunk always has in member "type".
@@ -1321,6 +1698,29 @@ type ServerToolResult struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverToolResultMembers = cddlrt.Members{Rule: "ServerToolResult", Required: []string{"type", "tool_call_id", "status"}, Known: []string{"type", "tool_call_id", "status", "id", "output", "index"}, Open: true}
+
+// CDDLMembers describes ServerToolResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerToolResult) CDDLMembers() *cddlrt.Members {
+	return &serverToolResultMembers
+}
+
+// Validate checks what the schema requires of the values of ServerToolResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerToolResult) Validate() error {
+	if err := s.Status.Validate(); err != nil {
+		return cddlrt.At("status", err)
+	}
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // ServerToolResultTypeValue is the value ServerToolResult always has in member "type".
@@ -1384,6 +1784,14 @@ func (v *ServerToolResultStatus) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "ServerToolResultStatus", ServerToolResultStatus.Valid)
 }
 
+// Validate reports a value that is not one of ServerToolResultStatus's.
+func (v ServerToolResultStatus) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "ServerToolResultStatus", "value must be one of \"success\", \"error\", not %v", v)
+	}
+	return nil
+}
+
 // An image, by reference or inline.
 type ImageContentBlock struct {
 	ID     *string `json:"id,omitempty" cbor:"id,omitempty"`
@@ -1396,6 +1804,26 @@ type ImageContentBlock struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var imageContentBlockMembers = cddlrt.Members{Rule: "ImageContentBlock", Required: []string{"type"}, Known: []string{"type", "id", "file_id", "url", "base64", "mime_type", "index"}, Open: true}
+
+// CDDLMembers describes ImageContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ImageContentBlock) CDDLMembers() *cddlrt.Members {
+	return &imageContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of ImageContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ImageContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // ImageContentBlockTypeValue is the value ImageContentBlock always has in member "type".
@@ -1445,6 +1873,26 @@ type AudioContentBlock struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var audioContentBlockMembers = cddlrt.Members{Rule: "AudioContentBlock", Required: []string{"type"}, Known: []string{"type", "id", "file_id", "url", "base64", "mime_type", "index"}, Open: true}
+
+// CDDLMembers describes AudioContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AudioContentBlock) CDDLMembers() *cddlrt.Members {
+	return &audioContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of AudioContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AudioContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
+}
+
 // AudioContentBlockTypeValue is the value AudioContentBlock always has in member "type".
 const AudioContentBlockTypeValue = "audio"
 
@@ -1490,6 +1938,26 @@ type VideoContentBlock struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var videoContentBlockMembers = cddlrt.Members{Rule: "VideoContentBlock", Required: []string{"type"}, Known: []string{"type", "id", "file_id", "url", "base64", "mime_type", "index"}, Open: true}
+
+// CDDLMembers describes VideoContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (VideoContentBlock) CDDLMembers() *cddlrt.Members {
+	return &videoContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of VideoContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s VideoContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // VideoContentBlockTypeValue is the value VideoContentBlock always has in member "type".
@@ -1539,6 +2007,26 @@ type FileContentBlock struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var fileContentBlockMembers = cddlrt.Members{Rule: "FileContentBlock", Required: []string{"type"}, Known: []string{"type", "id", "file_id", "url", "base64", "mime_type", "index"}, Open: true}
+
+// CDDLMembers describes FileContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (FileContentBlock) CDDLMembers() *cddlrt.Members {
+	return &fileContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of FileContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s FileContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
+}
+
 // FileContentBlockTypeValue is the value FileContentBlock always has in member "type".
 const FileContentBlockTypeValue = "file"
 
@@ -1584,6 +2072,26 @@ type DataSource struct {
 	Index    *BlockIndex `json:"index,omitempty" cbor:"index,omitempty"`
 }
 
+var dataSourceMembers = cddlrt.Members{Rule: "DataSource", Required: []string{}, Known: []string{"id", "file_id", "url", "base64", "mime_type", "index"}, Open: false}
+
+// CDDLMembers describes DataSource's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (DataSource) CDDLMembers() *cddlrt.Members {
+	return &dataSourceMembers
+}
+
+// Validate checks what the schema requires of the values of DataSource
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s DataSource) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
+}
+
 // A provider's own kind of block, carried as it is.
 type NonStandardContentBlock struct {
 	Value map[string]any `json:"value" cbor:"value"`
@@ -1592,6 +2100,26 @@ type NonStandardContentBlock struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var nonStandardContentBlockMembers = cddlrt.Members{Rule: "NonStandardContentBlock", Required: []string{"type", "value"}, Known: []string{"type", "value", "id", "index"}, Open: true}
+
+// CDDLMembers describes NonStandardContentBlock's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (NonStandardContentBlock) CDDLMembers() *cddlrt.Members {
+	return &nonStandardContentBlockMembers
+}
+
+// Validate checks what the schema requires of the values of NonStandardContentBlock
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s NonStandardContentBlock) Validate() error {
+	if s.Index != nil {
+		if err := s.Index.Validate(); err != nil {
+			return cddlrt.At("index", err)
+		}
+	}
+	return nil
 }
 
 // NonStandardContentBlockTypeValue is the value NonStandardContentBlock always has in member "type".
@@ -1666,6 +2194,26 @@ func (*ToolCallDelta) isContentBlockDelta() {}
 
 func (*ToolCallDelta) Type() string { return "tool-call-delta" }
 
+// Validate checks that ContentBlockDelta holds a variant, and validates it.
+func (u ContentBlockDelta) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ContentBlockDelta", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ContentBlockDelta) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ContentBlockDelta", "type", contentBlockDeltaVariants, true)
+}
+
 var contentBlockDeltaVariants = cddlrt.Variants[ContentBlockDeltaVariant]{
 	"text-delta":      func() ContentBlockDeltaVariant { return new(TextDelta) },
 	"reasoning-delta": func() ContentBlockDeltaVariant { return new(ReasoningDelta) },
@@ -1720,6 +2268,22 @@ type TextDelta struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var textDeltaMembers = cddlrt.Members{Rule: "TextDelta", Required: []string{"type", "text"}, Known: []string{"type", "text"}, Open: true}
+
+// CDDLMembers describes TextDelta's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (TextDelta) CDDLMembers() *cddlrt.Members {
+	return &textDeltaMembers
+}
+
+// Validate checks what the schema requires of the values of TextDelta
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s TextDelta) Validate() error {
+	_ = s
+	return nil
+}
+
 // TextDeltaTypeValue is the value TextDelta always has in member "type".
 const TextDeltaTypeValue = "text-delta"
 
@@ -1759,6 +2323,22 @@ type ReasoningDelta struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var reasoningDeltaMembers = cddlrt.Members{Rule: "ReasoningDelta", Required: []string{"type", "reasoning"}, Known: []string{"type", "reasoning"}, Open: true}
+
+// CDDLMembers describes ReasoningDelta's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ReasoningDelta) CDDLMembers() *cddlrt.Members {
+	return &reasoningDeltaMembers
+}
+
+// Validate checks what the schema requires of the values of ReasoningDelta
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ReasoningDelta) Validate() error {
+	_ = s
+	return nil
 }
 
 // ReasoningDeltaTypeValue is the value ReasoningDelta always has in member "type".
@@ -1806,6 +2386,26 @@ type DataDelta struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var dataDeltaMembers = cddlrt.Members{Rule: "DataDelta", Required: []string{"type", "data"}, Known: []string{"type", "data", "encoding"}, Open: true}
+
+// CDDLMembers describes DataDelta's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (DataDelta) CDDLMembers() *cddlrt.Members {
+	return &dataDeltaMembers
+}
+
+// Validate checks what the schema requires of the values of DataDelta
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s DataDelta) Validate() error {
+	if s.Encoding != nil {
+		if (*s.Encoding) != "base64" {
+			return cddlrt.Invalid("encoding", "DataDelta", "must be \"base64\", not %v", (*s.Encoding))
+		}
+	}
+	return nil
+}
+
 // DataDeltaTypeValue is the value DataDelta always has in member "type".
 const DataDeltaTypeValue = "data-delta"
 
@@ -1848,6 +2448,22 @@ type BlockDeltaFields struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var blockDeltaFieldsMembers = cddlrt.Members{Rule: "BlockDeltaFields", Required: []string{"type"}, Known: []string{"type"}, Open: true}
+
+// CDDLMembers describes BlockDeltaFields's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (BlockDeltaFields) CDDLMembers() *cddlrt.Members {
+	return &blockDeltaFieldsMembers
+}
+
+// Validate checks what the schema requires of the values of BlockDeltaFields
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s BlockDeltaFields) Validate() error {
+	_ = s
+	return nil
+}
+
 var blockDeltaFieldsKnown = map[string]bool{"type": true}
 
 // MarshalJSON encodes BlockDeltaFields with its literal members and Extra.
@@ -1883,6 +2499,24 @@ type BlockDelta struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var blockDeltaMembers = cddlrt.Members{Rule: "BlockDelta", Required: []string{"type", "fields"}, Known: []string{"type", "fields"}, Open: true}
+
+// CDDLMembers describes BlockDelta's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (BlockDelta) CDDLMembers() *cddlrt.Members {
+	return &blockDeltaMembers
+}
+
+// Validate checks what the schema requires of the values of BlockDelta
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s BlockDelta) Validate() error {
+	if err := s.Fields.Validate(); err != nil {
+		return cddlrt.At("fields", err)
+	}
+	return nil
 }
 
 // BlockDeltaTypeValue is the value BlockDelta always has in member "type".
@@ -1925,6 +2559,22 @@ type ToolCallDelta struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var toolCallDeltaMembers = cddlrt.Members{Rule: "ToolCallDelta", Required: []string{"type", "args"}, Known: []string{"type", "args"}, Open: true}
+
+// CDDLMembers describes ToolCallDelta's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolCallDelta) CDDLMembers() *cddlrt.Members {
+	return &toolCallDeltaMembers
+}
+
+// Validate checks what the schema requires of the values of ToolCallDelta
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolCallDelta) Validate() error {
+	_ = s
+	return nil
 }
 
 // ToolCallDeltaTypeValue is the value ToolCallDelta always has in member "type".
@@ -2063,6 +2713,26 @@ func (s *CommandStateFork) GetID() JsUint { return s.ID }
 
 func (s *CommandStateFork) SetID(v JsUint) { s.ID = v }
 
+// Validate checks that Command holds a variant, and validates it.
+func (u Command) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "Command", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Command) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Command", "method", commandVariants, true)
+}
+
 var commandVariants = cddlrt.Variants[CommandVariant]{
 	"run.start":                func() CommandVariant { return new(CommandRunStart) },
 	"subscription.subscribe":   func() CommandVariant { return new(CommandSubscriptionSubscribe) },
@@ -2124,6 +2794,27 @@ type CommandRunStart struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var commandRunStartMembers = cddlrt.Members{Rule: "CommandRunStart", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandRunStart's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandRunStart) CDDLMembers() *cddlrt.Members {
+	return &commandRunStartMembers
+}
+
+// Validate checks what the schema requires of the values of CommandRunStart
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandRunStart) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // CommandRunStartMethodValue is the value CommandRunStart always has in member "method".
 const CommandRunStartMethodValue = "run.start"
 
@@ -2165,6 +2856,27 @@ type CommandSubscriptionSubscribe struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var commandSubscriptionSubscribeMembers = cddlrt.Members{Rule: "CommandSubscriptionSubscribe", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandSubscriptionSubscribe's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandSubscriptionSubscribe) CDDLMembers() *cddlrt.Members {
+	return &commandSubscriptionSubscribeMembers
+}
+
+// Validate checks what the schema requires of the values of CommandSubscriptionSubscribe
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandSubscriptionSubscribe) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CommandSubscriptionSubscribeMethodValue is the value CommandSubscriptionSubscribe always has in member "method".
@@ -2210,6 +2922,27 @@ type CommandSubscriptionUnsubscribe struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var commandSubscriptionUnsubscribeMembers = cddlrt.Members{Rule: "CommandSubscriptionUnsubscribe", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandSubscriptionUnsubscribe's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandSubscriptionUnsubscribe) CDDLMembers() *cddlrt.Members {
+	return &commandSubscriptionUnsubscribeMembers
+}
+
+// Validate checks what the schema requires of the values of CommandSubscriptionUnsubscribe
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandSubscriptionUnsubscribe) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // CommandSubscriptionUnsubscribeMethodValue is the value CommandSubscriptionUnsubscribe always has in member "method".
 const CommandSubscriptionUnsubscribeMethodValue = "subscription.unsubscribe"
 
@@ -2251,6 +2984,27 @@ type CommandSubscriptionReconnect struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var commandSubscriptionReconnectMembers = cddlrt.Members{Rule: "CommandSubscriptionReconnect", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandSubscriptionReconnect's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandSubscriptionReconnect) CDDLMembers() *cddlrt.Members {
+	return &commandSubscriptionReconnectMembers
+}
+
+// Validate checks what the schema requires of the values of CommandSubscriptionReconnect
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandSubscriptionReconnect) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CommandSubscriptionReconnectMethodValue is the value CommandSubscriptionReconnect always has in member "method".
@@ -2296,6 +3050,27 @@ type CommandAgentGetTree struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var commandAgentGetTreeMembers = cddlrt.Members{Rule: "CommandAgentGetTree", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandAgentGetTree's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandAgentGetTree) CDDLMembers() *cddlrt.Members {
+	return &commandAgentGetTreeMembers
+}
+
+// Validate checks what the schema requires of the values of CommandAgentGetTree
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandAgentGetTree) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // CommandAgentGetTreeMethodValue is the value CommandAgentGetTree always has in member "method".
 const CommandAgentGetTreeMethodValue = "agent.getTree"
 
@@ -2337,6 +3112,27 @@ type CommandInputRespond struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var commandInputRespondMembers = cddlrt.Members{Rule: "CommandInputRespond", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandInputRespond's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandInputRespond) CDDLMembers() *cddlrt.Members {
+	return &commandInputRespondMembers
+}
+
+// Validate checks what the schema requires of the values of CommandInputRespond
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandInputRespond) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CommandInputRespondMethodValue is the value CommandInputRespond always has in member "method".
@@ -2382,6 +3178,27 @@ type CommandInputInject struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var commandInputInjectMembers = cddlrt.Members{Rule: "CommandInputInject", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandInputInject's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandInputInject) CDDLMembers() *cddlrt.Members {
+	return &commandInputInjectMembers
+}
+
+// Validate checks what the schema requires of the values of CommandInputInject
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandInputInject) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // CommandInputInjectMethodValue is the value CommandInputInject always has in member "method".
 const CommandInputInjectMethodValue = "input.inject"
 
@@ -2423,6 +3240,27 @@ type CommandStateGet struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var commandStateGetMembers = cddlrt.Members{Rule: "CommandStateGet", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandStateGet's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandStateGet) CDDLMembers() *cddlrt.Members {
+	return &commandStateGetMembers
+}
+
+// Validate checks what the schema requires of the values of CommandStateGet
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandStateGet) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CommandStateGetMethodValue is the value CommandStateGet always has in member "method".
@@ -2468,6 +3306,27 @@ type CommandStateListCheckpoints struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var commandStateListCheckpointsMembers = cddlrt.Members{Rule: "CommandStateListCheckpoints", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandStateListCheckpoints's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandStateListCheckpoints) CDDLMembers() *cddlrt.Members {
+	return &commandStateListCheckpointsMembers
+}
+
+// Validate checks what the schema requires of the values of CommandStateListCheckpoints
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandStateListCheckpoints) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // CommandStateListCheckpointsMethodValue is the value CommandStateListCheckpoints always has in member "method".
 const CommandStateListCheckpointsMethodValue = "state.listCheckpoints"
 
@@ -2509,6 +3368,27 @@ type CommandStateFork struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var commandStateForkMembers = cddlrt.Members{Rule: "CommandStateFork", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes CommandStateFork's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandStateFork) CDDLMembers() *cddlrt.Members {
+	return &commandStateForkMembers
+}
+
+// Validate checks what the schema requires of the values of CommandStateFork
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandStateFork) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CommandStateForkMethodValue is the value CommandStateFork always has in member "method".
@@ -2602,6 +3482,26 @@ func (*StateListCheckpoints) Method() string { return "state.listCheckpoints" }
 func (*StateFork) isCommandData() {}
 
 func (*StateFork) Method() string { return "state.fork" }
+
+// Validate checks that CommandData holds a variant, and validates it.
+func (u CommandData) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "CommandData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (CommandData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "CommandData", "method", commandDataVariants, true)
+}
 
 var commandDataVariants = cddlrt.Variants[CommandDataVariant]{
 	"run.start":                func() CommandDataVariant { return new(RunCommand) },
@@ -2773,6 +3673,26 @@ func (s *ClientCommandAuthRefresh) GetID() JsUint { return s.ID }
 
 func (s *ClientCommandAuthRefresh) SetID(v JsUint) { s.ID = v }
 
+// Validate checks that ClientCommand holds a variant, and validates it.
+func (u ClientCommand) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ClientCommand", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ClientCommand) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ClientCommand", "method", clientCommandVariants, true)
+}
+
 var clientCommandVariants = cddlrt.Variants[ClientCommandVariant]{
 	"run.start":                func() ClientCommandVariant { return new(ClientCommandRunStart) },
 	"subscription.subscribe":   func() ClientCommandVariant { return new(ClientCommandSubscriptionSubscribe) },
@@ -2835,6 +3755,27 @@ type ClientCommandRunStart struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var clientCommandRunStartMembers = cddlrt.Members{Rule: "ClientCommandRunStart", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandRunStart's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandRunStart) CDDLMembers() *cddlrt.Members {
+	return &clientCommandRunStartMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandRunStart
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandRunStart) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ClientCommandRunStartMethodValue is the value ClientCommandRunStart always has in member "method".
 const ClientCommandRunStartMethodValue = "run.start"
 
@@ -2875,6 +3816,27 @@ type ClientCommandSubscriptionSubscribe struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var clientCommandSubscriptionSubscribeMembers = cddlrt.Members{Rule: "ClientCommandSubscriptionSubscribe", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandSubscriptionSubscribe's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandSubscriptionSubscribe) CDDLMembers() *cddlrt.Members {
+	return &clientCommandSubscriptionSubscribeMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandSubscriptionSubscribe
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandSubscriptionSubscribe) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ClientCommandSubscriptionSubscribeMethodValue is the value ClientCommandSubscriptionSubscribe always has in member "method".
@@ -2919,6 +3881,27 @@ type ClientCommandSubscriptionUnsubscribe struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var clientCommandSubscriptionUnsubscribeMembers = cddlrt.Members{Rule: "ClientCommandSubscriptionUnsubscribe", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandSubscriptionUnsubscribe's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandSubscriptionUnsubscribe) CDDLMembers() *cddlrt.Members {
+	return &clientCommandSubscriptionUnsubscribeMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandSubscriptionUnsubscribe
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandSubscriptionUnsubscribe) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ClientCommandSubscriptionUnsubscribeMethodValue is the value ClientCommandSubscriptionUnsubscribe always has in member "method".
 const ClientCommandSubscriptionUnsubscribeMethodValue = "subscription.unsubscribe"
 
@@ -2959,6 +3942,27 @@ type ClientCommandSubscriptionReconnect struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var clientCommandSubscriptionReconnectMembers = cddlrt.Members{Rule: "ClientCommandSubscriptionReconnect", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandSubscriptionReconnect's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandSubscriptionReconnect) CDDLMembers() *cddlrt.Members {
+	return &clientCommandSubscriptionReconnectMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandSubscriptionReconnect
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandSubscriptionReconnect) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ClientCommandSubscriptionReconnectMethodValue is the value ClientCommandSubscriptionReconnect always has in member "method".
@@ -3003,6 +4007,27 @@ type ClientCommandAgentGetTree struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var clientCommandAgentGetTreeMembers = cddlrt.Members{Rule: "ClientCommandAgentGetTree", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandAgentGetTree's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandAgentGetTree) CDDLMembers() *cddlrt.Members {
+	return &clientCommandAgentGetTreeMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandAgentGetTree
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandAgentGetTree) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ClientCommandAgentGetTreeMethodValue is the value ClientCommandAgentGetTree always has in member "method".
 const ClientCommandAgentGetTreeMethodValue = "agent.getTree"
 
@@ -3043,6 +4068,27 @@ type ClientCommandInputRespond struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var clientCommandInputRespondMembers = cddlrt.Members{Rule: "ClientCommandInputRespond", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandInputRespond's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandInputRespond) CDDLMembers() *cddlrt.Members {
+	return &clientCommandInputRespondMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandInputRespond
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandInputRespond) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ClientCommandInputRespondMethodValue is the value ClientCommandInputRespond always has in member "method".
@@ -3087,6 +4133,27 @@ type ClientCommandInputInject struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var clientCommandInputInjectMembers = cddlrt.Members{Rule: "ClientCommandInputInject", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandInputInject's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandInputInject) CDDLMembers() *cddlrt.Members {
+	return &clientCommandInputInjectMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandInputInject
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandInputInject) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ClientCommandInputInjectMethodValue is the value ClientCommandInputInject always has in member "method".
 const ClientCommandInputInjectMethodValue = "input.inject"
 
@@ -3127,6 +4194,27 @@ type ClientCommandStateGet struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var clientCommandStateGetMembers = cddlrt.Members{Rule: "ClientCommandStateGet", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandStateGet's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandStateGet) CDDLMembers() *cddlrt.Members {
+	return &clientCommandStateGetMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandStateGet
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandStateGet) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ClientCommandStateGetMethodValue is the value ClientCommandStateGet always has in member "method".
@@ -3171,6 +4259,27 @@ type ClientCommandStateListCheckpoints struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var clientCommandStateListCheckpointsMembers = cddlrt.Members{Rule: "ClientCommandStateListCheckpoints", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandStateListCheckpoints's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandStateListCheckpoints) CDDLMembers() *cddlrt.Members {
+	return &clientCommandStateListCheckpointsMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandStateListCheckpoints
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandStateListCheckpoints) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ClientCommandStateListCheckpointsMethodValue is the value ClientCommandStateListCheckpoints always has in member "method".
 const ClientCommandStateListCheckpointsMethodValue = "state.listCheckpoints"
 
@@ -3211,6 +4320,27 @@ type ClientCommandStateFork struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var clientCommandStateForkMembers = cddlrt.Members{Rule: "ClientCommandStateFork", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandStateFork's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandStateFork) CDDLMembers() *cddlrt.Members {
+	return &clientCommandStateForkMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandStateFork
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandStateFork) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ClientCommandStateForkMethodValue is the value ClientCommandStateFork always has in member "method".
@@ -3255,6 +4385,27 @@ type ClientCommandRunCancel struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var clientCommandRunCancelMembers = cddlrt.Members{Rule: "ClientCommandRunCancel", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandRunCancel's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandRunCancel) CDDLMembers() *cddlrt.Members {
+	return &clientCommandRunCancelMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandRunCancel
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandRunCancel) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ClientCommandRunCancelMethodValue is the value ClientCommandRunCancel always has in member "method".
 const ClientCommandRunCancelMethodValue = "run.cancel"
 
@@ -3295,6 +4446,27 @@ type ClientCommandAuthRefresh struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var clientCommandAuthRefreshMembers = cddlrt.Members{Rule: "ClientCommandAuthRefresh", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: true}
+
+// CDDLMembers describes ClientCommandAuthRefresh's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ClientCommandAuthRefresh) CDDLMembers() *cddlrt.Members {
+	return &clientCommandAuthRefreshMembers
+}
+
+// Validate checks what the schema requires of the values of ClientCommandAuthRefresh
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ClientCommandAuthRefresh) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ClientCommandAuthRefreshMethodValue is the value ClientCommandAuthRefresh always has in member "method".
@@ -3356,6 +4528,26 @@ func (*RunCancel) Method() string { return "run.cancel" }
 func (*AuthRefresh) isExtensionCommandData() {}
 
 func (*AuthRefresh) Method() string { return "auth.refresh" }
+
+// Validate checks that ExtensionCommandData holds a variant, and validates it.
+func (u ExtensionCommandData) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ExtensionCommandData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ExtensionCommandData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ExtensionCommandData", "method", extensionCommandDataVariants, true)
+}
 
 var extensionCommandDataVariants = cddlrt.Variants[ExtensionCommandDataVariant]{
 	"run.cancel":   func() ExtensionCommandDataVariant { return new(RunCancel) },
@@ -3431,6 +4623,26 @@ func (*Event) isMessage() {}
 
 func (*Event) Type() string { return "event" }
 
+// Validate checks that Message holds a variant, and validates it.
+func (u Message) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "Message", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Message) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Message", "type", messageVariants, true)
+}
+
 var messageVariants = cddlrt.Variants[MessageVariant]{
 	"success": func() MessageVariant { return new(CommandResponse) },
 	"error":   func() MessageVariant { return new(ErrorResponse) },
@@ -3485,6 +4697,29 @@ type CommandResponse struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var commandResponseMembers = cddlrt.Members{Rule: "CommandResponse", Required: []string{"type", "id", "result"}, Known: []string{"type", "id", "result", "meta"}, Open: true}
+
+// CDDLMembers describes CommandResponse's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CommandResponse) CDDLMembers() *cddlrt.Members {
+	return &commandResponseMembers
+}
+
+// Validate checks what the schema requires of the values of CommandResponse
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CommandResponse) Validate() error {
+	if s.ID > 9007199254740991 {
+		return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", s.ID)
+	}
+	if s.Meta != nil {
+		if err := s.Meta.Validate(); err != nil {
+			return cddlrt.At("meta", err)
+		}
+	}
+	return nil
+}
+
 // CommandResponseTypeValue is the value CommandResponse always has in member "type".
 const CommandResponseTypeValue = "success"
 
@@ -3529,6 +4764,34 @@ type ErrorResponse struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var errorResponseMembers = cddlrt.Members{Rule: "ErrorResponse", Required: []string{"type", "id", "error", "message"}, Known: []string{"type", "id", "error", "message", "stacktrace", "meta"}, Open: true}
+
+// CDDLMembers describes ErrorResponse's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ErrorResponse) CDDLMembers() *cddlrt.Members {
+	return &errorResponseMembers
+}
+
+// Validate checks what the schema requires of the values of ErrorResponse
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ErrorResponse) Validate() error {
+	if s.ID != nil {
+		if (*s.ID) > 9007199254740991 {
+			return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", (*s.ID))
+		}
+	}
+	if err := s.Error.Validate(); err != nil {
+		return cddlrt.At("error", err)
+	}
+	if s.Meta != nil {
+		if err := s.Meta.Validate(); err != nil {
+			return cddlrt.At("meta", err)
+		}
+	}
+	return nil
 }
 
 // ErrorResponseTypeValue is the value ErrorResponse always has in member "type".
@@ -3711,6 +4974,26 @@ func (s *EventTasks) GetSeq() *JsUint { return s.Seq }
 
 func (s *EventTasks) SetSeq(v *JsUint) { s.Seq = v }
 
+// Validate checks that Event holds a variant, and validates it.
+func (u Event) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "Event", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Event) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Event", "method", eventVariants, true)
+}
+
 var eventVariants = cddlrt.Variants[EventVariant]{
 	"lifecycle":       func() EventVariant { return new(EventLifecycle) },
 	"messages":        func() EventVariant { return new(EventMessages) },
@@ -3775,6 +5058,29 @@ type EventLifecycle struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var eventLifecycleMembers = cddlrt.Members{Rule: "EventLifecycle", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventLifecycle's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventLifecycle) CDDLMembers() *cddlrt.Members {
+	return &eventLifecycleMembers
+}
+
+// Validate checks what the schema requires of the values of EventLifecycle
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventLifecycle) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // EventLifecycleTypeValue is the value EventLifecycle always has in member "type".
 const EventLifecycleTypeValue = "event"
 
@@ -3818,6 +5124,27 @@ type EventLifecycleParams struct {
 	Data      LifecycleData `json:"data" cbor:"data"`
 }
 
+var eventLifecycleParamsMembers = cddlrt.Members{Rule: "EventLifecycleParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventLifecycleParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventLifecycleParams) CDDLMembers() *cddlrt.Members {
+	return &eventLifecycleParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventLifecycleParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventLifecycleParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventMessages is generated from CDDL rule "EventMessages".
 type EventMessages struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -3829,6 +5156,29 @@ type EventMessages struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventMessagesMembers = cddlrt.Members{Rule: "EventMessages", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventMessages's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventMessages) CDDLMembers() *cddlrt.Members {
+	return &eventMessagesMembers
+}
+
+// Validate checks what the schema requires of the values of EventMessages
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventMessages) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventMessagesTypeValue is the value EventMessages always has in member "type".
@@ -3876,6 +5226,27 @@ type EventMessagesParams struct {
 	Data MessagesData `json:"data" cbor:"data"`
 }
 
+var eventMessagesParamsMembers = cddlrt.Members{Rule: "EventMessagesParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "node", "data"}, Open: false}
+
+// CDDLMembers describes EventMessagesParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventMessagesParams) CDDLMembers() *cddlrt.Members {
+	return &eventMessagesParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventMessagesParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventMessagesParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventTools is generated from CDDL rule "EventTools".
 type EventTools struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -3887,6 +5258,29 @@ type EventTools struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventToolsMembers = cddlrt.Members{Rule: "EventTools", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventTools's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventTools) CDDLMembers() *cddlrt.Members {
+	return &eventToolsMembers
+}
+
+// Validate checks what the schema requires of the values of EventTools
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventTools) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventToolsTypeValue is the value EventTools always has in member "type".
@@ -3934,6 +5328,27 @@ type EventToolsParams struct {
 	Data ToolsData `json:"data" cbor:"data"`
 }
 
+var eventToolsParamsMembers = cddlrt.Members{Rule: "EventToolsParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "node", "data"}, Open: false}
+
+// CDDLMembers describes EventToolsParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventToolsParams) CDDLMembers() *cddlrt.Members {
+	return &eventToolsParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventToolsParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventToolsParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventInputRequested is generated from CDDL rule "EventInputRequested".
 type EventInputRequested struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -3945,6 +5360,29 @@ type EventInputRequested struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventInputRequestedMembers = cddlrt.Members{Rule: "EventInputRequested", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventInputRequested's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventInputRequested) CDDLMembers() *cddlrt.Members {
+	return &eventInputRequestedMembers
+}
+
+// Validate checks what the schema requires of the values of EventInputRequested
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventInputRequested) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventInputRequestedTypeValue is the value EventInputRequested always has in member "type".
@@ -3990,6 +5428,27 @@ type EventInputRequestedParams struct {
 	Data      InputRequestedData `json:"data" cbor:"data"`
 }
 
+var eventInputRequestedParamsMembers = cddlrt.Members{Rule: "EventInputRequestedParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventInputRequestedParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventInputRequestedParams) CDDLMembers() *cddlrt.Members {
+	return &eventInputRequestedParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventInputRequestedParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventInputRequestedParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventInputAnswered is generated from CDDL rule "EventInputAnswered".
 type EventInputAnswered struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -4001,6 +5460,29 @@ type EventInputAnswered struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventInputAnsweredMembers = cddlrt.Members{Rule: "EventInputAnswered", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventInputAnswered's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventInputAnswered) CDDLMembers() *cddlrt.Members {
+	return &eventInputAnsweredMembers
+}
+
+// Validate checks what the schema requires of the values of EventInputAnswered
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventInputAnswered) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventInputAnsweredTypeValue is the value EventInputAnswered always has in member "type".
@@ -4046,6 +5528,27 @@ type EventInputAnsweredParams struct {
 	Data      InputAnsweredData `json:"data" cbor:"data"`
 }
 
+var eventInputAnsweredParamsMembers = cddlrt.Members{Rule: "EventInputAnsweredParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventInputAnsweredParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventInputAnsweredParams) CDDLMembers() *cddlrt.Members {
+	return &eventInputAnsweredParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventInputAnsweredParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventInputAnsweredParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventValues is generated from CDDL rule "EventValues".
 type EventValues struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -4057,6 +5560,29 @@ type EventValues struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventValuesMembers = cddlrt.Members{Rule: "EventValues", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventValues's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventValues) CDDLMembers() *cddlrt.Members {
+	return &eventValuesMembers
+}
+
+// Validate checks what the schema requires of the values of EventValues
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventValues) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventValuesTypeValue is the value EventValues always has in member "type".
@@ -4103,6 +5629,24 @@ type EventValuesParams struct {
 	Data any `json:"data" cbor:"data"`
 }
 
+var eventValuesParamsMembers = cddlrt.Members{Rule: "EventValuesParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventValuesParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventValuesParams) CDDLMembers() *cddlrt.Members {
+	return &eventValuesParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventValuesParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventValuesParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	return nil
+}
+
 // EventUpdates is generated from CDDL rule "EventUpdates".
 type EventUpdates struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -4114,6 +5658,29 @@ type EventUpdates struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventUpdatesMembers = cddlrt.Members{Rule: "EventUpdates", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventUpdates's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventUpdates) CDDLMembers() *cddlrt.Members {
+	return &eventUpdatesMembers
+}
+
+// Validate checks what the schema requires of the values of EventUpdates
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventUpdates) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventUpdatesTypeValue is the value EventUpdates always has in member "type".
@@ -4159,6 +5726,27 @@ type EventUpdatesParams struct {
 	Data      UpdatesData `json:"data" cbor:"data"`
 }
 
+var eventUpdatesParamsMembers = cddlrt.Members{Rule: "EventUpdatesParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventUpdatesParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventUpdatesParams) CDDLMembers() *cddlrt.Members {
+	return &eventUpdatesParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventUpdatesParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventUpdatesParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventCheckpoints is generated from CDDL rule "EventCheckpoints".
 type EventCheckpoints struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -4170,6 +5758,29 @@ type EventCheckpoints struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventCheckpointsMembers = cddlrt.Members{Rule: "EventCheckpoints", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventCheckpoints's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventCheckpoints) CDDLMembers() *cddlrt.Members {
+	return &eventCheckpointsMembers
+}
+
+// Validate checks what the schema requires of the values of EventCheckpoints
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventCheckpoints) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventCheckpointsTypeValue is the value EventCheckpoints always has in member "type".
@@ -4215,6 +5826,27 @@ type EventCheckpointsParams struct {
 	Data      Checkpoint `json:"data" cbor:"data"`
 }
 
+var eventCheckpointsParamsMembers = cddlrt.Members{Rule: "EventCheckpointsParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventCheckpointsParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventCheckpointsParams) CDDLMembers() *cddlrt.Members {
+	return &eventCheckpointsParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventCheckpointsParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventCheckpointsParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventCustom is generated from CDDL rule "EventCustom".
 type EventCustom struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -4226,6 +5858,29 @@ type EventCustom struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventCustomMembers = cddlrt.Members{Rule: "EventCustom", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventCustom's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventCustom) CDDLMembers() *cddlrt.Members {
+	return &eventCustomMembers
+}
+
+// Validate checks what the schema requires of the values of EventCustom
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventCustom) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventCustomTypeValue is the value EventCustom always has in member "type".
@@ -4271,6 +5926,27 @@ type EventCustomParams struct {
 	Data      CustomData `json:"data" cbor:"data"`
 }
 
+var eventCustomParamsMembers = cddlrt.Members{Rule: "EventCustomParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventCustomParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventCustomParams) CDDLMembers() *cddlrt.Members {
+	return &eventCustomParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventCustomParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventCustomParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
+}
+
 // EventTasks is generated from CDDL rule "EventTasks".
 type EventTasks struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -4282,6 +5958,29 @@ type EventTasks struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventTasksMembers = cddlrt.Members{Rule: "EventTasks", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes EventTasks's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventTasks) CDDLMembers() *cddlrt.Members {
+	return &eventTasksMembers
+}
+
+// Validate checks what the schema requires of the values of EventTasks
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventTasks) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventTasksTypeValue is the value EventTasks always has in member "type".
@@ -4326,6 +6025,24 @@ type EventTasksParams struct {
 	Timestamp Timestamp `json:"timestamp" cbor:"timestamp"`
 	// The task or its result.
 	Data any `json:"data" cbor:"data"`
+}
+
+var eventTasksParamsMembers = cddlrt.Members{Rule: "EventTasksParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes EventTasksParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventTasksParams) CDDLMembers() *cddlrt.Members {
+	return &eventTasksParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventTasksParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventTasksParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	return nil
 }
 
 // EXTENSION. What agentstream sends: the protocol's events and its own.
@@ -4487,6 +6204,26 @@ func (s *ServerEventEventsMissed) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventEventsMissed) SetSeq(v *JsUint) { s.Seq = v }
 
+// Validate checks that ServerEvent holds a variant, and validates it.
+func (u ServerEvent) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ServerEvent", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ServerEvent) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ServerEvent", "method", serverEventVariants, true)
+}
+
 var serverEventVariants = cddlrt.Variants[ServerEventVariant]{
 	"lifecycle":       func() ServerEventVariant { return new(ServerEventLifecycle) },
 	"messages":        func() ServerEventVariant { return new(ServerEventMessages) },
@@ -4549,6 +6286,29 @@ type ServerEventLifecycle struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverEventLifecycleMembers = cddlrt.Members{Rule: "ServerEventLifecycle", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventLifecycle's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventLifecycle) CDDLMembers() *cddlrt.Members {
+	return &serverEventLifecycleMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventLifecycle
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventLifecycle) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ServerEventLifecycleTypeValue is the value ServerEventLifecycle always has in member "type".
 const ServerEventLifecycleTypeValue = "event"
 
@@ -4593,6 +6353,29 @@ type ServerEventMessages struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverEventMessagesMembers = cddlrt.Members{Rule: "ServerEventMessages", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventMessages's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventMessages) CDDLMembers() *cddlrt.Members {
+	return &serverEventMessagesMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventMessages
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventMessages) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ServerEventMessagesTypeValue is the value ServerEventMessages always has in member "type".
@@ -4641,6 +6424,29 @@ type ServerEventTools struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverEventToolsMembers = cddlrt.Members{Rule: "ServerEventTools", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventTools's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventTools) CDDLMembers() *cddlrt.Members {
+	return &serverEventToolsMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventTools
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventTools) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ServerEventToolsTypeValue is the value ServerEventTools always has in member "type".
 const ServerEventToolsTypeValue = "event"
 
@@ -4685,6 +6491,29 @@ type ServerEventInputRequested struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverEventInputRequestedMembers = cddlrt.Members{Rule: "ServerEventInputRequested", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventInputRequested's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventInputRequested) CDDLMembers() *cddlrt.Members {
+	return &serverEventInputRequestedMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventInputRequested
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventInputRequested) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ServerEventInputRequestedTypeValue is the value ServerEventInputRequested always has in member "type".
@@ -4733,6 +6562,29 @@ type ServerEventInputAnswered struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverEventInputAnsweredMembers = cddlrt.Members{Rule: "ServerEventInputAnswered", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventInputAnswered's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventInputAnswered) CDDLMembers() *cddlrt.Members {
+	return &serverEventInputAnsweredMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventInputAnswered
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventInputAnswered) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ServerEventInputAnsweredTypeValue is the value ServerEventInputAnswered always has in member "type".
 const ServerEventInputAnsweredTypeValue = "event"
 
@@ -4777,6 +6629,29 @@ type ServerEventValues struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverEventValuesMembers = cddlrt.Members{Rule: "ServerEventValues", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventValues's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventValues) CDDLMembers() *cddlrt.Members {
+	return &serverEventValuesMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventValues
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventValues) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ServerEventValuesTypeValue is the value ServerEventValues always has in member "type".
@@ -4825,6 +6700,29 @@ type ServerEventUpdates struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverEventUpdatesMembers = cddlrt.Members{Rule: "ServerEventUpdates", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventUpdates's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventUpdates) CDDLMembers() *cddlrt.Members {
+	return &serverEventUpdatesMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventUpdates
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventUpdates) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ServerEventUpdatesTypeValue is the value ServerEventUpdates always has in member "type".
 const ServerEventUpdatesTypeValue = "event"
 
@@ -4869,6 +6767,29 @@ type ServerEventCheckpoints struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverEventCheckpointsMembers = cddlrt.Members{Rule: "ServerEventCheckpoints", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventCheckpoints's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventCheckpoints) CDDLMembers() *cddlrt.Members {
+	return &serverEventCheckpointsMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventCheckpoints
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventCheckpoints) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ServerEventCheckpointsTypeValue is the value ServerEventCheckpoints always has in member "type".
@@ -4917,6 +6838,29 @@ type ServerEventCustom struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverEventCustomMembers = cddlrt.Members{Rule: "ServerEventCustom", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventCustom's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventCustom) CDDLMembers() *cddlrt.Members {
+	return &serverEventCustomMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventCustom
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventCustom) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ServerEventCustomTypeValue is the value ServerEventCustom always has in member "type".
 const ServerEventCustomTypeValue = "event"
 
@@ -4961,6 +6905,29 @@ type ServerEventTasks struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var serverEventTasksMembers = cddlrt.Members{Rule: "ServerEventTasks", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventTasks's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventTasks) CDDLMembers() *cddlrt.Members {
+	return &serverEventTasksMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventTasks
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventTasks) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ServerEventTasksTypeValue is the value ServerEventTasks always has in member "type".
@@ -5009,6 +6976,29 @@ type ServerEventEventsMissed struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var serverEventEventsMissedMembers = cddlrt.Members{Rule: "ServerEventEventsMissed", Required: []string{"type", "method", "params"}, Known: []string{"type", "event_id", "seq", "method", "params"}, Open: true}
+
+// CDDLMembers describes ServerEventEventsMissed's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventEventsMissed) CDDLMembers() *cddlrt.Members {
+	return &serverEventEventsMissedMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventEventsMissed
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventEventsMissed) Validate() error {
+	if s.Seq != nil {
+		if (*s.Seq) > 9007199254740991 {
+			return cddlrt.Invalid("seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Seq))
+		}
+	}
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // ServerEventEventsMissedTypeValue is the value ServerEventEventsMissed always has in member "type".
 const ServerEventEventsMissedTypeValue = "event"
 
@@ -5050,6 +7040,27 @@ type ServerEventEventsMissedParams struct {
 	Namespace Namespace        `json:"namespace" cbor:"namespace"`
 	Timestamp Timestamp        `json:"timestamp" cbor:"timestamp"`
 	Data      EventsMissedData `json:"data" cbor:"data"`
+}
+
+var serverEventEventsMissedParamsMembers = cddlrt.Members{Rule: "ServerEventEventsMissedParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+
+// CDDLMembers describes ServerEventEventsMissedParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ServerEventEventsMissedParams) CDDLMembers() *cddlrt.Members {
+	return &serverEventEventsMissedParamsMembers
+}
+
+// Validate checks what the schema requires of the values of ServerEventEventsMissedParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ServerEventEventsMissedParams) Validate() error {
+	if s.Timestamp > 9007199254740991 {
+		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
+	}
+	if err := s.Data.Validate(); err != nil {
+		return cddlrt.At("data", err)
+	}
+	return nil
 }
 
 // EXTENSION. agentstream's own events.
@@ -5110,6 +7121,14 @@ func (v *ErrorCode) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "ErrorCode", ErrorCode.Valid)
 }
 
+// Validate reports a value that is not one of ErrorCode's.
+func (v ErrorCode) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "ErrorCode", "value must be one of \"invalid_argument\", \"unknown_command\", \"unknown_error\", \"no_such_run\", \"no_such_subscription\", \"no_such_namespace\", \"no_such_interrupt\", \"no_such_checkpoint\", \"permission_denied\", \"not_supported\", \"rate_limited\", \"resource_exhausted\", \"unauthenticated\", \"unavailable\", not %v", v)
+	}
+	return nil
+}
+
 // Facts about where a command took effect.
 type ResponseMeta struct {
 	// The last sequence number published on the thread before the command
@@ -5118,6 +7137,26 @@ type ResponseMeta struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var responseMetaMembers = cddlrt.Members{Rule: "ResponseMeta", Required: []string{}, Known: []string{"applied_through_seq"}, Open: true}
+
+// CDDLMembers describes ResponseMeta's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ResponseMeta) CDDLMembers() *cddlrt.Members {
+	return &responseMetaMembers
+}
+
+// Validate checks what the schema requires of the values of ResponseMeta
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ResponseMeta) Validate() error {
+	if s.AppliedThroughSeq != nil {
+		if (*s.AppliedThroughSeq) > 9007199254740991 {
+			return cddlrt.Invalid("applied_through_seq", "JsUint", "must be <= 9007199254740991 but found %v", (*s.AppliedThroughSeq))
+		}
+	}
+	return nil
 }
 
 var responseMetaKnown = map[string]bool{"applied_through_seq": true}
@@ -5154,6 +7193,24 @@ type RunCommand = RunStart
 // Start, resume or feed a run.
 type RunStart struct {
 	Params RunStartParams `json:"params" cbor:"params"`
+}
+
+var runStartMembers = cddlrt.Members{Rule: "RunStart", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes RunStart's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunStart) CDDLMembers() *cddlrt.Members {
+	return &runStartMembers
+}
+
+// Validate checks what the schema requires of the values of RunStart
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunStart) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // RunStartMethodValue is the value RunStart always has in member "method".
@@ -5195,6 +7252,22 @@ type LangSmithTracer struct {
 	ExampleID *string `json:"example_id,omitempty" cbor:"example_id,omitempty"`
 }
 
+var langSmithTracerMembers = cddlrt.Members{Rule: "LangSmithTracer", Required: []string{}, Known: []string{"project_name", "example_id"}, Open: false}
+
+// CDDLMembers describes LangSmithTracer's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LangSmithTracer) CDDLMembers() *cddlrt.Members {
+	return &langSmithTracerMembers
+}
+
+// Validate checks what the schema requires of the values of LangSmithTracer
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LangSmithTracer) Validate() error {
+	_ = s
+	return nil
+}
+
 // RunStartParams is generated from CDDL rule "RunStartParams".
 type RunStartParams struct {
 	// The assistant (graph or agent) to run on the thread.
@@ -5214,6 +7287,36 @@ type RunStartParams struct {
 	// The same, spelled as older servers read it; the official SDK sends
 	// both spellings. The quoted name is not re-cased.
 	MultitaskStrategyCamel *MultitaskStrategy `json:"multitaskStrategy,omitempty" cbor:"multitaskStrategy,omitempty"`
+}
+
+var runStartParamsMembers = cddlrt.Members{Rule: "RunStartParams", Required: []string{"assistant_id", "input"}, Known: []string{"assistant_id", "input", "config", "metadata", "langsmith_tracer", "multitask_strategy", "multitaskStrategy"}, Open: false}
+
+// CDDLMembers describes RunStartParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunStartParams) CDDLMembers() *cddlrt.Members {
+	return &runStartParamsMembers
+}
+
+// Validate checks what the schema requires of the values of RunStartParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunStartParams) Validate() error {
+	if s.LangsmithTracer != nil {
+		if err := s.LangsmithTracer.Validate(); err != nil {
+			return cddlrt.At("langsmith_tracer", err)
+		}
+	}
+	if s.MultitaskStrategy != nil {
+		if err := s.MultitaskStrategy.Validate(); err != nil {
+			return cddlrt.At("multitask_strategy", err)
+		}
+	}
+	if s.MultitaskStrategyCamel != nil {
+		if err := s.MultitaskStrategyCamel.Validate(); err != nil {
+			return cddlrt.At("multitaskStrategy", err)
+		}
+	}
+	return nil
 }
 
 // How run.start treats a thread that is busy.
@@ -5246,10 +7349,34 @@ func (v *MultitaskStrategy) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "MultitaskStrategy", MultitaskStrategy.Valid)
 }
 
+// Validate reports a value that is not one of MultitaskStrategy's.
+func (v MultitaskStrategy) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "MultitaskStrategy", "value must be one of \"reject\", \"rollback\", \"interrupt\", \"enqueue\", not %v", v)
+	}
+	return nil
+}
+
 // RunResult is generated from CDDL rule "RunResult".
 type RunResult struct {
 	// The run that was started or resumed.
 	RunID *string `json:"run_id,omitempty" cbor:"run_id,omitempty"`
+}
+
+var runResultMembers = cddlrt.Members{Rule: "RunResult", Required: []string{}, Known: []string{"run_id"}, Open: false}
+
+// CDDLMembers describes RunResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunResult) CDDLMembers() *cddlrt.Members {
+	return &runResultMembers
+}
+
+// Validate checks what the schema requires of the values of RunResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunResult) Validate() error {
+	_ = s
+	return nil
 }
 
 // EXTENSION. Cancels the thread's active run and its subagents. It is
@@ -5258,6 +7385,24 @@ type RunResult struct {
 // member is true.
 type RunCancel struct {
 	Params RunCancelParams `json:"params" cbor:"params"`
+}
+
+var runCancelMembers = cddlrt.Members{Rule: "RunCancel", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes RunCancel's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunCancel) CDDLMembers() *cddlrt.Members {
+	return &runCancelMembers
+}
+
+// Validate checks what the schema requires of the values of RunCancel
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunCancel) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // RunCancelMethodValue is the value RunCancel always has in member "method".
@@ -5300,6 +7445,24 @@ type AuthRefresh struct {
 	Params AuthRefreshParams `json:"params" cbor:"params"`
 }
 
+var authRefreshMembers = cddlrt.Members{Rule: "AuthRefresh", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes AuthRefresh's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AuthRefresh) CDDLMembers() *cddlrt.Members {
+	return &authRefreshMembers
+}
+
+// Validate checks what the schema requires of the values of AuthRefresh
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AuthRefresh) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // AuthRefreshMethodValue is the value AuthRefresh always has in member "method".
 const AuthRefreshMethodValue = "auth.refresh"
 
@@ -5338,6 +7501,22 @@ type AuthRefreshParams struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var authRefreshParamsMembers = cddlrt.Members{Rule: "AuthRefreshParams", Required: []string{"token"}, Known: []string{"token"}, Open: true}
+
+// CDDLMembers describes AuthRefreshParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AuthRefreshParams) CDDLMembers() *cddlrt.Members {
+	return &authRefreshParamsMembers
+}
+
+// Validate checks what the schema requires of the values of AuthRefreshParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AuthRefreshParams) Validate() error {
+	_ = s
+	return nil
 }
 
 var authRefreshParamsKnown = map[string]bool{"token": true}
@@ -5381,6 +7560,26 @@ type AuthRefreshResult struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var authRefreshResultMembers = cddlrt.Members{Rule: "AuthRefreshResult", Required: []string{"subject"}, Known: []string{"subject", "expires_at"}, Open: true}
+
+// CDDLMembers describes AuthRefreshResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AuthRefreshResult) CDDLMembers() *cddlrt.Members {
+	return &authRefreshResultMembers
+}
+
+// Validate checks what the schema requires of the values of AuthRefreshResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AuthRefreshResult) Validate() error {
+	if s.ExpiresAt != nil {
+		if (*s.ExpiresAt) > 9007199254740991 {
+			return cddlrt.Invalid("expires_at", "JsUint", "must be <= 9007199254740991 but found %v", (*s.ExpiresAt))
+		}
+	}
+	return nil
+}
+
 var authRefreshResultKnown = map[string]bool{"subject": true, "expires_at": true}
 
 // MarshalJSON encodes AuthRefreshResult with its literal members and Extra.
@@ -5416,6 +7615,22 @@ type RunCancelParams struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var runCancelParamsMembers = cddlrt.Members{Rule: "RunCancelParams", Required: []string{}, Known: []string{"run_id"}, Open: true}
+
+// CDDLMembers describes RunCancelParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunCancelParams) CDDLMembers() *cddlrt.Members {
+	return &runCancelParamsMembers
+}
+
+// Validate checks what the schema requires of the values of RunCancelParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunCancelParams) Validate() error {
+	_ = s
+	return nil
 }
 
 var runCancelParamsKnown = map[string]bool{"run_id": true}
@@ -5455,6 +7670,22 @@ type RunCancelResult struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var runCancelResultMembers = cddlrt.Members{Rule: "RunCancelResult", Required: []string{"cancelled"}, Known: []string{"run_id", "cancelled"}, Open: true}
+
+// CDDLMembers describes RunCancelResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunCancelResult) CDDLMembers() *cddlrt.Members {
+	return &runCancelResultMembers
+}
+
+// Validate checks what the schema requires of the values of RunCancelResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunCancelResult) Validate() error {
+	_ = s
+	return nil
 }
 
 var runCancelResultKnown = map[string]bool{"run_id": true, "cancelled": true}
@@ -5500,6 +7731,36 @@ type EventStreamRequest struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var eventStreamRequestMembers = cddlrt.Members{Rule: "EventStreamRequest", Required: []string{"channels"}, Known: []string{"channels", "namespaces", "depth", "since"}, Open: true}
+
+// CDDLMembers describes EventStreamRequest's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventStreamRequest) CDDLMembers() *cddlrt.Members {
+	return &eventStreamRequestMembers
+}
+
+// Validate checks what the schema requires of the values of EventStreamRequest
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventStreamRequest) Validate() error {
+	for i0, e0 := range s.Channels {
+		if !pattern0.MatchString(string(e0)) {
+			return cddlrt.Invalid(cddlrt.Index("channels", i0), "Channel", "does not match pattern '^(?:values|updates|messages|tools|lifecycle|input|checkpoints|tasks|custom|(?:custom:.+))$'")
+		}
+	}
+	if s.Depth != nil {
+		if (*s.Depth) > 9007199254740991 {
+			return cddlrt.Invalid("depth", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Depth))
+		}
+	}
+	if s.Since != nil {
+		if (*s.Since) > 9007199254740991 {
+			return cddlrt.Invalid("since", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Since))
+		}
+	}
+	return nil
 }
 
 var eventStreamRequestKnown = map[string]bool{"channels": true, "namespaces": true, "depth": true, "since": true}
@@ -5555,6 +7816,26 @@ func (*SubscriptionUnsubscribe) isSubscriptionCommand() {}
 
 func (*SubscriptionReconnect) isSubscriptionCommand() {}
 
+// Validate checks that SubscriptionCommand holds a variant, and validates it.
+func (u SubscriptionCommand) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "SubscriptionCommand", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (SubscriptionCommand) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "SubscriptionCommand", "method", subscriptionCommandVariants, true)
+}
+
 var subscriptionCommandVariants = cddlrt.Variants[SubscriptionCommandVariant]{
 	"subscription.subscribe":   func() SubscriptionCommandVariant { return new(SubscriptionSubscribe) },
 	"subscription.unsubscribe": func() SubscriptionCommandVariant { return new(SubscriptionUnsubscribe) },
@@ -5604,6 +7885,24 @@ type SubscriptionSubscribe struct {
 	Params SubscribeParams `json:"params" cbor:"params"`
 }
 
+var subscriptionSubscribeMembers = cddlrt.Members{Rule: "SubscriptionSubscribe", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes SubscriptionSubscribe's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (SubscriptionSubscribe) CDDLMembers() *cddlrt.Members {
+	return &subscriptionSubscribeMembers
+}
+
+// Validate checks what the schema requires of the values of SubscriptionSubscribe
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s SubscriptionSubscribe) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // SubscriptionSubscribeMethodValue is the value SubscriptionSubscribe always has in member "method".
 const SubscriptionSubscribeMethodValue = "subscription.subscribe"
 
@@ -5647,6 +7946,31 @@ type SubscribeParams struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var subscribeParamsMembers = cddlrt.Members{Rule: "SubscribeParams", Required: []string{"channels"}, Known: []string{"channels", "namespaces", "depth"}, Open: true}
+
+// CDDLMembers describes SubscribeParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (SubscribeParams) CDDLMembers() *cddlrt.Members {
+	return &subscribeParamsMembers
+}
+
+// Validate checks what the schema requires of the values of SubscribeParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s SubscribeParams) Validate() error {
+	for i0, e0 := range s.Channels {
+		if !pattern0.MatchString(string(e0)) {
+			return cddlrt.Invalid(cddlrt.Index("channels", i0), "Channel", "does not match pattern '^(?:values|updates|messages|tools|lifecycle|input|checkpoints|tasks|custom|(?:custom:.+))$'")
+		}
+	}
+	if s.Depth != nil {
+		if (*s.Depth) > 9007199254740991 {
+			return cddlrt.Invalid("depth", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Depth))
+		}
+	}
+	return nil
+}
+
 var subscribeParamsKnown = map[string]bool{"channels": true, "namespaces": true, "depth": true}
 
 // MarshalJSON encodes SubscribeParams with its literal members and Extra.
@@ -5685,6 +8009,26 @@ type SubscribeResult struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var subscribeResultMembers = cddlrt.Members{Rule: "SubscribeResult", Required: []string{"subscription_id"}, Known: []string{"subscription_id", "replayed_events"}, Open: true}
+
+// CDDLMembers describes SubscribeResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (SubscribeResult) CDDLMembers() *cddlrt.Members {
+	return &subscribeResultMembers
+}
+
+// Validate checks what the schema requires of the values of SubscribeResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s SubscribeResult) Validate() error {
+	if s.ReplayedEvents != nil {
+		if (*s.ReplayedEvents) > 9007199254740991 {
+			return cddlrt.Invalid("replayed_events", "JsUint", "must be <= 9007199254740991 but found %v", (*s.ReplayedEvents))
+		}
+	}
+	return nil
+}
+
 var subscribeResultKnown = map[string]bool{"subscription_id": true, "replayed_events": true}
 
 // MarshalJSON encodes SubscribeResult with its literal members and Extra.
@@ -5716,6 +8060,24 @@ func (s *SubscribeResult) UnmarshalCBOR(data []byte) error {
 // Remove a subscription.
 type SubscriptionUnsubscribe struct {
 	Params UnsubscribeParams `json:"params" cbor:"params"`
+}
+
+var subscriptionUnsubscribeMembers = cddlrt.Members{Rule: "SubscriptionUnsubscribe", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes SubscriptionUnsubscribe's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (SubscriptionUnsubscribe) CDDLMembers() *cddlrt.Members {
+	return &subscriptionUnsubscribeMembers
+}
+
+// Validate checks what the schema requires of the values of SubscriptionUnsubscribe
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s SubscriptionUnsubscribe) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // SubscriptionUnsubscribeMethodValue is the value SubscriptionUnsubscribe always has in member "method".
@@ -5757,6 +8119,22 @@ type UnsubscribeParams struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var unsubscribeParamsMembers = cddlrt.Members{Rule: "UnsubscribeParams", Required: []string{"subscription_id"}, Known: []string{"subscription_id"}, Open: true}
+
+// CDDLMembers describes UnsubscribeParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (UnsubscribeParams) CDDLMembers() *cddlrt.Members {
+	return &unsubscribeParamsMembers
+}
+
+// Validate checks what the schema requires of the values of UnsubscribeParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s UnsubscribeParams) Validate() error {
+	_ = s
+	return nil
+}
+
 var unsubscribeParamsKnown = map[string]bool{"subscription_id": true}
 
 // MarshalJSON encodes UnsubscribeParams with its literal members and Extra.
@@ -5789,6 +8167,24 @@ func (s *UnsubscribeParams) UnmarshalCBOR(data []byte) error {
 // client missed.
 type SubscriptionReconnect struct {
 	Params ReconnectParams `json:"params" cbor:"params"`
+}
+
+var subscriptionReconnectMembers = cddlrt.Members{Rule: "SubscriptionReconnect", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes SubscriptionReconnect's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (SubscriptionReconnect) CDDLMembers() *cddlrt.Members {
+	return &subscriptionReconnectMembers
+}
+
+// Validate checks what the schema requires of the values of SubscriptionReconnect
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s SubscriptionReconnect) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // SubscriptionReconnectMethodValue is the value SubscriptionReconnect always has in member "method".
@@ -5834,6 +8230,22 @@ type ReconnectParams struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var reconnectParamsMembers = cddlrt.Members{Rule: "ReconnectParams", Required: []string{"run_id"}, Known: []string{"run_id", "last_event_id", "subscriptions"}, Open: true}
+
+// CDDLMembers describes ReconnectParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ReconnectParams) CDDLMembers() *cddlrt.Members {
+	return &reconnectParamsMembers
+}
+
+// Validate checks what the schema requires of the values of ReconnectParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ReconnectParams) Validate() error {
+	_ = s
+	return nil
+}
+
 var reconnectParamsKnown = map[string]bool{"run_id": true, "last_event_id": true, "subscriptions": true}
 
 // MarshalJSON encodes ReconnectParams with its literal members and Extra.
@@ -5875,6 +8287,31 @@ type ReconnectResult struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var reconnectResultMembers = cddlrt.Members{Rule: "ReconnectResult", Required: []string{"restored"}, Known: []string{"restored", "missed_events", "current_namespaces"}, Open: true}
+
+// CDDLMembers describes ReconnectResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ReconnectResult) CDDLMembers() *cddlrt.Members {
+	return &reconnectResultMembers
+}
+
+// Validate checks what the schema requires of the values of ReconnectResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ReconnectResult) Validate() error {
+	if s.MissedEvents != nil {
+		if (*s.MissedEvents) > 9007199254740991 {
+			return cddlrt.Invalid("missed_events", "JsUint", "must be <= 9007199254740991 but found %v", (*s.MissedEvents))
+		}
+	}
+	for i0, e0 := range s.CurrentNamespaces {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("current_namespaces", i0), err)
+		}
+	}
+	return nil
+}
+
 var reconnectResultKnown = map[string]bool{"restored": true, "missed_events": true, "current_namespaces": true}
 
 // MarshalJSON encodes ReconnectResult with its literal members and Extra.
@@ -5910,6 +8347,24 @@ type AgentStatusEntry struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var agentStatusEntryMembers = cddlrt.Members{Rule: "AgentStatusEntry", Required: []string{"namespace", "status"}, Known: []string{"namespace", "status"}, Open: true}
+
+// CDDLMembers describes AgentStatusEntry's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AgentStatusEntry) CDDLMembers() *cddlrt.Members {
+	return &agentStatusEntryMembers
+}
+
+// Validate checks what the schema requires of the values of AgentStatusEntry
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AgentStatusEntry) Validate() error {
+	if err := s.Status.Validate(); err != nil {
+		return cddlrt.At("status", err)
+	}
+	return nil
 }
 
 var agentStatusEntryKnown = map[string]bool{"namespace": true, "status": true}
@@ -5951,6 +8406,24 @@ type AgentGetTree struct {
 	Params AgentGetTreeParams `json:"params" cbor:"params"`
 }
 
+var agentGetTreeMembers = cddlrt.Members{Rule: "AgentGetTree", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes AgentGetTree's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AgentGetTree) CDDLMembers() *cddlrt.Members {
+	return &agentGetTreeMembers
+}
+
+// Validate checks what the schema requires of the values of AgentGetTree
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AgentGetTree) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // AgentGetTreeMethodValue is the value AgentGetTree always has in member "method".
 const AgentGetTreeMethodValue = "agent.getTree"
 
@@ -5987,6 +8460,22 @@ type AgentGetTreeParams struct {
 	RunID *string `json:"run_id,omitempty" cbor:"run_id,omitempty"`
 }
 
+var agentGetTreeParamsMembers = cddlrt.Members{Rule: "AgentGetTreeParams", Required: []string{}, Known: []string{"run_id"}, Open: false}
+
+// CDDLMembers describes AgentGetTreeParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AgentGetTreeParams) CDDLMembers() *cddlrt.Members {
+	return &agentGetTreeParamsMembers
+}
+
+// Validate checks what the schema requires of the values of AgentGetTreeParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AgentGetTreeParams) Validate() error {
+	_ = s
+	return nil
+}
+
 // AgentTreeNode is generated from CDDL rule "AgentTreeNode".
 type AgentTreeNode struct {
 	Namespace Namespace       `json:"namespace" cbor:"namespace"`
@@ -5996,9 +8485,50 @@ type AgentTreeNode struct {
 	Metadata  map[string]any  `json:"metadata,omitzero" cbor:"metadata,omitzero"`
 }
 
+var agentTreeNodeMembers = cddlrt.Members{Rule: "AgentTreeNode", Required: []string{"namespace", "status", "graph_name"}, Known: []string{"namespace", "status", "graph_name", "children", "metadata"}, Open: false}
+
+// CDDLMembers describes AgentTreeNode's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AgentTreeNode) CDDLMembers() *cddlrt.Members {
+	return &agentTreeNodeMembers
+}
+
+// Validate checks what the schema requires of the values of AgentTreeNode
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AgentTreeNode) Validate() error {
+	if err := s.Status.Validate(); err != nil {
+		return cddlrt.At("status", err)
+	}
+	for i0, e0 := range s.Children {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("children", i0), err)
+		}
+	}
+	return nil
+}
+
 // AgentResult is generated from CDDL rule "AgentResult".
 type AgentResult struct {
 	Tree AgentTreeNode `json:"tree" cbor:"tree"`
+}
+
+var agentResultMembers = cddlrt.Members{Rule: "AgentResult", Required: []string{"tree"}, Known: []string{"tree"}, Open: false}
+
+// CDDLMembers describes AgentResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AgentResult) CDDLMembers() *cddlrt.Members {
+	return &agentResultMembers
+}
+
+// Validate checks what the schema requires of the values of AgentResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AgentResult) Validate() error {
+	if err := s.Tree.Validate(); err != nil {
+		return cddlrt.At("tree", err)
+	}
+	return nil
 }
 
 // Where a namespace is in its life.
@@ -6030,6 +8560,14 @@ func (v *AgentStatus) UnmarshalJSON(data []byte) error {
 // UnmarshalCBOR accepts only the values of AgentStatus.
 func (v *AgentStatus) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "AgentStatus", AgentStatus.Valid)
+}
+
+// Validate reports a value that is not one of AgentStatus's.
+func (v AgentStatus) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "AgentStatus", "value must be one of \"started\", \"running\", \"completed\", \"failed\", \"interrupted\", not %v", v)
+	}
+	return nil
 }
 
 // Every event the protocol defines, told apart by `method` (the channel).
@@ -6091,6 +8629,26 @@ func (*TasksEvent) isEventData() {}
 
 func (*TasksEvent) Method() string { return "tasks" }
 
+// Validate checks that EventData holds a variant, and validates it.
+func (u EventData) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "EventData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (EventData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "EventData", "method", eventDataVariants, true)
+}
+
 var eventDataVariants = cddlrt.Variants[EventDataVariant]{
 	"lifecycle":       func() EventDataVariant { return new(LifecycleEvent) },
 	"messages":        func() EventDataVariant { return new(MessagesEvent) },
@@ -6145,6 +8703,24 @@ func (u *EventData) UnmarshalCBOR(data []byte) error {
 // The status of a namespace changed.
 type LifecycleEvent struct {
 	Params EventLifecycleParams `json:"params" cbor:"params"`
+}
+
+var lifecycleEventMembers = cddlrt.Members{Rule: "LifecycleEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes LifecycleEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LifecycleEvent) CDDLMembers() *cddlrt.Members {
+	return &lifecycleEventMembers
+}
+
+// Validate checks what the schema requires of the values of LifecycleEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LifecycleEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // LifecycleEventMethodValue is the value LifecycleEvent always has in member "method".
@@ -6210,6 +8786,26 @@ func (*LifecycleCauseEdge) isLifecycleCause() {}
 
 func (*LifecycleCauseEdge) Type() string { return "edge" }
 
+// Validate checks that LifecycleCause holds a variant, and validates it.
+func (u LifecycleCause) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "LifecycleCause", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (LifecycleCause) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "LifecycleCause", "type", lifecycleCauseVariants, true)
+}
+
 var lifecycleCauseVariants = cddlrt.Variants[LifecycleCauseVariant]{
 	"toolCall": func() LifecycleCauseVariant { return new(LifecycleCauseToolCall) },
 	"send":     func() LifecycleCauseVariant { return new(LifecycleCauseSend) },
@@ -6262,6 +8858,22 @@ type LifecycleCauseToolCall struct {
 	ToolCallID string `json:"tool_call_id" cbor:"tool_call_id"`
 }
 
+var lifecycleCauseToolCallMembers = cddlrt.Members{Rule: "LifecycleCauseToolCall", Required: []string{"type", "tool_call_id"}, Known: []string{"type", "tool_call_id"}, Open: false}
+
+// CDDLMembers describes LifecycleCauseToolCall's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LifecycleCauseToolCall) CDDLMembers() *cddlrt.Members {
+	return &lifecycleCauseToolCallMembers
+}
+
+// Validate checks what the schema requires of the values of LifecycleCauseToolCall
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LifecycleCauseToolCall) Validate() error {
+	_ = s
+	return nil
+}
+
 // LifecycleCauseToolCallTypeValue is the value LifecycleCauseToolCall always has in member "type".
 const LifecycleCauseToolCallTypeValue = "toolCall"
 
@@ -6300,6 +8912,22 @@ type LifecycleCauseSend struct {
 	FromNode string `json:"from_node" cbor:"from_node"`
 }
 
+var lifecycleCauseSendMembers = cddlrt.Members{Rule: "LifecycleCauseSend", Required: []string{"type", "from_node"}, Known: []string{"type", "from_node"}, Open: false}
+
+// CDDLMembers describes LifecycleCauseSend's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LifecycleCauseSend) CDDLMembers() *cddlrt.Members {
+	return &lifecycleCauseSendMembers
+}
+
+// Validate checks what the schema requires of the values of LifecycleCauseSend
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LifecycleCauseSend) Validate() error {
+	_ = s
+	return nil
+}
+
 // LifecycleCauseSendTypeValue is the value LifecycleCauseSend always has in member "type".
 const LifecycleCauseSendTypeValue = "send"
 
@@ -6335,6 +8963,22 @@ func (s *LifecycleCauseSend) UnmarshalCBOR(data []byte) error {
 type LifecycleCauseEdge struct {
 	// The node the edge comes from.
 	FromNode string `json:"from_node" cbor:"from_node"`
+}
+
+var lifecycleCauseEdgeMembers = cddlrt.Members{Rule: "LifecycleCauseEdge", Required: []string{"type", "from_node"}, Known: []string{"type", "from_node"}, Open: false}
+
+// CDDLMembers describes LifecycleCauseEdge's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LifecycleCauseEdge) CDDLMembers() *cddlrt.Members {
+	return &lifecycleCauseEdgeMembers
+}
+
+// Validate checks what the schema requires of the values of LifecycleCauseEdge
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LifecycleCauseEdge) Validate() error {
+	_ = s
+	return nil
 }
 
 // LifecycleCauseEdgeTypeValue is the value LifecycleCauseEdge always has in member "type".
@@ -6381,9 +9025,55 @@ type LifecycleData struct {
 	Cancelled *bool `json:"cancelled,omitempty" cbor:"cancelled,omitempty"`
 }
 
+var lifecycleDataMembers = cddlrt.Members{Rule: "LifecycleData", Required: []string{"event"}, Known: []string{"event", "graph_name", "cause", "error", "checkpoint", "cancelled"}, Open: false}
+
+// CDDLMembers describes LifecycleData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LifecycleData) CDDLMembers() *cddlrt.Members {
+	return &lifecycleDataMembers
+}
+
+// Validate checks what the schema requires of the values of LifecycleData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LifecycleData) Validate() error {
+	if err := s.Event.Validate(); err != nil {
+		return cddlrt.At("event", err)
+	}
+	if s.Cause != nil {
+		if err := s.Cause.Validate(); err != nil {
+			return cddlrt.At("cause", err)
+		}
+	}
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return cddlrt.At("checkpoint", err)
+		}
+	}
+	return nil
+}
+
 // MessagesEvent is generated from CDDL rule "MessagesEvent".
 type MessagesEvent struct {
 	Params EventMessagesParams `json:"params" cbor:"params"`
+}
+
+var messagesEventMembers = cddlrt.Members{Rule: "MessagesEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes MessagesEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (MessagesEvent) CDDLMembers() *cddlrt.Members {
+	return &messagesEventMembers
+}
+
+// Validate checks what the schema requires of the values of MessagesEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s MessagesEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // MessagesEventMethodValue is the value MessagesEvent always has in member "method".
@@ -6460,6 +9150,26 @@ func (*MessageErrorData) isMessagesData() {}
 
 func (*MessageErrorData) Event() string { return "error" }
 
+// Validate checks that MessagesData holds a variant, and validates it.
+func (u MessagesData) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "MessagesData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (MessagesData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "MessagesData", "event", messagesDataVariants, true)
+}
+
 var messagesDataVariants = cddlrt.Variants[MessagesDataVariant]{
 	"message-start":        func() MessagesDataVariant { return new(MessageStartData) },
 	"content-block-start":  func() MessagesDataVariant { return new(ContentBlockStartData) },
@@ -6520,6 +9230,29 @@ type MessageStartData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var messageStartDataMembers = cddlrt.Members{Rule: "MessageStartData", Required: []string{"event", "role", "id"}, Known: []string{"event", "role", "id", "metadata"}, Open: true}
+
+// CDDLMembers describes MessageStartData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (MessageStartData) CDDLMembers() *cddlrt.Members {
+	return &messageStartDataMembers
+}
+
+// Validate checks what the schema requires of the values of MessageStartData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s MessageStartData) Validate() error {
+	if err := s.Role.Validate(); err != nil {
+		return cddlrt.At("role", err)
+	}
+	if s.Metadata != nil {
+		if err := s.Metadata.Validate(); err != nil {
+			return cddlrt.At("metadata", err)
+		}
+	}
+	return nil
+}
+
 // MessageStartDataEventValue is the value MessageStartData always has in member "event".
 const MessageStartDataEventValue = "message-start"
 
@@ -6564,6 +9297,27 @@ type ContentBlockStartData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var contentBlockStartDataMembers = cddlrt.Members{Rule: "ContentBlockStartData", Required: []string{"event", "index", "content"}, Known: []string{"event", "index", "content"}, Open: true}
+
+// CDDLMembers describes ContentBlockStartData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ContentBlockStartData) CDDLMembers() *cddlrt.Members {
+	return &contentBlockStartDataMembers
+}
+
+// Validate checks what the schema requires of the values of ContentBlockStartData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ContentBlockStartData) Validate() error {
+	if s.Index > 9007199254740991 {
+		return cddlrt.Invalid("index", "JsUint", "must be <= 9007199254740991 but found %v", s.Index)
+	}
+	if err := s.Content.Validate(); err != nil {
+		return cddlrt.At("content", err)
+	}
+	return nil
+}
+
 // ContentBlockStartDataEventValue is the value ContentBlockStartData always has in member "event".
 const ContentBlockStartDataEventValue = "content-block-start"
 
@@ -6604,6 +9358,27 @@ type ContentBlockDeltaData struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var contentBlockDeltaDataMembers = cddlrt.Members{Rule: "ContentBlockDeltaData", Required: []string{"event", "index", "delta"}, Known: []string{"event", "index", "delta"}, Open: true}
+
+// CDDLMembers describes ContentBlockDeltaData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ContentBlockDeltaData) CDDLMembers() *cddlrt.Members {
+	return &contentBlockDeltaDataMembers
+}
+
+// Validate checks what the schema requires of the values of ContentBlockDeltaData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ContentBlockDeltaData) Validate() error {
+	if s.Index > 9007199254740991 {
+		return cddlrt.Invalid("index", "JsUint", "must be <= 9007199254740991 but found %v", s.Index)
+	}
+	if err := s.Delta.Validate(); err != nil {
+		return cddlrt.At("delta", err)
+	}
+	return nil
 }
 
 // ContentBlockDeltaDataEventValue is the value ContentBlockDeltaData always has in member "event".
@@ -6648,6 +9423,27 @@ type ContentBlockFinishData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var contentBlockFinishDataMembers = cddlrt.Members{Rule: "ContentBlockFinishData", Required: []string{"event", "index", "content"}, Known: []string{"event", "index", "content"}, Open: true}
+
+// CDDLMembers describes ContentBlockFinishData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ContentBlockFinishData) CDDLMembers() *cddlrt.Members {
+	return &contentBlockFinishDataMembers
+}
+
+// Validate checks what the schema requires of the values of ContentBlockFinishData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ContentBlockFinishData) Validate() error {
+	if s.Index > 9007199254740991 {
+		return cddlrt.Invalid("index", "JsUint", "must be <= 9007199254740991 but found %v", s.Index)
+	}
+	if err := s.Content.Validate(); err != nil {
+		return cddlrt.At("content", err)
+	}
+	return nil
+}
+
 // ContentBlockFinishDataEventValue is the value ContentBlockFinishData always has in member "event".
 const ContentBlockFinishDataEventValue = "content-block-finish"
 
@@ -6688,6 +9484,26 @@ type MessageFinishData struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var messageFinishDataMembers = cddlrt.Members{Rule: "MessageFinishData", Required: []string{"event"}, Known: []string{"event", "usage"}, Open: true}
+
+// CDDLMembers describes MessageFinishData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (MessageFinishData) CDDLMembers() *cddlrt.Members {
+	return &messageFinishDataMembers
+}
+
+// Validate checks what the schema requires of the values of MessageFinishData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s MessageFinishData) Validate() error {
+	if s.Usage != nil {
+		if err := s.Usage.Validate(); err != nil {
+			return cddlrt.At("usage", err)
+		}
+	}
+	return nil
 }
 
 // MessageFinishDataEventValue is the value MessageFinishData always has in member "event".
@@ -6733,6 +9549,36 @@ type InputTokenDetails struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var inputTokenDetailsMembers = cddlrt.Members{Rule: "InputTokenDetails", Required: []string{}, Known: []string{"audio", "cache_creation", "cache_read"}, Open: true}
+
+// CDDLMembers describes InputTokenDetails's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputTokenDetails) CDDLMembers() *cddlrt.Members {
+	return &inputTokenDetailsMembers
+}
+
+// Validate checks what the schema requires of the values of InputTokenDetails
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputTokenDetails) Validate() error {
+	if s.Audio != nil {
+		if (*s.Audio) > 9007199254740991 {
+			return cddlrt.Invalid("audio", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Audio))
+		}
+	}
+	if s.CacheCreation != nil {
+		if (*s.CacheCreation) > 9007199254740991 {
+			return cddlrt.Invalid("cache_creation", "JsUint", "must be <= 9007199254740991 but found %v", (*s.CacheCreation))
+		}
+	}
+	if s.CacheRead != nil {
+		if (*s.CacheRead) > 9007199254740991 {
+			return cddlrt.Invalid("cache_read", "JsUint", "must be <= 9007199254740991 but found %v", (*s.CacheRead))
+		}
+	}
+	return nil
+}
+
 var inputTokenDetailsKnown = map[string]bool{"audio": true, "cache_creation": true, "cache_read": true}
 
 // MarshalJSON encodes InputTokenDetails with its literal members and Extra.
@@ -6768,6 +9614,31 @@ type OutputTokenDetails struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var outputTokenDetailsMembers = cddlrt.Members{Rule: "OutputTokenDetails", Required: []string{}, Known: []string{"audio", "reasoning"}, Open: true}
+
+// CDDLMembers describes OutputTokenDetails's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (OutputTokenDetails) CDDLMembers() *cddlrt.Members {
+	return &outputTokenDetailsMembers
+}
+
+// Validate checks what the schema requires of the values of OutputTokenDetails
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s OutputTokenDetails) Validate() error {
+	if s.Audio != nil {
+		if (*s.Audio) > 9007199254740991 {
+			return cddlrt.Invalid("audio", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Audio))
+		}
+	}
+	if s.Reasoning != nil {
+		if (*s.Reasoning) > 9007199254740991 {
+			return cddlrt.Invalid("reasoning", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Reasoning))
+		}
+	}
+	return nil
 }
 
 var outputTokenDetailsKnown = map[string]bool{"audio": true, "reasoning": true}
@@ -6810,6 +9681,46 @@ type UsageInfo struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var usageInfoMembers = cddlrt.Members{Rule: "UsageInfo", Required: []string{}, Known: []string{"input_tokens", "output_tokens", "total_tokens", "input_token_details", "output_token_details"}, Open: true}
+
+// CDDLMembers describes UsageInfo's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (UsageInfo) CDDLMembers() *cddlrt.Members {
+	return &usageInfoMembers
+}
+
+// Validate checks what the schema requires of the values of UsageInfo
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s UsageInfo) Validate() error {
+	if s.InputTokens != nil {
+		if (*s.InputTokens) > 9007199254740991 {
+			return cddlrt.Invalid("input_tokens", "JsUint", "must be <= 9007199254740991 but found %v", (*s.InputTokens))
+		}
+	}
+	if s.OutputTokens != nil {
+		if (*s.OutputTokens) > 9007199254740991 {
+			return cddlrt.Invalid("output_tokens", "JsUint", "must be <= 9007199254740991 but found %v", (*s.OutputTokens))
+		}
+	}
+	if s.TotalTokens != nil {
+		if (*s.TotalTokens) > 9007199254740991 {
+			return cddlrt.Invalid("total_tokens", "JsUint", "must be <= 9007199254740991 but found %v", (*s.TotalTokens))
+		}
+	}
+	if s.InputTokenDetails != nil {
+		if err := s.InputTokenDetails.Validate(); err != nil {
+			return cddlrt.At("input_token_details", err)
+		}
+	}
+	if s.OutputTokenDetails != nil {
+		if err := s.OutputTokenDetails.Validate(); err != nil {
+			return cddlrt.At("output_token_details", err)
+		}
+	}
+	return nil
+}
+
 var usageInfoKnown = map[string]bool{"input_tokens": true, "output_tokens": true, "total_tokens": true, "input_token_details": true, "output_token_details": true}
 
 // MarshalJSON encodes UsageInfo with its literal members and Extra.
@@ -6845,6 +9756,22 @@ type MessageErrorData struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var messageErrorDataMembers = cddlrt.Members{Rule: "MessageErrorData", Required: []string{"event", "message"}, Known: []string{"event", "message", "code"}, Open: true}
+
+// CDDLMembers describes MessageErrorData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (MessageErrorData) CDDLMembers() *cddlrt.Members {
+	return &messageErrorDataMembers
+}
+
+// Validate checks what the schema requires of the values of MessageErrorData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s MessageErrorData) Validate() error {
+	_ = s
+	return nil
 }
 
 // MessageErrorDataEventValue is the value MessageErrorData always has in member "event".
@@ -6883,6 +9810,24 @@ func (s *MessageErrorData) UnmarshalCBOR(data []byte) error {
 // ToolsEvent is generated from CDDL rule "ToolsEvent".
 type ToolsEvent struct {
 	Params EventToolsParams `json:"params" cbor:"params"`
+}
+
+var toolsEventMembers = cddlrt.Members{Rule: "ToolsEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes ToolsEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolsEvent) CDDLMembers() *cddlrt.Members {
+	return &toolsEventMembers
+}
+
+// Validate checks what the schema requires of the values of ToolsEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolsEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ToolsEventMethodValue is the value ToolsEvent always has in member "method".
@@ -6971,6 +9916,26 @@ func (s *ToolErrorData) GetToolCallID() string { return s.ToolCallID }
 
 func (s *ToolErrorData) SetToolCallID(v string) { s.ToolCallID = v }
 
+// Validate checks that ToolsData holds a variant, and validates it.
+func (u ToolsData) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "ToolsData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (ToolsData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "ToolsData", "event", toolsDataVariants, true)
+}
+
 var toolsDataVariants = cddlrt.Variants[ToolsDataVariant]{
 	"tool-started":      func() ToolsDataVariant { return new(ToolStartedData) },
 	"tool-output-delta": func() ToolsDataVariant { return new(ToolOutputDeltaData) },
@@ -7027,6 +9992,22 @@ type ToolStartedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var toolStartedDataMembers = cddlrt.Members{Rule: "ToolStartedData", Required: []string{"event", "tool_call_id", "tool_name"}, Known: []string{"event", "tool_call_id", "tool_name", "input"}, Open: true}
+
+// CDDLMembers describes ToolStartedData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolStartedData) CDDLMembers() *cddlrt.Members {
+	return &toolStartedDataMembers
+}
+
+// Validate checks what the schema requires of the values of ToolStartedData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolStartedData) Validate() error {
+	_ = s
+	return nil
+}
+
 // ToolStartedDataEventValue is the value ToolStartedData always has in member "event".
 const ToolStartedDataEventValue = "tool-started"
 
@@ -7067,6 +10048,22 @@ type ToolOutputDeltaData struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var toolOutputDeltaDataMembers = cddlrt.Members{Rule: "ToolOutputDeltaData", Required: []string{"event", "tool_call_id", "delta"}, Known: []string{"event", "tool_call_id", "delta"}, Open: true}
+
+// CDDLMembers describes ToolOutputDeltaData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolOutputDeltaData) CDDLMembers() *cddlrt.Members {
+	return &toolOutputDeltaDataMembers
+}
+
+// Validate checks what the schema requires of the values of ToolOutputDeltaData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolOutputDeltaData) Validate() error {
+	_ = s
+	return nil
 }
 
 // ToolOutputDeltaDataEventValue is the value ToolOutputDeltaData always has in member "event".
@@ -7111,6 +10108,22 @@ type ToolFinishedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var toolFinishedDataMembers = cddlrt.Members{Rule: "ToolFinishedData", Required: []string{"event", "tool_call_id", "output"}, Known: []string{"event", "tool_call_id", "output"}, Open: true}
+
+// CDDLMembers describes ToolFinishedData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolFinishedData) CDDLMembers() *cddlrt.Members {
+	return &toolFinishedDataMembers
+}
+
+// Validate checks what the schema requires of the values of ToolFinishedData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolFinishedData) Validate() error {
+	_ = s
+	return nil
+}
+
 // ToolFinishedDataEventValue is the value ToolFinishedData always has in member "event".
 const ToolFinishedDataEventValue = "tool-finished"
 
@@ -7152,6 +10165,22 @@ type ToolErrorData struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var toolErrorDataMembers = cddlrt.Members{Rule: "ToolErrorData", Required: []string{"event", "tool_call_id", "message"}, Known: []string{"event", "tool_call_id", "message", "code"}, Open: true}
+
+// CDDLMembers describes ToolErrorData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ToolErrorData) CDDLMembers() *cddlrt.Members {
+	return &toolErrorDataMembers
+}
+
+// Validate checks what the schema requires of the values of ToolErrorData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ToolErrorData) Validate() error {
+	_ = s
+	return nil
 }
 
 // ToolErrorDataEventValue is the value ToolErrorData always has in member "event".
@@ -7210,6 +10239,26 @@ func (*InputRespond) isInputCommand() {}
 
 func (*InputInject) isInputCommand() {}
 
+// Validate checks that InputCommand holds a variant, and validates it.
+func (u InputCommand) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "InputCommand", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (InputCommand) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "InputCommand", "method", inputCommandVariants, true)
+}
+
 var inputCommandVariants = cddlrt.Variants[InputCommandVariant]{
 	"input.respond": func() InputCommandVariant { return new(InputRespond) },
 	"input.inject":  func() InputCommandVariant { return new(InputInject) },
@@ -7258,6 +10307,24 @@ func (u *InputCommand) UnmarshalCBOR(data []byte) error {
 // start a run and leave the others with nothing to answer).
 type InputRespond struct {
 	Params InputRespondParams `json:"params" cbor:"params"`
+}
+
+var inputRespondMembers = cddlrt.Members{Rule: "InputRespond", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes InputRespond's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputRespond) CDDLMembers() *cddlrt.Members {
+	return &inputRespondMembers
+}
+
+// Validate checks what the schema requires of the values of InputRespond
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputRespond) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // InputRespondMethodValue is the value InputRespond always has in member "method".
@@ -7371,6 +10438,26 @@ func (s *InputRespondMany) SetConfig(v map[string]any) { s.Config = v }
 func (s *InputRespondMany) GetMetadata() map[string]any { return s.Metadata }
 
 func (s *InputRespondMany) SetMetadata(v map[string]any) { s.Metadata = v }
+
+// Validate checks that InputRespondParams holds a variant, and validates it.
+func (u InputRespondParams) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "InputRespondParams", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (InputRespondParams) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "InputRespondParams", "", inputRespondParamsVariants, true)
+}
 
 var inputRespondParamsVariants = cddlrt.Variants[InputRespondParamsVariant]{
 	"namespace": func() InputRespondParamsVariant { return new(InputRespondOne) },
@@ -7515,12 +10602,57 @@ func (u *Goto) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Goto) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindText:
+		return new(GotoText), nil
+	case k == cddlrt.KindMap:
+		return new(RunSend), nil
+	case k == cddlrt.KindArray:
+		return new(GotoArray), nil
+	}
+	return nil, cddlrt.WrongKind("Goto", k)
+}
+
+// Validate checks that Goto holds a variant, and validates it.
+func (u Goto) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Goto", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Input for one node, sent with a resume.
 type RunSend struct {
 	// The node.
 	Node string `json:"node" cbor:"node"`
 	// What the node receives.
 	Input any `json:"input,omitempty" cbor:"input,omitempty"`
+}
+
+var runSendMembers = cddlrt.Members{Rule: "RunSend", Required: []string{"node"}, Known: []string{"node", "input"}, Open: false}
+
+// CDDLMembers describes RunSend's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (RunSend) CDDLMembers() *cddlrt.Members {
+	return &runSendMembers
+}
+
+// Validate checks what the schema requires of the values of RunSend
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s RunSend) Validate() error {
+	_ = s
+	return nil
 }
 
 // Answer one interrupt.
@@ -7542,6 +10674,26 @@ type InputRespondOne struct {
 	Metadata map[string]any `json:"metadata,omitzero" cbor:"metadata,omitzero"`
 }
 
+var inputRespondOneMembers = cddlrt.Members{Rule: "InputRespondOne", Required: []string{"namespace", "interrupt_id", "response"}, Known: []string{"namespace", "interrupt_id", "response", "strict_resume", "update", "goto", "config", "metadata"}, Open: false}
+
+// CDDLMembers describes InputRespondOne's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputRespondOne) CDDLMembers() *cddlrt.Members {
+	return &inputRespondOneMembers
+}
+
+// Validate checks what the schema requires of the values of InputRespondOne
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputRespondOne) Validate() error {
+	if s.Goto != nil {
+		if err := s.Goto.Validate(); err != nil {
+			return cddlrt.At("goto", err)
+		}
+	}
+	return nil
+}
+
 // Answer several interrupts in one run.
 type InputRespondMany struct {
 	Responses []InputRespondEntry `json:"responses" cbor:"responses"`
@@ -7557,6 +10709,31 @@ type InputRespondMany struct {
 	Config map[string]any `json:"config,omitzero" cbor:"config,omitzero"`
 	// Metadata for the resumed run.
 	Metadata map[string]any `json:"metadata,omitzero" cbor:"metadata,omitzero"`
+}
+
+var inputRespondManyMembers = cddlrt.Members{Rule: "InputRespondMany", Required: []string{"responses"}, Known: []string{"responses", "strict_resume", "update", "goto", "config", "metadata"}, Open: false}
+
+// CDDLMembers describes InputRespondMany's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputRespondMany) CDDLMembers() *cddlrt.Members {
+	return &inputRespondManyMembers
+}
+
+// Validate checks what the schema requires of the values of InputRespondMany
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputRespondMany) Validate() error {
+	for i0, e0 := range s.Responses {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("responses", i0), err)
+		}
+	}
+	if s.Goto != nil {
+		if err := s.Goto.Validate(); err != nil {
+			return cddlrt.At("goto", err)
+		}
+	}
+	return nil
 }
 
 // What a resume may change besides answering.
@@ -7575,6 +10752,26 @@ type ResumeOptions struct {
 	Metadata map[string]any `json:"metadata,omitzero" cbor:"metadata,omitzero"`
 }
 
+var resumeOptionsMembers = cddlrt.Members{Rule: "ResumeOptions", Required: []string{}, Known: []string{"strict_resume", "update", "goto", "config", "metadata"}, Open: false}
+
+// CDDLMembers describes ResumeOptions's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ResumeOptions) CDDLMembers() *cddlrt.Members {
+	return &resumeOptionsMembers
+}
+
+// Validate checks what the schema requires of the values of ResumeOptions
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ResumeOptions) Validate() error {
+	if s.Goto != nil {
+		if err := s.Goto.Validate(); err != nil {
+			return cddlrt.At("goto", err)
+		}
+	}
+	return nil
+}
+
 // InputRespondEntry is generated from CDDL rule "InputRespondEntry".
 type InputRespondEntry struct {
 	Namespace   Namespace `json:"namespace" cbor:"namespace"`
@@ -7582,9 +10779,43 @@ type InputRespondEntry struct {
 	Response    any       `json:"response" cbor:"response"`
 }
 
+var inputRespondEntryMembers = cddlrt.Members{Rule: "InputRespondEntry", Required: []string{"namespace", "interrupt_id", "response"}, Known: []string{"namespace", "interrupt_id", "response"}, Open: false}
+
+// CDDLMembers describes InputRespondEntry's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputRespondEntry) CDDLMembers() *cddlrt.Members {
+	return &inputRespondEntryMembers
+}
+
+// Validate checks what the schema requires of the values of InputRespondEntry
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputRespondEntry) Validate() error {
+	_ = s
+	return nil
+}
+
 // Give a running agent a message.
 type InputInject struct {
 	Params InputInjectParams `json:"params" cbor:"params"`
+}
+
+var inputInjectMembers = cddlrt.Members{Rule: "InputInject", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes InputInject's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputInject) CDDLMembers() *cddlrt.Members {
+	return &inputInjectMembers
+}
+
+// Validate checks what the schema requires of the values of InputInject
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputInject) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // InputInjectMethodValue is the value InputInject always has in member "method".
@@ -7624,6 +10855,24 @@ type InputInjectParams struct {
 	Message   InputMessage `json:"message" cbor:"message"`
 }
 
+var inputInjectParamsMembers = cddlrt.Members{Rule: "InputInjectParams", Required: []string{"namespace", "message"}, Known: []string{"namespace", "message"}, Open: false}
+
+// CDDLMembers describes InputInjectParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputInjectParams) CDDLMembers() *cddlrt.Members {
+	return &inputInjectParamsMembers
+}
+
+// Validate checks what the schema requires of the values of InputInjectParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputInjectParams) Validate() error {
+	if err := s.Message.Validate(); err != nil {
+		return cddlrt.At("message", err)
+	}
+	return nil
+}
+
 // InputMessage is generated from CDDL rule "InputMessage".
 type InputMessage struct {
 	Role    InputMessageRole `json:"role" cbor:"role"`
@@ -7632,6 +10881,24 @@ type InputMessage struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var inputMessageMembers = cddlrt.Members{Rule: "InputMessage", Required: []string{"role", "content"}, Known: []string{"role", "content", "name"}, Open: true}
+
+// CDDLMembers describes InputMessage's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputMessage) CDDLMembers() *cddlrt.Members {
+	return &inputMessageMembers
+}
+
+// Validate checks what the schema requires of the values of InputMessage
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputMessage) Validate() error {
+	if err := s.Role.Validate(); err != nil {
+		return cddlrt.At("role", err)
+	}
+	return nil
 }
 
 var inputMessageKnown = map[string]bool{"role": true, "content": true, "name": true}
@@ -7690,12 +10957,38 @@ func (v *InputMessageRole) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "InputMessageRole", InputMessageRole.Valid)
 }
 
+// Validate reports a value that is not one of InputMessageRole's.
+func (v InputMessageRole) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "InputMessageRole", "value must be one of \"user\", \"system\", not %v", v)
+	}
+	return nil
+}
+
 // InputResult is generated from CDDL rule "InputResult".
 type InputResult = EmptyResult
 
 // An agent asks for input.
 type InputEvent struct {
 	Params EventInputRequestedParams `json:"params" cbor:"params"`
+}
+
+var inputEventMembers = cddlrt.Members{Rule: "InputEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes InputEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputEvent) CDDLMembers() *cddlrt.Members {
+	return &inputEventMembers
+}
+
+// Validate checks what the schema requires of the values of InputEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // InputEventMethodValue is the value InputEvent always has in member "method".
@@ -7740,6 +11033,22 @@ type InputRequestedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var inputRequestedDataMembers = cddlrt.Members{Rule: "InputRequestedData", Required: []string{"interrupt_id", "payload"}, Known: []string{"interrupt_id", "payload"}, Open: true}
+
+// CDDLMembers describes InputRequestedData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputRequestedData) CDDLMembers() *cddlrt.Members {
+	return &inputRequestedDataMembers
+}
+
+// Validate checks what the schema requires of the values of InputRequestedData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputRequestedData) Validate() error {
+	_ = s
+	return nil
+}
+
 var inputRequestedDataKnown = map[string]bool{"interrupt_id": true, "payload": true}
 
 // MarshalJSON encodes InputRequestedData with its literal members and Extra.
@@ -7775,6 +11084,24 @@ func (s *InputRequestedData) UnmarshalCBOR(data []byte) error {
 // interrupts reloads the thread's state to see which are still pending.
 type InputAnsweredEvent struct {
 	Params EventInputAnsweredParams `json:"params" cbor:"params"`
+}
+
+var inputAnsweredEventMembers = cddlrt.Members{Rule: "InputAnsweredEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes InputAnsweredEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputAnsweredEvent) CDDLMembers() *cddlrt.Members {
+	return &inputAnsweredEventMembers
+}
+
+// Validate checks what the schema requires of the values of InputAnsweredEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputAnsweredEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // InputAnsweredEventMethodValue is the value InputAnsweredEvent always has in member "method".
@@ -7814,6 +11141,22 @@ type InputAnsweredData struct {
 	InterruptIds []string `json:"interrupt_ids" cbor:"interrupt_ids"`
 }
 
+var inputAnsweredDataMembers = cddlrt.Members{Rule: "InputAnsweredData", Required: []string{"interrupt_ids"}, Known: []string{"interrupt_ids"}, Open: false}
+
+// CDDLMembers describes InputAnsweredData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (InputAnsweredData) CDDLMembers() *cddlrt.Members {
+	return &inputAnsweredDataMembers
+}
+
+// Validate checks what the schema requires of the values of InputAnsweredData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s InputAnsweredData) Validate() error {
+	_ = s
+	return nil
+}
+
 // StateCommand is generated from CDDL rule "StateCommand".
 //
 // Its Value is one of *StateGet, *StateListCheckpoints, *StateFork, chosen by member "method".
@@ -7838,6 +11181,26 @@ func (*StateGet) isStateCommand() {}
 func (*StateListCheckpoints) isStateCommand() {}
 
 func (*StateFork) isStateCommand() {}
+
+// Validate checks that StateCommand holds a variant, and validates it.
+func (u StateCommand) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "StateCommand", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (StateCommand) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "StateCommand", "method", stateCommandVariants, true)
+}
 
 var stateCommandVariants = cddlrt.Variants[StateCommandVariant]{
 	"state.get":             func() StateCommandVariant { return new(StateGet) },
@@ -7888,6 +11251,24 @@ type StateGet struct {
 	Params StateGetParams `json:"params" cbor:"params"`
 }
 
+var stateGetMembers = cddlrt.Members{Rule: "StateGet", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes StateGet's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateGet) CDDLMembers() *cddlrt.Members {
+	return &stateGetMembers
+}
+
+// Validate checks what the schema requires of the values of StateGet
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateGet) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // StateGetMethodValue is the value StateGet always has in member "method".
 const StateGetMethodValue = "state.get"
 
@@ -7926,15 +11307,69 @@ type StateGetParams struct {
 	Keys []string `json:"keys,omitzero" cbor:"keys,omitzero"`
 }
 
+var stateGetParamsMembers = cddlrt.Members{Rule: "StateGetParams", Required: []string{"namespace"}, Known: []string{"namespace", "keys"}, Open: false}
+
+// CDDLMembers describes StateGetParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateGetParams) CDDLMembers() *cddlrt.Members {
+	return &stateGetParamsMembers
+}
+
+// Validate checks what the schema requires of the values of StateGetParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateGetParams) Validate() error {
+	_ = s
+	return nil
+}
+
 // StateGetResult is generated from CDDL rule "StateGetResult".
 type StateGetResult struct {
 	Values     map[string]any `json:"values" cbor:"values"`
 	Checkpoint *CheckpointRef `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
 }
 
+var stateGetResultMembers = cddlrt.Members{Rule: "StateGetResult", Required: []string{"values"}, Known: []string{"values", "checkpoint"}, Open: false}
+
+// CDDLMembers describes StateGetResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateGetResult) CDDLMembers() *cddlrt.Members {
+	return &stateGetResultMembers
+}
+
+// Validate checks what the schema requires of the values of StateGetResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateGetResult) Validate() error {
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return cddlrt.At("checkpoint", err)
+		}
+	}
+	return nil
+}
+
 // StateListCheckpoints is generated from CDDL rule "StateListCheckpoints".
 type StateListCheckpoints struct {
 	Params ListCheckpointsParams `json:"params" cbor:"params"`
+}
+
+var stateListCheckpointsMembers = cddlrt.Members{Rule: "StateListCheckpoints", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes StateListCheckpoints's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateListCheckpoints) CDDLMembers() *cddlrt.Members {
+	return &stateListCheckpointsMembers
+}
+
+// Validate checks what the schema requires of the values of StateListCheckpoints
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateListCheckpoints) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // StateListCheckpointsMethodValue is the value StateListCheckpoints always has in member "method".
@@ -7976,9 +11411,49 @@ type ListCheckpointsParams struct {
 	Before *string `json:"before,omitempty" cbor:"before,omitempty"`
 }
 
+var listCheckpointsParamsMembers = cddlrt.Members{Rule: "ListCheckpointsParams", Required: []string{}, Known: []string{"namespace", "limit", "before"}, Open: false}
+
+// CDDLMembers describes ListCheckpointsParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ListCheckpointsParams) CDDLMembers() *cddlrt.Members {
+	return &listCheckpointsParamsMembers
+}
+
+// Validate checks what the schema requires of the values of ListCheckpointsParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ListCheckpointsParams) Validate() error {
+	if s.Limit != nil {
+		if (*s.Limit) > 9007199254740991 {
+			return cddlrt.Invalid("limit", "JsUint", "must be <= 9007199254740991 but found %v", (*s.Limit))
+		}
+	}
+	return nil
+}
+
 // ListCheckpointsResult is generated from CDDL rule "ListCheckpointsResult".
 type ListCheckpointsResult struct {
 	Checkpoints []CheckpointSummary `json:"checkpoints" cbor:"checkpoints"`
+}
+
+var listCheckpointsResultMembers = cddlrt.Members{Rule: "ListCheckpointsResult", Required: []string{"checkpoints"}, Known: []string{"checkpoints"}, Open: false}
+
+// CDDLMembers describes ListCheckpointsResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ListCheckpointsResult) CDDLMembers() *cddlrt.Members {
+	return &listCheckpointsResultMembers
+}
+
+// Validate checks what the schema requires of the values of ListCheckpointsResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ListCheckpointsResult) Validate() error {
+	for i0, e0 := range s.Checkpoints {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("checkpoints", i0), err)
+		}
+	}
+	return nil
 }
 
 // CheckpointSummary is generated from CDDL rule "CheckpointSummary".
@@ -7992,15 +11467,70 @@ type CheckpointSummary struct {
 	Metadata map[string]any `json:"metadata,omitzero" cbor:"metadata,omitzero"`
 }
 
+var checkpointSummaryMembers = cddlrt.Members{Rule: "CheckpointSummary", Required: []string{"id", "timestamp", "step"}, Known: []string{"id", "timestamp", "step", "node_name", "metadata"}, Open: false}
+
+// CDDLMembers describes CheckpointSummary's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CheckpointSummary) CDDLMembers() *cddlrt.Members {
+	return &checkpointSummaryMembers
+}
+
+// Validate checks what the schema requires of the values of CheckpointSummary
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CheckpointSummary) Validate() error {
+	if s.Step < -9007199254740991 {
+		return cddlrt.Invalid("step", "JsInt", "must be >= -9007199254740991 but found %v", s.Step)
+	}
+	if s.Step > 9007199254740991 {
+		return cddlrt.Invalid("step", "JsInt", "must be <= 9007199254740991 but found %v", s.Step)
+	}
+	return nil
+}
+
 // CheckpointRef is generated from CDDL rule "CheckpointRef".
 type CheckpointRef struct {
 	ID string  `json:"id" cbor:"id"`
 	Ns *string `json:"ns,omitempty" cbor:"ns,omitempty"`
 }
 
+var checkpointRefMembers = cddlrt.Members{Rule: "CheckpointRef", Required: []string{"id"}, Known: []string{"id", "ns"}, Open: false}
+
+// CDDLMembers describes CheckpointRef's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CheckpointRef) CDDLMembers() *cddlrt.Members {
+	return &checkpointRefMembers
+}
+
+// Validate checks what the schema requires of the values of CheckpointRef
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CheckpointRef) Validate() error {
+	_ = s
+	return nil
+}
+
 // Start a new run from a checkpoint.
 type StateFork struct {
 	Params StateForkParams `json:"params" cbor:"params"`
+}
+
+var stateForkMembers = cddlrt.Members{Rule: "StateFork", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes StateFork's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateFork) CDDLMembers() *cddlrt.Members {
+	return &stateForkMembers
+}
+
+// Validate checks what the schema requires of the values of StateFork
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateFork) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // StateForkMethodValue is the value StateFork always has in member "method".
@@ -8043,10 +11573,42 @@ type StateForkParams struct {
 	Config map[string]any `json:"config,omitzero" cbor:"config,omitzero"`
 }
 
+var stateForkParamsMembers = cddlrt.Members{Rule: "StateForkParams", Required: []string{"checkpoint_id"}, Known: []string{"checkpoint_id", "input", "config"}, Open: false}
+
+// CDDLMembers describes StateForkParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateForkParams) CDDLMembers() *cddlrt.Members {
+	return &stateForkParamsMembers
+}
+
+// Validate checks what the schema requires of the values of StateForkParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateForkParams) Validate() error {
+	_ = s
+	return nil
+}
+
 // StateForkResult is generated from CDDL rule "StateForkResult".
 type StateForkResult struct {
 	RunID    string `json:"run_id" cbor:"run_id"`
 	ThreadID string `json:"thread_id" cbor:"thread_id"`
+}
+
+var stateForkResultMembers = cddlrt.Members{Rule: "StateForkResult", Required: []string{"run_id", "thread_id"}, Known: []string{"run_id", "thread_id"}, Open: false}
+
+// CDDLMembers describes StateForkResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (StateForkResult) CDDLMembers() *cddlrt.Members {
+	return &stateForkResultMembers
+}
+
+// Validate checks what the schema requires of the values of StateForkResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s StateForkResult) Validate() error {
+	_ = s
+	return nil
 }
 
 // StateResult is generated from CDDL rule "StateResult".
@@ -8055,6 +11617,24 @@ type StateResult = any
 // The full state after a step (or the current state, first).
 type ValuesEvent struct {
 	Params EventValuesParams `json:"params" cbor:"params"`
+}
+
+var valuesEventMembers = cddlrt.Members{Rule: "ValuesEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes ValuesEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ValuesEvent) CDDLMembers() *cddlrt.Members {
+	return &valuesEventMembers
+}
+
+// Validate checks what the schema requires of the values of ValuesEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ValuesEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // ValuesEventMethodValue is the value ValuesEvent always has in member "method".
@@ -8092,6 +11672,24 @@ func (s *ValuesEvent) UnmarshalCBOR(data []byte) error {
 // event.
 type CheckpointsEvent struct {
 	Params EventCheckpointsParams `json:"params" cbor:"params"`
+}
+
+var checkpointsEventMembers = cddlrt.Members{Rule: "CheckpointsEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes CheckpointsEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CheckpointsEvent) CDDLMembers() *cddlrt.Members {
+	return &checkpointsEventMembers
+}
+
+// Validate checks what the schema requires of the values of CheckpointsEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CheckpointsEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CheckpointsEventMethodValue is the value CheckpointsEvent always has in member "method".
@@ -8137,6 +11735,30 @@ type Checkpoint struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var checkpointMembers = cddlrt.Members{Rule: "Checkpoint", Required: []string{"id", "step", "source"}, Known: []string{"id", "parent_id", "step", "source"}, Open: true}
+
+// CDDLMembers describes Checkpoint's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Checkpoint) CDDLMembers() *cddlrt.Members {
+	return &checkpointMembers
+}
+
+// Validate checks what the schema requires of the values of Checkpoint
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Checkpoint) Validate() error {
+	if s.Step < -9007199254740991 {
+		return cddlrt.Invalid("step", "JsInt", "must be >= -9007199254740991 but found %v", s.Step)
+	}
+	if s.Step > 9007199254740991 {
+		return cddlrt.Invalid("step", "JsInt", "must be <= 9007199254740991 but found %v", s.Step)
+	}
+	if err := s.Source.Validate(); err != nil {
+		return cddlrt.At("source", err)
+	}
+	return nil
 }
 
 var checkpointKnown = map[string]bool{"id": true, "parent_id": true, "step": true, "source": true}
@@ -8197,9 +11819,35 @@ func (v *CheckpointSource) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "CheckpointSource", CheckpointSource.Valid)
 }
 
+// Validate reports a value that is not one of CheckpointSource's.
+func (v CheckpointSource) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "CheckpointSource", "value must be one of \"input\", \"loop\", \"update\", \"fork\", not %v", v)
+	}
+	return nil
+}
+
 // What one node changed in a step.
 type UpdatesEvent struct {
 	Params EventUpdatesParams `json:"params" cbor:"params"`
+}
+
+var updatesEventMembers = cddlrt.Members{Rule: "UpdatesEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes UpdatesEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (UpdatesEvent) CDDLMembers() *cddlrt.Members {
+	return &updatesEventMembers
+}
+
+// Validate checks what the schema requires of the values of UpdatesEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s UpdatesEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // UpdatesEventMethodValue is the value UpdatesEvent always has in member "method".
@@ -8244,6 +11892,22 @@ type UpdatesData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var updatesDataMembers = cddlrt.Members{Rule: "UpdatesData", Required: []string{"values"}, Known: []string{"node", "values"}, Open: true}
+
+// CDDLMembers describes UpdatesData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (UpdatesData) CDDLMembers() *cddlrt.Members {
+	return &updatesDataMembers
+}
+
+// Validate checks what the schema requires of the values of UpdatesData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s UpdatesData) Validate() error {
+	_ = s
+	return nil
+}
+
 var updatesDataKnown = map[string]bool{"node": true, "values": true}
 
 // MarshalJSON encodes UpdatesData with its literal members and Extra.
@@ -8276,6 +11940,24 @@ func (s *UpdatesData) UnmarshalCBOR(data []byte) error {
 // named NAME.
 type CustomEvent struct {
 	Params EventCustomParams `json:"params" cbor:"params"`
+}
+
+var customEventMembers = cddlrt.Members{Rule: "CustomEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes CustomEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CustomEvent) CDDLMembers() *cddlrt.Members {
+	return &customEventMembers
+}
+
+// Validate checks what the schema requires of the values of CustomEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CustomEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // CustomEventMethodValue is the value CustomEvent always has in member "method".
@@ -8320,6 +12002,22 @@ type CustomData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var customDataMembers = cddlrt.Members{Rule: "CustomData", Required: []string{"payload"}, Known: []string{"name", "payload"}, Open: true}
+
+// CDDLMembers describes CustomData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (CustomData) CDDLMembers() *cddlrt.Members {
+	return &customDataMembers
+}
+
+// Validate checks what the schema requires of the values of CustomData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s CustomData) Validate() error {
+	_ = s
+	return nil
+}
+
 var customDataKnown = map[string]bool{"name": true, "payload": true}
 
 // MarshalJSON encodes CustomData with its literal members and Extra.
@@ -8351,6 +12049,24 @@ func (s *CustomData) UnmarshalCBOR(data []byte) error {
 // A Pregel task was created or finished.
 type TasksEvent struct {
 	Params EventTasksParams `json:"params" cbor:"params"`
+}
+
+var tasksEventMembers = cddlrt.Members{Rule: "TasksEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes TasksEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (TasksEvent) CDDLMembers() *cddlrt.Members {
+	return &tasksEventMembers
+}
+
+// Validate checks what the schema requires of the values of TasksEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s TasksEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // TasksEventMethodValue is the value TasksEvent always has in member "method".
@@ -8387,6 +12103,24 @@ func (s *TasksEvent) UnmarshalCBOR(data []byte) error {
 // EventsMissedEvent is generated from CDDL rule "EventsMissedEvent".
 type EventsMissedEvent struct {
 	Params ServerEventEventsMissedParams `json:"params" cbor:"params"`
+}
+
+var eventsMissedEventMembers = cddlrt.Members{Rule: "EventsMissedEvent", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes EventsMissedEvent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventsMissedEvent) CDDLMembers() *cddlrt.Members {
+	return &eventsMissedEventMembers
+}
+
+// Validate checks what the schema requires of the values of EventsMissedEvent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventsMissedEvent) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventsMissedEventMethodValue is the value EventsMissedEvent always has in member "method".
@@ -8437,6 +12171,30 @@ type EventsMissedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var eventsMissedDataMembers = cddlrt.Members{Rule: "EventsMissedData", Required: []string{"since", "first_available_seq", "missed"}, Known: []string{"since", "first_available_seq", "missed", "epoch", "reset"}, Open: true}
+
+// CDDLMembers describes EventsMissedData's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventsMissedData) CDDLMembers() *cddlrt.Members {
+	return &eventsMissedDataMembers
+}
+
+// Validate checks what the schema requires of the values of EventsMissedData
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventsMissedData) Validate() error {
+	if s.Since > 9007199254740991 {
+		return cddlrt.Invalid("since", "JsUint", "must be <= 9007199254740991 but found %v", s.Since)
+	}
+	if s.FirstAvailableSeq > 9007199254740991 {
+		return cddlrt.Invalid("first_available_seq", "JsUint", "must be <= 9007199254740991 but found %v", s.FirstAvailableSeq)
+	}
+	if s.Missed > 9007199254740991 {
+		return cddlrt.Invalid("missed", "JsUint", "must be <= 9007199254740991 but found %v", s.Missed)
+	}
+	return nil
+}
+
 var eventsMissedDataKnown = map[string]bool{"since": true, "first_available_seq": true, "missed": true, "epoch": true, "reset": true}
 
 // MarshalJSON encodes EventsMissedData with its literal members and Extra.
@@ -8464,3 +12222,8 @@ func (s *EventsMissedData) UnmarshalCBOR(data []byte) error {
 	type fields EventsMissedData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "EventsMissedData", nil, eventsMissedDataKnown, &s.Extra)
 }
+
+// The patterns Validate checks (.regexp), anchored.
+var (
+	pattern0 = regexp.MustCompile("^(?:values|updates|messages|tools|lifecycle|input|checkpoints|tasks|custom|(?:custom:.+))$")
+)

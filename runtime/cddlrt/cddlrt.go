@@ -402,6 +402,23 @@ func DecodeByMemberCBOR[V any](data []byte, union string, variants Variants[V], 
 
 func decodeByMember[V any](c codec, data []byte, union string, variants Variants[V], open bool) (V, *RawValue, error) {
 	var zero V
+	v, err := pickByMember(c, data, union, variants, open)
+	if err != nil || v == nil {
+		if err == nil {
+			return zero, c.raw(data), nil
+		}
+		return zero, nil, err
+	}
+	if err := c.unmarshal(data, *v); err != nil {
+		return zero, nil, err
+	}
+	return *v, nil, nil
+}
+
+// pickByMember returns a new, empty variant for data by which marker
+// member is present (the first in key order), nil for none of an open
+// union.
+func pickByMember[V any](c codec, data []byte, union string, variants Variants[V], open bool) (*V, error) {
 	present := map[string]bool{}
 	err := c.each(data, func(k string, _ []byte) error {
 		if _, ok := variants[k]; ok {
@@ -410,7 +427,7 @@ func decodeByMember[V any](c codec, data []byte, union string, variants Variants
 		return nil
 	})
 	if err != nil {
-		return zero, nil, err
+		return nil, err
 	}
 	markers := make([]string, 0, len(variants))
 	for k := range variants {
@@ -420,20 +437,18 @@ func decodeByMember[V any](c codec, data []byte, union string, variants Variants
 	for _, k := range markers {
 		if present[k] {
 			v := variants[k]()
-			if err := c.unmarshal(data, v); err != nil {
-				return zero, nil, err
-			}
-			return v, nil, nil
+			return &v, nil
 		}
 	}
 	if open {
-		return zero, c.raw(data), nil
+		return nil, nil
 	}
-	return zero, nil, fmt.Errorf("%s: none of the members %v is present: %w", union, markers, ErrUnknownVariant)
+	return nil, fmt.Errorf("%s: none of the members %v is present: %w", union, markers, ErrUnknownVariant)
 }
 
 // codec is what the helpers need of an encoding.
 type codec struct {
+	json      bool // JSON (else CBOR)
 	unmarshal func([]byte, any) error
 	probe     func([]byte, string) (string, bool, error)
 	raw       func([]byte) *RawValue
@@ -443,6 +458,7 @@ type codec struct {
 }
 
 var jsonCodec = codec{
+	json:      true,
 	unmarshal: json.Unmarshal,
 	probe:     Probe,
 	raw:       func(b []byte) *RawValue { return &RawValue{JSON: append(json.RawMessage(nil), b...)} },
@@ -488,22 +504,57 @@ var cborCodec = codec{
 
 func decodeVariant[V any](c codec, data []byte, union, member string, variants Variants[V], open bool) (V, *RawValue, error) {
 	var zero V
+	v, err := pickVariant(c, data, union, member, variants, open)
+	if err != nil || v == nil {
+		if err == nil {
+			return zero, c.raw(data), nil
+		}
+		return zero, nil, err
+	}
+	if err := c.unmarshal(data, *v); err != nil {
+		return zero, nil, err
+	}
+	return *v, nil, nil
+}
+
+// pickVariant returns a new, empty variant for data by its member, nil for
+// an unknown one of an open union.
+func pickVariant[V any](c codec, data []byte, union, member string, variants Variants[V], open bool) (*V, error) {
 	tag, ok, err := c.probe(data, member)
 	if err != nil {
-		return zero, nil, err
+		return nil, err
 	}
 	mk, known := variants[tag]
 	if !ok || !known {
 		if open {
-			return zero, c.raw(data), nil
+			return nil, nil
 		}
-		return zero, nil, UnknownVariant(union, member, tag, ok)
+		return nil, UnknownVariant(union, member, tag, ok)
 	}
 	v := mk()
-	if err := c.unmarshal(data, v); err != nil {
-		return zero, nil, err
+	return &v, nil
+}
+
+// PickVariant returns a new, empty variant of union for the encoded value
+// data (CBOR when isCBOR), chosen as the union's decoder chooses it: by
+// member, or when member is "" by which member is present. It returns nil
+// for an unknown variant of an open union. Strict decoding uses it.
+func PickVariant[V any](data []byte, isCBOR bool, union, member string, variants Variants[V], open bool) (any, error) {
+	c := jsonCodec
+	if isCBOR {
+		c = cborCodec
 	}
-	return v, nil, nil
+	var v *V
+	var err error
+	if member == "" {
+		v, err = pickByMember(c, data, union, variants, open)
+	} else {
+		v, err = pickVariant(c, data, union, member, variants, open)
+	}
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return *v, nil
 }
 
 // EncodeVariant returns what a union wrapper encodes: its variant, or the

@@ -2,6 +2,10 @@
 
 package defaults
 
+import (
+	"github.com/agentstream/agentstream/runtime/cddlrt"
+)
+
 // Issue 15, bug 4: .default with the prelude's false, true and null, and
 // through a rule that names one, beside numbers and text.
 type Opts struct {
@@ -17,6 +21,22 @@ type Opts struct {
 	Mode *string `json:"mode,omitempty" cbor:"mode,omitempty"`
 	// Default (when absent): false.
 	Quiet *bool `json:"quiet,omitempty" cbor:"quiet,omitempty"`
+}
+
+var optsMembers = cddlrt.Members{Rule: "Opts", Required: []string{}, Known: []string{"verbose", "color", "label", "retries", "mode", "quiet"}, Open: false}
+
+// CDDLMembers describes Opts's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Opts) CDDLMembers() *cddlrt.Members {
+	return &optsMembers
+}
+
+// Validate checks what the schema requires of the values of Opts
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Opts) Validate() error {
+	_ = s
+	return nil
 }
 
 // DefaultOptsVerbose is the value member Opts.Verbose stands for when it is absent

@@ -128,6 +128,39 @@ func (u *Scalar) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Scalar) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindNull:
+		return nil, nil
+	case k == cddlrt.KindBool:
+		return new(ScalarBool), nil
+	case k == cddlrt.KindInt:
+		return new(ScalarInt), nil
+	case k == cddlrt.KindFloat:
+		return new(ScalarFloat), nil
+	case k == cddlrt.KindText:
+		return new(ScalarText), nil
+	}
+	return nil, cddlrt.WrongKind("Scalar", k)
+}
+
+// Validate checks that Scalar holds a variant, and validates it.
+func (u Scalar) Validate() error {
+	if u.Value == nil {
+		return nil // null
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Index is generated from CDDL rule "Index".
 //
 // Its Value is one of IndexInt, IndexText, chosen by the kind of the value (text, number, map, ...).
@@ -209,6 +242,33 @@ func (u *Index) UnmarshalCBOR(data []byte) error {
 	default:
 		return cddlrt.WrongKind("Index", k)
 	}
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Index) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindInt:
+		return new(IndexInt), nil
+	case k == cddlrt.KindText:
+		return new(IndexText), nil
+	}
+	return nil, cddlrt.WrongKind("Index", k)
+}
+
+// Validate checks that Index holds a variant, and validates it.
+func (u Index) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Index", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
 }
 
 // Target is generated from CDDL rule "Target".
@@ -310,9 +370,54 @@ func (u *Target) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Target) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindText:
+		return new(TargetText), nil
+	case k == cddlrt.KindMap:
+		return new(Send), nil
+	case k == cddlrt.KindArray:
+		return new(TargetArray), nil
+	}
+	return nil, cddlrt.WrongKind("Target", k)
+}
+
+// Validate checks that Target holds a variant, and validates it.
+func (u Target) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Target", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Send is generated from CDDL rule "Send".
 type Send struct {
 	Node string `json:"node" cbor:"node"`
+}
+
+var sendMembers = cddlrt.Members{Rule: "Send", Required: []string{"node"}, Known: []string{"node"}, Open: false}
+
+// CDDLMembers describes Send's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Send) CDDLMembers() *cddlrt.Members {
+	return &sendMembers
+}
+
+// Validate checks what the schema requires of the values of Send
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Send) Validate() error {
+	_ = s
+	return nil
 }
 
 // Blob is generated from CDDL rule "Blob".
@@ -398,6 +503,33 @@ func (u *Blob) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Blob) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case !isCBOR && (k == cddlrt.KindText), isCBOR && (k == cddlrt.KindBytes):
+		return new(BlobBytes), nil
+	case k == cddlrt.KindInt:
+		return new(BlobInt), nil
+	}
+	return nil, cddlrt.WrongKind("Blob", k)
+}
+
+// Validate checks that Blob holds a variant, and validates it.
+func (u Blob) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Blob", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Ratio is generated from CDDL rule "Ratio".
 //
 // Its Value is one of RatioFloat, RatioText, chosen by the kind of the value (text, number, map, ...).
@@ -479,6 +611,33 @@ func (u *Ratio) UnmarshalCBOR(data []byte) error {
 	default:
 		return cddlrt.WrongKind("Ratio", k)
 	}
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Ratio) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindFloat || k == cddlrt.KindInt:
+		return new(RatioFloat), nil
+	case k == cddlrt.KindText:
+		return new(RatioText), nil
+	}
+	return nil, cddlrt.WrongKind("Ratio", k)
+}
+
+// Validate checks that Ratio holds a variant, and validates it.
+func (u Ratio) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Ratio", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
 }
 
 // Text and bytes are both text in JSON: this one stays any.

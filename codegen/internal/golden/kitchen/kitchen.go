@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/fxamacker/cbor/v2"
+	"regexp"
 )
 
 // Envelope is what travels on the wire: a numbered request whose body
@@ -56,6 +57,26 @@ func (*EnvelopeList) Op() string { return "list" }
 func (s *EnvelopeList) GetRequestID() uint64 { return s.RequestID }
 
 func (s *EnvelopeList) SetRequestID(v uint64) { s.RequestID = v }
+
+// Validate checks that Envelope holds a variant, and validates it.
+func (u Envelope) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "Envelope", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Envelope) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Envelope", "op", envelopeVariants, true)
+}
 
 var envelopeVariants = cddlrt.Variants[EnvelopeVariant]{
 	"put":    func() EnvelopeVariant { return new(EnvelopePut) },
@@ -111,6 +132,24 @@ type EnvelopePut struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
+var envelopePutMembers = cddlrt.Members{Rule: "EnvelopePut", Required: []string{"request_id", "op", "item"}, Known: []string{"request_id", "op", "item"}, Open: true}
+
+// CDDLMembers describes EnvelopePut's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EnvelopePut) CDDLMembers() *cddlrt.Members {
+	return &envelopePutMembers
+}
+
+// Validate checks what the schema requires of the values of EnvelopePut
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EnvelopePut) Validate() error {
+	if err := s.Item.Validate(); err != nil {
+		return cddlrt.At("item", err)
+	}
+	return nil
+}
+
 // EnvelopePutOpValue is the value EnvelopePut always has in member "op".
 const EnvelopePutOpValue = "put"
 
@@ -152,6 +191,22 @@ type EnvelopeDelete struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var envelopeDeleteMembers = cddlrt.Members{Rule: "EnvelopeDelete", Required: []string{"request_id", "op"}, Known: []string{"request_id", "op", "item_id"}, Open: true}
+
+// CDDLMembers describes EnvelopeDelete's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EnvelopeDelete) CDDLMembers() *cddlrt.Members {
+	return &envelopeDeleteMembers
+}
+
+// Validate checks what the schema requires of the values of EnvelopeDelete
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EnvelopeDelete) Validate() error {
+	_ = s
+	return nil
 }
 
 // EnvelopeDeleteOpValue is the value EnvelopeDelete always has in member "op".
@@ -197,6 +252,29 @@ type EnvelopeList struct {
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var envelopeListMembers = cddlrt.Members{Rule: "EnvelopeList", Required: []string{"request_id", "op"}, Known: []string{"request_id", "op", "limit", "cursor"}, Open: true}
+
+// CDDLMembers describes EnvelopeList's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EnvelopeList) CDDLMembers() *cddlrt.Members {
+	return &envelopeListMembers
+}
+
+// Validate checks what the schema requires of the values of EnvelopeList
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EnvelopeList) Validate() error {
+	if s.Limit != nil {
+		if (*s.Limit) < 1 {
+			return cddlrt.Invalid("limit", "EnvelopeList", "must be >= 1 but found %v", (*s.Limit))
+		}
+		if (*s.Limit) > 100 {
+			return cddlrt.Invalid("limit", "EnvelopeList", "must be <= 100 but found %v", (*s.Limit))
+		}
+	}
+	return nil
 }
 
 // EnvelopeListOpValue is the value EnvelopeList always has in member "op".
@@ -259,6 +337,23 @@ func (*ListOp) isOperation() {}
 
 func (*ListOp) Op() string { return "list" }
 
+// Validate checks that Operation holds a variant, and validates it.
+func (u Operation) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Operation", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Operation) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Operation", "op", operationVariants, false)
+}
+
 var operationVariants = cddlrt.Variants[OperationVariant]{
 	"put":    func() OperationVariant { return new(PutOp) },
 	"delete": func() OperationVariant { return new(DeleteOp) },
@@ -308,6 +403,24 @@ type PutOp struct {
 	Item Item `json:"item" cbor:"item"`
 }
 
+var putOpMembers = cddlrt.Members{Rule: "PutOp", Required: []string{"op", "item"}, Known: []string{"op", "item"}, Open: false}
+
+// CDDLMembers describes PutOp's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (PutOp) CDDLMembers() *cddlrt.Members {
+	return &putOpMembers
+}
+
+// Validate checks what the schema requires of the values of PutOp
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s PutOp) Validate() error {
+	if err := s.Item.Validate(); err != nil {
+		return cddlrt.At("item", err)
+	}
+	return nil
+}
+
 // PutOpOpValue is the value PutOp always has in member "op".
 const PutOpOpValue = "put"
 
@@ -342,6 +455,22 @@ func (s *PutOp) UnmarshalCBOR(data []byte) error {
 // DeleteOp is generated from CDDL rule "DeleteOp".
 type DeleteOp struct {
 	ItemID *string `json:"item_id,omitempty" cbor:"item_id,omitempty"`
+}
+
+var deleteOpMembers = cddlrt.Members{Rule: "DeleteOp", Required: []string{"op"}, Known: []string{"op", "item_id"}, Open: false}
+
+// CDDLMembers describes DeleteOp's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (DeleteOp) CDDLMembers() *cddlrt.Members {
+	return &deleteOpMembers
+}
+
+// Validate checks what the schema requires of the values of DeleteOp
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s DeleteOp) Validate() error {
+	_ = s
+	return nil
 }
 
 // DeleteOpOpValue is the value DeleteOp always has in member "op".
@@ -380,6 +509,29 @@ type ListOp struct {
 	// how many to return
 	Limit  *uint64 `json:"limit,omitempty" cbor:"limit,omitempty"`
 	Cursor *string `json:"cursor,omitempty" cbor:"cursor,omitempty"`
+}
+
+var listOpMembers = cddlrt.Members{Rule: "ListOp", Required: []string{"op"}, Known: []string{"op", "limit", "cursor"}, Open: false}
+
+// CDDLMembers describes ListOp's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ListOp) CDDLMembers() *cddlrt.Members {
+	return &listOpMembers
+}
+
+// Validate checks what the schema requires of the values of ListOp
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ListOp) Validate() error {
+	if s.Limit != nil {
+		if (*s.Limit) < 1 {
+			return cddlrt.Invalid("limit", "ListOp", "must be >= 1 but found %v", (*s.Limit))
+		}
+		if (*s.Limit) > 100 {
+			return cddlrt.Invalid("limit", "ListOp", "must be <= 100 but found %v", (*s.Limit))
+		}
+	}
+	return nil
 }
 
 // ListOpOpValue is the value ListOp always has in member "op".
@@ -432,6 +584,54 @@ type Item struct {
 	Flags     Flags                `json:"flags" cbor:"flags"`
 }
 
+var itemMembers = cddlrt.Members{Rule: "Item", Required: []string{"id", "kind", "tags", "position", "created_at", "flags"}, Known: []string{"id", "title", "kind", "tags", "scores", "parent", "payload", "meta", "position", "created_at", "flags"}, Open: false}
+
+// CDDLMembers describes Item's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Item) CDDLMembers() *cddlrt.Members {
+	return &itemMembers
+}
+
+// Validate checks what the schema requires of the values of Item
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Item) Validate() error {
+	if !pattern0.MatchString(s.ID) {
+		return cddlrt.Invalid("id", "Item", "does not match pattern '^(?:[a-z][a-z0-9_-]*)$'")
+	}
+	if s.Title != nil {
+		if len((*s.Title)) < 1 {
+			return cddlrt.Invalid("title", "Item", "must be at least 1 bytes long, not %d", len((*s.Title)))
+		}
+		if len((*s.Title)) > 80 {
+			return cddlrt.Invalid("title", "Item", "must be at most 80 bytes long, not %d", len((*s.Title)))
+		}
+	}
+	if err := s.Kind.Validate(); err != nil {
+		return cddlrt.At("kind", err)
+	}
+	if len(s.Scores) < 1 {
+		return cddlrt.Invalid("scores", "Item", "must have at least 1 items, not %d", len(s.Scores))
+	}
+	if len(s.Scores) > 3 {
+		return cddlrt.Invalid("scores", "Item", "must have at most 3 items, not %d", len(s.Scores))
+	}
+	if s.Parent != nil {
+		if err := s.Parent.Validate(); err != nil {
+			return cddlrt.At("parent", err)
+		}
+	}
+	for k0, e0 := range s.Meta {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Join("meta", fmt.Sprint(k0)), err)
+		}
+	}
+	if err := s.Flags.Validate(); err != nil {
+		return cddlrt.At("flags", err)
+	}
+	return nil
+}
+
 // What an item is.
 type ItemKind string
 
@@ -460,6 +660,14 @@ func (v *ItemKind) UnmarshalJSON(data []byte) error {
 // UnmarshalCBOR accepts only the values of ItemKind.
 func (v *ItemKind) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "ItemKind", ItemKind.Valid)
+}
+
+// Validate reports a value that is not one of ItemKind's.
+func (v ItemKind) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "ItemKind", "value must be one of \"note\", \"task\", \"link-ref\", \"other\", not %v", v)
+	}
+	return nil
 }
 
 // A flat scalar.
@@ -581,6 +789,39 @@ func (u *MetaValue) UnmarshalCBOR(data []byte) error {
 	}
 }
 
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (MetaValue) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindNull:
+		return nil, nil
+	case k == cddlrt.KindBool:
+		return new(MetaValueBool), nil
+	case k == cddlrt.KindInt:
+		return new(MetaValueInt), nil
+	case k == cddlrt.KindFloat:
+		return new(MetaValueFloat), nil
+	case k == cddlrt.KindText:
+		return new(MetaValueText), nil
+	}
+	return nil, cddlrt.WrongKind("MetaValue", k)
+}
+
+// Validate checks that MetaValue holds a variant, and validates it.
+func (u MetaValue) Validate() error {
+	if u.Value == nil {
+		return nil // null
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // An x/y pair, written as a two-element array.
 //
 // It is an array on the wire, one element per field in order.
@@ -643,6 +884,14 @@ func (v *Flags) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalIntEnumCBOR(data, v, "Flags", Flags.Valid)
 }
 
+// Validate reports a value that is not one of Flags's.
+func (v Flags) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "Flags", "value must be one of 0, 1, 2, 3, not %v", v)
+	}
+	return nil
+}
+
 // FlagBits is generated from CDDL rule "FlagBits".
 type FlagBits int64
 
@@ -671,6 +920,14 @@ func (v *FlagBits) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalIntEnumCBOR(data, v, "FlagBits", FlagBits.Valid)
 }
 
+// Validate reports a value that is not one of FlagBits's.
+func (v FlagBits) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "FlagBits", "value must be one of 0, 1, not %v", v)
+	}
+	return nil
+}
+
 // Shapes are a closed choice on `type`: unknown shapes are errors.
 //
 // Its Value is one of *Circle, *Square, chosen by member "type".
@@ -693,6 +950,23 @@ func (*Circle) Type() string { return "circle" }
 func (*Square) isShape() {}
 
 func (*Square) Type() string { return "square" }
+
+// Validate checks that Shape holds a variant, and validates it.
+func (u Shape) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Shape", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Shape) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Shape", "type", shapeVariants, false)
+}
 
 var shapeVariants = cddlrt.Variants[ShapeVariant]{
 	"circle": func() ShapeVariant { return new(Circle) },
@@ -742,6 +1016,22 @@ type Circle struct {
 	Radius float64 `json:"radius" cbor:"radius"`
 }
 
+var circleMembers = cddlrt.Members{Rule: "Circle", Required: []string{"type", "radius"}, Known: []string{"type", "radius"}, Open: false}
+
+// CDDLMembers describes Circle's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Circle) CDDLMembers() *cddlrt.Members {
+	return &circleMembers
+}
+
+// Validate checks what the schema requires of the values of Circle
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Circle) Validate() error {
+	_ = s
+	return nil
+}
+
 // CircleTypeValue is the value Circle always has in member "type".
 const CircleTypeValue = "circle"
 
@@ -777,6 +1067,22 @@ func (s *Circle) UnmarshalCBOR(data []byte) error {
 type Square struct {
 	Side         float64  `json:"side" cbor:"side"`
 	CornerRadius *float64 `json:"corner-radius,omitempty" cbor:"corner-radius,omitempty"`
+}
+
+var squareMembers = cddlrt.Members{Rule: "Square", Required: []string{"type", "side"}, Known: []string{"type", "side", "corner-radius"}, Open: false}
+
+// CDDLMembers describes Square's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Square) CDDLMembers() *cddlrt.Members {
+	return &squareMembers
+}
+
+// Validate checks what the schema requires of the values of Square
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Square) Validate() error {
+	_ = s
+	return nil
 }
 
 // SquareTypeValue is the value Square always has in member "type".
@@ -833,6 +1139,23 @@ func (*ReplyErr) isReply() {}
 
 func (*ReplyErr) Status() string { return "error" }
 
+// Validate checks that Reply holds a variant, and validates it.
+func (u Reply) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Reply", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Reply) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Reply", "status", replyVariants, false)
+}
+
 var replyVariants = cddlrt.Variants[ReplyVariant]{
 	"ok":    func() ReplyVariant { return new(ReplyOk) },
 	"error": func() ReplyVariant { return new(ReplyErr) },
@@ -881,6 +1204,22 @@ type ReplyOk struct {
 	Result any `json:"result,omitempty" cbor:"result,omitempty"`
 }
 
+var replyOkMembers = cddlrt.Members{Rule: "ReplyOk", Required: []string{"status"}, Known: []string{"status", "result"}, Open: false}
+
+// CDDLMembers describes ReplyOk's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ReplyOk) CDDLMembers() *cddlrt.Members {
+	return &replyOkMembers
+}
+
+// Validate checks what the schema requires of the values of ReplyOk
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ReplyOk) Validate() error {
+	_ = s
+	return nil
+}
+
 // ReplyOkStatusValue is the value ReplyOk always has in member "status".
 const ReplyOkStatusValue = "ok"
 
@@ -916,6 +1255,24 @@ func (s *ReplyOk) UnmarshalCBOR(data []byte) error {
 type ReplyErr struct {
 	Code    ErrorCode `json:"code" cbor:"code"`
 	Message string    `json:"message" cbor:"message"`
+}
+
+var replyErrMembers = cddlrt.Members{Rule: "ReplyErr", Required: []string{"status", "code", "message"}, Known: []string{"status", "code", "message"}, Open: false}
+
+// CDDLMembers describes ReplyErr's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (ReplyErr) CDDLMembers() *cddlrt.Members {
+	return &replyErrMembers
+}
+
+// Validate checks what the schema requires of the values of ReplyErr
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s ReplyErr) Validate() error {
+	if err := s.Code.Validate(); err != nil {
+		return cddlrt.At("code", err)
+	}
+	return nil
 }
 
 // ReplyErrStatusValue is the value ReplyErr always has in member "status".
@@ -977,9 +1334,33 @@ func (v *ErrorCode) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "ErrorCode", ErrorCode.Valid)
 }
 
+// Validate reports a value that is not one of ErrorCode's.
+func (v ErrorCode) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "ErrorCode", "value must be one of \"not_found\", \"invalid\", not %v", v)
+	}
+	return nil
+}
+
 // Labels is generated from CDDL rule "Labels".
 type Labels struct {
 	Entries []LabelsEntriesItem `json:"entries" cbor:"entries"`
+}
+
+var labelsMembers = cddlrt.Members{Rule: "Labels", Required: []string{"entries"}, Known: []string{"entries"}, Open: false}
+
+// CDDLMembers describes Labels's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Labels) CDDLMembers() *cddlrt.Members {
+	return &labelsMembers
+}
+
+// Validate checks what the schema requires of the values of Labels
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Labels) Validate() error {
+	_ = s
+	return nil
 }
 
 // LabelsEntriesItem is generated from CDDL rule "LabelsEntriesItem".
@@ -1042,10 +1423,41 @@ func (v *Color) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalEnumCBOR(data, v, "Color", Color.Valid)
 }
 
+// Validate reports a value that is not one of Color's.
+func (v Color) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "$color", "value must be one of \"red\", \"green\", not %v", v)
+	}
+	return nil
+}
+
 // Palette is generated from CDDL rule "Palette".
 type Palette struct {
 	Primary   Color  `json:"primary" cbor:"primary"`
 	Secondary *Color `json:"secondary,omitempty" cbor:"secondary,omitempty"`
+}
+
+var paletteMembers = cddlrt.Members{Rule: "Palette", Required: []string{"primary"}, Known: []string{"primary", "secondary"}, Open: false}
+
+// CDDLMembers describes Palette's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Palette) CDDLMembers() *cddlrt.Members {
+	return &paletteMembers
+}
+
+// Validate checks what the schema requires of the values of Palette
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Palette) Validate() error {
+	if err := s.Primary.Validate(); err != nil {
+		return cddlrt.At("primary", err)
+	}
+	if s.Secondary != nil {
+		if err := s.Secondary.Validate(); err != nil {
+			return cddlrt.At("secondary", err)
+		}
+	}
+	return nil
 }
 
 // Integer keys, as CBOR schemas use.
@@ -1054,10 +1466,46 @@ type Header struct {
 	Key4 []byte `json:"4,omitzero" cbor:"4,omitzero,keyasint"`
 }
 
+var headerMembers = cddlrt.Members{Rule: "Header", Required: []string{"1"}, Known: []string{"1", "4"}, Open: false}
+
+// CDDLMembers describes Header's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Header) CDDLMembers() *cddlrt.Members {
+	return &headerMembers
+}
+
+// Validate checks what the schema requires of the values of Header
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Header) Validate() error {
+	_ = s
+	return nil
+}
+
 // A tree: recursion through arrays.
 type Tree struct {
 	Label    string `json:"label" cbor:"label"`
 	Children []Tree `json:"children" cbor:"children"`
+}
+
+var treeMembers = cddlrt.Members{Rule: "Tree", Required: []string{"label", "children"}, Known: []string{"label", "children"}, Open: false}
+
+// CDDLMembers describes Tree's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Tree) CDDLMembers() *cddlrt.Members {
+	return &treeMembers
+}
+
+// Validate checks what the schema requires of the values of Tree
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Tree) Validate() error {
+	for i0, e0 := range s.Children {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("children", i0), err)
+		}
+	}
+	return nil
 }
 
 // Variants told apart by which member is present.
@@ -1076,6 +1524,23 @@ type AnswerVariant interface {
 func (*AnswerOne) isAnswer() {}
 
 func (*AnswerMany) isAnswer() {}
+
+// Validate checks that Answer holds a variant, and validates it.
+func (u Answer) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Answer", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Answer) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Answer", "", answerVariants, false)
+}
 
 var answerVariants = cddlrt.Variants[AnswerVariant]{
 	"question_id": func() AnswerVariant { return new(AnswerOne) },
@@ -1126,7 +1591,48 @@ type AnswerOne struct {
 	Response   any    `json:"response" cbor:"response"`
 }
 
+var answerOneMembers = cddlrt.Members{Rule: "AnswerOne", Required: []string{"question_id", "response"}, Known: []string{"question_id", "response"}, Open: false}
+
+// CDDLMembers describes AnswerOne's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AnswerOne) CDDLMembers() *cddlrt.Members {
+	return &answerOneMembers
+}
+
+// Validate checks what the schema requires of the values of AnswerOne
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AnswerOne) Validate() error {
+	_ = s
+	return nil
+}
+
 // AnswerMany is generated from CDDL rule "AnswerMany".
 type AnswerMany struct {
 	Responses []AnswerOne `json:"responses" cbor:"responses"`
 }
+
+var answerManyMembers = cddlrt.Members{Rule: "AnswerMany", Required: []string{"responses"}, Known: []string{"responses"}, Open: false}
+
+// CDDLMembers describes AnswerMany's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (AnswerMany) CDDLMembers() *cddlrt.Members {
+	return &answerManyMembers
+}
+
+// Validate checks what the schema requires of the values of AnswerMany
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s AnswerMany) Validate() error {
+	for i0, e0 := range s.Responses {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("responses", i0), err)
+		}
+	}
+	return nil
+}
+
+// The patterns Validate checks (.regexp), anchored.
+var (
+	pattern0 = regexp.MustCompile("^(?:[a-z][a-z0-9_-]*)$")
+)

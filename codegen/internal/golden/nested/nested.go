@@ -32,6 +32,23 @@ func (*Ev) isMessage() {}
 
 func (*Ev) Type() string { return "event" }
 
+// Validate checks that Message holds a variant, and validates it.
+func (u Message) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Message", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Message) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Message", "type", messageVariants, false)
+}
+
 var messageVariants = cddlrt.Variants[MessageVariant]{
 	"success": func() MessageVariant { return new(Resp) },
 	"event":   func() MessageVariant { return new(Ev) },
@@ -78,6 +95,22 @@ func (u *Message) UnmarshalCBOR(data []byte) error {
 // Resp is generated from CDDL rule "Resp".
 type Resp struct {
 	ID uint64 `json:"id" cbor:"id"`
+}
+
+var respMembers = cddlrt.Members{Rule: "Resp", Required: []string{"type", "id"}, Known: []string{"type", "id"}, Open: false}
+
+// CDDLMembers describes Resp's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Resp) CDDLMembers() *cddlrt.Members {
+	return &respMembers
+}
+
+// Validate checks what the schema requires of the values of Resp
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Resp) Validate() error {
+	_ = s
+	return nil
 }
 
 // RespTypeValue is the value Resp always has in member "type".
@@ -138,6 +171,23 @@ func (*EvM3) isEv() {}
 
 func (*EvM3) Method() string { return "m3" }
 
+// Validate checks that Ev holds a variant, and validates it.
+func (u Ev) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Ev", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Ev) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Ev", "method", evVariants, false)
+}
+
 var evVariants = cddlrt.Variants[EvVariant]{
 	"m1": func() EvVariant { return new(EvM1) },
 	"m2": func() EvVariant { return new(EvM2) },
@@ -187,6 +237,22 @@ type EvM1 struct {
 	P uint64 `json:"p" cbor:"p"`
 }
 
+var evM1Members = cddlrt.Members{Rule: "EvM1", Required: []string{"type", "method", "p"}, Known: []string{"type", "method", "p"}, Open: false}
+
+// CDDLMembers describes EvM1's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EvM1) CDDLMembers() *cddlrt.Members {
+	return &evM1Members
+}
+
+// Validate checks what the schema requires of the values of EvM1
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EvM1) Validate() error {
+	_ = s
+	return nil
+}
+
 // EvM1TypeValue is the value EvM1 always has in member "type".
 const EvM1TypeValue = "event"
 
@@ -226,6 +292,22 @@ type EvM2 struct {
 	Q string `json:"q" cbor:"q"`
 }
 
+var evM2Members = cddlrt.Members{Rule: "EvM2", Required: []string{"type", "method", "q"}, Known: []string{"type", "method", "q"}, Open: false}
+
+// CDDLMembers describes EvM2's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EvM2) CDDLMembers() *cddlrt.Members {
+	return &evM2Members
+}
+
+// Validate checks what the schema requires of the values of EvM2
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EvM2) Validate() error {
+	_ = s
+	return nil
+}
+
 // EvM2TypeValue is the value EvM2 always has in member "type".
 const EvM2TypeValue = "event"
 
@@ -263,6 +345,22 @@ func (s *EvM2) UnmarshalCBOR(data []byte) error {
 // EvM3 is generated from CDDL rule "EvM3".
 type EvM3 struct {
 	Q string `json:"q" cbor:"q"`
+}
+
+var evM3Members = cddlrt.Members{Rule: "EvM3", Required: []string{"type", "method", "q"}, Known: []string{"type", "method", "q"}, Open: false}
+
+// CDDLMembers describes EvM3's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EvM3) CDDLMembers() *cddlrt.Members {
+	return &evM3Members
+}
+
+// Validate checks what the schema requires of the values of EvM3
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EvM3) Validate() error {
+	_ = s
+	return nil
 }
 
 // EvM3TypeValue is the value EvM3 always has in member "type".
@@ -326,6 +424,23 @@ func (*M3) isEvData() {}
 
 func (*M3) Method() string { return "m3" }
 
+// Validate checks that EvData holds a variant, and validates it.
+func (u EvData) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "EvData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (EvData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "EvData", "method", evDataVariants, false)
+}
+
 var evDataVariants = cddlrt.Variants[EvDataVariant]{
 	"m1": func() EvDataVariant { return new(M1) },
 	"m2": func() EvDataVariant { return new(M2) },
@@ -375,6 +490,22 @@ type M1 struct {
 	P uint64 `json:"p" cbor:"p"`
 }
 
+var m1Members = cddlrt.Members{Rule: "M1", Required: []string{"method", "p"}, Known: []string{"method", "p"}, Open: false}
+
+// CDDLMembers describes M1's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (M1) CDDLMembers() *cddlrt.Members {
+	return &m1Members
+}
+
+// Validate checks what the schema requires of the values of M1
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s M1) Validate() error {
+	_ = s
+	return nil
+}
+
 // M1MethodValue is the value M1 always has in member "method".
 const M1MethodValue = "m1"
 
@@ -411,6 +542,22 @@ type M2 struct {
 	Q string `json:"q" cbor:"q"`
 }
 
+var m2Members = cddlrt.Members{Rule: "M2", Required: []string{"method", "q"}, Known: []string{"method", "q"}, Open: false}
+
+// CDDLMembers describes M2's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (M2) CDDLMembers() *cddlrt.Members {
+	return &m2Members
+}
+
+// Validate checks what the schema requires of the values of M2
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s M2) Validate() error {
+	_ = s
+	return nil
+}
+
 // M2MethodValue is the value M2 always has in member "method".
 const M2MethodValue = "m2"
 
@@ -445,6 +592,22 @@ func (s *M2) UnmarshalCBOR(data []byte) error {
 // M3 is generated from CDDL rule "M3".
 type M3 struct {
 	Q string `json:"q" cbor:"q"`
+}
+
+var m3Members = cddlrt.Members{Rule: "M3", Required: []string{"method", "q"}, Known: []string{"method", "q"}, Open: false}
+
+// CDDLMembers describes M3's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (M3) CDDLMembers() *cddlrt.Members {
+	return &m3Members
+}
+
+// Validate checks what the schema requires of the values of M3
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s M3) Validate() error {
+	_ = s
+	return nil
 }
 
 // M3MethodValue is the value M3 always has in member "method".

@@ -15,6 +15,22 @@ type M struct {
 	Params string `json:"params" cbor:"params"`
 }
 
+var mMembers = cddlrt.Members{Rule: "M", Required: []string{"id", "method", "params"}, Known: []string{"id", "method", "params"}, Open: false}
+
+// CDDLMembers describes M's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (M) CDDLMembers() *cddlrt.Members {
+	return &mMembers
+}
+
+// Validate checks what the schema requires of the values of M
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s M) Validate() error {
+	_ = s
+	return nil
+}
+
 // MMethodValue is the value M always has in member "method".
 const MMethodValue = "y"
 
@@ -52,6 +68,22 @@ type X = Y
 // Y is generated from CDDL rule "Y".
 type Y struct {
 	Params string `json:"params" cbor:"params"`
+}
+
+var yMembers = cddlrt.Members{Rule: "Y", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes Y's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Y) CDDLMembers() *cddlrt.Members {
+	return &yMembers
+}
+
+// Validate checks what the schema requires of the values of Y
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Y) Validate() error {
+	_ = s
+	return nil
 }
 
 // YMethodValue is the value Y always has in member "method".
@@ -109,6 +141,23 @@ func (*EventNetRequest) isEvent() {}
 
 func (*EventNetRequest) Method() string { return "net.request" }
 
+// Validate checks that Event holds a variant, and validates it.
+func (u Event) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "Event", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Event) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Event", "method", eventVariants, false)
+}
+
 var eventVariants = cddlrt.Variants[EventVariant]{
 	"log.entryAdded": func() EventVariant { return new(EventLogEntryAdded) },
 	"net.request":    func() EventVariant { return new(EventNetRequest) },
@@ -157,6 +206,24 @@ type EventLogEntryAdded struct {
 	Params EventLogEntryAddedParams `json:"params" cbor:"params"`
 }
 
+var eventLogEntryAddedMembers = cddlrt.Members{Rule: "EventLogEntryAdded", Required: []string{"type", "method", "params"}, Known: []string{"type", "method", "params"}, Open: false}
+
+// CDDLMembers describes EventLogEntryAdded's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventLogEntryAdded) CDDLMembers() *cddlrt.Members {
+	return &eventLogEntryAddedMembers
+}
+
+// Validate checks what the schema requires of the values of EventLogEntryAdded
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventLogEntryAdded) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // EventLogEntryAddedTypeValue is the value EventLogEntryAdded always has in member "type".
 const EventLogEntryAddedTypeValue = "event"
 
@@ -196,9 +263,43 @@ type EventLogEntryAddedParams struct {
 	Text string `json:"text" cbor:"text"`
 }
 
+var eventLogEntryAddedParamsMembers = cddlrt.Members{Rule: "EventLogEntryAddedParams", Required: []string{"text"}, Known: []string{"text"}, Open: false}
+
+// CDDLMembers describes EventLogEntryAddedParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventLogEntryAddedParams) CDDLMembers() *cddlrt.Members {
+	return &eventLogEntryAddedParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventLogEntryAddedParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventLogEntryAddedParams) Validate() error {
+	_ = s
+	return nil
+}
+
 // EventNetRequest is generated from CDDL rule "EventNetRequest".
 type EventNetRequest struct {
 	Params EventNetRequestParams `json:"params" cbor:"params"`
+}
+
+var eventNetRequestMembers = cddlrt.Members{Rule: "EventNetRequest", Required: []string{"type", "method", "params"}, Known: []string{"type", "method", "params"}, Open: false}
+
+// CDDLMembers describes EventNetRequest's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventNetRequest) CDDLMembers() *cddlrt.Members {
+	return &eventNetRequestMembers
+}
+
+// Validate checks what the schema requires of the values of EventNetRequest
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventNetRequest) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // EventNetRequestTypeValue is the value EventNetRequest always has in member "type".
@@ -240,6 +341,22 @@ type EventNetRequestParams struct {
 	URL string `json:"url" cbor:"url"`
 }
 
+var eventNetRequestParamsMembers = cddlrt.Members{Rule: "EventNetRequestParams", Required: []string{"url"}, Known: []string{"url"}, Open: false}
+
+// CDDLMembers describes EventNetRequestParams's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (EventNetRequestParams) CDDLMembers() *cddlrt.Members {
+	return &eventNetRequestParamsMembers
+}
+
+// Validate checks what the schema requires of the values of EventNetRequestParams
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s EventNetRequestParams) Validate() error {
+	_ = s
+	return nil
+}
+
 // EventData is generated from CDDL rule "EventData".
 //
 // Its Value is one of *LogEvent, *NetEvent, chosen by member "method".
@@ -262,6 +379,23 @@ func (*LogEvent) Method() string { return "log.entryAdded" }
 func (*NetEvent) isEventData() {}
 
 func (*NetEvent) Method() string { return "net.request" }
+
+// Validate checks that EventData holds a variant, and validates it.
+func (u EventData) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "EventData", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (EventData) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "EventData", "method", eventDataVariants, false)
+}
 
 var eventDataVariants = cddlrt.Variants[EventDataVariant]{
 	"log.entryAdded": func() EventDataVariant { return new(LogEvent) },
@@ -317,6 +451,24 @@ type LogEntryAdded struct {
 	Params EventLogEntryAddedParams `json:"params" cbor:"params"`
 }
 
+var logEntryAddedMembers = cddlrt.Members{Rule: "log.EntryAdded", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes LogEntryAdded's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LogEntryAdded) CDDLMembers() *cddlrt.Members {
+	return &logEntryAddedMembers
+}
+
+// Validate checks what the schema requires of the values of LogEntryAdded
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LogEntryAdded) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
+}
+
 // LogEntryAddedMethodValue is the value LogEntryAdded always has in member "method".
 const LogEntryAddedMethodValue = "log.entryAdded"
 
@@ -351,6 +503,24 @@ func (s *LogEntryAdded) UnmarshalCBOR(data []byte) error {
 // NetRequest is generated from CDDL rule "net.Request".
 type NetRequest struct {
 	Params EventNetRequestParams `json:"params" cbor:"params"`
+}
+
+var netRequestMembers = cddlrt.Members{Rule: "net.Request", Required: []string{"method", "params"}, Known: []string{"method", "params"}, Open: false}
+
+// CDDLMembers describes NetRequest's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (NetRequest) CDDLMembers() *cddlrt.Members {
+	return &netRequestMembers
+}
+
+// Validate checks what the schema requires of the values of NetRequest
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s NetRequest) Validate() error {
+	if err := s.Params.Validate(); err != nil {
+		return cddlrt.At("params", err)
+	}
+	return nil
 }
 
 // NetRequestMethodValue is the value NetRequest always has in member "method".
