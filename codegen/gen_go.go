@@ -696,7 +696,7 @@ func (gg *goGen) structDecl(d *Decl, id string) {
 		}
 		gg.p("}")
 	}
-	gg.membersDecl(d, id, s)
+	gg.membersDecl(d, id, s) // an optional group's members: one by one in the struct, together in strict decoding
 	gg.validateStruct(d, id, fs)
 	if s.Rest != nil {
 		if s.Rest.Kind != KAny {

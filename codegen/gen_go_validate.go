@@ -73,9 +73,21 @@ func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
 		}
 	}
 	lname := lowerFirst(id) + "Members"
+	together := ""
+	if groups := s.OptGroups(); len(groups) > 0 {
+		var gs []string
+		for _, grp := range groups {
+			var names []string
+			for _, f := range grp {
+				names = append(names, strconv.Quote(gg.wireName(f)))
+			}
+			gs = append(gs, "{"+strings.Join(names, ", ")+"}")
+		}
+		together = ", Together: [][]string{" + strings.Join(gs, ", ") + "}"
+	}
 	gg.q("")
-	gg.q("var %s = cddlrt.Members{Rule: %q, Required: []string{%s}, Known: []string{%s}, Open: %v}", lname, d.Name,
-		strings.Join(req, ", "), strings.Join(known, ", "), s.Rest != nil)
+	gg.q("var %s = cddlrt.Members{Rule: %q, Required: []string{%s}, Known: []string{%s}, Open: %v%s}", lname, d.Name,
+		strings.Join(req, ", "), strings.Join(known, ", "), s.Rest != nil, together)
 	gg.q("")
 	gg.q("// CDDLMembers describes %s's members for strict decoding (cddlrt.DecodeStrictJSON).", id)
 	gg.q("func (%s) CDDLMembers() *cddlrt.Members {", id)

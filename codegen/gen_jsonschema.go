@@ -366,6 +366,22 @@ func (g *genCtx) jsStruct(d *Decl, s *Shape) *jnode {
 	if len(required) > 0 {
 		o.set("required", required)
 	}
+	// An optional group's members come together or not at all.
+	if groups := s.OptGroups(); len(groups) > 0 {
+		deps := obj()
+		for _, grp := range groups {
+			for _, f := range grp {
+				var others []any
+				for _, o := range grp {
+					if o != f {
+						others = append(others, g.wireName(o))
+					}
+				}
+				deps.set(g.wireName(f), others)
+			}
+		}
+		o.set("dependentRequired", deps)
+	}
 	switch {
 	case s.Rest == nil:
 		o.set("additionalProperties", false)

@@ -153,6 +153,9 @@ func (g *genCtx) pyClass(b *bytes.Buffer, d *Decl) {
 	s := d.Shape
 	fmt.Fprintf(b, "\n\nclass %s(TypedDict):\n", g.ident(d.Name))
 	body := pyDocString("    ", d.Doc)
+	if len(s.OptGroups()) > 0 {
+		g.warn(d, "an optional group's members are made optional one by one")
+	}
 	if s.Rest != nil {
 		g.warn(d, "TypedDict cannot type extra members; %s accepts them only as a plain dict would", g.ident(d.Name))
 	}

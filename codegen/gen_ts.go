@@ -36,7 +36,7 @@ func (g *genCtx) tsFile() ([]byte, error) {
 		b.WriteByte('\n')
 		tsDoc(&b, "", d.Doc)
 		id := g.ident(d.Name)
-		if d.Shape.Kind == KStruct {
+		if d.Shape.Kind == KStruct && len(d.Shape.OptGroups()) == 0 {
 			fmt.Fprintf(&b, "export interface %s ", id)
 			g.tsStruct(&b, d, d.Shape, "")
 			b.WriteByte('\n')
@@ -114,6 +114,16 @@ func (g *genCtx) tsType(d *Decl, s *Shape, indent string) string {
 	case KStruct:
 		var b bytes.Buffer
 		g.tsStruct(&b, d, s, indent)
+		// An optional group's members come together or not at all.
+		for _, grp := range s.OptGroups() {
+			var with, without []string
+			for _, f := range grp {
+				k := tsKey(g.wireName(f))
+				with = append(with, fmt.Sprintf("%s: %s", k, g.tsType(d, f.Shape, indent+"  ")))
+				without = append(without, k+"?: never")
+			}
+			fmt.Fprintf(&b, " & ({ %s } | { %s })", strings.Join(with, "; "), strings.Join(without, "; "))
+		}
 		return b.String()
 	case KMap:
 		return fmt.Sprintf("{ [key: string]: %s }", g.tsType(d, s.Elem, indent))
@@ -201,6 +211,9 @@ func (g *genCtx) tsStruct(b *bytes.Buffer, d *Decl, s *Shape, indent string) {
 	in := indent + "  "
 	var fieldTypes []string
 	for _, f := range s.Fields {
+		if f.OptGroup != 0 {
+			continue // written with its group (tsType)
+		}
 		doc := f.Doc
 		if f.Shape.Default != nil {
 			doc = strings.TrimLeft(doc+"\n@default "+f.Shape.Default.JSON(), "\n")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -40,6 +41,8 @@ type lowerer struct {
 	depth    int
 	splicing map[string]bool
 	memo     map[*Type]*Shape
+	// optGroups counts the optional groups met (Field.OptGroup).
+	optGroups int
 }
 
 // maxExpand bounds generic expansion and splicing depth.
@@ -957,11 +960,21 @@ func (l *lowerer) entryMembers(en *GroupEntry, e env, optional bool) []memberAlt
 			l.splicing[name] = true
 			defer delete(l.splicing, name)
 		}
-		if en.Occur != nil && en.Occur.Min == 0 && en.Occur.Max == 1 && len(g.Choices) == 1 && len(g.Choices[0].Entries) > 1 {
-			l.warn(en.Pos, "an optional group's members are made optional one by one")
-		}
 		l.depth++
 		defer func() { l.depth-- }()
+		if en.Occur != nil && en.Occur.Min == 0 && en.Occur.Max == 1 && len(g.Choices) == 1 && len(g.Choices[0].Entries) > 1 {
+			// An optional group: the members it requires go together.
+			alts := l.flattenMap(g, inner, optional)
+			l.optGroups++
+			for _, a := range alts {
+				for _, f := range a.fields {
+					if !f.Optional && f.OptGroup == 0 {
+						f.Optional, f.OptGroup = true, l.optGroups
+					}
+				}
+			}
+			return alts
+		}
 		return l.flattenMap(g, inner, opt)
 	}
 	val := l.lowerType(en.Type, e)
@@ -1219,16 +1232,9 @@ func (m *Model) hoist() {
 			}
 			s.Rest = visit(parent, s.Rest, hint+"Rest", false)
 		case KUnion:
-			disc, values := "", []string(nil)
-			if hasStruct(s) {
-				disc, values = m.Discriminator(s)
-			}
+			names := m.variantNames(s)
 			for i, a := range s.Alts {
-				h := fmt.Sprintf("%s%d", hint, i+1)
-				if disc != "" && len(values) == len(s.Alts) {
-					h = hint + values[i]
-				}
-				s.Alts[i] = visit(parent, a, h, false)
+				s.Alts[i] = visit(parent, a, hint+names[i], false)
 			}
 		}
 		return s
@@ -1253,6 +1259,56 @@ func (m *Model) hoist() {
 		place(d)
 	}
 	m.Decls = ordered
+}
+
+// variantNames names the alternatives of union s for the declarations
+// hoisted out of them, from what selects each rather than its position, so
+// that names stay when the schema reorders or adds alternatives: the value
+// of the member that tells them apart (`method: "log.entryAdded"` gives
+// LogEntryAdded), else the required member only that alternative has,
+// else a text literal member only it has that value of; an alternative
+// with none of these gets its position.
+func (m *Model) variantNames(s *Shape) []string {
+	names := make([]string, len(s.Alts))
+	if hasStruct(s) {
+		if disc, values := m.Discriminator(s); disc != "" && len(values) == len(s.Alts) {
+			return values
+		}
+		if markers := m.Markers(s); markers != nil && len(markers) == len(s.Alts) {
+			return markers
+		}
+	}
+	used := map[string]bool{}
+	for i, a := range s.Alts {
+		if a.Kind != KStruct {
+			continue
+		}
+	fields:
+		for _, f := range a.Fields {
+			v, ok := a.textLiteralField(f.Name)
+			if !ok {
+				continue
+			}
+			for j, b := range s.Alts {
+				if j != i && b.Kind == KStruct {
+					if w, ok := b.textLiteralField(f.Name); ok && w == v {
+						continue fields
+					}
+				}
+			}
+			if !used[v] {
+				names[i] = v
+				used[v] = true
+				break
+			}
+		}
+	}
+	for i := range names {
+		if names[i] == "" {
+			names[i] = strconv.Itoa(i + 1)
+		}
+	}
+	return names
 }
 
 func hasStruct(s *Shape) bool {

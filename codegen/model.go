@@ -77,6 +77,11 @@ type Field struct {
 	// (RFC 8610 section 3.5.4).
 	NoCut bool
 	Pos   Pos
+	// OptGroup, when not 0, numbers the optional group (`? (b: int, c:
+	// text)`) the member belongs to: its members are all present or all
+	// absent. Such members are Optional; targets that cannot say "together"
+	// treat them one by one.
+	OptGroup int
 }
 
 // Item is one position of a tuple.
@@ -369,4 +374,24 @@ candidates:
 		return name, values
 	}
 	return "", nil
+}
+
+// OptGroups returns the optional groups of struct s, in order: for each,
+// its members (see Field.OptGroup).
+func (s *Shape) OptGroups() [][]*Field {
+	var out [][]*Field
+	index := map[int]int{}
+	for _, f := range s.Fields {
+		if f.OptGroup == 0 {
+			continue
+		}
+		i, ok := index[f.OptGroup]
+		if !ok {
+			i = len(out)
+			index[f.OptGroup] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], f)
+	}
+	return out
 }

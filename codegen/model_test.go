@@ -145,3 +145,32 @@ k = 1..2.0
 	require.Len(t, j.Alts, 4) // 0, 1, 4, 5
 	require.Equal(t, KNever, m.Decl("k").Shape.Kind, "an int..float range matches nothing")
 }
+
+// TestHoistedVariantNamesAreStable: the declarations hoisted out of a
+// choice of anonymous maps are named by what selects each alternative
+// (the discriminating literal, the member only it has, a literal only it
+// has), so reordering the alternatives or adding one keeps every name.
+func TestHoistedVariantNamesAreStable(t *testing.T) {
+	t.Parallel()
+	names := func(src string) map[string]bool {
+		out := map[string]bool{}
+		for _, d := range lowerSrc(t, src).Decls {
+			if d.Synthetic {
+				out[d.Name] = true
+			}
+		}
+		return out
+	}
+	byLiteral := names(`Ev = { kind: "event", x: ({ method: "log.entryAdded", t: text } / { method: "net.request", u: text }) }`)
+	require.Equal(t, map[string]bool{"EvX": true, "EvXLogEntryAdded": true, "EvXNetRequest": true}, byLiteral)
+	require.Equal(t, byLiteral, names(`Ev = { kind: "event", x: ({ method: "net.request", u: text } / { method: "log.entryAdded", t: text }) }`))
+
+	byMarker := names(`R = { r: ({ responses: [* text] } / { interruptId: text, response: any }) }`)
+	require.Equal(t, map[string]bool{"RR": true, "RRResponses": true, "RRInterruptId": true}, byMarker)
+	require.Equal(t, byMarker, names(`R = { r: ({ interruptId: text, response: any } / { responses: [* text] }) }`))
+
+	mixed := names(`P = { p: ({ type: "a", n: int } / { type: "a", m: int } / { type: "b", n: int }) }`)
+	again := names(`P = { p: ({ type: "b", n: int } / { type: "a", n: int } / { type: "a", m: int }) }`)
+	require.True(t, mixed["PPB"], "%v", mixed)
+	require.True(t, again["PPB"], "%v", again)
+}

@@ -82,6 +82,9 @@ type Members struct {
 	Required []string
 	Known    []string
 	Open     bool
+	// Together lists the optional groups (`? (lat: float, lon: float)`):
+	// the members of each are all present or all absent.
+	Together [][]string
 }
 
 // membered is implemented by generated map types.
@@ -290,6 +293,17 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 	}
 	if len(missing) > 0 {
 		return Invalid(path, m.Rule, "missing members: %s", strings.Join(missing, ", "))
+	}
+	for _, grp := range m.Together {
+		n := 0
+		for _, k := range grp {
+			if _, ok := present[k]; ok {
+				n++
+			}
+		}
+		if n > 0 && n < len(grp) {
+			return Invalid(path, m.Rule, "members '%s' go together: all or none", strings.Join(grp, "', '"))
+		}
 	}
 	if !m.Open {
 		var extra []string

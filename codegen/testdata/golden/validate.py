@@ -16,6 +16,8 @@ class Order(TypedDict):
     status: NotRequired[Status]
     note: NotRequired[Optional[str]]
     version: Literal[2]
+    lat: NotRequired[float]
+    lon: NotRequired[float]
 
 
 class Line(TypedDict):

@@ -3,7 +3,7 @@
 /**
  * Issue 15: what Validate and the strict decode check.
  */
-export interface Order {
+export type Order = {
   id: string;
   qty: number;
   discount?: number;
@@ -13,7 +13,7 @@ export interface Order {
   status?: Status;
   note?: string | null;
   version: 2;
-}
+} & ({ lat: number; lon: number } | { lat?: never; lon?: never });
 
 export type Tag = string;
 

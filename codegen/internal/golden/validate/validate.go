@@ -18,9 +18,11 @@ type Order struct {
 	Status   *Status  `json:"status,omitempty" cbor:"status,omitempty"`
 	Note     *string  `json:"note,omitempty" cbor:"note,omitempty"`
 	Version  uint64   `json:"version" cbor:"version"`
+	Lat      *float64 `json:"lat,omitempty" cbor:"lat,omitempty"`
+	Lon      *float64 `json:"lon,omitempty" cbor:"lon,omitempty"`
 }
 
-var orderMembers = cddlrt.Members{Rule: "Order", Required: []string{"id", "qty", "code", "tags", "lines", "version"}, Known: []string{"id", "qty", "discount", "code", "tags", "lines", "status", "note", "version"}, Open: false}
+var orderMembers = cddlrt.Members{Rule: "Order", Required: []string{"id", "qty", "code", "tags", "lines", "version"}, Known: []string{"id", "qty", "discount", "code", "tags", "lines", "status", "note", "version", "lat", "lon"}, Open: false, Together: [][]string{{"lat", "lon"}}}
 
 // CDDLMembers describes Order's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (Order) CDDLMembers() *cddlrt.Members {

@@ -10,7 +10,7 @@ import (
 )
 
 const good = `{"id": "o-1", "qty": 3, "discount": 0.25, "code": "ABC-12", "tags": ["a", "bb"],
-  "lines": [{"sku": "s", "count": 2}], "status": "open", "note": null, "version": 2}`
+  "lines": [{"sku": "s", "count": 2}], "status": "open", "note": null, "version": 2, "lat": 1, "lon": 2}`
 
 // TestStrictDecode: each broken document is refused at its JSON path,
 // naming the rule; the good one passes, in JSON and in CBOR.
@@ -55,6 +55,10 @@ func TestStrictDecode(t *testing.T) {
 		require.ErrorAs(t, err, &ve, c.edit)
 		require.Equal(t, cddlrt.ValidationError{Path: c.path, Rule: c.rule, Msg: c.msg}, *ve, c.edit)
 	}
+	// An optional group's members come together.
+	err = cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": [], "version": 2, "lat": 1}`), &o)
+	require.EqualError(t, err, "members 'lat', 'lon' go together: all or none (rule Order)")
+	require.NoError(t, cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": [], "version": 2}`), &o))
 	// A required member left out is missing, not zero.
 	var missing Order
 	err = cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": []}`), &missing)
