@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentstream/agentstream/channels"
-	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -167,7 +165,7 @@ func (l *Log) fail(err error) {
 func (l *Log) Append(thread string, e *server.Event) {
 	l.mem.Append(thread, e)
 	l.mu.Lock()
-	if len(l.pending) >= l.opts.WriteQueue && !isRunEnd(e) {
+	if len(l.pending) >= l.opts.WriteQueue && !e.EndsRun() {
 		l.waits.Add(1)
 		var deadline <-chan time.Time
 		for len(l.pending) >= l.opts.WriteQueue {
@@ -202,16 +200,6 @@ func (l *Log) Append(thread string, e *server.Event) {
 	case l.wake <- struct{}{}:
 	default:
 	}
-}
-
-// isRunEnd reports whether e ends a run: its root lifecycle, completed or
-// failed.
-func isRunEnd(e *server.Event) bool {
-	if e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
-		return false
-	}
-	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
-	return ok && (l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed)
 }
 
 // maxBatch is the most events one pipelined round trip carries.

@@ -269,3 +269,13 @@ func (e *Event) Epoch() string {
 	}
 	return c.Epoch
 }
+
+// EndsRun reports whether e ends a run: the root agent's lifecycle,
+// completed or failed.
+func (e *Event) EndsRun() bool {
+	if e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
+		return false
+	}
+	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+	return ok && (l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed)
+}

@@ -124,8 +124,10 @@ type SessionNotify struct {
 	// Replayed, when set, is called instead of Ready when a subscription
 	// queued a replay. A transport that paces its writes holds the next
 	// write for an interval, so that subscribes sent together are answered
-	// with one merged replay.
-	Replayed func()
+	// with one merged replay. runEnded says the replay holds the end of a
+	// run (its root lifecycle, completed or failed): a client may act on
+	// it (the SDK closes its projections), so the hold may be longer.
+	Replayed func(runEnded bool)
 }
 
 // detachedSub remembers a subscription of a dropped session.
@@ -385,6 +387,7 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 	out := make([]queued, 0, len(unread)+len(replay))
 	i, j := 0, 0
 	last := after
+	runEnded := false
 	for i < len(unread) || j < len(replay) {
 		if j == len(replay) || (i < len(unread) && unread[i].key <= replay[j].key) {
 			if j < len(replay) && unread[i].key == replay[j].key && unread[i].key&1 == 0 {
@@ -409,12 +412,14 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		if r.e.Seq > 0 {
 			last = r.e.Seq
 		}
+		runEnded = runEnded || r.e.EndsRun()
 		out = append(out, r)
 	}
 	ss.q, ss.qhead = out, 0
-	n := ss.notify.Replayed
-	if n == nil {
-		n = ss.notify.Ready
+	n := ss.notify.Ready
+	if ss.notify.Replayed != nil {
+		replayed := ss.notify.Replayed
+		n = func() { replayed(runEnded) }
 	}
 	if cutOff {
 		ss.closed = true

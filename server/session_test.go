@@ -198,7 +198,7 @@ func TestSessionNotifyHooks(t *testing.T) {
 	ss := s.NewSession("t")
 	defer ss.Close()
 	var ready, replayed atomic.Int32
-	ss.SetNotify(server.SessionNotify{Ready: func() { ready.Add(1) }, Replayed: func() { replayed.Add(1) }})
+	ss.SetNotify(server.SessionNotify{Ready: func() { ready.Add(1) }, Replayed: func(bool) { replayed.Add(1) }})
 	require.Equal(t, int32(0), ready.Load(), "nothing waits yet")
 	_, _, err := ss.Subscribe(channels.All, nil)
 	require.NoError(t, err)

@@ -233,7 +233,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.session.Pending)
 	c.writer.SetHoldWhile(conn.InputPending) // subscribes sent together, read slowly, still go together
-	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: c.writer.Hold})
+	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: func(runEnded bool) {
+		if runEnded {
+			c.writer.HoldRunEnd()
+		} else {
+			c.writer.Hold()
+		}
+	}})
 	h.conns[c] = struct{}{}
 	h.connsHW.Grew(len(h.conns))
 	if h.pinger == nil {

@@ -28,3 +28,7 @@ Ratio = Union[float, str]
 
 # Text and bytes are both text in JSON: this one stays any.
 Mixed = str
+
+
+# A recursive choice: every JSON value.
+JSONValue = Union[None, bool, float, str, List["JSONValue"], Dict[str, "JSONValue"]]

@@ -22,3 +22,8 @@ export type Ratio = number | string;
  * Text and bytes are both text in JSON: this one stays any.
  */
 export type Mixed = string | string /* base64url */;
+
+/**
+ * A recursive choice: every JSON value.
+ */
+export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };

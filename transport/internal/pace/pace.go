@@ -243,18 +243,37 @@ func (w *Writer) Kick() {
 // MaxHoldIntervals: subscribes sent together are answered together even
 // when reading them takes longer than an interval. A write under way
 // finishes; with pacing off Hold is a Kick.
-func (w *Writer) Hold() {
+func (w *Writer) Hold() { w.hold1(w.p.interval) }
+
+// RunEndHold is how long HoldRunEnd holds at first.
+const RunEndHold = 50 * time.Millisecond
+
+// HoldRunEnd is Hold for a replay that holds the end of a run: a client
+// that sent several subscribes together acts on the end it reads (the
+// official SDK closes its projections), so the hold lasts RunEndHold
+// first (at least an interval), however quickly the client's other
+// subscribes are read: on a loaded machine they may reach the socket
+// several milliseconds apart. Only joiners of runs that have ended wait.
+func (w *Writer) HoldRunEnd() { w.hold1(max(RunEndHold, w.p.interval)) }
+
+func (w *Writer) hold1(first time.Duration) {
 	if w.p.interval <= 0 {
 		w.Kick()
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stopped || w.hold != nil {
+	if w.stopped {
+		return
+	}
+	if w.hold != nil {
+		if first > w.p.interval {
+			w.hold.Reset(first) // a longer hold replaces a short one
+		}
 		return
 	}
 	w.holds = 1
-	w.hold = time.AfterFunc(w.p.interval, w.unhold)
+	w.hold = time.AfterFunc(first, w.unhold)
 }
 
 // MaxHoldIntervals bounds a Hold that SetHoldWhile extends, in intervals.

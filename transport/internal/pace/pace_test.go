@@ -287,3 +287,23 @@ func BenchmarkKickAndWrite(b *testing.B) {
 		<-wrote
 	}
 }
+
+// TestHoldRunEndHoldsLonger: a replay that holds a run's end is held for
+// RunEndHold, even with an interval of 1 ms and nothing left to read, and
+// what arrives meanwhile leaves with it; it lengthens a short hold under
+// way.
+func TestHoldRunEndHoldsLonger(t *testing.T) {
+	p := New(time.Millisecond)
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	start := time.Now()
+	w.Hold()
+	w.HoldRunEnd()
+	c.publish(w, 2)
+	time.Sleep(10 * time.Millisecond) // ten intervals: a plain Hold would have ended
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.written.Load() == 3 }, 5*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(start), RunEndHold, "held for RunEndHold at least")
+	assert.Equal(t, int64(1), c.writes.Load(), "one write after the hold")
+	w.Stop()
+}

@@ -642,3 +642,176 @@ func (u Ratio) Validate() error {
 
 // Text and bytes are both text in JSON: this one stays any.
 type Mixed = any
+
+// A recursive choice: every JSON value.
+//
+// Its Value is one of JSONValueBool, JSONValueFloat, JSONValueText, JSONValueArray, JSONValueMap, chosen by the kind of the value (text, number, map, ...).
+type JSONValue struct {
+	// Value is the variant; nil is null.
+	Value JSONValueVariant
+}
+
+// JSONValueVariant is implemented by the variants of JSONValue.
+type JSONValueVariant interface{ isJSONValue() }
+
+// JSONValueBool is the bool variant of JSONValue.
+type JSONValueBool bool
+
+func (JSONValueBool) isJSONValue() {}
+
+// JSONValueFloat is the float variant of JSONValue.
+type JSONValueFloat float64
+
+func (JSONValueFloat) isJSONValue() {}
+
+// JSONValueText is the text variant of JSONValue.
+type JSONValueText string
+
+func (JSONValueText) isJSONValue() {}
+
+// JSONValueArray is the array variant of JSONValue.
+type JSONValueArray []JSONValue
+
+func (JSONValueArray) isJSONValue() {}
+
+// JSONValueMap is the map variant of JSONValue.
+type JSONValueMap map[string]JSONValue
+
+func (JSONValueMap) isJSONValue() {}
+
+// MarshalJSON encodes the variant.
+func (u JSONValue) MarshalJSON() ([]byte, error) {
+	return json.Marshal(u.Value)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *JSONValue) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindBool:
+		v := new(JSONValueBool)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindFloat, cddlrt.KindInt:
+		v := new(JSONValueFloat)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(JSONValueText)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindArray:
+		v := new(JSONValueArray)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindMap:
+		v := new(JSONValueMap)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("JSONValue", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u JSONValue) MarshalCBOR() ([]byte, error) {
+	return cbor.Marshal(u.Value)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *JSONValue) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindBool:
+		v := new(JSONValueBool)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindFloat, cddlrt.KindInt:
+		v := new(JSONValueFloat)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindText:
+		v := new(JSONValueText)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindArray:
+		v := new(JSONValueArray)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindMap:
+		v := new(JSONValueMap)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("JSONValue", k)
+	}
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (JSONValue) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindNull:
+		return nil, nil
+	case k == cddlrt.KindBool:
+		return new(JSONValueBool), nil
+	case k == cddlrt.KindFloat || k == cddlrt.KindInt:
+		return new(JSONValueFloat), nil
+	case k == cddlrt.KindText:
+		return new(JSONValueText), nil
+	case k == cddlrt.KindArray:
+		return new(JSONValueArray), nil
+	case k == cddlrt.KindMap:
+		return new(JSONValueMap), nil
+	}
+	return nil, cddlrt.WrongKind("JSONValue", k)
+}
+
+// Validate checks that JSONValue holds a variant, and validates it.
+func (u JSONValue) Validate() error {
+	if u.Value == nil {
+		return nil // null
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}

@@ -54,6 +54,31 @@ func TestKindSums(t *testing.T) {
 	require.Equal(t, RatioFloat(2), r.Value)
 }
 
+// TestRecursiveKindSum: a choice that holds itself (every JSON value)
+// decodes into nested Go values and encodes back.
+func TestRecursiveKindSum(t *testing.T) {
+	in := `{"a": [1.5, "x", null, true, {"b": []}]}`
+	var v JSONValue
+	require.NoError(t, json.Unmarshal([]byte(in), &v))
+	m, ok := v.Value.(JSONValueMap)
+	require.True(t, ok, "%T", v.Value)
+	list, ok := m["a"].Value.(JSONValueArray)
+	require.True(t, ok)
+	require.Equal(t, JSONValueFloat(1.5), list[0].Value)
+	require.Equal(t, JSONValueText("x"), list[1].Value)
+	require.Nil(t, list[2].Value)
+	require.Equal(t, JSONValueBool(true), list[3].Value)
+	out, err := json.Marshal(v)
+	require.NoError(t, err)
+	require.JSONEq(t, in, string(out))
+	b, err := cbor.Marshal(v)
+	require.NoError(t, err)
+	var back JSONValue
+	require.NoError(t, cddlrt.CBORDecMode.Unmarshal(b, &back))
+	require.Equal(t, v, back)
+	require.NoError(t, cddlrt.DecodeStrictJSON([]byte(in), &back))
+}
+
 func TestKindSumsReject(t *testing.T) {
 	for _, c := range []struct {
 		in string
