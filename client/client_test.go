@@ -1,0 +1,336 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testServer is agentstream's server with the built-in assistants on a
+// loopback port, which it can stop and start again on the same port.
+type testServer struct {
+	t    *testing.T
+	addr string
+	opts transport.Options
+	srv  *server.Server
+	hs   *http.Server
+	h    *transport.Handler
+	done chan struct{}
+}
+
+func startServer(t *testing.T, opts transport.Options) *testServer {
+	t.Helper()
+	ts := &testServer{t: t, opts: opts, addr: "127.0.0.1:0"}
+	ts.start()
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+func (ts *testServer) URL() string { return "http://" + ts.addr }
+
+func (ts *testServer) start() {
+	ts.t.Helper()
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the port of a stopped server may take a moment to free
+		if ln, err = net.Listen("tcp", ts.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(ts.t, err)
+	ts.addr = ln.Addr().String()
+	ts.srv = server.New(server.Config{})
+	assistants.Register(ts.srv)
+	ts.h = transport.New(ts.srv, ts.opts)
+	ts.hs = &http.Server{Handler: ts.h}
+	ts.done = make(chan struct{})
+	go func() { defer close(ts.done); _ = ts.hs.Serve(ln) }()
+}
+
+// stop shuts the server down as agentstream serve does: its streams end,
+// its WebSockets close (going away).
+func (ts *testServer) stop() {
+	if ts.hs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() { _ = ts.h.Shutdown(ctx) }()
+	_ = ts.hs.Shutdown(ctx)
+	_ = ts.h.Shutdown(ctx)
+	_ = ts.srv.Close(ctx)
+	<-ts.done
+	ts.hs = nil
+}
+
+func dial(t *testing.T, ts *testServer, opts Options) *Client {
+	t.Helper()
+	if opts.MinBackoff == 0 {
+		opts.MinBackoff = 20 * time.Millisecond
+	}
+	c, err := Dial(context.Background(), ts.URL(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func echoInput(text string) map[string]any {
+	return map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}
+}
+
+// readRun reads events up to the end of a run (the root's completed or
+// failed lifecycle), applying them to a.
+func readRun(t *testing.T, s *Subscription, a *Assembler) []*Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*Event
+	for {
+		e, err := s.Next(ctx)
+		require.NoError(t, err)
+		out = append(out, e)
+		if e.Payload != nil {
+			a.Apply(e.Payload)
+		}
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 &&
+			(l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed) {
+			return out
+		}
+	}
+}
+
+var transports = []Transport{WebSocket, SSE}
+
+// TestStreamARun: over each transport, a subscription sees a run's events
+// in order, each once, and the assembler builds its message.
+func TestStreamARun(t *testing.T) {
+	ts := startServer(t, transport.Options{})
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) {
+			c := dial(t, ts, Options{Transport: tr})
+			th := c.Thread("stream-" + string(tr))
+			sub, err := th.Subscribe(context.Background(), Filter{})
+			require.NoError(t, err)
+			defer sub.Close()
+			res, err := th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "echo", Input: echoInput("hello there")})
+			require.NoError(t, err)
+			require.NotNil(t, res.RunID)
+			a := NewAssembler()
+			evs := readRun(t, sub, a)
+			var last uint64
+			for _, e := range evs {
+				if e.ID == "" {
+					continue // the values snapshot an SSE stream opens with
+				}
+				require.Greater(t, e.Seq, last, "in order, once")
+				last = e.Seq
+			}
+			msgs := a.Messages(nil)
+			require.Len(t, msgs, 1)
+			require.Equal(t, "hello there", msgs[0].Text())
+			require.Equal(t, protocol.MessageRoleAI, msgs[0].Role)
+			require.True(t, msgs[0].Done)
+			vals, ok := a.Values(nil).(map[string]any)
+			require.True(t, ok, "%T", a.Values(nil))
+			require.Len(t, vals["messages"], 2)
+			tree := a.Tree()
+			require.Equal(t, protocol.AgentStatusCompleted, tree[0].Status)
+			require.Equal(t, "echo", tree[0].Graph)
+		})
+	}
+}
+
+// TestCommands: every command, typed results, typed errors.
+func TestCommands(t *testing.T) {
+	ts := startServer(t, transport.Options{})
+	c := dial(t, ts, Options{})
+	ctx := context.Background()
+	th := c.Thread("commands")
+	sub, err := th.Subscribe(ctx, Filter{Channels: []string{"lifecycle", "input"}})
+	require.NoError(t, err)
+	defer sub.Close()
+
+	// demo stops at an interrupt; the answer resumes it.
+	_, err = th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "demo", Input: echoInput("plan a trip")})
+	require.NoError(t, err)
+	a := NewAssembler()
+	var in []Interrupt
+	for len(in) == 0 {
+		e, err := sub.Next(ctx)
+		require.NoError(t, err)
+		a.Apply(e.Payload)
+		in = a.Interrupts()
+	}
+	tree, err := th.Agent.GetTree(ctx, protocol.AgentGetTreeParams{})
+	require.NoError(t, err)
+	require.NotEmpty(t, tree.Tree)
+	st, err := th.State.Get(ctx, protocol.StateGetParams{})
+	require.NoError(t, err)
+	require.NotNil(t, st)
+
+	err = th.Input.RespondOne(ctx, in[0].Namespace, "no-such-interrupt", true)
+	require.ErrorIs(t, err, ErrNoSuchInterrupt)
+	var cerr *Error
+	require.ErrorAs(t, err, &cerr)
+	require.Equal(t, 404, cerr.Status)
+	require.NoError(t, th.Input.RespondOne(ctx, in[0].Namespace, in[0].ID, map[string]any{"approved": true}))
+	readRun(t, sub, a)
+	require.Empty(t, a.Interrupts(), "answered")
+
+	cps, err := th.State.ListCheckpoints(ctx, protocol.ListCheckpointsParams{})
+	require.NoError(t, err)
+	require.NotEmpty(t, cps.Checkpoints)
+	fork, err := th.State.Fork(ctx, protocol.StateForkParams{CheckpointID: cps.Checkpoints[0].ID})
+	require.NoError(t, err)
+	require.NotEmpty(t, fork.ThreadID)
+
+	// The fork started a run from the checkpoint: cancel it.
+	cancelled, err := th.Run.Cancel(ctx, protocol.RunCancelParams{RunID: &fork.RunID})
+	require.NoError(t, err)
+	if cancelled.Cancelled { // else it had ended already
+		require.Equal(t, fork.RunID, *cancelled.RunID)
+	}
+	readRun(t, sub, a)
+	cancelled, err = th.Run.Cancel(ctx, protocol.RunCancelParams{})
+	require.NoError(t, err)
+	require.False(t, cancelled.Cancelled, "no run to cancel")
+
+	err = th.Input.Inject(ctx, protocol.InputInjectParams{Namespace: []string{}, Message: protocol.InputMessage{Role: "user", Content: "more"}})
+	require.ErrorIs(t, err, ErrNoSuchRun, "nothing runs to take it")
+
+	err = th.Do(ctx, "run.explode", map[string]any{}, nil)
+	require.ErrorIs(t, err, ErrUnknownCommand)
+	_, err = th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "no-such-assistant"})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.False(t, errors.Is(err, ErrNoSuchInterrupt), "codes are told apart")
+}
+
+// firehose starts a run of n custom events at rate per second.
+func firehose(t *testing.T, th *Thread, n, rate int) {
+	t.Helper()
+	_, err := th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "firehose", Input: map[string]any{"count": n, "rate": rate}})
+	require.NoError(t, err)
+}
+
+// TestDroppedConnectionResumes: the connection of a subscription drops
+// mid-run, twice; it reconnects and every event arrives once, in order.
+func TestDroppedConnectionResumes(t *testing.T) {
+	ts := startServer(t, transport.Options{})
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) {
+			c := dial(t, ts, Options{Transport: tr})
+			th := c.Thread("dropped-" + string(tr))
+			sub, err := th.Subscribe(context.Background(), Filter{Channels: []string{"custom", "lifecycle"}})
+			require.NoError(t, err)
+			defer sub.Close()
+			firehose(t, th, 60, 300)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var seqs []uint64
+			custom := 0
+			for {
+				e, err := sub.Next(ctx)
+				require.NoError(t, err)
+				require.Nil(t, e.Missed, "nothing is lost")
+				if e.ID == "" {
+					continue
+				}
+				seqs = append(seqs, e.Seq)
+				if e.Method == "custom" {
+					custom++
+					if custom == 10 || custom == 30 {
+						sub.dropConnection()
+					}
+				}
+				if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 && l.Params.Data.Event == protocol.AgentStatusCompleted {
+					break
+				}
+			}
+			require.Equal(t, 60, custom, "every event once")
+			for i := 1; i < len(seqs); i++ {
+				require.Greater(t, seqs[i], seqs[i-1], "in order, no duplicate")
+			}
+			require.GreaterOrEqual(t, sub.connections(), 3, "it reconnected")
+		})
+	}
+}
+
+// TestServerRestartSurfacesMissed: the in-memory server restarts (its
+// streams begin again, in a new epoch); the subscription reconnects, says
+// that events were missed, and goes on with the new stream.
+func TestServerRestartSurfacesMissed(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) {
+			ts := startServer(t, transport.Options{})
+			c := dial(t, ts, Options{Transport: tr})
+			th := c.Thread("restart")
+			sub, err := th.Subscribe(context.Background(), Filter{})
+			require.NoError(t, err)
+			defer sub.Close()
+			_, err = th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "echo", Input: echoInput("before")})
+			require.NoError(t, err)
+			readRun(t, sub, NewAssembler())
+
+			ts.stop()
+			ts.start()
+			require.Eventually(t, func() bool {
+				_, err := th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "echo", Input: echoInput("after")})
+				return err == nil
+			}, 10*time.Second, 20*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			e, err := sub.Next(ctx)
+			require.NoError(t, err)
+			require.NotNil(t, e.Missed, "first the notice: %s", e.JSON)
+			require.True(t, e.Missed.Reset != nil && *e.Missed.Reset)
+			a := NewAssembler()
+			readRun(t, sub, a)
+			require.Equal(t, "after", a.Messages(nil)[0].Text())
+		})
+	}
+}
+
+// TestBadCredentials: with authentication on, a missing or wrong
+// credential is ErrUnauthenticated, another principal's thread is
+// ErrPermissionDenied, on commands and on subscriptions of both
+// transports; the right key works.
+func TestBadCredentials(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"k-alice": {Subject: "alice"}, "k-bob": {Subject: "bob"}}})
+	require.NoError(t, err)
+	defer a.Close()
+	ts := startServer(t, transport.Options{Auth: a})
+	ctx := context.Background()
+	alice := dial(t, ts, Options{APIKey: "k-alice"})
+	_, err = alice.Thread("alices").Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: echoInput("mine")})
+	require.NoError(t, err)
+	for _, tr := range transports {
+		for _, c := range []struct {
+			key  string
+			want error
+		}{{"", ErrUnauthenticated}, {"k-wrong", ErrUnauthenticated}, {"k-bob", ErrPermissionDenied}} {
+			cl := dial(t, ts, Options{Transport: tr, APIKey: c.key})
+			th := cl.Thread("alices")
+			_, err := th.State.Get(ctx, protocol.StateGetParams{})
+			require.ErrorIs(t, err, c.want, "command with %q", c.key)
+			_, err = th.Subscribe(ctx, Filter{})
+			require.ErrorIs(t, err, c.want, "%s subscription with %q", tr, c.key)
+		}
+		sub, err := dial(t, ts, Options{Transport: tr, APIKey: "k-alice"}).Thread("alices").Subscribe(ctx, Filter{})
+		require.NoError(t, err)
+		sub.Close()
+	}
+}
