@@ -30,4 +30,5 @@ package protocol
 //go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --inline-leaves --root Message --out schema.json protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/jsonschema/protocol.schema.json protocol.cddl
 //go:generate go run ../cmd/cddlgen --quiet --lang ts --field-case snake --out ../bindings/ts/protocol.ts protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/protocol.py protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/ts/protocol.schema.json protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/agentstream_protocol/protocol.py protocol.cddl

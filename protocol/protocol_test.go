@@ -156,5 +156,5 @@ func TestGeneratedFilesAreFresh(t *testing.T) {
 		require.Equal(t, 0, code, "stale output; run go generate ./protocol\n%s%s", stderr.String(), stdout.String())
 	}
 	require.NoError(t, sc.Err())
-	require.Equal(t, 5, lines, "doc.go should generate Go, two JSON Schemas, TypeScript and Python")
+	require.Equal(t, 6, lines, "doc.go should generate Go, three JSON Schemas (the server's, bindings/jsonschema, the npm package's), TypeScript and Python")
 }

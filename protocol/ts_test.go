@@ -160,7 +160,7 @@ func TestPythonBindingImports(t *testing.T) {
 		}
 		t.Skip("python3 is not installed")
 	}
-	cmd := exec.Command(py, "-c", "import protocol; print(len(protocol.__dict__))")
+	cmd := exec.Command(py, "-c", "import agentstream_protocol.protocol as p; print(len(p.__dict__))")
 	cmd.Dir = "../bindings/python"
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
