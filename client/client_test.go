@@ -2,14 +2,18 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/sdktest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -332,5 +336,44 @@ func TestBadCredentials(t *testing.T) {
 		sub, err := dial(t, ts, Options{Transport: tr, APIKey: "k-alice"}).Thread("alices").Subscribe(ctx, Filter{})
 		require.NoError(t, err)
 		sub.Close()
+	}
+}
+
+// TestAssemblerAgreesWithTheOfficialSDK: for the same run, the Assembler's
+// messages and values are what the official SDK assembles (its
+// thread.messages projection and final state, tools/node/assembled.mjs).
+func TestAssemblerAgreesWithTheOfficialSDK(t *testing.T) {
+	node, conformance := sdktest.Conformance(t)
+	script := filepath.Join(filepath.Dir(conformance), "assembled.mjs")
+	ts := startServer(t, transport.Options{})
+	const text = "The quick brown fox jumps over the lazy dog"
+	out, err := exec.Command(node, script, ts.URL(), "sdk-assembled", "echo", text).Output()
+	require.NoError(t, err, "%s", out)
+	var sdk struct {
+		Texts  []string `json:"texts"`
+		Values []any    `json:"values"`
+	}
+	require.NoError(t, json.Unmarshal(out, &sdk), "%s", out)
+	require.NotEmpty(t, sdk.Texts)
+
+	// The Go client replays the same run (it has ended) and assembles it.
+	for _, tr := range transports {
+		c := dial(t, ts, Options{Transport: tr})
+		sub, err := c.Thread("sdk-assembled").Subscribe(context.Background(), Filter{})
+		require.NoError(t, err)
+		a := NewAssembler()
+		readRun(t, sub, a)
+		sub.Close()
+		var texts []string
+		for _, m := range a.Messages(nil) {
+			texts = append(texts, m.Text())
+		}
+		require.Equal(t, sdk.Texts, texts, "%s: the messages' text", tr)
+		vals := a.Values(nil).(map[string]any)["messages"].([]any)
+		var contents []any
+		for _, m := range vals {
+			contents = append(contents, m.(map[string]any)["content"])
+		}
+		require.Equal(t, sdk.Values, contents, "%s: the values' messages", tr)
 	}
 }
