@@ -10,43 +10,12 @@ import (
 )
 
 // NamespaceOf returns where in the agent tree event v happened ([] for the
-// root, nil for nil).
-func NamespaceOf(v protocol.ServerEventVariant) []string {
-	switch e := v.(type) {
-	case *protocol.ServerEventLifecycle:
-		return e.Params.Namespace
-	case *protocol.ServerEventMessages:
-		return e.Params.Namespace
-	case *protocol.ServerEventTools:
-		return e.Params.Namespace
-	case *protocol.ServerEventInputRequested:
-		return e.Params.Namespace
-	case *protocol.ServerEventInputAnswered:
-		return e.Params.Namespace
-	case *protocol.ServerEventValues:
-		return e.Params.Namespace
-	case *protocol.ServerEventUpdates:
-		return e.Params.Namespace
-	case *protocol.ServerEventCheckpoints:
-		return e.Params.Namespace
-	case *protocol.ServerEventCustom:
-		return e.Params.Namespace
-	case *protocol.ServerEventTasks:
-		return e.Params.Namespace
-	case *protocol.ServerEventEventsMissed:
-		return e.Params.Namespace
-	}
-	return nil
-}
+// root, nil for nil): protocol.NamespaceOf.
+func NamespaceOf(v protocol.ServerEventVariant) []string { return protocol.NamespaceOf(v) }
 
-// TextOf returns the text of a text delta ("" for other deltas): the
-// accessor a type switch was needed for.
-func TextOf(d protocol.ContentBlockDelta) string {
-	if t, ok := d.Value.(*protocol.TextDelta); ok {
-		return t.Text
-	}
-	return ""
-}
+// TextOf returns the text of a text delta ("" for other deltas):
+// d.Text().
+func TextOf(d protocol.ContentBlockDelta) string { return d.Text() }
 
 // Message is a message assembled from its events.
 type Message struct {

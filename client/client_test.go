@@ -13,10 +13,12 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/sdktest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/inproc"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -376,4 +378,31 @@ func TestAssemblerAgreesWithTheOfficialSDK(t *testing.T) {
 		}
 		require.Equal(t, sdk.Values, contents, "%s: the values' messages", tr)
 	}
+}
+
+// TestAssemblerInProcess: the Assembler takes the in-process transport's
+// events as they are.
+func TestAssemblerInProcess(t *testing.T) {
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	defer srv.Close(context.Background())
+	conn := inproc.Connect(srv, "inproc")
+	defer conn.Close()
+	sub, err := conn.Subscribe(channels.All, nil)
+	require.NoError(t, err)
+	defer sub.Close()
+	_, err = conn.Start(context.Background(), "echo", echoInput("in process"))
+	require.NoError(t, err)
+	a := NewAssembler()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		e, err := sub.Next(ctx)
+		require.NoError(t, err)
+		a.Apply(e.Payload)
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 && l.Params.Data.Event == protocol.AgentStatusCompleted {
+			break
+		}
+	}
+	require.Equal(t, "in process", a.Messages(nil)[0].Text())
 }

@@ -53,7 +53,7 @@ func Example() {
 		switch p := e.Payload.(type) {
 		case *protocol.ServerEventMessages:
 			if d, ok := p.Params.Data.Value.(*protocol.ContentBlockDeltaData); ok {
-				text.WriteString(d.Delta.Value.(*protocol.TextDelta).Text)
+				text.WriteString(d.Delta.Text())
 			}
 		case *protocol.ServerEventLifecycle:
 			if p.Params.Data.Event == protocol.AgentStatusCompleted {
@@ -149,7 +149,7 @@ func Example_subscribeThroughDo() {
 			}
 		case *protocol.ServerEventMessages:
 			if d, ok := p.Params.Data.Value.(*protocol.ContentBlockDeltaData); ok {
-				fmt.Printf("%d messages %q\n", e.Seq, d.Delta.Value.(*protocol.TextDelta).Text)
+				fmt.Printf("%d messages %q\n", e.Seq, d.Delta.Text())
 			}
 		case *protocol.ServerEventValues:
 			msgs, _ := p.Params.Data.(map[string]any)["messages"].([]any)
