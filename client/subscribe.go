@@ -26,6 +26,10 @@ type Filter struct {
 	Channels   []string
 	Namespaces [][]string
 	Depth      *int
+	// Since starts the subscription after an event id ("EPOCH-SEQ") or a
+	// bare sequence number, as a reconnection would ("": from everything
+	// the server still buffers).
+	Since string
 }
 
 // Event is one event of a thread.
@@ -76,6 +80,9 @@ type Subscription struct {
 	subID    string // the server's id of the WebSocket subscription
 	notified bool   // this connection has delivered a missed-events notice
 	conns    int    // connections made so far
+	// sinceOnly: the cursor is a bare sequence number (Filter.Since): the
+	// first event's epoch is taken as the cursor's.
+	sinceOnly bool
 	stream   io.Closer
 	next     func() (*Event, error) // reads the current connection
 
@@ -98,6 +105,15 @@ func (t *Thread) Subscribe(ctx context.Context, f Filter) (*Subscription, error)
 	}
 	t.c.subs[s] = struct{}{}
 	t.c.mu.Unlock()
+	if f.Since != "" {
+		epoch, seq, ok := splitID(f.Since)
+		if !ok {
+			s.forget()
+			cancel()
+			return nil, &Error{Code: protocol.ErrorCodeInvalidArgument, Message: fmt.Sprintf("since: %q is not an event id or a sequence number", f.Since)}
+		}
+		s.epoch, s.seq, s.sinceOnly = epoch, seq, epoch == ""
+	}
 	if err := s.connect(); err != nil {
 		s.forget()
 		cancel()
@@ -207,11 +223,15 @@ func (s *Subscription) accept(e *Event) bool {
 		return true
 	}
 	if e.ID == "" {
-		return s.conns == 1 // a snapshot: on the first connection only
+		return s.conns == 1 && s.c != nil && s.filterSince() // a snapshot: on the first connection only, and not after a cursor
 	}
 	epoch, seq, ok := splitID(e.ID)
 	if !ok {
 		return true
+	}
+	if s.sinceOnly {
+		s.sinceOnly = false
+		s.epoch = epoch
 	}
 	if epoch == s.epoch && seq <= s.seq {
 		return false // delivered before the connection dropped
@@ -233,6 +253,8 @@ func (s *Subscription) accept(e *Event) bool {
 	s.epoch, s.seq = epoch, seq
 	return true
 }
+
+func (s *Subscription) filterSince() bool { return s.filter.Since == "" }
 
 func splitID(id string) (string, uint64, bool) {
 	i := strings.LastIndexByte(id, '-')

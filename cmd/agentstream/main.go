@@ -98,8 +98,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if len(args) > 0 && args[0] == "token" {
 		return token(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "tail" {
+		return tail(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream load [flags] | agentstream token [flags]   (-h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags]   (-h for the flags)")
 		return 2
 	}
 	var c config

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/client"
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// tailDefaultChannels are what tail follows unless --channels says.
+var tailDefaultChannels = []string{"lifecycle", "messages", "tools", "input", "custom"}
+
+// tail follows a thread in the terminal (agentstream tail URL THREAD).
+func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentstream tail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	chans := fs.String("channels", strings.Join(tailDefaultChannels, ","), "comma-separated channels to follow")
+	since := fs.String("since", "", "resume after this event id (EPOCH-SEQ) or sequence number (default: everything the server still buffers)")
+	asJSON := fs.Bool("json", false, "print each event's JSON as received, one per line")
+	untilDone := fs.Bool("until-done", false, "exit when the thread's run ends: 0 when it completed, 1 when it failed")
+	transport := fs.String("transport", "websocket", "websocket or sse")
+	tokenFlag := fs.String("token", "", "a bearer token (JWT) for a server with authentication (also AGENTSTREAM_TOKEN)")
+	apiKey := fs.String("api-key", "", "an API key for a server with authentication (also AGENTSTREAM_API_KEY)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: agentstream tail URL THREAD [--channels c1,c2] [--since N] [--json] [--until-done] [--transport websocket|sse] [--token T | --api-key K]")
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after URL and THREAD.
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	pos := fs.Args()
+	if len(pos) >= 2 {
+		if err := fs.Parse(pos[2:]); err != nil {
+			return 2
+		}
+		pos = append(pos[:2:2], fs.Args()...)
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return 2
+	}
+	opts := client.Options{Transport: client.Transport(*transport), Token: envOr(*tokenFlag, "AGENTSTREAM_TOKEN"), APIKey: envOr(*apiKey, "AGENTSTREAM_API_KEY")}
+	c, err := client.Dial(ctx, pos[0], opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream tail:", err)
+		return 1
+	}
+	defer c.Close()
+	f := client.Filter{Since: *since}
+	for _, ch := range strings.Split(*chans, ",") {
+		if ch = strings.TrimSpace(ch); ch != "" {
+			f.Channels = append(f.Channels, ch)
+		}
+	}
+	sub, err := c.Thread(pos[1]).Subscribe(ctx, f)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream tail:", err)
+		return 1
+	}
+	defer sub.Close()
+	p := &tailPrinter{w: stdout, a: client.NewAssembler()}
+	for {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				return 0
+			}
+			fmt.Fprintln(stderr, "agentstream tail:", err)
+			return 1
+		}
+		if *asJSON {
+			if e.JSON != nil {
+				fmt.Fprintln(stdout, string(e.JSON))
+			} else if b, err := json.Marshal(e.Payload); err == nil { // a notice the client made
+				fmt.Fprintln(stdout, string(b))
+			}
+		} else {
+			p.print(e)
+		}
+		if !*untilDone {
+			continue
+		}
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 {
+			switch l.Params.Data.Event {
+			case protocol.AgentStatusCompleted:
+				return 0
+			case protocol.AgentStatusFailed:
+				return 1
+			}
+		}
+	}
+}
+
+var lookupEnv = os.Getenv
+
+func envOr(v, name string) string {
+	if v != "" {
+		return v
+	}
+	return lookupEnv(name)
+}
+
+// tailPrinter writes events as readable lines: lifecycle changes,
+// messages once assembled (their text, reasoning and tool calls), tool
+// runs, interrupts, custom events, and a line when events were missed.
+type tailPrinter struct {
+	w io.Writer
+	a *client.Assembler
+}
+
+func (p *tailPrinter) line(ts protocol.Timestamp, ns []string, format string, args ...any) {
+	t := time.UnixMilli(int64(ts)).UTC().Format("15:04:05.000")
+	where := "/"
+	if len(ns) > 0 {
+		where = strings.Join(ns, "/")
+	}
+	fmt.Fprintf(p.w, "%s %-12s %s\n", t, where, fmt.Sprintf(format, args...))
+}
+
+func compact(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func (p *tailPrinter) print(e *client.Event) {
+	if e.Missed != nil {
+		how := ""
+		if e.Missed.Reset != nil && *e.Missed.Reset {
+			how = ", the stream began again"
+		}
+		fmt.Fprintf(p.w, "-- missed events after %d (%d lost%s) --\n", e.Missed.Since, e.Missed.Missed, how)
+		return
+	}
+	if e.Payload == nil {
+		return
+	}
+	p.a.Apply(e.Payload)
+	switch ev := e.Payload.(type) {
+	case *protocol.ServerEventLifecycle:
+		d := ev.Params.Data
+		s := string(d.Event)
+		if d.GraphName != nil {
+			s += " " + *d.GraphName
+		}
+		if d.Error != nil {
+			s += ": " + *d.Error
+		}
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "lifecycle %s", s)
+	case *protocol.ServerEventMessages:
+		switch ev.Params.Data.Value.(type) {
+		case *protocol.MessageFinishData, *protocol.MessageErrorData:
+			msgs := p.a.Messages(ev.Params.Namespace)
+			if len(msgs) == 0 {
+				return
+			}
+			m := msgs[len(msgs)-1]
+			if r := m.Reasoning(); r != "" {
+				p.line(ev.Params.Timestamp, m.Namespace, "%s (thinking): %s", m.Role, r)
+			}
+			if t := m.Text(); t != "" {
+				p.line(ev.Params.Timestamp, m.Namespace, "%s: %s", m.Role, t)
+			}
+			for _, tc := range m.ToolCalls() {
+				args := tc.Args
+				if tc.FinalArgs != nil {
+					args = compact(tc.FinalArgs)
+				}
+				p.line(ev.Params.Timestamp, m.Namespace, "%s calls %s(%s)", m.Role, tc.ToolName, args)
+			}
+			if m.Error != "" {
+				p.line(ev.Params.Timestamp, m.Namespace, "%s: error: %s", m.Role, m.Error)
+			}
+		}
+	case *protocol.ServerEventTools:
+		switch d := ev.Params.Data.Value.(type) {
+		case *protocol.ToolStartedData:
+			p.line(ev.Params.Timestamp, ev.Params.Namespace, "tool %s started %s", d.ToolName, compact(d.Input))
+		case *protocol.ToolFinishedData:
+			p.line(ev.Params.Timestamp, ev.Params.Namespace, "tool %s finished %s", toolName(p.a, d.ToolCallID), compact(d.Output))
+		case *protocol.ToolErrorData:
+			p.line(ev.Params.Timestamp, ev.Params.Namespace, "tool %s failed: %s", toolName(p.a, d.ToolCallID), d.Message)
+		}
+	case *protocol.ServerEventInputRequested:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "interrupt %s asks %s", ev.Params.Data.InterruptID, compact(ev.Params.Data.Payload))
+	case *protocol.ServerEventInputAnswered:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "answered %s", strings.Join(ev.Params.Data.InterruptIds, ", "))
+	case *protocol.ServerEventCustom:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "custom %s", compact(ev.Params.Data))
+	case *protocol.ServerEventValues:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "values %s", compact(ev.Params.Data))
+	case *protocol.ServerEventUpdates:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "update %s", compact(ev.Params.Data))
+	case *protocol.ServerEventCheckpoints:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "checkpoint %s", compact(ev.Params.Data))
+	case *protocol.ServerEventTasks:
+		p.line(ev.Params.Timestamp, ev.Params.Namespace, "task %s", compact(ev.Params.Data))
+	}
+}
+
+func toolName(a *client.Assembler, id string) string {
+	for _, t := range a.Tools() {
+		if t.ID == id {
+			return t.Name
+		}
+	}
+	return id
+}
