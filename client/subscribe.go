@@ -83,8 +83,8 @@ type Subscription struct {
 	// sinceOnly: the cursor is a bare sequence number (Filter.Since): the
 	// first event's epoch is taken as the cursor's.
 	sinceOnly bool
-	stream   io.Closer
-	next     func() (*Event, error) // reads the current connection
+	stream    io.Closer
+	next      func() (*Event, error) // reads the current connection
 
 	dropMu sync.Mutex
 	live   io.Closer // the current connection, for dropConnection (tests)
