@@ -44,6 +44,10 @@ type Options struct {
 	WS  ws.Options
 	// Registry receives the metrics (a new one when nil).
 	Registry *prometheus.Registry
+	// Playground, when set, serves the page at / and its assets under
+	// /playground/ (package playground), with no authentication: the page
+	// is static, and asks for a token itself.
+	Playground http.Handler
 	// MaxCommandBody caps a command's body (1 MiB).
 	MaxCommandBody int64
 	// BodyTimeout bounds reading a command's body (DefaultBodyTimeout,
@@ -162,6 +166,10 @@ func New(srv *server.Server, opts Options) *Handler {
 		metricsHandler = h.adminOnly(metricsHandler)
 	}
 	h.mux.Handle("GET /metrics", metricsHandler)
+	if opts.Playground != nil {
+		h.mux.Handle("GET /{$}", opts.Playground)
+		h.mux.Handle("GET /playground/", opts.Playground)
+	}
 	return h
 }
 

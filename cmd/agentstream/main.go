@@ -38,6 +38,7 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/loadtest"
+	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -86,6 +87,7 @@ type config struct {
 	redisURL                                                    string
 	nodeID                                                      string
 	leaseTTL                                                    time.Duration
+	playground                                                  bool
 	redisWriteQueue                                             int
 	redisQueueWait                                              time.Duration
 }
@@ -123,6 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "console", "console or json")
+	fs.BoolVar(&c.playground, "playground", true, "serve the playground page at / (a page to watch and steer threads, embedded in the binary)")
 	fs.BoolVar(&c.builtins, "builtins", true, "register the built-in assistants (echo, demo, firehose)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take")
 	fs.DurationVar(&c.idleRelease, "idle-release", server.DefaultIdleRelease, "how long an idle thread keeps its replay buffer")
@@ -304,6 +307,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		Auth:            authn,
 		Ready:           readyCheck,
 		Registry:        registry,
+		Playground:      playgroundHandler(c.playground),
 		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
 	})
 	if c.metricsAddr != "" {
@@ -516,4 +520,11 @@ func (f *intervalFlag) Set(s string) error {
 	}
 	*f = intervalFlag(d)
 	return nil
+}
+
+func playgroundHandler(on bool) http.Handler {
+	if !on {
+		return nil
+	}
+	return playground.Handler()
 }
