@@ -100,8 +100,8 @@ func TestPageTypeChecks(t *testing.T) {
 
 // TestInChromium drives the page in Debian's Chromium with playwright-core
 // (tools/node/playground-e2e.mjs): start demo from the page, see the tree
-// and the text, approve the interrupt with the keyboard, see the run
-// complete; drop the WebSocket mid-run and recover with no duplicated
+// and the text, approve the interrupt by clicking, see the run
+// complete; start a run from the keyboard; drop the WebSocket mid-run and recover with no duplicated
 // text; follow 2,000 events/s. Screenshots of each state go to
 // testdata/artifacts. It skips, naming what is missing, without chromium
 // (apt-get install chromium) or tools/node, unless

@@ -48,9 +48,7 @@ try {
   const before = await page.textContent("#messages");
   check(before.includes("Let me look that up.") && before.includes("research(") && before.includes("agentstream streams agent events"), "the messages show text, the tool call and the subagent's answer");
   await page.screenshot({ path: join(artifacts, "1-interrupt.png"), fullPage: true });
-  // Keyboard: focus the button and press Enter, as a keyboard user would.
-  await approve.focus();
-  await page.keyboard.press("Enter");
+  await approve.click();
   await page.waitForFunction(() => document.querySelector("#run-status")?.textContent === "run completed", null, { timeout: 10000 });
   const after = await page.textContent("#messages");
   check(after.includes("Here is what I found: agentstream streams agent events to many clients at once."), "the final answer assembled");
@@ -66,7 +64,11 @@ try {
   await page.fill("#assistant", "echo");
   await page.fill("#input", words);
   await page.fill("#config", '{"token_delay_ms": 25}');
-  await page.click("#start");
+  // Keyboard: from the config field, Tab reaches Start, and Enter presses it.
+  await page.focus("#config");
+  await page.keyboard.press("Tab");
+  check(await page.evaluate(() => document.activeElement?.id === "start"), "Tab moves from the config to Start");
+  await page.keyboard.press("Enter");
   await page.waitForFunction(() => (document.querySelector("#messages .role-ai .text")?.textContent || "").length > 60, null, { timeout: 10000 });
   await page.evaluate(() => window.playground.drop());
   await page.screenshot({ path: join(artifacts, "3-dropped.png"), fullPage: true });
