@@ -63,6 +63,11 @@ type Options struct {
 	// Token is sent as `Authorization: Bearer` (a JWT), APIKey as
 	// `x-api-key`; set neither for a server without authentication.
 	Token, APIKey string
+	// TokenSource, when set, gives the bearer token for each command and
+	// each connection instead of Token: a subscription whose credential
+	// expires (the server closes it with 4401) then reconnects with a new
+	// one and loses nothing, rather than ending.
+	TokenSource func(ctx context.Context) (string, error)
 	// HTTPClient carries commands, SSE streams and WebSocket handshakes
 	// (a client with no overall timeout: streams last).
 	HTTPClient *http.Client
@@ -148,13 +153,21 @@ func (c *Client) Close() error {
 
 func (c *Client) url(path string) string { return c.base.String() + path }
 
-func (c *Client) authorize(h http.Header) {
-	if c.opts.Token != "" {
-		h.Set("Authorization", "Bearer "+c.opts.Token)
+func (c *Client) authorize(ctx context.Context, h http.Header) error {
+	tok := c.opts.Token
+	if c.opts.TokenSource != nil {
+		var err error
+		if tok, err = c.opts.TokenSource(ctx); err != nil {
+			return fmt.Errorf("client: the token source: %w", err)
+		}
+	}
+	if tok != "" {
+		h.Set("Authorization", "Bearer "+tok)
 	}
 	if c.opts.APIKey != "" {
 		h.Set("x-api-key", c.opts.APIKey)
 	}
+	return nil
 }
 
 // Thread returns the thread named id (nothing is sent until it is used).
@@ -202,7 +215,9 @@ func (t *Thread) Do(ctx context.Context, method string, params, result any) erro
 		return fmt.Errorf("client: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	t.c.authorize(req.Header)
+	if err := t.c.authorize(ctx, req.Header); err != nil {
+		return err
+	}
 	resp, err := t.c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", method, err)

@@ -406,3 +406,59 @@ func TestAssemblerInProcess(t *testing.T) {
 	}
 	require.Equal(t, "in process", a.Messages(nil)[0].Text())
 }
+
+// TestTokenSourceOutlivesExpiry: with short-lived tokens from a
+// TokenSource, a subscription whose credential expires mid-run reconnects
+// with a fresh one and loses nothing; with a fixed token it ends with
+// ErrUnauthenticated.
+func TestTokenSourceOutlivesExpiry(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	a, err := auth.New(context.Background(), auth.Config{HS256Secret: secret, Leeway: -1})
+	require.NoError(t, err)
+	defer a.Close()
+	ts := startServer(t, transport.Options{Auth: a})
+	mint := func(ctx context.Context) (string, error) {
+		return auth.Mint(secret, auth.TokenOptions{Subject: "alice", TTL: time.Second})
+	}
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) {
+			c := dial(t, ts, Options{Transport: tr, TokenSource: mint})
+			th := c.Thread("expiring-" + string(tr))
+			sub, err := th.Subscribe(context.Background(), Filter{Channels: []string{"custom", "lifecycle"}})
+			require.NoError(t, err)
+			defer sub.Close()
+			firehose(t, th, 100, 40) // 2.5 s: the first token expires meanwhile
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			custom := 0
+			for {
+				e, err := sub.Next(ctx)
+				require.NoError(t, err)
+				require.Nil(t, e.Missed)
+				if e.Method == "custom" {
+					custom++
+				}
+				if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 && l.Params.Data.Event == protocol.AgentStatusCompleted {
+					break
+				}
+			}
+			require.Equal(t, 100, custom, "every event once")
+			require.GreaterOrEqual(t, sub.connections(), 2, "it reconnected with a new token")
+
+			// A fixed token: the subscription ends when it expires.
+			tok, err := mint(context.Background())
+			require.NoError(t, err)
+			fixed := dial(t, ts, Options{Transport: tr, Token: tok})
+			sub2, err := fixed.Thread("expiring-" + string(tr)).Subscribe(context.Background(), Filter{Channels: []string{"lifecycle"}})
+			require.NoError(t, err)
+			defer sub2.Close()
+			for {
+				_, err := sub2.Next(ctx)
+				if err != nil {
+					require.ErrorIs(t, err, ErrUnauthenticated)
+					break
+				}
+			}
+		})
+	}
+}

@@ -186,7 +186,7 @@ func (s *Subscription) run() {
 			s.end(s.ctx.Err())
 			return
 		}
-		if permanent(err) {
+		if permanent(err) && !(s.c.opts.TokenSource != nil && expired(err)) {
 			s.end(err)
 			return
 		}
@@ -301,6 +301,14 @@ func (s *Subscription) reconnect() error {
 	return fmt.Errorf("client: reconnecting failed %d times: %w", s.c.opts.MaxAttempts, last)
 }
 
+// expired reports whether err is the server ending a connection whose
+// credential expired (the WebSocket close 4401, or the SSE stream's
+// unauthenticated error event), as opposed to refusing a credential.
+func expired(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == protocol.ErrorCodeUnauthenticated && e.Status == 0
+}
+
 // permanent reports whether err ends a subscription rather than calls for
 // a reconnection: the server refused it (bad credentials, no permission,
 // a bad filter).
@@ -340,9 +348,11 @@ func (s *Subscription) connect() error {
 func (s *Subscription) connectWS() error {
 	u := "ws" + strings.TrimPrefix(s.c.url(s.t.path("/stream")), "http")
 	h := http.Header{}
-	s.c.authorize(h)
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
+	if err := s.c.authorize(ctx, h); err != nil {
+		return err
+	}
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: s.c.http, HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -517,7 +527,9 @@ func (s *Subscription) connectSSE() error {
 	if last := s.cursor(); last != "" {
 		req.Header.Set("Last-Event-ID", last)
 	}
-	s.c.authorize(req.Header)
+	if err := s.c.authorize(s.ctx, req.Header); err != nil {
+		return err
+	}
 	resp, err := s.c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
