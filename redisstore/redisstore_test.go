@@ -331,3 +331,52 @@ func TestRunEndIsNeverDroppedForAFullQueue(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the stream ends with the run's end")
 	require.True(t, rootEnded(last))
 }
+
+// TestReplayStopsAtWhatTheNodeIngested: a node's replay must not reach
+// past the events it has ingested: those that another node wrote to the
+// stream meanwhile arrive live, and a session that got them in its replay
+// as well received them twice (seen across two nodes as a duplicated
+// stretch of events).
+func TestReplayStopsAtWhatTheNodeIngested(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{})
+	b := startNode(t, e, redisstore.LogOptions{}) // no Live: it ingests only when told to catch up
+	first := runToEnd(t, a.srv, "seam", "echo", echoInput("one"))
+	require.Eventually(t, func() bool { return a.log.Flushed("seam") }, 5*time.Second, 10*time.Millisecond)
+
+	ss := b.srv.NewSession("seam")
+	defer ss.Close()
+	_, n, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}, Depth: channels.Unlimited}, nil)
+	require.NoError(t, err)
+	require.Positive(t, n)
+	head := b.srv.LastSeq("seam")
+	require.Equal(t, first[len(first)-1].Seq, head)
+
+	second := runToEnd(t, a.srv, "seam", "echo", echoInput("two"))
+	require.Eventually(t, func() bool { return a.log.Flushed("seam") }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, head, b.srv.LastSeq("seam"), "b has not ingested the second run")
+
+	// A second subscription of the same session, to everything: its
+	// replay ends at b's head; the catch-up brings the second run once.
+	_, _, err = ss.Subscribe(channels.All, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.srv.CatchUp("seam"))
+	seen := map[uint64]int{}
+	for {
+		ev, ok, err := ss.TryNext()
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		if ev.Seq > 0 {
+			seen[ev.Seq]++
+		}
+	}
+	for _, ev := range second {
+		require.Equal(t, 1, seen[ev.Seq], "event %d once", ev.Seq)
+	}
+	for seq, n := range seen {
+		require.Equal(t, 1, n, "event %d once", seq)
+	}
+}

@@ -163,6 +163,13 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		out = append(out, queued{e: snap, key: noticeKey})
 	}
 	t.srv.cfg.Log.After(t.id, after, func(e *Event) bool {
+		if e.Seq > t.seq {
+			// A durable log shared with other nodes may hold events this
+			// node has not ingested yet: they arrive live (Ingest), and
+			// the session, which counts what it queued by the thread's
+			// head, must not get them twice.
+			return false
+		}
 		if f.Matches(e.Channel, e.Name, e.Namespace) {
 			out = append(out, queued{e: e, key: e.Seq << 1})
 			replayed++
