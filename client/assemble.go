@@ -184,35 +184,7 @@ func (a *Assembler) message(ns []string, node string, d protocol.MessagesDataVar
 		if m == nil {
 			return
 		}
-		b := m.block(int(d.Index))
-		switch c := d.Content.Value.(type) {
-		case *protocol.TextContentBlock:
-			b.Type, b.Text = "text", c.Text
-		case *protocol.ReasoningContentBlock:
-			b.Type = "reasoning"
-			if c.Reasoning != nil {
-				b.Text = *c.Reasoning
-			}
-		case *protocol.ToolCallChunk:
-			b.Type = "tool_call"
-			if c.ID != nil {
-				b.ToolCallID = *c.ID
-			}
-			if c.Name != nil {
-				b.ToolName = *c.Name
-			}
-			if c.Args != nil {
-				b.Args = *c.Args
-			}
-		case *protocol.ToolCall:
-			b.Type, b.ToolName, b.FinalArgs = "tool_call", c.Name, c.Args
-			if c.ID != nil {
-				b.ToolCallID = *c.ID
-			}
-		case nil:
-		default:
-			b.Type = typeOf(c)
-		}
+		m.block(int(d.Index)).set(d.Content.Value)
 	case *protocol.ContentBlockDeltaData:
 		if m == nil {
 			return
@@ -242,20 +214,7 @@ func (a *Assembler) message(ns []string, node string, d protocol.MessagesDataVar
 		}
 		b := m.block(int(d.Index))
 		b.Done, b.Final = true, d.Content.Value
-		switch c := d.Content.Value.(type) {
-		case *protocol.TextContentBlock:
-			b.Type, b.Text = "text", c.Text
-		case *protocol.ReasoningContentBlock:
-			b.Type = "reasoning"
-			if c.Reasoning != nil {
-				b.Text = *c.Reasoning
-			}
-		case *protocol.ToolCall:
-			b.Type, b.ToolName, b.FinalArgs = "tool_call", c.Name, c.Args
-			if c.ID != nil {
-				b.ToolCallID = *c.ID
-			}
-		}
+		b.set(d.Content.Value)
 	case *protocol.MessageFinishData:
 		if m != nil {
 			m.Done = true
@@ -269,8 +228,38 @@ func (a *Assembler) message(ns []string, node string, d protocol.MessagesDataVar
 	}
 }
 
-// typeOf names a content block by its "type" member, as the protocol does.
-func typeOf(v interface{ Type() string }) string { return v.Type() }
+// set takes what a content block (its start, or its final form) says.
+func (b *Block) set(content any) {
+	switch c := content.(type) {
+	case *protocol.TextContentBlock:
+		b.Type, b.Text = "text", c.Text
+	case *protocol.ReasoningContentBlock:
+		b.Type = "reasoning"
+		if c.Reasoning != nil {
+			b.Text = *c.Reasoning
+		}
+	case *protocol.ToolCallChunk:
+		b.Type = "tool_call"
+		if c.ID != nil {
+			b.ToolCallID = *c.ID
+		}
+		if c.Name != nil {
+			b.ToolName = *c.Name
+		}
+		if c.Args != nil {
+			b.Args = *c.Args
+		}
+	case *protocol.ToolCall:
+		b.Type, b.ToolName, b.FinalArgs = "tool_call", c.Name, c.Args
+		if c.ID != nil {
+			b.ToolCallID = *c.ID
+		}
+	case interface{ Type() string }: // another kind of block, by its "type"
+		if c != nil {
+			b.Type = c.Type()
+		}
+	}
+}
 
 func (m *Message) block(i int) *Block {
 	for _, b := range m.Blocks {

@@ -449,7 +449,7 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 			tok, err := mint(context.Background())
 			require.NoError(t, err)
 			fixed := dial(t, ts, Options{Transport: tr, Token: tok})
-			sub2, err := fixed.Thread("expiring-" + string(tr)).Subscribe(context.Background(), Filter{Channels: []string{"lifecycle"}})
+			sub2, err := fixed.Thread("expiring-"+string(tr)).Subscribe(context.Background(), Filter{Channels: []string{"lifecycle"}})
 			require.NoError(t, err)
 			defer sub2.Close()
 			for {
