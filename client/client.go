@@ -17,9 +17,10 @@
 // and its stream began again), the subscription delivers a notice first
 // ([Event.Missed]).
 //
-// Commands travel over HTTP (POST /threads/{id}/commands) whatever the
-// transport; each subscription has a connection (a WebSocket or an SSE
-// stream) of its own. Every call takes a context; a subscription's
+// With the WebSocket transport commands travel in-band on a connection of
+// the thread's, as the official SDK sends them; with SSE, over HTTP (POST
+// /threads/{id}/commands). Each subscription has a connection (a WebSocket
+// or an SSE stream) of its own. Every call takes a context; a subscription's
 // goroutine ends when it is closed, when its context ends, or when the
 // server refuses it for good.
 //
@@ -88,6 +89,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	subs   map[*Subscription]struct{}
+	cmds   map[*cmdConn]struct{} // the threads' WebSockets for commands
 	closed bool
 }
 
@@ -118,7 +120,7 @@ func Dial(ctx context.Context, baseURL string, opts Options) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	c := &Client{base: u, opts: opts, http: hc, subs: map[*Subscription]struct{}{}}
+	c := &Client{base: u, opts: opts, http: hc, subs: map[*Subscription]struct{}{}, cmds: map[*cmdConn]struct{}{}}
 	req, err := http.NewRequestWithContext(ctx, "GET", c.url("/healthz"), nil)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -135,8 +137,8 @@ func Dial(ctx context.Context, baseURL string, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Close closes every subscription of the client and waits for their
-// goroutines to end.
+// Close closes every subscription and command connection of the client
+// and waits for their goroutines to end.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -144,9 +146,17 @@ func (c *Client) Close() error {
 	for s := range c.subs {
 		subs = append(subs, s)
 	}
+	cmds := make([]*cmdConn, 0, len(c.cmds))
+	for cc := range c.cmds {
+		cmds = append(cmds, cc)
+	}
 	c.mu.Unlock()
 	for _, s := range subs {
 		s.Close()
+	}
+	for _, cc := range cmds {
+		cc.close()
+		<-cc.done
 	}
 	return nil
 }
@@ -186,6 +196,9 @@ type Thread struct {
 	c  *Client
 	id string
 
+	cmdMu sync.Mutex
+	cmd   *cmdConn // over WebSocket: the connection commands travel on
+
 	Run   RunCommands
 	Input InputCommands
 	State StateCommands
@@ -199,7 +212,10 @@ func (t *Thread) path(rest string) string { return "/threads/" + url.PathEscape(
 
 // Do sends one command (method and params, as the protocol spells them)
 // and decodes its result into result (nil: ignored). The typed methods
-// call it; it serves commands they do not cover.
+// call it; it serves commands they do not cover. With the WebSocket
+// transport commands travel in-band on a connection of the thread's
+// (dialed on first use, again after it drops); with SSE, over HTTP (POST
+// /threads/{id}/commands).
 func (t *Thread) Do(ctx context.Context, method string, params, result any) error {
 	id := t.c.ids.Add(1)
 	body, err := json.Marshal(struct {
@@ -209,6 +225,9 @@ func (t *Thread) Do(ctx context.Context, method string, params, result any) erro
 	}{id, method, params})
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", method, err)
+	}
+	if t.c.opts.Transport == WebSocket {
+		return t.doWS(ctx, id, method, body, result)
 	}
 	req, err := http.NewRequestWithContext(ctx, "POST", t.c.url(t.path("/commands")), bytes.NewReader(body))
 	if err != nil {

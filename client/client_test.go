@@ -160,12 +160,19 @@ func TestStreamARun(t *testing.T) {
 	}
 }
 
-// TestCommands: every command, typed results, typed errors.
+// TestCommands: every command, typed results, typed errors, in-band over
+// WebSocket and over HTTP with SSE.
 func TestCommands(t *testing.T) {
 	ts := startServer(t, transport.Options{})
-	c := dial(t, ts, Options{})
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) { testCommands(t, ts, tr) })
+	}
+}
+
+func testCommands(t *testing.T, ts *testServer, tr Transport) {
+	c := dial(t, ts, Options{Transport: tr})
 	ctx := context.Background()
-	th := c.Thread("commands")
+	th := c.Thread("commands-" + string(tr))
 	sub, err := th.Subscribe(ctx, Filter{Channels: []string{"lifecycle", "input"}})
 	require.NoError(t, err)
 	defer sub.Close()
@@ -192,7 +199,11 @@ func TestCommands(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoSuchInterrupt)
 	var cerr *Error
 	require.ErrorAs(t, err, &cerr)
-	require.Equal(t, 404, cerr.Status)
+	if tr == SSE {
+		require.Equal(t, 404, cerr.Status, "over HTTP, the status too")
+	} else {
+		require.Zero(t, cerr.Status, "in-band: no HTTP status")
+	}
 	require.NoError(t, th.Input.RespondOne(ctx, in[0].Namespace, in[0].ID, map[string]any{"approved": true}))
 	readRun(t, sub, a)
 	require.Empty(t, a.Interrupts(), "answered")
@@ -461,4 +472,22 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCommandConnectionRedials: over WebSocket, a command whose
+// connection dropped fails, and the next one dials again.
+func TestCommandConnectionRedials(t *testing.T) {
+	ts := startServer(t, transport.Options{})
+	c := dial(t, ts, Options{})
+	th := c.Thread("redial")
+	ctx := context.Background()
+	_, err := th.Agent.GetTree(ctx, protocol.AgentGetTreeParams{})
+	require.ErrorIs(t, err, ErrNoSuchRun, "no run yet: a typed answer, in-band")
+	first := th.cmd
+	require.NotNil(t, first)
+	first.close()
+	<-first.done
+	_, err = th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: echoInput("again")})
+	require.NoError(t, err)
+	require.NotSame(t, first, th.cmd, "a new connection")
 }
