@@ -339,7 +339,15 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			errc <- hs.Serve(ln)
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Bool("auth", authn != nil).Strs("assistants", srv.Assistants()).Msg("agentstream listening")
+	ev := log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Bool("auth", authn != nil).Strs("assistants", srv.Assistants())
+	if c.playground {
+		scheme := "http"
+		if tlsConfig != nil {
+			scheme = "https"
+		}
+		ev = ev.Str("playground", scheme+"://"+ln.Addr().String()+"/")
+	}
+	ev.Msg("agentstream listening")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
