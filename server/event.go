@@ -88,6 +88,10 @@ type eventData struct {
 	payload func(h header) protocol.ServerEventVariant
 }
 
+// rootNamespace is the namespace of the root agent's events, shared by
+// all of them (never appended to).
+var rootNamespace = protocol.Namespace{}
+
 // header is what every event's params carry besides its data.
 type header struct {
 	ns   protocol.Namespace
@@ -100,17 +104,24 @@ type header struct {
 func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error) {
 	h := header{ns: protocol.Namespace(d.namespace), ts: ts}
 	if h.ns == nil {
-		h.ns = protocol.Namespace{}
+		h.ns = rootNamespace
 	}
 	if d.node != "" {
-		h.node = &d.node
+		node := d.node // not &d.node: d would move to the heap for every event
+		h.node = &node
 	}
 	p := d.payload(h)
 	var id string
 	if seq > 0 {
-		id = eventID(epoch, seq)
-		p.SetEventID(&id)
-		p.SetSeq(&seq)
+		// The typed event points at its id and seq: one allocation for
+		// both rather than one each.
+		env := &struct {
+			id  string
+			seq protocol.JsUint
+		}{eventID(epoch, seq), seq}
+		id = env.id
+		p.SetEventID(&env.id)
+		p.SetSeq(&env.seq)
 	}
 	method := p.Method()
 	b, err := encodeEventJSON(method, id, seq, h, d.data)
