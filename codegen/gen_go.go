@@ -950,11 +950,12 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string, leaves []*Sh
 	gg.q("}")
 	gg.q("")
 	gg.flushQ()
-	gg.p("var %sVariants = cddlrt.Variants[%sVariant]{", lowerFirst(id), id)
+	// Laid out here as gofmt would (keys aligned), not by go/format.
+	entries := make([][]string, len(leaves))
 	for i, l := range leaves {
-		gg.p("%q: func() %sVariant { return new(%s) },", values[i], id, gg.goType(d, l))
+		entries[i] = []string{strconv.Quote(values[i]) + ":", fmt.Sprintf("func() %sVariant { return new(%s) },", id, gg.goType(d, l))}
 	}
-	gg.p("}")
+	gg.r(append(append([]string{"", fmt.Sprintf("var %sVariants = cddlrt.Variants[%sVariant]{", lowerFirst(id), id)}, alignCells(entries, "\t")...), "}")...)
 	rawArg := "nil"
 	if open {
 		rawArg = "u.Unknown"
