@@ -491,3 +491,18 @@ func TestCommandConnectionRedials(t *testing.T) {
 	require.NoError(t, err)
 	require.NotSame(t, first, th.cmd, "a new connection")
 }
+
+// TestClosedClient: after Close, commands and subscriptions are refused
+// and leave nothing running (goleak checks at the end).
+func TestClosedClient(t *testing.T) {
+	ts := startServer(t, transport.Options{})
+	c := dial(t, ts, Options{})
+	th := c.Thread("closed")
+	_, err := th.Agent.GetTree(context.Background(), protocol.AgentGetTreeParams{})
+	require.ErrorIs(t, err, ErrNoSuchRun)
+	require.NoError(t, c.Close())
+	_, err = th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "echo", Input: echoInput("x")})
+	require.ErrorIs(t, err, errClientClosed)
+	_, err = th.Subscribe(context.Background(), Filter{})
+	require.ErrorIs(t, err, errClientClosed)
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -52,10 +53,15 @@ func (t *Thread) commandConn(ctx context.Context) (*cmdConn, error) {
 	}
 	conn.SetReadLimit(64 << 20)
 	cc := &cmdConn{conn: conn, pending: map[uint64]chan []byte{}, done: make(chan struct{})}
-	t.cmd = cc
 	t.c.mu.Lock()
+	if t.c.closed {
+		t.c.mu.Unlock()
+		_ = conn.Close(websocket.StatusNormalClosure, "")
+		return nil, errClientClosed
+	}
 	t.c.cmds[cc] = struct{}{}
 	t.c.mu.Unlock()
+	t.cmd = cc
 	go cc.read(t.c)
 	return cc, nil
 }
@@ -92,6 +98,8 @@ func (cc *cmdConn) read(c *Client) {
 		}
 	}
 }
+
+var errClientClosed = errors.New("client: closed")
 
 func (cc *cmdConn) close() { _ = cc.conn.Close(websocket.StatusNormalClosure, "") }
 

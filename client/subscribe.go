@@ -101,7 +101,7 @@ func (t *Thread) Subscribe(ctx context.Context, f Filter) (*Subscription, error)
 	if t.c.closed {
 		t.c.mu.Unlock()
 		cancel()
-		return nil, errors.New("client: closed")
+		return nil, errClientClosed
 	}
 	t.c.subs[s] = struct{}{}
 	t.c.mu.Unlock()
