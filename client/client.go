@@ -218,13 +218,9 @@ func (t *Thread) path(rest string) string { return "/threads/" + url.PathEscape(
 // /threads/{id}/commands).
 func (t *Thread) Do(ctx context.Context, method string, params, result any) error {
 	id := t.c.ids.Add(1)
-	body, err := json.Marshal(struct {
-		ID     uint64 `json:"id"`
-		Method string `json:"method"`
-		Params any    `json:"params"`
-	}{id, method, params})
+	body, err := encodeCommand(id, method, params)
 	if err != nil {
-		return fmt.Errorf("client: %s: %w", method, err)
+		return err
 	}
 	if t.c.opts.Transport == WebSocket {
 		return t.doWS(ctx, id, method, body, result)
@@ -247,6 +243,19 @@ func (t *Thread) Do(ctx context.Context, method string, params, result any) erro
 		return fmt.Errorf("client: %s: %w", method, err)
 	}
 	return decodeAnswer(method, resp.StatusCode, data, result)
+}
+
+// encodeCommand is a command's JSON: {"id", "method", "params"}.
+func encodeCommand(id uint64, method string, params any) ([]byte, error) {
+	b, err := json.Marshal(struct {
+		ID     uint64 `json:"id"`
+		Method string `json:"method"`
+		Params any    `json:"params"`
+	}{id, method, params})
+	if err != nil {
+		return nil, fmt.Errorf("client: %s: %w", method, err)
+	}
+	return b, nil
 }
 
 // decodeAnswer reads a command's answer: its result into result, or the

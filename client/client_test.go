@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/sdktest"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -25,65 +24,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testServer is agentstream's server with the built-in assistants on a
-// loopback port, which it can stop and start again on the same port.
-type testServer struct {
-	t    *testing.T
-	addr string
-	opts transport.Options
-	srv  *server.Server
-	hs   *http.Server
-	h    *transport.Handler
-	done chan struct{}
-}
-
-func startServer(t *testing.T, opts transport.Options) *testServer {
-	t.Helper()
-	ts := &testServer{t: t, opts: opts, addr: "127.0.0.1:0"}
-	ts.start()
-	t.Cleanup(ts.stop)
-	return ts
-}
-
-func (ts *testServer) URL() string { return "http://" + ts.addr }
-
-func (ts *testServer) start() {
-	ts.t.Helper()
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the port of a stopped server may take a moment to free
-		if ln, err = net.Listen("tcp", ts.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.NoError(ts.t, err)
-	ts.addr = ln.Addr().String()
-	ts.srv = server.New(server.Config{})
-	assistants.Register(ts.srv)
-	ts.h = transport.New(ts.srv, ts.opts)
-	ts.hs = &http.Server{Handler: ts.h}
-	ts.done = make(chan struct{})
-	go func() { defer close(ts.done); _ = ts.hs.Serve(ln) }()
-}
-
-// stop shuts the server down as agentstream serve does: its streams end,
-// its WebSockets close (going away).
-func (ts *testServer) stop() {
-	if ts.hs == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	go func() { _ = ts.h.Shutdown(ctx) }()
-	_ = ts.hs.Shutdown(ctx)
-	_ = ts.h.Shutdown(ctx)
-	_ = ts.srv.Close(ctx)
-	<-ts.done
-	ts.hs = nil
-}
-
-func dial(t *testing.T, ts *testServer, opts Options) *Client {
+func dial(t *testing.T, ts *servetest.Server, opts Options) *Client {
 	t.Helper()
 	if opts.MinBackoff == 0 {
 		opts.MinBackoff = 20 * time.Millisecond
@@ -112,8 +53,7 @@ func readRun(t *testing.T, s *Subscription, a *Assembler) []*Event {
 		if e.Payload != nil {
 			a.Apply(e.Payload)
 		}
-		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 &&
-			(l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed) {
+		if e.RunEnd() != "" {
 			return out
 		}
 	}
@@ -124,7 +64,7 @@ var transports = []Transport{WebSocket, SSE}
 // TestStreamARun: over each transport, a subscription sees a run's events
 // in order, each once, and the assembler builds its message.
 func TestStreamARun(t *testing.T) {
-	ts := startServer(t, transport.Options{})
+	ts := servetest.Start(t, transport.Options{})
 	for _, tr := range transports {
 		t.Run(string(tr), func(t *testing.T) {
 			c := dial(t, ts, Options{Transport: tr})
@@ -163,13 +103,13 @@ func TestStreamARun(t *testing.T) {
 // TestCommands: every command, typed results, typed errors, in-band over
 // WebSocket and over HTTP with SSE.
 func TestCommands(t *testing.T) {
-	ts := startServer(t, transport.Options{})
+	ts := servetest.Start(t, transport.Options{})
 	for _, tr := range transports {
 		t.Run(string(tr), func(t *testing.T) { testCommands(t, ts, tr) })
 	}
 }
 
-func testCommands(t *testing.T, ts *testServer, tr Transport) {
+func testCommands(t *testing.T, ts *servetest.Server, tr Transport) {
 	c := dial(t, ts, Options{Transport: tr})
 	ctx := context.Background()
 	th := c.Thread("commands-" + string(tr))
@@ -246,7 +186,7 @@ func firehose(t *testing.T, th *Thread, n, rate int) {
 // TestDroppedConnectionResumes: the connection of a subscription drops
 // mid-run, twice; it reconnects and every event arrives once, in order.
 func TestDroppedConnectionResumes(t *testing.T) {
-	ts := startServer(t, transport.Options{})
+	ts := servetest.Start(t, transport.Options{})
 	for _, tr := range transports {
 		t.Run(string(tr), func(t *testing.T) {
 			c := dial(t, ts, Options{Transport: tr})
@@ -273,7 +213,7 @@ func TestDroppedConnectionResumes(t *testing.T) {
 						sub.dropConnection()
 					}
 				}
-				if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 && l.Params.Data.Event == protocol.AgentStatusCompleted {
+				if e.RunEnd() == protocol.AgentStatusCompleted {
 					break
 				}
 			}
@@ -292,7 +232,7 @@ func TestDroppedConnectionResumes(t *testing.T) {
 func TestServerRestartSurfacesMissed(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(string(tr), func(t *testing.T) {
-			ts := startServer(t, transport.Options{})
+			ts := servetest.Start(t, transport.Options{})
 			c := dial(t, ts, Options{Transport: tr})
 			th := c.Thread("restart")
 			sub, err := th.Subscribe(context.Background(), Filter{})
@@ -302,8 +242,8 @@ func TestServerRestartSurfacesMissed(t *testing.T) {
 			require.NoError(t, err)
 			readRun(t, sub, NewAssembler())
 
-			ts.stop()
-			ts.start()
+			ts.Stop()
+			ts.Start()
 			require.Eventually(t, func() bool {
 				_, err := th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "echo", Input: echoInput("after")})
 				return err == nil
@@ -329,7 +269,7 @@ func TestBadCredentials(t *testing.T) {
 	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"k-alice": {Subject: "alice"}, "k-bob": {Subject: "bob"}}})
 	require.NoError(t, err)
 	defer a.Close()
-	ts := startServer(t, transport.Options{Auth: a})
+	ts := servetest.Start(t, transport.Options{Auth: a})
 	ctx := context.Background()
 	alice := dial(t, ts, Options{APIKey: "k-alice"})
 	_, err = alice.Thread("alices").Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: echoInput("mine")})
@@ -358,7 +298,7 @@ func TestBadCredentials(t *testing.T) {
 func TestAssemblerAgreesWithTheOfficialSDK(t *testing.T) {
 	node, conformance := sdktest.Conformance(t)
 	script := filepath.Join(filepath.Dir(conformance), "assembled.mjs")
-	ts := startServer(t, transport.Options{})
+	ts := servetest.Start(t, transport.Options{})
 	const text = "The quick brown fox jumps over the lazy dog"
 	out, err := exec.Command(node, script, ts.URL(), "sdk-assembled", "echo", text).Output()
 	require.NoError(t, err, "%s", out)
@@ -411,7 +351,7 @@ func TestAssemblerInProcess(t *testing.T) {
 		e, err := sub.Next(ctx)
 		require.NoError(t, err)
 		a.Apply(e.Payload)
-		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 && l.Params.Data.Event == protocol.AgentStatusCompleted {
+		if e.EndsRun() {
 			break
 		}
 	}
@@ -427,7 +367,7 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 	a, err := auth.New(context.Background(), auth.Config{HS256Secret: secret, Leeway: -1})
 	require.NoError(t, err)
 	defer a.Close()
-	ts := startServer(t, transport.Options{Auth: a})
+	ts := servetest.Start(t, transport.Options{Auth: a})
 	mint := func(ctx context.Context) (string, error) {
 		return auth.Mint(secret, auth.TokenOptions{Subject: "alice", TTL: time.Second})
 	}
@@ -449,7 +389,7 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 				if e.Method == "custom" {
 					custom++
 				}
-				if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 && l.Params.Data.Event == protocol.AgentStatusCompleted {
+				if e.RunEnd() == protocol.AgentStatusCompleted {
 					break
 				}
 			}
@@ -477,7 +417,7 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 // TestCommandConnectionRedials: over WebSocket, a command whose
 // connection dropped fails, and the next one dials again.
 func TestCommandConnectionRedials(t *testing.T) {
-	ts := startServer(t, transport.Options{})
+	ts := servetest.Start(t, transport.Options{})
 	c := dial(t, ts, Options{})
 	th := c.Thread("redial")
 	ctx := context.Background()
@@ -495,7 +435,7 @@ func TestCommandConnectionRedials(t *testing.T) {
 // TestClosedClient: after Close, commands and subscriptions are refused
 // and leave nothing running (goleak checks at the end).
 func TestClosedClient(t *testing.T) {
-	ts := startServer(t, transport.Options{})
+	ts := servetest.Start(t, transport.Options{})
 	c := dial(t, ts, Options{})
 	th := c.Thread("closed")
 	_, err := th.Agent.GetTree(context.Background(), protocol.AgentGetTreeParams{})

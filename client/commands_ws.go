@@ -37,21 +37,10 @@ func (t *Thread) commandConn(ctx context.Context) (*cmdConn, error) {
 			return cc, nil
 		}
 	}
-	u := "ws" + strings.TrimPrefix(t.c.url(t.path("/stream")), "http")
-	h := http.Header{}
-	if err := t.c.authorize(ctx, h); err != nil {
+	conn, err := t.dialWS(ctx)
+	if err != nil {
 		return nil, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: t.c.http, HTTPHeader: h})
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, httpError(resp)
-		}
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	conn.SetReadLimit(64 << 20)
 	cc := &cmdConn{conn: conn, pending: map[uint64]chan []byte{}, done: make(chan struct{})}
 	t.c.mu.Lock()
 	if t.c.closed {
@@ -64,6 +53,27 @@ func (t *Thread) commandConn(ctx context.Context) (*cmdConn, error) {
 	t.cmd = cc
 	go cc.read(t.c)
 	return cc, nil
+}
+
+// dialWS opens a WebSocket to the thread's stream route, with the
+// client's credentials: a refusal is the server's *Error.
+func (t *Thread) dialWS(ctx context.Context) (*websocket.Conn, error) {
+	u := "ws" + strings.TrimPrefix(t.c.url(t.path("/stream")), "http")
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	h := http.Header{}
+	if err := t.c.authorize(ctx, h); err != nil {
+		return nil, err
+	}
+	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: t.c.http, HTTPHeader: h})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, httpError(resp)
+		}
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	conn.SetReadLimit(64 << 20)
+	return conn, nil
 }
 
 // read hands each answer to its waiting command until the connection ends.

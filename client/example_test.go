@@ -37,13 +37,6 @@ func serve() (string, func()) {
 	}
 }
 
-// runEnded reports whether e ends the thread's run.
-func runEnded(e *client.Event) bool {
-	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
-	return ok && len(l.Params.Namespace) == 0 &&
-		(l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed)
-}
-
 // Stream a run's text to stdout as its tokens arrive.
 func Example_streamText() {
 	url, stop := serve()
@@ -78,7 +71,7 @@ func Example_streamText() {
 				fmt.Print(client.TextOf(d.Delta))
 			}
 		}
-		if runEnded(e) {
+		if e.RunEnd() != "" {
 			fmt.Println()
 			return
 		}
@@ -127,7 +120,7 @@ func Example_answerInterrupt() {
 			}
 			answered = true
 		}
-		if runEnded(e) {
+		if e.RunEnd() != "" {
 			fmt.Println("run:", a.Tree()[0].Status)
 			return
 		}
@@ -175,7 +168,7 @@ func Example_followAcrossRestart() {
 				continue
 			}
 			a.Apply(e.Payload)
-			if runEnded(e) {
+			if e.RunEnd() != "" {
 				msgs := a.Messages(nil)
 				fmt.Println(msgs[len(msgs)-1].Text())
 				return

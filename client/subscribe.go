@@ -57,6 +57,20 @@ type Event struct {
 // Namespace is where in the agent tree the event happened.
 func (e *Event) Namespace() []string { return NamespaceOf(e.Payload) }
 
+// RunEnd is how the thread's run ended when e is its end (the root
+// agent's lifecycle, completed or failed), and "" for any other event.
+func (e *Event) RunEnd() protocol.AgentStatus {
+	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+	if !ok || len(l.Params.Namespace) != 0 {
+		return ""
+	}
+	switch st := l.Params.Data.Event; st {
+	case protocol.AgentStatusCompleted, protocol.AgentStatusFailed:
+		return st
+	}
+	return ""
+}
+
 // ErrClosed is returned by Next once the subscription was closed.
 var ErrClosed = errors.New("client: subscription closed")
 
@@ -223,7 +237,7 @@ func (s *Subscription) accept(e *Event) bool {
 		return true
 	}
 	if e.ID == "" {
-		return s.conns == 1 && s.c != nil && s.filterSince() // a snapshot: on the first connection only, and not after a cursor
+		return s.conns == 1 && s.filter.Since == "" // a snapshot: on the first connection only, and not after a cursor
 	}
 	epoch, seq, ok := splitID(e.ID)
 	if !ok {
@@ -253,8 +267,6 @@ func (s *Subscription) accept(e *Event) bool {
 	s.epoch, s.seq = epoch, seq
 	return true
 }
-
-func (s *Subscription) filterSince() bool { return s.filter.Since == "" }
 
 func splitID(id string) (string, uint64, bool) {
 	i := strings.LastIndexByte(id, '-')
@@ -346,21 +358,12 @@ func (s *Subscription) connect() error {
 // ---- WebSocket ----
 
 func (s *Subscription) connectWS() error {
-	u := "ws" + strings.TrimPrefix(s.c.url(s.t.path("/stream")), "http")
-	h := http.Header{}
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-	defer cancel()
-	if err := s.c.authorize(ctx, h); err != nil {
+	conn, err := s.t.dialWS(s.ctx)
+	if err != nil {
 		return err
 	}
-	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: s.c.http, HTTPHeader: h})
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return httpError(resp)
-		}
-		return fmt.Errorf("client: %w", err)
-	}
-	conn.SetReadLimit(64 << 20)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
 	ws := &wsStream{conn: conn, ctx: s.ctx}
 	s.stream = ws
 	s.next = ws.next
@@ -427,11 +430,7 @@ func (w *wsStream) Close() error { return w.conn.Close(websocket.StatusNormalClo
 func (w *wsStream) command(ctx context.Context, method string, params, result any) error {
 	w.ids++
 	id := w.ids
-	b, err := json.Marshal(struct {
-		ID     uint64 `json:"id"`
-		Method string `json:"method"`
-		Params any    `json:"params"`
-	}{id, method, params})
+	b, err := encodeCommand(id, method, params)
 	if err != nil {
 		return err
 	}

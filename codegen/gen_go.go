@@ -428,37 +428,25 @@ func (gg *goGen) decl(d *Decl) {
 	s := d.Shape
 	id := gg.ident(d.Name)
 	gg.p("")
-	switch {
-	case s.Kind == KStruct:
+	switch form := gg.form(d); {
+	case form == "struct":
 		gg.structDecl(d, id)
-	case s.Kind == KUnion && s.IsTextEnum():
+	case form == "enum" && s.IsTextEnum():
 		gg.enumDecl(d, id)
-	case s.Kind == KUnion && isIntEnum(s):
+	case form == "enum":
 		gg.intEnumDecl(d, id)
-	case s.Kind == KUnion && hasStructLeaves(gg.m, s):
-		if disc, values := gg.m.Discriminator(s); disc != "" {
-			gg.sumDecl(d, id, disc, values, gg.m.Leaves(s))
-			return
-		}
-		if markers := gg.m.Markers(s); markers != nil {
-			gg.sumDecl(d, id, "", markers, gg.m.Leaves(s))
-			return
-		}
-		// Two levels: a member tells the alternatives apart, and an
-		// alternative that is itself a union decodes its own variants.
-		if disc, values := gg.m.NestedDiscriminator(s); disc != "" {
-			gg.sumDecl(d, id, disc, values, s.Alts)
-			return
-		}
-		if gg.kindSum(d, id) {
-			return
-		}
+	case form == "sum":
+		disc, values, leaves, _ := gg.sumOf(s)
+		gg.sumDecl(d, id, disc, values, leaves)
+	case form == "kind":
+		vs, seen, hasNull, _ := gg.kindVariants(d, id)
+		gg.writeKindSum(d, id, vs, seen, hasNull)
+	case form == "any":
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 		gg.warn(d, "a choice of maps without a member that tells them apart is typed any")
 		gg.anyBecause(d, "a choice of maps without a member that tells them apart")
 		gg.p("type %s = any", id)
-	case s.Kind == KUnion && !s.IsTextEnum() && !isIntEnum(s) && !gg.oneGoType(d, s) && gg.kindSum(d, id):
-	case s.Kind == KTuple && tupleExact(s):
+	case form == "tuple":
 		gg.tupleDecl(d, id)
 	case s.Kind == KLiteral && s.Lit != nil && s.Lit.Kind == ValueText:
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))

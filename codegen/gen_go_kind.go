@@ -76,21 +76,7 @@ func (gg *goGen) kindOf(s *Shape) string {
 	return ""
 }
 
-// kindSum writes union d, whose alternatives are each of a different kind
-// (`JsInt / text`, `text / RunSend / [* ...]`), as a struct holding one
-// variant chosen by the kind of the value received; it reports false, and
-// writes nothing, when two alternatives share a kind (JSON: text and bytes
-// are both text) or one may be of several.
-func (gg *goGen) kindSum(d *Decl, id string) bool {
-	vs, seen, hasNull, ok := gg.kindVariants(d, id)
-	if !ok {
-		return false
-	}
-	gg.writeKindSum(d, id, vs, seen, hasNull)
-	return true
-}
-
-// kindVariants analyses union d for kindSum: its variants, the kinds seen,
+// kindVariants analyses union d for writeKindSum: its variants, the kinds seen,
 // whether null is one of them, and whether the union can be told apart by
 // kind at all.
 func (gg *goGen) kindVariants(d *Decl, id string) (vs []kindVariant, seen map[string]bool, hasNull, ok bool) {
@@ -131,6 +117,10 @@ func (gg *goGen) kindVariants(d *Decl, id string) (vs []kindVariant, seen map[st
 	return vs, seen, hasNull, true
 }
 
+// writeKindSum writes union d, whose alternatives are each of a
+// different kind (`JsInt / text`, `text / RunSend / [* ...]`; form "kind"),
+// as a struct holding one variant chosen by the kind of the value
+// received.
 func (gg *goGen) writeKindSum(d *Decl, id string, vs []kindVariant, seen map[string]bool, hasNull bool) {
 	gg.use(impJSON)
 	gg.use(impCBOR)

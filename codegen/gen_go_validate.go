@@ -12,7 +12,10 @@ import (
 // each map type's Members (required, known, open) and every generated
 // named type's Validate.
 
-// form is how decl() writes a declaration in Go.
+// form is how decl() writes a declaration in Go: "struct", "enum" (of
+// text or integers), "sum" (a union told apart by a member, sumOf),
+// "kind" (a union told apart by the kind of value, writeKindSum), "any" (a
+// choice of maps nothing tells apart), "tuple", or "alias".
 func (gg *goGen) form(d *Decl) string {
 	if f, ok := gg.forms[d.Name]; ok {
 		return f
@@ -28,11 +31,7 @@ func (gg *goGen) form(d *Decl) string {
 		f = "enum"
 	case s.Kind == KUnion && hasStructLeaves(gg.m, s):
 		f = "any"
-		if disc, _ := gg.m.Discriminator(s); disc != "" {
-			f = "sum"
-		} else if gg.m.Markers(s) != nil {
-			f = "sum"
-		} else if disc, _ := gg.m.NestedDiscriminator(s); disc != "" {
+		if _, _, _, ok := gg.sumOf(s); ok {
 			f = "sum"
 		} else if _, _, _, ok := gg.kindVariants(d, gg.ident(d.Name)); ok {
 			f = "kind"
@@ -46,6 +45,24 @@ func (gg *goGen) form(d *Decl) string {
 	}
 	gg.forms[d.Name] = f
 	return f
+}
+
+// sumOf tells how union s (with struct leaves) is a sum type: by member
+// disc with each leaf's value, by which marker member (values, disc "")
+// is present, or in two levels (leaves are then s's own alternatives).
+func (gg *goGen) sumOf(s *Shape) (disc string, values []string, leaves []*Shape, ok bool) {
+	if disc, values := gg.m.Discriminator(s); disc != "" {
+		return disc, values, gg.m.Leaves(s), true
+	}
+	if markers := gg.m.Markers(s); markers != nil {
+		return "", markers, gg.m.Leaves(s), true
+	}
+	// Two levels: a member tells the alternatives apart, and an
+	// alternative that is itself a union decodes its own variants.
+	if disc, values := gg.m.NestedDiscriminator(s); disc != "" {
+		return disc, values, s.Alts, true
+	}
+	return "", nil, nil, false
 }
 
 // validates reports whether the Go type of declaration name has Validate.

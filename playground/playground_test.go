@@ -3,7 +3,6 @@ package playground_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/playground"
-	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -22,24 +20,7 @@ import (
 // serve runs the server with the playground on a loopback port.
 func serve(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := server.New(server.Config{})
-	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{Playground: playground.Handler()})
-	hs := &http.Server{Handler: h}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = hs.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		go func() { _ = h.Shutdown(ctx) }()
-		_ = hs.Shutdown(ctx)
-		_ = h.Shutdown(ctx)
-		_ = srv.Close(ctx)
-		<-done
-	})
-	return "http://" + ln.Addr().String()
+	return servetest.Start(t, transport.Options{Playground: playground.Handler()}).URL()
 }
 
 func get(t *testing.T, url string) (int, http.Header, string) {

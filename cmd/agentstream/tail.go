@@ -89,13 +89,11 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !*untilDone {
 			continue
 		}
-		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && len(l.Params.Namespace) == 0 {
-			switch l.Params.Data.Event {
-			case protocol.AgentStatusCompleted:
-				return 0
-			case protocol.AgentStatusFailed:
-				return 1
-			}
+		switch e.RunEnd() {
+		case protocol.AgentStatusCompleted:
+			return 0
+		case protocol.AgentStatusFailed:
+			return 1
 		}
 	}
 }

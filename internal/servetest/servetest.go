@@ -1,0 +1,80 @@
+// Package servetest runs agentstream's server for tests as `agentstream
+// serve` runs it: the core with the built-in assistants behind the HTTP
+// transport, on a loopback port, shut down the same way; it can be
+// stopped and started again on the same port (a restart).
+package servetest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// Server is a server a test started.
+type Server struct {
+	t    testing.TB
+	addr string
+	opts transport.Options
+	srv  *server.Server
+	hs   *http.Server
+	h    *transport.Handler
+	done chan struct{}
+}
+
+// Start starts a server with opts on a free loopback port; it stops when
+// the test ends.
+func Start(t testing.TB, opts transport.Options) *Server {
+	t.Helper()
+	s := &Server{t: t, opts: opts, addr: "127.0.0.1:0"}
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return "http://" + s.addr }
+
+// Start starts the server again after Stop, on the same port, as a new
+// process would: an empty in-memory engine.
+func (s *Server) Start() {
+	s.t.Helper()
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the port of a stopped server may take a moment to free
+		if ln, err = net.Listen("tcp", s.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(s.t, err)
+	s.addr = ln.Addr().String()
+	s.srv = server.New(server.Config{})
+	assistants.Register(s.srv)
+	s.h = transport.New(s.srv, s.opts)
+	s.hs = &http.Server{Handler: s.h}
+	s.done = make(chan struct{})
+	go func() { defer close(s.done); _ = s.hs.Serve(ln) }()
+}
+
+// Stop shuts the server down as agentstream serve does: its streams end,
+// its WebSockets close (going away).
+func (s *Server) Stop() {
+	if s.hs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() { _ = s.h.Shutdown(ctx) }()
+	_ = s.hs.Shutdown(ctx)
+	_ = s.h.Shutdown(ctx)
+	_ = s.srv.Close(ctx)
+	<-s.done
+	s.hs = nil
+}
