@@ -20,9 +20,9 @@ const DefaultWriteQueue = 100_000
 // LogOptions configure a Log. Zero fields take the defaults in their
 // comments.
 type LogOptions struct {
-	// MaxEvents and MaxBytes cap each thread's events, in memory and
-	// (MaxEvents, approximately) in its Redis stream
-	// (server.DefaultBufferEvents, server.DefaultBufferBytes).
+	// MaxEvents and MaxBytes cap each thread's events, in memory and,
+	// approximately, in its Redis stream (server.DefaultBufferEvents,
+	// server.DefaultBufferBytes): see streamTrim.
 	MaxEvents, MaxBytes int
 	// TotalBytes bounds the events kept in memory, all threads together
 	// (none when 0); Redis keeps the rest.
@@ -70,13 +70,79 @@ type Log struct {
 	cmds    atomic.Uint64
 	sending atomic.Int64 // events of the batch on the wire
 
-	expired map[string]time.Time // when each thread's keys last got their TTL; the writer's
-	unsent  map[string]int       // per thread, events appended and not yet sent to Redis; guarded by mu
+	expired map[string]time.Time   // when each thread's keys last got their TTL; the writer's
+	unsent  map[string]int         // per thread, events appended and not yet sent to Redis; guarded by mu
+	trims   map[string]*streamTrim // per thread this node writes; guarded by mu
 }
 
 type entry struct {
 	thread string
 	e      *server.Event
+	// minID is the oldest sequence number the thread's stream keeps once
+	// the event is in (its XADD's MINID); exact when the byte cap set it.
+	minID uint64
+	exact bool
+}
+
+// streamTrim keeps a thread's Redis stream within MaxEvents and MaxBytes.
+// Redis trims streams by length or by id, not by size, so the node that
+// writes a thread counts the bytes it appends and marks, about every
+// MaxBytes/trimMarks bytes, the sequence number an event starts at; each
+// XADD then carries MINID: the newer of the count cap's oldest event
+// (seq - MaxEvents + 1) and the oldest mark whose events since fit in
+// MaxBytes. The stream keeps between (1 - 1/trimMarks) MaxBytes and
+// MaxBytes of what the node appended (plus, for the count cap, what
+// Redis's approximate trimming leaves: whole nodes of the stream). What
+// another node or an earlier process appended is trimmed by count only,
+// until this node's own events push it out.
+type streamTrim struct {
+	total uint64 // bytes this node appended to the stream
+	marks []trimMark
+}
+
+// trimMark: the event with sequence number seq starts after before bytes.
+type trimMark struct{ seq, before uint64 }
+
+// trimMarks is how many marks a thread's byte window keeps, about.
+const trimMarks = 16
+
+// minID returns the MINID of the XADD of event seq of size bytes (see
+// streamTrim), and whether the byte cap set it. The caller holds l.mu.
+func (l *Log) minID(thread string, seq uint64, size int) (uint64, bool) {
+	var byCount uint64
+	if n := uint64(l.opts.MaxEvents); seq > n {
+		byCount = seq - n + 1
+	}
+	tr := l.trims[thread]
+	if tr == nil {
+		tr = &streamTrim{}
+		l.trims[thread] = tr
+	}
+	maxBytes := uint64(l.opts.MaxBytes)
+	if k := len(tr.marks); k == 0 || tr.total-tr.marks[k-1].before >= maxBytes/trimMarks || seq <= tr.marks[k-1].seq {
+		if k > 0 && seq <= tr.marks[k-1].seq {
+			tr.marks = tr.marks[:0] // the stream went back: a new epoch's first events
+		}
+		tr.marks = append(tr.marks, trimMark{seq: seq, before: tr.total})
+	}
+	tr.total += uint64(size)
+	// The oldest mark whose events since fit; the newest event alone when
+	// none does.
+	i := 0
+	for i < len(tr.marks) && tr.total-tr.marks[i].before > maxBytes {
+		i++
+	}
+	byBytes := seq
+	if i < len(tr.marks) {
+		byBytes = tr.marks[i].seq
+	}
+	if i > 0 {
+		tr.marks = append(tr.marks[:0], tr.marks[i:]...)
+	}
+	if byBytes > byCount {
+		return byBytes, true
+	}
+	return byCount, false
 }
 
 var _ server.DurableLog = (*Log)(nil)
@@ -102,7 +168,7 @@ func (e *Engine) Log(opts LogOptions) *Log {
 		opts.ReadTimeout = 2 * time.Second
 	}
 	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
-		wake: make(chan struct{}, 1), room: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}}
+		wake: make(chan struct{}, 1), room: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{}}
 	l.mem.SetTotalBytes(opts.TotalBytes)
 	go l.writer()
 	return l
@@ -193,7 +259,8 @@ func (l *Log) Append(thread string, e *server.Event) {
 			l.mu.Lock()
 		}
 	}
-	l.pending = append(l.pending, entry{thread, e})
+	floor, exact := l.minID(thread, e.Seq, len(e.JSON()))
+	l.pending = append(l.pending, entry{thread: thread, e: e, minID: floor, exact: exact})
 	l.unsent[thread]++
 	l.mu.Unlock()
 	select {
@@ -247,14 +314,22 @@ func (l *Log) flush() bool {
 	c := l.e.c
 	cmds := make(rueidis.Commands, 0, 2*n)
 	var isAdd []bool // which of cmds are XADDs (a command is recycled once sent: it cannot be asked)
-	maxLen := strconv.Itoa(l.opts.MaxEvents)
 	ttl := l.e.ttlMillis()
 	now := time.Now()
 	adds := 0
 	for _, en := range batch {
 		k := l.e.key(en.thread, "events")
-		cmds = append(cmds, c.B().Xadd().Key(k).Maxlen().Almost().Threshold(maxLen).Id(itoa(en.e.Seq)+"-0").
-			FieldValue().FieldValue("e", rueidis.BinaryString(en.e.JSON())).Build())
+		// Approximate trimming (whole nodes of the stream, cheap) for the
+		// count cap; exact for the byte cap, where a node of large events
+		// would keep many times the cap.
+		id, floor, v := itoa(en.e.Seq)+"-0", itoa(en.minID), rueidis.BinaryString(en.e.JSON())
+		var add rueidis.Completed
+		if en.exact {
+			add = c.B().Xadd().Key(k).Minid().Exact().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
+		} else {
+			add = c.B().Xadd().Key(k).Minid().Almost().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
+		}
+		cmds = append(cmds, add)
 		isAdd = append(isAdd, true)
 		adds++
 		if l.opts.Publish {
@@ -407,7 +482,12 @@ func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
 
 // Release implements server.EventLog: the thread went idle, so its
 // events leave memory; the stream keeps them.
-func (l *Log) Release(thread string) { l.mem.Release(thread) }
+func (l *Log) Release(thread string) {
+	l.mem.Release(thread)
+	l.mu.Lock()
+	delete(l.trims, thread)
+	l.mu.Unlock()
+}
 
 // Head implements server.DurableLog from the stream's newest entry, or
 // from an event still on its way there.

@@ -15,6 +15,7 @@ import (
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/fxamacker/cbor/v2"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -378,5 +379,41 @@ func TestReplayStopsAtWhatTheNodeIngested(t *testing.T) {
 	}
 	for seq, n := range seen {
 		require.Equal(t, 1, n, "event %d once", seq)
+	}
+}
+
+// TestStreamTrimmedByBytes: a thread's stream is trimmed by bytes as well
+// as by count, to between 15/16 of the byte cap and the cap, exactly (no
+// whole stream node of large events left over); a cursor from before it
+// gets the missed-events notice, and what is kept replays in order.
+func TestStreamTrimmedByBytes(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	const maxBytes = 40_000
+	a := startNode(t, e, redisstore.LogOptions{MaxBytes: maxBytes})
+	evs := runToEnd(t, a.srv, "big", "firehose", map[string]any{"count": 300.0, "size": 1000.0})
+	require.Eventually(t, func() bool { return a.log.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	entries, err := c.Do(context.Background(), c.B().Xrange().Key("agentstream:{big}:events").Start("-").End("+").Build()).AsXRange()
+	require.NoError(t, err)
+	kept := 0
+	for _, en := range entries {
+		kept += len(en.FieldValues["e"])
+	}
+	last := evs[len(evs)-1]
+	require.LessOrEqual(t, kept, maxBytes, "%d events kept", len(entries))
+	require.GreaterOrEqual(t, kept, maxBytes*15/16-len(last.JSON()), "%d events kept", len(entries))
+	require.Less(t, len(entries), 60, "trimmed by bytes long before the count cap")
+
+	a.log.Release("big")
+	notices, events := readAll(t, a.srv, "big", &server.Cursor{Seq: 1})
+	require.Equal(t, "events.missed", notices[0].Method)
+	require.Len(t, events, len(entries))
+	require.Equal(t, last.Seq, events[len(events)-1].Seq)
+	for i := 1; i < len(events); i++ {
+		require.Equal(t, events[i-1].Seq+1, events[i].Seq, "in order, no gap")
 	}
 }
