@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -341,4 +342,16 @@ type firehoseEvent struct {
 	Index int    `json:"index" cbor:"index"`
 	TS    int64  `json:"ts" cbor:"ts"`
 	Pad   string `json:"pad" cbor:"pad"`
+}
+
+// AppendJSON writes the payload's JSON as encoding/json would, without its
+// reflection (server.JSONAppender).
+func (f firehoseEvent) AppendJSON(b []byte) []byte {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendInt(b, int64(f.Index), 10)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, f.TS, 10)
+	b = append(b, `,"pad":`...)
+	b = server.AppendJSONString(b, f.Pad)
+	return append(b, '}')
 }

@@ -1,6 +1,7 @@
 package assistants
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -59,5 +60,19 @@ func TestBuiltinInputsAreBounded(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.wantError)
 		})
+	}
+}
+
+// TestFirehosePayloadWritesWhatEncodingJSONWould checks the firehose
+// payload's own JSON byte for byte against encoding/json's.
+func TestFirehosePayloadWritesWhatEncodingJSONWould(t *testing.T) {
+	for _, f := range []firehoseEvent{
+		{},
+		{Index: 7, TS: 1763950000000000000, Pad: strings.Repeat("x", 36)},
+		{Index: -1, TS: -5, Pad: "<&> \"\\ \u2028 é \x01"},
+	} {
+		want, err := json.Marshal(f)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(f.AppendJSON(nil)))
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,43 +143,73 @@ type firehoseLike struct {
 	Pad   string `json:"pad"`
 }
 
+// firehoseOwn is firehoseLike writing its own JSON, as the firehose
+// assistant's payload does (JSONAppender).
+type firehoseOwn firehoseLike
+
+func (f firehoseOwn) AppendJSON(b []byte) []byte {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendInt(b, int64(f.Index), 10)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, f.TS, 10)
+	b = append(b, `,"pad":`...)
+	b = AppendJSONString(b, f.Pad)
+	return append(b, '}')
+}
+
+// payloads are the two ways a benchmark's custom payload is encoded:
+// by encoding/json's reflection, or by its own AppendJSON.
+var payloads = []struct {
+	name string
+	make func(i int, pad string) any
+}{
+	{"reflect", func(i int, pad string) any {
+		return firehoseLike{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}
+	}},
+	{"own", func(i int, pad string) any {
+		return firehoseOwn{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}
+	}},
+}
+
 // BenchmarkPublishCustom publishes 100-byte custom events (built, encoded,
 // buffered, handed to 0, 1 or 2 subscribed sessions that read them): the
 // per-event cost of the server without the socket write.
 func BenchmarkPublishCustom(b *testing.B) {
-	for _, subs := range []int{0, 1, 2} {
-		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
-			s, t := benchThread(b)
-			var sessions []*Session
-			for range subs {
-				ss, _, err := s.Subscribe("bench", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, nil)
-				if err != nil {
-					b.Fatal(err)
+	for _, pl := range payloads {
+		for _, subs := range []int{0, 1, 2} {
+			b.Run(fmt.Sprintf("payload=%s/subscribers=%d", pl.name, subs), func(b *testing.B) {
+				s, t := benchThread(b)
+				var sessions []*Session
+				for range subs {
+					ss, _, err := s.Subscribe("bench", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					sessions = append(sessions, ss)
 				}
-				sessions = append(sessions, ss)
-			}
-			name := "firehose"
-			pad := strings.Repeat("x", 36)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				d := customEvent(name, protocol.CustomData{Name: &name, Payload: firehoseLike{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}})
-				t.mu.Lock()
-				e, err := t.publish(d)
-				t.mu.Unlock()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if i == 0 && len(e.JSON()) < 200 {
-					b.Fatalf("a smaller event than meant: %s", e.JSON())
-				}
-				for _, ss := range sessions {
-					if _, ok, _ := ss.TryNext(); !ok {
-						b.Fatal("not delivered")
+				name := "firehose"
+				pad := strings.Repeat("x", 36)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					d := customEvent(name, protocol.CustomData{Name: &name, Payload: pl.make(i, pad)})
+					t.mu.Lock()
+					e, err := t.publish(d)
+					t.mu.Unlock()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if i == 0 && len(e.JSON()) < 200 {
+						b.Fatalf("a smaller event than meant: %s", e.JSON())
+					}
+					for _, ss := range sessions {
+						if _, ok, _ := ss.TryNext(); !ok {
+							b.Fatal("not delivered")
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -234,7 +265,7 @@ func BenchmarkPublishManyThreads(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t := threads[i%n]
-				d := customEvent(name, protocol.CustomData{Name: &name, Payload: firehoseLike{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}})
+				d := customEvent(name, protocol.CustomData{Name: &name, Payload: firehoseOwn{Index: i, TS: 1763950000000000000 + int64(i), Pad: pad}})
 				t.mu.Lock()
 				_, err := t.publish(d)
 				t.mu.Unlock()

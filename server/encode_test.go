@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -21,6 +22,20 @@ func requireGeneratedJSON(t *testing.T, e *server.Event) {
 	require.NoError(t, json.Unmarshal(e.JSON(), &round), "the generated decoder reads it: %s", e.JSON())
 }
 
+// ownJSON is a payload that writes its own JSON (server.JSONAppender).
+type ownJSON struct {
+	S string `json:"s"`
+	N int    `json:"n"`
+}
+
+func (o ownJSON) AppendJSON(b []byte) []byte {
+	b = append(b, `{"s":`...)
+	b = server.AppendJSONString(b, o.S)
+	b = append(b, `,"n":`...)
+	b = strconv.AppendInt(b, int64(o.N), 10)
+	return append(b, '}')
+}
+
 // TestEncodeEventJSONMatchesTheGeneratedTypes publishes every kind of
 // event, with names, nodes, namespaces and payloads that need escaping,
 // and compares each one's JSON with the generated types' encoding.
@@ -34,6 +49,9 @@ func TestEncodeEventJSONMatchesTheGeneratedTypes(t *testing.T) {
 		}
 		sub := sa.Context().WithNode(tricky)
 		if err := sub.Custom(tricky, map[string]any{tricky: []any{1.5, nil, true, tricky}}); err != nil {
+			return err
+		}
+		if err := sub.Custom(tricky, ownJSON{S: tricky, N: -12}); err != nil {
 			return err
 		}
 		if err := sub.Custom("", nil); err != nil {
