@@ -1,7 +1,6 @@
 package assistants
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 )
@@ -12,77 +11,111 @@ import (
 // while some run is scheduled and exits when none is.
 var ticks = &scheduler{}
 
-// scheduled is one run's place in the scheduler.
+// scheduled is one run's place in the scheduler. Its fields are guarded by
+// the scheduler's lock.
 type scheduled struct {
-	next     time.Time
 	interval time.Duration
 	// tick publishes the run's next event; it returns false when the run
 	// has nothing more to publish (or failed), which unschedules it.
-	tick      func() bool
-	done      chan struct{} // closed when unscheduled
-	i         int           // index in the heap, -1 when not in it
-	cancelled bool          // removed while its tick ran
+	tick    func() bool
+	done    chan struct{} // closed when unscheduled
+	queued  bool          // in the heap (not ticking now)
+	removed bool
+}
+
+// due is a heap entry: a run and when it is next due, in nanoseconds on
+// the scheduler's clock. The heap holds values, so ordering it reads one
+// array rather than every run's struct (a thousand runs' structs are
+// cache misses at every tick). A removed run's entry stays until it comes
+// up and is dropped then.
+type due struct {
+	at int64
+	e  *scheduled
 }
 
 type scheduler struct {
 	mu      sync.Mutex
-	q       schedHeap
+	epoch   time.Time
+	q       []due // a binary min-heap on at
+	live    int   // scheduled runs not removed
 	running bool
 	wake    chan struct{} // a run was added that may be due before the sleeper wakes
 }
 
-// add schedules tick every interval from now on; the returned channel
-// closes once tick returns false or remove is called.
+func (s *scheduler) now() int64 { return int64(time.Since(s.epoch)) }
+
+// add schedules tick every interval from now on; the returned run's done
+// channel closes once tick returns false or remove is called.
 func (s *scheduler) add(interval time.Duration, tick func() bool) *scheduled {
-	e := &scheduled{next: time.Now().Add(interval), interval: interval, tick: tick, done: make(chan struct{})}
+	e := &scheduled{interval: interval, tick: tick, done: make(chan struct{}), queued: true}
 	s.mu.Lock()
-	heap.Push(&s.q, e)
+	if s.epoch.IsZero() {
+		s.epoch = time.Now()
+	}
+	s.push(due{at: s.now() + int64(interval), e: e})
+	s.live++
 	if !s.running {
 		s.running = true
 		s.wake = make(chan struct{}, 1)
 		go s.loop(s.wake)
-	} else if e.i == 0 {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+	} else if s.q[0].e == e {
+		s.signal()
 	}
 	s.mu.Unlock()
 	return e
+}
+
+func (s *scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // remove unschedules e (a run cancelled while waiting).
 func (s *scheduler) remove(e *scheduled) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e.cancelled = true
-	if e.i >= 0 {
-		heap.Remove(&s.q, e.i)
+	if e.removed {
+		return
+	}
+	e.removed = true
+	s.live--
+	if e.queued {
 		close(e.done)
+		if s.live == 0 {
+			s.signal() // the loop ends rather than sleep until a dropped entry
+		}
 	} // else its tick is running: the loop closes done after it
 }
 
 func (s *scheduler) loop(wake chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var due []*scheduled
+	var ready []due
 	for {
 		s.mu.Lock()
-		if len(s.q) == 0 {
+		if s.live == 0 {
+			s.q = nil // only removed runs' entries
 			s.running = false
 			s.mu.Unlock()
 			return
 		}
-		now := time.Now()
-		for len(s.q) > 0 && !s.q[0].next.After(now) {
-			due = append(due, heap.Pop(&s.q).(*scheduled))
+		now := s.now()
+		for len(s.q) > 0 && s.q[0].at <= now {
+			d := s.pop()
+			if d.e.removed {
+				continue
+			}
+			d.e.queued = false
+			ready = append(ready, d)
 		}
 		var wait time.Duration
-		if len(due) == 0 {
-			wait = s.q[0].next.Sub(now)
+		if len(ready) == 0 {
+			wait = time.Duration(s.q[0].at - now)
 		}
 		s.mu.Unlock()
-		if len(due) == 0 {
+		if len(ready) == 0 {
 			timer.Reset(wait)
 			select {
 			case <-timer.C:
@@ -93,43 +126,70 @@ func (s *scheduler) loop(wake chan struct{}) {
 			}
 			continue
 		}
-		for i, e := range due {
-			more := e.tick()
+		for i, d := range ready {
+			more := d.e.tick()
 			s.mu.Lock()
-			if more && !e.cancelled {
-				e.next = e.next.Add(e.interval)
-				if behind := now.Sub(e.next); behind > time.Second {
-					e.next = now // far behind (a stalled machine): no burst to catch up
+			switch {
+			case d.e.removed:
+				close(d.e.done)
+			case more:
+				at := d.at + int64(d.e.interval)
+				if now-at > int64(time.Second) {
+					at = now // far behind (a stalled machine): no burst to catch up
 				}
-				heap.Push(&s.q, e)
-			} else {
-				close(e.done)
+				d.e.queued = true
+				s.push(due{at: at, e: d.e})
+			default:
+				d.e.removed = true
+				s.live--
+				close(d.e.done)
 			}
 			s.mu.Unlock()
-			due[i] = nil
+			ready[i] = due{}
 		}
-		due = due[:0]
+		ready = ready[:0]
 	}
 }
 
-type schedHeap []*scheduled
+// push and pop keep s.q a min-heap on at.
+func (s *scheduler) push(d due) {
+	s.q = append(s.q, d)
+	i := len(s.q) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s.q[p].at <= d.at {
+			break
+		}
+		s.q[i] = s.q[p]
+		i = p
+	}
+	s.q[i] = d
+}
 
-func (h schedHeap) Len() int           { return len(h) }
-func (h schedHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
-func (h schedHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].i, h[j].i = i, j
-}
-func (h *schedHeap) Push(x any) {
-	e := x.(*scheduled)
-	e.i = len(*h)
-	*h = append(*h, e)
-}
-func (h *schedHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.i = -1
-	return e
+func (s *scheduler) pop() due {
+	top := s.q[0]
+	n := len(s.q) - 1
+	last := s.q[n]
+	s.q[n] = due{}
+	s.q = s.q[:n]
+	if n == 0 {
+		return top
+	}
+	i := 0
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && s.q[c+1].at < s.q[c].at {
+			c++
+		}
+		if last.at <= s.q[c].at {
+			break
+		}
+		s.q[i] = s.q[c]
+		i = c
+	}
+	s.q[i] = last
+	return top
 }

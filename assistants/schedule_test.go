@@ -1,7 +1,7 @@
 package assistants
 
 import (
-	"container/heap"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,28 +28,60 @@ func TestSchedulerTicksEachRunAtItsRateAndStops(t *testing.T) {
 	var n atomic.Int64
 	var cp atomic.Pointer[scheduled]
 	removed := make(chan struct{})
-	c := s.add(time.Hour, func() bool { // paced by hand below
+	c := s.add(time.Millisecond, func() bool {
 		if n.Add(1) == 3 {
-			go func() { s.remove(cp.Load()); close(removed) }()
+			go func() {
+				for cp.Load() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				s.remove(cp.Load())
+				close(removed)
+			}()
 			time.Sleep(10 * time.Millisecond) // remove runs while this tick does
 		}
 		return true
 	})
 	cp.Store(c)
-	s.mu.Lock()
-	c.interval = time.Millisecond
-	c.next = time.Now()
-	heap.Fix(&s.q, c.i)
-	s.mu.Unlock()
-	select { // the sleeper learns of the new due time
-	case s.wake <- struct{}{}:
-	default:
-	}
 	<-removed
 	<-c.done
 	at := n.Load()
 	time.Sleep(20 * time.Millisecond)
 	require.Equal(t, at, n.Load(), "no tick after remove")
+	requireStopped(t, s)
+}
+
+// A run removed while it waits is unscheduled at once, however long its
+// interval, and the scheduler's goroutine ends.
+func TestSchedulerRemovesAWaitingRunAtOnce(t *testing.T) {
+	s := &scheduler{}
+	e := s.add(time.Hour, func() bool { t.Error("ticked"); return false })
+	s.remove(e)
+	select {
+	case <-e.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("done not closed")
+	}
+	s.remove(e) // twice is harmless
+	requireStopped(t, s)
+}
+
+// The heap gives runs back in the order they are due.
+func TestSchedulerHeapOrder(t *testing.T) {
+	s := &scheduler{}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		s.push(due{at: r.Int64N(500)})
+	}
+	prev := int64(-1)
+	for len(s.q) > 0 {
+		d := s.pop()
+		require.GreaterOrEqual(t, d.at, prev)
+		prev = d.at
+	}
+}
+
+func requireStopped(t *testing.T, s *scheduler) {
+	t.Helper()
 	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return !s.running }, 5*time.Second, time.Millisecond,
 		"the scheduler's goroutine ends when nothing is scheduled")
 }

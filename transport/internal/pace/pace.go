@@ -103,9 +103,10 @@ func (p *Pacer) adapt() {
 }
 
 // maybeAdapt adapts the interval if it is due (a writer is kicked while
-// none waits, so release may not run for a while).
-func (p *Pacer) maybeAdapt() {
-	if p.interval <= 0 || p.now()-time.Duration(p.adapted.Load()) < adaptEvery {
+// none waits, so release may not run for a while); now is the pacer's
+// clock.
+func (p *Pacer) maybeAdapt(now time.Duration) {
+	if p.interval <= 0 || now-time.Duration(p.adapted.Load()) < adaptEvery {
 		return
 	}
 	p.mu.Lock()
@@ -218,13 +219,14 @@ func (p *Pacer) NewWriter(write, pending func() bool) *Writer {
 // the interval, otherwise at the pacer's next release. Kicks while a write
 // is running or queued are absorbed by it. Kick never blocks on I/O.
 func (w *Writer) Kick() {
-	w.p.maybeAdapt()
+	now := w.p.now() // one clock read for both uses
+	w.p.maybeAdapt(now)
 	w.mu.Lock()
 	if w.running || w.waiting || w.stopped || w.hold != nil {
 		w.mu.Unlock()
 		return
 	}
-	if w.wrote && w.p.interval > 0 && w.p.now()-w.last < w.p.Current() {
+	if w.wrote && w.p.interval > 0 && now-w.last < w.p.Current() {
 		w.waiting = true
 		w.mu.Unlock()
 		w.p.wait(w)
