@@ -20,6 +20,21 @@ func requireGeneratedJSON(t *testing.T, e *server.Event) {
 	require.JSONEq(t, string(want), string(e.JSON()), "%s", e.Method)
 	var round protocol.ServerEvent
 	require.NoError(t, json.Unmarshal(e.JSON(), &round), "the generated decoder reads it: %s", e.JSON())
+	if e.Seq == 0 {
+		return // a notice: never stored
+	}
+	// What another node makes of it (a stored or published event).
+	d, err := server.DecodeEvent(e.JSON())
+	require.NoError(t, err)
+	require.Equal(t, e.Seq, d.Seq)
+	require.Equal(t, e.EventID(), d.EventID())
+	require.Equal(t, e.Method, d.Method)
+	require.Equal(t, e.Channel, d.Channel)
+	require.Equal(t, e.Name, d.Name)
+	require.Equal(t, len(e.Namespace), len(d.Namespace))
+	for i := range e.Namespace {
+		require.Equal(t, e.Namespace[i], d.Namespace[i])
+	}
 }
 
 // ownJSON is a payload that writes its own JSON (server.JSONAppender).

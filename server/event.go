@@ -237,6 +237,36 @@ func (e *Event) WithPayload() (*Event, error) {
 // sequence number and routing fields. Its typed payload is decoded for
 // lifecycle events only (see Payload).
 func DecodeEvent(b []byte) (*Event, error) {
+	r, ok := decodeRouting(b)
+	if !ok {
+		var err error
+		if r, err = decodeRoutingJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if r.method == "" || !r.hasSeq {
+		return nil, fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
+	}
+	e := &Event{Seq: r.seq, id: r.id, Method: r.method, Channel: channels.ChannelOf(r.method),
+		Namespace: channels.Namespace(r.namespace), json: b}
+	if e.Channel == channels.Lifecycle {
+		p, err := e.typed()
+		if err != nil {
+			return nil, err
+		}
+		e.Payload = p
+	}
+	if len(e.Namespace) == 0 {
+		e.Namespace = nil
+	}
+	if e.Channel == channels.Custom && r.name != nil {
+		e.Name = *r.name
+	}
+	return e, nil
+}
+
+// decodeRoutingJSON is decodeRouting for any JSON, with encoding/json.
+func decodeRoutingJSON(b []byte) (routing, error) {
 	var probe struct {
 		Method  string  `json:"method"`
 		EventID *string `json:"event_id"`
@@ -249,27 +279,13 @@ func DecodeEvent(b []byte) (*Event, error) {
 		} `json:"params"`
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
-		return nil, fmt.Errorf("server: decoding a stored event: %w", err)
+		return routing{}, fmt.Errorf("server: decoding a stored event: %w", err)
 	}
-	if probe.Method == "" || probe.Seq == nil || probe.EventID == nil {
-		return nil, fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
+	r := routing{method: probe.Method, namespace: probe.Params.Namespace, name: probe.Params.Data.Name}
+	if probe.Seq != nil && probe.EventID != nil {
+		r.seq, r.id, r.hasSeq = *probe.Seq, *probe.EventID, true
 	}
-	e := &Event{Seq: *probe.Seq, id: *probe.EventID, Method: probe.Method, Channel: channels.ChannelOf(probe.Method),
-		Namespace: channels.Namespace(probe.Params.Namespace), json: b}
-	if e.Channel == channels.Lifecycle {
-		p, err := e.typed()
-		if err != nil {
-			return nil, err
-		}
-		e.Payload = p
-	}
-	if len(e.Namespace) == 0 {
-		e.Namespace = nil
-	}
-	if e.Channel == channels.Custom && probe.Params.Data.Name != nil {
-		e.Name = *probe.Params.Data.Name
-	}
-	return e, nil
+	return r, nil
 }
 
 // Epoch is the epoch part of the event's id ("" for a notice).
