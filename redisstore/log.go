@@ -17,6 +17,10 @@ import (
 // taken yet (LogOptions.WriteQueue's default).
 const DefaultWriteQueue = 100_000
 
+// DefaultWriters is how many pipelined batches a Log keeps on their way to
+// Redis at once (LogOptions.Writers' default).
+const DefaultWriters = 4
+
 // LogOptions configure a Log. Zero fields take the defaults in their
 // comments.
 type LogOptions struct {
@@ -27,7 +31,12 @@ type LogOptions struct {
 	// TotalBytes bounds the events kept in memory, all threads together
 	// (none when 0); Redis keeps the rest.
 	TotalBytes int64
-	// WriteQueue is how many events may wait for Redis (DefaultWriteQueue).
+	// Writers is how many batches may be on their way to Redis at once,
+	// each from a writer of its own serving a share of the threads
+	// (DefaultWriters); a thread's events keep their order.
+	Writers int
+	// WriteQueue is how many events may wait for Redis (DefaultWriteQueue),
+	// shared evenly among the writers.
 	// A publisher that finds it full waits for room (Redis is slower than
 	// the node's publishers: they are slowed to its pace), up to
 	// QueueWait; when that passes, or while Redis fails, the event is
@@ -56,23 +65,42 @@ type Log struct {
 	mem  *server.MemoryLog
 	opts LogOptions
 
-	mu      sync.Mutex
-	pending []entry // appended, not yet sent to Redis, in order
-	wake    chan struct{}
+	queues  []*writeQueue // a thread's events all go through one, chosen by its id
 	stop    chan struct{}
-	done    chan struct{}
-	room    chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
-	failing atomic.Bool   // the last batch failed: a full queue drops at once
+	writers sync.WaitGroup
 	dropped atomic.Uint64
 	waits   atomic.Uint64
 	written atomic.Uint64
 	batches atomic.Uint64
 	cmds    atomic.Uint64
-	sending atomic.Int64 // events of the batch on the wire
+}
+
+// writeQueue is one writer's share of the threads: their events waiting
+// for Redis, in order, and the goroutine that sends them in pipelined
+// batches, one batch at a time. Several queues keep several batches on
+// the wire (one round trip each) while each thread's events stay in
+// order.
+type writeQueue struct {
+	mu      sync.Mutex
+	pending []entry // appended, not yet sent to Redis, in order
+	bound   int     // the most events pending (its share of WriteQueue)
+	wake    chan struct{}
+	room    chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
+	failing atomic.Bool   // the last batch failed: a full queue drops at once
+	sending atomic.Int64  // events of the batch on the wire
 
 	expired map[string]time.Time   // when each thread's keys last got their TTL; the writer's
 	unsent  map[string]int         // per thread, events appended and not yet sent to Redis; guarded by mu
 	trims   map[string]*streamTrim // per thread this node writes; guarded by mu
+}
+
+// queue is the write queue of thread's events.
+func (l *Log) queue(thread string) *writeQueue {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(thread); i++ {
+		h = (h ^ uint32(thread[i])) * 16777619
+	}
+	return l.queues[h%uint32(len(l.queues))]
 }
 
 type entry struct {
@@ -107,18 +135,18 @@ type trimMark struct{ seq, before uint64 }
 const trimMarks = 16
 
 // minID returns the MINID of the XADD of event seq of size bytes (see
-// streamTrim), and whether the byte cap set it. The caller holds l.mu.
-func (l *Log) minID(thread string, seq uint64, size int) (uint64, bool) {
+// streamTrim), and whether the byte cap set it. The caller holds q.mu.
+func (q *writeQueue) minID(opts *LogOptions, thread string, seq uint64, size int) (uint64, bool) {
 	var byCount uint64
-	if n := uint64(l.opts.MaxEvents); seq > n {
+	if n := uint64(opts.MaxEvents); seq > n {
 		byCount = seq - n + 1
 	}
-	tr := l.trims[thread]
+	tr := q.trims[thread]
 	if tr == nil {
 		tr = &streamTrim{}
-		l.trims[thread] = tr
+		q.trims[thread] = tr
 	}
-	maxBytes := uint64(l.opts.MaxBytes)
+	maxBytes := uint64(opts.MaxBytes)
 	if k := len(tr.marks); k == 0 || tr.total-tr.marks[k-1].before >= maxBytes/trimMarks || seq <= tr.marks[k-1].seq {
 		if k > 0 && seq <= tr.marks[k-1].seq {
 			tr.marks = tr.marks[:0] // the stream went back: a new epoch's first events
@@ -167,18 +195,26 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 2 * time.Second
 	}
-	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts,
-		wake: make(chan struct{}, 1), room: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{}}
+	if opts.Writers <= 0 {
+		opts.Writers = DefaultWriters
+	}
+	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts, stop: make(chan struct{})}
 	l.mem.SetTotalBytes(opts.TotalBytes)
-	go l.writer()
+	for range opts.Writers {
+		q := &writeQueue{bound: max(1, (opts.WriteQueue+opts.Writers-1)/opts.Writers),
+			wake: make(chan struct{}, 1), room: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{}}
+		l.queues = append(l.queues, q)
+		l.writers.Add(1)
+		go l.writer(q)
+	}
 	return l
 }
 
 // Close sends what is still pending to Redis (within 5 s) and stops the
-// writer.
+// writers.
 func (l *Log) Close() {
 	close(l.stop)
-	<-l.done
+	l.writers.Wait()
 }
 
 // Stats are the log's counters.
@@ -193,9 +229,12 @@ type Stats struct {
 
 // Stats returns the log's counters.
 func (l *Log) Stats() Stats {
-	l.mu.Lock()
-	p := len(l.pending) + int(l.sending.Load())
-	l.mu.Unlock()
+	p := 0
+	for _, q := range l.queues {
+		q.mu.Lock()
+		p += len(q.pending) + int(q.sending.Load())
+		q.mu.Unlock()
+	}
 	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Waits: l.waits.Load(), Pending: p, Commands: l.cmds.Load()}
 }
 
@@ -230,13 +269,14 @@ func (l *Log) fail(err error) {
 // LogOptions.WriteQueue).
 func (l *Log) Append(thread string, e *server.Event) {
 	l.mem.Append(thread, e)
-	l.mu.Lock()
-	if len(l.pending) >= l.opts.WriteQueue && !e.EndsRun() {
+	q := l.queue(thread)
+	q.mu.Lock()
+	if len(q.pending) >= q.bound && !e.EndsRun() {
 		l.waits.Add(1)
 		var deadline <-chan time.Time
-		for len(l.pending) >= l.opts.WriteQueue {
-			if l.failing.Load() {
-				l.mu.Unlock()
+		for len(q.pending) >= q.bound {
+			if q.failing.Load() {
+				q.mu.Unlock()
 				l.dropped.Add(1)
 				return
 			}
@@ -245,8 +285,8 @@ func (l *Log) Append(thread string, e *server.Event) {
 				defer t.Stop()
 				deadline = t.C
 			}
-			room := l.room
-			l.mu.Unlock()
+			room := q.room
+			q.mu.Unlock()
 			select {
 			case <-room:
 			case <-deadline:
@@ -256,15 +296,15 @@ func (l *Log) Append(thread string, e *server.Event) {
 				l.dropped.Add(1)
 				return
 			}
-			l.mu.Lock()
+			q.mu.Lock()
 		}
 	}
-	floor, exact := l.minID(thread, e.Seq, len(e.JSON()))
-	l.pending = append(l.pending, entry{thread: thread, e: e, minID: floor, exact: exact})
-	l.unsent[thread]++
-	l.mu.Unlock()
+	floor, exact := q.minID(&l.opts, thread, e.Seq, len(e.JSON()))
+	q.pending = append(q.pending, entry{thread: thread, e: e, minID: floor, exact: exact})
+	q.unsent[thread]++
+	q.mu.Unlock()
 	select {
-	case l.wake <- struct{}{}:
+	case q.wake <- struct{}{}:
 	default:
 	}
 }
@@ -274,40 +314,40 @@ const maxBatch = 512
 
 // writer sends pending events to Redis in order, in pipelined batches:
 // while one batch is on the wire the next gathers.
-func (l *Log) writer() {
-	defer close(l.done)
+func (l *Log) writer(q *writeQueue) {
+	defer l.writers.Done()
 	for {
 		select {
-		case <-l.wake:
+		case <-q.wake:
 		case <-l.stop:
 			deadline := time.Now().Add(5 * time.Second)
-			for l.flush() && time.Now().Before(deadline) {
+			for l.flush(q) && time.Now().Before(deadline) {
 			}
 			return
 		}
-		for l.flush() {
+		for l.flush(q) {
 		}
 	}
 }
 
 // flush sends up to maxBatch pending events; it reports whether more wait.
-func (l *Log) flush() bool {
-	l.mu.Lock()
-	n := min(len(l.pending), maxBatch)
+func (l *Log) flush(q *writeQueue) bool {
+	q.mu.Lock()
+	n := min(len(q.pending), maxBatch)
 	batch := make([]entry, n)
-	copy(batch, l.pending)
-	l.pending = l.pending[n:]
+	copy(batch, q.pending)
+	q.pending = q.pending[n:]
 	if n > 0 {
-		close(l.room) // waiting publishers: there is room
-		l.room = make(chan struct{})
+		close(q.room) // waiting publishers: there is room
+		q.room = make(chan struct{})
 	}
-	l.sending.Store(int64(n))
-	defer l.sending.Store(0)
-	if len(l.pending) == 0 {
-		l.pending = nil // let a burst's backing array go
+	q.sending.Store(int64(n))
+	defer q.sending.Store(0)
+	if len(q.pending) == 0 {
+		q.pending = nil // let a burst's backing array go
 	}
-	more := len(l.pending) > 0
-	l.mu.Unlock()
+	more := len(q.pending) > 0
+	q.mu.Unlock()
 	if n == 0 {
 		return false
 	}
@@ -337,16 +377,16 @@ func (l *Log) flush() bool {
 			isAdd = append(isAdd, false)
 		}
 		// The TTL is renewed once a minute per thread, not per event.
-		if at, ok := l.expired[en.thread]; !ok || now.Sub(at) > time.Minute {
-			l.expired[en.thread] = now
+		if at, ok := q.expired[en.thread]; !ok || now.Sub(at) > time.Minute {
+			q.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build())
 			isAdd = append(isAdd, false)
 		}
 	}
-	if len(l.expired) > 4*maxBatch {
-		for th, at := range l.expired {
+	if len(q.expired) > 4*maxBatch {
+		for th, at := range q.expired {
 			if now.Sub(at) > time.Minute {
-				delete(l.expired, th)
+				delete(q.expired, th)
 			}
 		}
 	}
@@ -362,14 +402,14 @@ func (l *Log) flush() bool {
 			}
 		}
 	}
-	l.failing.Store(failed > 0)
-	l.mu.Lock()
+	q.failing.Store(failed > 0)
+	q.mu.Lock()
 	for _, en := range batch {
-		if l.unsent[en.thread]--; l.unsent[en.thread] <= 0 {
-			delete(l.unsent, en.thread)
+		if q.unsent[en.thread]--; q.unsent[en.thread] <= 0 {
+			delete(q.unsent, en.thread)
 		}
 	}
-	l.mu.Unlock()
+	q.mu.Unlock()
 	l.batches.Add(1)
 	l.written.Add(uint64(adds) - failed)
 	l.dropped.Add(failed)
@@ -468,9 +508,10 @@ func (l *Log) Stored(thread string, seq uint64, fn func(*server.Event) bool) err
 // only then, so that another node that takes it finds the run's end in
 // the stream.
 func (l *Log) Flushed(thread string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.unsent[thread] == 0
+	q := l.queue(thread)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.unsent[thread] == 0
 }
 
 // Cache implements server.DurableLog: an event another node wrote is kept
@@ -484,22 +525,24 @@ func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
 // events leave memory; the stream keeps them.
 func (l *Log) Release(thread string) {
 	l.mem.Release(thread)
-	l.mu.Lock()
-	delete(l.trims, thread)
-	l.mu.Unlock()
+	q := l.queue(thread)
+	q.mu.Lock()
+	delete(q.trims, thread)
+	q.mu.Unlock()
 }
 
 // Head implements server.DurableLog from the stream's newest entry, or
 // from an event still on its way there.
 func (l *Log) Head(thread string) (epoch string, seq uint64, err error) {
-	l.mu.Lock()
-	for i := len(l.pending) - 1; i >= 0; i-- {
-		if en := l.pending[i]; en.thread == thread {
-			l.mu.Unlock()
+	q := l.queue(thread)
+	q.mu.Lock()
+	for i := len(q.pending) - 1; i >= 0; i-- {
+		if en := q.pending[i]; en.thread == thread {
+			q.mu.Unlock()
 			return en.e.Epoch(), en.e.Seq, nil
 		}
 	}
-	l.mu.Unlock()
+	q.mu.Unlock()
 	c := l.e.c
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -415,5 +416,38 @@ func TestStreamTrimmedByBytes(t *testing.T) {
 	require.Equal(t, last.Seq, events[len(events)-1].Seq)
 	for i := 1; i < len(events); i++ {
 		require.Equal(t, events[i-1].Seq+1, events[i].Seq, "in order, no gap")
+	}
+}
+
+// TestWritersKeepEachThreadsOrder: with several writers, and a write queue
+// so small that publishers wait, every thread's stream holds all its
+// events in order.
+func TestWritersKeepEachThreadsOrder(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{Writers: 4, WriteQueue: 8})
+	const threads, count = 24, 60
+	var wg sync.WaitGroup
+	for i := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runToEnd(t, a.srv, fmt.Sprint("w", i), "firehose", map[string]any{"count": float64(count)})
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return a.log.Stats().Pending == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, a.log.Stats().Dropped)
+
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	for i := range threads {
+		entries, err := c.Do(context.Background(), c.B().Xrange().Key(fmt.Sprintf("agentstream:{w%d}:events", i)).Start("-").End("+").Build()).AsXRange()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(entries), count, "thread w%d", i)
+		for j, en := range entries {
+			require.Equal(t, fmt.Sprintf("%d-0", j+1), en.ID, "thread w%d in order, no gap", i)
+		}
 	}
 }

@@ -89,6 +89,7 @@ type config struct {
 	leaseTTL                                                    time.Duration
 	playground                                                  bool
 	redisWriteQueue                                             int
+	redisWriters                                                int
 	redisQueueWait                                              time.Duration
 }
 
@@ -146,6 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
 	fs.StringVar(&c.nodeID, "node-id", "", "with --redis: this node's name among the nodes that share the Redis (random when empty)")
+	fs.IntVar(&c.redisWriters, "redis-writers", redisstore.DefaultWriters, "with --redis: how many pipelined batches of events may be on their way to Redis at once, each from a writer serving a share of the threads")
 	fs.IntVar(&c.redisWriteQueue, "redis-write-queue", redisstore.DefaultWriteQueue, "with --redis: how many events may wait to be written to Redis; past it publishers wait (--redis-queue-wait), then events are kept in memory only (agentstream_redis_events_dropped_total)")
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", 5*time.Second, "with --redis: how long a publisher waits for room in a full write queue before its event is kept in memory only")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
@@ -267,7 +269,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		defer engine.Close()
 		onErr := func(err error) { log.Warn().Err(err).Msg("redis") }
 		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr, Publish: true,
-			WriteQueue: c.redisWriteQueue, QueueWait: c.redisQueueWait})
+			WriteQueue: c.redisWriteQueue, Writers: c.redisWriters, QueueWait: c.redisQueueWait})
 		registry.MustRegister(rlog.Collectors()...)
 		defer rlog.Close()
 		st := engine.State()
@@ -488,6 +490,9 @@ func (c config) check() error {
 	if c.memoryLimit < 0 {
 		return fmt.Errorf("--memory-limit must be 0 (none) or more")
 	}
+	if c.redisWriters > 256 {
+		return fmt.Errorf("--redis-writers must be at most 256")
+	}
 	for _, n := range []struct {
 		flag string
 		v    int64
@@ -497,7 +502,7 @@ func (c config) check() error {
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
-		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
+		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)
