@@ -280,7 +280,8 @@ func (s *Server) inputInject(threadID string, id uint64, p *protocol.InputInject
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.run == nil {
+	// A run that was cancelled, and is winding down, takes no more input.
+	if r := t.run; r == nil || r.ended || r.ctx.Err() != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchRun, "thread %s has no active run", threadID)
 	}
 	if _, ok := t.tree[channels.Namespace(p.Namespace).Key()]; !ok {

@@ -731,3 +731,21 @@ func TestFanOutReceivesEveryPublishedEvent(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, seqs(es), got)
 }
+
+// A run that was cancelled takes no more input, even while it winds down:
+// input.inject after run.cancel answers no_such_run.
+func TestInjectAfterCancelFindsNoRun(t *testing.T) {
+	s := newServer(t, server.Config{})
+	stopped := make(chan struct{})
+	s.Register("slowstop", server.AssistantFunc(func(ctx context.Context, rc *server.RunContext) error {
+		<-ctx.Done()
+		<-stopped // still winding down when the inject comes
+		return ctx.Err()
+	}))
+	defer close(stopped)
+	start(t, s, "t", "slowstop", nil)
+	do(t, s, "t", &protocol.ClientCommandRunCancel{})
+	_, errResp := tryDo(s, "t", &protocol.ClientCommandInputInject{Params: protocol.InputInjectParams{Namespace: []string{}, Message: protocol.InputMessage{Role: "user", Content: "x"}}})
+	require.NotNil(t, errResp)
+	require.Equal(t, protocol.ErrorCodeNoSuchRun, errResp.Error)
+}
