@@ -175,7 +175,7 @@ func (q *writeQueue) minID(opts *LogOptions, thread string, seq uint64, size int
 
 var _ server.DurableLog = (*Log)(nil)
 
-// Log returns the engine's event log and starts its writer; Close it.
+// Log returns the engine's event log and starts its writers; Close it.
 func (e *Engine) Log(opts LogOptions) *Log {
 	if opts.MaxEvents <= 0 {
 		opts.MaxEvents = server.DefaultBufferEvents

@@ -5,10 +5,12 @@
 // What it owns:
 //   - [Log], a server.DurableLog: each thread's events in a Redis Stream
 //     (entry id "SEQ-0", the event's JSON in field "e"), trimmed to about
-//     the per-thread cap. The newest events are also kept in memory (a
+//     the per-thread caps, in events and in bytes. The newest events are also kept in memory (a
 //     server.MemoryLog, under the total buffer budget), so live replays
-//     cost no round trip; appends reach Redis from one writer goroutine in
-//     pipelined batches, in order, without making the publisher wait.
+//     cost no round trip; appends reach Redis from a few writer goroutines
+//     (LogOptions.Writers), each serving a share of the threads, in
+//     pipelined batches, each thread's in order, without making the
+//     publisher wait but for a full write queue.
 //     Replays older than what memory holds are read from the stream. A
 //     thread created again (a restart) continues its stream: same epoch,
 //     next sequence number.
