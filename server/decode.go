@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/agentstream/agentstream/channels"
 )
 
 // routing is what DecodeEvent reads of an event besides its bytes.
@@ -72,7 +74,7 @@ func decodeRouting(b []byte) (r routing, ok bool) {
 			return r, false
 		}
 		r.name = &name
-	} else if r.method == "custom" && !p.lit(`{"payload":`) {
+	} else if r.method == channels.Custom && !p.lit(`{"payload":`) {
 		return r, false // custom data in another layout: its name may be further on
 	}
 	return r, true

@@ -281,7 +281,7 @@ func (s *Server) inputInject(threadID string, id uint64, p *protocol.InputInject
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// A run that was cancelled, and is winding down, takes no more input.
-	if r := t.run; r == nil || r.ended || r.ctx.Err() != nil {
+	if r := t.run; r == nil || r.over() {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchRun, "thread %s has no active run", threadID)
 	}
 	if _, ok := t.tree[channels.Namespace(p.Namespace).Key()]; !ok {

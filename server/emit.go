@@ -80,7 +80,7 @@ func (rc *RunContext) emit(build func() (eventData, error)) error {
 	t := rc.r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rc.r.ended || rc.r.ctx.Err() != nil {
+	if rc.r.over() {
 		return ErrRunEnded
 	}
 	d, err := build()
@@ -172,7 +172,7 @@ func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 	// The request and the run's interrupted status go out under one lock,
 	// so no answer can be published between them.
 	t.mu.Lock()
-	if rc.r.ended || rc.r.ctx.Err() != nil {
+	if rc.r.over() {
 		t.mu.Unlock()
 		return nil, ErrRunEnded
 	}
@@ -409,7 +409,7 @@ func (rc *RunContext) StartSubagent(name, graph string, cause *protocol.Lifecycl
 	t := rc.r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rc.r.ended || rc.r.ctx.Err() != nil {
+	if rc.r.over() {
 		return nil, ErrRunEnded
 	}
 	key := ns.Key()

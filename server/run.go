@@ -82,6 +82,11 @@ type interrupt struct {
 
 func (r *run) pendingList() []*interrupt { return r.pending }
 
+// over reports whether the run ended or was cancelled (and is winding
+// down): it publishes nothing more and takes no more input. The caller
+// holds the thread's lock.
+func (r *run) over() bool { return r.ended || r.ctx.Err() != nil }
+
 func (r *run) cancel(cause error) {
 	if r.endCause == nil {
 		r.endCause = cause
