@@ -1,6 +1,10 @@
 package server
 
 import (
+	"encoding/json"
+	"github.com/agentstream/agentstream/channels"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -49,4 +53,91 @@ func TestMemoryLogTotalBudgetDropsTheColdestFirst(t *testing.T) {
 	l.Release("c")
 	require.Zero(t, l.Used())
 	require.Zero(t, l.Len("c"))
+}
+
+// TestBufferedEventCost measures what a buffered event keeps on the heap
+// (a 100-byte custom payload, as the firehose publishes) and checks that
+// EventOverhead covers it beyond the JSON, so that the total budget counts
+// what the buffers really hold, and that the buffer keeps no more than its
+// JSON and slot (the event's typed payload and struct are left to the
+// collector once delivered).
+func TestBufferedEventCost(t *testing.T) {
+	const n = 20000
+	pad := strings.Repeat("x", 60)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	l := NewMemoryLog(n, 1<<30)
+	var jsonBytes int
+	before := heap()
+	for i := 1; i <= n; i++ {
+		e, err := buildEvent(customEvent("firehose", protocol.CustomData{Payload: map[string]any{"i": i, "pad": pad}}), "0123456789abcdef", uint64(i), 1763950000000)
+		require.NoError(t, err)
+		jsonBytes += e.Size()
+		l.Append("t", e)
+	}
+	after := heap()
+	runtime.KeepAlive(l)
+	perEvent := float64(after-before) / n
+	jsonPer := float64(jsonBytes) / n
+	t.Logf("%.0f bytes of JSON, %.0f bytes on the heap per buffered event", jsonPer, perEvent)
+	require.Greater(t, perEvent, jsonPer, "the JSON itself is held")
+	require.LessOrEqual(t, perEvent, jsonPer+EventOverhead, "EventOverhead covers what a buffered event holds beyond its JSON")
+	require.Equal(t, int64(jsonBytes)+n*EventOverhead, l.Used())
+}
+
+// TestMemoryLogReplaysWhatWasAppended: the log keeps JSON only, and the
+// events it replays carry the same bytes, id, sequence number and routing
+// fields as the ones appended; lifecycle events their typed payload too.
+func TestMemoryLogReplaysWhatWasAppended(t *testing.T) {
+	name := "tok\"en" // as RunContext.Custom builds it
+	in := []eventData{
+		customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"text": "é\n\u2028"}}),
+		lifecycleEvent(channels.Namespace{"agent:1"}, protocol.LifecycleData{Event: protocol.AgentStatusRunning}),
+		valuesEvent(map[string]any{"n": 1}),
+	}
+	sub := in[0]
+	sub.namespace = channels.Namespace{"parent:2", "child:3"}
+	in = append(in, sub)
+	l := NewMemoryLog(100, 1<<20)
+	var appended []*Event
+	for i, d := range in {
+		e, err := buildEvent(d, "epoch", uint64(i+1), 1763950000000)
+		require.NoError(t, err)
+		l.Append("t", e)
+		appended = append(appended, e)
+	}
+	var replayed []*Event
+	l.After("t", 0, func(e *Event) bool { replayed = append(replayed, e); return true })
+	require.Len(t, replayed, len(appended))
+	for i, want := range appended {
+		got := replayed[i]
+		require.Equal(t, string(want.JSON()), string(got.JSON()))
+		require.Equal(t, want.id, got.id)
+		require.Equal(t, want.Seq, got.Seq)
+		require.Equal(t, want.Method, got.Method)
+		require.Equal(t, want.Channel, got.Channel)
+		require.Equal(t, want.Name, got.Name)
+		require.Equal(t, want.Namespace, got.Namespace)
+		if want.Channel == channels.Lifecycle {
+			require.Equal(t, want.Payload, got.Payload)
+		} else {
+			require.Nil(t, got.Payload, "the log keeps JSON only")
+			full, err := got.WithPayload()
+			require.NoError(t, err)
+			wantJSON, err := json.Marshal(want.Payload)
+			require.NoError(t, err)
+			gotJSON, err := json.Marshal(full.Payload)
+			require.NoError(t, err)
+			require.JSONEq(t, string(wantJSON), string(gotJSON), "the typed payload decoded back (numbers as float64)")
+		}
+	}
+	require.Zero(t, l.Undecodable())
+	var after2 []uint64
+	l.After("t", 2, func(e *Event) bool { after2 = append(after2, e.Seq); return true })
+	require.Equal(t, []uint64{3, 4}, after2)
 }
