@@ -241,10 +241,32 @@ func (s *Server) Metrics() MetricsSnapshot {
 		Denied:          s.metrics.denied.Load(),
 		Refused:         s.metrics.refused.snapshot(),
 	}
-	if l, ok := s.cfg.Log.(*MemoryLog); ok {
+	if l := s.memoryLog(); l != nil {
 		m.BufferTrimmed, m.BufferUsed = l.Trimmed(), l.Used()
 	}
 	return m
+}
+
+// BufferedBytes is what the in-memory replay buffers count against
+// Config.BufferTotalBytes now: the events they hold, each its JSON plus
+// EventOverhead (0 with a log that keeps no MemoryLog).
+func (s *Server) BufferedBytes() int64 {
+	if l := s.memoryLog(); l != nil {
+		return l.Used()
+	}
+	return 0
+}
+
+// memoryLog is the MemoryLog behind the configured log: the log itself, or
+// the cache a durable log keeps in memory (redisstore's), or nil.
+func (s *Server) memoryLog() *MemoryLog {
+	switch l := s.cfg.Log.(type) {
+	case *MemoryLog:
+		return l
+	case interface{ Memory() *MemoryLog }:
+		return l.Memory()
+	}
+	return nil
 }
 
 // Register adds an assistant under id; a later registration replaces it.

@@ -41,6 +41,7 @@ import (
 	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/memgov"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
@@ -61,6 +62,7 @@ type config struct {
 	bufferBytes     int
 	bufferTotal     int64
 	memoryLimit     int64
+	gcBuffers       bool
 	queueBytes      int
 	heartbeat       time.Duration
 	writeInterval   time.Duration
@@ -117,6 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.Int64Var(&c.bufferTotal, "buffer-total-bytes", server.DefaultBufferTotalBytes(), "all replay buffers together, in bytes, each event counting its JSON plus "+fmt.Sprint(server.EventOverhead)+
 		" (default: an eighth of this machine's memory, 64 MiB to 2 GiB); past it the least recently active threads' buffers are dropped first")
 	fs.Int64Var(&c.memoryLimit, "memory-limit", 0, "the Go runtime's soft memory limit, in bytes (0: none, or GOMEMLIMIT's): past it the runtime collects more often, which bounds the resident memory a growing heap leaves; set it above --buffer-total-bytes plus what the connections take")
+	fs.BoolVar(&c.gcBuffers, "gc-exclude-buffers", true, "let the heap grow between collections by GOGC percent of what is live outside the replay buffers only, not of the buffers too, so that resident memory is about the buffers plus the rest of the process rather than twice both (the collector runs more often when the buffers are large; false: GOGC as given)")
 	fs.IntVar(&c.queueBytes, "queue-bytes", server.DefaultQueueBytes, "unread events (replays included) a connection may hold, in bytes, before it is cut off")
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
@@ -283,6 +286,10 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		log.Info().Str("redis", redactURL(c.redisURL)).Str("node", cluster.Node()).Msg("threads kept in redis")
 	}
 	srv := server.New(cfg)
+	if c.gcBuffers {
+		gov := memgov.Start(srv.BufferedBytes, memgov.Options{})
+		defer gov.Stop()
+	}
 	if live != nil {
 		live.Start(srv)
 		cluster.Start(srv)
