@@ -53,6 +53,14 @@ func (c Config) subURL(i int) string {
 	return c.SubscribeURLs[i%len(c.SubscribeURLs)]
 }
 
+// nodeOf is the index in SubscribeURLs of subscriber i's node (-1: none).
+func (c Config) nodeOf(i int) int {
+	if len(c.SubscribeURLs) == 0 {
+		return -1
+	}
+	return i % len(c.SubscribeURLs)
+}
+
 // serverCPU is the CPU seconds of the server's processes.
 func (c Config) serverCPU() (float64, error) {
 	total, err := cpuSeconds(c.ServerPID)
@@ -72,11 +80,18 @@ type Result struct {
 	P50, P99         time.Duration
 	CPUPerDelivery   time.Duration // server CPU (user+system) / deliveries; 0 if not measured
 	ServerCPUSeconds float64
+	// PerNode is the latency on each of several SubscribeURLs: how much the
+	// hop from the node running the thread adds.
+	PerNode []NodeLatency
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d deliveries in %.2fs: %.0f/s, latency p50 %v p99 %v, server CPU %.2fs (%v per delivery)",
+	s := fmt.Sprintf("%d deliveries in %.2fs: %.0f/s, latency p50 %v p99 %v, server CPU %.2fs (%v per delivery)",
 		r.Deliveries, r.Seconds, r.PerSecond, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.ServerCPUSeconds, r.CPUPerDelivery)
+	for _, n := range r.PerNode {
+		s += fmt.Sprintf("; subscribers of %s: p50 %v p99 %v", n.URL, n.P50.Round(time.Microsecond), n.P99.Round(time.Microsecond))
+	}
+	return s
 }
 
 // stats gathers deliveries from every connection.
@@ -86,9 +101,12 @@ type stats struct {
 	last       atomic.Int64
 	mu         sync.Mutex
 	latencies  []time.Duration
+	byNode     map[int][]time.Duration // with several SubscribeURLs: the samples of each
 }
 
-func (s *stats) record(payload []byte, sample bool) {
+// recordAt records a delivery to a subscriber of node (an index into
+// SubscribeURLs; -1: not counted per node).
+func (s *stats) recordAt(node int, payload []byte, sample bool) {
 	now := time.Now().UnixNano()
 	s.deliveries.Add(1)
 	s.first.CompareAndSwap(0, now)
@@ -111,7 +129,36 @@ func (s *stats) record(payload []byte, sample bool) {
 	}
 	s.mu.Lock()
 	s.latencies = append(s.latencies, time.Duration(now-ts))
+	if node >= 0 {
+		if s.byNode == nil {
+			s.byNode = map[int][]time.Duration{}
+		}
+		s.byNode[node] = append(s.byNode[node], time.Duration(now-ts))
+	}
 	s.mu.Unlock()
+}
+
+// nodeLatencies is the p50 and p99 of each node's subscribers, in
+// SubscribeURLs order (nil with fewer than two nodes).
+func (s *stats) nodeLatencies(urls []string) []NodeLatency {
+	if len(urls) < 2 {
+		return nil
+	}
+	out := make([]NodeLatency, len(urls))
+	for i, u := range urls {
+		out[i].URL = u
+		if l := s.byNode[i]; len(l) > 0 {
+			slices.Sort(l)
+			out[i].P50, out[i].P99 = l[len(l)/2], l[len(l)*99/100]
+		}
+	}
+	return out
+}
+
+// NodeLatency is the latency seen by one node's subscribers.
+type NodeLatency struct {
+	URL      string
+	P50, P99 time.Duration
 }
 
 // summary gives the deliveries, the seconds from the first to the last,
@@ -182,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 	r := Result{}
 	r.Deliveries, r.Seconds, r.PerSecond, r.P50, r.P99 = st.summary()
+	r.PerNode = st.nodeLatencies(cfg.SubscribeURLs)
 	if cfg.ServerPID > 0 && r.Deliveries > 0 {
 		r.ServerCPUSeconds = cpu1 - cpu0
 		r.CPUPerDelivery = time.Duration(r.ServerCPUSeconds / float64(r.Deliveries) * 1e9)
@@ -227,7 +275,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 			continue
 		}
 		got++
-		st.record(line, (got+i)%sampleEvery == 0)
+		st.recordAt(cfg.nodeOf(i), line, (got+i)%sampleEvery == 0)
 		if got == cfg.Count {
 			done()
 			_, _ = io.Copy(io.Discard, resp.Body) // stay connected until the end
@@ -278,7 +326,7 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 			return err
 		}
 		got++
-		st.record(buf.Bytes(), (got+i)%sampleEvery == 0)
+		st.recordAt(cfg.nodeOf(i), buf.Bytes(), (got+i)%sampleEvery == 0)
 		if got == cfg.Count {
 			done()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,23 @@ func TestRunCountsEveryDelivery(t *testing.T) {
 	rss, err := rssBytes(os.Getpid())
 	require.NoError(t, err)
 	require.Positive(t, rss)
+}
+
+// TestRunReportsEachNodesLatency spreads the subscribers over two base
+// URLs (two names of one server here) and gets a latency for each.
+func TestRunReportsEachNodesLatency(t *testing.T) {
+	ts := startServer(t)
+	other := strings.Replace(ts.URL, "127.0.0.1", "localhost", 1)
+	r, err := Run(context.Background(), Config{URL: ts.URL, SubscribeURLs: []string{ts.URL, other}, Transport: "ws", Subscribers: 4, Count: 30, Size: 100})
+	require.NoError(t, err)
+	require.Equal(t, int64(120), r.Deliveries)
+	require.Len(t, r.PerNode, 2)
+	for i, u := range []string{ts.URL, other} {
+		require.Equal(t, u, r.PerNode[i].URL)
+		require.Positive(t, r.PerNode[i].P50)
+		require.GreaterOrEqual(t, r.PerNode[i].P99, r.PerNode[i].P50)
+	}
+	require.Contains(t, r.String(), "subscribers of "+other)
 }
 
 // TestRunManyCountsEveryDelivery runs a small many-conversations
