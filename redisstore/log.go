@@ -17,6 +17,13 @@ import (
 // taken yet (LogOptions.WriteQueue's default).
 const DefaultWriteQueue = 100_000
 
+// DefaultWriteQueueBytes is the most bytes of events (their JSON) a Log
+// holds that Redis has not taken yet (LogOptions.WriteQueueBytes'
+// default): with events of a few hundred bytes the count bound comes
+// first; with large ones this does, so that a node whose Redis is slow
+// does not hold 100,000 large events.
+const DefaultWriteQueueBytes = 64 << 20
+
 // DefaultWriters is how many pipelined batches a Log keeps on their way to
 // Redis at once (LogOptions.Writers' default).
 const DefaultWriters = 4
@@ -45,6 +52,12 @@ type LogOptions struct {
 	// lifecycle) is queued past the bound, never dropped for it: other
 	// nodes would take a run without an end for one whose node died.
 	WriteQueue int
+	// WriteQueueBytes bounds the same queue by the events' JSON
+	// (DefaultWriteQueueBytes), shared evenly among the writers; a
+	// publisher finding either bound reached waits as above. An event
+	// larger than a writer's share is still queued when the queue is
+	// empty.
+	WriteQueueBytes int64
 	// QueueWait is how long a publisher waits for room in a full write
 	// queue (WriteTimeout).
 	QueueWait time.Duration
@@ -81,13 +94,15 @@ type Log struct {
 // the wire (one round trip each) while each thread's events stay in
 // order.
 type writeQueue struct {
-	mu      sync.Mutex
-	pending []entry // appended, not yet sent to Redis, in order
-	bound   int     // the most events pending (its share of WriteQueue)
-	wake    chan struct{}
-	room    chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
-	failing atomic.Bool   // the last batch failed: a full queue drops at once
-	sending atomic.Int64  // events of the batch on the wire
+	mu       sync.Mutex
+	pending  []entry // appended, not yet sent to Redis, in order
+	bound    int     // the most events pending (its share of WriteQueue)
+	bytes    int64   // the JSON of the events pending; guarded by mu
+	maxBytes int64   // the most bytes pending (its share of WriteQueueBytes)
+	wake     chan struct{}
+	room     chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
+	failing  atomic.Bool   // the last batch failed: a full queue drops at once
+	sending  atomic.Int64  // events of the batch on the wire
 
 	expired map[string]time.Time   // when each thread's keys last got their TTL; the writer's
 	unsent  map[string]int         // per thread, events appended and not yet sent to Redis; guarded by mu
@@ -186,6 +201,9 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	if opts.WriteQueue <= 0 {
 		opts.WriteQueue = DefaultWriteQueue
 	}
+	if opts.WriteQueueBytes <= 0 {
+		opts.WriteQueueBytes = DefaultWriteQueueBytes
+	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 5 * time.Second
 	}
@@ -202,7 +220,8 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	l.mem.SetTotalBytes(opts.TotalBytes)
 	for range opts.Writers {
 		q := &writeQueue{bound: max(1, (opts.WriteQueue+opts.Writers-1)/opts.Writers),
-			wake: make(chan struct{}, 1), room: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{}}
+			maxBytes: max(1, (opts.WriteQueueBytes+int64(opts.Writers)-1)/int64(opts.Writers)),
+			wake:     make(chan struct{}, 1), room: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{}}
 		l.queues = append(l.queues, q)
 		l.writers.Add(1)
 		go l.writer(q)
@@ -219,23 +238,27 @@ func (l *Log) Close() {
 
 // Stats are the log's counters.
 type Stats struct {
-	Written  uint64 // events appended to Redis streams
-	Batches  uint64 // the pipelined round trips that carried them
-	Dropped  uint64 // events not written to Redis (the queue stayed full, or Redis failed)
-	Waits    uint64 // appends that waited for room in the write queue
-	Pending  int    // events not in Redis yet: waiting for the writer, or on the wire
-	Commands uint64 // Redis commands the writer sent (XADD, SPUBLISH, PEXPIRE)
+	Written uint64 // events appended to Redis streams
+	Batches uint64 // the pipelined round trips that carried them
+	Dropped uint64 // events not written to Redis (the queue stayed full, or Redis failed)
+	Waits   uint64 // appends that waited for room in the write queue
+	Pending int    // events not in Redis yet: waiting for the writer, or on the wire
+	// PendingBytes is the JSON of the events waiting for the writer (what
+	// LogOptions.WriteQueueBytes bounds).
+	PendingBytes int64
+	Commands     uint64 // Redis commands the writer sent (XADD, SPUBLISH, PEXPIRE)
 }
 
 // Stats returns the log's counters.
 func (l *Log) Stats() Stats {
-	p := 0
+	p, b := 0, int64(0)
 	for _, q := range l.queues {
 		q.mu.Lock()
 		p += len(q.pending) + int(q.sending.Load())
+		b += q.bytes
 		q.mu.Unlock()
 	}
-	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Waits: l.waits.Load(), Pending: p, Commands: l.cmds.Load()}
+	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Waits: l.waits.Load(), Pending: p, PendingBytes: b, Commands: l.cmds.Load()}
 }
 
 // Collectors are the log's Prometheus metrics: events written to Redis,
@@ -248,10 +271,11 @@ func (l *Log) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("agentstream_redis_events_written_total", "Events appended to Redis streams.", func(s Stats) uint64 { return s.Written }),
 		counter("agentstream_redis_events_dropped_total", "Events kept in memory only: the write queue stayed full past --redis-queue-wait, or Redis failed.", func(s Stats) uint64 { return s.Dropped }),
-		counter("agentstream_redis_write_queue_waits_total", "Publishes that found the write queue full (--redis-write-queue) and waited for room.", func(s Stats) uint64 { return s.Waits }),
+		counter("agentstream_redis_write_queue_waits_total", "Publishes that found the write queue full (--redis-write-queue or --redis-write-queue-bytes) and waited for room.", func(s Stats) uint64 { return s.Waits }),
 		counter("agentstream_redis_write_batches_total", "Pipelined round trips that carried events to Redis.", func(s Stats) uint64 { return s.Batches }),
 		counter("agentstream_redis_write_commands_total", "Redis commands the event writer sent (XADD, SPUBLISH, PEXPIRE).", func(s Stats) uint64 { return s.Commands }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_redis_events_pending", Help: "Events not yet in Redis: queued, or on the wire."}, func() float64 { return float64(l.Stats().Pending) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_redis_pending_bytes", Help: "The JSON of the events waiting for a Redis writer (bounded by --redis-write-queue-bytes)."}, func() float64 { return float64(l.Stats().PendingBytes) }),
 	}
 }
 
@@ -271,10 +295,10 @@ func (l *Log) Append(thread string, e *server.Event) {
 	l.mem.Append(thread, e)
 	q := l.queue(thread)
 	q.mu.Lock()
-	if len(q.pending) >= q.bound && !e.EndsRun() {
+	if q.full() && !e.EndsRun() {
 		l.waits.Add(1)
 		var deadline <-chan time.Time
-		for len(q.pending) >= q.bound {
+		for q.full() {
 			if q.failing.Load() {
 				q.mu.Unlock()
 				l.dropped.Add(1)
@@ -301,12 +325,19 @@ func (l *Log) Append(thread string, e *server.Event) {
 	}
 	floor, exact := q.minID(&l.opts, thread, e.Seq, len(e.JSON()))
 	q.pending = append(q.pending, entry{thread: thread, e: e, minID: floor, exact: exact})
+	q.bytes += int64(len(e.JSON()))
 	q.unsent[thread]++
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+}
+
+// full reports whether a publisher must wait for room: the queue holds its
+// share of WriteQueue events or of WriteQueueBytes. The caller holds q.mu.
+func (q *writeQueue) full() bool {
+	return len(q.pending) >= q.bound || len(q.pending) > 0 && q.bytes >= q.maxBytes
 }
 
 // maxBatch is the most events one pipelined round trip carries.
@@ -336,6 +367,9 @@ func (l *Log) flush(q *writeQueue) bool {
 	n := min(len(q.pending), maxBatch)
 	batch := make([]entry, n)
 	copy(batch, q.pending)
+	for _, en := range batch {
+		q.bytes -= int64(len(en.e.JSON()))
+	}
 	q.pending = q.pending[n:]
 	if n > 0 {
 		close(q.room) // waiting publishers: there is room

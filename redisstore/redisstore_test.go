@@ -313,6 +313,50 @@ func TestFullWriteQueueWaits(t *testing.T) {
 	}
 }
 
+// TestWriteQueueBoundedByBytes: the write queue's bytes bound makes
+// publishers wait as its count bound does: with room for a thousand events
+// but for about four of them in bytes, a paused Redis makes the run wait,
+// the queue never holds much more than its bytes, and every event reaches
+// the stream in order once Redis takes writes again.
+func TestWriteQueueBoundedByBytes(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	const maxBytes = 1200 // a firehose event of 100 bytes is about 250 bytes of JSON
+	n := startNode(t, e, redisstore.LogOptions{Writers: 1, WriteQueue: 1000, WriteQueueBytes: maxBytes, WriteTimeout: 10 * time.Second})
+	require.NoError(t, rawRedis(rs.Addr, "CLIENT", "PAUSE", "500", "WRITE"))
+	var most atomic.Int64
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				if b := n.log.Stats().PendingBytes; b > most.Load() {
+					most.Store(b)
+				}
+			}
+		}
+	}()
+	evs := runToEnd(t, n.srv, "bytes", "firehose", map[string]any{"count": 40.0, "size": 100.0})
+	require.Eventually(t, func() bool { return n.log.Stats().Pending == 0 }, 10*time.Second, 10*time.Millisecond)
+	close(stop)
+	<-watched
+	st := n.log.Stats()
+	require.Zero(t, st.Dropped)
+	require.Positive(t, st.Waits, "the bytes bound filled while Redis was paused")
+	require.Positive(t, most.Load())
+	require.Less(t, most.Load(), int64(maxBytes+1024), "no more than the bound and one event")
+	var stored []uint64
+	require.NoError(t, n.log.Stored("bytes", 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
+	require.Len(t, stored, len(evs))
+	for i, s := range stored {
+		require.Equal(t, uint64(i+1), s)
+	}
+}
+
 // TestRunEndIsNeverDroppedForAFullQueue: when waiting for room times out,
 // events are dropped from Redis (and counted), but the run's end still
 // reaches the stream, so that no other node takes the run for lost.

@@ -91,6 +91,7 @@ type config struct {
 	leaseTTL                                                    time.Duration
 	playground                                                  bool
 	redisWriteQueue                                             int
+	redisWriteQueueBytes                                        int64
 	redisWriters                                                int
 	redisQueueWait                                              time.Duration
 }
@@ -152,6 +153,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.nodeID, "node-id", "", "with --redis: this node's name among the nodes that share the Redis (random when empty)")
 	fs.IntVar(&c.redisWriters, "redis-writers", redisstore.DefaultWriters, "with --redis: how many pipelined batches of events may be on their way to Redis at once, each from a writer serving a share of the threads")
 	fs.IntVar(&c.redisWriteQueue, "redis-write-queue", redisstore.DefaultWriteQueue, "with --redis: how many events may wait to be written to Redis; past it publishers wait (--redis-queue-wait), then events are kept in memory only (agentstream_redis_events_dropped_total)")
+	fs.Int64Var(&c.redisWriteQueueBytes, "redis-write-queue-bytes", redisstore.DefaultWriteQueueBytes, "with --redis: how many bytes of events (their JSON) may wait to be written to Redis; past it publishers wait as past --redis-write-queue")
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", 5*time.Second, "with --redis: how long a publisher waits for room in a full write queue before its event is kept in memory only")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
@@ -272,7 +274,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		defer engine.Close()
 		onErr := func(err error) { log.Warn().Err(err).Msg("redis") }
 		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr, Publish: true,
-			WriteQueue: c.redisWriteQueue, Writers: c.redisWriters, QueueWait: c.redisQueueWait})
+			WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait})
 		registry.MustRegister(rlog.Collectors()...)
 		defer rlog.Close()
 		st := engine.State()
@@ -509,7 +511,7 @@ func (c config) check() error {
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
-		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
+		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)
