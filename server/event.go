@@ -26,8 +26,9 @@ type Event struct {
 	// Namespace is where in the agent tree it happened.
 	Namespace channels.Namespace
 	// Payload is the event as the protocol types describe it. An event
-	// read back from a durable log or received from another node
-	// (DecodeEvent) carries its JSON only, and Payload is nil but for
+	// replayed from a replay buffer (which keeps JSON only), read back
+	// from a durable log or received from another node (DecodeEvent)
+	// carries its JSON only, and Payload is nil but for
 	// lifecycle events: the wire transports need no more, and decoding
 	// every event was a third of a receiving node's CPU. WithPayload
 	// returns it with its payload.

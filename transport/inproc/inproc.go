@@ -117,7 +117,7 @@ func (c *Client) Next(ctx context.Context) (*server.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.WithPayload() // an event from another node carries its JSON only
+	return e.WithPayload() // a replayed event, or one from another node, carries its JSON only
 }
 
 // Subscribe opens a separate stream of the thread's events matching f,
