@@ -335,3 +335,42 @@ func BenchmarkPublish10kSubscriptions(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplay subscribes to a thread holding 8,192 buffered 100-byte
+// custom events with no cursor (a new watcher: everything is replayed),
+// reads them all and ends the session: what a full replay costs the
+// server before the socket writes, reported per replayed event.
+func BenchmarkReplay(b *testing.B) {
+	s, t := benchThread(b)
+	const n = DefaultBufferEvents
+	name := "firehose"
+	pad := strings.Repeat("x", 36)
+	for i := range n {
+		d := customEvent(name, protocol.CustomData{Name: &name, Payload: payloads[1].make(i, pad)})
+		t.mu.Lock()
+		_, err := t.publish(d)
+		t.mu.Unlock()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ss, replayed, err := s.Subscribe("bench", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if replayed != n {
+			b.Fatalf("replayed %d of %d", replayed, n)
+		}
+		for range n {
+			if _, ok, _ := ss.TryNext(); !ok {
+				b.Fatal("not replayed")
+			}
+		}
+		ss.Close()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
+}

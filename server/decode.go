@@ -2,8 +2,9 @@ package server
 
 import (
 	"bytes"
-	"strconv"
+	"math"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/agentstream/agentstream/channels"
 )
@@ -14,7 +15,8 @@ type routing struct {
 	seq        uint64
 	hasSeq     bool
 	namespace  []string
-	name       *string
+	name       string
+	hasName    bool
 }
 
 // decodeRouting reads the routing fields of an event in the exact layout
@@ -69,11 +71,10 @@ func decodeRouting(b []byte) (r routing, ok bool) {
 		return r, false
 	}
 	if p.lit(`{"name":`) {
-		name, ok := p.str()
-		if !ok {
+		if r.name, ok = p.str(); !ok {
 			return r, false
 		}
-		r.name = &name
+		r.hasName = true
 	} else if r.method == channels.Custom && !p.lit(`{"payload":`) {
 		return r, false // custom data in another layout: its name may be further on
 	}
@@ -95,7 +96,9 @@ func (p *parser) lit(s string) bool {
 	return true
 }
 
-// str consumes a JSON string with no escapes in it.
+// str consumes a JSON string with no escapes in it. The string it returns
+// shares b's memory (DecodeEvent keeps b as the event's JSON, never
+// modified), so reading an event allocates for none of its strings.
 func (p *parser) str() (string, bool) {
 	if !p.lit(`"`) {
 		return "", false
@@ -114,19 +117,37 @@ func (p *parser) str() (string, bool) {
 		return "", false // encoding/json reads invalid bytes as U+FFFD
 	}
 	p.i += end + 1
-	return string(s), true
+	if len(s) == 0 {
+		return "", true
+	}
+	return unsafe.String(&s[0], len(s)), true
 }
 
-// uint consumes an unsigned integer of at most 20 digits.
+// uint consumes an unsigned integer: digits, no leading zero but for 0
+// itself, within 64 bits.
 func (p *parser) uint() (uint64, bool) {
 	j := p.i
-	for j < len(p.b) && j-p.i < 20 && p.b[j] >= '0' && p.b[j] <= '9' {
+	var n uint64
+	for j < len(p.b) && j-p.i < 19 && isDigit(p.b[j]) { // 19 digits cannot overflow
+		n = n*10 + uint64(p.b[j]-'0')
 		j++
 	}
-	n, err := strconv.ParseUint(string(p.b[p.i:j]), 10, 64)
-	if err != nil {
-		return 0, false
+	if j < len(p.b) && isDigit(p.b[j]) { // a 20th digit may
+		d := uint64(p.b[j] - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+		j++
+		if j < len(p.b) && isDigit(p.b[j]) {
+			return 0, false
+		}
+	}
+	if j == p.i || p.b[p.i] == '0' && j-p.i > 1 {
+		return 0, false // no digit, or a leading zero (not JSON)
 	}
 	p.i = j
 	return n, true
 }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }

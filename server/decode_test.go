@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"testing"
 
 	"github.com/agentstream/agentstream/channels"
@@ -69,7 +70,7 @@ func FuzzDecodeRouting(f *testing.F) {
 			return
 		}
 		if fast.method != "custom" {
-			fast.name, slow.name = nil, nil // read for custom events only
+			fast.name, fast.hasName, slow.name, slow.hasName = "", false, "", false // read for custom events only
 		}
 		requireSameRouting(t, slow, fast, b)
 	})
@@ -107,4 +108,33 @@ func BenchmarkDecodeEvent(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeRoutingNumbers: sequence numbers up to the largest uint64 are
+// read by the fast path; past it, with a leading zero or with no digit,
+// it leaves the event to encoding/json.
+func TestDecodeRoutingNumbers(t *testing.T) {
+	for _, c := range []struct {
+		name, seq string
+		want      uint64
+		ok        bool
+	}{
+		{"zero", "0", 0, true},
+		{"19 digits", "1234567890123456789", 1234567890123456789, true},
+		{"the largest", "18446744073709551615", math.MaxUint64, true},
+		{"one past it", "18446744073709551616", 0, false},
+		{"21 digits", "123456789012345678901", 0, false},
+		{"a leading zero", "012", 0, false},
+		{"no digit", "x", 0, false},
+		{"negative", "-1", 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := []byte(`{"type":"event","event_id":"e-1","seq":` + c.seq + `,"method":"values","params":{"namespace":[],"timestamp":1,"data":{}}}`)
+			r, ok := decodeRouting(b)
+			require.Equal(t, c.ok, ok)
+			if ok {
+				require.Equal(t, c.want, r.seq)
+			}
+		})
+	}
 }

@@ -236,34 +236,43 @@ func (e *Event) WithPayload() (*Event, error) {
 // JSON method), for an EventLog that keeps events outside the process (a
 // Redis stream) and reads them back: the same bytes, the same event id,
 // sequence number and routing fields. Its typed payload is decoded for
-// lifecycle events only (see Payload).
+// lifecycle events only (see Payload). The event keeps b, and its strings
+// may share b's memory: b must not be modified afterwards.
 func DecodeEvent(b []byte) (*Event, error) {
+	e := &Event{}
+	if err := e.decode(b); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// decode fills e, a zero Event, from b (see DecodeEvent).
+func (e *Event) decode(b []byte) error {
 	r, ok := decodeRouting(b)
 	if !ok {
 		var err error
 		if r, err = decodeRoutingJSON(b); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if r.method == "" || !r.hasSeq {
-		return nil, fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
+		return fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
 	}
-	e := &Event{Seq: r.seq, id: r.id, Method: r.method, Channel: channels.ChannelOf(r.method),
-		Namespace: channels.Namespace(r.namespace), json: b}
+	e.Seq, e.id, e.Method, e.Channel, e.json = r.seq, r.id, r.method, channels.ChannelOf(r.method), b
+	if len(r.namespace) > 0 {
+		e.Namespace = channels.Namespace(r.namespace)
+	}
 	if e.Channel == channels.Lifecycle {
 		p, err := e.typed()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e.Payload = p
 	}
-	if len(e.Namespace) == 0 {
-		e.Namespace = nil
+	if e.Channel == channels.Custom && r.hasName {
+		e.Name = r.name
 	}
-	if e.Channel == channels.Custom && r.name != nil {
-		e.Name = *r.name
-	}
-	return e, nil
+	return nil
 }
 
 // decodeRoutingJSON is decodeRouting for any JSON, with encoding/json.
@@ -282,7 +291,10 @@ func decodeRoutingJSON(b []byte) (routing, error) {
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return routing{}, fmt.Errorf("server: decoding a stored event: %w", err)
 	}
-	r := routing{method: probe.Method, namespace: probe.Params.Namespace, name: probe.Params.Data.Name}
+	r := routing{method: probe.Method, namespace: probe.Params.Namespace}
+	if probe.Params.Data.Name != nil {
+		r.name, r.hasName = *probe.Params.Data.Name, true
+	}
 	if probe.Seq != nil && probe.EventID != nil {
 		r.seq, r.id, r.hasSeq = *probe.Seq, *probe.EventID, true
 	}

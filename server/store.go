@@ -248,10 +248,16 @@ func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
 	if t == nil {
 		return
 	}
-	// The thread's lock keeps its ring from changing meanwhile.
+	// The thread's lock keeps its ring from changing meanwhile. The events
+	// are made replaySlab at a time: one allocation for many.
+	var slab []Event
 	t.buf.After(seq, func(s stored) bool {
-		e, err := DecodeEvent(s.json)
-		if err != nil {
+		if len(slab) == 0 {
+			slab = make([]Event, replaySlab)
+		}
+		e := &slab[0]
+		if err := e.decode(s.json); err != nil {
+			slab[0] = Event{}
 			// It was encoded here (TestEncodeEventJSONMatchesTheGeneratedTypes
 			// and FuzzDecodeRouting hold the two together): count it rather
 			// than fail the replay.
@@ -260,9 +266,15 @@ func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
 			l.mu.Unlock()
 			return true
 		}
+		slab = slab[1:]
 		return fn(e)
 	})
 }
+
+// replaySlab is how many replayed events MemoryLog.After allocates at
+// once: a slab stays in memory until the last of its events is
+// delivered, so it is kept small.
+const replaySlab = 32
 
 // Undecodable is how many buffered events After could not rebuild and
 // skipped; anything but 0 is a bug.
