@@ -305,9 +305,16 @@ func TestFullWriteQueueWaits(t *testing.T) {
 	st := n.log.Stats()
 	require.Zero(t, st.Dropped)
 	require.Positive(t, st.Waits, "the queue filled while Redis was paused")
+	requireStoredInOrder(t, n.log, "waits", len(evs))
+}
+
+// requireStoredInOrder checks that thread's stream holds events 1 to n,
+// in order.
+func requireStoredInOrder(t *testing.T, l *redisstore.Log, thread string, n int) {
+	t.Helper()
 	var stored []uint64
-	require.NoError(t, n.log.Stored("waits", 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
-	require.Len(t, stored, len(evs))
+	require.NoError(t, l.Stored(thread, 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
+	require.Len(t, stored, n)
 	for i, s := range stored {
 		require.Equal(t, uint64(i+1), s)
 	}
@@ -349,12 +356,7 @@ func TestWriteQueueBoundedByBytes(t *testing.T) {
 	require.Positive(t, st.Waits, "the bytes bound filled while Redis was paused")
 	require.Positive(t, most.Load())
 	require.Less(t, most.Load(), int64(maxBytes+1024), "no more than the bound and one event")
-	var stored []uint64
-	require.NoError(t, n.log.Stored("bytes", 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
-	require.Len(t, stored, len(evs))
-	for i, s := range stored {
-		require.Equal(t, uint64(i+1), s)
-	}
+	requireStoredInOrder(t, n.log, "bytes", len(evs))
 }
 
 // TestRunEndIsNeverDroppedForAFullQueue: when waiting for room times out,
