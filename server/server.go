@@ -257,6 +257,27 @@ func (s *Server) BufferedBytes() int64 {
 	return 0
 }
 
+// SetBufferLimit changes the budget of all the replay buffers together
+// (Config.BufferTotalBytes at the start) while the server runs: a memory
+// governor lowers it to keep the process within a memory target
+// (server/memgov). Lowered below what they hold, the least recently active
+// threads' buffers are dropped at once. It does nothing with a log that
+// keeps no MemoryLog.
+func (s *Server) SetBufferLimit(n int64) {
+	if l := s.memoryLog(); l != nil {
+		l.SetTotalBytes(n)
+	}
+}
+
+// BufferLimit is the budget of the replay buffers now (see
+// SetBufferLimit); 0 with a log that keeps no MemoryLog.
+func (s *Server) BufferLimit() int64 {
+	if l := s.memoryLog(); l != nil {
+		return l.TotalBytes()
+	}
+	return 0
+}
+
 // memoryLog is the MemoryLog behind the configured log: the log itself, or
 // the cache a durable log keeps in memory (redisstore's), or nil.
 func (s *Server) memoryLog() *MemoryLog {

@@ -149,10 +149,25 @@ func NewMemoryLog(maxEvents, maxBytes int) *MemoryLog {
 // recently are dropped whole (a subscriber resuming from them gets the
 // events.missed notice); when only the appending thread is left, its
 // oldest events go.
+//
+// Lowered below what the buffers hold, it drops the coldest threads'
+// buffers at once, all but the hottest thread's (whose oldest events go
+// at its next append).
 func (l *MemoryLog) SetTotalBytes(n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total = n
+	for l.total > 0 && l.used > l.total && l.cold != nil && l.cold != l.hot {
+		l.trimmed += uint64(l.cold.buf.Len())
+		l.drop(l.cold)
+	}
+}
+
+// TotalBytes is the budget SetTotalBytes set.
+func (l *MemoryLog) TotalBytes() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
 }
 
 // Used is what the buffers count against the total budget now.

@@ -141,3 +141,28 @@ func TestMemoryLogReplaysWhatWasAppended(t *testing.T) {
 	l.After("t", 2, func(e *Event) bool { after2 = append(after2, e.Seq); return true })
 	require.Equal(t, []uint64{3, 4}, after2)
 }
+
+// TestMemoryLogLowerBudgetDropsAtOnce: lowering the total budget drops
+// the coldest threads' buffers at once, without waiting for an append,
+// but never the hottest thread's.
+func TestMemoryLogLowerBudgetDropsAtOnce(t *testing.T) {
+	l := NewMemoryLog(1000, 1<<20)
+	for _, th := range []string{"a", "b", "c"} { // c is the hottest
+		for seq := uint64(1); seq <= 10; seq++ {
+			e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
+			require.NoError(t, err)
+			l.Append(th, e)
+		}
+	}
+	per := l.Used() / 3
+	l.SetTotalBytes(2 * per)
+	require.Equal(t, int64(2*per), l.TotalBytes())
+	require.Zero(t, l.Len("a"), "the coldest went")
+	require.Equal(t, 10, l.Len("b"))
+	require.Equal(t, 10, l.Len("c"))
+	require.Equal(t, uint64(10), l.Trimmed())
+	l.SetTotalBytes(1)
+	require.Zero(t, l.Len("b"))
+	require.Equal(t, 10, l.Len("c"), "the hottest waits for its next append")
+	require.Equal(t, per, l.Used())
+}

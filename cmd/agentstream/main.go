@@ -63,6 +63,7 @@ type config struct {
 	bufferTotal     int64
 	memoryLimit     int64
 	gcBuffers       bool
+	memoryTarget    int64
 	queueBytes      int
 	heartbeat       time.Duration
 	writeInterval   time.Duration
@@ -121,6 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		" (default: an eighth of this machine's memory, 64 MiB to 2 GiB); past it the least recently active threads' buffers are dropped first")
 	fs.Int64Var(&c.memoryLimit, "memory-limit", 0, "the Go runtime's soft memory limit, in bytes (0: none, or GOMEMLIMIT's): past it the runtime collects more often, which bounds the resident memory a growing heap leaves; set it above --buffer-total-bytes plus what the connections take")
 	fs.BoolVar(&c.gcBuffers, "gc-exclude-buffers", true, "let the heap grow between collections by GOGC percent of what is live outside the replay buffers only, not of the buffers too, so that resident memory is about the buffers plus the rest of the process rather than twice both (the collector runs more often when the buffers are large; false: GOGC as given)")
+	fs.Int64Var(&c.memoryTarget, "memory-target", 0, "hold the process's memory to this many bytes (0: no target), as Redis's maxmemory does: the runtime's soft memory limit is set to it, and the replay buffers' budget is lowered below --buffer-total-bytes while the process would need more, dropping the least recently active threads' history first; needs --gc-exclude-buffers")
 	fs.IntVar(&c.queueBytes, "queue-bytes", server.DefaultQueueBytes, "unread events (replays included) a connection may hold, in bytes, before it is cut off")
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
@@ -289,7 +291,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	}
 	srv := server.New(cfg)
 	if c.gcBuffers {
-		gov := memgov.Start(srv.BufferedBytes, memgov.Options{})
+		gov := memgov.Start(srv, memgov.Options{Target: c.memoryTarget})
 		defer gov.Stop()
 	}
 	if live != nil {
@@ -496,6 +498,12 @@ const defaultShutdownTimeout = 10 * time.Second
 // check refuses a zero or negative size or duration: in the libraries'
 // options zero means "the default", which a command line states instead.
 func (c config) check() error {
+	if c.memoryTarget < 0 {
+		return fmt.Errorf("--memory-target must be 0 (none) or more")
+	}
+	if c.memoryTarget > 0 && !c.gcBuffers {
+		return fmt.Errorf("--memory-target needs --gc-exclude-buffers")
+	}
 	if c.memoryLimit < 0 {
 		return fmt.Errorf("--memory-limit must be 0 (none) or more")
 	}

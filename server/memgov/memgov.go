@@ -13,9 +13,20 @@
 // way) only: resident memory is then about the buffers plus what the
 // process needs without them. The buffers hold JSON only (no pointers to
 // follow), so the more frequent collections this brings cost little.
+//
+// With a memory target (Options.Target, `serve --memory-target`) it also
+// holds the process's memory to it, as Redis's maxmemory does: the
+// runtime's soft memory limit is set to the target, and after each
+// collection the buffers' budget is lowered by what the process would
+// need beyond the target (what is live, the allocator's unused slots, the
+// stacks and the runtime's own, and the next collection's headroom), so
+// the least recently active threads lose their history first, and raised
+// back, by half the room at a time, up to --buffer-total-bytes when there
+// is room again.
 package memgov
 
 import (
+	"math"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -30,12 +41,27 @@ type Options struct {
 	// MinHeadroom is the least the heap may grow between collections
 	// (default 16 MiB), so that a small heap is not collected constantly.
 	MinHeadroom int64
+	// Target, when more than 0, is the memory the process is held to
+	// (see the package doc); the soft memory limit is set to it unless a
+	// lower one is set.
+	Target int64
+}
+
+// Buffers is what a Governor reads and steers: a *server.Server.
+type Buffers interface {
+	// BufferedBytes is what the replay buffers hold.
+	BufferedBytes() int64
+	// BufferLimit is their budget now; SetBufferLimit changes it.
+	BufferLimit() int64
+	SetBufferLimit(n int64)
 }
 
 // Governor adjusts GOGC after each collection; see the package doc. Its
 // goroutine runs until Stop.
 type Governor struct {
-	buffered func() int64
+	buffers  Buffers
+	budget   int64 // the buffers' budget at Start: the most a target gives back
+	oldLimit int64 // the soft memory limit at Start
 	opts     Options
 	base     int // the GOGC in effect when it started, applied to the rest of the heap
 	samples  []metrics.Sample
@@ -46,18 +72,23 @@ type Governor struct {
 	stopOnce sync.Once
 }
 
-// Start begins governing the collector. buffered reports the bytes the
-// replay buffers hold (server.Server.BufferedBytes). With GOGC off it
-// changes nothing.
-func Start(buffered func() int64, opts Options) *Governor {
+// Start begins governing the collector and the buffers' budget. With
+// GOGC off it leaves GOGC alone.
+func Start(buffers Buffers, opts Options) *Governor {
 	if opts.Interval <= 0 {
 		opts.Interval = 100 * time.Millisecond
 	}
 	if opts.MinHeadroom <= 0 {
 		opts.MinHeadroom = 16 << 20
 	}
-	g := &Governor{buffered: buffered, opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
-		samples: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"}}}
+	g := &Governor{buffers: buffers, budget: buffers.BufferLimit(), opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
+		samples: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"},
+			{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
+			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}}
+	g.oldLimit = debug.SetMemoryLimit(-1) // reads it
+	if opts.Target > 0 && opts.Target < g.oldLimit {
+		debug.SetMemoryLimit(opts.Target)
+	}
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(gogc)
 	if gogc[0].Value.Kind() == metrics.KindUint64 {
@@ -81,12 +112,16 @@ func (g *Governor) Stop() {
 		if g.base > 0 {
 			debug.SetGCPercent(g.base)
 		}
+		if g.opts.Target > 0 {
+			debug.SetMemoryLimit(g.oldLimit)
+			g.buffers.SetBufferLimit(g.budget)
+		}
 	})
 }
 
 func (g *Governor) loop() {
 	defer close(g.done)
-	if g.base <= 0 {
+	if g.base <= 0 && g.opts.Target <= 0 {
 		<-g.stop
 		return
 	}
@@ -102,23 +137,58 @@ func (g *Governor) loop() {
 	}
 }
 
-// adjust sets GOGC from the live heap of the last collection, once per
-// collection.
+// adjust sets GOGC, and with a target the buffers' budget, from the
+// heap of the last collection, once per collection.
 func (g *Governor) adjust() {
 	metrics.Read(g.samples)
-	if g.samples[0].Value.Kind() != metrics.KindUint64 || g.samples[1].Value.Kind() != metrics.KindUint64 {
-		return // a runtime without these metrics: leave GOGC alone
+	for _, s := range g.samples {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return // a runtime without these metrics: leave everything alone
+		}
 	}
-	cycles, live := g.samples[0].Value.Uint64(), int64(g.samples[1].Value.Uint64())
+	v := func(i int) int64 { return int64(g.samples[i].Value.Uint64()) }
+	cycles, live := uint64(v(0)), v(1)
 	if cycles == g.cycles {
 		return
 	}
 	g.cycles = cycles
-	p := GCPercent(g.base, live, g.buffered(), g.opts.MinHeadroom)
-	if p != g.Percent() {
-		debug.SetGCPercent(p)
-		g.percent.Store(int32(p))
+	buffered := g.buffers.BufferedBytes()
+	if g.base > 0 {
+		p := GCPercent(g.base, live, buffered, g.opts.MinHeadroom)
+		if p != g.Percent() {
+			debug.SetGCPercent(p)
+			g.percent.Store(int32(p))
+		}
 	}
+	if g.opts.Target > 0 {
+		// What the process holds that a collection cannot give back: the
+		// live heap, and besides objects the allocator's unused slots,
+		// stacks and the runtime's own (free pages it can return).
+		other := max(v(2)-v(3)-v(4)-v(5), 0)
+		headroom := max((live-min(buffered, live))*int64(max(g.base, 0))/100, g.opts.MinHeadroom)
+		cur := g.buffers.BufferLimit()
+		if next := BufferLimit(g.opts.Target, g.budget, cur, live+other+headroom, buffered); next != cur {
+			g.buffers.SetBufferLimit(next)
+		}
+	}
+}
+
+// BufferLimit is the buffers' next budget: with need bytes of memory
+// wanted (what is held, plus the next collection's headroom) against a
+// target, buffered bytes in the buffers under a budget of cur, it takes
+// what the target is passed by from the buffers, and gives back half the
+// room left once there is more than a sixteenth of the target, never
+// above budget nor under a sixty-fourth of it.
+func BufferLimit(target, budget, cur, need, buffered int64) int64 {
+	floor := budget / 64
+	next := cur
+	switch over := need - target; {
+	case over > 0:
+		next = min(cur, buffered) - over
+	case -over > target/16 && cur < budget:
+		next = cur + min(-over/2, math.MaxInt64-cur)
+	}
+	return min(max(next, floor), budget)
 }
 
 // GCPercent is the GOGC that gives a heap of live bytes, buffered of them

@@ -3,6 +3,7 @@ package memgov
 import (
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestGovernorLowersGOGCForBuffersAndPutsItBack(t *testing.T) {
 	for i := range buffers {
 		buffers[i] = make([]byte, 1<<20)
 	}
-	g := Start(func() int64 { return 64 << 20 }, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20})
+	g := Start(&fakeBuffers{held: 64 << 20, limit: 1 << 30}, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20})
 	require.Equal(t, 100, g.Percent())
 	require.Eventually(t, func() bool {
 		runtime.GC()
@@ -66,11 +67,95 @@ func TestGovernorLeavesGOGCOffAlone(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	old := debug.SetGCPercent(-1)
 	defer debug.SetGCPercent(old)
-	g := Start(func() int64 { return 1 << 30 }, Options{Interval: time.Millisecond})
+	g := Start(&fakeBuffers{held: 1 << 30, limit: 1 << 30}, Options{Interval: time.Millisecond})
 	runtime.GC()
 	time.Sleep(20 * time.Millisecond)
 	defer g.Stop()
 	require.Equal(t, -1, g.Percent(), "off")
 	g.Stop()
 	require.Equal(t, -1, debug.SetGCPercent(-1), "still off")
+}
+
+// fakeBuffers stands for a server's replay buffers.
+type fakeBuffers struct {
+	mu          sync.Mutex
+	held, limit int64
+}
+
+func (f *fakeBuffers) BufferedBytes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return min(f.held, f.limit)
+}
+
+func (f *fakeBuffers) BufferLimit() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.limit
+}
+
+func (f *fakeBuffers) SetBufferLimit(n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit = n
+}
+
+func TestBufferLimit(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name                                string
+		target, budget, cur, need, buffered int64
+		want                                int64
+	}{
+		{"within the target: unchanged", 256 * mib, 256 * mib, 256 * mib, 250 * mib, 200 * mib, 256 * mib},
+		{"over: the buffers give what passes it", 256 * mib, 256 * mib, 256 * mib, 300 * mib, 200 * mib, 156 * mib},
+		{"over, buffers under their limit: from what they hold", 256 * mib, 256 * mib, 200 * mib, 300 * mib, 150 * mib, 106 * mib},
+		{"never under a 64th of the budget", 256 * mib, 256 * mib, 256 * mib, 900 * mib, 200 * mib, 4 * mib},
+		{"room: half of it back", 256 * mib, 256 * mib, 100 * mib, 156 * mib, 90 * mib, 150 * mib},
+		{"little room: unchanged", 256 * mib, 256 * mib, 100 * mib, 250 * mib, 90 * mib, 100 * mib},
+		{"never above the budget", 256 * mib, 128 * mib, 120 * mib, 10 * mib, 90 * mib, 128 * mib},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, BufferLimit(c.target, c.budget, c.cur, c.need, c.buffered))
+		})
+	}
+}
+
+// TestGovernorHoldsTheTarget: with 96 MiB held on the heap for "buffers"
+// and a target of 64 MiB, the governor lowers the buffers' budget, and the
+// soft memory limit is the target; once that memory is let go, the budget
+// comes back up; Stop puts back the limit and the budget.
+func TestGovernorHoldsTheTarget(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	oldGC := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(oldGC)
+	oldLimit := debug.SetMemoryLimit(-1)
+
+	held := make([][]byte, 96)
+	for i := range held {
+		held[i] = make([]byte, 1<<20)
+	}
+	b := &fakeBuffers{held: 96 << 20, limit: 128 << 20}
+	g := Start(b, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20, Target: 64 << 20})
+	defer g.Stop()
+	require.Equal(t, int64(64<<20), debug.SetMemoryLimit(-1))
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return b.BufferLimit() < 64<<20
+	}, 10*time.Second, 20*time.Millisecond, "the budget comes down")
+	low := b.BufferLimit()
+	runtime.KeepAlive(held)
+
+	held = nil
+	b.mu.Lock()
+	b.held = 0
+	b.mu.Unlock()
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return b.BufferLimit() > low
+	}, 10*time.Second, 20*time.Millisecond, "with room again, the budget goes back up")
+
+	g.Stop()
+	require.Equal(t, oldLimit, debug.SetMemoryLimit(-1), "Stop put the limit back")
+	require.Equal(t, int64(128<<20), b.BufferLimit(), "and the budget")
 }
