@@ -132,6 +132,7 @@ func TestZeroLimitsAreRefused(t *testing.T) {
 		{"--buffer-events", "-1", "--buffer-events must be more than 0"},
 		{"--heartbeat", "0s", "--heartbeat must be more than 0"},
 		{"--memory-limit", "-1", "--memory-limit must be 0 (none) or more"},
+		{"--memory-target", "-1", "--memory-target must be 0 (none) or more"},
 	} {
 		var stderr bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), []string{"serve", tc.flag, tc.value}, io.Discard, &stderr, nil), tc.flag+" "+tc.value)
@@ -242,6 +243,24 @@ func TestMemoryLimit(t *testing.T) {
 	require.Equal(t, int64(3000000000), debug.SetMemoryLimit(-1))
 	cancel()
 	require.Equal(t, 0, <-done)
+}
+
+// --memory-target sets the soft memory limit while the server runs (the
+// governor lowers the buffers' budget under it: server/memgov's tests) and
+// puts the old one back when it stops; it needs --gc-exclude-buffers.
+func TestMemoryTarget(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, done := startServe(t, ctx, io.Discard, "--memory-target", "2000000000")
+	require.Equal(t, int64(2000000000), debug.SetMemoryLimit(-1))
+	cancel()
+	require.Equal(t, 0, <-done)
+	require.Equal(t, before, debug.SetMemoryLimit(-1))
+
+	var stderr bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"serve", "--memory-target", "1000000", "--gc-exclude-buffers=false"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "--memory-target needs --gc-exclude-buffers")
 }
 
 // On loopback, a page whose DNS name was rebound to 127.0.0.1 is refused
