@@ -215,6 +215,9 @@ type MetricsSnapshot struct {
 	// Log that is not the in-memory one).
 	BufferTrimmed uint64
 	BufferUsed    int64
+	// BufferUndecodable counts buffered events a replay could not rebuild
+	// from their JSON and skipped: a bug if ever more than 0.
+	BufferUndecodable uint64
 }
 
 // New returns a running Server. Close it to stop its runs.
@@ -242,7 +245,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		Refused:         s.metrics.refused.snapshot(),
 	}
 	if l := s.memoryLog(); l != nil {
-		m.BufferTrimmed, m.BufferUsed = l.Trimmed(), l.Used()
+		m.BufferTrimmed, m.BufferUsed, m.BufferUndecodable = l.Trimmed(), l.Used(), l.Undecodable()
 	}
 	return m
 }

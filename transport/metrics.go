@@ -79,6 +79,7 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),
 		counter("agentstream_commands_total", "Commands dispatched, all transports.", func(s server.MetricsSnapshot) uint64 { return s.Commands }),
+		counter("agentstream_buffer_undecodable_events_total", "Buffered events a replay could not rebuild from their JSON and skipped (a bug if ever more than 0).", func(s server.MetricsSnapshot) uint64 { return s.BufferUndecodable }),
 		counter("agentstream_buffer_trimmed_events_total", "Events dropped from replay buffers to keep them all within --buffer-total-bytes.", func(s server.MetricsSnapshot) uint64 { return s.BufferTrimmed }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_buffer_bytes", Help: "What the replay buffers count against --buffer-total-bytes."}, func() float64 { return float64(srv.Metrics().BufferUsed) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_buffer_limit_bytes", Help: "The replay buffers' budget now: --buffer-total-bytes, or less while --memory-target lowers it."}, func() float64 { return float64(srv.BufferLimit()) }),
