@@ -264,11 +264,14 @@ func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
 		return
 	}
 	// The thread's lock keeps its ring from changing meanwhile. The events
-	// are made replaySlab at a time: one allocation for many.
+	// are made several at a time, one allocation for up to replaySlab,
+	// starting small so that a short replay (a reconnect) makes few.
 	var slab []Event
+	size := 2
 	t.buf.After(seq, func(s stored) bool {
 		if len(slab) == 0 {
-			slab = make([]Event, replaySlab)
+			size = min(2*size, replaySlab)
+			slab = make([]Event, size)
 		}
 		e := &slab[0]
 		if err := e.decode(s.json); err != nil {
