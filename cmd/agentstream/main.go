@@ -415,7 +415,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	threads := fs.Int("threads", 0, "instead: the many-conversations workload, this many threads (with --subs-per-thread, --rate per thread, --duration)")
 	perThread := fs.Int("subs-per-thread", 2, "with --threads: subscribers of each thread")
 	duration := fs.Duration("duration", 10*time.Second, "with --threads: how long each thread's run publishes")
-	idleWait := fs.Duration("idle-wait", 0, "with --threads: wait this long after the runs, connections closed, and read the server's live heap per thread again (it needs --pprof, and a short --idle-release to see buffers go)")
+	idleWait := fs.Duration("idle-wait", 0, "with --threads: wait this long after the runs, connections closed, and read the server's RSS and live heap per thread again (the heap needs --pprof, and a short --idle-release to see buffers go)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -409,16 +409,19 @@ func cpuSeconds(pid int) (float64, error) {
 }
 
 // rssBytes reads a process's resident set size from /proc.
-func rssBytes(pid int) (int64, error) {
+func rssBytes(pid int) (int64, error) { return statusBytes(pid, "VmRSS:") }
+
+// statusBytes reads a size field of /proc/PID/status (VmRSS:, VmHWM:).
+func statusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
+		if strings.HasPrefix(line, field) {
 			kb, err := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("no VmRSS")
+	return 0, errors.New("no " + field)
 }

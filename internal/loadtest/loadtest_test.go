@@ -74,7 +74,7 @@ func TestRunReportsEachNodesLatency(t *testing.T) {
 func TestRunManyCountsEveryDelivery(t *testing.T) {
 	ts := startServer(t)
 	for _, tr := range []string{"sse", "ws"} {
-		r, err := RunMany(context.Background(), ManyConfig{URL: ts.URL, Transport: tr, Threads: 6, SubsPerThread: 2, Rate: 40, Duration: 500 * time.Millisecond, Size: 100, ServerPID: os.Getpid()})
+		r, err := RunMany(context.Background(), ManyConfig{URL: ts.URL, Transport: tr, Threads: 6, SubsPerThread: 2, Rate: 40, Duration: 500 * time.Millisecond, Size: 100, ServerPID: os.Getpid(), IdleWait: 10 * time.Millisecond})
 		require.NoError(t, err, tr)
 		require.Equal(t, 12, r.Subscribers)
 		require.Equal(t, int64(12*20), r.Expected, tr)
@@ -84,5 +84,9 @@ func TestRunManyCountsEveryDelivery(t *testing.T) {
 		require.Positive(t, r.StartLatency, tr)
 		require.Positive(t, r.ClientCPUSeconds, tr)
 		require.Equal(t, float64(12*40), r.Offered)
+		require.Positive(t, r.RSSEnd, tr)
+		require.GreaterOrEqual(t, r.RSSPeak, r.RSSEnd, "the peak is at least what it is at the end")
+		require.Positive(t, r.RSSIdle, tr)
+		require.Contains(t, r.String(), "after --idle-wait")
 	}
 }

@@ -31,8 +31,8 @@ type ManyConfig struct {
 	Connect, Start int
 	Timeout        time.Duration // the whole measurement (default Duration + 2 min)
 	// IdleWait, when set, is how long to wait after the runs, connections
-	// closed, before reading the server's live heap once more (run the
-	// server with a shorter --idle-release to see buffers released).
+	// closed, before reading the server's RSS and live heap once more (run
+	// the server with a shorter --idle-release to see buffers released).
 	IdleWait time.Duration
 	// SubscribeURLs and OtherPIDs: as Config's.
 	SubscribeURLs []string
@@ -63,6 +63,9 @@ type ManyResult struct {
 	// difference over the threads (buffers and state, not connections).
 	RSSConnected, RSSEnd int64
 	PerThread            int64
+	// RSSPeak is the most the server's RSS reached (VmHWM) by the end of
+	// the runs; RSSIdle its RSS after IdleWait, the connections closed.
+	RSSPeak, RSSIdle int64
 	// Heap is the server's live heap (after a collection, read from its
 	// /debug/pprof and /metrics; 0 when it does not serve --pprof) with the
 	// subscribers connected, at the end of the runs and after IdleWait.
@@ -72,8 +75,11 @@ type ManyResult struct {
 
 func (r ManyResult) String() string {
 	heap := ""
+	if r.RSSIdle > 0 {
+		heap = fmt.Sprintf("; server RSS %d MB after --idle-wait", r.RSSIdle>>20)
+	}
 	if r.HeapConnected > 0 {
-		heap = fmt.Sprintf("; server live heap %d MB connected, %.1f KB per thread after the runs", r.HeapConnected>>20, float64(r.HeapEnd-r.HeapConnected)/1024/float64(r.Threads))
+		heap += fmt.Sprintf("; server live heap %d MB connected, %.1f KB per thread after the runs", r.HeapConnected>>20, float64(r.HeapEnd-r.HeapConnected)/1024/float64(r.Threads))
 		if r.HeapIdle > 0 {
 			heap += fmt.Sprintf(", %.1f KB per thread idle (no connection; the baseline before connecting subtracted)", float64(r.HeapIdle-r.HeapBase)/1024/float64(r.Threads))
 		}
@@ -84,10 +90,10 @@ func (r ManyResult) String() string {
 func heap2(r ManyResult, heap string) string {
 	return fmt.Sprintf("offered %.0f/s to %d subscribers: delivered %d of %d (missing %d) in %.2fs: %.0f/s, latency p50 %v p99 %v; "+
 		"runs started in %.2fs (median run.start %v); server CPU %.2fs (%v per delivery), client CPU %.2fs; "+
-		"server RSS %d MB connected, %d MB after the runs (%.1f KB per thread)",
+		"server RSS %d MB connected, %d MB after the runs (%.1f KB per thread; peak %d MB)",
 		r.Offered, r.Subscribers, r.Deliveries, r.Expected, r.Missing, r.Seconds, r.PerSecond, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
 		r.StartSeconds, r.StartLatency.Round(time.Microsecond), r.ServerCPUSeconds, r.CPUPerDelivery, r.ClientCPUSeconds,
-		r.RSSConnected>>20, r.RSSEnd>>20, float64(r.PerThread)/1024) + heap
+		r.RSSConnected>>20, r.RSSEnd>>20, float64(r.PerThread)/1024, r.RSSPeak>>20) + heap
 }
 
 // liveHeap reads a server's live heap: a collection through its profiler
@@ -258,12 +264,16 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	cpu1, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self1 := selfCPU()
 	res.RSSEnd, _ = rssBytes(cfg.ServerPID)
+	res.RSSPeak, _ = statusBytes(cfg.ServerPID, "VmHWM:")
 	res.HeapEnd, _ = liveHeap(cfg.URL)
 	cancel()
 	wg.Wait()
-	if cfg.IdleWait > 0 && res.HeapConnected > 0 {
+	if cfg.IdleWait > 0 {
 		time.Sleep(cfg.IdleWait)
-		res.HeapIdle, _ = liveHeap(cfg.URL)
+		res.RSSIdle, _ = rssBytes(cfg.ServerPID)
+		if res.HeapConnected > 0 {
+			res.HeapIdle, _ = liveHeap(cfg.URL)
+		}
 	}
 
 	res.Deliveries, res.Seconds, res.PerSecond, res.P50, res.P99 = st.summary()
