@@ -178,9 +178,12 @@ func (g *Governor) adjust() {
 // target, buffered bytes in the buffers under a budget of cur, it takes
 // what the target is passed by from the buffers, and gives back half the
 // room left once there is more than a sixteenth of the target, never
-// above budget nor under a sixty-fourth of it.
+// above budget nor under a sixty-fourth of it (nor under 1 byte).
 func BufferLimit(target, budget, cur, need, buffered int64) int64 {
-	floor := budget / 64
+	if budget <= 0 {
+		return budget // no budget to steer (0 would mean none at all)
+	}
+	floor := max(budget/64, 1) // never 0: a MemoryLog reads 0 as no budget
 	next := cur
 	switch over := need - target; {
 	case over > 0:

@@ -114,6 +114,8 @@ func TestBufferLimit(t *testing.T) {
 		{"room: half of it back", 256 * mib, 256 * mib, 100 * mib, 156 * mib, 90 * mib, 150 * mib},
 		{"little room: unchanged", 256 * mib, 256 * mib, 100 * mib, 250 * mib, 90 * mib, 100 * mib},
 		{"never above the budget", 256 * mib, 128 * mib, 120 * mib, 10 * mib, 90 * mib, 128 * mib},
+		{"a tiny budget never becomes 0 (none)", 256 * mib, 10, 10, 900 * mib, 10, 1},
+		{"no budget: left alone", 256 * mib, 0, 0, 900 * mib, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			require.Equal(t, c.want, BufferLimit(c.target, c.budget, c.cur, c.need, c.buffered))
