@@ -56,8 +56,8 @@ type Buffers interface {
 	SetBufferLimit(n int64)
 }
 
-// Governor adjusts GOGC after each collection; see the package doc. Its
-// goroutine runs until Stop.
+// Governor adjusts GOGC after each collection and, with a target, the
+// buffers' budget; see the package doc. Its goroutine runs until Stop.
 type Governor struct {
 	buffers  Buffers
 	budget   int64 // the buffers' budget at Start: the most a target gives back
@@ -104,7 +104,8 @@ func (g *Governor) Percent() int {
 	return int(g.percent.Load())
 }
 
-// Stop ends the goroutine and puts back the GOGC in effect at Start.
+// Stop ends the goroutine and puts back what it changed: the GOGC, and
+// with a target the soft memory limit and the buffers' budget, of Start.
 func (g *Governor) Stop() {
 	g.stopOnce.Do(func() {
 		close(g.stop)
