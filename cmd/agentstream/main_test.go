@@ -234,29 +234,31 @@ func TestNonLoopbackNeedsInsecure(t *testing.T) {
 	require.Contains(t, stderr.String(), "--auth-hs256-secret-file")
 }
 
-// --memory-limit sets the Go runtime's soft memory limit.
-func TestMemoryLimit(t *testing.T) {
+// --memory-limit sets the Go runtime's soft memory limit; --memory-target
+// sets it while the server runs (the governor lowers the buffers' budget
+// under it: server/memgov's tests) and puts the old one back when it
+// stops, and needs --gc-exclude-buffers.
+func TestMemoryLimitAndTarget(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	defer debug.SetMemoryLimit(before)
-	ctx, cancel := context.WithCancel(context.Background())
-	_, done := startServe(t, ctx, io.Discard, "--memory-limit", "3000000000")
-	require.Equal(t, int64(3000000000), debug.SetMemoryLimit(-1))
-	cancel()
-	require.Equal(t, 0, <-done)
-}
-
-// --memory-target sets the soft memory limit while the server runs (the
-// governor lowers the buffers' budget under it: server/memgov's tests) and
-// puts the old one back when it stops; it needs --gc-exclude-buffers.
-func TestMemoryTarget(t *testing.T) {
-	before := debug.SetMemoryLimit(-1)
-	defer debug.SetMemoryLimit(before)
-	ctx, cancel := context.WithCancel(context.Background())
-	_, done := startServe(t, ctx, io.Discard, "--memory-target", "2000000000")
-	require.Equal(t, int64(2000000000), debug.SetMemoryLimit(-1))
-	cancel()
-	require.Equal(t, 0, <-done)
-	require.Equal(t, before, debug.SetMemoryLimit(-1))
+	for _, tc := range []struct {
+		flag    string
+		limit   int64
+		putBack bool
+	}{
+		{"--memory-limit", 3000000000, false},
+		{"--memory-target", 2000000000, true},
+	} {
+		debug.SetMemoryLimit(before)
+		ctx, cancel := context.WithCancel(context.Background())
+		_, done := startServe(t, ctx, io.Discard, tc.flag, fmt.Sprint(tc.limit))
+		require.Equal(t, tc.limit, debug.SetMemoryLimit(-1), tc.flag)
+		cancel()
+		require.Equal(t, 0, <-done)
+		if tc.putBack {
+			require.Equal(t, before, debug.SetMemoryLimit(-1), tc.flag)
+		}
+	}
 
 	var stderr bytes.Buffer
 	require.Equal(t, 2, run(context.Background(), []string{"serve", "--memory-target", "1000000", "--gc-exclude-buffers=false"}, io.Discard, &stderr, nil))
