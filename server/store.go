@@ -157,10 +157,19 @@ func (l *MemoryLog) SetTotalBytes(n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total = n
-	for l.total > 0 && l.used > l.total && l.cold != nil && l.cold != l.hot {
+	l.dropColdest()
+}
+
+// dropColdest drops whole buffers, the coldest first, until all are within
+// the total budget or only the hottest thread's is left, and reports
+// whether they are over it still. The caller holds l.mu.
+func (l *MemoryLog) dropColdest() bool {
+	over := func() bool { return l.total > 0 && l.used > l.total }
+	for over() && l.cold != l.hot {
 		l.trimmed += uint64(l.cold.buf.Len())
 		l.drop(l.cold)
 	}
+	return over()
 }
 
 // TotalBytes is the budget SetTotalBytes set.
@@ -237,17 +246,10 @@ func (l *MemoryLog) Append(thread string, e *Event) {
 			l.cold = t
 		}
 	}
-	for l.total > 0 && l.used > l.total {
-		if c := l.cold; c != t {
-			l.trimmed += uint64(c.buf.Len())
-			l.drop(c)
-			continue
-		}
-		// Only the appending thread is left (its caller holds its lock,
-		// so its ring may change): its oldest events go, the newest stays.
-		if t.buf.Len() <= 1 {
-			break
-		}
+	// Only the appending thread (the hottest) may be left over the budget
+	// (its caller holds its lock, so its ring may change): its oldest
+	// events go, the newest stays.
+	for l.dropColdest() && t.buf.Len() > 1 {
 		before := t.cost()
 		t.buf.PopOldest()
 		l.used -= before - t.cost()

@@ -47,10 +47,10 @@ type Config struct {
 
 // subURL is where subscriber i connects.
 func (c Config) subURL(i int) string {
-	if len(c.SubscribeURLs) == 0 {
-		return c.URL
+	if n := c.nodeOf(i); n >= 0 {
+		return c.SubscribeURLs[n]
 	}
-	return c.SubscribeURLs[i%len(c.SubscribeURLs)]
+	return c.URL
 }
 
 // nodeOf is the index in SubscribeURLs of subscriber i's node (-1: none).

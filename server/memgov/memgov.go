@@ -166,7 +166,7 @@ func (g *Governor) adjust() {
 		// live heap, and besides objects the allocator's unused slots,
 		// stacks and the runtime's own (free pages it can return).
 		other := max(v(2)-v(3)-v(4)-v(5), 0)
-		headroom := max((live-min(buffered, live))*int64(max(g.base, 0))/100, g.opts.MinHeadroom)
+		headroom := headroom(max(g.base, 0), live, buffered, g.opts.MinHeadroom)
 		cur := g.buffers.BufferLimit()
 		if next := BufferLimit(g.opts.Target, g.budget, cur, live+other+headroom, buffered); next != cur {
 			g.buffers.SetBufferLimit(next)
@@ -202,7 +202,13 @@ func GCPercent(base int, live, buffered, minHeadroom int64) int {
 	if live <= 0 || base <= 0 {
 		return base
 	}
+	h := headroom(base, live, buffered, minHeadroom)
+	return int(min(max(h*100/live, 1), int64(base)))
+}
+
+// headroom is how much the heap may grow before the next collection: base
+// percent of what is live outside the buffers, at least minHeadroom.
+func headroom(base int, live, buffered, minHeadroom int64) int64 {
 	buffered = min(max(buffered, 0), live)
-	headroom := max((live-buffered)*int64(base)/100, minHeadroom)
-	return int(min(max(headroom*100/live, 1), int64(base)))
+	return max((live-buffered)*int64(base)/100, minHeadroom)
 }
