@@ -37,6 +37,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	open := fs.Bool("open-unions", false, "Go: keep unknown variants of every union instead of failing")
 	inline := fs.Bool("inline-leaves", false, "JSON Schema: inline references to scalars, enumerations and patterns (faster validation)")
 	explain := fs.Bool("explain-any", false, "print, instead of the output, the rules whose Go types fall back to any, and why")
+	fast := fs.String("go-fast", "", "Go: comma-separated unions (of maps told apart by a member) to write fast paths for: AppendJSON, shared accessors, constructors and a routing decoder")
 	root := fs.String("root", "", "JSON Schema: the rule a document must match (default: the first rule, as RFC 8610 has it)")
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
@@ -59,7 +60,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	}
 	return CLIOptions{
 		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
-		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root},
+		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast)},
 	}, nil
 }
 
@@ -195,4 +196,15 @@ func explainAny(o CLIOptions, src []byte, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stderr, FormatError(err, src))
 	return 1
+}
+
+// splitComma splits a comma-separated list, dropping empty items.
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -33,6 +33,9 @@ type goGen struct {
 	patterns     map[string]string
 	patternOrder []string
 	queued       []string // lines of q, not yet written
+	// fast marks the declarations that get AppendJSON, fastRoots the
+	// unions of Options.GoFast (gen_go_fast.go).
+	fast, fastRoots map[string]bool
 }
 
 // oneGoType reports whether union s has one Go type (a nullable type, or
@@ -86,6 +89,9 @@ func (g *genCtx) goFile() ([]byte, error) {
 	}()
 	gg.b.Grow(2048 * len(g.m.Decls)) // about what a declaration and its methods take
 	gg.findRecursion()
+	if err := gg.fastSet(); err != nil {
+		return nil, err
+	}
 	for _, d := range g.m.Decls {
 		gg.decl(d)
 	}
@@ -431,6 +437,9 @@ func (gg *goGen) decl(d *Decl) {
 	switch form := gg.form(d); {
 	case form == "struct":
 		gg.structDecl(d, id)
+		if gg.fast[d.Name] {
+			gg.structAppend(d, id)
+		}
 	case form == "enum" && s.IsTextEnum():
 		gg.enumDecl(d, id)
 	case form == "enum":
@@ -438,6 +447,9 @@ func (gg *goGen) decl(d *Decl) {
 	case form == "sum":
 		disc, values, leaves, _ := gg.sumOf(s)
 		gg.sumDecl(d, id, disc, values, leaves)
+		if gg.fast[d.Name] {
+			gg.sumAppend(id)
+		}
 	case form == "kind":
 		vs, seen, hasNull, _ := gg.kindVariants(d, id)
 		gg.writeKindSum(d, id, vs, seen, hasNull)
@@ -910,12 +922,17 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string, leaves []*Sh
 	gg.p("}")
 	gg.p("")
 	accessors := gg.variantAccessors(d, leaves, disc, values)
+	accessors = append(accessors, gg.nestedAccessors(d, leaves, accessors)...)
 	gg.p("// %sVariant is implemented by the variants of %s.", id, id)
 	gg.p("type %sVariant interface {", id)
 	gg.p("is%s()", id)
 	for _, a := range accessors {
 		gg.p("// %s", a.doc)
 		gg.p("%s", a.sig)
+	}
+	if gg.fastRoots[d.Name] {
+		gg.p("// AppendJSON appends the variant as JSON to b.")
+		gg.p("AppendJSON(b []byte) ([]byte, error)")
 	}
 	gg.p("}")
 	for i, v := range variants {
@@ -982,6 +999,9 @@ func (gg *goGen) sumDecl(d *Decl, id, disc string, values []string, leaves []*Sh
 			assign,
 			"\treturn nil",
 			"}")
+	}
+	if gg.fastRoots[d.Name] {
+		gg.fastUnion(d, id, disc, values, leaves, accessors)
 	}
 }
 

@@ -65,6 +65,11 @@ type Options struct {
 	// validated against the schema as a whole must be. Empty: the first
 	// rule, which RFC 8610 makes the root of a specification.
 	Root string
+	// GoFast names unions of maps told apart by a member whose Go code
+	// gets fast paths (gen_go_fast.go): AppendJSON on every type they
+	// reach, accessors of the members every variant's nested struct
+	// has, a constructor per variant and a routing decoder.
+	GoFast []string
 }
 
 func (o Options) source(m *Model) string {

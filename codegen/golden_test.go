@@ -22,6 +22,8 @@ type goldenCase struct {
 	// warns: the schema has constructs a target only approximates (the
 	// others must generate without a warning).
 	warns bool
+	// goFast: the unions given fast paths (Options.GoFast).
+	goFast []string
 }
 
 var goldenCases = []goldenCase{
@@ -32,6 +34,7 @@ var goldenCases = []goldenCase{
 	{name: "defaults"},
 	{name: "kinds", warns: true},
 	{name: "validate", warns: true}, // Python: an optional group's members one by one
+	{name: "fast", goFast: []string{"Event"}, warns: true},
 }
 
 func goldenPath(name string, lang Lang) string {
@@ -56,7 +59,7 @@ func TestGolden(t *testing.T) {
 		for _, lang := range Langs {
 			t.Run(gc.name+"/"+string(lang), func(t *testing.T) {
 				out, warns, err := Compile("testdata/golden/"+gc.name+".cddl", src, Options{
-					Lang: lang, Package: gc.name, FieldCase: gc.fieldCase, Source: gc.name + ".cddl",
+					Lang: lang, Package: gc.name, FieldCase: gc.fieldCase, Source: gc.name + ".cddl", GoFast: gc.goFast,
 				})
 				require.NoError(t, err)
 				if !gc.warns {

@@ -274,6 +274,46 @@ func (s *MessageMetadata) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "MessageMetadata", nil, messageMetadataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *MessageMetadata) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	if s.Provider != nil {
+		b = append(b, ",\"provider\":"...)
+		b = cddlrt.AppendString(b, (*s.Provider))
+	}
+	if s.Model != nil {
+		b = append(b, ",\"model\":"...)
+		b = cddlrt.AppendString(b, (*s.Model))
+	}
+	if s.ModelType != nil {
+		b = append(b, ",\"model_type\":"...)
+		b = cddlrt.AppendString(b, (*s.ModelType))
+	}
+	if s.RunID != nil {
+		b = append(b, ",\"run_id\":"...)
+		b = cddlrt.AppendString(b, (*s.RunID))
+	}
+	if s.ThreadID != nil {
+		b = append(b, ",\"thread_id\":"...)
+		b = cddlrt.AppendString(b, (*s.ThreadID))
+	}
+	if s.SystemFingerprint != nil {
+		b = append(b, ",\"system_fingerprint\":"...)
+		b = cddlrt.AppendString(b, (*s.SystemFingerprint))
+	}
+	if s.ServiceTier != nil {
+		b = append(b, ",\"service_tier\":"...)
+		b = cddlrt.AppendString(b, (*s.ServiceTier))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Any content block.
 //
 // Its Value is one of *TextContentBlock, *InvalidToolCall, *ReasoningContentBlock, *NonStandardContentBlock, *ImageContentBlock, *VideoContentBlock, *AudioContentBlock, *FileContentBlock, *ToolCall, *ToolCallChunk, *ServerToolCall, *ServerToolCallChunk, *ServerToolResult, chosen by member "type".
@@ -473,6 +513,19 @@ func (u *ContentBlock) UnmarshalCBOR(data []byte) error {
 	}
 	u.Value, u.Unknown = v, raw
 	return nil
+}
+
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *ContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
 }
 
 // A block of multimodal data.
@@ -887,6 +940,19 @@ func (u *FinalizedContentBlock) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *FinalizedContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // Where a block sits in an aggregated response while it streams.
 //
 // Its Value is one of BlockIndexJsInt, BlockIndexText, chosen by the kind of the value (text, number, map, ...).
@@ -1064,6 +1130,37 @@ func (s TextContentBlock) MarshalCBOR() ([]byte, error) {
 func (s *TextContentBlock) UnmarshalCBOR(data []byte) error {
 	type fields TextContentBlock
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "TextContentBlock", textContentBlockLiterals, textContentBlockKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *TextContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"text\""...)
+	b = append(b, ",\"text\":"...)
+	b = cddlrt.AppendString(b, s.Text)
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if s.Annotations != nil {
+		b = append(b, ",\"annotations\":"...)
+		if b, err = cddlrt.AppendValue(b, s.Annotations); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A note attached to a span of text.
@@ -1366,6 +1463,33 @@ func (s *ReasoningContentBlock) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ReasoningContentBlock", reasoningContentBlockLiterals, reasoningContentBlockKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ReasoningContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"reasoning\""...)
+	if s.Reasoning != nil {
+		b = append(b, ",\"reasoning\":"...)
+		b = cddlrt.AppendString(b, (*s.Reasoning))
+	}
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A finished call of a tool the application runs.
 type ToolCall struct {
 	ID    *string        `json:"id" cbor:"id"`
@@ -1428,6 +1552,37 @@ func (s ToolCall) MarshalCBOR() ([]byte, error) {
 func (s *ToolCall) UnmarshalCBOR(data []byte) error {
 	type fields ToolCall
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolCall", toolCallLiterals, toolCallKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolCall) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"tool_call\""...)
+	b = append(b, ",\"id\":"...)
+	if s.ID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	b = append(b, ",\"name\":"...)
+	b = cddlrt.AppendString(b, s.Name)
+	b = append(b, ",\"args\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Args); err != nil {
+		return nil, err
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A tool call while it streams: `args` is partial JSON text.
@@ -1495,6 +1650,43 @@ func (s *ToolCallChunk) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolCallChunk", toolCallChunkLiterals, toolCallChunkKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolCallChunk) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"tool_call_chunk\""...)
+	b = append(b, ",\"id\":"...)
+	if s.ID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	b = append(b, ",\"name\":"...)
+	if s.Name == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.Name))
+	}
+	b = append(b, ",\"args\":"...)
+	if s.Args == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.Args))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A tool call whose arguments could not be parsed.
 type InvalidToolCall struct {
 	ID    *string     `json:"id" cbor:"id"`
@@ -1558,6 +1750,49 @@ func (s InvalidToolCall) MarshalCBOR() ([]byte, error) {
 func (s *InvalidToolCall) UnmarshalCBOR(data []byte) error {
 	type fields InvalidToolCall
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "InvalidToolCall", invalidToolCallLiterals, invalidToolCallKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *InvalidToolCall) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"invalid_tool_call\""...)
+	b = append(b, ",\"id\":"...)
+	if s.ID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	b = append(b, ",\"name\":"...)
+	if s.Name == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.Name))
+	}
+	b = append(b, ",\"args\":"...)
+	if s.Args == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.Args))
+	}
+	b = append(b, ",\"error\":"...)
+	if s.Error == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.Error))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A finished call of a tool the provider runs itself.
@@ -1624,6 +1859,33 @@ func (s *ServerToolCall) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerToolCall", serverToolCallLiterals, serverToolCallKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerToolCall) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"server_tool_call\""...)
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	b = append(b, ",\"name\":"...)
+	b = cddlrt.AppendString(b, s.Name)
+	b = append(b, ",\"args\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Args); err != nil {
+		return nil, err
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A provider-run tool call while it streams.
 type ServerToolCallChunk struct {
 	ID    *string     `json:"id,omitempty" cbor:"id,omitempty"`
@@ -1686,6 +1948,37 @@ func (s ServerToolCallChunk) MarshalCBOR() ([]byte, error) {
 func (s *ServerToolCallChunk) UnmarshalCBOR(data []byte) error {
 	type fields ServerToolCallChunk
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerToolCallChunk", serverToolCallChunkLiterals, serverToolCallChunkKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerToolCallChunk) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"server_tool_call_chunk\""...)
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.Name != nil {
+		b = append(b, ",\"name\":"...)
+		b = cddlrt.AppendString(b, (*s.Name))
+	}
+	if s.Args != nil {
+		b = append(b, ",\"args\":"...)
+		b = cddlrt.AppendString(b, (*s.Args))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // The result of a provider-run tool call.
@@ -1754,6 +2047,39 @@ func (s ServerToolResult) MarshalCBOR() ([]byte, error) {
 func (s *ServerToolResult) UnmarshalCBOR(data []byte) error {
 	type fields ServerToolResult
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerToolResult", serverToolResultLiterals, serverToolResultKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerToolResult) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"server_tool_result\""...)
+	b = append(b, ",\"tool_call_id\":"...)
+	b = cddlrt.AppendString(b, s.ToolCallID)
+	b = append(b, ",\"status\":"...)
+	b = cddlrt.AppendString(b, string(s.Status))
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.Output != nil {
+		b = append(b, ",\"output\":"...)
+		if b, err = cddlrt.AppendValue(b, s.Output); err != nil {
+			return nil, err
+		}
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ServerToolResultStatus is generated from CDDL rule "ServerToolResultStatus".
@@ -1859,6 +2185,45 @@ func (s *ImageContentBlock) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ImageContentBlock", imageContentBlockLiterals, imageContentBlockKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ImageContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"image\""...)
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.FileID != nil {
+		b = append(b, ",\"file_id\":"...)
+		b = cddlrt.AppendString(b, (*s.FileID))
+	}
+	if s.URL != nil {
+		b = append(b, ",\"url\":"...)
+		b = cddlrt.AppendString(b, (*s.URL))
+	}
+	if s.Base64 != nil {
+		b = append(b, ",\"base64\":"...)
+		b = cddlrt.AppendString(b, (*s.Base64))
+	}
+	if s.MimeType != nil {
+		b = append(b, ",\"mime_type\":"...)
+		b = cddlrt.AppendString(b, (*s.MimeType))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A sound recording, by reference or inline.
 type AudioContentBlock struct {
 	ID     *string `json:"id,omitempty" cbor:"id,omitempty"`
@@ -1924,6 +2289,45 @@ func (s AudioContentBlock) MarshalCBOR() ([]byte, error) {
 func (s *AudioContentBlock) UnmarshalCBOR(data []byte) error {
 	type fields AudioContentBlock
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "AudioContentBlock", audioContentBlockLiterals, audioContentBlockKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *AudioContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"audio\""...)
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.FileID != nil {
+		b = append(b, ",\"file_id\":"...)
+		b = cddlrt.AppendString(b, (*s.FileID))
+	}
+	if s.URL != nil {
+		b = append(b, ",\"url\":"...)
+		b = cddlrt.AppendString(b, (*s.URL))
+	}
+	if s.Base64 != nil {
+		b = append(b, ",\"base64\":"...)
+		b = cddlrt.AppendString(b, (*s.Base64))
+	}
+	if s.MimeType != nil {
+		b = append(b, ",\"mime_type\":"...)
+		b = cddlrt.AppendString(b, (*s.MimeType))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A video, by reference or inline.
@@ -1993,6 +2397,45 @@ func (s *VideoContentBlock) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "VideoContentBlock", videoContentBlockLiterals, videoContentBlockKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *VideoContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"video\""...)
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.FileID != nil {
+		b = append(b, ",\"file_id\":"...)
+		b = cddlrt.AppendString(b, (*s.FileID))
+	}
+	if s.URL != nil {
+		b = append(b, ",\"url\":"...)
+		b = cddlrt.AppendString(b, (*s.URL))
+	}
+	if s.Base64 != nil {
+		b = append(b, ",\"base64\":"...)
+		b = cddlrt.AppendString(b, (*s.Base64))
+	}
+	if s.MimeType != nil {
+		b = append(b, ",\"mime_type\":"...)
+		b = cddlrt.AppendString(b, (*s.MimeType))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Any other file, by reference or inline.
 type FileContentBlock struct {
 	ID     *string `json:"id,omitempty" cbor:"id,omitempty"`
@@ -2058,6 +2501,45 @@ func (s FileContentBlock) MarshalCBOR() ([]byte, error) {
 func (s *FileContentBlock) UnmarshalCBOR(data []byte) error {
 	type fields FileContentBlock
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "FileContentBlock", fileContentBlockLiterals, fileContentBlockKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *FileContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"file\""...)
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.FileID != nil {
+		b = append(b, ",\"file_id\":"...)
+		b = cddlrt.AppendString(b, (*s.FileID))
+	}
+	if s.URL != nil {
+		b = append(b, ",\"url\":"...)
+		b = cddlrt.AppendString(b, (*s.URL))
+	}
+	if s.Base64 != nil {
+		b = append(b, ",\"base64\":"...)
+		b = cddlrt.AppendString(b, (*s.Base64))
+	}
+	if s.MimeType != nil {
+		b = append(b, ",\"mime_type\":"...)
+		b = cddlrt.AppendString(b, (*s.MimeType))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Where the data of a multimodal block comes from: a provider file id, a
@@ -2153,6 +2635,33 @@ func (s NonStandardContentBlock) MarshalCBOR() ([]byte, error) {
 func (s *NonStandardContentBlock) UnmarshalCBOR(data []byte) error {
 	type fields NonStandardContentBlock
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "NonStandardContentBlock", nonStandardContentBlockLiterals, nonStandardContentBlockKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *NonStandardContentBlock) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"non_standard\""...)
+	b = append(b, ",\"value\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Value); err != nil {
+		return nil, err
+	}
+	if s.ID != nil {
+		b = append(b, ",\"id\":"...)
+		b = cddlrt.AppendString(b, (*s.ID))
+	}
+	if s.Index != nil {
+		b = append(b, ",\"index\":"...)
+		if b, err = cddlrt.AppendValue(b, (*s.Index)); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Any delta.
@@ -2260,6 +2769,19 @@ func (u *ContentBlockDelta) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *ContentBlockDelta) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // Appends to the block's `text`.
 type TextDelta struct {
 	Text string `json:"text" cbor:"text"`
@@ -2317,6 +2839,21 @@ func (s *TextDelta) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "TextDelta", textDeltaLiterals, textDeltaKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *TextDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"text-delta\""...)
+	b = append(b, ",\"text\":"...)
+	b = cddlrt.AppendString(b, s.Text)
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Appends to the block's `reasoning`.
 type ReasoningDelta struct {
 	Reasoning string `json:"reasoning" cbor:"reasoning"`
@@ -2372,6 +2909,21 @@ func (s ReasoningDelta) MarshalCBOR() ([]byte, error) {
 func (s *ReasoningDelta) UnmarshalCBOR(data []byte) error {
 	type fields ReasoningDelta
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ReasoningDelta", reasoningDeltaLiterals, reasoningDeltaKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ReasoningDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"reasoning-delta\""...)
+	b = append(b, ",\"reasoning\":"...)
+	b = cddlrt.AppendString(b, s.Reasoning)
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Appends encoded data to the block's `base64` (image, audio, video and
@@ -2439,6 +2991,25 @@ func (s *DataDelta) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "DataDelta", dataDeltaLiterals, dataDeltaKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *DataDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"data-delta\""...)
+	b = append(b, ",\"data\":"...)
+	b = cddlrt.AppendString(b, s.Data)
+	if s.Encoding != nil {
+		b = append(b, ",\"encoding\":"...)
+		b = cddlrt.AppendString(b, (*s.Encoding))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Members to shallow-merge onto the block; `type` names the kind of block
 // they belong to.
 type BlockDeltaFields struct {
@@ -2490,6 +3061,20 @@ func (s BlockDeltaFields) MarshalCBOR() ([]byte, error) {
 func (s *BlockDeltaFields) UnmarshalCBOR(data []byte) error {
 	type fields BlockDeltaFields
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "BlockDeltaFields", nil, blockDeltaFieldsKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *BlockDeltaFields) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":"...)
+	b = cddlrt.AppendString(b, s.Type)
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Replaces members of the block: metadata, a snapshot of the arguments,
@@ -2552,6 +3137,23 @@ func (s *BlockDelta) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "BlockDelta", blockDeltaLiterals, blockDeltaKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *BlockDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"block-delta\""...)
+	b = append(b, ",\"fields\":"...)
+	if b, err = s.Fields.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Appends a slice of argument text to a tool call chunk's `args` (null or
 // missing counts as empty). Slices need not be valid JSON on their own.
 type ToolCallDelta struct {
@@ -2608,6 +3210,21 @@ func (s ToolCallDelta) MarshalCBOR() ([]byte, error) {
 func (s *ToolCallDelta) UnmarshalCBOR(data []byte) error {
 	type fields ToolCallDelta
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolCallDelta", toolCallDeltaLiterals, toolCallDeltaKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolCallDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"tool-call-delta\""...)
+	b = append(b, ",\"args\":"...)
+	b = cddlrt.AppendString(b, s.Args)
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A command as the official clients send it.
@@ -5145,6 +5762,23 @@ func (s EventLifecycleParams) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventLifecycleParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // EventMessages is generated from CDDL rule "EventMessages".
 type EventMessages struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -5245,6 +5879,27 @@ func (s EventMessagesParams) Validate() error {
 		return cddlrt.At("data", err)
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventMessagesParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	if s.Node != nil {
+		b = append(b, ",\"node\":"...)
+		b = cddlrt.AppendString(b, (*s.Node))
+	}
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // EventTools is generated from CDDL rule "EventTools".
@@ -5349,6 +6004,27 @@ func (s EventToolsParams) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventToolsParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	if s.Node != nil {
+		b = append(b, ",\"node\":"...)
+		b = cddlrt.AppendString(b, (*s.Node))
+	}
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // EventInputRequested is generated from CDDL rule "EventInputRequested".
 type EventInputRequested struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -5447,6 +6123,23 @@ func (s EventInputRequestedParams) Validate() error {
 		return cddlrt.At("data", err)
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventInputRequestedParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // EventInputAnswered is generated from CDDL rule "EventInputAnswered".
@@ -5549,6 +6242,23 @@ func (s EventInputAnsweredParams) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventInputAnsweredParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // EventValues is generated from CDDL rule "EventValues".
 type EventValues struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -5645,6 +6355,23 @@ func (s EventValuesParams) Validate() error {
 		return cddlrt.Invalid("timestamp", "JsUint", "must be <= 9007199254740991 but found %v", s.Timestamp)
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventValuesParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Data); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // EventUpdates is generated from CDDL rule "EventUpdates".
@@ -5747,6 +6474,23 @@ func (s EventUpdatesParams) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventUpdatesParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // EventCheckpoints is generated from CDDL rule "EventCheckpoints".
 type EventCheckpoints struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -5845,6 +6589,23 @@ func (s EventCheckpointsParams) Validate() error {
 		return cddlrt.At("data", err)
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventCheckpointsParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // EventCustom is generated from CDDL rule "EventCustom".
@@ -5947,6 +6708,23 @@ func (s EventCustomParams) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventCustomParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // EventTasks is generated from CDDL rule "EventTasks".
 type EventTasks struct {
 	// Identifies the event for reconnection; it is the SSE `id:`. Opaque to
@@ -6045,6 +6823,23 @@ func (s EventTasksParams) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventTasksParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Data); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // EXTENSION. What agentstream sends: the protocol's events and its own.
 //
 // Its Value is one of *ServerEventLifecycle, *ServerEventMessages, *ServerEventTools, *ServerEventInputRequested, *ServerEventInputAnswered, *ServerEventValues, *ServerEventUpdates, *ServerEventCheckpoints, *ServerEventCustom, *ServerEventTasks, *ServerEventEventsMissed, chosen by member "method".
@@ -6070,6 +6865,16 @@ type ServerEventVariant interface {
 	GetSeq() *JsUint
 	// SetSeq sets member "seq".
 	SetSeq(v *JsUint)
+	// GetNamespace returns member "params.namespace".
+	GetNamespace() Namespace
+	// SetNamespace sets member "params.namespace".
+	SetNamespace(v Namespace)
+	// GetTimestamp returns member "params.timestamp".
+	GetTimestamp() Timestamp
+	// SetTimestamp sets member "params.timestamp".
+	SetTimestamp(v Timestamp)
+	// AppendJSON appends the variant as JSON to b.
+	AppendJSON(b []byte) ([]byte, error)
 }
 
 func (*ServerEventLifecycle) isServerEvent() {}
@@ -6084,6 +6889,14 @@ func (s *ServerEventLifecycle) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventLifecycle) SetSeq(v *JsUint) { s.Seq = v }
 
+func (s *ServerEventLifecycle) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventLifecycle) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventLifecycle) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventLifecycle) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
+
 func (*ServerEventMessages) isServerEvent() {}
 
 func (*ServerEventMessages) Method() string { return "messages" }
@@ -6095,6 +6908,14 @@ func (s *ServerEventMessages) SetEventID(v *string) { s.EventID = v }
 func (s *ServerEventMessages) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventMessages) SetSeq(v *JsUint) { s.Seq = v }
+
+func (s *ServerEventMessages) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventMessages) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventMessages) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventMessages) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
 
 func (*ServerEventTools) isServerEvent() {}
 
@@ -6108,6 +6929,14 @@ func (s *ServerEventTools) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventTools) SetSeq(v *JsUint) { s.Seq = v }
 
+func (s *ServerEventTools) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventTools) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventTools) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventTools) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
+
 func (*ServerEventInputRequested) isServerEvent() {}
 
 func (*ServerEventInputRequested) Method() string { return "input.requested" }
@@ -6119,6 +6948,14 @@ func (s *ServerEventInputRequested) SetEventID(v *string) { s.EventID = v }
 func (s *ServerEventInputRequested) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventInputRequested) SetSeq(v *JsUint) { s.Seq = v }
+
+func (s *ServerEventInputRequested) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventInputRequested) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventInputRequested) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventInputRequested) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
 
 func (*ServerEventInputAnswered) isServerEvent() {}
 
@@ -6132,6 +6969,14 @@ func (s *ServerEventInputAnswered) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventInputAnswered) SetSeq(v *JsUint) { s.Seq = v }
 
+func (s *ServerEventInputAnswered) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventInputAnswered) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventInputAnswered) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventInputAnswered) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
+
 func (*ServerEventValues) isServerEvent() {}
 
 func (*ServerEventValues) Method() string { return "values" }
@@ -6143,6 +6988,14 @@ func (s *ServerEventValues) SetEventID(v *string) { s.EventID = v }
 func (s *ServerEventValues) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventValues) SetSeq(v *JsUint) { s.Seq = v }
+
+func (s *ServerEventValues) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventValues) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventValues) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventValues) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
 
 func (*ServerEventUpdates) isServerEvent() {}
 
@@ -6156,6 +7009,14 @@ func (s *ServerEventUpdates) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventUpdates) SetSeq(v *JsUint) { s.Seq = v }
 
+func (s *ServerEventUpdates) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventUpdates) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventUpdates) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventUpdates) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
+
 func (*ServerEventCheckpoints) isServerEvent() {}
 
 func (*ServerEventCheckpoints) Method() string { return "checkpoints" }
@@ -6167,6 +7028,14 @@ func (s *ServerEventCheckpoints) SetEventID(v *string) { s.EventID = v }
 func (s *ServerEventCheckpoints) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventCheckpoints) SetSeq(v *JsUint) { s.Seq = v }
+
+func (s *ServerEventCheckpoints) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventCheckpoints) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventCheckpoints) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventCheckpoints) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
 
 func (*ServerEventCustom) isServerEvent() {}
 
@@ -6180,6 +7049,14 @@ func (s *ServerEventCustom) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventCustom) SetSeq(v *JsUint) { s.Seq = v }
 
+func (s *ServerEventCustom) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventCustom) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventCustom) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventCustom) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
+
 func (*ServerEventTasks) isServerEvent() {}
 
 func (*ServerEventTasks) Method() string { return "tasks" }
@@ -6192,6 +7069,14 @@ func (s *ServerEventTasks) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventTasks) SetSeq(v *JsUint) { s.Seq = v }
 
+func (s *ServerEventTasks) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventTasks) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventTasks) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventTasks) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
+
 func (*ServerEventEventsMissed) isServerEvent() {}
 
 func (*ServerEventEventsMissed) Method() string { return "events.missed" }
@@ -6203,6 +7088,14 @@ func (s *ServerEventEventsMissed) SetEventID(v *string) { s.EventID = v }
 func (s *ServerEventEventsMissed) GetSeq() *JsUint { return s.Seq }
 
 func (s *ServerEventEventsMissed) SetSeq(v *JsUint) { s.Seq = v }
+
+func (s *ServerEventEventsMissed) GetNamespace() Namespace { return s.Params.Namespace }
+
+func (s *ServerEventEventsMissed) SetNamespace(v Namespace) { s.Params.Namespace = v }
+
+func (s *ServerEventEventsMissed) GetTimestamp() Timestamp { return s.Params.Timestamp }
+
+func (s *ServerEventEventsMissed) SetTimestamp(v Timestamp) { s.Params.Timestamp = v }
 
 // Validate checks that ServerEvent holds a variant, and validates it.
 func (u ServerEvent) Validate() error {
@@ -6276,6 +7169,515 @@ func (u *ServerEvent) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// NewServerEventLifecycle returns the "lifecycle" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventLifecycle(data LifecycleData) *ServerEventLifecycle {
+	return &ServerEventLifecycle{Params: EventLifecycleParams{Data: data}}
+}
+
+// NewServerEventMessages returns the "messages" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventMessages(data MessagesData) *ServerEventMessages {
+	return &ServerEventMessages{Params: EventMessagesParams{Data: data}}
+}
+
+// NewServerEventTools returns the "tools" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventTools(data ToolsData) *ServerEventTools {
+	return &ServerEventTools{Params: EventToolsParams{Data: data}}
+}
+
+// NewServerEventInputRequested returns the "input.requested" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventInputRequested(data InputRequestedData) *ServerEventInputRequested {
+	return &ServerEventInputRequested{Params: EventInputRequestedParams{Data: data}}
+}
+
+// NewServerEventInputAnswered returns the "input.answered" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventInputAnswered(data InputAnsweredData) *ServerEventInputAnswered {
+	return &ServerEventInputAnswered{Params: EventInputAnsweredParams{Data: data}}
+}
+
+// NewServerEventValues returns the "values" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventValues(data any) *ServerEventValues {
+	return &ServerEventValues{Params: EventValuesParams{Data: data}}
+}
+
+// NewServerEventUpdates returns the "updates" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventUpdates(data UpdatesData) *ServerEventUpdates {
+	return &ServerEventUpdates{Params: EventUpdatesParams{Data: data}}
+}
+
+// NewServerEventCheckpoints returns the "checkpoints" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventCheckpoints(data Checkpoint) *ServerEventCheckpoints {
+	return &ServerEventCheckpoints{Params: EventCheckpointsParams{Data: data}}
+}
+
+// NewServerEventCustom returns the "custom" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventCustom(data CustomData) *ServerEventCustom {
+	return &ServerEventCustom{Params: EventCustomParams{Data: data}}
+}
+
+// NewServerEventTasks returns the "tasks" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventTasks(data any) *ServerEventTasks {
+	return &ServerEventTasks{Params: EventTasksParams{Data: data}}
+}
+
+// NewServerEventEventsMissed returns the "events.missed" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewServerEventEventsMissed(data EventsMissedData) *ServerEventEventsMissed {
+	return &ServerEventEventsMissed{Params: ServerEventEventsMissedParams{Data: data}}
+}
+
+// ServerEventRouting is what DecodeServerEventRouting reads of an encoded ServerEvent: the members
+// its variants start with, up to the first that is not a scalar or an
+// array of text (cddlgen --go-fast). A member a variant does not have is
+// left zero. Its strings may share the decoded bytes' memory.
+type ServerEventRouting struct {
+	// EventID is member event_id.
+	EventID string
+	// HasEventID is whether EventID was present.
+	HasEventID bool
+	// Seq is member seq.
+	Seq uint64
+	// HasSeq is whether Seq was present.
+	HasSeq bool
+	// Method is the discriminator, member method.
+	Method string
+	// ParamsNamespace is member params.namespace.
+	ParamsNamespace []string
+	// ParamsTimestamp is member params.timestamp.
+	ParamsTimestamp uint64
+	// ParamsDataEvent is member params.data.event.
+	ParamsDataEvent string
+	// ParamsDataGraphName is member params.data.graph_name.
+	ParamsDataGraphName string
+	// HasParamsDataGraphName is whether ParamsDataGraphName was present.
+	HasParamsDataGraphName bool
+	// ParamsNode is member params.node.
+	ParamsNode string
+	// HasParamsNode is whether ParamsNode was present.
+	HasParamsNode bool
+	// ParamsDataInterruptID is member params.data.interrupt_id.
+	ParamsDataInterruptID string
+	// ParamsDataInterruptIds is member params.data.interrupt_ids.
+	ParamsDataInterruptIds []string
+	// ParamsDataNode is member params.data.node.
+	ParamsDataNode string
+	// HasParamsDataNode is whether ParamsDataNode was present.
+	HasParamsDataNode bool
+	// ParamsDataID is member params.data.id.
+	ParamsDataID string
+	// ParamsDataParentID is member params.data.parent_id.
+	ParamsDataParentID string
+	// HasParamsDataParentID is whether ParamsDataParentID was present.
+	HasParamsDataParentID bool
+	// ParamsDataStep is member params.data.step.
+	ParamsDataStep int64
+	// ParamsDataSource is member params.data.source.
+	ParamsDataSource string
+	// ParamsDataName is member params.data.name.
+	ParamsDataName string
+	// HasParamsDataName is whether ParamsDataName was present.
+	HasParamsDataName bool
+	// ParamsDataSince is member params.data.since.
+	ParamsDataSince uint64
+	// ParamsDataFirstAvailableSeq is member params.data.first_available_seq.
+	ParamsDataFirstAvailableSeq uint64
+	// ParamsDataMissed is member params.data.missed.
+	ParamsDataMissed uint64
+	// ParamsDataEpoch is member params.data.epoch.
+	ParamsDataEpoch string
+	// HasParamsDataEpoch is whether ParamsDataEpoch was present.
+	HasParamsDataEpoch bool
+	// ParamsDataReset is member params.data.reset.
+	ParamsDataReset bool
+	// HasParamsDataReset is whether ParamsDataReset was present.
+	HasParamsDataReset bool
+}
+
+// DecodeServerEventRouting reads the routing members of the ServerEvent in b. In the
+// layout AppendJSON writes it allocates nothing but arrays, and the
+// strings it returns share b's memory: b must not be modified while
+// they are used. Any other valid JSON is decoded in full with
+// UnmarshalJSON; an error is UnmarshalJSON's.
+func DecodeServerEventRouting(b []byte) (ServerEventRouting, error) {
+	var r ServerEventRouting
+	if decodeServerEventRoutingFast(b, &r) {
+		return r, nil
+	}
+	r = ServerEventRouting{}
+	err := decodeServerEventRoutingSlow(b, &r)
+	return r, err
+}
+
+// decodeServerEventRoutingSlow decodes b in full and reads the routing members
+// of the result.
+func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
+	var u ServerEvent
+	if err := u.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	switch v := u.Value.(type) {
+	case *ServerEventLifecycle:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "lifecycle"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		r.ParamsDataEvent = string(v.Params.Data.Event)
+		if v.Params.Data.GraphName != nil {
+			r.ParamsDataGraphName, r.HasParamsDataGraphName = string(*v.Params.Data.GraphName), true
+		}
+	case *ServerEventMessages:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "messages"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		if v.Params.Node != nil {
+			r.ParamsNode, r.HasParamsNode = string(*v.Params.Node), true
+		}
+	case *ServerEventTools:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "tools"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		if v.Params.Node != nil {
+			r.ParamsNode, r.HasParamsNode = string(*v.Params.Node), true
+		}
+	case *ServerEventInputRequested:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "input.requested"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		r.ParamsDataInterruptID = string(v.Params.Data.InterruptID)
+	case *ServerEventInputAnswered:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "input.answered"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		r.ParamsDataInterruptIds = v.Params.Data.InterruptIds
+	case *ServerEventValues:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "values"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+	case *ServerEventUpdates:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "updates"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		if v.Params.Data.Node != nil {
+			r.ParamsDataNode, r.HasParamsDataNode = string(*v.Params.Data.Node), true
+		}
+	case *ServerEventCheckpoints:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "checkpoints"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		r.ParamsDataID = string(v.Params.Data.ID)
+		if v.Params.Data.ParentID != nil {
+			r.ParamsDataParentID, r.HasParamsDataParentID = string(*v.Params.Data.ParentID), true
+		}
+		r.ParamsDataStep = int64(v.Params.Data.Step)
+		r.ParamsDataSource = string(v.Params.Data.Source)
+	case *ServerEventCustom:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "custom"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		if v.Params.Data.Name != nil {
+			r.ParamsDataName, r.HasParamsDataName = string(*v.Params.Data.Name), true
+		}
+	case *ServerEventTasks:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "tasks"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+	case *ServerEventEventsMissed:
+		if v.EventID != nil {
+			r.EventID, r.HasEventID = string(*v.EventID), true
+		}
+		if v.Seq != nil {
+			r.Seq, r.HasSeq = uint64(*v.Seq), true
+		}
+		r.Method = "events.missed"
+		r.ParamsNamespace = v.Params.Namespace
+		r.ParamsTimestamp = uint64(v.Params.Timestamp)
+		r.ParamsDataSince = uint64(v.Params.Data.Since)
+		r.ParamsDataFirstAvailableSeq = uint64(v.Params.Data.FirstAvailableSeq)
+		r.ParamsDataMissed = uint64(v.Params.Data.Missed)
+		if v.Params.Data.Epoch != nil {
+			r.ParamsDataEpoch, r.HasParamsDataEpoch = string(*v.Params.Data.Epoch), true
+		}
+		if v.Params.Data.Reset != nil {
+			r.ParamsDataReset, r.HasParamsDataReset = *v.Params.Data.Reset, true
+		}
+	default:
+		if m, ok, err := cddlrt.Probe(b, "method"); err == nil && ok {
+			r.Method = m
+		}
+	}
+	return nil
+}
+
+// decodeServerEventRoutingFast reads b in the layout AppendJSON writes; it
+// reports false for anything else.
+func decodeServerEventRoutingFast(b []byte, r *ServerEventRouting) bool {
+	p := cddlrt.Scanner{B: b}
+	if !p.Lit("{") {
+		return false
+	}
+	first, ok := true, false
+	if !p.Member("type", &first) || !p.Lit("\"event\"") {
+		return false
+	}
+	if p.Member("event_id", &first) {
+		if r.EventID, ok = p.Str(); !ok {
+			return false
+		}
+		r.HasEventID = true
+	}
+	if p.Member("seq", &first) {
+		if r.Seq, ok = p.Uint(); !ok {
+			return false
+		}
+		r.HasSeq = true
+	}
+	if !p.Member("method", &first) {
+		return false
+	}
+	if r.Method, ok = p.Str(); !ok {
+		return false
+	}
+	if !p.Member("params", &first) || !p.Lit("{") {
+		return false
+	}
+	first = true
+	if !p.Member("namespace", &first) {
+		return false
+	}
+	if r.ParamsNamespace, ok = p.Strs(); !ok {
+		return false
+	}
+	if !p.Member("timestamp", &first) {
+		return false
+	}
+	if r.ParamsTimestamp, ok = p.Uint(); !ok {
+		return false
+	}
+	switch r.Method {
+	case "lifecycle":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if !p.Member("event", &first) {
+			return false
+		}
+		if r.ParamsDataEvent, ok = p.Str(); !ok {
+			return false
+		}
+		if p.Member("graph_name", &first) {
+			if r.ParamsDataGraphName, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsDataGraphName = true
+		}
+	case "messages":
+		if p.Member("node", &first) {
+			if r.ParamsNode, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsNode = true
+		}
+	case "tools":
+		if p.Member("node", &first) {
+			if r.ParamsNode, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsNode = true
+		}
+	case "input.requested":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if !p.Member("interrupt_id", &first) {
+			return false
+		}
+		if r.ParamsDataInterruptID, ok = p.Str(); !ok {
+			return false
+		}
+	case "input.answered":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if !p.Member("interrupt_ids", &first) {
+			return false
+		}
+		if r.ParamsDataInterruptIds, ok = p.Strs(); !ok {
+			return false
+		}
+	case "updates":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if p.Member("node", &first) {
+			if r.ParamsDataNode, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsDataNode = true
+		}
+	case "checkpoints":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if !p.Member("id", &first) {
+			return false
+		}
+		if r.ParamsDataID, ok = p.Str(); !ok {
+			return false
+		}
+		if p.Member("parent_id", &first) {
+			if r.ParamsDataParentID, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsDataParentID = true
+		}
+		if !p.Member("step", &first) {
+			return false
+		}
+		if r.ParamsDataStep, ok = p.Int(); !ok {
+			return false
+		}
+		if !p.Member("source", &first) {
+			return false
+		}
+		if r.ParamsDataSource, ok = p.Str(); !ok {
+			return false
+		}
+	case "custom":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if p.Member("name", &first) {
+			if r.ParamsDataName, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsDataName = true
+		}
+	case "events.missed":
+		if !p.Member("data", &first) || !p.Lit("{") {
+			return false
+		}
+		first = true
+		if !p.Member("since", &first) {
+			return false
+		}
+		if r.ParamsDataSince, ok = p.Uint(); !ok {
+			return false
+		}
+		if !p.Member("first_available_seq", &first) {
+			return false
+		}
+		if r.ParamsDataFirstAvailableSeq, ok = p.Uint(); !ok {
+			return false
+		}
+		if !p.Member("missed", &first) {
+			return false
+		}
+		if r.ParamsDataMissed, ok = p.Uint(); !ok {
+			return false
+		}
+		if p.Member("epoch", &first) {
+			if r.ParamsDataEpoch, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsDataEpoch = true
+		}
+		if p.Member("reset", &first) {
+			if r.ParamsDataReset, ok = p.Bool(); !ok {
+				return false
+			}
+			r.HasParamsDataReset = true
+		}
+	}
+	return true
+}
+
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *ServerEvent) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // ServerEventLifecycle is generated from CDDL rule "ServerEventLifecycle".
 type ServerEventLifecycle struct {
 	EventID *string              `json:"event_id,omitempty" cbor:"event_id,omitempty"`
@@ -6343,6 +7745,32 @@ func (s ServerEventLifecycle) MarshalCBOR() ([]byte, error) {
 func (s *ServerEventLifecycle) UnmarshalCBOR(data []byte) error {
 	type fields ServerEventLifecycle
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventLifecycle", serverEventLifecycleLiterals, serverEventLifecycleKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventLifecycle) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"lifecycle\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ServerEventMessages is generated from CDDL rule "ServerEventMessages".
@@ -6414,6 +7842,32 @@ func (s *ServerEventMessages) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventMessages", serverEventMessagesLiterals, serverEventMessagesKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventMessages) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"messages\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // ServerEventTools is generated from CDDL rule "ServerEventTools".
 type ServerEventTools struct {
 	EventID *string          `json:"event_id,omitempty" cbor:"event_id,omitempty"`
@@ -6481,6 +7935,32 @@ func (s ServerEventTools) MarshalCBOR() ([]byte, error) {
 func (s *ServerEventTools) UnmarshalCBOR(data []byte) error {
 	type fields ServerEventTools
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventTools", serverEventToolsLiterals, serverEventToolsKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventTools) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"tools\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ServerEventInputRequested is generated from CDDL rule "ServerEventInputRequested".
@@ -6552,6 +8032,32 @@ func (s *ServerEventInputRequested) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventInputRequested", serverEventInputRequestedLiterals, serverEventInputRequestedKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventInputRequested) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"input.requested\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // ServerEventInputAnswered is generated from CDDL rule "ServerEventInputAnswered".
 type ServerEventInputAnswered struct {
 	EventID *string                  `json:"event_id,omitempty" cbor:"event_id,omitempty"`
@@ -6619,6 +8125,32 @@ func (s ServerEventInputAnswered) MarshalCBOR() ([]byte, error) {
 func (s *ServerEventInputAnswered) UnmarshalCBOR(data []byte) error {
 	type fields ServerEventInputAnswered
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventInputAnswered", serverEventInputAnsweredLiterals, serverEventInputAnsweredKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventInputAnswered) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"input.answered\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ServerEventValues is generated from CDDL rule "ServerEventValues".
@@ -6690,6 +8222,32 @@ func (s *ServerEventValues) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventValues", serverEventValuesLiterals, serverEventValuesKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventValues) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"values\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // ServerEventUpdates is generated from CDDL rule "ServerEventUpdates".
 type ServerEventUpdates struct {
 	EventID *string            `json:"event_id,omitempty" cbor:"event_id,omitempty"`
@@ -6757,6 +8315,32 @@ func (s ServerEventUpdates) MarshalCBOR() ([]byte, error) {
 func (s *ServerEventUpdates) UnmarshalCBOR(data []byte) error {
 	type fields ServerEventUpdates
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventUpdates", serverEventUpdatesLiterals, serverEventUpdatesKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventUpdates) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"updates\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ServerEventCheckpoints is generated from CDDL rule "ServerEventCheckpoints".
@@ -6828,6 +8412,32 @@ func (s *ServerEventCheckpoints) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventCheckpoints", serverEventCheckpointsLiterals, serverEventCheckpointsKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventCheckpoints) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"checkpoints\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // ServerEventCustom is generated from CDDL rule "ServerEventCustom".
 type ServerEventCustom struct {
 	EventID *string           `json:"event_id,omitempty" cbor:"event_id,omitempty"`
@@ -6895,6 +8505,32 @@ func (s ServerEventCustom) MarshalCBOR() ([]byte, error) {
 func (s *ServerEventCustom) UnmarshalCBOR(data []byte) error {
 	type fields ServerEventCustom
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventCustom", serverEventCustomLiterals, serverEventCustomKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventCustom) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"custom\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ServerEventTasks is generated from CDDL rule "ServerEventTasks".
@@ -6966,6 +8602,32 @@ func (s *ServerEventTasks) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventTasks", serverEventTasksLiterals, serverEventTasksKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventTasks) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"tasks\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // ServerEventEventsMissed is generated from CDDL rule "ServerEventEventsMissed".
 type ServerEventEventsMissed struct {
 	EventID *string                       `json:"event_id,omitempty" cbor:"event_id,omitempty"`
@@ -7035,6 +8697,32 @@ func (s *ServerEventEventsMissed) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ServerEventEventsMissed", serverEventEventsMissedLiterals, serverEventEventsMissedKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventEventsMissed) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"event\""...)
+	if s.EventID != nil {
+		b = append(b, ",\"event_id\":"...)
+		b = cddlrt.AppendString(b, (*s.EventID))
+	}
+	if s.Seq != nil {
+		b = append(b, ",\"seq\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Seq)))
+	}
+	b = append(b, ",\"method\":\"events.missed\""...)
+	b = append(b, ",\"params\":"...)
+	if b, err = s.Params.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // ServerEventEventsMissedParams is generated from CDDL rule "ServerEventEventsMissedParams".
 type ServerEventEventsMissedParams struct {
 	Namespace Namespace        `json:"namespace" cbor:"namespace"`
@@ -7061,6 +8749,23 @@ func (s ServerEventEventsMissedParams) Validate() error {
 		return cddlrt.At("data", err)
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ServerEventEventsMissedParams) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"namespace\":"...)
+	b = cddlrt.AppendStrings(b, s.Namespace)
+	b = append(b, ",\"timestamp\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Timestamp))
+	b = append(b, ",\"data\":"...)
+	if b, err = s.Data.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // EXTENSION. agentstream's own events.
@@ -8850,6 +10555,19 @@ func (u *LifecycleCause) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *LifecycleCause) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // A tool call on the parent started the subagent (a tool whose body runs
 // a compiled graph, as deepagents' `task` tool does).
 type LifecycleCauseToolCall struct {
@@ -8903,6 +10621,17 @@ func (s LifecycleCauseToolCall) MarshalCBOR() ([]byte, error) {
 func (s *LifecycleCauseToolCall) UnmarshalCBOR(data []byte) error {
 	type fields LifecycleCauseToolCall
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LifecycleCauseToolCall", lifecycleCauseToolCallLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *LifecycleCauseToolCall) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"toolCall\""...)
+	b = append(b, ",\"tool_call_id\":"...)
+	b = cddlrt.AppendString(b, s.ToolCallID)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A `Send` from a parent node started the subagent (fan-out).
@@ -8959,6 +10688,17 @@ func (s *LifecycleCauseSend) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LifecycleCauseSend", lifecycleCauseSendLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *LifecycleCauseSend) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"send\""...)
+	b = append(b, ",\"from_node\":"...)
+	b = cddlrt.AppendString(b, s.FromNode)
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A graph edge led into the subagent's entry node.
 type LifecycleCauseEdge struct {
 	// The node the edge comes from.
@@ -9012,6 +10752,17 @@ func (s *LifecycleCauseEdge) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LifecycleCauseEdge", lifecycleCauseEdgeLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *LifecycleCauseEdge) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"edge\""...)
+	b = append(b, ",\"from_node\":"...)
+	b = cddlrt.AppendString(b, s.FromNode)
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // LifecycleData is generated from CDDL rule "LifecycleData".
 type LifecycleData struct {
 	Event     AgentStatus `json:"event" cbor:"event"`
@@ -9051,6 +10802,41 @@ func (s LifecycleData) Validate() error {
 		}
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *LifecycleData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":"...)
+	b = cddlrt.AppendString(b, string(s.Event))
+	if s.GraphName != nil {
+		b = append(b, ",\"graph_name\":"...)
+		b = cddlrt.AppendString(b, (*s.GraphName))
+	}
+	if s.Cause != nil {
+		b = append(b, ",\"cause\":"...)
+		if b, err = s.Cause.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if s.Error != nil {
+		b = append(b, ",\"error\":"...)
+		b = cddlrt.AppendString(b, (*s.Error))
+	}
+	if s.Checkpoint != nil {
+		b = append(b, ",\"checkpoint\":"...)
+		if b, err = s.Checkpoint.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if s.Cancelled != nil {
+		b = append(b, ",\"cancelled\":"...)
+		b = cddlrt.AppendBool(b, bool((*s.Cancelled)))
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // MessagesEvent is generated from CDDL rule "MessagesEvent".
@@ -9217,6 +11003,19 @@ func (u *MessagesData) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *MessagesData) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // A message begins.
 type MessageStartData struct {
 	// Who wrote the message.
@@ -9286,6 +11085,29 @@ func (s *MessageStartData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "MessageStartData", messageStartDataLiterals, messageStartDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *MessageStartData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"message-start\""...)
+	b = append(b, ",\"role\":"...)
+	b = cddlrt.AppendString(b, string(s.Role))
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	if s.Metadata != nil {
+		b = append(b, ",\"metadata\":"...)
+		if b, err = s.Metadata.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A content block begins; `content` is its initial state, such as
 // { type: "text", text: "" }.
 type ContentBlockStartData struct {
@@ -9351,6 +11173,25 @@ func (s *ContentBlockStartData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ContentBlockStartData", contentBlockStartDataLiterals, contentBlockStartDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ContentBlockStartData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"content-block-start\""...)
+	b = append(b, ",\"index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Index))
+	b = append(b, ",\"content\":"...)
+	if b, err = s.Content.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A content block changes.
 type ContentBlockDeltaData struct {
 	Index JsUint            `json:"index" cbor:"index"`
@@ -9412,6 +11253,25 @@ func (s ContentBlockDeltaData) MarshalCBOR() ([]byte, error) {
 func (s *ContentBlockDeltaData) UnmarshalCBOR(data []byte) error {
 	type fields ContentBlockDeltaData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ContentBlockDeltaData", contentBlockDeltaDataLiterals, contentBlockDeltaDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ContentBlockDeltaData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"content-block-delta\""...)
+	b = append(b, ",\"index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Index))
+	b = append(b, ",\"delta\":"...)
+	if b, err = s.Delta.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A content block is complete; `content` is the finished block.
@@ -9477,6 +11337,25 @@ func (s *ContentBlockFinishData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ContentBlockFinishData", contentBlockFinishDataLiterals, contentBlockFinishDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ContentBlockFinishData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"content-block-finish\""...)
+	b = append(b, ",\"index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Index))
+	b = append(b, ",\"content\":"...)
+	if b, err = s.Content.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // The message is complete.
 type MessageFinishData struct {
 	// Tokens used, for AI messages.
@@ -9537,6 +11416,25 @@ func (s MessageFinishData) MarshalCBOR() ([]byte, error) {
 func (s *MessageFinishData) UnmarshalCBOR(data []byte) error {
 	type fields MessageFinishData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "MessageFinishData", messageFinishDataLiterals, messageFinishDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *MessageFinishData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"message-finish\""...)
+	if s.Usage != nil {
+		b = append(b, ",\"usage\":"...)
+		if b, err = s.Usage.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Input tokens by kind; need not add up to the total.
@@ -9607,6 +11505,30 @@ func (s *InputTokenDetails) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "InputTokenDetails", nil, inputTokenDetailsKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *InputTokenDetails) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	if s.Audio != nil {
+		b = append(b, ",\"audio\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Audio)))
+	}
+	if s.CacheCreation != nil {
+		b = append(b, ",\"cache_creation\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.CacheCreation)))
+	}
+	if s.CacheRead != nil {
+		b = append(b, ",\"cache_read\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.CacheRead)))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Output tokens by kind; need not add up to the total.
 type OutputTokenDetails struct {
 	Audio     *JsUint `json:"audio,omitempty" cbor:"audio,omitempty"`
@@ -9667,6 +11589,26 @@ func (s OutputTokenDetails) MarshalCBOR() ([]byte, error) {
 func (s *OutputTokenDetails) UnmarshalCBOR(data []byte) error {
 	type fields OutputTokenDetails
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OutputTokenDetails", nil, outputTokenDetailsKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OutputTokenDetails) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	if s.Audio != nil {
+		b = append(b, ",\"audio\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Audio)))
+	}
+	if s.Reasoning != nil {
+		b = append(b, ",\"reasoning\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.Reasoning)))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // UsageInfo is generated from CDDL rule "UsageInfo".
@@ -9749,6 +11691,42 @@ func (s *UsageInfo) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "UsageInfo", nil, usageInfoKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *UsageInfo) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	if s.InputTokens != nil {
+		b = append(b, ",\"input_tokens\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.InputTokens)))
+	}
+	if s.OutputTokens != nil {
+		b = append(b, ",\"output_tokens\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.OutputTokens)))
+	}
+	if s.TotalTokens != nil {
+		b = append(b, ",\"total_tokens\":"...)
+		b = cddlrt.AppendUint(b, uint64((*s.TotalTokens)))
+	}
+	if s.InputTokenDetails != nil {
+		b = append(b, ",\"input_token_details\":"...)
+		if b, err = s.InputTokenDetails.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if s.OutputTokenDetails != nil {
+		b = append(b, ",\"output_token_details\":"...)
+		if b, err = s.OutputTokenDetails.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // The model call failed and the message will not finish.
 type MessageErrorData struct {
 	Message string  `json:"message" cbor:"message"`
@@ -9805,6 +11783,25 @@ func (s MessageErrorData) MarshalCBOR() ([]byte, error) {
 func (s *MessageErrorData) UnmarshalCBOR(data []byte) error {
 	type fields MessageErrorData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "MessageErrorData", messageErrorDataLiterals, messageErrorDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *MessageErrorData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"error\""...)
+	b = append(b, ",\"message\":"...)
+	b = cddlrt.AppendString(b, s.Message)
+	if s.Code != nil {
+		b = append(b, ",\"code\":"...)
+		b = cddlrt.AppendString(b, (*s.Code))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // ToolsEvent is generated from CDDL rule "ToolsEvent".
@@ -9981,6 +11978,19 @@ func (u *ToolsData) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *ToolsData) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // The tool starts.
 type ToolStartedData struct {
 	ToolCallID string `json:"tool_call_id" cbor:"tool_call_id"`
@@ -10041,6 +12051,29 @@ func (s *ToolStartedData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolStartedData", toolStartedDataLiterals, toolStartedDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolStartedData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"tool-started\""...)
+	b = append(b, ",\"tool_call_id\":"...)
+	b = cddlrt.AppendString(b, s.ToolCallID)
+	b = append(b, ",\"tool_name\":"...)
+	b = cddlrt.AppendString(b, s.ToolName)
+	if s.Input != nil {
+		b = append(b, ",\"input\":"...)
+		if b, err = cddlrt.AppendValue(b, s.Input); err != nil {
+			return nil, err
+		}
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A piece of a streaming tool's output.
 type ToolOutputDeltaData struct {
 	ToolCallID string `json:"tool_call_id" cbor:"tool_call_id"`
@@ -10097,6 +12130,23 @@ func (s ToolOutputDeltaData) MarshalCBOR() ([]byte, error) {
 func (s *ToolOutputDeltaData) UnmarshalCBOR(data []byte) error {
 	type fields ToolOutputDeltaData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolOutputDeltaData", toolOutputDeltaDataLiterals, toolOutputDeltaDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolOutputDeltaData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"tool-output-delta\""...)
+	b = append(b, ",\"tool_call_id\":"...)
+	b = cddlrt.AppendString(b, s.ToolCallID)
+	b = append(b, ",\"delta\":"...)
+	b = cddlrt.AppendString(b, s.Delta)
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // The tool succeeded.
@@ -10157,6 +12207,25 @@ func (s *ToolFinishedData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolFinishedData", toolFinishedDataLiterals, toolFinishedDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolFinishedData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"tool-finished\""...)
+	b = append(b, ",\"tool_call_id\":"...)
+	b = cddlrt.AppendString(b, s.ToolCallID)
+	b = append(b, ",\"output\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Output); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // The tool failed.
 type ToolErrorData struct {
 	ToolCallID string  `json:"tool_call_id" cbor:"tool_call_id"`
@@ -10214,6 +12283,27 @@ func (s ToolErrorData) MarshalCBOR() ([]byte, error) {
 func (s *ToolErrorData) UnmarshalCBOR(data []byte) error {
 	type fields ToolErrorData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "ToolErrorData", toolErrorDataLiterals, toolErrorDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *ToolErrorData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"event\":\"tool-error\""...)
+	b = append(b, ",\"tool_call_id\":"...)
+	b = cddlrt.AppendString(b, s.ToolCallID)
+	b = append(b, ",\"message\":"...)
+	b = cddlrt.AppendString(b, s.Message)
+	if s.Code != nil {
+		b = append(b, ",\"code\":"...)
+		b = cddlrt.AppendString(b, (*s.Code))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // InputCommand is generated from CDDL rule "InputCommand".
@@ -11077,6 +13167,24 @@ func (s *InputRequestedData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "InputRequestedData", nil, inputRequestedDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *InputRequestedData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"interrupt_id\":"...)
+	b = cddlrt.AppendString(b, s.InterruptID)
+	b = append(b, ",\"payload\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Payload); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Interrupts were answered. Sent when the run that resumes them starts,
 // before the answers are checked, so that every client of the thread (not
 // only the one that answered) stops offering them. The namespace is the
@@ -11155,6 +13263,16 @@ func (InputAnsweredData) CDDLMembers() *cddlrt.Members {
 func (s InputAnsweredData) Validate() error {
 	_ = s
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *InputAnsweredData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"interrupt_ids\":"...)
+	b = cddlrt.AppendStrings(b, s.InterruptIds)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // StateCommand is generated from CDDL rule "StateCommand".
@@ -11510,6 +13628,20 @@ func (s CheckpointRef) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *CheckpointRef) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	if s.Ns != nil {
+		b = append(b, ",\"ns\":"...)
+		b = cddlrt.AppendString(b, (*s.Ns))
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // Start a new run from a checkpoint.
 type StateFork struct {
 	Params StateForkParams `json:"params" cbor:"params"`
@@ -11789,6 +13921,28 @@ func (s *Checkpoint) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Checkpoint", nil, checkpointKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *Checkpoint) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	if s.ParentID != nil {
+		b = append(b, ",\"parent_id\":"...)
+		b = cddlrt.AppendString(b, (*s.ParentID))
+	}
+	b = append(b, ",\"step\":"...)
+	b = cddlrt.AppendInt(b, int64(s.Step))
+	b = append(b, ",\"source\":"...)
+	b = cddlrt.AppendString(b, string(s.Source))
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // What made the checkpoint (LangGraph's CheckpointMetadata.source).
 type CheckpointSource string
 
@@ -11936,6 +14090,26 @@ func (s *UpdatesData) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "UpdatesData", nil, updatesDataKnown, &s.Extra)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *UpdatesData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	if s.Node != nil {
+		b = append(b, ",\"node\":"...)
+		b = cddlrt.AppendString(b, (*s.Node))
+	}
+	b = append(b, ",\"values\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Values); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // An application's own event; the `custom:NAME` channel selects those
 // named NAME.
 type CustomEvent struct {
@@ -12044,6 +14218,26 @@ func (s CustomData) MarshalCBOR() ([]byte, error) {
 func (s *CustomData) UnmarshalCBOR(data []byte) error {
 	type fields CustomData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "CustomData", nil, customDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *CustomData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	if s.Name != nil {
+		b = append(b, ",\"name\":"...)
+		b = cddlrt.AppendString(b, (*s.Name))
+	}
+	b = append(b, ",\"payload\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Payload); err != nil {
+		return nil, err
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // A Pregel task was created or finished.
@@ -12221,6 +14415,32 @@ func (s EventsMissedData) MarshalCBOR() ([]byte, error) {
 func (s *EventsMissedData) UnmarshalCBOR(data []byte) error {
 	type fields EventsMissedData
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "EventsMissedData", nil, eventsMissedDataKnown, &s.Extra)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *EventsMissedData) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"since\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Since))
+	b = append(b, ",\"first_available_seq\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.FirstAvailableSeq))
+	b = append(b, ",\"missed\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.Missed))
+	if s.Epoch != nil {
+		b = append(b, ",\"epoch\":"...)
+		b = cddlrt.AppendString(b, (*s.Epoch))
+	}
+	if s.Reset != nil {
+		b = append(b, ",\"reset\":"...)
+		b = cddlrt.AppendBool(b, bool((*s.Reset)))
+	}
+	if b, err = cddlrt.AppendExtra(b, s.Extra); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // The patterns Validate checks (.regexp), anchored.
