@@ -10,8 +10,13 @@ import (
 )
 
 // NamespaceOf returns where in the agent tree event v happened ([] for the
-// root, nil for nil): protocol.NamespaceOf.
-func NamespaceOf(v protocol.ServerEventVariant) []string { return protocol.NamespaceOf(v) }
+// root, nil for nil).
+func NamespaceOf(v protocol.ServerEventVariant) []string {
+	if v == nil {
+		return nil
+	}
+	return v.GetNamespace()
+}
 
 // TextOf returns the text of a text delta ("" for other deltas):
 // d.Text().

@@ -441,10 +441,11 @@ type headTok struct {
 	lit      string    // tokLit: the value
 	cat      appendCat // tokScalar
 	optional bool
-	goPath   string // the Go field path from the variant
-	wirePath string // the same on the wire, members joined by dots
-	field    string // the routing struct's field
-	typ      string // its Go type
+	goPath   string   // the Go field path from the variant
+	wirePath string   // the same on the wire, members joined by dots
+	field    string   // the routing struct's field
+	typ      string   // its Go type
+	next     []string // tokNext: the keys one of which must follow
 }
 
 const (
@@ -452,10 +453,12 @@ const (
 	tokDisc
 	tokScalar
 	tokOpen
+	tokNext
 )
 
 func (t headTok) same(o headTok) bool {
-	return t.kind == o.kind && t.wire == o.wire && t.lit == o.lit && t.cat == o.cat && t.optional == o.optional && t.field == o.field
+	return t.kind == o.kind && t.wire == o.wire && t.lit == o.lit && t.cat == o.cat && t.optional == o.optional && t.field == o.field &&
+		strings.Join(t.next, "\x00") == strings.Join(o.next, "\x00")
 }
 
 // routingType is the Go type a routing field of category c has.
@@ -482,7 +485,21 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 	var toks []headTok
 	var walk func(d *Decl, goPrefix, fieldPrefix, wirePrefix string, top bool)
 	walk = func(d *Decl, goPrefix, fieldPrefix, wirePrefix string, top bool) {
-		for _, gf := range gg.fields(d, d.Shape) {
+		fs := gg.fields(d, d.Shape)
+		// stop ends the head before fs[i]: the member that comes next must
+		// be one the schema places there (up to the first required one),
+		// or else a routed optional member read as absent might follow.
+		stop := func(i int) {
+			var next []string
+			for _, gf := range fs[i:] {
+				next = append(next, gf.wire)
+				if gf.literal != "" || !gf.f.Optional {
+					toks = append(toks, headTok{kind: tokNext, next: next})
+					return
+				}
+			}
+		}
+		for i, gf := range fs {
 			if gf.literal != "" {
 				if top && gf.f.Name == disc {
 					toks = append(toks, headTok{kind: tokDisc, wire: gf.wire, field: goName(disc), typ: "string"})
@@ -498,10 +515,12 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 			switch c {
 			case catText, catEnum, catUint, catInt, catBool, catStrings:
 				if ptr && !optional {
-					return // nullable: null is not a scalar
+					stop(i) // nullable: null is not a scalar
+					return
 				}
 				typ := routingType(c)
 				if t, ok := types[field]; ok && t != typ {
+					stop(i)
 					return
 				}
 				types[field] = typ
@@ -510,12 +529,14 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 			case catAppender:
 				sd := gg.m.Decl(gf.f.Shape.Ref)
 				if ptr || optional || sd == nil || gg.form(sd) != "struct" {
+					stop(i)
 					return
 				}
 				toks = append(toks, headTok{kind: tokOpen, wire: gf.wire})
 				walk(sd, goPrefix+gf.name+".", field, wirePrefix+gf.wire+".", false)
 				return
 			}
+			stop(i)
 			return
 		}
 	}
@@ -585,21 +606,22 @@ func (gg *goGen) routing(id, disc string, values []string, leaves []*Shape) {
 	}
 	gg.q("}")
 	gg.q("")
-	gg.q("// Decode%s reads the routing members of the %s in b. In the", rid, id)
-	gg.q("// layout AppendJSON writes it allocates nothing but arrays, and the")
-	gg.q("// strings it returns share b's memory: b must not be modified while")
-	gg.q("// they are used. Any other valid JSON is decoded in full with")
+	gg.q("// Decode%s sets r to the routing members of the %s in b.", rid, id)
+	gg.q("// In the layout AppendJSON writes it allocates nothing but arrays, and")
+	gg.q("// the strings it sets share b's memory: b must not be modified while")
+	gg.q("// they are used. The fast path trusts that layout's member order: a")
+	gg.q("// routed member written after the members the schema puts after it")
+	gg.q("// is read as absent. Any other valid JSON is decoded in full with")
 	gg.q("// UnmarshalJSON; an error is UnmarshalJSON's.")
-	gg.q("func Decode%s(b []byte) (%s, error) {", rid, rid)
-	gg.q("var r %s", rid)
+	gg.q("func Decode%s(b []byte, r *%s) error {", rid, rid)
+	gg.q("*r = %s{}", rid)
 	if hasDisc {
-		gg.q("if decode%sFast(b, &r) {", rid)
-		gg.q("return r, nil")
+		gg.q("if decode%sFast(b, r) {", rid)
+		gg.q("return nil")
 		gg.q("}")
-		gg.q("r = %s{}", rid)
+		gg.q("*r = %s{}", rid)
 	}
-	gg.q("err := decode%sSlow(b, &r)", rid)
-	gg.q("return r, err")
+	gg.q("return decode%sSlow(b, r)", rid)
 	gg.q("}")
 	gg.q("")
 	gg.q("// decode%sSlow decodes b in full and reads the routing members", rid)
@@ -647,18 +669,23 @@ func (gg *goGen) routing(id, disc string, values []string, leaves []*Shape) {
 		gg.q("return false")
 		gg.q("}")
 		gg.q("first, ok := true, false")
+		gg.q("_ = first")
+		sc := &scanWriter{gg: gg, state: stateFirst}
 		for _, t := range heads[0][:common] {
-			gg.scanTok(t)
+			sc.tok(t)
 		}
+		sc.flush()
 		gg.q("switch r.%s {", goName(disc))
 		for i, h := range heads {
 			if len(h) == common {
 				continue
 			}
 			gg.q("case %q:", values[i])
+			branch := *sc
 			for _, t := range h[common:] {
-				gg.scanTok(t)
+				branch.tok(t)
 			}
+			branch.flush()
 		}
 		gg.q("}")
 		gg.q("return true")
@@ -680,32 +707,119 @@ func routingConv(t headTok, x string) string {
 	return x
 }
 
-// scanTok writes what the fast routing decoder does for t.
-func (gg *goGen) scanTok(t headTok) {
+// The comma state of the object a fast routing decoder reads: before
+// its first member, after a member, or either (only optional members read
+// so far); the generated code tracks the last at run time in first.
+const (
+	stateFirst = iota
+	stateAfter
+	stateEither
+)
+
+// scanWriter writes the fast routing decoder's reading of tokens, with
+// the literal text known at generation time merged into one Lit call.
+type scanWriter struct {
+	gg      *goGen
+	state   int
+	pending string // literal text to consume before the next dynamic read
+}
+
+func (w *scanWriter) lit(s string) { w.pending += s }
+
+// flush writes the consumption of the pending literal text.
+func (w *scanWriter) flush() {
+	if w.pending == "" {
+		return
+	}
+	w.gg.q("if !p.Lit(%s) {", strconv.Quote(w.pending))
+	w.gg.q("return false")
+	w.gg.q("}")
+	w.pending = ""
+}
+
+// key is member name's key as written, with the comma the state calls for
+// ("" when the state is known only at run time).
+func (w *scanWriter) key(name string) (string, bool) {
+	switch w.state {
+	case stateFirst:
+		return `"` + name + `":`, true
+	case stateAfter:
+		return `,"` + name + `":`, true
+	}
+	return "", false
+}
+
+// required consumes a required member's key.
+func (w *scanWriter) required(name string) {
+	if k, ok := w.key(name); ok {
+		w.lit(k)
+	} else {
+		w.flush()
+		w.gg.q("if !p.Member(%q, &first) {", name)
+		w.gg.q("return false")
+		w.gg.q("}")
+	}
+	w.state = stateAfter
+}
+
+// optional opens the block that reads an optional member if present.
+func (w *scanWriter) optional(name string) {
+	w.flush()
+	if k, ok := w.key(name); ok {
+		if w.state == stateFirst {
+			// What follows reads first to know whether a comma is due.
+			w.gg.q("first = true")
+		}
+		w.gg.q("if p.Lit(%s) {", strconv.Quote(k))
+		if w.state == stateFirst {
+			w.gg.q("first = false")
+		}
+	} else {
+		w.gg.q("if p.Member(%q, &first) {", name)
+	}
+	if w.state == stateFirst {
+		w.state = stateEither
+	}
+}
+
+// tok writes the reading of t.
+func (w *scanWriter) tok(t headTok) {
+	gg := w.gg
 	q, _ := jsonQuote(t.wire)
-	t.wire = q[1 : len(q)-1] // Member compares the name as it is written
+	name := q[1 : len(q)-1] // keys are compared as they are written
 	read := map[appendCat]string{catText: "Str", catEnum: "Str", catUint: "Uint", catInt: "Int", catBool: "Bool", catStrings: "Strs"}
 	switch t.kind {
 	case tokLit:
 		lq, _ := jsonQuote(t.lit)
-		gg.q("if !p.Member(%q, &first) || !p.Lit(%s) {", t.wire, strconv.Quote(lq))
-		gg.q("return false")
-		gg.q("}")
+		w.required(name)
+		w.lit(lq)
 	case tokDisc:
-		gg.q("if !p.Member(%q, &first) {", t.wire)
-		gg.q("return false")
-		gg.q("}")
+		w.required(name)
+		w.flush()
 		gg.q("if r.%s, ok = p.Str(); !ok {", t.field)
 		gg.q("return false")
 		gg.q("}")
 	case tokOpen:
-		gg.q("if !p.Member(%q, &first) || !p.Lit(\"{\") {", t.wire)
+		w.required(name)
+		w.lit("{")
+		w.state = stateFirst
+	case tokNext:
+		w.flush()
+		var conds []string
+		for _, n := range t.next {
+			nq, _ := jsonQuote(n)
+			if k, ok := w.key(nq[1 : len(nq)-1]); ok {
+				conds = append(conds, fmt.Sprintf("!p.Has(%s)", strconv.Quote(k)))
+			} else {
+				conds = append(conds, fmt.Sprintf("!p.Peek(%q, first)", nq[1:len(nq)-1]))
+			}
+		}
+		gg.q("if %s {", strings.Join(conds, " && "))
 		gg.q("return false")
 		gg.q("}")
-		gg.q("first = true")
 	case tokScalar:
 		if t.optional {
-			gg.q("if p.Member(%q, &first) {", t.wire)
+			w.optional(name)
 			gg.q("if r.%s, ok = p.%s(); !ok {", t.field, read[t.cat])
 			gg.q("return false")
 			gg.q("}")
@@ -713,9 +827,8 @@ func (gg *goGen) scanTok(t headTok) {
 			gg.q("}")
 			return
 		}
-		gg.q("if !p.Member(%q, &first) {", t.wire)
-		gg.q("return false")
-		gg.q("}")
+		w.required(name)
+		w.flush()
 		gg.q("if r.%s, ok = p.%s(); !ok {", t.field, read[t.cat])
 		gg.q("return false")
 		gg.q("}")

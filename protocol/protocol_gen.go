@@ -7302,19 +7302,20 @@ type ServerEventRouting struct {
 	HasParamsDataReset bool
 }
 
-// DecodeServerEventRouting reads the routing members of the ServerEvent in b. In the
-// layout AppendJSON writes it allocates nothing but arrays, and the
-// strings it returns share b's memory: b must not be modified while
-// they are used. Any other valid JSON is decoded in full with
+// DecodeServerEventRouting sets r to the routing members of the ServerEvent in b.
+// In the layout AppendJSON writes it allocates nothing but arrays, and
+// the strings it sets share b's memory: b must not be modified while
+// they are used. The fast path trusts that layout's member order: a
+// routed member written after the members the schema puts after it
+// is read as absent. Any other valid JSON is decoded in full with
 // UnmarshalJSON; an error is UnmarshalJSON's.
-func DecodeServerEventRouting(b []byte) (ServerEventRouting, error) {
-	var r ServerEventRouting
-	if decodeServerEventRoutingFast(b, &r) {
-		return r, nil
+func DecodeServerEventRouting(b []byte, r *ServerEventRouting) error {
+	*r = ServerEventRouting{}
+	if decodeServerEventRoutingFast(b, r) {
+		return nil
 	}
-	r = ServerEventRouting{}
-	err := decodeServerEventRoutingSlow(b, &r)
-	return r, err
+	*r = ServerEventRouting{}
+	return decodeServerEventRoutingSlow(b, r)
 }
 
 // decodeServerEventRoutingSlow decodes b in full and reads the routing members
@@ -7484,38 +7485,35 @@ func decodeServerEventRoutingFast(b []byte, r *ServerEventRouting) bool {
 		return false
 	}
 	first, ok := true, false
-	if !p.Member("type", &first) || !p.Lit("\"event\"") {
+	_ = first
+	if !p.Lit("\"type\":\"event\"") {
 		return false
 	}
-	if p.Member("event_id", &first) {
+	if p.Lit(",\"event_id\":") {
 		if r.EventID, ok = p.Str(); !ok {
 			return false
 		}
 		r.HasEventID = true
 	}
-	if p.Member("seq", &first) {
+	if p.Lit(",\"seq\":") {
 		if r.Seq, ok = p.Uint(); !ok {
 			return false
 		}
 		r.HasSeq = true
 	}
-	if !p.Member("method", &first) {
+	if !p.Lit(",\"method\":") {
 		return false
 	}
 	if r.Method, ok = p.Str(); !ok {
 		return false
 	}
-	if !p.Member("params", &first) || !p.Lit("{") {
-		return false
-	}
-	first = true
-	if !p.Member("namespace", &first) {
+	if !p.Lit(",\"params\":{\"namespace\":") {
 		return false
 	}
 	if r.ParamsNamespace, ok = p.Strs(); !ok {
 		return false
 	}
-	if !p.Member("timestamp", &first) {
+	if !p.Lit(",\"timestamp\":") {
 		return false
 	}
 	if r.ParamsTimestamp, ok = p.Uint(); !ok {
@@ -7523,139 +7521,144 @@ func decodeServerEventRoutingFast(b []byte, r *ServerEventRouting) bool {
 	}
 	switch r.Method {
 	case "lifecycle":
-		if !p.Member("data", &first) || !p.Lit("{") {
-			return false
-		}
-		first = true
-		if !p.Member("event", &first) {
+		if !p.Lit(",\"data\":{\"event\":") {
 			return false
 		}
 		if r.ParamsDataEvent, ok = p.Str(); !ok {
 			return false
 		}
-		if p.Member("graph_name", &first) {
+		if p.Lit(",\"graph_name\":") {
 			if r.ParamsDataGraphName, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataGraphName = true
 		}
 	case "messages":
-		if p.Member("node", &first) {
+		if p.Lit(",\"node\":") {
 			if r.ParamsNode, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsNode = true
 		}
-	case "tools":
-		if p.Member("node", &first) {
-			if r.ParamsNode, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsNode = true
-		}
-	case "input.requested":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Has(",\"data\":") {
 			return false
 		}
-		first = true
-		if !p.Member("interrupt_id", &first) {
+	case "tools":
+		if p.Lit(",\"node\":") {
+			if r.ParamsNode, ok = p.Str(); !ok {
+				return false
+			}
+			r.HasParamsNode = true
+		}
+		if !p.Has(",\"data\":") {
+			return false
+		}
+	case "input.requested":
+		if !p.Lit(",\"data\":{\"interrupt_id\":") {
 			return false
 		}
 		if r.ParamsDataInterruptID, ok = p.Str(); !ok {
 			return false
 		}
-	case "input.answered":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Has(",\"payload\":") {
 			return false
 		}
-		first = true
-		if !p.Member("interrupt_ids", &first) {
+	case "input.answered":
+		if !p.Lit(",\"data\":{\"interrupt_ids\":") {
 			return false
 		}
 		if r.ParamsDataInterruptIds, ok = p.Strs(); !ok {
 			return false
 		}
+	case "values":
+		if !p.Has(",\"data\":") {
+			return false
+		}
 	case "updates":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Lit(",\"data\":{") {
 			return false
 		}
 		first = true
-		if p.Member("node", &first) {
+		if p.Lit("\"node\":") {
+			first = false
 			if r.ParamsDataNode, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataNode = true
 		}
-	case "checkpoints":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Peek("values", first) {
 			return false
 		}
-		first = true
-		if !p.Member("id", &first) {
+	case "checkpoints":
+		if !p.Lit(",\"data\":{\"id\":") {
 			return false
 		}
 		if r.ParamsDataID, ok = p.Str(); !ok {
 			return false
 		}
-		if p.Member("parent_id", &first) {
+		if p.Lit(",\"parent_id\":") {
 			if r.ParamsDataParentID, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataParentID = true
 		}
-		if !p.Member("step", &first) {
+		if !p.Lit(",\"step\":") {
 			return false
 		}
 		if r.ParamsDataStep, ok = p.Int(); !ok {
 			return false
 		}
-		if !p.Member("source", &first) {
+		if !p.Lit(",\"source\":") {
 			return false
 		}
 		if r.ParamsDataSource, ok = p.Str(); !ok {
 			return false
 		}
 	case "custom":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Lit(",\"data\":{") {
 			return false
 		}
 		first = true
-		if p.Member("name", &first) {
+		if p.Lit("\"name\":") {
+			first = false
 			if r.ParamsDataName, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataName = true
 		}
-	case "events.missed":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Peek("payload", first) {
 			return false
 		}
-		first = true
-		if !p.Member("since", &first) {
+	case "tasks":
+		if !p.Has(",\"data\":") {
+			return false
+		}
+	case "events.missed":
+		if !p.Lit(",\"data\":{\"since\":") {
 			return false
 		}
 		if r.ParamsDataSince, ok = p.Uint(); !ok {
 			return false
 		}
-		if !p.Member("first_available_seq", &first) {
+		if !p.Lit(",\"first_available_seq\":") {
 			return false
 		}
 		if r.ParamsDataFirstAvailableSeq, ok = p.Uint(); !ok {
 			return false
 		}
-		if !p.Member("missed", &first) {
+		if !p.Lit(",\"missed\":") {
 			return false
 		}
 		if r.ParamsDataMissed, ok = p.Uint(); !ok {
 			return false
 		}
-		if p.Member("epoch", &first) {
+		if p.Lit(",\"epoch\":") {
 			if r.ParamsDataEpoch, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataEpoch = true
 		}
-		if p.Member("reset", &first) {
+		if p.Lit(",\"reset\":") {
 			if r.ParamsDataReset, ok = p.Bool(); !ok {
 				return false
 			}

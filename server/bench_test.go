@@ -122,10 +122,10 @@ func BenchmarkPublish(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			d := customEvent("x", protocol.CustomData{Payload: "payload"})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
+				d := customEvent("x", protocol.CustomData{Payload: "payload"})
 				t.mu.Lock()
 				if _, err := t.publish(d); err != nil {
 					b.Fatal(err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 
@@ -9,8 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// decodeSamples are events in the layout encodeEventJSON writes, plain
-// enough for decodeRouting (no escapes).
+// Helpers of the internal tests: the events they publish.
+
+func customEvent(name string, d protocol.CustomData) eventData {
+	return eventData{p: protocol.NewServerEventCustom(d), name: name}
+}
+
+func valuesEvent(v any) eventData { return eventData{p: protocol.NewServerEventValues(v)} }
+
+func messagesEvent(node string, v protocol.MessagesDataVariant) eventData {
+	p := protocol.NewServerEventMessages(protocol.MessagesData{Value: v})
+	p.Params.Node = &node
+	return eventData{p: p}
+}
+
+// decodeSamples are events as the server writes them, plain enough for
+// the generated decoder's fast path (no escapes in what it reads).
 func decodeSamples(t testing.TB) [][]byte {
 	name := "tok"
 	ds := []eventData{
@@ -30,64 +45,101 @@ func decodeSamples(t testing.TB) [][]byte {
 	return out
 }
 
-// The fast path reads what encoding/json reads, and is taken for the
-// layout the server writes.
-func TestDecodeRoutingAgreesWithEncodingJSON(t *testing.T) {
-	for _, b := range decodeSamples(t) {
-		fast, ok := decodeRouting(b)
-		require.True(t, ok, "the fast path reads %s", b)
-		slow, err := decodeRoutingJSON(b)
-		require.NoError(t, err)
-		requireSameRouting(t, slow, fast, b)
+// probe is what encoding/json reads of an event's routing members.
+type probe struct {
+	Method  string  `json:"method"`
+	EventID *string `json:"event_id"`
+	Seq     *uint64 `json:"seq"`
+	Params  struct {
+		Namespace []string `json:"namespace"`
+		Data      struct {
+			Name *string `json:"name"`
+		} `json:"data"`
+	} `json:"params"`
+}
+
+// requireDecodedAsJSON checks that e, decoded from b, routes as
+// encoding/json reads b.
+func requireDecodedAsJSON(t *testing.T, b []byte, e *Event) {
+	t.Helper()
+	var p probe
+	require.NoError(t, json.Unmarshal(b, &p))
+	require.Equal(t, p.Method, e.Method, "%s", b)
+	require.Equal(t, *p.EventID, e.EventID(), "%s", b)
+	require.Equal(t, *p.Seq, e.Seq, "%s", b)
+	require.Equal(t, len(p.Params.Namespace), len(e.Namespace), "%s", b)
+	for i := range e.Namespace {
+		require.Equal(t, p.Params.Namespace[i], e.Namespace[i])
 	}
-	// Escaped strings and other layouts fall back.
-	for _, b := range []string{
-		`{"type":"event","event_id":"e-1","seq":1,"method":"custom","params":{"namespace":["a\"b"],"timestamp":1,"data":{"payload":1}}}`,
-		`{"method":"custom","type":"event","event_id":"e-1","seq":1,"params":{"namespace":[],"timestamp":1,"data":{"payload":1}}}`,
-		`{"type":"event","event_id":"e-1","seq":1,"method":"custom","params":{"namespace":[],"timestamp":1,"data":{"x":1,"name":"n"}}}`,
-		`{"type":"event", "event_id":"e-1","seq":1,"method":"values","params":{"namespace":[],"timestamp":1,"data":{}}}`,
-	} {
-		_, ok := decodeRouting([]byte(b))
-		require.False(t, ok, "%s", b)
+	if e.Method == channels.Custom && p.Params.Data.Name != nil {
+		require.Equal(t, *p.Params.Data.Name, e.Name)
+	} else {
+		require.Empty(t, e.Name, "only custom events are routed by name")
 	}
 }
 
-// FuzzDecodeRouting: whatever the fast path accepts, encoding/json reads
-// the same way (go test ./server -run '^$' -fuzz FuzzDecodeRouting).
-func FuzzDecodeRouting(f *testing.F) {
+// DecodeEvent reads what encoding/json reads, in the layout the server
+// writes (the generated fast path) and in any other (its fallback).
+func TestDecodeEventAgreesWithEncodingJSON(t *testing.T) {
+	for _, b := range decodeSamples(t) {
+		var r protocol.ServerEventRouting
+		require.NoError(t, protocol.DecodeServerEventRouting(b, &r))
+		require.True(t, r.HasSeq, "%s", b)
+		e, err := DecodeEvent(b)
+		require.NoError(t, err)
+		requireDecodedAsJSON(t, b, e)
+	}
+	for _, b := range []string{
+		`{"type":"event","event_id":"e-1","seq":1,"method":"custom","params":{"namespace":["a\"b"],"timestamp":1,"data":{"payload":1}}}`,
+		`{"method":"custom","type":"event","event_id":"e-1","seq":1,"params":{"namespace":[],"timestamp":1,"data":{"payload":1}}}`,
+		`{"type":"event","event_id":"e-1","seq":1,"method":"custom","params":{"namespace":[],"timestamp":1,"data":{"x":1,"name":"n","payload":1}}}`,
+		`{"type":"event", "event_id":"e-1","seq":1,"method":"values","params":{"namespace":[],"timestamp":1,"data":{}}}`,
+	} {
+		e, err := DecodeEvent([]byte(b))
+		require.NoError(t, err, b)
+		requireDecodedAsJSON(t, []byte(b), e)
+	}
+	for _, b := range []string{
+		`{"type":"event","method":"values","params":{"namespace":[],"timestamp":1,"data":{}}}`, // a notice: no seq
+		`{"type":"event","event_id":"e-1","seq":1`,
+		`[]`,
+	} {
+		_, err := DecodeEvent([]byte(b))
+		require.Error(t, err, b)
+	}
+}
+
+// FuzzDecodeEvent: never a panic, and whatever DecodeEvent reads,
+// encoding/json reads the same (go test ./server -run '^$' -fuzz
+// FuzzDecodeEvent).
+func FuzzDecodeEvent(f *testing.F) {
 	for _, b := range decodeSamples(f) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fast, ok := decodeRouting(b)
-		if !ok {
+		e, err := DecodeEvent(b)
+		if err != nil || !json.Valid(b) {
 			return
 		}
-		slow, err := decodeRoutingJSON(b)
-		if err != nil {
-			// The fast path does not validate the data member: only
-			// the routing fields must agree when the JSON is valid.
+		var p probe
+		if json.Unmarshal(b, &p) != nil || p.EventID == nil || p.Seq == nil {
 			return
 		}
-		if fast.method != "custom" {
-			fast.name, fast.hasName, slow.name, slow.hasName = "", false, "", false // read for custom events only
+		var full protocol.ServerEvent
+		if full.UnmarshalJSON(b) != nil {
+			return
 		}
-		requireSameRouting(t, slow, fast, b)
+		again, err := full.AppendJSON(nil)
+		if err != nil || string(again) != string(b) {
+			return // not in the layout the server writes: a duplicate member may differ
+		}
+		requireDecodedAsJSON(t, b, e)
 	})
 }
 
-// requireSameRouting compares two readings of b, an empty namespace the
-// same as none (DecodeEvent keeps neither).
-func requireSameRouting(t *testing.T, want, got routing, b []byte) {
-	t.Helper()
-	if len(want.namespace) == 0 && len(got.namespace) == 0 {
-		want.namespace, got.namespace = nil, nil
-	}
-	require.Equal(t, want, got, "%s", b)
-}
-
 // BenchmarkDecodeEvent reads a 100-byte custom event as a node receiving
-// it from another does: by the fast path, and by encoding/json.
+// it from another does: by the generated fast path, and by the generated
+// decoder in full (what any other layout costs).
 func BenchmarkDecodeEvent(b *testing.B) {
 	name := "firehose"
 	e, err := buildEvent(customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"index": 7, "ts": 1763950000000000000, "pad": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}), "ep1", 42, 1763950000000)
@@ -100,20 +152,21 @@ func BenchmarkDecodeEvent(b *testing.B) {
 			}
 		}
 	})
-	b.Run("encoding-json", func(b *testing.B) {
+	b.Run("full", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeRoutingJSON(e.JSON()); err != nil {
+			var full protocol.ServerEvent
+			if err := full.UnmarshalJSON(e.JSON()); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 }
 
-// TestDecodeRoutingNumbers: sequence numbers up to the largest uint64 are
-// read by the fast path; past it, with a leading zero or with no digit,
-// it leaves the event to encoding/json.
-func TestDecodeRoutingNumbers(t *testing.T) {
+// TestDecodeEventNumbers: sequence numbers up to the largest uint64 are
+// read; past it, with a leading zero or with no digit, the event is not
+// JSON the generated decoder reads.
+func TestDecodeEventNumbers(t *testing.T) {
 	for _, c := range []struct {
 		name, seq string
 		want      uint64
@@ -127,14 +180,17 @@ func TestDecodeRoutingNumbers(t *testing.T) {
 		{"a leading zero", "012", 0, false},
 		{"no digit", "x", 0, false},
 		{"negative", "-1", 0, false},
+		{"a fraction", "1.5", 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := []byte(`{"type":"event","event_id":"e-1","seq":` + c.seq + `,"method":"values","params":{"namespace":[],"timestamp":1,"data":{}}}`)
-			r, ok := decodeRouting(b)
-			require.Equal(t, c.ok, ok)
-			if ok {
-				require.Equal(t, c.want, r.seq)
+			e, err := DecodeEvent(b)
+			if !c.ok {
+				require.Error(t, err)
+				return
 			}
+			require.NoError(t, err)
+			require.Equal(t, c.want, e.Seq)
 		})
 	}
 }

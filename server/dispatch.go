@@ -183,7 +183,7 @@ func (t *thread) resume(r *run, ids []string, answers []any) {
 		}
 		t.answered[id] = true
 	}
-	_, _ = t.publish(inputAnsweredEvent(protocol.InputAnsweredData{InterruptIds: ids}))
+	_, _ = t.publish(eventData{p: protocol.NewServerEventInputAnswered(protocol.InputAnsweredData{InterruptIds: ids})})
 	if len(r.pending) == 0 {
 		r.status = statusRunning
 		_, _ = t.publishLifecycle(nil, protocol.AgentStatusRunning, r.assistantID, nil, "")

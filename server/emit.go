@@ -107,7 +107,7 @@ func lifecycleErr(format string, args ...any) error {
 func (rc *RunContext) Values(values map[string]any) error {
 	return rc.emit(func() (eventData, error) {
 		rc.r.t.srv.cfg.State.SetValues(rc.r.t.id, values)
-		return valuesEvent(maps.Clone(values)), nil
+		return eventData{p: protocol.NewServerEventValues(maps.Clone(values))}, nil
 	})
 }
 
@@ -117,7 +117,7 @@ func (rc *RunContext) Update(node string, values map[string]any) error {
 	if node != "" {
 		d.Node = &node
 	}
-	return rc.emit(just(updatesEvent(d)))
+	return rc.emit(just(eventData{p: protocol.NewServerEventUpdates(d)}))
 }
 
 // Checkpoint saves a checkpoint of the thread's current values and emits
@@ -139,7 +139,7 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 			cp.ParentID = &rec.ParentID
 		}
 		t.srv.cfg.State.AddCheckpoint(t.id, rec)
-		return checkpointsEvent(cp), nil
+		return eventData{p: protocol.NewServerEventCheckpoints(cp)}, nil
 	})
 	if err != nil {
 		return "", err
@@ -154,12 +154,12 @@ func (rc *RunContext) Custom(name string, payload any) error {
 	if name != "" {
 		d.Name = &name
 	}
-	return rc.emit(just(customEvent(name, d)))
+	return rc.emit(just(eventData{p: protocol.NewServerEventCustom(d), name: name}))
 }
 
 // Task emits a Pregel task event on the tasks channel.
 func (rc *RunContext) Task(data any) error {
-	return rc.emit(just(tasksEvent(data)))
+	return rc.emit(just(eventData{p: protocol.NewServerEventTasks(data)}))
 }
 
 // Interrupt asks for input: it emits input.requested with payload, marks
@@ -178,7 +178,7 @@ func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 	}
 	rc.r.pending = append(rc.r.pending, in)
 	rc.r.status = statusInterrupted
-	_, err := t.publish(inputRequestedEvent(rc.ns, protocol.InputRequestedData{InterruptID: in.id, Payload: payload}))
+	_, err := t.publish(eventData{p: protocol.NewServerEventInputRequested(protocol.InputRequestedData{InterruptID: in.id, Payload: payload}), namespace: rc.ns})
 	if err == nil && len(rc.r.pending) == 1 { // the first pending interrupt interrupts the run
 		_, err = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
 	}
@@ -212,7 +212,25 @@ type MessageWriter struct {
 }
 
 func (rc *RunContext) messageData(v protocol.MessagesDataVariant) eventData {
-	return messagesEvent(rc.node, v)
+	p := protocol.NewServerEventMessages(protocol.MessagesData{Value: v})
+	p.Params.Node = rc.nodeOrNil()
+	return eventData{p: p}
+}
+
+// nodeOrNil is the graph node events carry (nil: none).
+func (rc *RunContext) nodeOrNil() *string {
+	if rc.node == "" {
+		return nil
+	}
+	node := rc.node
+	return &node
+}
+
+// toolsData is a tools event of the run context's node.
+func (rc *RunContext) toolsData(v protocol.ToolsDataVariant) eventData {
+	p := protocol.NewServerEventTools(protocol.ToolsData{Value: v})
+	p.Params.Node = rc.nodeOrNil()
+	return eventData{p: p}
 }
 
 // runExtra is the run id that message events carry in their data, as the
@@ -349,7 +367,7 @@ func (rc *RunContext) StartTool(toolCallID, name string, input any) (*ToolCall, 
 			rc.r.openTool = map[string]*ToolCall{}
 		}
 		rc.r.openTool[toolCallID] = tc
-		return toolsEvent(rc.node, &protocol.ToolStartedData{ToolCallID: toolCallID, ToolName: name, Input: input}), nil
+		return rc.toolsData(&protocol.ToolStartedData{ToolCallID: toolCallID, ToolName: name, Input: input}), nil
 	})
 	if err != nil {
 		return nil, err
@@ -366,7 +384,7 @@ func (tc *ToolCall) emit(last bool, d protocol.ToolsDataVariant) error {
 			tc.done = true
 			delete(tc.rc.r.openTool, tc.id)
 		}
-		return toolsEvent(tc.rc.node, d), nil
+		return tc.rc.toolsData(d), nil
 	})
 }
 

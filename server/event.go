@@ -1,8 +1,8 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/agentstream/agentstream/channels"
@@ -76,42 +76,31 @@ func (e *Event) CBOR() ([]byte, error) {
 // for notices.
 func (e *Event) EventID() string { return e.id }
 
-// eventData is what an emitter hands the thread to publish: everything of
-// an event but its envelope (sequence number, event id) and its time,
-// which publishing assigns.
+// eventData is what an emitter hands the thread to publish: the typed
+// event (a generated constructor's, protocol.NewServerEventX) without
+// its envelope (namespace, time, sequence number, event id), which
+// publishing sets. Publishing completes p, which the published Event
+// keeps: an eventData is published once.
 type eventData struct {
-	namespace channels.Namespace
-	node      string
-	name      string // custom events
-	// data is the params' data member, which encodeEventJSON writes.
-	data any
-	// payload builds the typed event from its namespace, time and node.
-	payload func(h header) protocol.ServerEventVariant
+	p         protocol.ServerEventVariant
+	namespace channels.Namespace // where it happened; nil: the emitter's
+	name      string             // a custom event's name, which routes it
 }
 
 // rootNamespace is the namespace of the root agent's events, shared by
 // all of them (never appended to).
 var rootNamespace = protocol.Namespace{}
 
-// header is what every event's params carry besides its data.
-type header struct {
-	ns   protocol.Namespace
-	ts   protocol.Timestamp
-	node *string
-}
-
-// buildEvent makes the Event for d with sequence number seq of the stream
-// epoch (seq 0 for a notice) at time ts (milliseconds) and encodes it.
+// buildEvent completes d's event with sequence number seq of the stream
+// epoch (seq 0 for a notice) and time ts (milliseconds), and encodes it.
 func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error) {
-	h := header{ns: protocol.Namespace(d.namespace), ts: ts}
-	if h.ns == nil {
-		h.ns = rootNamespace
+	p := d.p
+	ns := protocol.Namespace(d.namespace)
+	if ns == nil {
+		ns = rootNamespace
 	}
-	if d.node != "" {
-		node := d.node // not &d.node: d would move to the heap for every event
-		h.node = &node
-	}
-	p := d.payload(h)
+	p.SetNamespace(ns)
+	p.SetTimestamp(ts)
 	var id string
 	if seq > 0 {
 		// The typed event points at its id and seq: one allocation for
@@ -124,85 +113,41 @@ func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error
 		p.SetEventID(&env.id)
 		p.SetSeq(&env.seq)
 	}
-	method := p.Method()
-	b, err := encodeEventJSON(method, id, seq, h, d.data)
+	b, err := encodeEvent(p)
 	if err != nil {
 		return nil, err
 	}
+	method := p.Method()
 	return &Event{
 		Seq: seq, id: id, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
 		Namespace: d.namespace, Payload: p, json: b,
 	}, nil
 }
 
-// The events the server publishes, one constructor per kind.
+// scratch holds the buffers events are encoded in before they are copied
+// into one of exactly their size.
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// encodeEvent writes p as JSON with its generated AppendJSON, into a
+// pooled buffer copied into one allocation of its exact size.
+func encodeEvent(p protocol.ServerEventVariant) ([]byte, error) {
+	sp := scratch.Get().(*[]byte)
+	b, err := p.AppendJSON((*sp)[:0])
+	if err != nil {
+		scratch.Put(sp)
+		return nil, err
+	}
+	out := append(make([]byte, 0, len(b)), b...)
+	if cap(b) <= 64<<10 {
+		*sp = b[:0]
+		scratch.Put(sp)
+	}
+	return out, nil
+}
+
+// lifecycleEvent is the lifecycle event of namespace ns.
 func lifecycleEvent(ns channels.Namespace, data protocol.LifecycleData) eventData {
-	return eventData{namespace: ns, data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventLifecycle{Params: protocol.EventLifecycleParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func messagesEvent(node string, data protocol.MessagesDataVariant) eventData {
-	return eventData{node: node, data: protocol.MessagesData{Value: data}, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventMessages{Params: protocol.EventMessagesParams{Namespace: h.ns, Timestamp: h.ts, Node: h.node, Data: protocol.MessagesData{Value: data}}}
-	}}
-}
-
-func toolsEvent(node string, data protocol.ToolsDataVariant) eventData {
-	return eventData{node: node, data: protocol.ToolsData{Value: data}, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventTools{Params: protocol.EventToolsParams{Namespace: h.ns, Timestamp: h.ts, Node: h.node, Data: protocol.ToolsData{Value: data}}}
-	}}
-}
-
-func inputRequestedEvent(ns channels.Namespace, data protocol.InputRequestedData) eventData {
-	return eventData{namespace: ns, data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventInputRequested{Params: protocol.EventInputRequestedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func inputAnsweredEvent(data protocol.InputAnsweredData) eventData {
-	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventInputAnswered{Params: protocol.EventInputAnsweredParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func valuesEvent(data any) eventData {
-	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventValues{Params: protocol.EventValuesParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func updatesEvent(data protocol.UpdatesData) eventData {
-	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventUpdates{Params: protocol.EventUpdatesParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func checkpointsEvent(data protocol.Checkpoint) eventData {
-	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventCheckpoints{Params: protocol.EventCheckpointsParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func customEvent(name string, data protocol.CustomData) eventData {
-	return eventData{name: name, data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventCustom{Params: protocol.EventCustomParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-func tasksEvent(data any) eventData {
-	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventTasks{Params: protocol.EventTasksParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
-}
-
-// eventsMissedEvent is agentstream's notice to one subscriber that events
-// it asked for are no longer buffered (an extension).
-func eventsMissedEvent(data protocol.EventsMissedData) eventData {
-	return eventData{data: data, payload: func(h header) protocol.ServerEventVariant {
-		return &protocol.ServerEventEventsMissed{Params: protocol.ServerEventEventsMissedParams{Namespace: h.ns, Timestamp: h.ts, Data: data}}
-	}}
+	return eventData{p: protocol.NewServerEventLifecycle(data), namespace: ns}
 }
 
 // typed is the event's typed payload, decoded from its JSON when it has
@@ -246,21 +191,20 @@ func DecodeEvent(b []byte) (*Event, error) {
 	return e, nil
 }
 
-// decode fills e, a zero Event, from b (see DecodeEvent).
+// decode fills e, a zero Event, from b (see DecodeEvent) with the
+// generated routing decoder, which reads what AppendJSON wrote without
+// allocating but for the namespace.
 func (e *Event) decode(b []byte) error {
-	r, ok := decodeRouting(b)
-	if !ok {
-		var err error
-		if r, err = decodeRoutingJSON(b); err != nil {
-			return err
-		}
+	var r protocol.ServerEventRouting
+	if err := protocol.DecodeServerEventRouting(b, &r); err != nil {
+		return fmt.Errorf("server: decoding a stored event: %w", err)
 	}
-	if r.method == "" || !r.hasSeq {
+	if r.Method == "" || !r.HasSeq || !r.HasEventID {
 		return fmt.Errorf("server: a stored event needs a method, an event_id and a seq")
 	}
-	e.Seq, e.id, e.Method, e.Channel, e.json = r.seq, r.id, r.method, channels.ChannelOf(r.method), b
-	if len(r.namespace) > 0 {
-		e.Namespace = channels.Namespace(r.namespace)
+	e.Seq, e.id, e.Method, e.Channel, e.json = r.Seq, r.EventID, r.Method, channels.ChannelOf(r.Method), b
+	if len(r.ParamsNamespace) > 0 {
+		e.Namespace = channels.Namespace(r.ParamsNamespace)
 	}
 	if e.Channel == channels.Lifecycle {
 		p, err := e.typed()
@@ -269,36 +213,10 @@ func (e *Event) decode(b []byte) error {
 		}
 		e.Payload = p
 	}
-	if e.Channel == channels.Custom && r.hasName {
-		e.Name = r.name
+	if e.Channel == channels.Custom && r.HasParamsDataName {
+		e.Name = r.ParamsDataName
 	}
 	return nil
-}
-
-// decodeRoutingJSON is decodeRouting for any JSON, with encoding/json.
-func decodeRoutingJSON(b []byte) (routing, error) {
-	var probe struct {
-		Method  string  `json:"method"`
-		EventID *string `json:"event_id"`
-		Seq     *uint64 `json:"seq"`
-		Params  struct {
-			Namespace []string `json:"namespace"`
-			Data      struct {
-				Name *string `json:"name"`
-			} `json:"data"`
-		} `json:"params"`
-	}
-	if err := json.Unmarshal(b, &probe); err != nil {
-		return routing{}, fmt.Errorf("server: decoding a stored event: %w", err)
-	}
-	r := routing{method: probe.Method, namespace: probe.Params.Namespace}
-	if probe.Params.Data.Name != nil {
-		r.name, r.hasName = *probe.Params.Data.Name, true
-	}
-	if probe.Seq != nil && probe.EventID != nil {
-		r.seq, r.id, r.hasSeq = *probe.Seq, *probe.EventID, true
-	}
-	return r, nil
 }
 
 // Epoch is the epoch part of the event's id ("" for a notice).

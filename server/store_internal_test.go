@@ -100,7 +100,7 @@ func TestMemoryLogReplaysWhatWasAppended(t *testing.T) {
 		lifecycleEvent(channels.Namespace{"agent:1"}, protocol.LifecycleData{Event: protocol.AgentStatusRunning}),
 		valuesEvent(map[string]any{"n": 1}),
 	}
-	sub := in[0]
+	sub := customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"text": "é\n\u2028"}}) // an eventData is published once
 	sub.namespace = channels.Namespace{"parent:2", "child:3"}
 	in = append(in, sub)
 	l := NewMemoryLog(100, 1<<20)

@@ -142,7 +142,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		if reset {
 			data.Reset = &reset
 		}
-		notice, err := buildEvent(eventsMissedEvent(data), t.epoch, 0, now)
+		notice, err := buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, now)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -156,7 +156,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		if !ok {
 			state = map[string]any{}
 		}
-		snap, err := buildEvent(valuesEvent(state), t.epoch, 0, now)
+		snap, err := buildEvent(eventData{p: protocol.NewServerEventValues(state)}, t.epoch, 0, now)
 		if err != nil {
 			return nil, 0, 0, err
 		}

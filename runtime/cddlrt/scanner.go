@@ -30,6 +30,11 @@ func (p *Scanner) Lit(s string) bool {
 	return true
 }
 
+// Has reports whether the input continues with s, without consuming it.
+func (p *Scanner) Has(s string) bool {
+	return len(p.B)-p.I >= len(s) && string(p.B[p.I:p.I+len(s)]) == s
+}
+
 // Member consumes the key of member name ("name":), preceded by a comma
 // unless *first, which it then sets false. name must need no escaping.
 func (p *Scanner) Member(name string, first *bool) bool {
@@ -49,6 +54,13 @@ func (p *Scanner) Member(name string, first *bool) bool {
 	return true
 }
 
+// Peek reports whether the key of member name comes next, as Member
+// would consume it, without consuming it.
+func (p *Scanner) Peek(name string, first bool) bool {
+	q := *p
+	return q.Member(name, &first)
+}
+
 // Str consumes a JSON string with no escape in it. The string it returns
 // shares the input's memory, so reading allocates for none of the
 // strings: the input must not be modified while the string is used.
@@ -62,12 +74,14 @@ func (p *Scanner) Str() (string, bool) {
 		return "", false
 	}
 	s := p.B[start : start+end]
+	ascii := true
 	for _, c := range s {
 		if c == '\\' || c < 0x20 {
 			return "", false
 		}
+		ascii = ascii && c < utf8.RuneSelf
 	}
-	if !utf8.Valid(s) {
+	if !ascii && !utf8.Valid(s) {
 		return "", false // encoding/json reads invalid bytes as U+FFFD
 	}
 	p.I = start + end + 1

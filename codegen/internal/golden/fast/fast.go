@@ -251,19 +251,20 @@ type EventRouting struct {
 	HasParamsDataName bool
 }
 
-// DecodeEventRouting reads the routing members of the Event in b. In the
-// layout AppendJSON writes it allocates nothing but arrays, and the
-// strings it returns share b's memory: b must not be modified while
-// they are used. Any other valid JSON is decoded in full with
+// DecodeEventRouting sets r to the routing members of the Event in b.
+// In the layout AppendJSON writes it allocates nothing but arrays, and
+// the strings it sets share b's memory: b must not be modified while
+// they are used. The fast path trusts that layout's member order: a
+// routed member written after the members the schema puts after it
+// is read as absent. Any other valid JSON is decoded in full with
 // UnmarshalJSON; an error is UnmarshalJSON's.
-func DecodeEventRouting(b []byte) (EventRouting, error) {
-	var r EventRouting
-	if decodeEventRoutingFast(b, &r) {
-		return r, nil
+func DecodeEventRouting(b []byte, r *EventRouting) error {
+	*r = EventRouting{}
+	if decodeEventRoutingFast(b, r) {
+		return nil
 	}
-	r = EventRouting{}
-	err := decodeEventRoutingSlow(b, &r)
-	return r, err
+	*r = EventRouting{}
+	return decodeEventRoutingSlow(b, r)
 }
 
 // decodeEventRoutingSlow decodes b in full and reads the routing members
@@ -340,38 +341,35 @@ func decodeEventRoutingFast(b []byte, r *EventRouting) bool {
 		return false
 	}
 	first, ok := true, false
-	if !p.Member("type", &first) || !p.Lit("\"event\"") {
+	_ = first
+	if !p.Lit("\"type\":\"event\"") {
 		return false
 	}
-	if p.Member("event_id", &first) {
+	if p.Lit(",\"event_id\":") {
 		if r.EventID, ok = p.Str(); !ok {
 			return false
 		}
 		r.HasEventID = true
 	}
-	if p.Member("seq", &first) {
+	if p.Lit(",\"seq\":") {
 		if r.Seq, ok = p.Uint(); !ok {
 			return false
 		}
 		r.HasSeq = true
 	}
-	if !p.Member("method", &first) {
+	if !p.Lit(",\"method\":") {
 		return false
 	}
 	if r.Method, ok = p.Str(); !ok {
 		return false
 	}
-	if !p.Member("params", &first) || !p.Lit("{") {
-		return false
-	}
-	first = true
-	if !p.Member("ns", &first) {
+	if !p.Lit(",\"params\":{\"ns\":") {
 		return false
 	}
 	if r.ParamsNs, ok = p.Strs(); !ok {
 		return false
 	}
-	if !p.Member("at", &first) {
+	if !p.Lit(",\"at\":") {
 		return false
 	}
 	if r.ParamsAt, ok = p.Uint(); !ok {
@@ -379,39 +377,45 @@ func decodeEventRoutingFast(b []byte, r *EventRouting) bool {
 	}
 	switch r.Method {
 	case "started":
-		if !p.Member("data", &first) || !p.Lit("{") {
-			return false
-		}
-		first = true
-		if !p.Member("status", &first) {
+		if !p.Lit(",\"data\":{\"status\":") {
 			return false
 		}
 		if r.ParamsDataStatus, ok = p.Str(); !ok {
 			return false
 		}
-		if p.Member("graph", &first) {
+		if p.Lit(",\"graph\":") {
 			if r.ParamsDataGraph, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataGraph = true
 		}
+		if !p.Has(",\"cause\":") && !p.Has(",\"step\":") {
+			return false
+		}
 	case "said":
-		if p.Member("node", &first) {
+		if p.Lit(",\"node\":") {
 			if r.ParamsNode, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsNode = true
 		}
+		if !p.Has(",\"data\":") {
+			return false
+		}
 	case "noted":
-		if !p.Member("data", &first) || !p.Lit("{") {
+		if !p.Lit(",\"data\":{") {
 			return false
 		}
 		first = true
-		if p.Member("name", &first) {
+		if p.Lit("\"name\":") {
+			first = false
 			if r.ParamsDataName, ok = p.Str(); !ok {
 				return false
 			}
 			r.HasParamsDataName = true
+		}
+		if !p.Peek("payload", first) {
+			return false
 		}
 	}
 	return true

@@ -98,10 +98,9 @@ func TestDecodeRouting(t *testing.T) {
 			var unused EventRouting
 			require.False(t, decodeEventRoutingFast(slow, &unused), "MarshalJSON writes literals first, event_id after method: %s", slow)
 		}
-		fromSlow, err := DecodeEventRouting(slow)
-		require.NoError(t, err)
-		fromFast, err := DecodeEventRouting(fast)
-		require.NoError(t, err)
+		var fromSlow, fromFast EventRouting
+		require.NoError(t, DecodeEventRouting(slow, &fromSlow))
+		require.NoError(t, DecodeEventRouting(fast, &fromFast))
 		require.Equal(t, fromSlow, fromFast, "%s", fast)
 		require.Equal(t, v.Method(), fromFast.Method)
 		if id := v.GetEventID(); id != nil {
@@ -127,11 +126,11 @@ func TestDecodeRouting(t *testing.T) {
 
 func TestDecodeRoutingRefusesWhatUnmarshalJSONRefuses(t *testing.T) {
 	for _, b := range []string{``, `{`, `[]`, `{"type":"event","method":"started","params":{"ns":[],"at":-1}}`, `{"type":"other","method":"odd","params":{"ns":[],"at":1}}`} {
-		_, err := DecodeEventRouting([]byte(b))
-		require.Error(t, err, b)
+		var r EventRouting
+		require.Error(t, DecodeEventRouting([]byte(b), &r), b)
 	}
-	r, err := DecodeEventRouting([]byte(`{"type":"event","method":"new","params":{}}`))
-	require.NoError(t, err, "an unknown variant of an open union")
+	var r EventRouting
+	require.NoError(t, DecodeEventRouting([]byte(`{"type":"event","method":"new","params":{}}`), &r), "an unknown variant of an open union")
 	require.Equal(t, "new", r.Method)
 }
 
