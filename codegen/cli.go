@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	gotoken "go/token"
 	"io"
 	"io/fs"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -38,6 +40,8 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	inline := fs.Bool("inline-leaves", false, "JSON Schema: inline references to scalars, enumerations and patterns (faster validation)")
 	explain := fs.Bool("explain-any", false, "print, instead of the output, the rules whose Go types fall back to any, and why")
 	fast := fs.String("go-fast", "", "Go: comma-separated unions (of maps told apart by a member) to write fast paths for: AppendJSON, shared accessors, constructors and a routing decoder")
+	var fieldNames goFieldNames
+	fs.Var(&fieldNames, "go-field", "Go: RULE.member=Name names a member's Go field (repeatable), for a type that needs a method of the member's name")
 	root := fs.String("root", "", "JSON Schema: the rule a document must match (default: the first rule, as RFC 8610 has it)")
 	fs.Usage = func() {
 		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
@@ -60,7 +64,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	}
 	return CLIOptions{
 		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
-		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast)},
+		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast), GoFieldNames: fieldNames.m},
 	}, nil
 }
 
@@ -207,4 +211,28 @@ func splitComma(s string) []string {
 		}
 	}
 	return out
+}
+
+// goFieldNames is the --go-field flag: RULE.member=Name, repeatable.
+type goFieldNames struct{ m map[string]string }
+
+func (g *goFieldNames) String() string {
+	var parts []string
+	for k, v := range g.m {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (g *goFieldNames) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || !strings.Contains(k, ".") || !gotoken.IsIdentifier(v) || !gotoken.IsExported(v) {
+		return fmt.Errorf("want RULE.member=GoName, got %q", s)
+	}
+	if g.m == nil {
+		g.m = map[string]string{}
+	}
+	g.m[k] = v
+	return nil
 }

@@ -582,6 +582,9 @@ func (gg *goGen) fields(d *Decl, s *Shape) []goField {
 			continue
 		}
 		name := goName(f.Name)
+		if n, ok := gg.opt.GoFieldNames[d.Name+"."+f.Name]; ok {
+			name = n
+		}
 		if f.IntKey {
 			name = "Key" + strings.ReplaceAll(f.Name, "-", "Minus")
 		}

@@ -70,6 +70,11 @@ type Options struct {
 	// reach, accessors of the members every variant's nested struct
 	// has, a constructor per variant and a routing decoder.
 	GoFast []string
+	// GoFieldNames names Go fields instead of the member names: a key
+	// RULE.member (as the schema spells it) maps to the field's Go name,
+	// so that a type can have a method of the member's name (ErrorResponse's
+	// member "error" as Code, for its Error method).
+	GoFieldNames map[string]string
 }
 
 func (o Options) source(m *Model) string {

@@ -5374,7 +5374,7 @@ func (s *CommandResponse) UnmarshalCBOR(data []byte) error {
 // not be read far enough to know it.
 type ErrorResponse struct {
 	ID         *JsUint       `json:"id" cbor:"id"`
-	Error      ErrorCode     `json:"error" cbor:"error"`
+	Code       ErrorCode     `json:"error" cbor:"error"`
 	Message    string        `json:"message" cbor:"message"`
 	Stacktrace *string       `json:"stacktrace,omitempty" cbor:"stacktrace,omitempty"`
 	Meta       *ResponseMeta `json:"meta,omitempty" cbor:"meta,omitempty"`
@@ -5400,7 +5400,7 @@ func (s ErrorResponse) Validate() error {
 			return cddlrt.Invalid("id", "JsUint", "must be <= 9007199254740991 but found %v", (*s.ID))
 		}
 	}
-	if err := s.Error.Validate(); err != nil {
+	if err := s.Code.Validate(); err != nil {
 		return cddlrt.At("error", err)
 	}
 	if s.Meta != nil {

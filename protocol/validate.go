@@ -205,7 +205,7 @@ func decodeJSON(data []byte) (any, *ErrorResponse) {
 // NewError builds an ErrorResponse; id is nil when the command's id is
 // unknown.
 func NewError(id *uint64, code ErrorCode, format string, args ...any) *ErrorResponse {
-	e := &ErrorResponse{Error: code, Message: fmt.Sprintf(format, args...)}
+	e := &ErrorResponse{Code: code, Message: fmt.Sprintf(format, args...)}
 	if id != nil {
 		v := JsUint(*id)
 		e.ID = &v

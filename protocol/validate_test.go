@@ -102,7 +102,7 @@ func TestDecodeCommandErrors(t *testing.T) {
 			cmd, e := DecodeCommand([]byte(tc.frame))
 			require.Nil(t, cmd)
 			require.NotNil(t, e)
-			require.Equal(t, tc.code, e.Error)
+			require.Equal(t, tc.code, e.Code)
 			require.True(t, reflect.DeepEqual(tc.id, e.ID), "id: want %v, got %v", tc.id, e.ID)
 			require.Equal(t, tc.msg, e.Message)
 			// The error itself is a valid ErrorResponse on the wire.

@@ -37,16 +37,6 @@ type ClusterOptions struct {
 	Flushed func(thread string) bool
 }
 
-// ClusterServer is what a Cluster needs of the server: a *server.Server.
-type ClusterServer interface {
-	Do(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
-	RunActive(thread string) bool
-	RunState(thread string) (status string, interrupts []server.PendingInterrupt)
-	Fence(thread string)
-	RemoteRuns() []string
-	FailLostRun(thread string, quiet time.Duration) bool
-}
-
 // Cluster is the server.Cluster on Redis.
 //
 //   - A thread's run lease is the key PREFIX:{THREAD}:lease holding the
@@ -65,7 +55,7 @@ type ClusterServer interface {
 type Cluster struct {
 	e    *Engine
 	opts ClusterOptions
-	srv  ClusterServer
+	srv  server.EngineHost
 	sub  *subscriber
 
 	mu      sync.Mutex
@@ -102,8 +92,8 @@ func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 	return c
 }
 
-// Start connects and starts renewing leases for srv.
-func (c *Cluster) Start(srv ClusterServer) {
+// Start connects and starts renewing leases for the server srv.
+func (c *Cluster) Start(srv server.EngineHost) {
 	c.srv = srv
 	c.sub.start()
 	go c.loop()
@@ -367,17 +357,21 @@ type reply struct {
 }
 
 // Forward implements server.Cluster.
-func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
 	id := cmd.Value.GetID()
 	raw, err := json.Marshal(cmd)
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "forwarding the command: %v", err)
 	}
-	resp, err := c.ask(ctx, node, thread, raw)
+	b, err := c.ask(ctx, node, thread, raw)
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v", err)
 	}
-	return decodeResponse(resp, cmd)
+	resp, e := decodeResponse(b, cmd)
+	if e != nil {
+		return nil, e
+	}
+	return resp, nil
 }
 
 // ForwardRunState implements server.Cluster.
@@ -520,10 +514,11 @@ func (c *Cluster) serve(req request) {
 		out = rs
 	} else if cmd, errResp := protocol.DecodeCommand(req.Command); errResp == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ForwardTimeout)
-		resp, e := c.srv.Do(server.Forwarded(ctx), req.Thread, cmd)
+		resp, err := c.srv.DoForwarded(ctx, req.Thread, cmd)
 		cancel()
-		if e != nil {
-			out = e
+		if err != nil {
+			id := cmd.Value.GetID()
+			out = protocol.ErrorResponseOf(&id, err)
 		} else {
 			out = resp
 		}

@@ -27,24 +27,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// clusterNode is one `serve --redis` node: a server on the engine, its
-// live subscriptions, and its HTTP face on a loopback port.
+// clusterNode is one `serve --redis` node: a server on its own engine
+// (its own connection, as a process has), and its HTTP face on a loopback
+// port.
 type clusterNode struct {
-	srv     *server.Server
-	log     *redisstore.Log
-	live    *redisstore.Live
-	cluster *redisstore.Cluster
-	h       *transport.Handler
-	ts      *httptest.Server
+	srv *server.Server
+	eng *redisstore.Engine
+	h   *transport.Handler
+	ts  *httptest.Server
 }
 
-func startClusterNode(t *testing.T, e *redisstore.Engine) *clusterNode {
+func startClusterNode(t *testing.T, url string) *clusterNode {
 	t.Helper()
-	n := &clusterNode{log: e.Log(redisstore.LogOptions{Publish: true}), live: e.Live(nil)}
-	n.cluster = e.Cluster(redisstore.ClusterOptions{LeaseTTL: time.Second, Flushed: n.log.Flushed})
-	n.srv = server.New(server.Config{Log: n.log, State: e.State(), Watcher: n.live, Cluster: n.cluster})
-	n.live.Start(n.srv)
-	n.cluster.Start(n.srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	eng, err := redisstore.New(ctx, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+	require.NoError(t, err)
+	n := &clusterNode{eng: eng, srv: server.New(server.Config{Engine: eng})}
 	assistants.Register(n.srv)
 	n.h = transport.New(n.srv, transport.Options{})
 	n.ts = httptest.NewServer(n.h)
@@ -60,10 +59,7 @@ func (n *clusterNode) stop() {
 	defer cancel()
 	_ = n.h.Shutdown(ctx)
 	n.ts.Close()
-	_ = n.srv.Close(ctx)
-	n.cluster.Close()
-	n.live.Close()
-	n.log.Close()
+	_ = n.srv.Close(ctx) // and its engine
 	n.srv = nil
 }
 
@@ -136,8 +132,7 @@ func inOrderOnce(t *testing.T, evs []sseEvent) {
 // nothing, repeats nothing.
 func TestThreeNodes(t *testing.T) {
 	rs := redistest.Start(t)
-	e := open(t, rs.URL())
-	a, b, c := startClusterNode(t, e), startClusterNode(t, e), startClusterNode(t, e)
+	a, b, c := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -204,8 +199,7 @@ func TestThreeNodes(t *testing.T) {
 func TestConformanceAcrossTwoNodes(t *testing.T) {
 	nodeBin, script := sdktest.Conformance(t)
 	rs := redistest.Start(t)
-	e := open(t, rs.URL())
-	a, b := startClusterNode(t, e), startClusterNode(t, e)
+	a, b := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
 	toA, _ := url.Parse(a.ts.URL)
 	toB, _ := url.Parse(b.ts.URL)
 	pa, pb := httputil.NewSingleHostReverseProxy(toA), httputil.NewSingleHostReverseProxy(toB)
@@ -245,8 +239,7 @@ func command(t *testing.T, n *clusterNode, thread, body string) (int, map[string
 // over the lease goes and another node can run the thread.
 func TestRunsFollowTheirLease(t *testing.T) {
 	rs := redistest.Start(t)
-	e := open(t, rs.URL())
-	a, b, c := startClusterNode(t, e), startClusterNode(t, e), startClusterNode(t, e)
+	a, b, c := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	onC := openSSE(t, ctx, c.ts.URL, "d", "")
@@ -254,9 +247,9 @@ func TestRunsFollowTheirLease(t *testing.T) {
 
 	status, _ := command(t, a, "d", `{"id": 1, "method": "run.start", "params": {"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`)
 	require.Equal(t, 200, status)
-	holder, err := a.cluster.Holder("d")
+	holder, err := a.cluster().Holder("d")
 	require.NoError(t, err)
-	require.Equal(t, a.cluster.Node(), holder)
+	require.Equal(t, a.cluster().Node(), holder)
 
 	// The interrupt's id, as C's client sees it.
 	var interruptID string
@@ -290,11 +283,11 @@ func TestRunsFollowTheirLease(t *testing.T) {
 	sseReadRaw(t, onC, rootDone)
 
 	// The run is over: the lease goes, and B can run the thread.
-	require.Eventually(t, func() bool { h, _ := a.cluster.Holder("d"); return h == "" }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { h, _ := a.cluster().Holder("d"); return h == "" }, 10*time.Second, 50*time.Millisecond)
 	status, body = command(t, b, "d", `{"id": 4, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 1000, "rate": 20}}}`)
 	require.Equal(t, 200, status, body)
-	holder, _ = b.cluster.Holder("d")
-	require.Equal(t, b.cluster.Node(), holder)
+	holder, _ = b.cluster().Holder("d")
+	require.Equal(t, b.cluster().Node(), holder)
 	// multitask_strategy reject, sent to C, is decided by B.
 	status, body = command(t, c, "d", `{"id": 2, "method": "run.start", "params": {"assistant_id": "echo", "input": {}, "multitask_strategy": "reject"}}`)
 	require.Equal(t, 400, status, body)
@@ -352,19 +345,21 @@ func sseReadRaw(t *testing.T, r *bufio.Reader, stop func(method, data string) bo
 // holds stops its run there and writes nothing more to the stream.
 func TestLostLeaseStopsTheRun(t *testing.T) {
 	rs := redistest.Start(t)
-	e := open(t, rs.URL())
-	a := startClusterNode(t, e)
+	a := startClusterNode(t, rs.URL())
 	status, body := command(t, a, "fenced", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 200}}}`)
 	require.Equal(t, 200, status, body)
 	require.Eventually(t, func() bool { return a.srv.LastSeq("fenced") > 10 }, 5*time.Second, 10*time.Millisecond)
 	// Another node takes the lease (as after a partition longer than a
 	// lease's life).
 	require.NoError(t, rawRedis(rs.Addr, "SET", "agentstream:{fenced}:lease", "another-node"))
-	require.Eventually(t, func() bool { return !a.srv.RunActive("fenced") }, 5*time.Second, 20*time.Millisecond, "the run stops")
+	require.Eventually(t, func() bool {
+		st, _ := a.srv.State("fenced")
+		return st.Status == "idle"
+	}, 5*time.Second, 20*time.Millisecond, "the run stops")
 	stopped := a.srv.LastSeq("fenced")
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, stopped, a.srv.LastSeq("fenced"), "nothing more is published")
-	holder, err := a.cluster.Holder("fenced")
+	holder, err := a.cluster().Holder("fenced")
 	require.NoError(t, err)
 	require.Equal(t, "another-node", holder)
 }
@@ -392,4 +387,9 @@ func rawRedis(addr string, args ...string) error {
 		return fmt.Errorf("redis: %s", strings.TrimSpace(line))
 	}
 	return nil
+}
+
+// cluster is the node's run sharing.
+func (n *clusterNode) cluster() *redisstore.Cluster {
+	return n.eng.Stores().Cluster.(*redisstore.Cluster)
 }

@@ -26,16 +26,7 @@ import (
 type Live struct {
 	e   *Engine
 	sub *subscriber
-	srv Ingester
-}
-
-// Ingester is what Live hands events to: a *server.Server.
-type Ingester interface {
-	// Ingest delivers an event another node published.
-	Ingest(thread string, ev *server.Event)
-	// CatchUp delivers what the thread's log holds beyond what this node
-	// has: what was published while the subscription was being made.
-	CatchUp(thread string) error
+	srv server.EngineHost
 }
 
 var _ server.Watcher = (*Live)(nil)
@@ -56,8 +47,8 @@ func (e *Engine) Live(onErr func(error)) *Live {
 	return l
 }
 
-// Start connects and hands events to srv.
-func (l *Live) Start(srv Ingester) {
+// Start connects and hands events to the server srv.
+func (l *Live) Start(srv server.EngineHost) {
 	l.srv = srv
 	l.sub.start()
 }

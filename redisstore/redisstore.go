@@ -55,6 +55,8 @@ type Engine struct {
 	c      rueidis.Client
 	prefix string
 	ttl    time.Duration
+	opts   Options // New's
+	parts  parts   // what Stores made and Start started
 }
 
 // Open connects to the Redis at rawURL: redis://[user:password@]HOST:PORT/DB
@@ -93,9 +95,6 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 	return &Engine{c: c, prefix: prefix, ttl: ttl}, nil
 }
 
-// Close closes the connection. Close the Log first: it flushes what it
-// has not written yet.
-func (e *Engine) Close() { e.c.Close() }
 
 // Ping reports whether Redis answers (for readiness).
 func (e *Engine) Ping(ctx context.Context) error {

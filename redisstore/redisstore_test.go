@@ -33,15 +33,28 @@ func open(t *testing.T, url string) *redisstore.Engine {
 	defer cancel()
 	e, err := redisstore.Open(ctx, url, time.Hour)
 	require.NoError(t, err)
-	t.Cleanup(e.Close)
+	t.Cleanup(func() { _ = e.Close() })
 	return e
 }
 
-// node is one server on the Redis engine, as `serve --redis` runs it.
+// node is one server on the Redis engine's log and state, with the way
+// into it an engine has (host).
 type node struct {
-	srv *server.Server
-	log *redisstore.Log
+	srv  *server.Server
+	log  *redisstore.Log
+	host server.EngineHost
 }
+
+// hostEngine is an engine of given stores that keeps the host it is
+// started with, for tests that act as an engine would.
+type hostEngine struct {
+	stores server.EngineStores
+	host   server.EngineHost
+}
+
+func (h *hostEngine) Stores() server.EngineStores        { return h.stores }
+func (h *hostEngine) Start(host server.EngineHost) error { h.host = host; return nil }
+func (h *hostEngine) Close() error                       { return nil }
 
 func startNode(t *testing.T, e *redisstore.Engine, opts redisstore.LogOptions) *node {
 	t.Helper()
@@ -51,9 +64,10 @@ func startNode(t *testing.T, e *redisstore.Engine, opts redisstore.LogOptions) *
 // startNodeWith is startNode with a log and a state store of the caller's.
 func startNodeWith(t *testing.T, l *redisstore.Log, st server.StateStore) *node {
 	t.Helper()
-	srv := server.New(server.Config{Log: l, State: st})
+	he := &hostEngine{stores: server.EngineStores{Log: l, State: st}}
+	srv := server.New(server.Config{Engine: he})
 	assistants.Register(srv)
-	n := &node{srv: srv, log: l}
+	n := &node{srv: srv, log: l, host: he.host}
 	t.Cleanup(n.stop)
 	return n
 }
@@ -409,7 +423,7 @@ func TestReplayStopsAtWhatTheNodeIngested(t *testing.T) {
 	// replay ends at b's head; the catch-up brings the second run once.
 	_, _, err = ss.Subscribe(channels.All, nil)
 	require.NoError(t, err)
-	require.NoError(t, b.srv.CatchUp("seam"))
+	require.NoError(t, b.host.CatchUp("seam"))
 	seen := map[uint64]int{}
 	for {
 		ev, ok, err := ss.TryNext()

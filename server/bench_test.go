@@ -225,7 +225,7 @@ func BenchmarkRunStart(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		cmd := &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: protocol.RunStartParams{AssistantID: "noop"}}}
 		if _, e := s.Do(b.Context(), fmt.Sprint("t", i), cmd); e != nil {
-			b.Fatal(e.Message)
+			b.Fatal(e)
 		}
 	}
 }

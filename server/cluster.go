@@ -25,8 +25,9 @@ type Cluster interface {
 	// Holder returns the node holding the thread's lease ("" for none).
 	Holder(thread string) (holder string, err error)
 	// Forward has node carry out cmd on the thread (its Server.Do) and
-	// returns its answer.
-	Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse)
+	// returns its answer: the node's *protocol.ErrorResponse, or another
+	// error when the command or its answer could not be carried.
+	Forward(ctx context.Context, node, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error)
 	// ForwardRunState asks node for its run of the thread (its
 	// Server.RunState), for a state read on another node.
 	ForwardRunState(ctx context.Context, node, thread string) (status string, interrupts []PendingInterrupt, err error)
@@ -34,9 +35,9 @@ type Cluster interface {
 
 type forwardedKey struct{}
 
-// Forwarded returns ctx marked as carrying a command another node
+// forwarded returns ctx marked as carrying a command another node
 // forwarded here: Do runs it here.
-func Forwarded(ctx context.Context) context.Context {
+func forwarded(ctx context.Context) context.Context {
 	return context.WithValue(ctx, forwardedKey{}, true)
 }
 
@@ -58,12 +59,12 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 			if isForwarded(ctx) {
 				return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "the thread's runs moved to node %s while the command was on its way; retry", holder), true
 			}
-			resp, errResp := c.Forward(ctx, holder, threadID, cmd)
-			return resp, errResp, true
+			resp, err := c.Forward(ctx, holder, threadID, cmd)
+			return resp, forwardError(id, holder, err), true
 		}
 		// This node runs the thread now: its stream goes on from where the
 		// previous holder left it.
-		if err := s.CatchUp(threadID); err != nil {
+		if err := s.catchUp(threadID); err != nil {
 			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot read where the thread's stream stands: %v", err), true
 		}
 		s.unfence(threadID)
@@ -76,16 +77,16 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot find the node that runs the thread: %v", err), true
 		}
 		if holder != "" && holder != c.Node() {
-			resp, errResp := c.Forward(ctx, holder, threadID, cmd)
-			return resp, errResp, true
+			resp, err := c.Forward(ctx, holder, threadID, cmd)
+			return resp, forwardError(id, holder, err), true
 		}
 	}
 	return nil, nil, false
 }
 
-// RunActive reports whether this node runs a run of the thread, or has one
+// runActive reports whether this node runs a run of the thread, or has one
 // queued: a Cluster keeps the thread's lease while it does.
-func (s *Server) RunActive(threadID string) bool {
+func (s *Server) runActive(threadID string) bool {
 	t, _ := s.thread(threadID, false)
 	if t == nil {
 		return false
@@ -95,9 +96,9 @@ func (s *Server) RunActive(threadID string) bool {
 	return t.run != nil || len(t.queued) > 0
 }
 
-// RemoteRuns lists the threads this node follows whose run, on another
+// remoteRuns lists the threads this node follows whose run, on another
 // node, has started and not ended (as far as the events it ingested say).
-func (s *Server) RemoteRuns() []string {
+func (s *Server) remoteRuns() []string {
 	s.mu.Lock()
 	threads := s.threadList()
 	s.mu.Unlock()
@@ -112,17 +113,31 @@ func (s *Server) RemoteRuns() []string {
 	return out
 }
 
-// ErrNodeLost is the error of a run whose node stopped renewing its lease.
-const ErrNodeLost = "node lost: the node running this run stopped (its lease expired)"
+// ErrNodeLost is the error of a run whose node stopped renewing its lease:
+// its failed lifecycle event carries its text.
+var ErrNodeLost = errors.New("node lost: the node running this run stopped (its lease expired)")
 
-// FailLostRun ends, for every node's clients, a run of another node that
+// forwardError is the ErrorResponse of a command forwarded to node: the
+// node's own, or unavailable when it could not be reached.
+func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
+	if err == nil {
+		return nil
+	}
+	var e *protocol.ErrorResponse
+	if errors.As(err, &e) {
+		return e
+	}
+	return errorResponse(id, protocol.ErrorCodeUnavailable, "the node running the thread (%s) did not answer: %v", node, err)
+}
+
+// failLostRun ends, for every node's clients, a run of another node that
 // died: the root agent's lifecycle says failed (ErrNodeLost). The caller
 // holds the thread's lease, so that one node does it. It reports whether
 // there was such a run: one that did end meanwhile is left alone, and so
 // is one this node received an event of within quiet (a lease's life),
 // since this node may only be late in receiving its end.
-func (s *Server) FailLostRun(threadID string, quiet time.Duration) bool {
-	if s.CatchUp(threadID) != nil {
+func (s *Server) failLostRun(threadID string, quiet time.Duration) bool {
+	if s.catchUp(threadID) != nil {
 		// Its end may be in the stream, unread: try again later rather
 		// than fail a run that ended.
 		return false
@@ -142,7 +157,7 @@ func (s *Server) FailLostRun(threadID string, quiet time.Duration) bool {
 	if n := t.tree[channels.Namespace(nil).Key()]; n != nil {
 		graph = n.graph
 	}
-	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost)
+	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost.Error())
 	return true
 }
 
@@ -152,11 +167,11 @@ func (s *Server) FailLostRun(threadID string, quiet time.Duration) bool {
 // more on it until it holds the lease again.
 var ErrLeaseLost = errors.New("server: this node lost the thread's run lease")
 
-// Fence stops this node's runs of the thread, and its publishing on it,
+// fence stops this node's runs of the thread, and its publishing on it,
 // because it lost the thread's run lease: the run is cancelled, its queued
 // runs dropped, and no event of it reaches the stream (another node may be
 // writing it now). Taking the lease again (a run.start here) lifts it.
-func (s *Server) Fence(threadID string) {
+func (s *Server) fence(threadID string) {
 	t, _ := s.thread(threadID, false)
 	if t == nil {
 		return

@@ -170,8 +170,8 @@ func TestReconnectWithAnIDOfAnotherEpoch(t *testing.T) {
 	ss2 := s.NewSession("t")
 	defer ss2.Close()
 	foreign := "zzzzzzzz-3"
-	_, e := ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionReconnect{ID: 1,
-		Params: protocol.ReconnectParams{RunID: "r", LastEventID: &foreign, Subscriptions: []string{id}}}})
+	_, e := typed(ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionReconnect{ID: 1,
+		Params: protocol.ReconnectParams{RunID: "r", LastEventID: &foreign, Subscriptions: []string{id}}}}))
 	require.Nil(t, e)
 	ev, ok, _ := ss2.TryNext()
 	require.True(t, ok)
@@ -181,9 +181,9 @@ func TestReconnectWithAnIDOfAnotherEpoch(t *testing.T) {
 	require.Equal(t, uint64(3), notice.Params.Data.Since)
 
 	bad := "zz-zz-1"
-	_, e = ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionReconnect{ID: 2,
-		Params: protocol.ReconnectParams{RunID: "r", LastEventID: &bad}}})
+	_, e = typed(ss2.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionReconnect{ID: 2,
+		Params: protocol.ReconnectParams{RunID: "r", LastEventID: &bad}}}))
 	require.NotNil(t, e)
-	require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Error)
+	require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Code)
 	require.Contains(t, e.Message, "params.last_event_id")
 }

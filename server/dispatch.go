@@ -12,18 +12,32 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 )
 
-// Do carries out one command on thread threadID and returns its response
-// or error; every transport calls it. Every success carries
-// meta.applied_through_seq: the last sequence number published before the
-// command took effect. Subscription commands need a connection scope: use
-// a [Session].
-func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+// Do carries out one command on thread threadID and returns its response,
+// or an error that is always a *protocol.ErrorResponse (errors.As; its
+// Code is the protocol's error code and its ID the command's id); every
+// transport calls it. Every success carries meta.applied_through_seq: the
+// last sequence number published before the command took effect.
+// Subscription commands need a connection scope: use a [Session].
+func (s *Server) Do(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
+	return result(s.do(ctx, threadID, cmd))
+}
+
+// result is a command's outcome as Do returns it: no typed nil error.
+func result(resp *protocol.CommandResponse, e *protocol.ErrorResponse) (*protocol.CommandResponse, error) {
+	if e != nil {
+		return nil, e
+	}
+	return resp, nil
+}
+
+// do is Do with the error typed.
+func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	s.metrics.commands.Add(1)
 	id, _ := commandID(cmd)
 	if err := s.Unavailable(); err != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "%v; retry when it is back", err)
 	}
-	if c := s.cfg.Cluster; c != nil {
+	if c := s.cluster; c != nil {
 		if resp, errResp, done := s.route(ctx, c, threadID, id, cmd); done {
 			return resp, errResp
 		}

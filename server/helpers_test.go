@@ -55,7 +55,8 @@ func do(t *testing.T, s *server.Server, thread string, v protocol.ClientCommandV
 
 func tryDo(s *server.Server, thread string, v protocol.ClientCommandVariant) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	v.SetID(cmdID.Add(1))
-	return s.Do(context.Background(), thread, &protocol.ClientCommand{Value: v})
+	resp, err := s.Do(context.Background(), thread, &protocol.ClientCommand{Value: v})
+	return resp, protocol.ErrorResponseOf(nil, err)
 }
 
 func start(t *testing.T, s *server.Server, thread, assistant string, input any) string {
@@ -193,4 +194,9 @@ func (c *testClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// typed is a command's outcome with the error as the ErrorResponse it is.
+func typed(resp *protocol.CommandResponse, err error) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+	return resp, protocol.ErrorResponseOf(nil, err)
 }

@@ -2,14 +2,14 @@ package server
 
 import "fmt"
 
-// Ingest delivers an event another node published on thread threadID to
+// ingest delivers an event another node published on thread threadID to
 // this node's subscribers, as if it had been published here: in sequence
 // order, each once, kept for local replays (DurableLog.Cache). Events this
 // node already has (its own, or repeats) are ignored; when events are
 // missing before it (a live message lost), they are read from the log
 // first. A thread this node does not hold is ignored: nobody here reads
 // it. It is what a Watcher calls.
-func (s *Server) Ingest(threadID string, e *Event) {
+func (s *Server) ingest(threadID string, e *Event) {
 	if e == nil || e.Seq == 0 {
 		return
 	}
@@ -56,12 +56,12 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	t.deliver(e)
 }
 
-// CatchUp delivers what the thread's durable log holds beyond the last
+// catchUp delivers what the thread's durable log holds beyond the last
 // event this node has: the events another node published before this
 // node's subscription to them took effect. A Watcher calls it once its
 // subscription is made. An error says the log could not be read: the
 // node may not have everything.
-func (s *Server) CatchUp(threadID string) error {
+func (s *Server) catchUp(threadID string) error {
 	t, _ := s.thread(threadID, false)
 	if t == nil {
 		return nil

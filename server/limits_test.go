@@ -38,7 +38,7 @@ func TestThreadIDsAreChecked(t *testing.T) {
 		if tc.ok {
 			require.Nil(t, e, "%q", tc.id)
 		} else {
-			require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Error, "%q", tc.id)
+			require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Code, "%q", tc.id)
 			require.Contains(t, e.Message, "bad thread id")
 			_, _, err := s.Subscribe(tc.id, channels.All, nil)
 			require.ErrorIs(t, err, server.ErrThreadID)
@@ -55,12 +55,12 @@ func TestMaxThreads(t *testing.T) {
 		defer ss.Close()
 	}
 	_, e := tryDo(s, "t3", &protocol.ClientCommandRunStart{Params: protocol.RunStartParams{AssistantID: "echo", Input: userInput("x")}})
-	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Error)
+	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Code)
 	_, _, err := s.Subscribe("t4", channels.All, nil)
 	require.ErrorIs(t, err, server.ErrTooManyThreads)
 	ss := s.NewSession("t5")
-	_, e = ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1}})
-	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Error)
+	_, e = typed(ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1}}))
+	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Code)
 	require.Equal(t, uint64(3), s.Metrics().Refused[server.LimitThreads])
 	// An existing thread is still served.
 	start(t, s, "t0", "echo", userInput("still here"))
@@ -87,7 +87,7 @@ func TestMaxQueuedRuns(t *testing.T) {
 	do(t, s, "t", cmd())
 	do(t, s, "t", cmd())
 	_, e := tryDo(s, "t", cmd())
-	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Error)
+	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Code)
 	require.Contains(t, e.Message, "2 runs queued")
 	require.Equal(t, uint64(1), s.Metrics().Refused[server.LimitQueuedRuns])
 }
@@ -104,8 +104,8 @@ func TestMaxSessionSubscriptions(t *testing.T) {
 	}
 	_, _, err := ss.Subscribe(channels.All, nil)
 	require.ErrorIs(t, err, server.ErrTooManySubscriptions)
-	_, e := ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1}})
-	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Error)
+	_, e := typed(ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1}}))
+	require.Equal(t, protocol.ErrorCodeResourceExhausted, e.Code)
 	require.True(t, ss.Unsubscribe(ids[0]))
 	_, _, err = ss.Subscribe(channels.All, nil)
 	require.NoError(t, err, "room again after an unsubscribe")
@@ -126,7 +126,7 @@ func TestInputValidatorRefusesBeforeTheRunStarts(t *testing.T) {
 	s := newServer(t, server.Config{})
 	s.Register("picky", picky{})
 	_, e := tryDo(s, "t", &protocol.ClientCommandRunStart{Params: protocol.RunStartParams{AssistantID: "picky", Input: "no"}})
-	require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Error)
+	require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Code)
 	require.Equal(t, `params.input: input must be "ok"`, e.Message)
 	require.Equal(t, uint64(0), s.LastSeq("t"), "no run started: nothing published")
 	do(t, s, "t", &protocol.ClientCommandRunStart{Params: protocol.RunStartParams{AssistantID: "picky", Input: "ok"}})

@@ -92,16 +92,10 @@ type Config struct {
 	// Log keeps each thread's replay buffer (in memory, capped by
 	// BufferEvents and BufferBytes).
 	Log EventLog
-	// FanOut, when set, also receives every published event, for other
-	// nodes of a cluster (none: one process).
-	FanOut FanOut
-	// Cluster, when set, shares runs with the other nodes of the engine
-	// (see Cluster).
-	Cluster Cluster
-	// Watcher, when set, is told when this node starts and stops holding
-	// a thread, so that it can follow the thread's events published on
-	// other nodes (a Redis subscription) and hand them to Ingest.
-	Watcher Watcher
+	// Engine, when set, keeps threads beyond this process and shares them
+	// with the other nodes that use it (redisstore.Engine): New takes its
+	// stores and starts it, Close closes it.
+	Engine Engine
 	// Now is the clock (time.Now); tests replace it.
 	Now func() time.Time
 	// NewID makes run, interrupt, checkpoint and subscription ids
@@ -171,7 +165,9 @@ var ErrServerClosed = errors.New("server: closed")
 type Server struct {
 	down atomic.Pointer[unavailableErr] // set while the engine's store cannot be reached (SetUnavailable)
 
-	cfg Config
+	cfg     Config
+	watcher Watcher // the engine's (nil: none)
+	cluster Cluster // the engine's (nil: one node)
 
 	mu         sync.Mutex
 	threads    map[string]*thread
@@ -220,10 +216,23 @@ type MetricsSnapshot struct {
 	BufferUndecodable uint64
 }
 
-// New returns a running Server. Close it to stop its runs.
+// New returns a running Server, its engine (Config.Engine) started. Close
+// it to stop its runs and its engine.
 func New(cfg Config) *Server {
+	var stores EngineStores
+	if cfg.Engine != nil {
+		stores = cfg.Engine.Stores()
+		if stores.Log != nil {
+			cfg.Log = stores.Log
+		}
+		if stores.State != nil {
+			cfg.State = stores.State
+		}
+	}
 	s := &Server{
 		cfg:        cfg.withDefaults(),
+		watcher:    stores.Watcher,
+		cluster:    stores.Cluster,
 		threads:    map[string]*thread{},
 		assistants: map[string]Assistant{},
 		detached:   map[string]*detachedSub{},
@@ -231,6 +240,11 @@ func New(cfg Config) *Server {
 	}
 	s.janitor.Add(1)
 	go s.sweep()
+	if cfg.Engine != nil {
+		if err := cfg.Engine.Start(host{s}); err != nil {
+			s.setUnavailable(fmt.Errorf("starting the engine: %w", err))
+		}
+	}
 	return s
 }
 
@@ -352,8 +366,8 @@ func (s *Server) thread(id string, create bool) (*thread, error) {
 	}
 	t = newThread(s, id, h)
 	s.threads[id] = t
-	if s.cfg.Watcher != nil {
-		s.cfg.Watcher.Watch(id)
+	if s.watcher != nil {
+		s.watcher.Watch(id)
 	}
 	s.threadsHW.Grew(len(s.threads))
 	return t, nil
@@ -448,9 +462,9 @@ func (s *Server) State(id string) (ThreadState, bool) {
 		cp := cps[0]
 		st.Checkpoint = &cp
 	}
-	if t != nil && s.RunActive(id) {
-		st.Status, st.Interrupts = s.RunState(id)
-	} else if c := s.cfg.Cluster; c != nil {
+	if t != nil && s.runActive(id) {
+		st.Status, st.Interrupts = s.runState(id)
+	} else if c := s.cluster; c != nil {
 		// The run, if any, is on the node that holds the thread's lease.
 		if holder, err := c.Holder(id); err == nil && holder != "" && holder != c.Node() {
 			if status, ints, err := c.ForwardRunState(context.Background(), holder, id); err == nil {
@@ -461,9 +475,9 @@ func (s *Server) State(id string) (ThreadState, bool) {
 	return st, true
 }
 
-// RunState is the status of this node's run of thread id (idle, running
+// runState is the status of this node's run of thread id (idle, running
 // or interrupted) and its pending interrupts.
-func (s *Server) RunState(id string) (status string, interrupts []PendingInterrupt) {
+func (s *Server) runState(id string) (status string, interrupts []PendingInterrupt) {
 	status = "idle"
 	t, _ := s.thread(id, false)
 	if t == nil {
@@ -512,12 +526,17 @@ func (s *Server) Close(ctx context.Context) error {
 		s.runsWG.Wait()
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("server: %d runs still stopping: %w", s.running.Load(), ctx.Err())
+		err = fmt.Errorf("server: %d runs still stopping: %w", s.running.Load(), ctx.Err())
 	}
+	if s.cfg.Engine != nil {
+		// After the runs, whose last events the engine flushes.
+		err = errors.Join(err, s.cfg.Engine.Close())
+	}
+	return err
 }
 
 var errServerClosing = errors.New("server shutting down")
@@ -577,8 +596,8 @@ func (s *Server) SweepNow() {
 			s.mu.Lock()
 			if s.threads[t.id] == t {
 				delete(s.threads, t.id)
-				if s.cfg.Watcher != nil {
-					s.cfg.Watcher.Unwatch(t.id)
+				if s.watcher != nil {
+					s.watcher.Unwatch(t.id)
 				}
 				s.threads = compact.Shrink(s.threads, &s.threadsHW)
 			}

@@ -617,8 +617,14 @@ func (ss *Session) Detach() {
 }
 
 // Do carries out a command in this session: the subscription commands
-// here, every other command through [Server.Do].
-func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+// here, every other command through [Server.Do]. Its error is always a
+// *protocol.ErrorResponse, as Server.Do's.
+func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
+	return result(ss.do(ctx, cmd))
+}
+
+// do is Do with the error typed.
+func (ss *Session) do(ctx context.Context, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	switch c := cmd.Value.(type) {
 	case *protocol.ClientCommandSubscriptionSubscribe:
 		ss.srv.metrics.commands.Add(1)
@@ -640,7 +646,7 @@ func (ss *Session) Do(ctx context.Context, cmd *protocol.ClientCommand) (*protoc
 		ss.srv.metrics.commands.Add(1)
 		return ss.reconnect(c)
 	}
-	return ss.srv.Do(ctx, ss.threadID, cmd)
+	return ss.srv.do(ctx, ss.threadID, cmd)
 }
 
 // reconnect restores subscriptions of a dropped session by id and replays

@@ -188,7 +188,7 @@ func TestClosedSessionAcceptsNoSubscription(t *testing.T) {
 	_, _, err := ss.Subscribe(channels.All, nil)
 	require.ErrorIs(t, err, server.ErrClosed)
 	require.Equal(t, 0, s.Subscriptions())
-	_, e := ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1}})
+	_, e := typed(ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandSubscriptionSubscribe{ID: 1}}))
 	require.NotNil(t, e)
 }
 

@@ -76,13 +76,6 @@ type EventLog interface {
 	Release(thread string)
 }
 
-// FanOut carries published events to the other nodes of a cluster.
-// Publish must not block the publisher. A single process needs none; the
-// in-memory one, [MemoryFanOut], connects servers of one process.
-type FanOut interface {
-	Publish(thread string, e *Event)
-}
-
 // EventOverhead is what a buffered event costs in memory beyond its
 // encoded JSON: a MemoryLog keeps only the JSON and the sequence number (a
 // 32-byte slot) and rebuilds the Event when it replays it, so a buffered
@@ -330,43 +323,6 @@ func (l *MemoryLog) Release(thread string) {
 	defer l.mu.Unlock()
 	if t := l.threads[thread]; t != nil {
 		l.drop(t)
-	}
-}
-
-// MemoryFanOut passes published events to listeners in the same process.
-type MemoryFanOut struct {
-	mu        sync.Mutex
-	listeners map[int]func(thread string, e *Event)
-	next      int
-}
-
-var _ FanOut = (*MemoryFanOut)(nil)
-
-// NewMemoryFanOut returns a fan-out with no listener.
-func NewMemoryFanOut() *MemoryFanOut {
-	return &MemoryFanOut{listeners: map[int]func(string, *Event){}}
-}
-
-// Publish implements FanOut: it calls every listener, which must not block.
-func (f *MemoryFanOut) Publish(thread string, e *Event) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, fn := range f.listeners {
-		fn(thread, e)
-	}
-}
-
-// Listen adds a listener and returns the function that removes it.
-func (f *MemoryFanOut) Listen(fn func(thread string, e *Event)) (stop func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := f.next
-	f.next++
-	f.listeners[id] = fn
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		delete(f.listeners, id)
 	}
 }
 

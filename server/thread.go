@@ -70,9 +70,6 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	t.lastActive = now
 	t.srv.metrics.published.Add(1)
 	t.deliver(e)
-	if t.srv.cfg.FanOut != nil {
-		t.srv.cfg.FanOut.Publish(t.id, e)
-	}
 	return e, nil
 }
 

@@ -12,12 +12,12 @@ var ErrUnavailable = errors.New("server: unavailable")
 
 type unavailableErr struct{ err error }
 
-// SetUnavailable says the engine's store (Redis) cannot be reached (err)
+// setUnavailable says the engine's store (Redis) cannot be reached (err)
 // or is back (nil). When it goes, every open stream ends with an error
 // wrapping ErrUnavailable (its transport tells the client, which
 // reconnects), and commands and subscriptions are refused with it (the
 // unavailable error code) until it is back; nothing needs a restart.
-func (s *Server) SetUnavailable(err error) {
+func (s *Server) setUnavailable(err error) {
 	if err == nil {
 		s.down.Store(nil)
 		return

@@ -392,16 +392,17 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	method := "invalid"
 	if errResp == nil {
 		method = cmd.Value.Method()
-		var resp *protocol.CommandResponse
-		resp, errResp = h.srv.Do(r.Context(), r.PathValue("id"), cmd)
-		if errResp == nil {
+		resp, err := h.srv.Do(r.Context(), r.PathValue("id"), cmd)
+		if err == nil {
 			h.metrics.command(method, "success", time.Since(start))
 			sse.WriteJSON(w, http.StatusOK, resp)
 			return
 		}
+		id := cmd.Value.GetID()
+		errResp = protocol.ErrorResponseOf(&id, err)
 	}
-	h.metrics.command(method, string(errResp.Error), time.Since(start))
-	sse.WriteJSON(w, statusOf(errResp.Error), errResp)
+	h.metrics.command(method, string(errResp.Code), time.Since(start))
+	sse.WriteJSON(w, statusOf(errResp.Code), errResp)
 }
 
 // state serves GET /threads/{id}/state in the shape of LangGraph's thread

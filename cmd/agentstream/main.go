@@ -217,6 +217,15 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
+// logRedisHealth logs Redis lost (err) and back (nil).
+func logRedisHealth(log zerolog.Logger, err error) {
+	if err != nil {
+		log.Error().Err(err).Msg("redis lost: streams end, commands are refused as unavailable until it is back")
+	} else {
+		log.Info().Msg("redis is back")
+	}
+}
+
 func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- string) error {
 	if c.memoryLimit > 0 {
 		debug.SetMemoryLimit(c.memoryLimit)
@@ -261,51 +270,31 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	}
 	var readyCheck func(context.Context) error
 	registry := prometheus.NewRegistry()
-	var live *redisstore.Live
-	var cluster *redisstore.Cluster
-	var engine *redisstore.Engine
 	if c.redisURL != "" {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		var err error
-		engine, err = redisstore.Open(rctx, c.redisURL, c.threadTTL)
+		engine, err := redisstore.New(rctx, redisstore.Options{
+			URL: c.redisURL, TTL: c.threadTTL, MaxCheckpoints: c.maxCheckpoints,
+			Log: redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal,
+				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait},
+			Cluster:  redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL},
+			OnError:  func(err error) { log.Warn().Err(err).Msg("redis") },
+			OnHealth: func(err error) { logRedisHealth(log, err) },
+		})
 		cancel()
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--redis: %w", err)
 		}
-		defer engine.Close()
-		onErr := func(err error) { log.Warn().Err(err).Msg("redis") }
-		rlog := engine.Log(redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal, OnError: onErr, Publish: true,
-			WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait})
-		registry.MustRegister(rlog.Collectors()...)
-		defer rlog.Close()
-		st := engine.State()
-		st.MaxCheckpoints, st.OnError = c.maxCheckpoints, onErr
-		live = engine.Live(onErr)
-		defer live.Close()
-		cluster = engine.Cluster(redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL, OnError: onErr, Flushed: rlog.Flushed})
-		defer cluster.Close()
-		cfg.Log, cfg.State, cfg.Watcher, cfg.Cluster = rlog, st, live, cluster
+		cfg.Engine = engine
+		registry.MustRegister(engine.Collectors()...)
 		readyCheck = engine.Ping
-		log.Info().Str("redis", redactURL(c.redisURL)).Str("node", cluster.Node()).Msg("threads kept in redis")
+		log.Info().Str("redis", redactURL(c.redisURL)).Str("node", engine.Node()).Msg("threads kept in redis")
 	}
 	srv := server.New(cfg)
+	defer func() { _ = srv.Close(context.Background()) }() // on an early return; a second Close does nothing
 	if c.gcBuffers {
 		gov := memgov.Start(srv, memgov.Options{Target: c.memoryTarget})
 		defer gov.Stop()
-	}
-	if live != nil {
-		live.Start(srv)
-		cluster.Start(srv)
-		health := engine.Health(func(err error) {
-			if err != nil {
-				log.Error().Err(err).Msg("redis lost: streams end, commands are refused as unavailable until it is back")
-			} else {
-				log.Info().Msg("redis is back")
-			}
-			srv.SetUnavailable(err)
-		}, 0)
-		defer health.Close()
 	}
 	if c.builtins {
 		assistants.Register(srv)

@@ -67,11 +67,14 @@ func (c *Client) Thread() string { return c.session.Thread() }
 type CommandError struct{ Response *protocol.ErrorResponse }
 
 func (e *CommandError) Error() string {
-	return fmt.Sprintf("%s: %s", e.Response.Error, e.Response.Message)
+	return fmt.Sprintf("%s: %s", e.Response.Code, e.Response.Message)
 }
 
 // Code is the protocol error code.
-func (e *CommandError) Code() protocol.ErrorCode { return e.Response.Error }
+func (e *CommandError) Code() protocol.ErrorCode { return e.Response.Code }
+
+// Unwrap returns the ErrorResponse, for errors.As.
+func (e *CommandError) Unwrap() error { return e.Response }
 
 // Do sends a command (any ClientCommand variant; its ID is set for you
 // when zero) and returns the typed response. A protocol error comes back
@@ -86,9 +89,10 @@ func (c *Client) Do(ctx context.Context, cmd protocol.ClientCommandVariant) (*pr
 			return nil, &CommandError{Response: protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err)}
 		}
 	}
-	resp, errResp := c.session.Do(ctx, &protocol.ClientCommand{Value: cmd})
-	if errResp != nil {
-		return nil, &CommandError{Response: errResp}
+	resp, err := c.session.Do(ctx, &protocol.ClientCommand{Value: cmd})
+	if err != nil {
+		id := cmd.GetID()
+		return nil, &CommandError{Response: protocol.ErrorResponseOf(&id, err)}
 	}
 	return resp, nil
 }

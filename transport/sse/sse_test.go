@@ -60,8 +60,8 @@ func (f *fixture) start(t *testing.T, thread string) {
 	t.Helper()
 	cmd, errResp := protocol.DecodeCommand([]byte(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "a b c"}]}}}`))
 	require.Nil(t, errResp)
-	_, errResp = f.srv.Do(context.Background(), thread, cmd)
-	require.Nil(t, errResp)
+	_, err := f.srv.Do(context.Background(), thread, cmd)
+	require.NoError(t, err)
 }
 
 // Both ways of serving a stream give the same response.

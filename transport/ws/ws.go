@@ -451,9 +451,10 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 			return c.send(protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err))
 		}
 	}
-	resp, errResp := c.session.Do(c.ctx, cmd)
-	if errResp != nil {
-		return c.send(errResp)
+	resp, err := c.session.Do(c.ctx, cmd)
+	if err != nil {
+		id := cmd.Value.GetID()
+		return c.send(protocol.ErrorResponseOf(&id, err))
 	}
 	return c.send(resp)
 }

@@ -1,0 +1,149 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure the engine New makes; zero fields take the defaults
+// in their comments.
+type Options struct {
+	// URL is the Redis: redis://[user:password@]HOST:PORT/DB (rediss://
+	// for TLS), with an optional ?prefix=NAME for the keys (default
+	// "agentstream").
+	URL string
+	// TTL is how long an idle thread's keys live (DefaultTTL).
+	TTL time.Duration
+	// Log configures the events' streams and write queue; its Publish is
+	// always on (the other nodes follow the events it publishes).
+	Log LogOptions
+	// Cluster configures run leases and forwarded commands; its Flushed is
+	// the log's.
+	Cluster ClusterOptions
+	// MaxCheckpoints caps the checkpoints kept per thread (100).
+	MaxCheckpoints int
+	// OnError, when set, hears of failed Redis commands and lost
+	// connections (the Log's, State's and Cluster's own OnError, when
+	// set, win).
+	OnError func(error)
+	// OnHealth, when set, is told when Redis is lost (err) and back (nil),
+	// after the server was (its streams end and commands are refused as
+	// unavailable while it is gone).
+	OnHealth func(err error)
+	// HealthEvery is how often Redis is pinged (500ms): three failed pings
+	// in a row make the server unavailable, one answer available again.
+	HealthEvery time.Duration
+}
+
+// New connects to the Redis at opts.URL (failing unless it answers a PING
+// within ctx) and returns the engine a server uses to keep its threads
+// there and share them with the other nodes of the same Redis:
+//
+//	eng, err := redisstore.New(ctx, redisstore.Options{URL: "redis://127.0.0.1:6379/0"})
+//	srv := server.New(server.Config{Engine: eng})
+//	defer srv.Close(ctx) // closes the engine too
+//
+// The server takes its stores (Engine.Stores) and starts it
+// (Engine.Start).
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	e, err := Open(ctx, opts.URL, opts.TTL)
+	if err != nil {
+		return nil, err
+	}
+	e.opts = opts
+	return e, nil
+}
+
+// parts are what an engine made by New runs for its server.
+type parts struct {
+	once    sync.Once
+	closed  sync.Once
+	log     *Log
+	state   *State
+	live    *Live
+	cluster *Cluster
+	health  *Health
+}
+
+var _ server.Engine = (*Engine)(nil)
+
+// Stores implements server.Engine: the Log, State, Live (the Watcher)
+// and Cluster of opts, made on the first call.
+func (e *Engine) Stores() server.EngineStores {
+	e.parts.once.Do(func() {
+		o := e.opts
+		lo := o.Log
+		lo.Publish = true
+		if lo.OnError == nil {
+			lo.OnError = o.OnError
+		}
+		p := &e.parts
+		p.log = e.Log(lo)
+		p.state = e.State()
+		p.state.MaxCheckpoints, p.state.OnError = o.MaxCheckpoints, o.OnError
+		p.live = e.Live(o.OnError)
+		co := o.Cluster
+		co.Flushed = p.log.Flushed
+		if co.OnError == nil {
+			co.OnError = o.OnError
+		}
+		p.cluster = e.Cluster(co)
+	})
+	return server.EngineStores{Log: e.parts.log, State: e.parts.state, Watcher: e.parts.live, Cluster: e.parts.cluster}
+}
+
+// Start implements server.Engine: it follows the other nodes' events,
+// renews leases and answers forwarded commands for the server, and
+// watches Redis's health.
+func (e *Engine) Start(h server.EngineHost) error {
+	e.Stores()
+	p := &e.parts
+	if p.health != nil {
+		return errors.New("redisstore: the engine is started already")
+	}
+	p.live.Start(h)
+	p.cluster.Start(h)
+	p.health = e.Health(func(err error) {
+		h.SetUnavailable(err)
+		if e.opts.OnHealth != nil {
+			e.opts.OnHealth(err)
+		}
+	}, e.opts.HealthEvery)
+	return nil
+}
+
+// Node is this node's name among the nodes of the Redis (Stores first).
+func (e *Engine) Node() string {
+	e.Stores()
+	return e.parts.cluster.Node()
+}
+
+// Collectors are the engine's Prometheus metrics (the write queue's).
+func (e *Engine) Collectors() []prometheus.Collector {
+	e.Stores()
+	return e.parts.log.Collectors()
+}
+
+// Close implements server.Engine: it stops what Start started, gives up
+// the leases this node holds, flushes the events not written yet and
+// closes the connection. The server's Close calls it.
+func (e *Engine) Close() error {
+	e.parts.closed.Do(func() {
+		p := &e.parts
+		if p.health != nil { // started
+			p.health.Close()
+			p.cluster.Close()
+			p.live.Close()
+		}
+		if p.log != nil {
+			p.log.Close()
+		}
+		e.c.Close()
+	})
+	return nil
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// Engine keeps a server's threads beyond its process, so that several
+// server processes (nodes) share them: their events, state and owners,
+// the events published on other nodes, and the lease that lets one node
+// at a time run a thread's runs. redisstore.Engine is one; a server with
+// none keeps everything in memory.
+//
+// New calls Stores, then Start; Close calls the engine's Close after the
+// server's runs have stopped. An embedder sets Config.Engine and nothing
+// else.
+type Engine interface {
+	// Stores returns what the server keeps threads in; nil members take
+	// the in-memory ones (as Config's do). New calls it once, first, and
+	// a member set here wins over Config's.
+	Stores() EngineStores
+	// Start begins the engine's own work for the server (following the
+	// events other nodes publish, renewing leases, watching its store's
+	// health) through host, which it may use until Close returns. New
+	// calls it once, after Stores; a server whose engine fails to start
+	// is unavailable with that error (Server.Unavailable).
+	Start(host EngineHost) error
+	// Close stops the engine and flushes what it has not written yet.
+	Close() error
+}
+
+// EngineStores are an engine's stores (Engine.Stores).
+type EngineStores struct {
+	// Log keeps each thread's events; a DurableLog lets other nodes
+	// replay them.
+	Log EventLog
+	// State keeps values, checkpoints and owners.
+	State StateStore
+	// Watcher is told when this node starts and stops holding a thread,
+	// so that it can follow the events other nodes publish on it.
+	Watcher Watcher
+	// Cluster shares runs with the other nodes.
+	Cluster Cluster
+}
+
+// EngineHost is how an engine reaches the server it was started for
+// (Engine.Start): the events, commands and failures that come from other
+// nodes or from the engine's store. It is not part of Server's API. Its
+// methods are safe for concurrent use.
+type EngineHost interface {
+	// Ingest delivers an event another node published on the thread to
+	// this node's subscribers, in sequence order, each once; events
+	// missing before it are read from the durable log first. A thread
+	// this node does not hold is ignored.
+	Ingest(thread string, e *Event)
+	// CatchUp delivers what the thread's durable log holds beyond the
+	// last event this node has (what another node published while the
+	// subscription to it was being made). An error says the log could not
+	// be read.
+	CatchUp(thread string) error
+	// DoForwarded carries out a command another node forwarded here, the
+	// node that runs the thread's runs.
+	DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error)
+	// RunActive reports whether this node runs a run of the thread or has
+	// one queued: the engine keeps the thread's lease while it does.
+	RunActive(thread string) bool
+	// RunState is this node's run of the thread, for a state read on
+	// another node.
+	RunState(thread string) (status string, interrupts []PendingInterrupt)
+	// RemoteRuns lists the threads this node follows whose run, on
+	// another node, has started and not ended.
+	RemoteRuns() []string
+	// FailLostRun ends, for every node's clients, the run of a node that
+	// died, unless the thread saw an event within quiet; the caller holds
+	// the thread's lease. It reports whether it did.
+	FailLostRun(thread string, quiet time.Duration) bool
+	// Fence stops this node's run of the thread: its lease was lost.
+	Fence(thread string)
+	// SetUnavailable says the engine's store cannot be reached (err) or
+	// is back (nil): streams end, and commands and subscriptions are
+	// refused as unavailable while it is gone.
+	SetUnavailable(err error)
+}
+
+// host is the EngineHost of a Server.
+type host struct{ s *Server }
+
+var _ EngineHost = host{}
+
+func (h host) Ingest(thread string, e *Event)  { h.s.ingest(thread, e) }
+func (h host) CatchUp(thread string) error     { return h.s.catchUp(thread) }
+func (h host) RunActive(thread string) bool    { return h.s.runActive(thread) }
+func (h host) RemoteRuns() []string            { return h.s.remoteRuns() }
+func (h host) Fence(thread string)             { h.s.fence(thread) }
+func (h host) SetUnavailable(err error)        { h.s.setUnavailable(err) }
+func (h host) RunState(thread string) (string, []PendingInterrupt) {
+	return h.s.runState(thread)
+}
+
+func (h host) FailLostRun(thread string, quiet time.Duration) bool {
+	return h.s.failLostRun(thread, quiet)
+}
+
+func (h host) DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
+	return result(h.s.do(forwarded(ctx), thread, cmd))
+}
