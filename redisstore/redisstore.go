@@ -95,7 +95,6 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 	return &Engine{c: c, prefix: prefix, ttl: ttl}, nil
 }
 
-
 // Ping reports whether Redis answers (for readiness).
 func (e *Engine) Ping(ctx context.Context) error {
 	return e.c.Do(ctx, e.c.B().Ping().Build()).Error()

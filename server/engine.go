@@ -89,12 +89,12 @@ type host struct{ s *Server }
 
 var _ EngineHost = host{}
 
-func (h host) Ingest(thread string, e *Event)  { h.s.ingest(thread, e) }
-func (h host) CatchUp(thread string) error     { return h.s.catchUp(thread) }
-func (h host) RunActive(thread string) bool    { return h.s.runActive(thread) }
-func (h host) RemoteRuns() []string            { return h.s.remoteRuns() }
-func (h host) Fence(thread string)             { h.s.fence(thread) }
-func (h host) SetUnavailable(err error)        { h.s.setUnavailable(err) }
+func (h host) Ingest(thread string, e *Event) { h.s.ingest(thread, e) }
+func (h host) CatchUp(thread string) error    { return h.s.catchUp(thread) }
+func (h host) RunActive(thread string) bool   { return h.s.runActive(thread) }
+func (h host) RemoteRuns() []string           { return h.s.remoteRuns() }
+func (h host) Fence(thread string)            { h.s.fence(thread) }
+func (h host) SetUnavailable(err error)       { h.s.setUnavailable(err) }
 func (h host) RunState(thread string) (string, []PendingInterrupt) {
 	return h.s.runState(thread)
 }
