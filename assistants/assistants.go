@@ -170,9 +170,13 @@ func userText(input any) (string, map[string]any, error) {
 }
 
 // history returns the messages already in the thread's state.
-func history(rc *server.RunContext) []any {
-	msgs, _ := rc.State()["messages"].([]any)
-	return append([]any(nil), msgs...)
+func history(rc *server.RunContext) ([]any, error) {
+	state, err := rc.State()
+	if err != nil {
+		return nil, err
+	}
+	msgs, _ := state["messages"].([]any)
+	return append([]any(nil), msgs...), nil
 }
 
 func strPtr(s string) *string { return &s }
@@ -225,7 +229,11 @@ func Echo(ctx context.Context, rc *server.RunContext) error {
 	}
 	human := map[string]any{"type": "human", "content": text, "id": humanID}
 	ai := map[string]any{"type": "ai", "content": text, "id": aiID}
-	msgs := append(history(rc), human, ai)
+	msgs, err := history(rc)
+	if err != nil {
+		return err
+	}
+	msgs = append(msgs, human, ai)
 	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
 		return err
 	}

@@ -135,7 +135,11 @@ func Demo(ctx context.Context, rc *server.RunContext) error {
 	if err != nil {
 		return err
 	}
-	msgs := append(history(rc),
+	msgs, err := history(rc)
+	if err != nil {
+		return err
+	}
+	msgs = append(msgs,
 		map[string]any{"type": "human", "content": question, "id": "human_" + rc.RunID()},
 		map[string]any{"type": "ai", "content": final, "id": aiID})
 	if err := rc.Values(map[string]any{"messages": msgs, "approved": approved}); err != nil {

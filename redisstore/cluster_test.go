@@ -353,7 +353,7 @@ func TestLostLeaseStopsTheRun(t *testing.T) {
 	// lease's life).
 	require.NoError(t, rawRedis(rs.Addr, "SET", "agentstream:{fenced}:lease", "another-node"))
 	require.Eventually(t, func() bool {
-		st, _ := a.srv.State("fenced")
+		st, _, _ := a.srv.State(context.Background(), "fenced")
 		return st.Status == "idle"
 	}, 5*time.Second, 20*time.Millisecond, "the run stops")
 	stopped := a.srv.LastSeq("fenced")

@@ -1,21 +1,31 @@
-// Package redisstore is agentstream's Redis engine: a thread's events,
-// values, checkpoints and owner kept in Redis, so that they survive a
-// restart of the server (`agentstream serve --redis redis://HOST:PORT/DB`).
+// Package redisstore is agentstream's Redis engine: the threads of every
+// node that shares one Redis kept there, so that they survive a restart
+// and any node serves any thread (`agentstream serve --redis
+// redis://HOST:PORT/DB`). [New] returns an [Engine], a server.Engine:
+// server.New(server.Config{Engine: eng}) takes its stores and starts it.
 //
 // What it owns:
 //   - [Log], a server.DurableLog: each thread's events in a Redis Stream
 //     (entry id "SEQ-0", the event's JSON in field "e"), trimmed to about
-//     the per-thread caps, in events and in bytes. The newest events are also kept in memory (a
-//     server.MemoryLog, under the total buffer budget), so live replays
+//     the per-thread caps, in events and in bytes, and published on the
+//     thread's sharded channel. The newest events are also kept in memory
+//     (a server.MemoryLog, under the total buffer budget), so live replays
 //     cost no round trip; appends reach Redis from a few writer goroutines
 //     (LogOptions.Writers), each serving a share of the threads, in
 //     pipelined batches, each thread's in order, without making the
-//     publisher wait but for a full write queue.
-//     Replays older than what memory holds are read from the stream. A
-//     thread created again (a restart) continues its stream: same epoch,
-//     next sequence number.
+//     publisher wait but for a full write queue. Replays older than what
+//     memory holds are read from the stream. A thread created again (a
+//     restart) continues its stream: same epoch, next sequence number.
 //   - [State], a server.StateStore: values (JSON) and the owner in a hash,
-//     checkpoints in a list capped at MaxCheckpoints.
+//     checkpoints in a list capped at MaxCheckpoints; its errors reach the
+//     caller.
+//   - [Live], a server.Watcher: the node follows the threads it holds on
+//     their sharded channels and ingests what other nodes publish.
+//   - [Cluster], a server.Cluster: one node at a time runs a thread's
+//     runs, under a lease; commands for the run are forwarded to it; the
+//     runs of a node that died are ended as failed by another.
+//   - [Health]: a Redis that stops answering makes the server unavailable
+//     (streams end, commands are refused) until it answers again.
 //
 // Every key of a thread starts with PREFIX:{THREAD}: (the braces make a
 // Redis Cluster keep them on one slot) and expires after the engine's TTL
@@ -31,9 +41,12 @@
 // pipelining of concurrent commands is what the engine's many threads
 // publishing at once need.
 //
-// Not built yet (see the README): live fan-out between nodes, runs under
-// a lease with commands routed to the node that runs them, and the
-// failure handling of a Redis lost while running.
+// # Caveats
+//
+// The engine's behaviour under faults (a Redis outage during a run, a node
+// killed with events not yet written) is documented in the README: events
+// published while Redis is unreachable can reach only the running node's
+// own clients.
 package redisstore
 
 import (

@@ -96,8 +96,8 @@ func runToEnd(t *testing.T, srv *server.Server, thread, assistant string, input 
 	require.NoError(t, err)
 	defer sub.Close()
 	cmd := &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: protocol.RunStartParams{AssistantID: assistant, Input: input}}}
-	_, errResp := srv.Do(context.Background(), thread, cmd)
-	require.Nil(t, errResp)
+	_, err = srv.Do(context.Background(), thread, cmd)
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []*server.Event
@@ -147,11 +147,11 @@ func TestRestartKeepsThreads(t *testing.T) {
 	a := startNode(t, e, redisstore.LogOptions{})
 	first := runToEnd(t, a.srv, "t", "echo", echoInput("before the restart"))
 	require.NotEmpty(t, first)
-	require.Equal(t, "", a.srv.Owner("t"), "no owner without auth")
+	require.Equal(t, "", ownerOf(t, a.srv, "t"), "no owner without auth")
 	a.stop()
 
 	b := startNode(t, e, redisstore.LogOptions{})
-	st, ok := b.srv.State("t")
+	st, ok, _ := b.srv.State(context.Background(), "t")
 	require.True(t, ok)
 	require.Len(t, st.Values["messages"], 2)
 	notices, replayed := readAll(t, b.srv, "t", &server.Cursor{})
@@ -218,36 +218,73 @@ func TestLogReadsRedisBeyondMemory(t *testing.T) {
 func TestState(t *testing.T) {
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
+	ctx := context.Background()
 	st := e.State()
 	st.MaxCheckpoints = 3
-	_, ok := st.Values("s")
+	_, ok, err := st.Values(ctx, "s")
+	require.NoError(t, err)
 	require.False(t, ok)
-	require.False(t, st.Exists("s"))
-	st.SetValues("s", map[string]any{"n": 1.0, "list": []any{"a"}})
-	v, ok := st.Values("s")
+	exists, err := st.Exists(ctx, "s")
+	require.NoError(t, err)
+	require.False(t, exists)
+	require.NoError(t, st.SetValues(ctx, "s", map[string]any{"n": 1.0, "list": []any{"a"}}))
+	v, ok, err := st.Values(ctx, "s")
+	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, map[string]any{"n": 1.0, "list": []any{"a"}}, v)
-	require.True(t, st.Exists("s"))
+	exists, _ = st.Exists(ctx, "s")
+	require.True(t, exists)
 	for i := 1; i <= 5; i++ {
-		st.AddCheckpoint("s", server.CheckpointRecord{ID: fmt.Sprint("c", i), Step: int64(i), Time: time.Unix(int64(i), 0).UTC(), Values: map[string]any{"i": float64(i)}})
+		require.NoError(t, st.AddCheckpoint(ctx, "s", server.CheckpointRecord{ID: fmt.Sprint("c", i), Step: int64(i), Time: time.Unix(int64(i), 0).UTC(), Values: map[string]any{"i": float64(i)}}))
 	}
-	cps := st.Checkpoints("s")
+	cps, err := st.Checkpoints(ctx, "s")
+	require.NoError(t, err)
 	require.Len(t, cps, 3)
 	require.Equal(t, []string{"c5", "c4", "c3"}, []string{cps[0].ID, cps[1].ID, cps[2].ID})
-	cp, ok := st.Checkpoint("s", "c4")
+	cp, ok, err := st.Checkpoint(ctx, "s", "c4")
+	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, map[string]any{"i": 4.0}, cp.Values)
-	_, ok = st.Checkpoint("s", "c1")
+	_, ok, _ = st.Checkpoint(ctx, "s", "c1")
 	require.False(t, ok, "dropped by the cap")
 
-	_, ok = st.Owner("s")
+	_, ok, err = st.Owner(ctx, "s")
+	require.NoError(t, err)
 	require.False(t, ok)
-	require.Equal(t, "alice", st.ClaimOwner("s", "alice"))
-	require.Equal(t, "alice", st.ClaimOwner("s", "bob"), "the first claim holds")
-	o, _ := st.Owner("s")
+	o, err := st.ClaimOwner(ctx, "s", "alice")
+	require.NoError(t, err)
 	require.Equal(t, "alice", o)
-	require.NoError(t, e.Forget(context.Background(), "s"))
-	require.False(t, st.Exists("s"))
+	o, _ = st.ClaimOwner(ctx, "s", "bob")
+	require.Equal(t, "alice", o, "the first claim holds")
+	o, _, _ = st.Owner(ctx, "s")
+	require.Equal(t, "alice", o)
+	require.NoError(t, e.Forget(ctx, "s"))
+	exists, _ = st.Exists(ctx, "s")
+	require.False(t, exists)
+}
+
+// A Redis that cannot be reached is an error for every StateStore call,
+// which reaches the caller: a command fails with unavailable.
+func TestStateErrorsReachTheCaller(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	st := e.State()
+	st.Timeout = 200 * time.Millisecond
+	n := startNodeWith(t, e.Log(redisstore.LogOptions{}), st)
+	ctx := context.Background()
+	rs.Stop()
+	_, _, err := st.Values(ctx, "s")
+	require.ErrorIs(t, err, redisstore.ErrUnavailable)
+	require.ErrorIs(t, st.SetValues(ctx, "s", map[string]any{}), redisstore.ErrUnavailable)
+	_, err = st.ClaimOwner(ctx, "s", "alice")
+	require.ErrorIs(t, err, redisstore.ErrUnavailable)
+	_, err = n.srv.Do(ctx, "s", &protocol.ClientCommand{Value: &protocol.ClientCommandStateGet{ID: 7}})
+	require.Equal(t, protocol.ErrorCodeUnavailable, protocol.CodeOf(err), "%v", err)
+	var e7 *protocol.ErrorResponse
+	require.ErrorAs(t, err, &e7)
+	require.Equal(t, protocol.JsUint(7), *e7.ID)
+	_, _, err = n.srv.State(ctx, "s")
+	require.ErrorIs(t, err, server.ErrUnavailable)
 }
 
 func TestOpenFailsWithoutRedis(t *testing.T) {
@@ -291,9 +328,9 @@ func TestLogSurvivesRedisLoss(t *testing.T) {
 	e := open(t, rs.URL())
 	var errs atomic.Int64
 	l := e.Log(redisstore.LogOptions{Publish: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
-	st := e.State()
-	st.Timeout = 200 * time.Millisecond
-	srv := startNodeWith(t, l, st).srv
+	// The state in memory: a StateStore on the lost Redis would refuse the
+	// run (TestStateErrorsReachTheCaller), and this is about the log.
+	srv := startNodeWith(t, l, server.NewMemoryState()).srv
 	rs.Stop()
 	evs := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 50.0})
 	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 20*time.Second, 20*time.Millisecond)
@@ -510,4 +547,12 @@ func TestWritersKeepEachThreadsOrder(t *testing.T) {
 			require.Equal(t, fmt.Sprintf("%d-0", j+1), en.ID, "thread w%d in order, no gap", i)
 		}
 	}
+}
+
+// ownerOf is the thread's owner, failing the test on a store error.
+func ownerOf(t *testing.T, srv *server.Server, thread string) string {
+	t.Helper()
+	o, err := srv.Owner(context.Background(), thread)
+	require.NoError(t, err)
+	return o
 }

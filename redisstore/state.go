@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -32,56 +33,65 @@ var _ server.StateStore = (*State)(nil)
 // State returns the engine's state store.
 func (e *Engine) State() *State { return &State{e: e} }
 
-func (s *State) ctx() (context.Context, context.CancelFunc) {
+// bound is ctx bounded by the store's Timeout.
+func (s *State) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	t := s.Timeout
 	if t <= 0 {
 		t = 2 * time.Second
 	}
-	return context.WithTimeout(context.Background(), t)
+	return context.WithTimeout(ctx, t)
 }
 
-func (s *State) fail(err error) {
-	if err != nil && s.OnError != nil && !rueidis.IsRedisNil(err) {
+// fail reports err (not a missing key) to OnError and returns it wrapped
+// as the engine's: ErrUnavailable for a Redis that could not be reached.
+func (s *State) fail(err error) error {
+	if err == nil || rueidis.IsRedisNil(err) {
+		return nil
+	}
+	if s.OnError != nil {
 		s.OnError(err)
 	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // Exists implements server.StateStore.
-func (s *State) Exists(thread string) bool {
-	ctx, cancel := s.ctx()
+func (s *State) Exists(ctx context.Context, thread string) (bool, error) {
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	n, err := c.Do(ctx, c.B().Exists().Key(s.e.key(thread, "state"), s.e.key(thread, "cps")).Build()).AsInt64()
-	s.fail(err)
-	return n > 0
+	if err := s.fail(err); err != nil {
+		return false, err
+	}
+	return n > 0, nil
 }
 
 // Values implements server.StateStore.
-func (s *State) Values(thread string) (map[string]any, bool) {
-	ctx, cancel := s.ctx()
+func (s *State) Values(ctx context.Context, thread string) (map[string]any, bool, error) {
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	b, err := c.Do(ctx, c.B().Hget().Key(s.e.key(thread, "state")).Field("values").Build()).AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return nil, false, nil
+	}
 	if err != nil {
-		s.fail(err)
-		return nil, false
+		return nil, false, s.fail(err)
 	}
 	var v map[string]any
 	if err := json.Unmarshal(b, &v); err != nil {
-		s.fail(err)
-		return nil, false
+		return nil, false, s.fail(fmt.Errorf("thread %s: its stored values do not decode: %w", thread, err))
 	}
-	return v, true
+	return v, true, nil
 }
 
 // SetValues implements server.StateStore.
-func (s *State) SetValues(thread string, values map[string]any) {
+func (s *State) SetValues(ctx context.Context, thread string, values map[string]any) error {
 	b, err := json.Marshal(values)
 	if err != nil {
-		s.fail(err)
-		return
+		return fmt.Errorf("thread %s: the values do not encode: %w", thread, err)
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	k := s.e.key(thread, "state")
@@ -89,8 +99,11 @@ func (s *State) SetValues(thread string, values map[string]any) {
 		c.B().Hset().Key(k).FieldValue().FieldValue("values", rueidis.BinaryString(b)).Build(),
 		c.B().Pexpire().Key(k).Milliseconds(s.e.ttlMillis()).Build(),
 	) {
-		s.fail(r.Error())
+		if err := s.fail(r.Error()); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // checkpoint is a CheckpointRecord as stored.
@@ -107,18 +120,17 @@ type checkpoint struct {
 }
 
 // AddCheckpoint implements server.StateStore.
-func (s *State) AddCheckpoint(thread string, cp server.CheckpointRecord) {
+func (s *State) AddCheckpoint(ctx context.Context, thread string, cp server.CheckpointRecord) error {
 	b, err := json.Marshal(checkpoint{ID: cp.ID, ParentID: cp.ParentID, Step: cp.Step, Source: cp.Source, Namespace: cp.Namespace,
 		Node: cp.Node, Time: cp.Time, Values: cp.Values, Metadata: cp.Metadata})
 	if err != nil {
-		s.fail(err)
-		return
+		return fmt.Errorf("thread %s: the checkpoint does not encode: %w", thread, err)
 	}
 	max := s.MaxCheckpoints
 	if max <= 0 {
 		max = server.DefaultMaxCheckpoints
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	k := s.e.key(thread, "cps")
@@ -127,59 +139,66 @@ func (s *State) AddCheckpoint(thread string, cp server.CheckpointRecord) {
 		c.B().Ltrim().Key(k).Start(int64(-max)).Stop(-1).Build(),
 		c.B().Pexpire().Key(k).Milliseconds(s.e.ttlMillis()).Build(),
 	) {
-		s.fail(r.Error())
+		if err := s.fail(r.Error()); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // Checkpoints implements server.StateStore: newest first.
-func (s *State) Checkpoints(thread string) []server.CheckpointRecord {
-	ctx, cancel := s.ctx()
+func (s *State) Checkpoints(ctx context.Context, thread string) ([]server.CheckpointRecord, error) {
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	items, err := c.Do(ctx, c.B().Lrange().Key(s.e.key(thread, "cps")).Start(0).Stop(-1).Build()).AsStrSlice()
-	if err != nil {
-		s.fail(err)
-		return nil
+	if err := s.fail(err); err != nil {
+		return nil, err
 	}
 	out := make([]server.CheckpointRecord, 0, len(items))
 	for i := len(items) - 1; i >= 0; i-- {
 		var cp checkpoint
 		if err := json.Unmarshal([]byte(items[i]), &cp); err != nil {
-			s.fail(err)
-			continue
+			return nil, s.fail(fmt.Errorf("thread %s: a stored checkpoint does not decode: %w", thread, err))
 		}
 		out = append(out, server.CheckpointRecord{ID: cp.ID, ParentID: cp.ParentID, Step: cp.Step, Source: cp.Source,
 			Namespace: cp.Namespace, Node: cp.Node, Time: cp.Time, Values: cp.Values, Metadata: cp.Metadata})
 	}
-	return out
+	return out, nil
 }
 
 // Checkpoint implements server.StateStore.
-func (s *State) Checkpoint(thread, id string) (server.CheckpointRecord, bool) {
-	for _, cp := range s.Checkpoints(thread) {
+func (s *State) Checkpoint(ctx context.Context, thread, id string) (server.CheckpointRecord, bool, error) {
+	cps, err := s.Checkpoints(ctx, thread)
+	if err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	for _, cp := range cps {
 		if cp.ID == id {
-			return cp, true
+			return cp, true, nil
 		}
 	}
-	return server.CheckpointRecord{}, false
+	return server.CheckpointRecord{}, false, nil
 }
 
 // Owner implements server.StateStore.
-func (s *State) Owner(thread string) (string, bool) {
-	ctx, cancel := s.ctx()
+func (s *State) Owner(ctx context.Context, thread string) (string, bool, error) {
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	o, err := c.Do(ctx, c.B().Hget().Key(s.e.key(thread, "state")).Field("owner").Build()).ToString()
-	if err != nil {
-		s.fail(err)
-		return "", false
+	if rueidis.IsRedisNil(err) {
+		return "", false, nil
 	}
-	return o, o != ""
+	if err != nil {
+		return "", false, s.fail(err)
+	}
+	return o, o != "", nil
 }
 
 // ClaimOwner implements server.StateStore, atomically (HSETNX).
-func (s *State) ClaimOwner(thread, principal string) string {
-	ctx, cancel := s.ctx()
+func (s *State) ClaimOwner(ctx context.Context, thread, principal string) (string, error) {
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
 	k := s.e.key(thread, "state")
@@ -188,18 +207,22 @@ func (s *State) ClaimOwner(thread, principal string) string {
 		c.B().Pexpire().Key(k).Milliseconds(s.e.ttlMillis()).Build(),
 		c.B().Hget().Key(k).Field("owner").Build(),
 	)
-	o, err := rs[2].ToString()
-	if err != nil {
-		s.fail(err)
-		return ""
+	for _, r := range rs[:2] {
+		if err := s.fail(r.Error()); err != nil {
+			return "", err
+		}
 	}
-	return o
+	o, err := rs[2].ToString()
+	if err := s.fail(err); err != nil {
+		return "", err
+	}
+	return o, nil
 }
 
 // Delete implements server.StateStore. A node forgetting an idle thread
 // keeps its state in Redis: other nodes, and this one after a restart,
 // may still serve it, and the keys expire by themselves after the TTL.
-func (s *State) Delete(thread string) {}
+func (s *State) Delete(context.Context, string) error { return nil }
 
 // Forget deletes everything the engine keeps of a thread, now.
 func (e *Engine) Forget(ctx context.Context, thread string) error {

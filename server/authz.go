@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/agentstream/agentstream/auth"
@@ -28,15 +30,27 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 		s.metrics.refused.add(LimitThreadID)
 		return err
 	}
-	owner, ok := s.cfg.State.Owner(threadID)
+	ctx := context.Background() // the store bounds its own calls
+	owner, ok, err := s.cfg.State.Owner(ctx, threadID)
+	if err != nil {
+		return storeError(err)
+	}
 	if !ok {
-		if !create && !s.HasThread(threadID) {
-			return fmt.Errorf("%w: %q", ErrNoSuchThread, threadID)
+		if !create {
+			exists, err := s.HasThread(ctx, threadID)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				return fmt.Errorf("%w: %q", ErrNoSuchThread, threadID)
+			}
 		}
 		if _, err := s.thread(threadID, true); err != nil {
 			return err
 		}
-		owner = s.cfg.State.ClaimOwner(threadID, p.Subject)
+		if owner, err = s.cfg.State.ClaimOwner(ctx, threadID, p.Subject); err != nil {
+			return storeError(err)
+		}
 	}
 	if p.MayUse(threadID, owner) {
 		return nil
@@ -46,7 +60,19 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 }
 
 // Owner returns the principal that owns thread threadID ("" for none).
-func (s *Server) Owner(threadID string) string {
-	o, _ := s.cfg.State.Owner(threadID)
-	return o
+func (s *Server) Owner(ctx context.Context, threadID string) (string, error) {
+	o, _, err := s.cfg.State.Owner(ctx, threadID)
+	if err != nil {
+		return "", storeError(err)
+	}
+	return o, nil
+}
+
+// storeError is the error of a call to the StateStore that failed: the
+// store is unavailable (codeOf: unavailable).
+func storeError(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: the thread's store: %v", ErrUnavailable, err)
 }

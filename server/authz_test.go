@@ -25,38 +25,38 @@ func TestAuthorizeOwnershipAndGrants(t *testing.T) {
 	require.ErrorIs(t, s.Authorize(nil, "t", true), server.ErrUnauthenticated)
 	require.ErrorIs(t, s.Authorize(alice, "bad id", true), server.ErrThreadID)
 	require.ErrorIs(t, s.Authorize(alice, "team-1", false), server.ErrNoSuchThread, "a read of an unknown thread")
-	require.Equal(t, "", s.Owner("team-1"), "claims nothing")
+	require.Equal(t, "", ownerOf(t, s, "team-1"), "claims nothing")
 
 	require.NoError(t, s.Authorize(alice, "team-1", true))
-	require.Equal(t, "alice", s.Owner("team-1"))
-	require.True(t, s.HasThread("team-1"), "claiming creates the thread")
+	require.Equal(t, "alice", ownerOf(t, s, "team-1"))
+	require.True(t, hasThread(t, s, "team-1"), "claiming creates the thread")
 	require.NoError(t, s.Authorize(alice, "team-1", false))
 	require.NoError(t, s.Authorize(admin, "team-1", false))
 	require.NoError(t, s.Authorize(carol, "team-1", true))
 	err := s.Authorize(bob, "team-1", true)
 	require.ErrorIs(t, err, server.ErrPermissionDenied)
 	require.Equal(t, uint64(1), s.Metrics().Denied)
-	require.Equal(t, "alice", s.Owner("team-1"), "a grant or an admin does not take ownership")
+	require.Equal(t, "alice", ownerOf(t, s, "team-1"), "a grant or an admin does not take ownership")
 
 	// A thread that existed before anyone claimed it (made by the embedding
 	// program) goes to its first principal, even on a read.
 	require.NoError(t, s.CreateThread("pre"))
 	require.NoError(t, s.Authorize(bob, "pre", false))
-	require.Equal(t, "bob", s.Owner("pre"))
+	require.Equal(t, "bob", ownerOf(t, s, "pre"))
 
 	// Claims count against MaxThreads (team-1, pre, and one more).
 	require.NoError(t, s.Authorize(bob, "b1", true))
 	require.ErrorIs(t, s.Authorize(bob, "b2", true), server.ErrTooManyThreads)
-	require.Equal(t, "", s.Owner("b2"))
+	require.Equal(t, "", ownerOf(t, s, "b2"))
 
 	// A forgotten thread forgets its owner: its id is free again.
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
 	s.SweepNow()
-	require.Equal(t, "", s.Owner("team-1"))
+	require.Equal(t, "", ownerOf(t, s, "team-1"))
 	require.NoError(t, s.Authorize(bob, "team-1", true))
-	require.Equal(t, "bob", s.Owner("team-1"))
+	require.Equal(t, "bob", ownerOf(t, s, "team-1"))
 }
 
 func TestSessionExpiry(t *testing.T) {

@@ -48,15 +48,15 @@ func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 	case *protocol.ClientCommandRunCancel:
 		return s.runCancel(threadID, id, &c.Params)
 	case *protocol.ClientCommandInputRespond:
-		return s.inputRespond(threadID, id, &c.Params)
+		return s.inputRespond(ctx, threadID, id, &c.Params)
 	case *protocol.ClientCommandInputInject:
 		return s.inputInject(threadID, id, &c.Params)
 	case *protocol.ClientCommandStateGet:
-		return s.stateGet(threadID, id, &c.Params)
+		return s.stateGet(ctx, threadID, id, &c.Params)
 	case *protocol.ClientCommandStateListCheckpoints:
-		return s.listCheckpoints(threadID, id, &c.Params)
+		return s.listCheckpoints(ctx, threadID, id, &c.Params)
 	case *protocol.ClientCommandStateFork:
-		return s.stateFork(threadID, id, &c.Params)
+		return s.stateFork(ctx, threadID, id, &c.Params)
 	case *protocol.ClientCommandAgentGetTree:
 		return s.getTree(threadID, id)
 	case *protocol.ClientCommandSubscriptionSubscribe, *protocol.ClientCommandSubscriptionUnsubscribe, *protocol.ClientCommandSubscriptionReconnect:
@@ -68,6 +68,12 @@ func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 	default:
 		return nil, errorResponse(id, protocol.ErrorCodeUnknownCommand, "unknown command %T", c)
 	}
+}
+
+// storeErrorResponse is the answer to a command whose StateStore call
+// failed.
+func storeErrorResponse(id uint64, err error) *protocol.ErrorResponse {
+	return errorResponse(id, protocol.ErrorCodeUnavailable, "%v; retry", storeError(err))
 }
 
 // commandID returns a command's id; ok is false for a variant this server
@@ -230,7 +236,7 @@ func (s *Server) runCancel(threadID string, id uint64, p *protocol.RunCancelPara
 	return success(id, applied, result), nil
 }
 
-func (s *Server) inputRespond(threadID string, id uint64, p *protocol.InputRespondParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+func (s *Server) inputRespond(ctx context.Context, threadID string, id uint64, p *protocol.InputRespondParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	var ids []string
 	var answers []any
 	var update map[string]any
@@ -275,13 +281,18 @@ func (s *Server) inputRespond(threadID string, id uint64, p *protocol.InputRespo
 		seen[want] = true
 	}
 	if update != nil {
-		values, _ := s.cfg.State.Values(threadID)
+		values, _, err := s.cfg.State.Values(ctx, threadID)
+		if err != nil {
+			return nil, storeErrorResponse(id, err)
+		}
 		merged := maps.Clone(values)
 		if merged == nil {
 			merged = map[string]any{}
 		}
 		maps.Copy(merged, update)
-		s.cfg.State.SetValues(threadID, merged)
+		if err := s.cfg.State.SetValues(ctx, threadID, merged); err != nil {
+			return nil, storeErrorResponse(id, err)
+		}
 	}
 	t.resume(r, ids, answers)
 	return success(id, applied, nil), nil
@@ -309,12 +320,15 @@ func (s *Server) inputInject(threadID string, id uint64, p *protocol.InputInject
 	return success(id, t.seq, nil), nil
 }
 
-func (s *Server) stateGet(threadID string, id uint64, p *protocol.StateGetParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+func (s *Server) stateGet(ctx context.Context, threadID string, id uint64, p *protocol.StateGetParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	applied := s.LastSeq(threadID)
 	if len(p.Namespace) > 0 {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchNamespace, "params.namespace: state is kept for the root namespace only")
 	}
-	values, _ := s.cfg.State.Values(threadID)
+	values, _, err := s.cfg.State.Values(ctx, threadID)
+	if err != nil {
+		return nil, storeErrorResponse(id, err)
+	}
 	out := map[string]any{}
 	if p.Keys == nil {
 		maps.Copy(out, values)
@@ -326,21 +340,26 @@ func (s *Server) stateGet(threadID string, id uint64, p *protocol.StateGetParams
 		}
 	}
 	res := protocol.StateGetResult{Values: out}
-	if cps := s.cfg.State.Checkpoints(threadID); len(cps) > 0 {
+	cps, err := s.cfg.State.Checkpoints(ctx, threadID)
+	if err != nil {
+		return nil, storeErrorResponse(id, err)
+	}
+	if len(cps) > 0 {
 		res.Checkpoint = &protocol.CheckpointRef{ID: cps[0].ID}
 	}
 	return success(id, applied, res), nil
 }
 
-func (s *Server) listCheckpoints(threadID string, id uint64, p *protocol.ListCheckpointsParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+func (s *Server) listCheckpoints(ctx context.Context, threadID string, id uint64, p *protocol.ListCheckpointsParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	applied := s.LastSeq(threadID)
-	all := s.cfg.State.Checkpoints(threadID)
+	all, err := s.cfg.State.Checkpoints(ctx, threadID)
+	if err != nil {
+		return nil, storeErrorResponse(id, err)
+	}
 	out := []protocol.CheckpointSummary{}
 	started := p.Before == nil
-	if p.Before != nil {
-		if _, ok := s.cfg.State.Checkpoint(threadID, *p.Before); !ok {
-			return nil, errorResponse(id, protocol.ErrorCodeNoSuchCheckpoint, "params.before: no checkpoint %q", *p.Before)
-		}
+	if p.Before != nil && !slices.ContainsFunc(all, func(cp CheckpointRecord) bool { return cp.ID == *p.Before }) {
+		return nil, errorResponse(id, protocol.ErrorCodeNoSuchCheckpoint, "params.before: no checkpoint %q", *p.Before)
 	}
 	for _, cp := range all {
 		if !started {
@@ -367,8 +386,11 @@ func (s *Server) listCheckpoints(threadID string, id uint64, p *protocol.ListChe
 // values go back to the checkpoint's, and the new run (of the assistant of
 // the thread's last run) gets the input. Forking on the same thread, as
 // LangGraph's time travel does, keeps one history per thread.
-func (s *Server) stateFork(threadID string, id uint64, p *protocol.StateForkParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
-	cp, ok := s.cfg.State.Checkpoint(threadID, p.CheckpointID)
+func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *protocol.StateForkParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+	cp, ok, err := s.cfg.State.Checkpoint(ctx, threadID, p.CheckpointID)
+	if err != nil {
+		return nil, storeErrorResponse(id, err)
+	}
 	if !ok {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchCheckpoint, "params.checkpoint_id: no checkpoint %q on thread %s", p.CheckpointID, threadID)
 	}
@@ -389,7 +411,9 @@ func (s *Server) stateFork(threadID string, id uint64, p *protocol.StateForkPara
 		return nil, e
 	}
 	applied := t.seq
-	s.cfg.State.SetValues(threadID, cp.Values)
+	if err := s.cfg.State.SetValues(ctx, threadID, cp.Values); err != nil {
+		return nil, storeErrorResponse(id, err)
+	}
 	config := maps.Clone(p.Config)
 	if config == nil {
 		config = map[string]any{}

@@ -53,10 +53,14 @@ func (rc *RunContext) WithNode(node string) *RunContext {
 	return &RunContext{r: rc.r, ns: rc.ns, node: node}
 }
 
-// State returns the thread's current values.
-func (rc *RunContext) State() map[string]any {
-	v, _ := rc.r.t.srv.cfg.State.Values(rc.r.t.id)
-	return maps.Clone(v)
+// State returns the thread's current values (nil before any), or the
+// StateStore's error.
+func (rc *RunContext) State() (map[string]any, error) {
+	v, _, err := rc.r.t.srv.cfg.State.Values(rc.r.ctx, rc.r.t.id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return maps.Clone(v), nil
 }
 
 // Sleep waits for d, or returns the run's cancellation.
@@ -106,7 +110,9 @@ func lifecycleErr(format string, args ...any) error {
 // Values saves the thread's full state and emits it on the values channel.
 func (rc *RunContext) Values(values map[string]any) error {
 	return rc.emit(func() (eventData, error) {
-		rc.r.t.srv.cfg.State.SetValues(rc.r.t.id, values)
+		if err := rc.r.t.srv.cfg.State.SetValues(rc.r.ctx, rc.r.t.id, values); err != nil {
+			return eventData{}, storeError(err)
+		}
 		return eventData{p: protocol.NewServerEventValues(maps.Clone(values))}, nil
 	})
 }
@@ -129,16 +135,25 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 	t := rc.r.t
 	id := t.srv.cfg.NewID("ckpt_")
 	err := rc.emit(func() (eventData, error) {
-		values, _ := t.srv.cfg.State.Values(t.id)
+		values, _, err := t.srv.cfg.State.Values(rc.r.ctx, t.id)
+		if err != nil {
+			return eventData{}, storeError(err)
+		}
 		rec := CheckpointRecord{ID: id, Step: step, Source: string(source), Namespace: slices.Clone(rc.ns),
 			Node: rc.node, Time: t.srv.cfg.Now(), Values: maps.Clone(values),
 			Metadata: map[string]any{"assistant_id": rc.r.assistantID, "run_id": rc.r.id}}
 		cp := protocol.Checkpoint{ID: id, Step: protocol.JsInt(step), Source: source}
-		if prev := t.srv.cfg.State.Checkpoints(t.id); len(prev) > 0 {
+		prev, err := t.srv.cfg.State.Checkpoints(rc.r.ctx, t.id)
+		if err != nil {
+			return eventData{}, storeError(err)
+		}
+		if len(prev) > 0 {
 			rec.ParentID = prev[0].ID
 			cp.ParentID = &rec.ParentID
 		}
-		t.srv.cfg.State.AddCheckpoint(t.id, rec)
+		if err := t.srv.cfg.State.AddCheckpoint(rc.r.ctx, t.id, rec); err != nil {
+			return eventData{}, storeError(err)
+		}
 		return eventData{p: protocol.NewServerEventCheckpoints(cp)}, nil
 	})
 	if err != nil {

@@ -151,12 +151,12 @@ func TestIdleThreadsAreForgottenAfterTheirTTL(t *testing.T) {
 	advance(30 * time.Minute)
 	s.SweepNow()
 	require.Equal(t, 1, s.Threads(), "idle, but not for an hour")
-	_, ok := s.State("t")
+	_, ok, _ := s.State(context.Background(), "t")
 	require.True(t, ok)
 	advance(31 * time.Minute)
 	s.SweepNow()
 	require.Equal(t, 0, s.Threads())
-	_, ok = s.State("t")
+	_, ok, _ = s.State(context.Background(), "t")
 	require.False(t, ok, "its state is gone too")
 	// The session subscribes again: it gets the thread that replaces the
 	// forgotten one, and its events.

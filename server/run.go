@@ -102,7 +102,12 @@ func (t *thread) startRun(r *run) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.ctx, r.cancelFn = ctx, cancel
 	r.status = statusRunning
-	if v, ok := t.srv.cfg.State.Values(t.id); ok {
+	v, ok, err := t.srv.cfg.State.Values(ctx, t.id)
+	if err != nil {
+		cancel(err)
+		return storeError(err)
+	}
+	if ok {
 		r.before = maps.Clone(v)
 	}
 	t.run = r
@@ -169,7 +174,9 @@ func (t *thread) finish(r *run, err error) {
 	case cause != nil:
 		status, msg, cancelled = protocol.AgentStatusFailed, cause.Error(), true
 		if errors.Is(cause, errRollback) {
-			t.srv.cfg.State.SetValues(t.id, r.before)
+			if err := t.srv.cfg.State.SetValues(context.Background(), t.id, r.before); err != nil {
+				msg += "; its state could not be rolled back: " + storeError(err).Error()
+			}
 		}
 	case err != nil:
 		status, msg = protocol.AgentStatusFailed, err.Error()

@@ -414,12 +414,20 @@ func (s *Server) CreateThread(id string) error {
 	return err
 }
 
-// HasThread reports whether thread id exists.
-func (s *Server) HasThread(id string) bool {
+// HasThread reports whether thread id exists: this node holds it, or the
+// StateStore has its state (an error says the store could not tell).
+func (s *Server) HasThread(ctx context.Context, id string) (bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	_, ok := s.threads[id]
-	return ok || s.cfg.State.Exists(id)
+	s.mu.Unlock()
+	if ok {
+		return true, nil
+	}
+	ok, err := s.cfg.State.Exists(ctx, id)
+	if err != nil {
+		return false, storeError(err)
+	}
+	return ok, nil
 }
 
 // LastSeq is the sequence number of the last event of thread id.
@@ -448,17 +456,28 @@ type PendingInterrupt struct {
 	Payload   any
 }
 
-// State returns thread id's state; ok is false for an unknown thread.
-func (s *Server) State(id string) (ThreadState, bool) {
+// State returns thread id's state; ok is false for an unknown thread, and
+// an error says the StateStore could not be read (ErrUnavailable).
+func (s *Server) State(ctx context.Context, id string) (st ThreadState, ok bool, err error) {
 	t, _ := s.thread(id, false)
-	if t == nil && !s.cfg.State.Exists(id) {
-		return ThreadState{}, false
+	if t == nil {
+		if ok, err := s.cfg.State.Exists(ctx, id); err != nil || !ok {
+			return ThreadState{}, false, errOrNil(err)
+		}
 	}
-	st := ThreadState{Status: "idle"}
-	if v, ok := s.cfg.State.Values(id); ok {
+	st = ThreadState{Status: "idle"}
+	v, ok, err := s.cfg.State.Values(ctx, id)
+	if err != nil {
+		return ThreadState{}, false, storeError(err)
+	}
+	if ok {
 		st.Values = v
 	}
-	if cps := s.cfg.State.Checkpoints(id); len(cps) > 0 {
+	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	if err != nil {
+		return ThreadState{}, false, storeError(err)
+	}
+	if len(cps) > 0 {
 		cp := cps[0]
 		st.Checkpoint = &cp
 	}
@@ -472,7 +491,15 @@ func (s *Server) State(id string) (ThreadState, bool) {
 			}
 		}
 	}
-	return st, true
+	return st, true, nil
+}
+
+// errOrNil is storeError(err), or nil for no error.
+func errOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return storeError(err)
 }
 
 // runState is the status of this node's run of thread id (idle, running
@@ -603,7 +630,7 @@ func (s *Server) SweepNow() {
 			}
 			s.mu.Unlock()
 			s.cfg.Log.Release(t.id)
-			s.cfg.State.Delete(t.id)
+			_ = s.cfg.State.Delete(context.Background(), t.id) // what it cannot delete, the store expires (Redis) or keeps
 		}
 	}
 }

@@ -62,7 +62,7 @@ func TestUnknownAssistantIsInvalidArgument(t *testing.T) {
 	require.NotNil(t, e)
 	require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Code)
 	require.Contains(t, e.Message, `unknown assistant "nope"`)
-	require.False(t, s.HasThread("t"), "a refused run.start creates nothing")
+	require.False(t, hasThread(t, s, "t"), "a refused run.start creates nothing")
 }
 
 func TestAppliedThroughSeq(t *testing.T) {
@@ -286,7 +286,7 @@ func TestDemoInterruptApproveAndReject(t *testing.T) {
 		start(t, s, "t", "demo", userInput("What is it?"))
 		es := collect(t, sub, func(e *server.Event) bool { st, _ := lifecycle(e); return st == protocol.AgentStatusInterrupted })
 		req := es[len(es)-2].Payload.(*protocol.ServerEventInputRequested).Params.Data
-		st, ok := s.State("t")
+		st, ok, _ := s.State(context.Background(), "t")
 		require.True(t, ok)
 		require.Equal(t, "interrupted", st.Status)
 		require.Len(t, st.Interrupts, 1)
@@ -363,7 +363,10 @@ func TestBatchRespond(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		state := rc.State()
+		state, err := rc.State()
+		if err != nil {
+			return err
+		}
 		if state == nil {
 			state = map[string]any{}
 		}
@@ -384,7 +387,7 @@ func TestBatchRespond(t *testing.T) {
 	_, e := tryDo(s, "t", &protocol.ClientCommandInputRespond{Params: protocol.InputRespondParams{Value: &protocol.InputRespondMany{
 		Responses: []protocol.InputRespondEntry{{Namespace: []string{}, InterruptID: ids[0], Response: "x"}, {Namespace: []string{}, InterruptID: "int_nope", Response: "y"}}}}})
 	require.Equal(t, protocol.ErrorCodeNoSuchInterrupt, e.Code)
-	st, _ := s.State("t")
+	st, _, _ := s.State(context.Background(), "t")
 	require.Len(t, st.Interrupts, 2)
 
 	do(t, s, "t", &protocol.ClientCommandInputRespond{Params: protocol.InputRespondParams{Value: &protocol.InputRespondMany{
@@ -392,7 +395,7 @@ func TestBatchRespond(t *testing.T) {
 		Update:    map[string]any{"note": "updated"}}}})
 	es := collect(t, sub, rootEnded)
 	require.Equal(t, ids, es[0].Payload.(*protocol.ServerEventInputAnswered).Params.Data.InterruptIds, "one input.answered for the batch")
-	st, _ = s.State("t")
+	st, _, _ = s.State(context.Background(), "t")
 	require.Equal(t, "updated", st.Values["note"])
 }
 
@@ -564,7 +567,7 @@ func TestStateCheckpointsAndFork(t *testing.T) {
 	fork := do(t, s, "t", &protocol.ClientCommandStateFork{Params: protocol.StateForkParams{CheckpointID: cps[1].ID, Input: userInput("three")}}).Result.(protocol.StateForkResult)
 	require.Equal(t, "t", fork.ThreadID)
 	collect(t, sub, rootEnded)
-	st, _ := s.State("t")
+	st, _, _ := s.State(context.Background(), "t")
 	msgs := st.Values["messages"].([]any)
 	require.Len(t, msgs, 4, "the fork started from the first checkpoint (2 messages) and added 2")
 	require.Equal(t, "three", msgs[3].(map[string]any)["content"])
@@ -628,7 +631,7 @@ func TestIdleThreadsReleaseTheirBufferButKeepState(t *testing.T) {
 	mu.Unlock()
 	s.SweepNow()
 	require.Equal(t, 0, s.BufferedEvents("t"))
-	st, ok := s.State("t")
+	st, ok, _ := s.State(context.Background(), "t")
 	require.True(t, ok)
 	require.Len(t, st.Values["messages"], 2)
 	require.Equal(t, uint64(12), s.LastSeq("t"), "sequence numbers are never reused")

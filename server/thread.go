@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -149,7 +150,10 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		// The protocol: "the first replayed values event is the current full
 		// state". Before anything set it, that is an empty state: a client
 		// gets its baseline whenever it subscribes, mid-run included.
-		state, ok := t.srv.cfg.State.Values(t.id)
+		state, ok, err := t.srv.cfg.State.Values(context.Background(), t.id)
+		if err != nil {
+			return nil, 0, 0, storeError(err)
+		}
 		if !ok {
 			state = map[string]any{}
 		}

@@ -213,6 +213,8 @@ func (h *Handler) guard(next http.HandlerFunc, create bool) http.Handler {
 				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
 			case errors.Is(err, server.ErrPermissionDenied):
 				h.metrics.authRefused("permission_denied")
+			case errors.Is(err, server.ErrUnavailable):
+				status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
 			default:
 				status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
 			}
@@ -411,7 +413,11 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 // checkpoint.
 func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	st, ok := h.srv.State(id)
+	st, ok, err := h.srv.State(r.Context(), id)
+	if err != nil {
+		sse.WriteJSON(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v; retry", err))
+		return
+	}
 	if !ok {
 		sse.WriteJSON(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "no thread %q", id))
 		return

@@ -1,14 +1,17 @@
-// Command agentstream runs the agentstream server.
+// Command agentstream runs the agentstream server, and the tools that go
+// with it.
 //
 // Usage:
 //
 //	agentstream serve [flags]
+//	agentstream tail [flags] URL THREAD
 //	agentstream load --url http://127.0.0.1:2024 [flags]
 //	agentstream token --secret-file F --sub alice [--admin] [--ttl 1h]
 //
-// load measures a running server over loopback (see internal/loadtest);
-// token mints an HS256 JWT for a server run with --auth-hs256-secret-file
-// (for development).
+// serve runs the server (in memory, or on Redis with --redis); tail follows
+// a thread in the terminal, as a person reads it; load measures a running
+// server over loopback (see internal/loadtest); token mints an HS256 JWT
+// for a server run with --auth-hs256-secret-file (for development).
 //
 // Every flag can also be set with an environment variable: --addr is
 // AGENTSTREAM_ADDR, --log-level is AGENTSTREAM_LOG_LEVEL, and so on. Run

@@ -75,7 +75,7 @@ func TestConnectAs(t *testing.T) {
 	defer c.Close()
 	_, err = c.Start(context.Background(), "echo", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
 	require.NoError(t, err)
-	require.Equal(t, "alice", srv.Owner("t"))
+	require.Equal(t, "alice", ownerOf(t, srv, "t"))
 
 	_, err = inproc.ConnectAs(srv, &auth.Principal{Subject: "bob"}, "t")
 	require.ErrorIs(t, err, server.ErrPermissionDenied)
@@ -93,4 +93,12 @@ func TestConnectAs(t *testing.T) {
 		_, err = c.Next(ctx)
 	}
 	require.ErrorIs(t, err, server.ErrCredentialExpired)
+}
+
+// ownerOf is the thread's owner, failing the test on a store error.
+func ownerOf(t *testing.T, srv *server.Server, thread string) string {
+	t.Helper()
+	o, err := srv.Owner(context.Background(), thread)
+	require.NoError(t, err)
+	return o
 }
