@@ -9,19 +9,6 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 )
 
-// NamespaceOf returns where in the agent tree event v happened ([] for the
-// root, nil for nil).
-func NamespaceOf(v protocol.ServerEventVariant) []string {
-	if v == nil {
-		return nil
-	}
-	return v.GetNamespace()
-}
-
-// TextOf returns the text of a text delta ("" for other deltas):
-// d.Text().
-func TextOf(d protocol.ContentBlockDelta) string { return d.Text() }
-
 // Message is a message assembled from its events.
 type Message struct {
 	ID        string

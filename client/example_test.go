@@ -68,7 +68,7 @@ func Example_streamText() {
 		}
 		if m, ok := e.Payload.(*protocol.ServerEventMessages); ok {
 			if d, ok := m.Params.Data.Value.(*protocol.ContentBlockDeltaData); ok {
-				fmt.Print(client.TextOf(d.Delta))
+				fmt.Print(d.Delta.Text())
 			}
 		}
 		if e.RunEnd() != "" {

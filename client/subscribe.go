@@ -55,7 +55,12 @@ type Event struct {
 }
 
 // Namespace is where in the agent tree the event happened.
-func (e *Event) Namespace() []string { return NamespaceOf(e.Payload) }
+func (e *Event) Namespace() []string {
+	if e.Payload == nil {
+		return nil
+	}
+	return e.Payload.GetNamespace()
+}
 
 // RunEnd is how the thread's run ended when e is its end (the root
 // agent's lifecycle, completed or failed), and "" for any other event.

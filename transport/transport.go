@@ -32,6 +32,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/prometheus/client_golang/prometheus"
@@ -218,7 +219,7 @@ func (h *Handler) guard(next http.HandlerFunc, create bool) http.Handler {
 			default:
 				status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
 			}
-			sse.WriteJSON(w, status, protocol.NewError(nil, code, "%v", err))
+			httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
 			return
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
@@ -243,7 +244,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Pr
 	}
 	h.metrics.authRefused(reason)
 	w.Header().Set("WWW-Authenticate", challenge)
-	sse.WriteJSON(w, http.StatusUnauthorized, protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
+	httpjson.Write(w, http.StatusUnauthorized, protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
 	return nil, false
 }
 
@@ -256,7 +257,7 @@ func (h *Handler) adminOnly(next http.Handler) http.Handler {
 		}
 		if !p.Admin {
 			h.metrics.authRefused("permission_denied")
-			sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q is not an admin: /metrics is for admins (or serve it on --metrics-addr)", p.Subject))
+			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q is not an admin: /metrics is for admins (or serve it on --metrics-addr)", p.Subject))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -266,7 +267,7 @@ func (h *Handler) adminOnly(next http.Handler) http.Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(h.hosts) > 0 && !allowedHost(h.hosts, r.Host) {
 		h.metrics.refuse("host")
-		sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "host %q is not served here (--allowed-hosts)", r.Host))
+		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "host %q is not served here (--allowed-hosts)", r.Host))
 		return
 	}
 	if h.cors(w, r) {
@@ -279,7 +280,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) threadOK(w http.ResponseWriter, r *http.Request) bool {
 	if err := server.ValidThreadID(r.PathValue("id")); err != nil {
 		h.metrics.refuse(string(server.LimitThreadID))
-		sse.WriteJSON(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return false
 	}
 	return true
@@ -350,12 +351,12 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	// this server's pages or an allowed origin.
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		h.metrics.refuse("content_type")
-		sse.WriteJSON(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "a command's Content-Type must be application/json, not %q", r.Header.Get("Content-Type")))
+		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "a command's Content-Type must be application/json, not %q", r.Header.Get("Content-Type")))
 		return
 	}
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) && !allowedOrigin(h.corsOrigins, o) {
 		h.metrics.refuse("origin")
-		sse.WriteJSON(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not send commands (--allowed-origins)", o))
+		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not send commands (--allowed-origins)", o))
 		return
 	}
 	client := remoteIP(r.RemoteAddr)
@@ -365,7 +366,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	if !h.limiter.allow(client, start) {
 		h.metrics.refuse("http_command_rate")
 		w.Header().Set("Retry-After", "1")
-		sse.WriteJSON(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g commands a second from this client (bursts of %d; --http-command-rate, --http-command-burst); wait and retry", float64(h.limiter.rate), h.limiter.burst))
+		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g commands a second from this client (bursts of %d; --http-command-rate, --http-command-burst); wait and retry", float64(h.limiter.rate), h.limiter.burst))
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -387,7 +388,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 			h.metrics.refuse("body_timeout")
 			status = http.StatusRequestTimeout
 		}
-		sse.WriteJSON(w, status, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the command: %v", err))
+		httpjson.Write(w, status, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the command: %v", err))
 		return
 	}
 	cmd, errResp := protocol.DecodeCommand(body)
@@ -397,14 +398,14 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 		resp, err := h.srv.Do(r.Context(), r.PathValue("id"), cmd)
 		if err == nil {
 			h.metrics.command(method, "success", time.Since(start))
-			sse.WriteJSON(w, http.StatusOK, resp)
+			httpjson.Write(w, http.StatusOK, resp)
 			return
 		}
 		id := cmd.Value.GetID()
 		errResp = protocol.ErrorResponseOf(&id, err)
 	}
 	h.metrics.command(method, string(errResp.Code), time.Since(start))
-	sse.WriteJSON(w, statusOf(errResp.Code), errResp)
+	httpjson.Write(w, statusOf(errResp.Code), errResp)
 }
 
 // state serves GET /threads/{id}/state in the shape of LangGraph's thread
@@ -415,11 +416,11 @@ func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	st, ok, err := h.srv.State(r.Context(), id)
 	if err != nil {
-		sse.WriteJSON(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v; retry", err))
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v; retry", err))
 		return
 	}
 	if !ok {
-		sse.WriteJSON(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "no thread %q", id))
+		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "no thread %q", id))
 		return
 	}
 	values := st.Values
@@ -447,7 +448,7 @@ func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 			out["parent_checkpoint"] = map[string]any{"thread_id": id, "checkpoint_ns": "", "checkpoint_id": cp.ParentID}
 		}
 	}
-	sse.WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func nonNil(ns []string) []string {

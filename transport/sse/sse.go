@@ -36,6 +36,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
 )
@@ -228,7 +229,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.wg.Add(1)
 	h.mu.Unlock()
 	if out, ok := h.takeOver(w, r); ok {
-		go newStream(h, sub, out).run(out.wait)
+		go newStream(h, sub, out).run(out.Wait)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -398,17 +399,5 @@ func lastEventID(r *http.Request) (*server.Cursor, *protocol.ErrorResponse) {
 
 // writeError answers with an ErrorResponse body.
 func writeError(w http.ResponseWriter, status int, e *protocol.ErrorResponse) {
-	WriteJSON(w, status, e)
-}
-
-// WriteJSON writes v as a JSON response.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b, _ = json.Marshal(protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	httpjson.Write(w, status, e)
 }

@@ -208,30 +208,6 @@ func TestHTTP10StaysOnTheHandler(t *testing.T) {
 	require.Regexp(t, "^id: [0-9a-v]{8}-1\n$", line)
 }
 
-func TestChunk(t *testing.T) {
-	for _, payload := range []string{"", "a", strings.Repeat("z", 4096), strings.Repeat("y", 1<<20)} {
-		buf := append(make([]byte, chunkRoom), payload...)
-		out := chunk(buf)
-		if payload == "" {
-			assert.Empty(t, out)
-			continue
-		}
-		// Decode with net/http's chunked reader.
-		body, err := io.ReadAll(httpChunked(string(out) + "0\r\n\r\n"))
-		require.NoError(t, err)
-		assert.Equal(t, payload, string(body))
-	}
-}
-
-// httpChunked reads a chunked body through net/http.
-func httpChunked(s string) io.Reader {
-	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"+s)), nil)
-	if err != nil {
-		panic(err)
-	}
-	return resp.Body
-}
-
 func TestHeadHasTheHeadersAndNoStream(t *testing.T) {
 	f := serve(t, Options{})
 	resp, err := http.Head(f.url + "/threads/h/stream")

@@ -1,22 +1,19 @@
 package sse
 
 import (
-	"bytes"
 	"context"
-	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
+	"github.com/agentstream/agentstream/transport/internal/takeover"
 )
 
-// chunkRoom is the room left in front of a batch for its chunk header:
-// up to 8 hex digits of size and CRLF.
-const chunkRoom = 10
+// chunkRoom is the room left in front of a batch for its chunk header.
+const chunkRoom = takeover.ChunkRoom
 
 // sink is where a stream's batches go: a taken-over connection, or the
 // handler's ResponseWriter.
@@ -166,89 +163,21 @@ func (o *handlerSink) write(buf []byte, last bool) error {
 
 func (o *handlerSink) end() { o.once.Do(func() { close(o.done) }) }
 
-// connSink writes an HTTP/1.1 response taken over from net/http: a batch
-// is one chunk of the chunked transfer coding, and one write.
-type connSink struct {
-	conn     net.Conn
-	timeout  time.Duration
-	deadline pace.WriteDeadline
-	sent     bool // the client had sent more than its request
-}
+// connSink writes to a connection taken over from net/http (package
+// takeover): a batch is one chunk, and one write.
+type connSink struct{ *takeover.Conn }
+
+func (o connSink) write(buf []byte, last bool) error { return o.Write(buf, last) }
+
+func (o connSink) end() { o.Close() }
 
 // takeOver hijacks an HTTP/1.1 stream from net/http and writes its
 // response head; ok is false, and nothing touched, when the stream must
 // stay on the handler goroutine.
-func (h *Handler) takeOver(w http.ResponseWriter, r *http.Request) (_ *connSink, ok bool) {
+func (h *Handler) takeOver(w http.ResponseWriter, r *http.Request) (_ connSink, ok bool) {
 	if h.opts.KeepHandler || r.ProtoMajor != 1 || r.ProtoMinor < 1 {
-		return nil, false
+		return connSink{}, false
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		return nil, false
-	}
-	// A request pipelined behind this one is something the client sent
-	// after its request: the stream ends at once, as it would on reading it.
-	out := &connSink{conn: conn, timeout: h.opts.WriteTimeout, sent: brw.Reader.Buffered() > 0}
-	_ = conn.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
-	if _, err := conn.Write(responseHead(w.Header())); err != nil {
-		out.sent = true // nothing to wait for: the stream ends at once
-	}
-	_ = conn.SetWriteDeadline(time.Time{})
-	return out, true
-}
-
-// wait returns when the client goes, sends something (a client sends
-// nothing after its request), or the writer closes the connection.
-func (o *connSink) wait() {
-	if !o.sent {
-		var b [1]byte
-		_, _ = o.conn.Read(b[:])
-	}
-}
-
-func (o *connSink) write(buf []byte, last bool) error {
-	out := chunk(buf)
-	if last {
-		out = append(out, "0\r\n\r\n"...)
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	o.deadline.Arm(o.conn, o.timeout)
-	_, err := o.conn.Write(out)
-	return err
-}
-
-func (o *connSink) end() { o.conn.Close() }
-
-// responseHead is an HTTP/1.1 response head for a chunked stream with the
-// handler's headers, and Connection: close, as a taken-over connection
-// serves one stream.
-func responseHead(hdr http.Header) []byte {
-	var b bytes.Buffer
-	b.WriteString("HTTP/1.1 200 OK\r\n")
-	hdr = hdr.Clone()
-	hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	hdr.Set("Transfer-Encoding", "chunked")
-	// The connection closes when the stream ends: a client must not send
-	// its next request on it (it would be reset).
-	hdr.Set("Connection", "close")
-	_ = hdr.Write(&b)
-	b.WriteString("\r\n")
-	return b.Bytes()
-}
-
-// chunk frames buf[chunkRoom:] as one chunk, writing its header into the
-// room in front; an empty payload gives an empty slice.
-func chunk(buf []byte) []byte {
-	size := len(buf) - chunkRoom
-	if size == 0 {
-		return buf[:0]
-	}
-	var hdr [chunkRoom]byte
-	h := strconv.AppendUint(hdr[:0], uint64(size), 16)
-	h = append(h, '\r', '\n')
-	start := chunkRoom - len(h)
-	copy(buf[start:], h)
-	return append(buf[start:], '\r', '\n')
+	c, ok := takeover.Hijack(w, h.opts.WriteTimeout)
+	return connSink{c}, ok
 }
