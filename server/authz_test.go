@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"github.com/agentstream/agentstream/channels"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,9 @@ func TestAuthorizeOwnershipAndGrants(t *testing.T) {
 
 	// A thread that existed before anyone claimed it (made by the embedding
 	// program) goes to its first principal, even on a read.
-	require.NoError(t, s.CreateThread("pre"))
+	pre, _, err := s.Subscribe("pre", channels.All, nil)
+	require.NoError(t, err)
+	pre.Close()
 	require.NoError(t, s.Authorize(bob, "pre", false))
 	require.Equal(t, "bob", ownerOf(t, s, "pre"))
 

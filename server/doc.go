@@ -4,7 +4,7 @@
 // # Model
 //
 // A thread is the durable key of a conversation, created by its first
-// run.start (or [Server.CreateThread], or a subscription). Every event
+// run.start (or a subscription). Every event
 // published on it gets the next sequence number (seq 1, 2, 3, ... never
 // reused, never renumbered per connection; its event_id is "EPOCH-SEQ",
 // see [Cursor]) and goes into a replay buffer capped by count and by bytes

@@ -193,7 +193,7 @@ func TestBufferTotalBudget(t *testing.T) {
 	m := s.Metrics()
 	require.Positive(t, m.BufferTrimmed, "a's buffer went")
 	require.LessOrEqual(t, m.BufferUsed, int64(30*(server.EventOverhead+300)))
-	require.Zero(t, s.BufferedEvents("a"))
+	require.Zero(t, server.BufferedEvents(s, "a"))
 	sub, _, err := s.Subscribe("a", channels.Filter{Channels: []string{channels.Custom}, Depth: channels.Unlimited}, server.SeqCursor(5))
 	require.NoError(t, err)
 	defer sub.Close()

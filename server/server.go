@@ -407,12 +407,6 @@ func (s *Server) lockThread(id string) (*thread, error) {
 	}
 }
 
-// CreateThread makes sure thread id exists (threads are otherwise created
-// by their first run.start).
-func (s *Server) CreateThread(id string) error {
-	_, err := s.thread(id, true)
-	return err
-}
 
 // HasThread reports whether thread id exists: this node holds it, or the
 // StateStore has its state (an error says the store could not tell).
@@ -656,8 +650,8 @@ func (s *Server) Subscriptions() int {
 	return n
 }
 
-// BufferedEvents is how many events thread id holds for replay.
-func (s *Server) BufferedEvents(id string) int {
+// bufferedEvents is how many events thread id holds for replay.
+func (s *Server) bufferedEvents(id string) int {
 	t, _ := s.thread(id, false)
 	if t == nil {
 		return 0
