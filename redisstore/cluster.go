@@ -69,9 +69,9 @@ type Cluster struct {
 
 var _ server.Cluster = (*Cluster)(nil)
 
-// Cluster returns the engine's run sharing for this node: set it as the
-// server's Config.Cluster, Start it with the server, and Close it before
-// the server.
+// Cluster returns the engine's run sharing for this node: a server's
+// Cluster, started with the server's EngineHost and closed with it (the
+// engine New makes does both).
 func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 	if opts.Node == "" {
 		var b [6]byte

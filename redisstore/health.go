@@ -6,7 +6,7 @@ import (
 )
 
 // Health pings Redis and tells the server when it goes and comes back
-// (server.SetUnavailable): while it is gone, streams end with an error
+// (server.EngineHost.SetUnavailable): while it is gone, streams end with an error
 // and commands are refused as unavailable, rather than served from a
 // store that is not there; nothing needs a restart when it returns.
 type Health struct {
@@ -18,7 +18,7 @@ type Health struct {
 }
 
 // Health starts watching Redis every interval (500ms when 0) for set
-// (the server's SetUnavailable): three failed pings in a row (each given
+// (the server's EngineHost.SetUnavailable): three failed pings in a row (each given
 // 2 s: a Redis that is only slow, under load, is not taken for lost) make
 // it unavailable, one answer available again. Close it.
 func (e *Engine) Health(set func(error), every time.Duration) *Health {

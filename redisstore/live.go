@@ -31,9 +31,9 @@ type Live struct {
 
 var _ server.Watcher = (*Live)(nil)
 
-// Live returns a follower of threads; make the server with it as its
-// Config.Watcher, then Start it with the server, and Close it after the
-// server. onErr, when set, hears of connection losses.
+// Live returns a follower of threads: a server's Watcher, started with
+// the server's EngineHost and closed after the server (the engine New
+// makes does both). onErr, when set, hears of connection losses.
 func (e *Engine) Live(onErr func(error)) *Live {
 	l := &Live{e: e}
 	l.sub = newSubscriber(e, l.message, onErr)

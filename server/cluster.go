@@ -11,7 +11,8 @@ import (
 
 // Cluster lets the nodes that share an engine (Redis) share runs: one node
 // at a time runs a thread's runs, under a lease, and the commands for a
-// thread's run reach that node wherever they arrive (Config.Cluster).
+// thread's run reach that node wherever they arrive (an engine's
+// EngineStores.Cluster).
 // Implementations renew the leases of the threads that have a run here
 // (Server.RunActive) and give up the others, and when a node holding a
 // lease dies they call Server.FailLostRun on a node that follows the

@@ -163,7 +163,7 @@ var ErrServerClosed = errors.New("server: closed")
 // the registered assistants, and one command dispatcher every transport
 // uses. All its methods are safe for concurrent use.
 type Server struct {
-	down atomic.Pointer[unavailableErr] // set while the engine's store cannot be reached (SetUnavailable)
+	down atomic.Pointer[unavailableErr] // set while the engine's store cannot be reached (setUnavailable)
 
 	cfg     Config
 	watcher Watcher // the engine's (nil: none)
@@ -406,7 +406,6 @@ func (s *Server) lockThread(id string) (*thread, error) {
 		runtime.Gosched() // the sweeper is taking it out of the map
 	}
 }
-
 
 // HasThread reports whether thread id exists: this node holds it, or the
 // StateStore has its state (an error says the store could not tell).

@@ -6,7 +6,7 @@ import (
 )
 
 // ErrUnavailable is wrapped by the error of a server whose engine cannot
-// reach its store (SetUnavailable): streams end with it, and commands and
+// reach its store (EngineHost.SetUnavailable): streams end with it, and commands and
 // new subscriptions are refused with it until the store is back.
 var ErrUnavailable = errors.New("server: unavailable")
 
@@ -39,7 +39,8 @@ func (s *Server) setUnavailable(err error) {
 	}
 }
 
-// Unavailable returns the error SetUnavailable set, or nil.
+// Unavailable returns the error the engine reported (EngineHost.SetUnavailable),
+// or nil.
 func (s *Server) Unavailable() error {
 	if u := s.down.Load(); u != nil {
 		return u.err
