@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,9 +291,13 @@ func (l *Log) fail(err error) {
 
 // Append implements server.EventLog: the event is kept in memory at once
 // and queued for Redis; when the queue is full it waits for room (see
-// LogOptions.WriteQueue).
-func (l *Log) Append(thread string, e *server.Event) {
-	l.mem.Append(thread, e)
+// LogOptions.WriteQueue), at most QueueWait. An event it cannot queue is
+// kept in memory only and counted (Stats.Dropped): Append reports no
+// error, and what the publisher sees of a Redis that does not take its
+// events is the engine's health (the server unavailable) rather than a
+// failed emitter.
+func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
+	_ = l.mem.Append(context.Background(), thread, e) // never fails
 	q := l.queue(thread)
 	q.mu.Lock()
 	if q.full() && !e.EndsRun() {
@@ -302,7 +307,7 @@ func (l *Log) Append(thread string, e *server.Event) {
 			if q.failing.Load() {
 				q.mu.Unlock()
 				l.dropped.Add(1)
-				return
+				return nil
 			}
 			if deadline == nil {
 				t := time.NewTimer(l.opts.QueueWait)
@@ -315,10 +320,10 @@ func (l *Log) Append(thread string, e *server.Event) {
 			case <-room:
 			case <-deadline:
 				l.dropped.Add(1)
-				return
+				return nil
 			case <-l.stop:
 				l.dropped.Add(1)
-				return
+				return nil
 			}
 			q.mu.Lock()
 		}
@@ -332,6 +337,7 @@ func (l *Log) Append(thread string, e *server.Event) {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	return nil
 }
 
 // full reports whether a publisher must wait for room: the queue holds its
@@ -452,8 +458,8 @@ func (l *Log) flush(q *writeQueue) bool {
 
 // After implements server.EventLog: events after seq, from Redis as far
 // as memory does not hold them, then from memory.
-func (l *Log) After(thread string, seq uint64, fn func(*server.Event) bool) {
-	memOldest := l.mem.Oldest(thread)
+func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	memOldest, _ := l.mem.Oldest(ctx, thread)
 	if memOldest == 0 || memOldest > seq+1 {
 		// Memory starts later than the cursor (or holds nothing): the
 		// stream has what comes before.
@@ -461,21 +467,22 @@ func (l *Log) After(thread string, seq uint64, fn func(*server.Event) bool) {
 		if memOldest > 0 {
 			stop = memOldest - 1
 		}
-		if cont, _ := l.fromRedis(thread, seq, stop, fn); !cont {
-			return
+		cont, err := l.fromRedis(ctx, thread, seq, stop, fn)
+		if err != nil {
+			return err // the events before memory's are not all there: a gap
 		}
-		if memOldest == 0 {
-			return
+		if !cont || memOldest == 0 {
+			return nil
 		}
 		seq = memOldest - 1
 	}
-	l.mem.After(thread, seq, fn)
+	return l.mem.After(ctx, thread, seq, fn)
 }
 
 // fromRedis calls fn for the stream's events after seq, up to stop (0: to
 // the end), oldest first; it reports false when fn stopped, and an error
 // when the stream could not be read.
-func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) bool) (bool, error) {
+func (l *Log) fromRedis(ctx context.Context, thread string, seq, stop uint64, fn func(*server.Event) bool) (bool, error) {
 	if stop != 0 && stop <= seq {
 		return true, nil
 	}
@@ -486,7 +493,7 @@ func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) 
 	if stop != 0 {
 		end = itoa(stop) + "-0"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
 	defer cancel()
 	for {
 		entries, err := c.Do(ctx, c.B().Xrange().Key(k).Start(start).End(end).Count(1024).Build()).AsXRange()
@@ -513,27 +520,27 @@ func (l *Log) fromRedis(thread string, seq, stop uint64, fn func(*server.Event) 
 
 // Oldest implements server.EventLog: the oldest event still held, in the
 // stream or in memory.
-func (l *Log) Oldest(thread string) uint64 {
+func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
 	c := l.e.c
-	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
 	defer cancel()
 	entries, err := c.Do(ctx, c.B().Xrange().Key(l.e.key(thread, "events")).Start("-").End("+").Count(1).Build()).AsXRange()
 	if err != nil {
 		l.fail(err)
+		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	m, _ := l.mem.Oldest(ctx, thread)
 	if len(entries) == 1 {
-		if s, ok := seqOf(entries[0].ID); ok {
-			if m := l.mem.Oldest(thread); m == 0 || s < m {
-				return s
-			}
+		if s, ok := seqOf(entries[0].ID); ok && (m == 0 || s < m) {
+			return s, nil
 		}
 	}
-	return l.mem.Oldest(thread)
+	return m, nil
 }
 
 // Stored implements server.DurableLog: the stream's events after seq.
-func (l *Log) Stored(thread string, seq uint64, fn func(*server.Event) bool) error {
-	_, err := l.fromRedis(thread, seq, 0, fn)
+func (l *Log) Stored(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	_, err := l.fromRedis(ctx, thread, seq, 0, fn)
 	return err
 }
 
@@ -550,7 +557,9 @@ func (l *Log) Flushed(thread string) bool {
 
 // Cache implements server.DurableLog: an event another node wrote is kept
 // in memory only.
-func (l *Log) Cache(thread string, e *server.Event) { l.mem.Append(thread, e) }
+func (l *Log) Cache(thread string, e *server.Event) {
+	_ = l.mem.Append(context.Background(), thread, e)
+}
 
 // Len implements server.EventLog: the events held in memory.
 func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
@@ -567,7 +576,7 @@ func (l *Log) Release(thread string) {
 
 // Head implements server.DurableLog from the stream's newest entry, or
 // from an event still on its way there.
-func (l *Log) Head(thread string) (epoch string, seq uint64, err error) {
+func (l *Log) Head(ctx context.Context, thread string) (epoch string, seq uint64, err error) {
 	q := l.queue(thread)
 	q.mu.Lock()
 	for i := len(q.pending) - 1; i >= 0; i-- {
@@ -578,7 +587,7 @@ func (l *Log) Head(thread string) (epoch string, seq uint64, err error) {
 	}
 	q.mu.Unlock()
 	c := l.e.c
-	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
 	defer cancel()
 	entries, err := c.Do(ctx, c.B().Xrevrange().Key(l.e.key(thread, "events")).End("+").Start("-").Count(1).Build()).AsXRange()
 	if err != nil {

@@ -203,7 +203,8 @@ func TestLogReadsRedisBeyondMemory(t *testing.T) {
 
 	a.log.Release("f") // memory lets the thread go
 	require.Zero(t, a.log.Len("f"))
-	oldest := a.log.Oldest("f")
+	oldest, err := a.log.Oldest(context.Background(), "f")
+	require.NoError(t, err)
 	require.Greater(t, oldest, uint64(1), "trimmed")
 	require.LessOrEqual(t, last-oldest+1, uint64(400), "to about 300")
 	notices, events := readAll(t, a.srv, "f", &server.Cursor{Seq: 1})
@@ -364,7 +365,7 @@ func TestFullWriteQueueWaits(t *testing.T) {
 func requireStoredInOrder(t *testing.T, l *redisstore.Log, thread string, n int) {
 	t.Helper()
 	var stored []uint64
-	require.NoError(t, l.Stored(thread, 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
+	require.NoError(t, l.Stored(context.Background(), thread, 0, func(e *server.Event) bool { stored = append(stored, e.Seq); return true }))
 	require.Len(t, stored, n)
 	for i, s := range stored {
 		require.Equal(t, uint64(i+1), s)
@@ -425,7 +426,7 @@ func TestRunEndIsNeverDroppedForAFullQueue(t *testing.T) {
 	var last *server.Event
 	require.Eventually(t, func() bool {
 		last = nil
-		require.NoError(t, n.log.Stored("ends", 0, func(e *server.Event) bool { last = e; return true }))
+		require.NoError(t, n.log.Stored(context.Background(), "ends", 0, func(e *server.Event) bool { last = e; return true }))
 		return last != nil && last.Seq == evs[len(evs)-1].Seq
 	}, 10*time.Second, 50*time.Millisecond, "the stream ends with the run's end")
 	require.True(t, rootEnded(last))
@@ -555,4 +556,28 @@ func ownerOf(t *testing.T, srv *server.Server, thread string) string {
 	o, err := srv.Owner(context.Background(), thread)
 	require.NoError(t, err)
 	return o
+}
+
+// A replay that must read the stream while Redis is gone fails the
+// subscription with unavailable: before, the stream's part was skipped
+// and the client saw a gap with no notice.
+func TestReplayThatCannotBeReadFailsTheSubscription(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	l := e.Log(redisstore.LogOptions{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	n := startNodeWith(t, l, server.NewMemoryState())
+	evs := runToEnd(t, n.srv, "gap", "firehose", map[string]any{"count": 20.0})
+	require.Eventually(t, func() bool { return l.Flushed("gap") }, 5*time.Second, 10*time.Millisecond)
+	l.Release("gap") // memory forgets the thread's events; the stream keeps them
+
+	got := 0
+	ss, replayed, err := n.srv.Subscribe("gap", channels.All, nil)
+	require.NoError(t, err, "with Redis there, the replay reads the stream")
+	got = replayed
+	ss.Close()
+	require.Equal(t, len(evs), got)
+
+	rs.Stop()
+	_, _, err = n.srv.Subscribe("gap", channels.All, nil)
+	require.ErrorIs(t, err, server.ErrUnavailable)
 }

@@ -1,6 +1,9 @@
 package server
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // ingest delivers an event another node published on thread threadID to
 // this node's subscribers, as if it had been published here: in sequence
@@ -29,7 +32,7 @@ func (s *Server) ingest(threadID string, e *Event) {
 		t.epoch = ep
 	}
 	if durable && e.Seq > t.seq+1 {
-		_ = d.Stored(threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
+		_ = d.Stored(context.Background(), threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
 			if prev.Seq >= e.Seq {
 				return false
 			}
@@ -70,7 +73,7 @@ func (s *Server) catchUp(threadID string) error {
 	if !ok {
 		return nil
 	}
-	epoch, head, err := d.Head(threadID)
+	epoch, head, err := d.Head(context.Background(), threadID)
 	if err != nil {
 		return err
 	}
@@ -82,7 +85,7 @@ func (s *Server) catchUp(threadID string) error {
 	if epoch != "" && epoch != t.epoch {
 		t.epoch = epoch
 	}
-	err = d.Stored(threadID, t.seq, func(e *Event) bool {
+	err = d.Stored(context.Background(), threadID, t.seq, func(e *Event) bool {
 		t.ingestOne(d, e)
 		return true
 	})

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"sync"
 
 	"github.com/agentstream/agentstream/internal/compact"
@@ -151,8 +152,8 @@ func (l *MemoryLog) drop(t *logThread) {
 	l.threads = compact.Shrink(l.threads, &l.hw)
 }
 
-// Append implements EventLog.
-func (l *MemoryLog) Append(thread string, e *Event) {
+// Append implements EventLog; it never fails.
+func (l *MemoryLog) Append(_ context.Context, thread string, e *Event) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.buf(thread)
@@ -179,15 +180,16 @@ func (l *MemoryLog) Append(thread string, e *Event) {
 		l.used -= before - t.cost()
 		l.trimmed++
 	}
+	return nil
 }
 
-// After implements EventLog.
-func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
+// After implements EventLog; it never fails.
+func (l *MemoryLog) After(_ context.Context, thread string, seq uint64, fn func(*Event) bool) error {
 	l.mu.Lock()
 	t := l.threads[thread]
 	l.mu.Unlock()
 	if t == nil {
-		return
+		return nil
 	}
 	// The thread's lock keeps its ring from changing meanwhile. The events
 	// are made several at a time, one allocation for up to replaySlab,
@@ -213,6 +215,7 @@ func (l *MemoryLog) After(thread string, seq uint64, fn func(*Event) bool) {
 		slab = slab[1:]
 		return fn(e)
 	})
+	return nil
 }
 
 // replaySlab is how many replayed events MemoryLog.After allocates at
@@ -228,8 +231,12 @@ func (l *MemoryLog) Undecodable() uint64 {
 	return l.undecodable
 }
 
-// Oldest implements EventLog.
-func (l *MemoryLog) Oldest(thread string) uint64 {
+// Oldest implements EventLog; it never fails.
+func (l *MemoryLog) Oldest(_ context.Context, thread string) (uint64, error) {
+	return l.oldest(thread), nil
+}
+
+func (l *MemoryLog) oldest(thread string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := l.threads[thread]; t != nil {

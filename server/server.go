@@ -385,7 +385,7 @@ func (s *Server) head(id string) streamHead {
 	if !ok {
 		return streamHead{}
 	}
-	epoch, seq, err := d.Head(id)
+	epoch, seq, err := d.Head(context.Background(), id)
 	return streamHead{epoch, seq, err == nil && epoch != ""}
 }
 

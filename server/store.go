@@ -61,15 +61,20 @@ type CheckpointRecord struct {
 // order, within its caps. The server calls it with the thread's lock held,
 // so calls for one thread never overlap; a shared log (Redis streams) lets
 // a node replay what another published. The in-memory one is
-// [NewMemoryLog].
+// [NewMemoryLog]. The methods that can reach a store take the context of
+// what they serve and return its error: a replay that cannot be read
+// fails the subscription (unavailable), an append that is not kept fails
+// the emitter.
 type EventLog interface {
-	// Append adds an event (its Seq above every other of the thread's).
-	Append(thread string, e *Event)
+	// Append adds an event (its Seq above every other of the thread's);
+	// an error says the log did not keep it.
+	Append(ctx context.Context, thread string, e *Event) error
 	// After calls fn for each event of the thread after seq, oldest first,
-	// until fn returns false.
-	After(thread string, seq uint64, fn func(*Event) bool)
+	// until fn returns false; an error says the events could not all be
+	// read (fn may have had some).
+	After(ctx context.Context, thread string, seq uint64, fn func(*Event) bool) error
 	// Oldest is the sequence number of the oldest event kept, 0 for none.
-	Oldest(thread string) uint64
+	Oldest(ctx context.Context, thread string) (uint64, error)
 	// Len is how many events the thread has kept.
 	Len(thread string) int
 	// Release drops the thread's events (the thread went idle).
@@ -91,14 +96,14 @@ type DurableLog interface {
 	// Head returns the epoch and the last sequence number the log holds
 	// for the thread ("" and 0 when it holds nothing), or why the store
 	// could not say.
-	Head(thread string) (epoch string, seq uint64, err error)
+	Head(ctx context.Context, thread string) (epoch string, seq uint64, err error)
 	// Cache keeps an event another node published (and wrote) for local
 	// replays, without writing it again.
 	Cache(thread string, e *Event)
 	// Stored calls fn for the events the store itself holds after seq
 	// (what other nodes wrote included), oldest first, until fn returns
 	// false; an error says the store could not be read to the end.
-	Stored(thread string, seq uint64, fn func(*Event) bool) error
+	Stored(ctx context.Context, thread string, seq uint64, fn func(*Event) bool) error
 }
 
 // Watcher follows threads for a node of a cluster (an engine's, see

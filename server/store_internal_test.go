@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"github.com/agentstream/agentstream/channels"
 	"runtime"
@@ -21,21 +22,21 @@ func TestMemoryLogTotalBudgetDropsTheColdestFirst(t *testing.T) {
 	l := NewMemoryLog(1000, 1<<20)
 	l.SetTotalBytes(25 * one)
 	for seq := uint64(101); seq <= 110; seq++ {
-		l.Append("a", ev(seq))
+		l.Append(context.Background(), "a", ev(seq))
 	}
 	for seq := uint64(101); seq <= 110; seq++ {
-		l.Append("b", ev(seq))
+		l.Append(context.Background(), "b", ev(seq))
 	}
 	require.Equal(t, 20*one, l.Used())
 	for seq := uint64(111); seq <= 112; seq++ {
-		l.Append("a", ev(seq)) // a is the hot one again
+		l.Append(context.Background(), "a", ev(seq)) // a is the hot one again
 	}
 	for seq := uint64(101); seq <= 105; seq++ {
-		l.Append("c", ev(seq))
+		l.Append(context.Background(), "c", ev(seq))
 	}
 	// 12 + 10 + 5 passed 25: b, the least recently active, went whole.
 	require.Equal(t, 0, l.Len("b"))
-	require.Equal(t, uint64(0), l.Oldest("b"))
+	require.Equal(t, uint64(0), oldestOf(l, "b"))
 	require.Equal(t, 12, l.Len("a"))
 	require.Equal(t, 5, l.Len("c"))
 	require.Equal(t, uint64(10), l.Trimmed())
@@ -43,11 +44,11 @@ func TestMemoryLogTotalBudgetDropsTheColdestFirst(t *testing.T) {
 
 	// A thread alone over the budget loses its oldest events.
 	for seq := uint64(106); seq <= 140; seq++ {
-		l.Append("c", ev(seq))
+		l.Append(context.Background(), "c", ev(seq))
 	}
 	require.Equal(t, 0, l.Len("a"))
 	require.Equal(t, 25, l.Len("c"))
-	require.Equal(t, uint64(116), l.Oldest("c"))
+	require.Equal(t, uint64(116), oldestOf(l, "c"))
 	require.LessOrEqual(t, l.Used(), 25*one)
 
 	l.Release("c")
@@ -78,7 +79,7 @@ func TestBufferedEventCost(t *testing.T) {
 		e, err := buildEvent(customEvent("firehose", protocol.CustomData{Payload: map[string]any{"i": i, "pad": pad}}), "0123456789abcdef", uint64(i), 1763950000000)
 		require.NoError(t, err)
 		jsonBytes += e.Size()
-		l.Append("t", e)
+		l.Append(context.Background(), "t", e)
 	}
 	after := heap()
 	runtime.KeepAlive(l)
@@ -108,11 +109,11 @@ func TestMemoryLogReplaysWhatWasAppended(t *testing.T) {
 	for i, d := range in {
 		e, err := buildEvent(d, "epoch", uint64(i+1), 1763950000000)
 		require.NoError(t, err)
-		l.Append("t", e)
+		l.Append(context.Background(), "t", e)
 		appended = append(appended, e)
 	}
 	var replayed []*Event
-	l.After("t", 0, func(e *Event) bool { replayed = append(replayed, e); return true })
+	l.After(context.Background(), "t", 0, func(e *Event) bool { replayed = append(replayed, e); return true })
 	require.Len(t, replayed, len(appended))
 	for i, want := range appended {
 		got := replayed[i]
@@ -138,7 +139,7 @@ func TestMemoryLogReplaysWhatWasAppended(t *testing.T) {
 	}
 	require.Zero(t, l.Undecodable())
 	var after2 []uint64
-	l.After("t", 2, func(e *Event) bool { after2 = append(after2, e.Seq); return true })
+	l.After(context.Background(), "t", 2, func(e *Event) bool { after2 = append(after2, e.Seq); return true })
 	require.Equal(t, []uint64{3, 4}, after2)
 }
 
@@ -151,7 +152,7 @@ func TestMemoryLogLowerBudgetDropsAtOnce(t *testing.T) {
 		for seq := uint64(1); seq <= 10; seq++ {
 			e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
 			require.NoError(t, err)
-			l.Append(th, e)
+			l.Append(context.Background(), th, e)
 		}
 	}
 	per := l.Used() / 3
@@ -165,4 +166,10 @@ func TestMemoryLogLowerBudgetDropsAtOnce(t *testing.T) {
 	require.Zero(t, l.Len("b"))
 	require.Equal(t, 10, l.Len("c"), "the hottest waits for its next append")
 	require.Equal(t, per, l.Used())
+}
+
+// oldestOf is a MemoryLog's oldest sequence number (it never fails).
+func oldestOf(l *MemoryLog, thread string) uint64 {
+	n, _ := l.Oldest(context.Background(), thread)
+	return n
 }

@@ -66,8 +66,12 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The log bounds its own wait (a Redis log's queue wait); an event it
+	// does not keep is not published: the emitter gets the error.
+	if err := t.srv.cfg.Log.Append(context.Background(), t.id, e); err != nil {
+		return nil, storeError(err)
+	}
 	t.seq = e.Seq
-	t.srv.cfg.Log.Append(t.id, e)
 	t.lastActive = now
 	t.srv.metrics.published.Add(1)
 	t.deliver(e)
@@ -131,9 +135,19 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 	}
 	now := uint64(t.srv.cfg.Now().UnixMilli())
 	noticeKey := after<<1 | 1
-	oldest := t.srv.cfg.Log.Oldest(t.id)
-	if oldest == 0 {
-		oldest = t.seq + 1 // nothing buffered: the next event is the first available
+	ctx := context.Background() // the log bounds its reads
+	var oldest uint64
+	if reset || cursor != nil && after < t.seq {
+		// Only a cursor behind the head can have missed events: one at the
+		// head asks the log nothing (a log that cannot be read now does not
+		// fail a subscription that needs nothing of it).
+		var err error
+		if oldest, err = t.srv.cfg.Log.Oldest(ctx, t.id); err != nil {
+			return nil, 0, 0, storeError(err)
+		}
+		if oldest == 0 {
+			oldest = t.seq + 1 // nothing buffered: the next event is the first available
+		}
 	}
 	if reset || cursor != nil && oldest > after+1 {
 		data := protocol.EventsMissedData{Since: cursor.Seq, FirstAvailableSeq: oldest, Missed: oldest - after - 1, Epoch: &t.epoch}
@@ -150,7 +164,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		// The protocol: "the first replayed values event is the current full
 		// state". Before anything set it, that is an empty state: a client
 		// gets its baseline whenever it subscribes, mid-run included.
-		state, ok, err := t.srv.cfg.State.Values(context.Background(), t.id)
+		state, ok, err := t.srv.cfg.State.Values(ctx, t.id)
 		if err != nil {
 			return nil, 0, 0, storeError(err)
 		}
@@ -163,7 +177,10 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		}
 		out = append(out, queued{e: snap, key: noticeKey})
 	}
-	t.srv.cfg.Log.After(t.id, after, func(e *Event) bool {
+	if after >= t.seq {
+		return out, after, 0, nil // nothing to replay
+	}
+	err = t.srv.cfg.Log.After(ctx, t.id, after, func(e *Event) bool {
 		if e.Seq > t.seq {
 			// A durable log shared with other nodes may hold events this
 			// node has not ingested yet: they arrive live (Ingest), and
@@ -177,6 +194,10 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		}
 		return true
 	})
+	if err != nil {
+		// A gap the client could not see: the subscription fails instead.
+		return nil, 0, 0, storeError(err)
+	}
 	return out, after, replayed, nil
 }
 
