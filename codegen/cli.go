@@ -40,6 +40,8 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	inline := fs.Bool("inline-leaves", false, "JSON Schema: inline references to scalars, enumerations and patterns (faster validation)")
 	explain := fs.Bool("explain-any", false, "print, instead of the output, the rules whose Go types fall back to any, and why")
 	fast := fs.String("go-fast", "", "Go: comma-separated unions (of maps told apart by a member) to write fast paths for: AppendJSON, shared accessors, constructors and a routing decoder")
+	var routes goRoutes
+	fs.Var(&routes, "go-route", "Go: RULE=path[,path] names members of a --go-fast union's variants (wire paths, params.data.name) that its routing decoder reads besides the ones every variant starts with (repeatable)")
 	var fieldNames goFieldNames
 	fs.Var(&fieldNames, "go-field", "Go: RULE.member=Name names a member's Go field (repeatable), for a type that needs a method of the member's name")
 	root := fs.String("root", "", "JSON Schema: the rule a document must match (default: the first rule, as RFC 8610 has it)")
@@ -64,7 +66,7 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	}
 	return CLIOptions{
 		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
-		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast), GoFieldNames: fieldNames.m},
+		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast), GoRoutes: routes.m, GoFieldNames: fieldNames.m},
 	}, nil
 }
 
@@ -234,5 +236,30 @@ func (g *goFieldNames) Set(s string) error {
 		g.m = map[string]string{}
 	}
 	g.m[k] = v
+	return nil
+}
+
+// goRoutes is the --go-route flag: RULE=path[,path], repeatable.
+type goRoutes struct{ m map[string][]string }
+
+func (g *goRoutes) String() string {
+	var parts []string
+	for k, v := range g.m {
+		parts = append(parts, k+"="+strings.Join(v, ","))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func (g *goRoutes) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	paths := splitComma(v)
+	if !ok || k == "" || len(paths) == 0 {
+		return fmt.Errorf("want RULE=path[,path], got %q", s)
+	}
+	if g.m == nil {
+		g.m = map[string][]string{}
+	}
+	g.m[k] = append(g.m[k], paths...)
 	return nil
 }

@@ -388,7 +388,7 @@ func (gg *goGen) fastUnion(d *Decl, id, disc string, values []string, leaves []*
 	for i, l := range leaves {
 		gg.constructor(gg.m.Decl(l.Ref), values[i], covered)
 	}
-	gg.routing(id, disc, values, leaves)
+	gg.routing(d.Name, id, disc, values, leaves)
 }
 
 // constructor writes NewV for variant ld: its arguments are the required
@@ -446,6 +446,10 @@ type headTok struct {
 	field    string   // the routing struct's field
 	typ      string   // its Go type
 	next     []string // tokNext: the keys one of which must follow
+	// follow, for a scalar, is the keys that may come after it: the
+	// members after it in its map up to the first required one (none when
+	// every member after it is optional).
+	follow []string
 }
 
 const (
@@ -454,6 +458,7 @@ const (
 	tokScalar
 	tokOpen
 	tokNext
+	tokSkip // a scalar read past, not kept
 )
 
 func (t headTok) same(o headTok) bool {
@@ -524,7 +529,18 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 					return
 				}
 				types[field] = typ
-				toks = append(toks, headTok{kind: tokScalar, wire: gf.wire, cat: c, optional: optional, goPath: goPrefix + gf.name, wirePath: wirePrefix + gf.wire, field: field, typ: typ})
+				var follow []string
+				for _, after := range fs[i+1:] {
+					follow = append(follow, after.wire)
+					if after.literal != "" || !after.f.Optional {
+						break
+					}
+				}
+				if n := len(follow); n > 0 && fs[i+n].literal == "" && fs[i+n].f.Optional {
+					follow = nil // every member after it is optional: whatever follows is allowed
+				}
+				toks = append(toks, headTok{kind: tokScalar, wire: gf.wire, cat: c, optional: optional, goPath: goPrefix + gf.name,
+					wirePath: wirePrefix + gf.wire, field: field, typ: typ, follow: follow})
 				continue
 			case catAppender:
 				sd := gg.m.Decl(gf.f.Shape.Ref)
@@ -545,7 +561,7 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 }
 
 // routing writes the routing decoder of fast union id.
-func (gg *goGen) routing(id, disc string, values []string, leaves []*Shape) {
+func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape) {
 	types := map[string]string{}
 	heads := make([][]headTok, len(leaves))
 	for i, l := range leaves {
@@ -566,6 +582,45 @@ func (gg *goGen) routing(id, disc string, values []string, leaves []*Shape) {
 	hasDisc := false
 	for _, t := range heads[0][:common] {
 		hasDisc = hasDisc || t.kind == tokDisc
+	}
+	// Past the common members, a variant's head keeps the members
+	// Options.GoRoutes names (reading past the scalars before them), then
+	// checks that what follows the last is what the schema puts there.
+	// Fewer fields keep the routing value small: zeroing and filling a
+	// large one before reading the input made the decoder's speed depend
+	// on where the stack happened to be (4K aliasing).
+	routed := map[string]bool{}
+	for _, r := range gg.opt.GoRoutes[rule] {
+		routed[r] = true
+	}
+	found := map[string]bool{}
+	for i, h := range heads {
+		part := h[common:]
+		last := -1
+		for j, t := range part {
+			if t.kind == tokScalar && routed[t.wirePath] {
+				last = j
+				found[t.wirePath] = true
+			}
+		}
+		kept := append([]headTok(nil), h[:common]...)
+		if last >= 0 {
+			for _, t := range part[:last+1] {
+				if t.kind == tokScalar && !routed[t.wirePath] {
+					t.kind = tokSkip
+				}
+				kept = append(kept, t)
+			}
+			if f := part[last].follow; len(f) > 0 {
+				kept = append(kept, headTok{kind: tokNext, next: f})
+			}
+		}
+		heads[i] = kept
+	}
+	for r := range routed {
+		if !found[r] {
+			gg.warn(gg.m.Decl(rule), "--go-route: no variant of %s has %s among the scalar members its routing decoder reads; it is not routed", rule, r)
+		}
 	}
 	// The routing struct's fields, the common ones first.
 	type rfield struct{ name, typ, doc string }
@@ -815,6 +870,20 @@ func (w *scanWriter) tok(t headTok) {
 			}
 		}
 		gg.q("if %s {", strings.Join(conds, " && "))
+		gg.q("return false")
+		gg.q("}")
+	case tokSkip:
+		if t.optional {
+			w.optional(name)
+			gg.q("if _, ok = p.%s(); !ok {", read[t.cat])
+			gg.q("return false")
+			gg.q("}")
+			gg.q("}")
+			return
+		}
+		w.required(name)
+		w.flush()
+		gg.q("if _, ok = p.%s(); !ok {", read[t.cat])
 		gg.q("return false")
 		gg.q("}")
 	case tokScalar:

@@ -70,6 +70,10 @@ type Options struct {
 	// reach, accessors of the members every variant's nested struct
 	// has, a constructor per variant and a routing decoder.
 	GoFast []string
+	// GoRoutes names, per union of GoFast, the members of its variants
+	// (wire paths such as "params.data.name") that its routing decoder
+	// reads besides those every variant starts with.
+	GoRoutes map[string][]string
 	// GoFieldNames names Go fields instead of the member names: a key
 	// RULE.member (as the schema spells it) maps to the field's Go name,
 	// so that a type can have a method of the member's name (ErrorResponse's

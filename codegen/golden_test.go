@@ -22,8 +22,10 @@ type goldenCase struct {
 	// warns: the schema has constructs a target only approximates (the
 	// others must generate without a warning).
 	warns bool
-	// goFast: the unions given fast paths (Options.GoFast).
-	goFast []string
+	// goFast: the unions given fast paths (Options.GoFast), goRoutes
+	// their routed members (Options.GoRoutes).
+	goFast   []string
+	goRoutes map[string][]string
 }
 
 var goldenCases = []goldenCase{
@@ -34,7 +36,7 @@ var goldenCases = []goldenCase{
 	{name: "defaults"},
 	{name: "kinds", warns: true},
 	{name: "validate", warns: true}, // Python: an optional group's members one by one
-	{name: "fast", goFast: []string{"Event"}, warns: true},
+	{name: "fast", goFast: []string{"Event"}, goRoutes: map[string][]string{"Event": {"params.data.graph", "params.node", "params.data.name"}}, warns: true},
 }
 
 func goldenPath(name string, lang Lang) string {
@@ -59,7 +61,7 @@ func TestGolden(t *testing.T) {
 		for _, lang := range Langs {
 			t.Run(gc.name+"/"+string(lang), func(t *testing.T) {
 				out, warns, err := Compile("testdata/golden/"+gc.name+".cddl", src, Options{
-					Lang: lang, Package: gc.name, FieldCase: gc.fieldCase, Source: gc.name + ".cddl", GoFast: gc.goFast,
+					Lang: lang, Package: gc.name, FieldCase: gc.fieldCase, Source: gc.name + ".cddl", GoFast: gc.goFast, GoRoutes: gc.goRoutes,
 				})
 				require.NoError(t, err)
 				if !gc.warns {

@@ -7254,52 +7254,10 @@ type ServerEventRouting struct {
 	ParamsNamespace []string
 	// ParamsTimestamp is member params.timestamp.
 	ParamsTimestamp uint64
-	// ParamsDataEvent is member params.data.event.
-	ParamsDataEvent string
-	// ParamsDataGraphName is member params.data.graph_name.
-	ParamsDataGraphName string
-	// HasParamsDataGraphName is whether ParamsDataGraphName was present.
-	HasParamsDataGraphName bool
-	// ParamsNode is member params.node.
-	ParamsNode string
-	// HasParamsNode is whether ParamsNode was present.
-	HasParamsNode bool
-	// ParamsDataInterruptID is member params.data.interrupt_id.
-	ParamsDataInterruptID string
-	// ParamsDataInterruptIds is member params.data.interrupt_ids.
-	ParamsDataInterruptIds []string
-	// ParamsDataNode is member params.data.node.
-	ParamsDataNode string
-	// HasParamsDataNode is whether ParamsDataNode was present.
-	HasParamsDataNode bool
-	// ParamsDataID is member params.data.id.
-	ParamsDataID string
-	// ParamsDataParentID is member params.data.parent_id.
-	ParamsDataParentID string
-	// HasParamsDataParentID is whether ParamsDataParentID was present.
-	HasParamsDataParentID bool
-	// ParamsDataStep is member params.data.step.
-	ParamsDataStep int64
-	// ParamsDataSource is member params.data.source.
-	ParamsDataSource string
 	// ParamsDataName is member params.data.name.
 	ParamsDataName string
 	// HasParamsDataName is whether ParamsDataName was present.
 	HasParamsDataName bool
-	// ParamsDataSince is member params.data.since.
-	ParamsDataSince uint64
-	// ParamsDataFirstAvailableSeq is member params.data.first_available_seq.
-	ParamsDataFirstAvailableSeq uint64
-	// ParamsDataMissed is member params.data.missed.
-	ParamsDataMissed uint64
-	// ParamsDataEpoch is member params.data.epoch.
-	ParamsDataEpoch string
-	// HasParamsDataEpoch is whether ParamsDataEpoch was present.
-	HasParamsDataEpoch bool
-	// ParamsDataReset is member params.data.reset.
-	ParamsDataReset bool
-	// HasParamsDataReset is whether ParamsDataReset was present.
-	HasParamsDataReset bool
 }
 
 // DecodeServerEventRouting sets r to the routing members of the ServerEvent in b.
@@ -7336,10 +7294,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "lifecycle"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		r.ParamsDataEvent = string(v.Params.Data.Event)
-		if v.Params.Data.GraphName != nil {
-			r.ParamsDataGraphName, r.HasParamsDataGraphName = string(*v.Params.Data.GraphName), true
-		}
 	case *ServerEventMessages:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7350,9 +7304,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "messages"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		if v.Params.Node != nil {
-			r.ParamsNode, r.HasParamsNode = string(*v.Params.Node), true
-		}
 	case *ServerEventTools:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7363,9 +7314,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "tools"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		if v.Params.Node != nil {
-			r.ParamsNode, r.HasParamsNode = string(*v.Params.Node), true
-		}
 	case *ServerEventInputRequested:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7376,7 +7324,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "input.requested"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		r.ParamsDataInterruptID = string(v.Params.Data.InterruptID)
 	case *ServerEventInputAnswered:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7387,7 +7334,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "input.answered"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		r.ParamsDataInterruptIds = v.Params.Data.InterruptIds
 	case *ServerEventValues:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7408,9 +7354,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "updates"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		if v.Params.Data.Node != nil {
-			r.ParamsDataNode, r.HasParamsDataNode = string(*v.Params.Data.Node), true
-		}
 	case *ServerEventCheckpoints:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7421,12 +7364,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "checkpoints"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		r.ParamsDataID = string(v.Params.Data.ID)
-		if v.Params.Data.ParentID != nil {
-			r.ParamsDataParentID, r.HasParamsDataParentID = string(*v.Params.Data.ParentID), true
-		}
-		r.ParamsDataStep = int64(v.Params.Data.Step)
-		r.ParamsDataSource = string(v.Params.Data.Source)
 	case *ServerEventCustom:
 		if v.EventID != nil {
 			r.EventID, r.HasEventID = string(*v.EventID), true
@@ -7460,15 +7397,6 @@ func decodeServerEventRoutingSlow(b []byte, r *ServerEventRouting) error {
 		r.Method = "events.missed"
 		r.ParamsNamespace = v.Params.Namespace
 		r.ParamsTimestamp = uint64(v.Params.Timestamp)
-		r.ParamsDataSince = uint64(v.Params.Data.Since)
-		r.ParamsDataFirstAvailableSeq = uint64(v.Params.Data.FirstAvailableSeq)
-		r.ParamsDataMissed = uint64(v.Params.Data.Missed)
-		if v.Params.Data.Epoch != nil {
-			r.ParamsDataEpoch, r.HasParamsDataEpoch = string(*v.Params.Data.Epoch), true
-		}
-		if v.Params.Data.Reset != nil {
-			r.ParamsDataReset, r.HasParamsDataReset = *v.Params.Data.Reset, true
-		}
 	default:
 		if m, ok, err := cddlrt.Probe(b, "method"); err == nil && ok {
 			r.Method = m
@@ -7520,100 +7448,6 @@ func decodeServerEventRoutingFast(b []byte, r *ServerEventRouting) bool {
 		return false
 	}
 	switch r.Method {
-	case "lifecycle":
-		if !p.Lit(",\"data\":{\"event\":") {
-			return false
-		}
-		if r.ParamsDataEvent, ok = p.Str(); !ok {
-			return false
-		}
-		if p.Lit(",\"graph_name\":") {
-			if r.ParamsDataGraphName, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsDataGraphName = true
-		}
-	case "messages":
-		if p.Lit(",\"node\":") {
-			if r.ParamsNode, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsNode = true
-		}
-		if !p.Has(",\"data\":") {
-			return false
-		}
-	case "tools":
-		if p.Lit(",\"node\":") {
-			if r.ParamsNode, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsNode = true
-		}
-		if !p.Has(",\"data\":") {
-			return false
-		}
-	case "input.requested":
-		if !p.Lit(",\"data\":{\"interrupt_id\":") {
-			return false
-		}
-		if r.ParamsDataInterruptID, ok = p.Str(); !ok {
-			return false
-		}
-		if !p.Has(",\"payload\":") {
-			return false
-		}
-	case "input.answered":
-		if !p.Lit(",\"data\":{\"interrupt_ids\":") {
-			return false
-		}
-		if r.ParamsDataInterruptIds, ok = p.Strs(); !ok {
-			return false
-		}
-	case "values":
-		if !p.Has(",\"data\":") {
-			return false
-		}
-	case "updates":
-		if !p.Lit(",\"data\":{") {
-			return false
-		}
-		first = true
-		if p.Lit("\"node\":") {
-			first = false
-			if r.ParamsDataNode, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsDataNode = true
-		}
-		if !p.Peek("values", first) {
-			return false
-		}
-	case "checkpoints":
-		if !p.Lit(",\"data\":{\"id\":") {
-			return false
-		}
-		if r.ParamsDataID, ok = p.Str(); !ok {
-			return false
-		}
-		if p.Lit(",\"parent_id\":") {
-			if r.ParamsDataParentID, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsDataParentID = true
-		}
-		if !p.Lit(",\"step\":") {
-			return false
-		}
-		if r.ParamsDataStep, ok = p.Int(); !ok {
-			return false
-		}
-		if !p.Lit(",\"source\":") {
-			return false
-		}
-		if r.ParamsDataSource, ok = p.Str(); !ok {
-			return false
-		}
 	case "custom":
 		if !p.Lit(",\"data\":{") {
 			return false
@@ -7628,41 +7462,6 @@ func decodeServerEventRoutingFast(b []byte, r *ServerEventRouting) bool {
 		}
 		if !p.Peek("payload", first) {
 			return false
-		}
-	case "tasks":
-		if !p.Has(",\"data\":") {
-			return false
-		}
-	case "events.missed":
-		if !p.Lit(",\"data\":{\"since\":") {
-			return false
-		}
-		if r.ParamsDataSince, ok = p.Uint(); !ok {
-			return false
-		}
-		if !p.Lit(",\"first_available_seq\":") {
-			return false
-		}
-		if r.ParamsDataFirstAvailableSeq, ok = p.Uint(); !ok {
-			return false
-		}
-		if !p.Lit(",\"missed\":") {
-			return false
-		}
-		if r.ParamsDataMissed, ok = p.Uint(); !ok {
-			return false
-		}
-		if p.Lit(",\"epoch\":") {
-			if r.ParamsDataEpoch, ok = p.Str(); !ok {
-				return false
-			}
-			r.HasParamsDataEpoch = true
-		}
-		if p.Lit(",\"reset\":") {
-			if r.ParamsDataReset, ok = p.Bool(); !ok {
-				return false
-			}
-			r.HasParamsDataReset = true
 		}
 	}
 	return true

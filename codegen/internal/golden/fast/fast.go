@@ -235,8 +235,6 @@ type EventRouting struct {
 	ParamsNs []string
 	// ParamsAt is member params.at.
 	ParamsAt uint64
-	// ParamsDataStatus is member params.data.status.
-	ParamsDataStatus string
 	// ParamsDataGraph is member params.data.graph.
 	ParamsDataGraph string
 	// HasParamsDataGraph is whether ParamsDataGraph was present.
@@ -285,7 +283,6 @@ func decodeEventRoutingSlow(b []byte, r *EventRouting) error {
 		r.Method = "started"
 		r.ParamsNs = v.Params.Ns
 		r.ParamsAt = uint64(v.Params.At)
-		r.ParamsDataStatus = string(v.Params.Data.Status)
 		if v.Params.Data.Graph != nil {
 			r.ParamsDataGraph, r.HasParamsDataGraph = string(*v.Params.Data.Graph), true
 		}
@@ -380,7 +377,7 @@ func decodeEventRoutingFast(b []byte, r *EventRouting) bool {
 		if !p.Lit(",\"data\":{\"status\":") {
 			return false
 		}
-		if r.ParamsDataStatus, ok = p.Str(); !ok {
+		if _, ok = p.Str(); !ok {
 			return false
 		}
 		if p.Lit(",\"graph\":") {
