@@ -142,6 +142,11 @@ type entry struct {
 type streamTrim struct {
 	total uint64 // bytes this node appended to the stream
 	marks []trimMark
+	// full says the bytes this node appended have passed the cap: only
+	// then may the byte window trim. Until then the stream may hold
+	// events this node never counted (another node's, or this process's
+	// before a restart), which only the count window may trim.
+	full bool
 }
 
 // trimMark: the event with sequence number seq starts after before bytes.
@@ -165,7 +170,7 @@ func (q *writeQueue) minID(opts *LogOptions, thread string, seq uint64, size int
 	maxBytes := uint64(opts.MaxBytes)
 	if k := len(tr.marks); k == 0 || tr.total-tr.marks[k-1].before >= maxBytes/trimMarks || seq <= tr.marks[k-1].seq {
 		if k > 0 && seq <= tr.marks[k-1].seq {
-			tr.marks = tr.marks[:0] // the stream went back: a new epoch's first events
+			tr.marks, tr.full = tr.marks[:0], false // the stream went back: a new epoch's first events
 		}
 		tr.marks = append(tr.marks, trimMark{seq: seq, before: tr.total})
 	}
@@ -182,8 +187,9 @@ func (q *writeQueue) minID(opts *LogOptions, thread string, seq uint64, size int
 	}
 	if i > 0 {
 		tr.marks = append(tr.marks[:0], tr.marks[i:]...)
+		tr.full = true
 	}
-	if byBytes > byCount {
+	if tr.full && byBytes > byCount {
 		return byBytes, true
 	}
 	return byCount, false

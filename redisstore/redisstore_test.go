@@ -581,3 +581,46 @@ func TestReplayThatCannotBeReadFailsTheSubscription(t *testing.T) {
 	_, _, err = n.srv.Subscribe("gap", channels.All, nil)
 	require.ErrorIs(t, err, server.ErrUnavailable)
 }
+
+// TestTrimKeepsAnotherWritersHistory: trimming removes only events beyond
+// the count and byte windows, whichever process writes. Two runs written
+// by one process, then one by another (a new node, or the same after a
+// restart): the stream keeps all three, and a cursor from the first run
+// replays exactly what follows it. Before, the second writer's first XADD
+// carried MINID = its own first seq (its byte window knew nothing older)
+// and deleted the first process's events.
+func TestTrimKeepsAnotherWritersHistory(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{})
+	first := runToEnd(t, a.srv, "h", "firehose", map[string]any{"count": 100.0})
+	second := runToEnd(t, a.srv, "h", "firehose", map[string]any{"count": 100.0})
+	require.Eventually(t, func() bool { return a.log.Flushed("h") }, 5*time.Second, 10*time.Millisecond)
+	a.stop()
+
+	b := startNode(t, e, redisstore.LogOptions{})
+	held, _, err := b.srv.Subscribe("h", channels.All, nil) // b takes the thread up where the stream stands
+	require.NoError(t, err)
+	held.Close()
+	require.Equal(t, second[len(second)-1].Seq, b.srv.LastSeq("h"))
+	third := runToEnd(t, b.srv, "h", "firehose", map[string]any{"count": 100.0})
+	require.Equal(t, second[len(second)-1].Seq+1, third[0].Seq)
+	require.Eventually(t, func() bool { return b.log.Flushed("h") }, 5*time.Second, 10*time.Millisecond)
+
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	n, err := c.Do(context.Background(), c.B().Xlen().Key("agentstream:{h}:events").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(len(first)+len(second)+len(third)), n, "every event of the three runs is kept")
+
+	b.log.Release("h") // replay from the stream, not from b's memory
+	cursor := first[49]
+	notices, events := readAll(t, b.srv, "h", &server.Cursor{Epoch: cursor.Epoch(), Seq: cursor.Seq})
+	for _, n := range notices {
+		require.NotEqual(t, "events.missed", n.Method, "nothing was missed: %s", n.JSON())
+	}
+	require.Len(t, events, len(first)-50+len(second)+len(third))
+	require.Equal(t, cursor.Seq+1, events[0].Seq)
+	require.Equal(t, third[len(third)-1].Seq, events[len(events)-1].Seq)
+}
