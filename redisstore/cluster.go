@@ -133,14 +133,17 @@ func (c *Cluster) ctx() (context.Context, context.CancelFunc) {
 }
 
 // acquireScript takes a free lease, renews it for its holder, and returns
-// the holder.
+// the holder. A lease with no expiry (set by hand, or by a deployment that
+// does not expire its leases) is given the lease time from now, as if its
+// holder had just taken it: it ends then unless renewed, never wedging
+// its thread.
 var acquireScript = rueidis.NewLuaScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return ARGV[1]
 end
-if v == ARGV[1] then
+if v == ARGV[1] or redis.call('PTTL', KEYS[1]) == -1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return v`)

@@ -393,3 +393,20 @@ func rawRedis(addr string, args ...string) error {
 func (n *clusterNode) cluster() *redisstore.Cluster {
 	return n.eng.Stores().Cluster.(*redisstore.Cluster)
 }
+
+// TestLeaseWithoutTTLExpires: a lease key with no expiry (another
+// deployment's, a manual SET) is treated as taken now: its thread takes
+// runs again one lease time later, as the refusal says, instead of never.
+func TestLeaseWithoutTTLExpires(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startClusterNode(t, rs.URL())
+	require.NoError(t, rawRedis(rs.Addr, "SET", "agentstream:{wedged}:lease", "gone-node"))
+	start := `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`
+	status, body := command(t, a, "wedged", start)
+	require.Equal(t, http.StatusServiceUnavailable, status, body)
+	require.Contains(t, body["message"], "expires within 1s")
+	require.Eventually(t, func() bool {
+		status, _ := command(t, a, "wedged", start)
+		return status == http.StatusOK
+	}, 5*time.Second, 100*time.Millisecond, "the lease expired one lease time after it was first seen")
+}
