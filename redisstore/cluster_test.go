@@ -410,3 +410,29 @@ func TestLeaseWithoutTTLExpires(t *testing.T) {
 		return status == http.StatusOK
 	}, 5*time.Second, 100*time.Millisecond, "the lease expired one lease time after it was first seen")
 }
+
+// TestStateOnANodeThatHasNotSeenTheThread: GET /threads/{id}/state and
+// state.get read Redis on any node, for a thread with events and no values
+// too; an unknown thread is 404 no_such_thread (status and code agree).
+func TestStateOnANodeThatHasNotSeenTheThread(t *testing.T) {
+	rs := redistest.Start(t)
+	a, b := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	status, body := command(t, a, "seen", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 5}}}`)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Eventually(t, func() bool {
+		r, err := http.Get(b.ts.URL + "/threads/seen/state")
+		require.NoError(t, err)
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 5*time.Second, 20*time.Millisecond, "b serves the state of a thread only a ran")
+	status, body = command(t, b, "seen", `{"id": 2, "method": "state.get", "params": {"namespace": []}}`)
+	require.Equal(t, http.StatusOK, status, body)
+
+	r, err := http.Get(b.ts.URL + "/threads/never/state")
+	require.NoError(t, err)
+	defer r.Body.Close()
+	require.Equal(t, http.StatusNotFound, r.StatusCode)
+	var e struct{ Error string }
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&e))
+	require.Equal(t, "no_such_thread", e.Error)
+}

@@ -54,12 +54,15 @@ func (s *State) fail(err error) error {
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
-// Exists implements server.StateStore.
+// Exists implements server.StateStore: the thread has state, checkpoints
+// or events.
 func (s *State) Exists(ctx context.Context, thread string) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
-	n, err := c.Do(ctx, c.B().Exists().Key(s.e.key(thread, "state"), s.e.key(thread, "cps")).Build()).AsInt64()
+	// A thread exists while any of its keys does: its events too (a
+	// thread with history but no values yet is a thread).
+	n, err := c.Do(ctx, c.B().Exists().Key(s.e.key(thread, "state"), s.e.key(thread, "cps"), s.e.key(thread, "events")).Build()).AsInt64()
 	if err := s.fail(err); err != nil {
 		return false, err
 	}

@@ -193,7 +193,7 @@ func TestFirstUserOwnsTheThread(t *testing.T) {
 	// Reading the state of an unknown thread is 404 and claims nothing.
 	status, code, _ := call(t, ts, "state", "unknown", bob)
 	require.Equal(t, 404, status)
-	require.Equal(t, "invalid_argument", code)
+	require.Equal(t, "no_such_thread", code)
 	require.Equal(t, "", ownerOf(t, srv, "unknown"))
 	require.False(t, hasThread(t, srv, "unknown"))
 	// A refused request claims nothing.

@@ -42,7 +42,7 @@ func TestBadHTTPInput(t *testing.T) {
 		{"thread id ..", "GET", "/threads/../state", "", "", "", 404, "", nil},
 		{"no such route", "GET", "/threads/t/nope", "", "", "", 404, "", nil},
 		{"wrong verb on commands", "GET", "/threads/t/commands", "", "", "", 405, "", nil},
-		{"state of an unknown thread", "GET", "/threads/never-seen/state", "", "", "", 404, "invalid_argument", nil},
+		{"state of an unknown thread", "GET", "/threads/never-seen/state", "", "", "", 404, "no_such_thread", nil},
 		// Browsers as attackers.
 		{"command as text/plain (a cross-site form)", "POST", "/threads/t/commands", "text/plain", "http://evil.example", run("{}"), 415, "invalid_argument", nil},
 		{"command with no content type", "POST", "/threads/t/commands", "", "", run("{}"), 415, "invalid_argument", nil},

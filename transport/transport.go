@@ -208,7 +208,7 @@ func (h *Handler) guard(next http.HandlerFunc, create bool) http.Handler {
 			status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
 			switch {
 			case errors.Is(err, server.ErrNoSuchThread):
-				status, code = http.StatusNotFound, protocol.ErrorCodeInvalidArgument
+				status, code = http.StatusNotFound, protocol.ErrorCodeNoSuchThread
 			case errors.Is(err, server.ErrTooManyThreads):
 				h.metrics.refuse(string(server.LimitThreads))
 				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
@@ -327,7 +327,7 @@ func (h *Handler) streamGET(w http.ResponseWriter, r *http.Request) {
 func statusOf(code protocol.ErrorCode) int {
 	switch code {
 	case protocol.ErrorCodeNoSuchRun, protocol.ErrorCodeNoSuchSubscription, protocol.ErrorCodeNoSuchNamespace,
-		protocol.ErrorCodeNoSuchInterrupt, protocol.ErrorCodeNoSuchCheckpoint:
+		protocol.ErrorCodeNoSuchInterrupt, protocol.ErrorCodeNoSuchCheckpoint, protocol.ErrorCodeNoSuchThread:
 		return http.StatusNotFound
 	case protocol.ErrorCodePermissionDenied:
 		return http.StatusForbidden
@@ -420,7 +420,7 @@ func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "no thread %q", id))
+		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeNoSuchThread, "no thread %q", id))
 		return
 	}
 	values := st.Values

@@ -971,18 +971,19 @@ export type ResultData = RunResult | SubscriptionResult | AgentResult | InputRes
 export type EmptyResult = { [key: string]: any };
 
 /**
- * Why a command failed. EXTENSION: the last four are agentstream's. A
+ * Why a command failed. EXTENSION: the last five are agentstream's. A
  * connection sent commands faster than its rate limit allows
  * (`rate_limited`: wait and retry), a command would pass a server-wide
  * or per-thread cap (`resource_exhausted`: too many threads, queued runs or
  * subscriptions on one connection), the client's credential is missing,
  * invalid or expired (`unauthenticated`; a principal that may not use a
- * thread gets `permission_denied`), or what the command needs cannot be
+ * thread gets `permission_denied`), what the command needs cannot be
  * reached now (`unavailable`: the Redis engine lost Redis, or the node
- * running the thread's run did not answer; retry later). Clients that do
- * not know them treat them as any other error.
+ * running the thread's run did not answer; retry later), or a read names
+ * a thread that does not exist (`no_such_thread`: HTTP 404). Clients that
+ * do not know them treat them as any other error.
  */
-export type ErrorCode = "invalid_argument" | "unknown_command" | "unknown_error" | "no_such_run" | "no_such_subscription" | "no_such_namespace" | "no_such_interrupt" | "no_such_checkpoint" | "permission_denied" | "not_supported" | "rate_limited" | "resource_exhausted" | "unauthenticated" | "unavailable";
+export type ErrorCode = "invalid_argument" | "unknown_command" | "unknown_error" | "no_such_run" | "no_such_subscription" | "no_such_namespace" | "no_such_interrupt" | "no_such_checkpoint" | "permission_denied" | "not_supported" | "rate_limited" | "resource_exhausted" | "unauthenticated" | "unavailable" | "no_such_thread";
 
 /**
  * Facts about where a command took effect.
