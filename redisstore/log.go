@@ -401,6 +401,7 @@ func (l *Log) flush(q *writeQueue) bool {
 	cmds := make(rueidis.Commands, 0, 2*n)
 	var isAdd []bool // which of cmds are XADDs (a command is recycled once sent: it cannot be asked)
 	ttl := l.e.ttlMillis()
+	renewEvery := min(time.Minute, l.e.ttl/3)
 	now := time.Now()
 	adds := 0
 	for _, en := range batch {
@@ -422,8 +423,11 @@ func (l *Log) flush(q *writeQueue) bool {
 			cmds = append(cmds, c.B().Spublish().Channel(l.e.key(en.thread, "live")).Message(rueidis.BinaryString(en.e.JSON())).Build())
 			isAdd = append(isAdd, false)
 		}
-		// The TTL is renewed once a minute per thread, not per event.
-		if at, ok := q.expired[en.thread]; !ok || now.Sub(at) > time.Minute {
+		// The TTL is renewed once per renewal interval per thread, not per
+		// event: a third of the TTL, at most a minute, so a stream being
+		// written never expires, and one recreated after it expired gets
+		// its TTL in the batch that recreates it.
+		if at, ok := q.expired[en.thread]; !ok || now.Sub(at) > renewEvery {
 			q.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build())
 			isAdd = append(isAdd, false)
@@ -431,7 +435,7 @@ func (l *Log) flush(q *writeQueue) bool {
 	}
 	if len(q.expired) > 4*maxBatch {
 		for th, at := range q.expired {
-			if now.Sub(at) > time.Minute {
+			if now.Sub(at) > renewEvery {
 				delete(q.expired, th)
 			}
 		}

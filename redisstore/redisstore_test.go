@@ -624,3 +624,29 @@ func TestTrimKeepsAnotherWritersHistory(t *testing.T) {
 	require.Equal(t, cursor.Seq+1, events[0].Seq)
 	require.Equal(t, third[len(third)-1].Seq, events[len(events)-1].Seq)
 }
+
+// TestShortTTLNeverExpiresALiveStream: with a thread TTL of a second, a run
+// publishing for three seconds keeps its stream, all its events in it,
+// with a TTL at the end (before, the TTL was renewed once a minute: the key
+// expired mid-run and the one recreated had none).
+func TestShortTTLNeverExpiresALiveStream(t *testing.T) {
+	rs := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := redisstore.Open(ctx, rs.URL(), time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	a := startNode(t, e, redisstore.LogOptions{})
+	evs := runToEnd(t, a.srv, "short", "firehose", map[string]any{"count": 60.0, "rate": 20.0})
+	require.Eventually(t, func() bool { return a.log.Flushed("short") }, 5*time.Second, 10*time.Millisecond)
+
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	n, err := c.Do(context.Background(), c.B().Xlen().Key("agentstream:{short}:events").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(len(evs)), n, "no event lost to an expiry mid-run")
+	ttl, err := c.Do(context.Background(), c.B().Pttl().Key("agentstream:{short}:events").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Positive(t, ttl, "the stream has a TTL")
+}
