@@ -29,8 +29,13 @@ type Options struct {
 	MaxCheckpoints int
 	// OnError, when set, hears of failed Redis commands and lost
 	// connections (the Log's, State's and Cluster's own OnError, when
-	// set, win).
+	// set, win): the first error of a burst at once, then one summary per
+	// ErrorSummaryEvery with how many more there were and the newest, so
+	// that an outage, in which every command fails, is a few lines.
 	OnError func(error)
+	// ErrorSummaryEvery is how often OnError hears a summary while errors
+	// go on (DefaultErrorSummaryEvery, 10s).
+	ErrorSummaryEvery time.Duration
 	// OnHealth, when set, is told when Redis is lost (err) and back (nil),
 	// after the server was (its streams end and commands are refused as
 	// unavailable while it is gone).
@@ -63,6 +68,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 type parts struct {
 	once    sync.Once
 	closed  sync.Once
+	errs    *errorLimiter // OnError's limiter (nil: no OnError)
+	stop    chan struct{} // closed by Close: ends the summaries' loop
+	done    chan struct{} // closed when that loop has ended
 	log     *Log
 	state   *State
 	live    *Live
@@ -77,6 +85,10 @@ var _ server.Engine = (*Engine)(nil)
 func (e *Engine) Stores() server.EngineStores {
 	e.parts.once.Do(func() {
 		o := e.opts
+		if o.OnError != nil {
+			e.parts.errs = newErrorLimiter(o.OnError, o.ErrorSummaryEvery, nil)
+			o.OnError = e.parts.errs.add
+		}
 		lo := o.Log
 		lo.Publish = true
 		if lo.OnError == nil {
@@ -108,6 +120,23 @@ func (e *Engine) Start(h server.EngineHost) error {
 	}
 	p.live.Start(h)
 	p.cluster.Start(h)
+	if p.errs != nil {
+		p.stop, p.done = make(chan struct{}), make(chan struct{})
+		go func() { // owned by the engine: Close stops it
+			defer close(p.done)
+			tick := time.NewTicker(p.errs.every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-p.stop:
+					p.errs.flush()
+					return
+				case <-tick.C:
+					p.errs.flush()
+				}
+			}
+		}()
+	}
 	p.health = e.Health(func(err error) {
 		h.SetUnavailable(err)
 		if e.opts.OnHealth != nil {
@@ -139,6 +168,10 @@ func (e *Engine) Close() error {
 			p.health.Close()
 			p.cluster.Close()
 			p.live.Close()
+		}
+		if p.stop != nil {
+			close(p.stop)
+			<-p.done
 		}
 		if p.log != nil {
 			p.log.Close()
