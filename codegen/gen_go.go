@@ -1065,19 +1065,8 @@ func (gg *goGen) variantAccessors(d *Decl, leaves []*Shape, disc string, values 
 		if gf.literal != "" {
 			continue
 		}
-		shared := true
-		for _, fs := range perLeaf[1:] {
-			found := false
-			for _, o := range fs {
-				if o.literal == "" && o.name == gf.name && o.typ == gf.typ && o.wire == gf.wire {
-					found = true
-					break
-				}
-			}
-			shared = shared && found
-		}
 		get, set := "Get"+gf.name, "Set"+gf.name
-		if !shared || taken(get) || taken(set) {
+		if !sharedField(gf, perLeaf[1:]) || taken(get) || taken(set) {
 			continue
 		}
 		out = append(out,

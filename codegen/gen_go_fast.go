@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"encoding/json"
 	"fmt"
 	gotoken "go/token"
 	"strconv"
@@ -175,27 +176,15 @@ func appendLines(c appendCat, x string) []string {
 // jsonKey is the Go literal of a member's key as AppendJSON writes it:
 // a comma, the quoted name and a colon.
 func jsonKey(wire string) string {
-	q, _ := jsonQuote(wire)
+	q := jsonQuote(wire)
 	return strconv.Quote("," + q + ":")
 }
 
-// jsonQuote quotes s as encoding/json does.
-func jsonQuote(s string) (string, error) {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String(), nil
+// jsonQuote quotes s as encoding/json does (what AppendJSON's runtime,
+// cddlrt.AppendString, writes).
+func jsonQuote(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
 }
 
 // appendMethod writes AppendJSON for struct d.
@@ -206,8 +195,8 @@ func (gg *goGen) structAppend(d *Decl, id string) {
 	usesErr := false
 	for _, gf := range fs {
 		if gf.literal != "" {
-			kq, _ := jsonQuote(gf.wire)
-			vq, _ := jsonQuote(gf.literal)
+			kq := jsonQuote(gf.wire)
+			vq := jsonQuote(gf.literal)
 			body = append(body, fmt.Sprintf("b = append(b, %s...)", strconv.Quote(","+kq+":"+vq)))
 			continue
 		}
@@ -840,12 +829,12 @@ func (w *scanWriter) optional(name string) {
 // tok writes the reading of t.
 func (w *scanWriter) tok(t headTok) {
 	gg := w.gg
-	q, _ := jsonQuote(t.wire)
+	q := jsonQuote(t.wire)
 	name := q[1 : len(q)-1] // keys are compared as they are written
 	read := map[appendCat]string{catText: "Str", catEnum: "Str", catUint: "Uint", catInt: "Int", catBool: "Bool", catStrings: "Strs"}
 	switch t.kind {
 	case tokLit:
-		lq, _ := jsonQuote(t.lit)
+		lq := jsonQuote(t.lit)
 		w.required(name)
 		w.lit(lq)
 	case tokDisc:
@@ -862,7 +851,7 @@ func (w *scanWriter) tok(t headTok) {
 		w.flush()
 		var conds []string
 		for _, n := range t.next {
-			nq, _ := jsonQuote(n)
+			nq := jsonQuote(n)
 			if k, ok := w.key(nq[1 : len(nq)-1]); ok {
 				conds = append(conds, fmt.Sprintf("!p.Has(%s)", strconv.Quote(k)))
 			} else {
