@@ -18,9 +18,10 @@ import (
 // bound to a namespace (the root, or a subagent's) and optionally a graph
 // node; its methods are safe for concurrent use.
 type RunContext struct {
-	r    *run
-	ns   channels.Namespace
-	node string
+	r       *run
+	ns      channels.Namespace
+	node    string
+	nodeRef *string // &node's value for the events that carry it, nil for none: made once, not per event
 }
 
 // RunID is the run's id.
@@ -50,7 +51,11 @@ func (rc *RunContext) Injected() <-chan any { return rc.r.inbox }
 
 // WithNode returns a context whose messages and tools name graph node.
 func (rc *RunContext) WithNode(node string) *RunContext {
-	return &RunContext{r: rc.r, ns: rc.ns, node: node}
+	sub := &RunContext{r: rc.r, ns: rc.ns, node: node}
+	if node != "" {
+		sub.nodeRef = &sub.node
+	}
+	return sub
 }
 
 // State returns the thread's current values (nil before any), or the
@@ -228,23 +233,15 @@ type MessageWriter struct {
 
 func (rc *RunContext) messageData(v protocol.MessagesDataVariant) eventData {
 	p := protocol.NewServerEventMessages(protocol.MessagesData{Value: v})
-	p.Params.Node = rc.nodeOrNil()
+	p.Params.Node = rc.nodeRef
 	return eventData{p: p}
 }
 
-// nodeOrNil is the graph node events carry (nil: none).
-func (rc *RunContext) nodeOrNil() *string {
-	if rc.node == "" {
-		return nil
-	}
-	node := rc.node
-	return &node
-}
 
 // toolsData is a tools event of the run context's node.
 func (rc *RunContext) toolsData(v protocol.ToolsDataVariant) eventData {
 	p := protocol.NewServerEventTools(protocol.ToolsData{Value: v})
-	p.Params.Node = rc.nodeOrNil()
+	p.Params.Node = rc.nodeRef
 	return eventData{p: p}
 }
 
