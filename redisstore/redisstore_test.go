@@ -12,6 +12,7 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
@@ -147,7 +148,7 @@ func TestRestartKeepsThreads(t *testing.T) {
 	a := startNode(t, e, redisstore.LogOptions{})
 	first := runToEnd(t, a.srv, "t", "echo", echoInput("before the restart"))
 	require.NotEmpty(t, first)
-	require.Equal(t, "", ownerOf(t, a.srv, "t"), "no owner without auth")
+	require.Equal(t, "", servetest.Owner(t, a.srv, "t"), "no owner without auth")
 	a.stop()
 
 	b := startNode(t, e, redisstore.LogOptions{})
@@ -548,14 +549,6 @@ func TestWritersKeepEachThreadsOrder(t *testing.T) {
 			require.Equal(t, fmt.Sprintf("%d-0", j+1), en.ID, "thread w%d in order, no gap", i)
 		}
 	}
-}
-
-// ownerOf is the thread's owner, failing the test on a store error.
-func ownerOf(t *testing.T, srv *server.Server, thread string) string {
-	t.Helper()
-	o, err := srv.Owner(context.Background(), thread)
-	require.NoError(t, err)
-	return o
 }
 
 // A replay that must read the stream while Redis is gone fails the

@@ -3,12 +3,13 @@ package server_test
 import (
 	"context"
 	"errors"
-	"github.com/agentstream/agentstream/channels"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
 )
@@ -26,18 +27,18 @@ func TestAuthorizeOwnershipAndGrants(t *testing.T) {
 	require.ErrorIs(t, s.Authorize(nil, "t", true), server.ErrUnauthenticated)
 	require.ErrorIs(t, s.Authorize(alice, "bad id", true), server.ErrThreadID)
 	require.ErrorIs(t, s.Authorize(alice, "team-1", false), server.ErrNoSuchThread, "a read of an unknown thread")
-	require.Equal(t, "", ownerOf(t, s, "team-1"), "claims nothing")
+	require.Equal(t, "", servetest.Owner(t, s, "team-1"), "claims nothing")
 
 	require.NoError(t, s.Authorize(alice, "team-1", true))
-	require.Equal(t, "alice", ownerOf(t, s, "team-1"))
-	require.True(t, hasThread(t, s, "team-1"), "claiming creates the thread")
+	require.Equal(t, "alice", servetest.Owner(t, s, "team-1"))
+	require.True(t, servetest.HasThread(t, s, "team-1"), "claiming creates the thread")
 	require.NoError(t, s.Authorize(alice, "team-1", false))
 	require.NoError(t, s.Authorize(admin, "team-1", false))
 	require.NoError(t, s.Authorize(carol, "team-1", true))
 	err := s.Authorize(bob, "team-1", true)
 	require.ErrorIs(t, err, server.ErrPermissionDenied)
 	require.Equal(t, uint64(1), s.Metrics().Denied)
-	require.Equal(t, "alice", ownerOf(t, s, "team-1"), "a grant or an admin does not take ownership")
+	require.Equal(t, "alice", servetest.Owner(t, s, "team-1"), "a grant or an admin does not take ownership")
 
 	// A thread that existed before anyone claimed it (made by the embedding
 	// program) goes to its first principal, even on a read.
@@ -45,21 +46,21 @@ func TestAuthorizeOwnershipAndGrants(t *testing.T) {
 	require.NoError(t, err)
 	pre.Close()
 	require.NoError(t, s.Authorize(bob, "pre", false))
-	require.Equal(t, "bob", ownerOf(t, s, "pre"))
+	require.Equal(t, "bob", servetest.Owner(t, s, "pre"))
 
 	// Claims count against MaxThreads (team-1, pre, and one more).
 	require.NoError(t, s.Authorize(bob, "b1", true))
 	require.ErrorIs(t, s.Authorize(bob, "b2", true), server.ErrTooManyThreads)
-	require.Equal(t, "", ownerOf(t, s, "b2"))
+	require.Equal(t, "", servetest.Owner(t, s, "b2"))
 
 	// A forgotten thread forgets its owner: its id is free again.
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
 	s.SweepNow()
-	require.Equal(t, "", ownerOf(t, s, "team-1"))
+	require.Equal(t, "", servetest.Owner(t, s, "team-1"))
 	require.NoError(t, s.Authorize(bob, "team-1", true))
-	require.Equal(t, "bob", ownerOf(t, s, "team-1"))
+	require.Equal(t, "bob", servetest.Owner(t, s, "team-1"))
 }
 
 func TestSessionExpiry(t *testing.T) {

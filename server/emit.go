@@ -237,7 +237,6 @@ func (rc *RunContext) messageData(v protocol.MessagesDataVariant) eventData {
 	return eventData{p: p}
 }
 
-
 // toolsData is a tools event of the run context's node.
 func (rc *RunContext) toolsData(v protocol.ToolsDataVariant) eventData {
 	p := protocol.NewServerEventTools(protocol.ToolsData{Value: v})

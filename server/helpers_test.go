@@ -200,19 +200,3 @@ func (c *testClock) Advance(d time.Duration) {
 func typed(resp *protocol.CommandResponse, err error) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	return resp, protocol.ErrorResponseOf(nil, err)
 }
-
-// ownerOf is the thread's owner, failing the test on a store error.
-func ownerOf(t *testing.T, srv *server.Server, thread string) string {
-	t.Helper()
-	o, err := srv.Owner(context.Background(), thread)
-	require.NoError(t, err)
-	return o
-}
-
-// hasThread is srv.HasThread, failing the test on a store error.
-func hasThread(t *testing.T, srv *server.Server, thread string) bool {
-	t.Helper()
-	ok, err := srv.HasThread(context.Background(), thread)
-	require.NoError(t, err)
-	return ok
-}

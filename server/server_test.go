@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
@@ -62,7 +63,7 @@ func TestUnknownAssistantIsInvalidArgument(t *testing.T) {
 	require.NotNil(t, e)
 	require.Equal(t, protocol.ErrorCodeInvalidArgument, e.Code)
 	require.Contains(t, e.Message, `unknown assistant "nope"`)
-	require.False(t, hasThread(t, s, "t"), "a refused run.start creates nothing")
+	require.False(t, servetest.HasThread(t, s, "t"), "a refused run.start creates nothing")
 }
 
 func TestAppliedThroughSeq(t *testing.T) {

@@ -3,11 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"github.com/agentstream/agentstream/channels"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/stretchr/testify/require"
 )

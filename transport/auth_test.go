@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/coder/websocket"
@@ -119,7 +120,7 @@ func TestAuthMatrix(t *testing.T) {
 	// alice creates the thread, and so owns it.
 	status, _, _ := call(t, ts, "commands", "owned", bearer(alice))
 	require.Equal(t, 200, status)
-	require.Equal(t, "alice", ownerOf(t, srv, "owned"))
+	require.Equal(t, "alice", servetest.Owner(t, srv, "owned"))
 
 	other := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "aud": "agentstream", "exp": time.Now().Add(time.Hour).Unix()})
 	badSig, err := other.SignedString([]byte("not the server's secret, 32 bytes+"))
@@ -170,7 +171,7 @@ func TestAuthMatrix(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, "alice", ownerOf(t, srv, "owned"), "no request changed the owner")
+	require.Equal(t, "alice", servetest.Owner(t, srv, "owned"), "no request changed the owner")
 	require.Positive(t, srv.Metrics().Denied)
 }
 
@@ -185,7 +186,7 @@ func TestFirstUserOwnsTheThread(t *testing.T) {
 		thread := fmt.Sprintf("new-%d", i)
 		status, _, _ := call(t, ts, route, thread, bob)
 		require.Less(t, status, 300, route)
-		require.Equal(t, "bob", ownerOf(t, srv, thread), route)
+		require.Equal(t, "bob", servetest.Owner(t, srv, thread), route)
 		status, code, _ := call(t, ts, route, thread, alice)
 		require.Equal(t, 403, status, route)
 		require.Equal(t, "permission_denied", code)
@@ -194,13 +195,13 @@ func TestFirstUserOwnsTheThread(t *testing.T) {
 	status, code, _ := call(t, ts, "state", "unknown", bob)
 	require.Equal(t, 404, status)
 	require.Equal(t, "no_such_thread", code)
-	require.Equal(t, "", ownerOf(t, srv, "unknown"))
-	require.False(t, hasThread(t, srv, "unknown"))
+	require.Equal(t, "", servetest.Owner(t, srv, "unknown"))
+	require.False(t, servetest.HasThread(t, srv, "unknown"))
 	// A refused request claims nothing.
 	status, _, _ = call(t, ts, "commands", "never", func(h http.Header, _ url.Values) { h.Set("X-Api-Key", "wrong") })
 	require.Equal(t, 401, status)
-	require.Equal(t, "", ownerOf(t, srv, "never"))
-	require.False(t, hasThread(t, srv, "never"))
+	require.Equal(t, "", servetest.Owner(t, srv, "never"))
+	require.False(t, servetest.HasThread(t, srv, "never"))
 }
 
 // TestAuthStopsTheSecondClient replays the incident of the issue: a second
@@ -330,7 +331,7 @@ func TestOpenServerAcceptsEveryone(t *testing.T) {
 		status, _, _ := call(t, ts, route, "open", nil)
 		require.Less(t, status, 300, route)
 	}
-	require.Equal(t, "", ownerOf(t, srv, "open"))
+	require.Equal(t, "", servetest.Owner(t, srv, "open"))
 }
 
 func TestMetricsHandlerIsOpen(t *testing.T) {
@@ -376,16 +377,16 @@ func TestWebSocketCommandsAreAuthorizedOneByOne(t *testing.T) {
 	defer c.CloseNow()
 	wsSend(t, c, `{"id": 1, "method": "state.get", "params": {"namespace": []}}`)
 	require.Equal(t, "success", wsRead(t, c)["type"])
-	require.Equal(t, "alice", ownerOf(t, srv, "x"))
+	require.Equal(t, "alice", servetest.Owner(t, srv, "x"))
 
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
 	srv.SweepNow()
-	require.Equal(t, "", ownerOf(t, srv, "x"), "forgotten")
+	require.Equal(t, "", servetest.Owner(t, srv, "x"), "forgotten")
 	status, _, _ := call(t, ts, "commands", "x", func(h http.Header, _ url.Values) { h.Set("X-Api-Key", "k-bob") })
 	require.Equal(t, 200, status)
-	require.Equal(t, "bob", ownerOf(t, srv, "x"))
+	require.Equal(t, "bob", servetest.Owner(t, srv, "x"))
 
 	wsSend(t, c, `{"id": 2, "method": "state.get", "params": {"namespace": []}}`)
 	resp := wsRead(t, c)
@@ -436,20 +437,4 @@ func TestHTTPCommandRate(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-}
-
-// ownerOf is the thread's owner, failing the test on a store error.
-func ownerOf(t *testing.T, srv *server.Server, thread string) string {
-	t.Helper()
-	o, err := srv.Owner(context.Background(), thread)
-	require.NoError(t, err)
-	return o
-}
-
-// hasThread is srv.HasThread, failing the test on a store error.
-func hasThread(t *testing.T, srv *server.Server, thread string) bool {
-	t.Helper()
-	ok, err := srv.HasThread(context.Background(), thread)
-	require.NoError(t, err)
-	return ok
 }

@@ -78,3 +78,19 @@ func (s *Server) Stop() {
 	<-s.done
 	s.hs = nil
 }
+
+// Owner is srv's owner of thread, failing the test on a store error.
+func Owner(t testing.TB, srv *server.Server, thread string) string {
+	t.Helper()
+	o, err := srv.Owner(context.Background(), thread)
+	require.NoError(t, err)
+	return o
+}
+
+// HasThread is srv.HasThread, failing the test on a store error.
+func HasThread(t testing.TB, srv *server.Server, thread string) bool {
+	t.Helper()
+	ok, err := srv.HasThread(context.Background(), thread)
+	require.NoError(t, err)
+	return ok
+}

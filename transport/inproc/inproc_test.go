@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/inproc"
@@ -75,7 +76,7 @@ func TestConnectAs(t *testing.T) {
 	defer c.Close()
 	_, err = c.Start(context.Background(), "echo", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"}}})
 	require.NoError(t, err)
-	require.Equal(t, "alice", ownerOf(t, srv, "t"))
+	require.Equal(t, "alice", servetest.Owner(t, srv, "t"))
 
 	_, err = inproc.ConnectAs(srv, &auth.Principal{Subject: "bob"}, "t")
 	require.ErrorIs(t, err, server.ErrPermissionDenied)
@@ -93,12 +94,4 @@ func TestConnectAs(t *testing.T) {
 		_, err = c.Next(ctx)
 	}
 	require.ErrorIs(t, err, server.ErrCredentialExpired)
-}
-
-// ownerOf is the thread's owner, failing the test on a store error.
-func ownerOf(t *testing.T, srv *server.Server, thread string) string {
-	t.Helper()
-	o, err := srv.Owner(context.Background(), thread)
-	require.NoError(t, err)
-	return o
 }
