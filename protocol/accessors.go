@@ -36,11 +36,7 @@ func CodeOf(err error) ErrorCode {
 	if err == nil {
 		return ""
 	}
-	var e *ErrorResponse
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ErrorCodeUnknownError
+	return ErrorResponseOf(nil, err).Code
 }
 
 // ErrorResponseOf returns the ErrorResponse in err, or else (an error

@@ -454,8 +454,12 @@ type PendingInterrupt struct {
 func (s *Server) State(ctx context.Context, id string) (st ThreadState, ok bool, err error) {
 	t, _ := s.thread(id, false)
 	if t == nil {
-		if ok, err := s.cfg.State.Exists(ctx, id); err != nil || !ok {
-			return ThreadState{}, false, errOrNil(err)
+		exists, err := s.cfg.State.Exists(ctx, id)
+		if err != nil {
+			return ThreadState{}, false, storeError(err)
+		}
+		if !exists {
+			return ThreadState{}, false, nil
 		}
 	}
 	st = ThreadState{Status: "idle"}
@@ -485,14 +489,6 @@ func (s *Server) State(ctx context.Context, id string) (st ThreadState, ok bool,
 		}
 	}
 	return st, true, nil
-}
-
-// errOrNil is storeError(err), or nil for no error.
-func errOrNil(err error) error {
-	if err == nil {
-		return nil
-	}
-	return storeError(err)
 }
 
 // runState is the status of this node's run of thread id (idle, running
