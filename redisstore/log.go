@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ const DefaultWriteQueueBytes = 64 << 20
 // Redis at once (LogOptions.Writers' default).
 const DefaultWriters = 4
 
+// DefaultQueueWait is how long a publisher waits for room in a full write
+// queue (LogOptions.QueueWait's default).
+const DefaultQueueWait = 15 * time.Second
+
 // LogOptions configure a Log. Zero fields take the defaults in their
 // comments.
 type LogOptions struct {
@@ -46,12 +51,11 @@ type LogOptions struct {
 	// WriteQueue is how many events may wait for Redis (DefaultWriteQueue),
 	// shared evenly among the writers.
 	// A publisher that finds it full waits for room (Redis is slower than
-	// the node's publishers: they are slowed to its pace), up to
-	// QueueWait; when that passes, or while Redis fails, the event is
-	// kept in memory only and counted as dropped, rather than making
-	// publishers wait for an unreachable Redis. The end of a run (its root
-	// lifecycle) is queued past the bound, never dropped for it: other
-	// nodes would take a run without an end for one whose node died.
+	// the node's publishers, or unreachable: they are slowed to its
+	// pace), up to QueueWait; when that passes the event is refused
+	// (Append's error, which the run's emitter returns) and counted. The
+	// end of a run (its root lifecycle) is queued past the bound, never
+	// refused for it: every client must see the run end.
 	WriteQueue int
 	// WriteQueueBytes bounds the same queue by the events' JSON
 	// (DefaultWriteQueueBytes), shared evenly among the writers; a
@@ -60,12 +64,15 @@ type LogOptions struct {
 	// empty.
 	WriteQueueBytes int64
 	// QueueWait is how long a publisher waits for room in a full write
-	// queue (WriteTimeout).
+	// queue (DefaultQueueWait): the longest Redis outage a run outlives
+	// unharmed, given a queue that fills during it.
 	QueueWait time.Duration
 	// OnError, when set, hears of every failed Redis command.
 	OnError func(error)
 	// WriteTimeout bounds each pipelined batch (5s), ReadTimeout each read
-	// (2s): the replays and the head of a thread created again.
+	// (2s): the replays and the head of a thread created again. A batch
+	// that fails is sent again, until Redis takes it (or the Log closes):
+	// its events reach no client before.
 	WriteTimeout, ReadTimeout time.Duration
 	// Publish also publishes each event on its thread's sharded channel
 	// (SPUBLISH, in the same pipelined batch as its XADD), for the other
@@ -82,11 +89,15 @@ type Log struct {
 	queues  []*writeQueue // a thread's events all go through one, chosen by its id
 	stop    chan struct{}
 	writers sync.WaitGroup
-	dropped atomic.Uint64
-	waits   atomic.Uint64
-	written atomic.Uint64
-	batches atomic.Uint64
-	cmds    atomic.Uint64
+	// onWritten hears of the events Redis holds, or refused (OnWritten).
+	onWritten atomic.Pointer[func(thread string, events []*server.Event, err error)]
+	dropped   atomic.Uint64
+	refused   atomic.Uint64
+	retries   atomic.Uint64
+	waits     atomic.Uint64
+	written   atomic.Uint64
+	batches   atomic.Uint64
+	cmds      atomic.Uint64
 }
 
 // writeQueue is one writer's share of the threads: their events waiting
@@ -102,8 +113,16 @@ type writeQueue struct {
 	maxBytes int64   // the most bytes pending (its share of WriteQueueBytes)
 	wake     chan struct{}
 	room     chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
-	failing  atomic.Bool   // the last batch failed: a full queue drops at once
 	sending  atomic.Int64  // events of the batch on the wire
+	// published: events Redis took in the last batch, whose SPUBLISH goes
+	// out with the next one (an event is published only once it is in the
+	// stream). The writer's.
+	published []entry
+	// refused marks the threads whose events Redis refused (another writer
+	// holds their sequence numbers): their events are refused until the
+	// server reads the thread's head again (Head). Guarded by mu.
+	refused map[string]bool
+	done    *delivery // hands what Redis took to the server, off the writer
 
 	expired map[string]time.Time   // when each thread's keys last got their TTL; the writer's
 	unsent  map[string]int         // per thread, events appended and not yet sent to Redis; guarded by mu
@@ -215,7 +234,7 @@ func (e *Engine) Log(opts LogOptions) *Log {
 		opts.WriteTimeout = 5 * time.Second
 	}
 	if opts.QueueWait <= 0 {
-		opts.QueueWait = opts.WriteTimeout
+		opts.QueueWait = DefaultQueueWait
 	}
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 2 * time.Second
@@ -228,16 +247,25 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	for range opts.Writers {
 		q := &writeQueue{bound: max(1, (opts.WriteQueue+opts.Writers-1)/opts.Writers),
 			maxBytes: max(1, (opts.WriteQueueBytes+int64(opts.Writers)-1)/int64(opts.Writers)),
-			wake:     make(chan struct{}, 1), room: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{}}
+			wake:     make(chan struct{}, 1), room: make(chan struct{}), expired: map[string]time.Time{}, unsent: map[string]int{}, trims: map[string]*streamTrim{},
+			refused: map[string]bool{}, done: newDelivery()}
 		l.queues = append(l.queues, q)
-		l.writers.Add(1)
+		l.writers.Add(2)
 		go l.writer(q)
+		go l.deliverer(q)
 	}
 	return l
 }
 
+// OnWritten implements server.WriteThroughLog: fn hears, from one
+// goroutine per writer, of each thread's events once Redis holds them, in
+// order, or of those Redis refused.
+func (l *Log) OnWritten(fn func(thread string, events []*server.Event, err error)) {
+	l.onWritten.Store(&fn)
+}
+
 // Close sends what is still pending to Redis (within 5 s) and stops the
-// writers.
+// writers; what Redis did not take by then is never delivered.
 func (l *Log) Close() {
 	close(l.stop)
 	l.writers.Wait()
@@ -247,7 +275,14 @@ func (l *Log) Close() {
 type Stats struct {
 	Written uint64 // events appended to Redis streams
 	Batches uint64 // the pipelined round trips that carried them
-	Dropped uint64 // events not written to Redis (the queue stayed full, or Redis failed)
+	// Dropped counts the events refused because the write queue stayed
+	// full for QueueWait (Redis slow or unreachable), and those still
+	// unwritten when the Log closed.
+	Dropped uint64
+	// Refused counts the events Redis refused because another writer
+	// holds their sequence numbers (a run lease taken over).
+	Refused uint64
+	Retries uint64 // batches sent again after Redis failed them
 	Waits   uint64 // appends that waited for room in the write queue
 	Pending int    // events not in Redis yet: waiting for the writer, or on the wire
 	// PendingBytes is the JSON of the events waiting for the writer (what
@@ -265,19 +300,22 @@ func (l *Log) Stats() Stats {
 		b += q.bytes
 		q.mu.Unlock()
 	}
-	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Waits: l.waits.Load(), Pending: p, PendingBytes: b, Commands: l.cmds.Load()}
+	return Stats{Written: l.written.Load(), Batches: l.batches.Load(), Dropped: l.dropped.Load(), Refused: l.refused.Load(), Retries: l.retries.Load(),
+		Waits: l.waits.Load(), Pending: p, PendingBytes: b, Commands: l.cmds.Load()}
 }
 
 // Collectors are the log's Prometheus metrics: events written to Redis,
-// dropped from it, waits for room in the write queue, what is pending, and
-// the commands and round trips the writer sent.
+// refused, waits for room in the write queue, what is pending, and the
+// commands and round trips the writer sent.
 func (l *Log) Collectors() []prometheus.Collector {
 	counter := func(name, help string, f func(Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(l.Stats())) })
 	}
 	return []prometheus.Collector{
 		counter("agentstream_redis_events_written_total", "Events appended to Redis streams.", func(s Stats) uint64 { return s.Written }),
-		counter("agentstream_redis_events_dropped_total", "Events kept in memory only: the write queue stayed full past --redis-queue-wait, or Redis failed.", func(s Stats) uint64 { return s.Dropped }),
+		counter("agentstream_redis_events_dropped_total", "Events refused to their publisher because the write queue stayed full past --redis-queue-wait (Redis slow or unreachable), or unwritten at shutdown; no client saw them.", func(s Stats) uint64 { return s.Dropped }),
+		counter("agentstream_redis_events_refused_total", "Events Redis refused because another node holds their sequence numbers (the thread's run lease was taken over); no client saw them.", func(s Stats) uint64 { return s.Refused }),
+		counter("agentstream_redis_write_retries_total", "Batches of events sent to Redis again after it failed them.", func(s Stats) uint64 { return s.Retries }),
 		counter("agentstream_redis_write_queue_waits_total", "Publishes that found the write queue full (--redis-write-queue or --redis-write-queue-bytes) and waited for room.", func(s Stats) uint64 { return s.Waits }),
 		counter("agentstream_redis_write_batches_total", "Pipelined round trips that carried events to Redis.", func(s Stats) uint64 { return s.Batches }),
 		counter("agentstream_redis_write_commands_total", "Redis commands the event writer sent (XADD, SPUBLISH, PEXPIRE).", func(s Stats) uint64 { return s.Commands }),
@@ -295,26 +333,31 @@ func (l *Log) fail(err error) {
 	}
 }
 
-// Append implements server.EventLog: the event is kept in memory at once
-// and queued for Redis; when the queue is full it waits for room (see
-// LogOptions.WriteQueue), at most QueueWait. An event it cannot queue is
-// kept in memory only and counted (Stats.Dropped): Append reports no
-// error, and what the publisher sees of a Redis that does not take its
-// events is the engine's health (the server unavailable) rather than a
-// failed emitter.
+// ErrQueueFull is Append's error when Redis did not take events for
+// QueueWait: the event is not published.
+var ErrQueueFull = fmt.Errorf("%w: the write queue stayed full (Redis slow or unreachable)", ErrUnavailable)
+
+// ErrSuperseded is Append's error, and OnWritten's, when another writer
+// holds the thread's next sequence numbers in Redis: this node no longer
+// writes the thread.
+var ErrSuperseded = errors.New("redisstore: another node wrote the thread's stream past this node's events")
+
+// Append implements server.EventLog: the event is queued for Redis and
+// kept in memory; the server delivers it once Redis holds it (OnWritten).
+// When the queue is full it waits for room (see LogOptions.WriteQueue),
+// at most QueueWait, and then refuses the event (ErrQueueFull).
 func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
-	_ = l.mem.Append(context.Background(), thread, e) // never fails
 	q := l.queue(thread)
 	q.mu.Lock()
+	if q.refused[thread] {
+		q.mu.Unlock()
+		l.refused.Add(1)
+		return ErrSuperseded
+	}
 	if q.full() && !e.EndsRun() {
 		l.waits.Add(1)
 		var deadline <-chan time.Time
 		for q.full() {
-			if q.failing.Load() {
-				q.mu.Unlock()
-				l.dropped.Add(1)
-				return nil
-			}
 			if deadline == nil {
 				t := time.NewTimer(l.opts.QueueWait)
 				defer t.Stop()
@@ -326,10 +369,10 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 			case <-room:
 			case <-deadline:
 				l.dropped.Add(1)
-				return nil
+				return ErrQueueFull
 			case <-l.stop:
 				l.dropped.Add(1)
-				return nil
+				return ErrQueueFull
 			}
 			q.mu.Lock()
 		}
@@ -339,6 +382,7 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 	q.bytes += int64(len(e.JSON()))
 	q.unsent[thread]++
 	q.mu.Unlock()
+	_ = l.mem.Append(context.Background(), thread, e) // never fails; replays read up to what Redis holds
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -359,22 +403,30 @@ const maxBatch = 512
 // while one batch is on the wire the next gathers.
 func (l *Log) writer(q *writeQueue) {
 	defer l.writers.Done()
+	defer q.done.close()
 	for {
 		select {
 		case <-q.wake:
 		case <-l.stop:
 			deadline := time.Now().Add(5 * time.Second)
-			for l.flush(q) && time.Now().Before(deadline) {
+			for l.flush(q, deadline) && time.Now().Before(deadline) {
 			}
+			q.mu.Lock()
+			l.dropped.Add(uint64(len(q.pending)))
+			q.pending = nil
+			q.mu.Unlock()
 			return
 		}
-		for l.flush(q) {
+		for l.flush(q, time.Time{}) {
 		}
 	}
 }
 
-// flush sends up to maxBatch pending events; it reports whether more wait.
-func (l *Log) flush(q *writeQueue) bool {
+// flush sends up to maxBatch pending events, and the SPUBLISH of those the
+// last batch wrote, and sends what Redis failed again until it takes it
+// (or, once the Log is closing, until deadline). It reports whether more
+// wait.
+func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 	q.mu.Lock()
 	n := min(len(q.pending), maxBatch)
 	batch := make([]entry, n)
@@ -392,18 +444,70 @@ func (l *Log) flush(q *writeQueue) bool {
 	if len(q.pending) == 0 {
 		q.pending = nil // let a burst's backing array go
 	}
-	more := len(q.pending) > 0
 	q.mu.Unlock()
-	if n == 0 {
+	if n == 0 && len(q.published) == 0 {
 		return false
 	}
+	backoff := 20 * time.Millisecond
+	for {
+		retry := l.send(q, batch)
+		if len(retry) == 0 {
+			break
+		}
+		l.retries.Add(1)
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			l.dropped.Add(uint64(len(retry)))
+			l.settle(q, retry)
+			break
+		}
+		var stop <-chan struct{}
+		if deadline.IsZero() {
+			stop = l.stop
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			deadline = time.Now().Add(5 * time.Second) // closing: a last 5 s
+		}
+		backoff = min(2*backoff, time.Second)
+		batch = retry
+	}
+	q.mu.Lock()
+	more := len(q.pending) > 0 || len(q.published) > 0
+	q.mu.Unlock()
+	return more
+}
+
+// settle counts batch's events as no longer unsent.
+func (l *Log) settle(q *writeQueue, batch []entry) {
+	q.mu.Lock()
+	for _, en := range batch {
+		if q.unsent[en.thread]--; q.unsent[en.thread] <= 0 {
+			delete(q.unsent, en.thread)
+		}
+	}
+	q.mu.Unlock()
+}
+
+// send writes batch in one pipelined round trip, with the SPUBLISH of
+// what the previous one wrote, and hands what Redis took (or refused) to
+// the deliverer. It returns what is to be sent again: for each thread, its
+// events from the first that failed on, in order (a later one Redis took
+// is found written when sent again).
+func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 	c := l.e.c
-	cmds := make(rueidis.Commands, 0, 2*n)
-	var isAdd []bool // which of cmds are XADDs (a command is recycled once sent: it cannot be asked)
+	cmds := make(rueidis.Commands, 0, len(q.published)+2*len(batch))
+	for _, en := range q.published {
+		cmds = append(cmds, c.B().Spublish().Channel(l.e.key(en.thread, "live")).Message(rueidis.BinaryString(en.e.JSON())).Build())
+	}
+	pubs := len(q.published)
+	q.published = q.published[:0]
+	adds := make([]int, 0, len(batch)) // the index in cmds of each entry's XADD
 	ttl := l.e.ttlMillis()
 	renewEvery := min(time.Minute, l.e.ttl/3)
 	now := time.Now()
-	adds := 0
 	for _, en := range batch {
 		k := l.e.key(en.thread, "events")
 		// Approximate trimming (whole nodes of the stream, cheap) for the
@@ -416,21 +520,17 @@ func (l *Log) flush(q *writeQueue) bool {
 		} else {
 			add = c.B().Xadd().Key(k).Minid().Almost().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
 		}
+		adds = append(adds, len(cmds))
 		cmds = append(cmds, add)
-		isAdd = append(isAdd, true)
-		adds++
-		if l.opts.Publish {
-			cmds = append(cmds, c.B().Spublish().Channel(l.e.key(en.thread, "live")).Message(rueidis.BinaryString(en.e.JSON())).Build())
-			isAdd = append(isAdd, false)
-		}
-		// The TTL is renewed once per renewal interval per thread, not per
-		// event: a third of the TTL, at most a minute, so a stream being
-		// written never expires, and one recreated after it expired gets
-		// its TTL in the batch that recreates it.
+		// The TTLs are renewed once per renewal interval per thread, not
+		// per event: a third of the TTL, at most a minute, so a stream
+		// being written never expires, one recreated after it expired gets
+		// its TTL in the batch that recreates it, and the thread's state
+		// (its owner) lives as long as its stream.
 		if at, ok := q.expired[en.thread]; !ok || now.Sub(at) > renewEvery {
 			q.expired[en.thread] = now
-			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build())
-			isAdd = append(isAdd, false)
+			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build(),
+				c.B().Pexpire().Key(l.e.key(en.thread, "state")).Milliseconds(ttl).Build())
 		}
 	}
 	if len(q.expired) > 4*maxBatch {
@@ -443,27 +543,239 @@ func (l *Log) flush(q *writeQueue) bool {
 	l.cmds.Add(uint64(len(cmds)))
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.WriteTimeout)
 	defer cancel()
-	failed := uint64(0)
-	for i, r := range c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
+	res := c.DoMulti(ctx, cmds...)
+	for i := range pubs {
+		l.fail(res[i].Error())
+	}
+	l.batches.Add(1)
+	// What each entry came to: taken, to be sent again, refused, or to be
+	// checked (Redis says its id is taken: by this very event, sent
+	// before, or by another writer's).
+	const (
+		taken = iota
+		again
+		refused
+		check
+	)
+	fate := make([]int, len(batch))
+	var checks []int
+	for j, en := range batch {
+		err := res[adds[j]].Error()
+		switch {
+		case err == nil:
+			fate[j] = taken
+		case isIDTaken(err):
+			fate[j] = check
+			checks = append(checks, j)
+		case isTransient(err):
 			l.fail(err)
-			if isAdd[i] {
-				failed++
+			fate[j] = again
+		default:
+			l.fail(fmt.Errorf("thread %s: Redis refused event %d: %w", en.thread, en.e.Seq, err))
+			fate[j] = refused
+		}
+	}
+	if len(checks) > 0 {
+		l.check(batch, checks, fate, again, refused, taken)
+	}
+	// A thread's events after one to be sent again are sent again too, and
+	// those after one refused are refused: its order is kept.
+	stuck := map[string]int{}
+	var settled []entry
+	var order []string
+	took := map[string][]*server.Event{}
+	var gone map[string][]*server.Event
+	for j, en := range batch {
+		f := fate[j]
+		if prev, ok := stuck[en.thread]; ok && prev > f {
+			f = prev
+		}
+		switch f {
+		case taken:
+			if took[en.thread] == nil {
+				order = append(order, en.thread)
+			}
+			took[en.thread] = append(took[en.thread], en.e)
+			settled = append(settled, en)
+			if l.opts.Publish {
+				q.published = append(q.published, en)
+			}
+		case again:
+			stuck[en.thread] = again
+			retry = append(retry, en)
+		case refused:
+			stuck[en.thread] = refused
+			if gone == nil {
+				gone = map[string][]*server.Event{}
+			}
+			gone[en.thread] = append(gone[en.thread], en.e)
+			settled = append(settled, en)
+		}
+	}
+	l.written.Add(uint64(len(settled) - countOf(gone)))
+	if len(gone) > 0 {
+		// The thread's events still queued are refused with them: none
+		// may land after another writer's.
+		q.mu.Lock()
+		for th := range gone {
+			q.refused[th] = true
+		}
+		kept := q.pending[:0]
+		for _, en := range q.pending {
+			if _, ok := gone[en.thread]; ok {
+				gone[en.thread] = append(gone[en.thread], en.e)
+				q.bytes -= int64(len(en.e.JSON()))
+				settled = append(settled, en)
+				continue
+			}
+			kept = append(kept, en)
+		}
+		clear(q.pending[len(kept):])
+		q.pending = kept
+		q.mu.Unlock()
+		l.refused.Add(uint64(countOf(gone)))
+	}
+	l.settle(q, settled)
+	for _, th := range order {
+		q.done.push(th, took[th], nil)
+	}
+	for th, evs := range gone {
+		q.done.push(th, evs, ErrSuperseded)
+	}
+	return retry
+}
+
+func countOf(m map[string][]*server.Event) int {
+	n := 0
+	for _, evs := range m {
+		n += len(evs)
+	}
+	return n
+}
+
+// check decides the fate of the entries (indexes in batch) whose XADD Redis
+// refused because their id is taken: taken when the stream holds this very
+// event (a batch sent again after Redis had taken it), refused when it
+// holds another (another writer's), again when it cannot be read.
+func (l *Log) check(batch []entry, checks, fate []int, again, refused, taken int) {
+	c := l.e.c
+	cmds := make(rueidis.Commands, len(checks))
+	for i, j := range checks {
+		id := itoa(batch[j].e.Seq) + "-0"
+		cmds[i] = c.B().Xrange().Key(l.e.key(batch[j].thread, "events")).Start(id).End(id).Build()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
+	defer cancel()
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		j := checks[i]
+		entries, err := r.AsXRange()
+		switch {
+		case err != nil:
+			l.fail(err)
+			fate[j] = again
+		case len(entries) == 1 && entries[0].FieldValues["e"] == string(batch[j].e.JSON()):
+			fate[j] = taken
+		case len(entries) == 0:
+			// Trimmed away, or the stream went past it with this id
+			// never written: another writer's stream either way.
+			fate[j] = refused
+		default:
+			fate[j] = refused
+		}
+	}
+}
+
+// isIDTaken reports whether err is XADD's refusal of an id not above the
+// stream's last.
+func isIDTaken(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(re.Error(), "equal or smaller than the target stream top item")
+}
+
+// isTransient reports whether a failed command may succeed if sent again:
+// the connection failed or timed out, or Redis is loading, busy, out of
+// memory, a replica, or between cluster states.
+func isTransient(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return true
+	}
+	msg := re.Error()
+	for _, p := range []string{"LOADING", "BUSY", "OOM", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// delivery is a writer's hand-over of what Redis took to the server
+// (OnWritten), on a goroutine of its own: the server takes the thread's
+// lock to deliver, which a publisher may hold while it waits for room in
+// the writer's queue; the writer must not wait for it.
+type delivery struct {
+	mu     sync.Mutex
+	items  []written
+	wake   chan struct{}
+	closed bool
+}
+
+type written struct {
+	thread string
+	events []*server.Event
+	err    error
+}
+
+func newDelivery() *delivery { return &delivery{wake: make(chan struct{}, 1)} }
+
+func (d *delivery) push(thread string, events []*server.Event, err error) {
+	d.mu.Lock()
+	d.items = append(d.items, written{thread, events, err})
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *delivery) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliverer calls OnWritten's function with what q's writer handed over,
+// in order, until the writer stops.
+func (l *Log) deliverer(q *writeQueue) {
+	defer l.writers.Done()
+	d := q.done
+	for range d.wake {
+		d.mu.Lock()
+		items, closed := d.items, d.closed
+		d.items = nil
+		d.mu.Unlock()
+		if fn := l.onWritten.Load(); fn != nil {
+			for _, w := range items {
+				(*fn)(w.thread, w.events, w.err)
+			}
+		}
+		if closed {
+			d.mu.Lock()
+			rest := len(d.items)
+			d.mu.Unlock()
+			if rest == 0 {
+				return
+			}
+			select {
+			case d.wake <- struct{}{}:
+			default:
 			}
 		}
 	}
-	q.failing.Store(failed > 0)
-	q.mu.Lock()
-	for _, en := range batch {
-		if q.unsent[en.thread]--; q.unsent[en.thread] <= 0 {
-			delete(q.unsent, en.thread)
-		}
-	}
-	q.mu.Unlock()
-	l.batches.Add(1)
-	l.written.Add(uint64(adds) - failed)
-	l.dropped.Add(failed)
-	return more
 }
 
 // After implements server.EventLog: events after seq, from Redis as far
@@ -589,6 +901,9 @@ func (l *Log) Release(thread string) {
 func (l *Log) Head(ctx context.Context, thread string) (epoch string, seq uint64, err error) {
 	q := l.queue(thread)
 	q.mu.Lock()
+	// The server reads the head to go on from where the stream stands:
+	// refusing the thread's events (another writer's ids) ends here.
+	delete(q.refused, thread)
 	for i := len(q.pending) - 1; i >= 0; i-- {
 		if en := q.pending[i]; en.thread == thread {
 			q.mu.Unlock()

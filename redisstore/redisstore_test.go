@@ -322,10 +322,11 @@ func TestCommandsPerEvent(t *testing.T) {
 	require.LessOrEqual(t, perEvent, 2.01)
 }
 
-// TestLogSurvivesRedisLoss: appends while Redis is gone fail, are counted
-// as dropped, and the log goes on (the in-memory part serves); once Redis
-// is back, appends reach it again.
-func TestLogSurvivesRedisLoss(t *testing.T) {
+// TestLogHoldsEventsThroughRedisLoss: events published while Redis is
+// gone reach no client, this node's included, until Redis holds them; the
+// writer sends them again until it does, and then every subscriber gets
+// every event once, in order, and the stream holds them all.
+func TestLogHoldsEventsThroughRedisLoss(t *testing.T) {
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
 	var errs atomic.Int64
@@ -333,16 +334,39 @@ func TestLogSurvivesRedisLoss(t *testing.T) {
 	// The state in memory: a StateStore on the lost Redis would refuse the
 	// run (TestStateErrorsReachTheCaller), and this is about the log.
 	srv := startNodeWith(t, l, server.NewMemoryState()).srv
+	sub, _, err := srv.Subscribe("lost", channels.All, nil)
+	require.NoError(t, err)
+	defer sub.Close()
 	rs.Stop()
-	evs := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 50.0})
-	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 20*time.Second, 20*time.Millisecond)
-	require.Equal(t, uint64(len(evs)), l.Stats().Dropped)
-	require.Positive(t, errs.Load())
+	_, err = srv.Do(context.Background(), "lost", &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
+		Params: protocol.RunStartParams{AssistantID: "firehose", Input: map[string]any{"count": 50.0}}}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return errs.Load() > 0 && l.Stats().Retries > 0 }, 10*time.Second, 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	e0, err := sub.Next(ctx)
+	cancel()
+	if err == nil {
+		require.Zero(t, e0.Seq, "an event reached a subscriber before Redis held it: %s", e0.JSON())
+	}
+	require.Positive(t, l.Stats().Pending)
 	rs.Restart()
-	require.Eventually(t, func() bool { return e.Ping(context.Background()) == nil }, 10*time.Second, 50*time.Millisecond)
-	written := l.Stats().Written
-	more := runToEnd(t, srv, "lost", "firehose", map[string]any{"count": 5.0})
-	require.Eventually(t, func() bool { return l.Stats().Written == written+uint64(len(more)) }, 10*time.Second, 20*time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var seqs []uint64
+	for len(seqs) < 53 {
+		ev, err := sub.Next(ctx)
+		require.NoError(t, err, "after %d events", len(seqs))
+		if ev.Seq > 0 {
+			seqs = append(seqs, ev.Seq)
+		}
+	}
+	for i, s := range seqs {
+		require.Equal(t, uint64(i+1), s, "every event once, in order")
+	}
+	var stored []uint64
+	require.NoError(t, l.Stored(context.Background(), "lost", 0, func(ev *server.Event) bool { stored = append(stored, ev.Seq); return true }))
+	require.Equal(t, seqs, stored, "the stream holds every event delivered")
+	require.Zero(t, l.Stats().Dropped)
 }
 
 // TestFullWriteQueueWaits: while Redis takes no writes (CLIENT PAUSE), a

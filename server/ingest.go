@@ -52,7 +52,7 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	if d != nil {
 		d.Cache(t.id, e)
 	}
-	t.seq = e.Seq
+	t.seq, t.acked = e.Seq, e.Seq
 	t.lastActive = t.srv.cfg.Now()
 	t.remoteSeen = t.lastActive
 	t.noteRemote(e)

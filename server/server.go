@@ -168,6 +168,9 @@ type Server struct {
 	cfg     Config
 	watcher Watcher // the engine's (nil: none)
 	cluster Cluster // the engine's (nil: one node)
+	// writeThrough: the log is a WriteThroughLog; events reach
+	// subscribers when its store holds them (Server.written).
+	writeThrough bool
 
 	mu         sync.Mutex
 	threads    map[string]*thread
@@ -237,6 +240,10 @@ func New(cfg Config) *Server {
 		assistants: map[string]Assistant{},
 		detached:   map[string]*detachedSub{},
 		stop:       make(chan struct{}),
+	}
+	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
+		s.writeThrough = true
+		wt.OnWritten(s.written)
 	}
 	s.janitor.Add(1)
 	go s.sweep()
@@ -431,7 +438,7 @@ func (s *Server) LastSeq(id string) uint64 {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.seq
+	return t.acked
 }
 
 // ThreadState is what GET /threads/{id}/state reports.

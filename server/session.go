@@ -218,7 +218,7 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 		t.srv.metrics.replays.Add(1)
 	}
 	t.lastActive = t.srv.cfg.Now()
-	if ss.merge(replay, t.seq, after) {
+	if ss.merge(replay, t.acked, after) {
 		t.cutOff(ss)
 	}
 	return id, replayed, nil

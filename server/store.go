@@ -106,6 +106,22 @@ type DurableLog interface {
 	Stored(ctx context.Context, thread string, seq uint64, fn func(*Event) bool) error
 }
 
+// WriteThroughLog is a DurableLog whose store is the one truth of what
+// clients see: Append queues the event for the store, and the server
+// delivers it to subscribers (this node's included) only when the log
+// calls back (OnWritten) once the store holds it. An event the store
+// never takes is never seen by anyone, so its sequence number names
+// nothing a client holds.
+type WriteThroughLog interface {
+	DurableLog
+	// OnWritten sets what the log calls, from a goroutine of its own and
+	// in sequence order for each thread, with a thread's events once the
+	// store holds them; err set says the store refused them because
+	// another writer holds those sequence numbers (the thread was taken
+	// over): events is then what will never be delivered.
+	OnWritten(fn func(thread string, events []*Event, err error))
+}
+
 // Watcher follows threads for a node of a cluster (an engine's, see
 // EngineStores).
 // Watch and Unwatch must not block on the network for long: the server

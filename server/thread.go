@@ -20,6 +20,10 @@ type thread struct {
 
 	mu         sync.Mutex
 	seq        uint64 // the last sequence number published
+	// acked is the last sequence number delivered: the store holds it
+	// (a WriteThroughLog's OnWritten), or, with a log that is not
+	// write-through, seq. Subscribers see events up to acked only.
+	acked      uint64
 	index      *channels.Index[*Session]
 	sessions   map[*Session]struct{} // sessions with subscriptions here
 	nsubs      int                   // their subscriptions
@@ -50,7 +54,7 @@ func newThread(s *Server, id string, h streamHead) *thread {
 	if h.ok {
 		// The stream goes on where the durable log left it: same epoch,
 		// next seq.
-		t.epoch, t.seq = h.epoch, h.seq
+		t.epoch, t.seq, t.acked = h.epoch, h.seq, h.seq
 	}
 	return t
 }
@@ -74,8 +78,38 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	t.seq = e.Seq
 	t.lastActive = now
 	t.srv.metrics.published.Add(1)
-	t.deliver(e)
+	if !t.srv.writeThrough {
+		t.acked = e.Seq
+		t.deliver(e)
+	}
 	return e, nil
+}
+
+// written delivers what a WriteThroughLog's store now holds (its
+// OnWritten), or, when the store refused the events because another
+// writer holds their sequence numbers, stops this node's writing of the
+// thread (fence): nobody saw them, and nobody will.
+func (s *Server) written(threadID string, events []*Event, err error) {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return
+	}
+	if err != nil {
+		s.fence(threadID)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.evicted {
+		return
+	}
+	for _, e := range events {
+		if e.Seq <= t.acked || e.Epoch() != t.epoch {
+			continue
+		}
+		t.acked = e.Seq
+		t.deliver(e)
+	}
 }
 
 // sessionList is the sessions with subscriptions here, for ending them
@@ -129,7 +163,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 	// A cursor of another epoch, or beyond the end of this stream (a bare
 	// number from before a restart), is from a stream that is gone: the
 	// client gets all of this one, after a notice that says so.
-	reset := cursor != nil && (cursor.Epoch != "" && cursor.Epoch != t.epoch || cursor.Seq > t.seq)
+	reset := cursor != nil && (cursor.Epoch != "" && cursor.Epoch != t.epoch || cursor.Seq > t.acked)
 	if cursor != nil && !reset {
 		after = cursor.Seq
 	}
@@ -137,7 +171,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 	noticeKey := after<<1 | 1
 	ctx := context.Background() // the log bounds its reads
 	var oldest uint64
-	if reset || cursor != nil && after < t.seq {
+	if reset || cursor != nil && after < t.acked {
 		// Only a cursor behind the head can have missed events: one at the
 		// head asks the log nothing (a log that cannot be read now does not
 		// fail a subscription that needs nothing of it).
@@ -146,7 +180,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 			return nil, 0, 0, storeError(err)
 		}
 		if oldest == 0 {
-			oldest = t.seq + 1 // nothing buffered: the next event is the first available
+			oldest = t.acked + 1 // nothing buffered: the next event is the first available
 		}
 	}
 	if reset || cursor != nil && oldest > after+1 {
@@ -177,15 +211,16 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		}
 		out = append(out, queued{e: snap, key: noticeKey})
 	}
-	if after >= t.seq {
+	if after >= t.acked {
 		return out, after, 0, nil // nothing to replay
 	}
 	err = t.srv.cfg.Log.After(ctx, t.id, after, func(e *Event) bool {
-		if e.Seq > t.seq {
+		if e.Seq > t.acked {
 			// A durable log shared with other nodes may hold events this
-			// node has not ingested yet: they arrive live (Ingest), and
-			// the session, which counts what it queued by the thread's
-			// head, must not get them twice.
+			// node has not ingested yet, and a write-through log events
+			// its store does not hold yet: they arrive live (Ingest,
+			// OnWritten), and the session, which counts what it queued by
+			// the thread's head, must not get them twice.
 			return false
 		}
 		if f.Matches(e.Channel, e.Name, e.Namespace) {
