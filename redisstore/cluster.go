@@ -41,17 +41,27 @@ type ClusterOptions struct {
 //
 //   - A thread's run lease is the key PREFIX:{THREAD}:lease holding the
 //     node's name, taken with SET NX PX (a Lua script that also renews it
-//     for its holder), renewed every LeaseTTL/3 while the node has a run or
-//     a queued run on the thread, and deleted (only by its holder) once it
-//     has none.
+//     for its holder), renewed while the node has a run or a queued run on
+//     the thread, and deleted (only by its holder) once it has none. Its
+//     expiry is LeaseTTL less a reap interval (LeaseTTL/5), renewed every
+//     third of that; a lease found gone while its holder runs the thread
+//     (Redis was away longer than that, or restarted empty) is taken again
+//     by its holder: a run outlives an outage of any length unless another
+//     node took the thread meanwhile (then it is fenced).
+//   - The threads whose lease a node holds for a run are in the sorted set
+//     PREFIX:running, scored by when their lease expires unrenewed.
 //   - Commands for a run that arrive at another node are forwarded over
 //     pub/sub: a request on the holder's channel PREFIX:{node:NAME}:cmd,
 //     the answer on the asker's PREFIX:{node:NAME}:reply.
-//   - Every LeaseTTL/2 a node looks at the threads it follows whose run,
-//     on another node, has not ended; when such a thread's lease is gone
-//     (its node died), the first node to take the lease publishes the
-//     run's failed lifecycle (server.FailLostRun), and the thread takes new
-//     runs.
+//   - Every LeaseTTL/5 a node looks at the threads of PREFIX:running whose
+//     lease expired, and at those it follows whose run, on another node,
+//     has not ended; when such a thread's lease is gone (its node died),
+//     the first node to take the lease publishes the run's failed
+//     lifecycle (server.FailLostRun), and the thread takes new runs. So a
+//     dead node's runs fail within LeaseTTL of its last renewal, whether
+//     or not anybody watches them. A node does this only once Redis has
+//     answered it for a whole LeaseTTL: after an outage, the runs' own
+//     nodes take their leases back first.
 type Cluster struct {
 	e    *Engine
 	opts ClusterOptions
@@ -62,9 +72,12 @@ type Cluster struct {
 	held    map[string]time.Time // threads whose lease this node holds, and when it took it
 	renewed map[string]time.Time // when each held lease was last taken or renewed
 	waiting map[string]chan []byte
-	wg      sync.WaitGroup // forwarded commands being carried out
-	stop    chan struct{}
-	done    chan struct{}
+	// failedAt is when a Redis command of the cluster last failed to
+	// reach Redis: the reaper waits a LeaseTTL after it.
+	failedAt time.Time
+	wg       sync.WaitGroup // forwarded commands being carried out
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 var _ server.Cluster = (*Cluster)(nil)
@@ -141,42 +154,80 @@ var acquireScript = rueidis.NewLuaScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
-end
-if v == ARGV[1] or redis.call('PTTL', KEYS[1]) == -1 then
+  v = ARGV[1]
+elseif v == ARGV[1] or redis.call('PTTL', KEYS[1]) == -1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v == ARGV[1] then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), ARGV[3])
 end
 return v`)
 
-// renewScript renews a lease for its holder only; 1 when renewed.
+// renewScript renews a lease for its holder, or takes it again when it
+// is gone (Redis was away past its expiry, or lost it), and records the
+// thread in the running set (KEYS[2]) until the lease would expire; 1 when
+// renewed, 0 when another node holds it.
 var renewScript = rueidis.NewLuaScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  return 0
 end
-return 0`)
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), ARGV[3])
+return 1`)
 
-// releaseScript deletes a lease for its holder only.
+// releaseScript deletes a lease for its holder only, and takes the thread
+// out of the running set (KEYS[2]) when it is not another node's.
 var releaseScript = rueidis.NewLuaScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] or not v then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+end
+if v == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0`)
 
 func (c *Cluster) leaseKey(thread string) string { return c.e.key(thread, "lease") }
 
-func (c *Cluster) ttlArg() string { return fmt.Sprint(c.opts.LeaseTTL.Milliseconds()) }
+func (c *Cluster) runningKey() string { return c.e.prefix + ":running" }
+
+// keyTTL is how long a lease key lives unrenewed: LeaseTTL less a reap
+// interval, so that a dead node's runs fail within LeaseTTL.
+func (c *Cluster) keyTTL() time.Duration { return c.opts.LeaseTTL - c.reapEvery() }
+
+// reapEvery is how often the reaper looks for the runs of dead nodes.
+func (c *Cluster) reapEvery() time.Duration { return c.opts.LeaseTTL / 5 }
+
+func (c *Cluster) ttlArg() string { return fmt.Sprint(c.keyTTL().Milliseconds()) }
+
+// unreachable notes a command that did not reach Redis.
+func (c *Cluster) unreachable(err error) {
+	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && !rueidis.IsRedisNil(err) {
+		c.mu.Lock()
+		c.failedAt = time.Now()
+		c.mu.Unlock()
+	}
+}
 
 // Acquire implements server.Cluster.
 func (c *Cluster) Acquire(thread string) (string, error) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	holder, err := acquireScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node, c.ttlArg()}).ToString()
+	keys, args := []string{c.leaseKey(thread), c.runningKey()}, []string{c.opts.Node, c.ttlArg(), thread}
+	holder, err := acquireScript.Exec(ctx, c.e.c, keys, args).ToString()
 	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && ctx.Err() == nil {
 		// A connection that died with a restarted Redis fails its first
 		// command; taking the lease is idempotent for its taker: once more.
-		holder, err = acquireScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node, c.ttlArg()}).ToString()
+		holder, err = acquireScript.Exec(ctx, c.e.c, keys, args).ToString()
 	}
 	if err != nil {
+		c.unreachable(err)
 		c.fail(err)
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -209,15 +260,15 @@ func (c *Cluster) Holder(thread string) (string, error) {
 func (c *Cluster) release(thread string) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	c.fail(releaseScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread)}, []string{c.opts.Node}).Error())
+	c.fail(releaseScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread), c.runningKey()}, []string{c.opts.Node, thread}).Error())
 }
 
 // loop renews and gives up leases, and looks for runs of dead nodes.
 func (c *Cluster) loop() {
 	defer close(c.done)
-	renew := time.NewTicker(c.opts.LeaseTTL / 3)
+	renew := time.NewTicker(c.keyTTL() / 3)
 	defer renew.Stop()
-	reap := time.NewTicker(c.opts.LeaseTTL / 2)
+	reap := time.NewTicker(c.reapEvery())
 	defer reap.Stop()
 	for {
 		select {
@@ -261,25 +312,27 @@ func (c *Cluster) renew() {
 		part := keep[i:min(i+1000, len(keep))]
 		stmts := make([]rueidis.LuaExec, len(part))
 		for j, th := range part {
-			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th)}, Args: []string{c.opts.Node, c.ttlArg()}}
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, c.ttlArg(), th}}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.LeaseTTL/3)
+		ctx, cancel := context.WithTimeout(context.Background(), c.keyTTL()/3)
 		now := time.Now()
 		for j, r := range renewScript.ExecMulti(ctx, c.e.c, stmts...) {
 			th := part[j]
 			n, err := r.AsInt64()
+			c.unreachable(err)
 			c.fail(err)
-			c.mu.Lock()
-			last := c.renewed[th]
 			if err == nil && n == 1 {
+				c.mu.Lock()
 				c.renewed[th] = now
+				c.mu.Unlock()
 			}
-			c.mu.Unlock()
-			// Lost: another node holds it, or it could not be renewed
-			// within its life (this node is cut off from Redis), so
-			// another node may take it: this node's run stops, unheard.
-			if (err == nil && n == 0) || (err != nil && now.Sub(last) > c.opts.LeaseTTL) {
-				c.fail(fmt.Errorf("the run lease of thread %s was lost (not renewed within %s): its run here is stopped", th, c.opts.LeaseTTL))
+			// Lost to another node, which may be running the thread now:
+			// this node's run stops. A lease that could not be renewed
+			// because Redis is away is kept: nobody can take it while
+			// Redis is away, and once it is back this node takes it again
+			// (renewScript) before any node reaps it.
+			if err == nil && n == 0 {
+				c.fail(fmt.Errorf("the run lease of thread %s is another node's now: its run here is stopped", th))
 				c.mu.Lock()
 				delete(c.held, th)
 				delete(c.renewed, th)
@@ -293,7 +346,7 @@ func (c *Cluster) renew() {
 		part := drop[i:min(i+1000, len(drop))]
 		stmts := make([]rueidis.LuaExec, len(part))
 		for j, th := range part {
-			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th)}, Args: []string{c.opts.Node}}
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, th}}
 		}
 		ctx, cancel := c.ctx()
 		for _, r := range releaseScript.ExecMulti(ctx, c.e.c, stmts...) {
@@ -303,11 +356,35 @@ func (c *Cluster) renew() {
 	}
 }
 
-// reap ends the runs of dead nodes: a followed thread whose run has not
-// ended and whose lease is gone. The leases are looked up in pipelined
-// batches.
+// reap ends the runs of dead nodes: the threads of the running set whose
+// lease expired, and the followed threads whose run has not ended, when
+// their lease is gone. The leases are looked up in pipelined batches. It
+// does nothing until Redis has answered this node for a whole LeaseTTL
+// (the runs' own nodes take their leases back after an outage first).
 func (c *Cluster) reap() {
+	c.mu.Lock()
+	recent := time.Since(c.failedAt) < c.opts.LeaseTTL
+	c.mu.Unlock()
+	if recent {
+		return
+	}
+	ctx, cancel := c.ctx()
+	expired, err := c.e.c.Do(ctx, c.e.c.B().Zrangebyscore().Key(c.runningKey()).Min("-inf").Max(fmt.Sprint(time.Now().UnixMilli())).
+		Limit(0, 1000).Build()).AsStrSlice()
+	cancel()
+	c.unreachable(err)
+	c.fail(err)
 	threads := c.srv.RemoteRuns()
+	seen := make(map[string]bool, len(threads))
+	for _, th := range threads {
+		seen[th] = true
+	}
+	for _, th := range expired {
+		if !seen[th] {
+			seen[th] = true
+			threads = append(threads, th)
+		}
+	}
 	for i := 0; i < len(threads); i += 1000 {
 		part := threads[i:min(i+1000, len(threads))]
 		cmds := make(rueidis.Commands, len(part))
@@ -319,21 +396,23 @@ func (c *Cluster) reap() {
 		cancel()
 		for j, r := range res {
 			n, err := r.AsInt64()
+			c.unreachable(err)
 			if err != nil || n != 0 {
 				continue
 			}
-			if h, err := c.Acquire(part[j]); err == nil && h == c.opts.Node {
-				if c.srv.FailLostRun(part[j], c.opts.LeaseTTL) {
-					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", part[j]))
+			th := part[j]
+			if h, err := c.Acquire(th); err == nil && h == c.opts.Node {
+				if c.srv.FailLostRun(th) {
+					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", th))
 				}
-				if !c.srv.RunActive(part[j]) {
+				if !c.srv.RunActive(th) {
 					// Taken to look, not to run: give it back at once, so
 					// that the thread's next run starts where it is asked.
 					c.mu.Lock()
-					delete(c.held, part[j])
-					delete(c.renewed, part[j])
+					delete(c.held, th)
+					delete(c.renewed, th)
 					c.mu.Unlock()
-					c.release(part[j])
+					c.release(th)
 				}
 			}
 		}

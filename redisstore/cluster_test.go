@@ -436,3 +436,43 @@ func TestStateOnANodeThatHasNotSeenTheThread(t *testing.T) {
 	require.NoError(t, json.NewDecoder(r.Body).Decode(&e))
 	require.Equal(t, "no_such_thread", e.Error)
 }
+
+// TestRunOutlivesAnOutageLongerThanItsLease: Redis stalls (SIGSTOP) for
+// more than twice the run lease; the run on node A goes on once it is back
+// (A takes its lease again before any node reaps it), and a client on node
+// B gets every event once, in order, and the run's completion, never a
+// "node lost" failure.
+func TestRunOutlivesAnOutageLongerThanItsLease(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startClusterNode(t, rs.URL())
+	b := startClusterNode(t, rs.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := openSSE(t, ctx, b.ts.URL, "stall", "")
+	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
+	status, body := command(t, a, "stall", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
+	require.Equal(t, 200, status, body)
+	got := sseRead(t, r, func(e sseEvent) bool { return e.seq >= 20 })
+	rs.Pause()
+	time.Sleep(2500 * time.Millisecond) // the lease (1s) expires in Redis meanwhile
+	rs.Resume()
+	got = append(got, sseRead(t, r, func(sseEvent) bool { return false })...)
+	inOrderOnce(t, got)
+	require.Equal(t, uint64(1), got[0].seq)
+	st, _, err := b.srv.State(ctx, "stall")
+	require.NoError(t, err)
+	require.Equal(t, "idle", st.Status)
+	tree := agentTree(t, b, "stall")
+	require.Contains(t, tree, `"status":"completed"`, "the run completed: %s", tree)
+	require.NotContains(t, tree, "node lost")
+}
+
+// agentTree is agent.getTree's answer on node n.
+func agentTree(t *testing.T, n *clusterNode, thread string) string {
+	t.Helper()
+	status, body := command(t, n, thread, `{"id": 99, "method": "agent.getTree", "params": {}}`)
+	require.Equal(t, 200, status, body)
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	return string(b)
+}

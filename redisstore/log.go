@@ -381,8 +381,10 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 	q.pending = append(q.pending, entry{thread: thread, e: e, minID: floor, exact: exact})
 	q.bytes += int64(len(e.JSON()))
 	q.unsent[thread]++
+	// In memory too, under q.mu: a refusal (send) drops both at once.
+	// Replays read it once Redis holds it.
+	_ = l.mem.Append(context.Background(), thread, e) // never fails
 	q.mu.Unlock()
-	_ = l.mem.Append(context.Background(), thread, e) // never fails; replays read up to what Redis holds
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -619,6 +621,9 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		q.mu.Lock()
 		for th := range gone {
 			q.refused[th] = true
+			// Memory holds them too, and the ids will name other events:
+			// the thread's events are read from Redis from now on.
+			l.mem.Release(th)
 		}
 		kept := q.pending[:0]
 		for _, en := range q.pending {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -69,6 +68,10 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot read where the thread's stream stands: %v", err), true
 		}
 		s.unfence(threadID)
+		// A run of the previous holder that never ended on the stream (its
+		// node died, or was fenced before it could say so) ends now, before
+		// the next starts: every client sees it end.
+		s.failLostRun(threadID, false)
 	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
 		if isForwarded(ctx) {
 			return nil, nil, false
@@ -131,35 +134,84 @@ func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
 	return errorResponse(id, protocol.ErrorCodeUnavailable, "the node running the thread (%s) did not answer: %v", node, err)
 }
 
-// failLostRun ends, for every node's clients, a run of another node that
-// died: the root agent's lifecycle says failed (ErrNodeLost). The caller
-// holds the thread's lease, so that one node does it. It reports whether
-// there was such a run: one that did end meanwhile is left alone, and so
-// is one this node received an event of within quiet (a lease's life),
-// since this node may only be late in receiving its end.
-func (s *Server) failLostRun(threadID string, quiet time.Duration) bool {
+// failLostRun ends, for every node's clients, a run of the thread's
+// previous lease holder that never ended on the stream (its node died, or
+// was fenced before it could say so): the root agent's lifecycle says
+// failed (ErrNodeLost). The caller holds the thread's lease, so that one
+// node does it and no other writes the thread meanwhile. It reports
+// whether there was such a run: one whose end is in the stream (read
+// first) is left alone. A thread this node has no root lifecycle of is
+// read from the log's tail; assumeOpen says what to take when the tail
+// holds none (the reaper knows a node held the thread for a run).
+func (s *Server) failLostRun(threadID string, assumeOpen bool) bool {
+	t, err := s.thread(threadID, true)
+	if err != nil {
+		return false
+	}
 	if s.catchUp(threadID) != nil {
 		// Its end may be in the stream, unread: try again later rather
 		// than fail a run that ended.
 		return false
 	}
-	t, _ := s.thread(threadID, false)
-	if t == nil {
-		return false
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.remoteRun || t.run != nil || s.cfg.Now().Sub(t.remoteSeen) < quiet {
+	if t.run != nil || len(t.queued) > 0 || t.evicted {
+		return false
+	}
+	root := t.tree[channels.Namespace(nil).Key()]
+	if root == nil {
+		open, ok := t.tailRunOpen(assumeOpen)
+		if !ok || !open {
+			return false
+		}
+		root = t.tree[channels.Namespace(nil).Key()]
+	} else if !openStatus(root.status) {
 		return false
 	}
 	t.remoteRun = false
 	t.fenced = false // the caller holds the lease
 	graph := ""
-	if n := t.tree[channels.Namespace(nil).Key()]; n != nil {
-		graph = n.graph
+	if root != nil {
+		graph = root.graph
 	}
 	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost.Error())
 	return true
+}
+
+// openStatus reports whether a root agent with status st has a run going.
+func openStatus(st protocol.AgentStatus) bool {
+	return st != protocol.AgentStatusCompleted && st != protocol.AgentStatusFailed
+}
+
+// tailEvents is how many of a stream's last events tailRunOpen reads.
+const tailEvents = 256
+
+// tailRunOpen learns, for a thread this node has no root lifecycle of,
+// whether its last run is open, from the root lifecycle events among the
+// stream's last tailEvents (recording them in the thread's tree); with
+// none among them it answers assumeOpen, and with an empty stream false.
+// ok is false when the log could not be read. The caller holds t.mu.
+func (t *thread) tailRunOpen(assumeOpen bool) (open, ok bool) {
+	d, durable := t.srv.cfg.Log.(DurableLog)
+	if !durable || t.acked == 0 {
+		return false, true
+	}
+	from := uint64(0)
+	if t.acked > tailEvents {
+		from = t.acked - tailEvents
+	}
+	open = assumeOpen
+	err := d.Stored(context.Background(), t.id, from, func(e *Event) bool {
+		if e.Seq > t.acked {
+			return false
+		}
+		if l, isLife := e.Payload.(*protocol.ServerEventLifecycle); isLife && len(e.Namespace) == 0 {
+			t.setStatus(nil, l.Params.Data.Event, derefString(l.Params.Data.GraphName))
+			open = openStatus(l.Params.Data.Event)
+		}
+		return true
+	})
+	return open, err == nil
 }
 
 // ErrLeaseLost ends a run whose node lost the thread's run lease (it

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"time"
 
 	"github.com/agentstream/agentstream/protocol"
 )
@@ -73,9 +72,9 @@ type EngineHost interface {
 	// another node, has started and not ended.
 	RemoteRuns() []string
 	// FailLostRun ends, for every node's clients, the run of a node that
-	// died, unless the thread saw an event within quiet; the caller holds
-	// the thread's lease. It reports whether it did.
-	FailLostRun(thread string, quiet time.Duration) bool
+	// died, unless the stream shows it ended; the caller holds the
+	// thread's lease (the dead node's expired). It reports whether it did.
+	FailLostRun(thread string) bool
 	// Fence stops this node's run of the thread: its lease was lost.
 	Fence(thread string)
 	// SetUnavailable says the engine's store cannot be reached (err) or
@@ -99,9 +98,7 @@ func (h host) RunState(thread string) (string, []PendingInterrupt) {
 	return h.s.runState(thread)
 }
 
-func (h host) FailLostRun(thread string, quiet time.Duration) bool {
-	return h.s.failLostRun(thread, quiet)
-}
+func (h host) FailLostRun(thread string) bool { return h.s.failLostRun(thread, true) }
 
 func (h host) DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
 	return result(h.s.do(forwarded(ctx), thread, cmd))

@@ -228,6 +228,9 @@ func (t *thread) setStatus(ns channels.Namespace, st protocol.AgentStatus, graph
 // publishLifecycle records a namespace's status (for agent.getTree) and
 // publishes its lifecycle event.
 func (t *thread) publishLifecycle(ns channels.Namespace, st protocol.AgentStatus, graph string, cause *protocol.LifecycleCause, errMsg string) (*Event, error) {
+	if t.fenced {
+		return nil, ErrLeaseLost // the tree keeps what the stream says
+	}
 	t.setStatus(ns, st, graph)
 	data := protocol.LifecycleData{Event: st, Cause: cause}
 	if graph != "" {

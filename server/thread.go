@@ -18,8 +18,8 @@ type thread struct {
 
 	epoch string // the stream's epoch (see Cursor); changes only when another node restarted the stream (Ingest)
 
-	mu         sync.Mutex
-	seq        uint64 // the last sequence number published
+	mu  sync.Mutex
+	seq uint64 // the last sequence number published
 	// acked is the last sequence number delivered: the store holds it
 	// (a WriteThroughLog's OnWritten), or, with a log that is not
 	// write-through, seq. Subscribers see events up to acked only.
@@ -37,9 +37,8 @@ type thread struct {
 	tree     map[string]*treeNode // namespace key -> lifecycle status
 	answered map[string]bool      // interrupt ids already answered
 
-	remoteRun  bool      // another node runs a run of this thread (Ingest says so)
-	remoteSeen time.Time // when this node last received an event of the thread from another node
-	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
+	remoteRun bool // another node runs a run of this thread (Ingest says so)
+	fenced    bool // this node lost the thread's run lease: it publishes nothing (Fence)
 }
 
 func newThread(s *Server, id string, h streamHead) *thread {
@@ -95,6 +94,13 @@ func (s *Server) written(threadID string, events []*Event, err error) {
 		return
 	}
 	if err != nil {
+		// What this node published after its last delivered event is
+		// not in the stream: its sequence goes back there, and the root's
+		// status is read from the stream when the node writes it again.
+		t.mu.Lock()
+		t.seq = t.acked
+		delete(t.tree, channels.Namespace(nil).Key())
+		t.mu.Unlock()
 		s.fence(threadID)
 		return
 	}

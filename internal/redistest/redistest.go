@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -19,6 +20,16 @@ type Server struct {
 	t    testing.TB
 	bin  string
 	cmd  *exec.Cmd
+	opts Options
+	dir  string
+}
+
+// Options configure a Server.
+type Options struct {
+	// AppendOnly persists every write to an append-only file (fsynced
+	// every second, Redis's default), so that Restart keeps the data up
+	// to about the last second; without it Restart starts empty.
+	AppendOnly bool
 }
 
 // Start starts redis-server on a free loopback port, with no persistence
@@ -26,6 +37,12 @@ type Server struct {
 // naming it, unless AGENTSTREAM_REQUIRE_REDIS=1 (set by .ci/run, which
 // installs it), which fails it instead.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -40,7 +57,7 @@ func Start(t testing.TB) *Server {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &Server{Addr: addr, t: t, bin: bin}
+	s := &Server{Addr: addr, t: t, bin: bin, opts: opts, dir: t.TempDir()}
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
@@ -52,7 +69,11 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 func (s *Server) start() {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "yes")
+	aof := "no"
+	if s.opts.AppendOnly {
+		aof = "yes"
+	}
+	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", aof, "--dir", s.dir, "--protected-mode", "yes")
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -73,12 +94,29 @@ func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused one too
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
 	s.cmd = nil
 }
 
-// Restart stops the server and starts an empty one on the same port.
+// Pause stops the server's process (SIGSTOP): its connections stay open
+// and nothing answers, as in a stall; Resume continues it.
+func (s *Server) Pause() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
+// Restart kills the server and starts it again on the same port: empty,
+// or, with Options.AppendOnly, with what its append-only file kept.
 func (s *Server) Restart() {
 	s.Stop()
 	s.start()
