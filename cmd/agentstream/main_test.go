@@ -633,3 +633,179 @@ func TestAllNodesRestarted(t *testing.T) {
 	}
 	require.Contains(t, state(b), "after the restart")
 }
+
+// TestKilledNodeFailsItsUnwatchedRun: kill -9 of the node running a run
+// that no client of any other node watches; a surviving node still writes
+// the run's failed lifecycle (node lost), within --lease-ttl of the kill
+// (plus a reap's round trips), and a replay from the survivor shows the
+// run's end.
+func TestKilledNodeFailsItsUnwatchedRun(t *testing.T) {
+	rs := redistest.Start(t)
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "survivor")
+	survivor := "http://" + addr
+	r, err := http.Post(victim+"/threads/alone/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	time.Sleep(500 * time.Millisecond) // a few events, and a lease renewal
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	var frames []sseFrame
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		frames = tryRunFrames(ctx, survivor, "alone")
+		return frames != nil
+	}, 10*time.Second, 100*time.Millisecond, "the survivor ends the run")
+	took := time.Since(killed)
+	t.Logf("the run was failed %v after its node was killed (--lease-ttl 2s)", took)
+	end := frames[len(frames)-1]
+	require.Contains(t, end.data, `"event":"failed"`)
+	require.Contains(t, end.data, "node lost")
+	require.Less(t, took, 2*time.Second+500*time.Millisecond, "within the lease time (and the reaper's round trips)")
+	cancel()
+	require.Equal(t, 0, <-done)
+}
+
+// tryRunFrames is the thread's stream from the start up to the end of its
+// first run, or nil when it does not end before ctx does.
+func tryRunFrames(ctx context.Context, base, thread string) []sseFrame {
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/threads/"+thread+"/stream?since=0", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var out []sseFrame
+	var f sseFrame
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return nil
+		}
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			f.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			f.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			f.data = line[6:]
+		case line == "" && f.event != "":
+			out = append(out, f)
+			if f.event == "lifecycle" && strings.Contains(f.data, `"namespace":[]`) &&
+				(strings.Contains(f.data, `"event":"completed"`) || strings.Contains(f.data, `"event":"failed"`)) {
+				return out
+			}
+			f = sseFrame{}
+		}
+	}
+}
+
+// TestStalledRedisAndKilledNodeNeverReuseAnID: Redis stalls (SIGSTOP)
+// while a run streams, the running node is killed (kill -9) during the
+// stall, and Redis continues (SIGCONT). What the node's client saw was in
+// Redis before it saw it, so the survivor's stream holds every event the
+// client saw under the same id, byte for byte; resuming with the client's
+// last cursor continues right after it, up to the run's failure.
+func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
+	rs := redistest.Start(t)
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "survivor")
+	survivor := "http://" + addr
+
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	req, _ := http.NewRequestWithContext(sctx, "POST", victim+"/threads/stalled/stream", strings.NewReader(`{"channels": ["lifecycle", "custom"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	stream, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	seen := map[string]string{}
+	var lastID string
+	var mu sync.Mutex
+	go func() {
+		br := bufio.NewReader(stream.Body)
+		var f sseFrame
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimRight(line, "\n")
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				f.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				f.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				f.data = line[6:]
+			case line == "" && f.event != "":
+				if f.id != "" {
+					mu.Lock()
+					seen[f.id], lastID = f.data, f.id
+					mu.Unlock()
+				}
+				f = sseFrame{}
+			}
+		}
+	}()
+	r, err := http.Post(victim+"/threads/stalled/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 200}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) > 20 }, 5*time.Second, 10*time.Millisecond)
+	rs.Pause()
+	time.Sleep(time.Second) // the node goes on publishing; Redis takes nothing
+	mu.Lock()
+	atStall := len(seen)
+	mu.Unlock()
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	time.Sleep(100 * time.Millisecond)
+	rs.Resume()
+	var all []sseFrame
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		all = tryRunFrames(ctx, survivor, "stalled")
+		return all != nil
+	}, 15*time.Second, 200*time.Millisecond, "the survivor ends the run")
+	byID := map[string]string{}
+	for _, f := range all {
+		if f.id != "" {
+			byID[f.id] = f.data
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("the client saw %d events (%d when Redis stalled); the stream holds %d", len(seen), atStall, len(byID))
+	for id, data := range seen {
+		require.Equal(t, data, byID[id], "event %s: the stream holds what the client saw under its id", id)
+	}
+	// Resuming with the last cursor continues right after it.
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	rreq, _ := http.NewRequestWithContext(rctx, "GET", survivor+"/threads/stalled/stream", nil)
+	rreq.Header.Set("Last-Event-ID", lastID)
+	resp, err := http.DefaultClient.Do(rreq)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	epoch, seq, _ := strings.Cut(lastID, "-")
+	n, err := strconv.Atoi(seq)
+	require.NoError(t, err)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if strings.HasPrefix(line, "id: ") {
+			require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1), strings.TrimSpace(line[4:]), "the event after the last one seen")
+			break
+		}
+		require.NotContains(t, line, "events.missed")
+	}
+	cancel()
+	require.Equal(t, 0, <-done)
+}
