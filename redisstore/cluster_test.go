@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/redistest"
 	"github.com/agentstream/agentstream/internal/sdktest"
 	"github.com/agentstream/agentstream/redisstore"
@@ -475,4 +476,29 @@ func agentTree(t *testing.T, n *clusterNode, thread string) string {
 	b, err := json.Marshal(body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestLostOwnerIsNotReclaimed: the owner record of a thread with history
+// disappears (its key expired, or Redis lost it); the next principal to
+// come does not become its owner: it is refused, on the node that knew the
+// thread and on one that did not, while an admin may still use it.
+func TestLostOwnerIsNotReclaimed(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startClusterNode(t, rs.URL())
+	b := startClusterNode(t, rs.URL())
+	alice, bob, admin := &auth.Principal{Subject: "alice"}, &auth.Principal{Subject: "bob"}, &auth.Principal{Subject: "root", Admin: true}
+	require.NoError(t, a.srv.Authorize(alice, "owned", true))
+	status, body := command(t, a, "owned", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 3}}}`)
+	require.Equal(t, 200, status, body)
+	require.Eventually(t, func() bool { return a.srv.LastSeq("owned") >= 5 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, a.srv.Authorize(bob, "other", true), "bob owns threads of his own")
+	require.ErrorIs(t, a.srv.Authorize(bob, "owned", true), server.ErrPermissionDenied)
+	require.NoError(t, rawRedis(rs.Addr, "DEL", "agentstream:{owned}:state"))
+	for _, n := range []*clusterNode{a, b} {
+		require.ErrorIs(t, n.srv.Authorize(bob, "owned", true), server.ErrPermissionDenied, "the thread is not handed to the next caller")
+		require.NoError(t, n.srv.Authorize(admin, "owned", true))
+	}
+	owner, err := b.srv.Owner(context.Background(), "owned")
+	require.NoError(t, err)
+	require.Empty(t, owner, "nobody claimed it")
 }

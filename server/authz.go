@@ -36,6 +36,21 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 		return storeError(err)
 	}
 	if !ok {
+		hist, err := s.hasHistory(ctx, threadID)
+		if err != nil {
+			return err
+		}
+		if hist {
+			// The owner record is gone (expired, or a store that lost
+			// it) while the thread has history: it is not handed to
+			// whoever comes next. Admins, and principals granted the
+			// thread by pattern, may still use it.
+			if p.MayUse(threadID, "") {
+				return nil
+			}
+			s.metrics.denied.Add(1)
+			return fmt.Errorf("%w: thread %s has history but its owner record is gone (its store lost it); only admins may use it until it is restored", ErrPermissionDenied, threadID)
+		}
 		if !create {
 			exists, err := s.HasThread(ctx, threadID)
 			if err != nil {
@@ -57,6 +72,33 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 	}
 	s.metrics.denied.Add(1)
 	return fmt.Errorf("%w: thread %s belongs to another principal, and %q is neither an admin nor granted it", ErrPermissionDenied, threadID, p.Subject)
+}
+
+// hasHistory reports whether the thread has events or state: this node
+// delivered some, or the durable log or the StateStore holds some.
+func (s *Server) hasHistory(ctx context.Context, threadID string) (bool, error) {
+	if t, _ := s.thread(threadID, false); t != nil {
+		t.mu.Lock()
+		n := t.acked
+		t.mu.Unlock()
+		if n > 0 {
+			return true, nil
+		}
+	}
+	if d, ok := s.cfg.Log.(DurableLog); ok {
+		epoch, _, err := d.Head(ctx, threadID)
+		if err != nil {
+			return false, storeError(err)
+		}
+		if epoch != "" {
+			return true, nil
+		}
+	}
+	ok, err := s.cfg.State.Exists(ctx, threadID)
+	if err != nil {
+		return false, storeError(err)
+	}
+	return ok, nil
 }
 
 // Owner returns the principal that owns thread threadID ("" for none).
