@@ -206,6 +206,25 @@ func (c *Cluster) reapEvery() time.Duration { return c.opts.LeaseTTL / 5 }
 
 func (c *Cluster) ttlArg() string { return fmt.Sprint(c.keyTTL().Milliseconds()) }
 
+// recentFailure reports whether a command failed to reach Redis within
+// the last LeaseTTL.
+func (c *Cluster) recentFailure() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Since(c.failedAt) < c.opts.LeaseTTL
+}
+
+// slow notes an answer asked for at asked that took longer than a lease
+// renewal interval as a failure to reach Redis: a Redis that stalled that
+// long may have let leases expire that their nodes could not renew.
+func (c *Cluster) slow(asked time.Time) {
+	if now := time.Now(); now.Sub(asked) > c.keyTTL()/3 {
+		c.mu.Lock()
+		c.failedAt = now
+		c.mu.Unlock()
+	}
+}
+
 // unreachable notes a command that did not reach Redis.
 func (c *Cluster) unreachable(err error) {
 	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && !rueidis.IsRedisNil(err) {
@@ -362,18 +381,20 @@ func (c *Cluster) renew() {
 // does nothing until Redis has answered this node for a whole LeaseTTL
 // (the runs' own nodes take their leases back after an outage first).
 func (c *Cluster) reap() {
-	c.mu.Lock()
-	recent := time.Since(c.failedAt) < c.opts.LeaseTTL
-	c.mu.Unlock()
-	if recent {
+	if c.recentFailure() {
 		return
 	}
+	asked := time.Now()
 	ctx, cancel := c.ctx()
 	expired, err := c.e.c.Do(ctx, c.e.c.B().Zrangebyscore().Key(c.runningKey()).Min("-inf").Max(fmt.Sprint(time.Now().UnixMilli())).
 		Limit(0, 1000).Build()).AsStrSlice()
 	cancel()
 	c.unreachable(err)
 	c.fail(err)
+	c.slow(asked)
+	if err != nil || c.recentFailure() {
+		return
+	}
 	threads := c.srv.RemoteRuns()
 	seen := make(map[string]bool, len(threads))
 	for _, th := range threads {
@@ -391,12 +412,19 @@ func (c *Cluster) reap() {
 		for j, th := range part {
 			cmds[j] = c.e.c.B().Exists().Key(c.leaseKey(th)).Build()
 		}
+		asked := time.Now()
 		ctx, cancel := c.ctx()
 		res := c.e.c.DoMulti(ctx, cmds...)
 		cancel()
+		c.slow(asked)
+		for _, r := range res {
+			c.unreachable(r.Error())
+		}
+		if c.recentFailure() {
+			return // the answers may be from a Redis that was away
+		}
 		for j, r := range res {
 			n, err := r.AsInt64()
-			c.unreachable(err)
 			if err != nil || n != 0 {
 				continue
 			}

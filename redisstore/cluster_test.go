@@ -42,7 +42,7 @@ func startClusterNode(t *testing.T, url string) *clusterNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	eng, err := redisstore.New(ctx, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+	eng, err := redisstore.New(ctx, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}, OnError: func(err error) { t.Logf("redis: %v", err) }})
 	require.NoError(t, err)
 	n := &clusterNode{eng: eng, srv: server.New(server.Config{Engine: eng})}
 	assistants.Register(n.srv)
@@ -501,4 +501,81 @@ func TestLostOwnerIsNotReclaimed(t *testing.T) {
 	owner, err := b.srv.Owner(context.Background(), "owned")
 	require.NoError(t, err)
 	require.Empty(t, owner, "nobody claimed it")
+}
+
+// TestWebSocketReconnectOnAnotherNode: a WebSocket client of node A reads
+// part of a run, drops, and sends subscription.reconnect to node B with
+// its subscription id: B restores it (its filter kept in Redis), and the
+// client gets the rest of the run, every event once, in order.
+func TestWebSocketReconnectOnAnotherNode(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startClusterNode(t, rs.URL())
+	b := startClusterNode(t, rs.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dial := func(n *clusterNode) *websocket.Conn {
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(n.ts.URL, "http")+"/threads/re/stream", nil)
+		require.NoError(t, err)
+		return ws
+	}
+	type msg struct {
+		Type, Method string
+		ID           uint64
+		Seq          uint64
+		EventID      string `json:"event_id"`
+		Result       struct {
+			SubscriptionID string `json:"subscription_id"`
+			Restored       bool
+		}
+	}
+	read := func(ws *websocket.Conn) (msg, string) {
+		_, b, err := ws.Read(ctx)
+		require.NoError(t, err)
+		var m msg
+		require.NoError(t, json.Unmarshal(b, &m))
+		return m, string(b)
+	}
+	wa := dial(a)
+	require.NoError(t, wa.Write(ctx, websocket.MessageText, []byte(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle", "custom"]}}`)))
+	var subID string
+	for subID == "" {
+		if m, _ := read(wa); m.Type == "success" && m.ID == 1 {
+			subID = m.Result.SubscriptionID
+		}
+	}
+	status, body := command(t, a, "re", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 200, "rate": 400}}}`)
+	require.Equal(t, 200, status, body)
+	var seqs []uint64
+	var lastID string
+	for len(seqs) < 50 {
+		if m, _ := read(wa); m.Type == "event" && m.Seq > 0 {
+			seqs, lastID = append(seqs, m.Seq), m.EventID
+		}
+	}
+	wa.Close(websocket.StatusGoingAway, "dropped")
+	require.Eventually(t, func() bool { return a.srv.Subscriptions() == 0 }, 5*time.Second, 10*time.Millisecond, "A sees the drop")
+
+	wb := dial(b)
+	require.NoError(t, wb.Write(ctx, websocket.MessageText, []byte(`{"id": 2, "method": "subscription.reconnect", "params": {"run_id": "r", "last_event_id": "`+lastID+`", "subscriptions": ["`+subID+`"]}}`)))
+	restored := false
+	for {
+		m, raw := read(wb)
+		if m.Type == "success" && m.ID == 2 {
+			restored = m.Result.Restored
+			require.True(t, restored, "B restores A's subscription: %s", raw)
+			continue
+		}
+		require.NotEqual(t, "error", m.Type, raw)
+		if m.Type == "event" && m.Seq > 0 {
+			seqs = append(seqs, m.Seq)
+		}
+		if rootDone(m.Method, raw) {
+			break
+		}
+	}
+	for i, s := range seqs {
+		require.Equal(t, uint64(i+1), s, "every event once, in order, across the two nodes")
+	}
+	require.GreaterOrEqual(t, len(seqs), 202)
+	wb.Close(websocket.StatusNormalClosure, "")
 }

@@ -66,22 +66,23 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 // parts are what an engine made by New runs for its server.
 type parts struct {
-	once    sync.Once
-	closed  sync.Once
-	errs    *errorLimiter // OnError's limiter (nil: no OnError)
-	stop    chan struct{} // closed by Close: ends the summaries' loop
-	done    chan struct{} // closed when that loop has ended
-	log     *Log
-	state   *State
-	live    *Live
-	cluster *Cluster
-	health  *Health
+	once     sync.Once
+	closed   sync.Once
+	errs     *errorLimiter // OnError's limiter (nil: no OnError)
+	stop     chan struct{} // closed by Close: ends the summaries' loop
+	done     chan struct{} // closed when that loop has ended
+	log      *Log
+	state    *State
+	live     *Live
+	cluster  *Cluster
+	detached *Detached
+	health   *Health
 }
 
 var _ server.Engine = (*Engine)(nil)
 
-// Stores implements server.Engine: the Log, State, Live (the Watcher)
-// and Cluster of opts, made on the first call.
+// Stores implements server.Engine: the Log, State, Live (the Watcher),
+// Cluster and Detached of opts, made on the first call.
 func (e *Engine) Stores() server.EngineStores {
 	e.parts.once.Do(func() {
 		o := e.opts
@@ -105,8 +106,10 @@ func (e *Engine) Stores() server.EngineStores {
 			co.OnError = o.OnError
 		}
 		p.cluster = e.Cluster(co)
+		p.detached = e.Detached()
+		p.detached.state.OnError = o.OnError
 	})
-	return server.EngineStores{Log: e.parts.log, State: e.parts.state, Watcher: e.parts.live, Cluster: e.parts.cluster}
+	return server.EngineStores{Log: e.parts.log, State: e.parts.state, Watcher: e.parts.live, Cluster: e.parts.cluster, Detached: e.parts.detached}
 }
 
 // Start implements server.Engine: it follows the other nodes' events,

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"strings"
+	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/redis/rueidis"
@@ -22,12 +23,21 @@ import (
 // subscription made is followed by a catch-up (server.CatchUp).
 //
 // When the connection is lost Live reconnects, with a backoff, and
-// subscribes again to every thread it holds.
+// subscribes again to every thread it holds. And every CatchUpEvery it
+// reads the streams of the threads whose run, on another node, has not
+// ended (server.RemoteRuns): a run's last events, lost in a pub/sub
+// outage, have no next event to bring them.
 type Live struct {
-	e   *Engine
-	sub *subscriber
-	srv server.EngineHost
+	e    *Engine
+	sub  *subscriber
+	srv  server.EngineHost
+	stop chan struct{}
+	done chan struct{}
 }
+
+// CatchUpEvery is how often Live reads the streams of the followed threads
+// whose remote run has not ended.
+const CatchUpEvery = time.Second
 
 var _ server.Watcher = (*Live)(nil)
 
@@ -35,7 +45,7 @@ var _ server.Watcher = (*Live)(nil)
 // the server's EngineHost and closed after the server (the engine New
 // makes does both). onErr, when set, hears of connection losses.
 func (e *Engine) Live(onErr func(error)) *Live {
-	l := &Live{e: e}
+	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{})}
 	l.sub = newSubscriber(e, l.message, onErr)
 	l.sub.onSubscribed = func(chans []string) {
 		for _, ch := range chans {
@@ -51,10 +61,44 @@ func (e *Engine) Live(onErr func(error)) *Live {
 func (l *Live) Start(srv server.EngineHost) {
 	l.srv = srv
 	l.sub.start()
+	go l.sweep()
 }
 
 // Close stops following.
-func (l *Live) Close() { l.sub.close() }
+func (l *Live) Close() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+		if l.srv != nil {
+			<-l.done
+		}
+	}
+	l.sub.close()
+}
+
+// sweep catches up, every CatchUpEvery, the threads whose remote run has
+// not ended.
+func (l *Live) sweep() {
+	defer close(l.done)
+	tick := time.NewTicker(CatchUpEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+		for _, th := range l.srv.RemoteRuns() {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			_ = l.srv.CatchUp(th) // what cannot be read now, the next sweep reads
+		}
+	}
+}
 
 func (l *Live) channel(thread string) string { return l.e.key(thread, "live") }
 

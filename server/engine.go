@@ -42,6 +42,9 @@ type EngineStores struct {
 	Watcher Watcher
 	// Cluster shares runs with the other nodes.
 	Cluster Cluster
+	// Detached keeps dropped sessions' subscriptions where every node
+	// finds them (subscription.reconnect on any node).
+	Detached DetachedStore
 }
 
 // EngineHost is how an engine reaches the server it was started for

@@ -168,6 +168,9 @@ type Server struct {
 	cfg     Config
 	watcher Watcher // the engine's (nil: none)
 	cluster Cluster // the engine's (nil: one node)
+	// detachedStore is the engine's (nil: dropped sessions' subscriptions
+	// are restorable on this node only, from detached).
+	detachedStore DetachedStore
 	// writeThrough: the log is a WriteThroughLog; events reach
 	// subscribers when its store holds them (Server.written).
 	writeThrough bool
@@ -233,13 +236,14 @@ func New(cfg Config) *Server {
 		}
 	}
 	s := &Server{
-		cfg:        cfg.withDefaults(),
-		watcher:    stores.Watcher,
-		cluster:    stores.Cluster,
-		threads:    map[string]*thread{},
-		assistants: map[string]Assistant{},
-		detached:   map[string]*detachedSub{},
-		stop:       make(chan struct{}),
+		cfg:           cfg.withDefaults(),
+		watcher:       stores.Watcher,
+		cluster:       stores.Cluster,
+		detachedStore: stores.Detached,
+		threads:       map[string]*thread{},
+		assistants:    map[string]Assistant{},
+		detached:      map[string]*detachedSub{},
+		stop:          make(chan struct{}),
 	}
 	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
 		s.writeThrough = true

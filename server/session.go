@@ -614,6 +614,13 @@ func (ss *Session) Detach() {
 		ss.srv.detachedHW.Grew(len(ss.srv.detached))
 	}
 	ss.srv.mu.Unlock()
+	if st := ss.srv.detachedStore; st != nil {
+		// Where other nodes find them too; a store that cannot keep
+		// them leaves them restorable here only.
+		for id, sub := range subs {
+			_ = st.Keep(context.Background(), id, DetachedSubscription{Thread: ss.threadID, Filter: sub.filter, Last: last}, ss.srv.cfg.ReconnectGrace)
+		}
+	}
 }
 
 // Do carries out a command in this session: the subscription commands
@@ -644,7 +651,7 @@ func (ss *Session) do(ctx context.Context, cmd *protocol.ClientCommand) (*protoc
 		return success(c.ID, ss.srv.LastSeq(ss.threadID), nil), nil
 	case *protocol.ClientCommandSubscriptionReconnect:
 		ss.srv.metrics.commands.Add(1)
-		return ss.reconnect(c)
+		return ss.reconnect(ctx, c)
 	}
 	return ss.srv.do(ctx, ss.threadID, cmd)
 }
@@ -652,7 +659,7 @@ func (ss *Session) do(ctx context.Context, cmd *protocol.ClientCommand) (*protoc
 // reconnect restores subscriptions of a dropped session by id and replays
 // what they missed: after last_event_id when given, else after the last
 // event the dropped session had read.
-func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+func (ss *Session) reconnect(ctx context.Context, c *protocol.ClientCommandSubscriptionReconnect) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	p := c.Params
 	var cursor *Cursor
 	if p.LastEventID != nil {
@@ -666,10 +673,12 @@ func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*p
 	ss.srv.mu.Lock()
 	var found []string
 	var restore []*detachedSub
+	var elsewhere []string // not dropped here: maybe on another node
 	now := ss.srv.cfg.Now()
 	for _, id := range p.Subscriptions {
 		d := ss.srv.detached[id]
 		if d == nil || d.thread != ss.threadID || now.After(d.expires) {
+			elsewhere = append(elsewhere, id)
 			continue
 		}
 		delete(ss.srv.detached, id)
@@ -677,6 +686,21 @@ func (ss *Session) reconnect(c *protocol.ClientCommandSubscriptionReconnect) (*p
 		restore = append(restore, d)
 	}
 	ss.srv.mu.Unlock()
+	if st := ss.srv.detachedStore; st != nil {
+		for _, id := range found {
+			_, _, _ = st.Take(ctx, ss.threadID, id) // restored here: not again elsewhere
+		}
+		for _, id := range elsewhere {
+			d, ok, err := st.Take(ctx, ss.threadID, id)
+			if err != nil {
+				return nil, errorResponse(c.ID, protocol.ErrorCodeUnavailable, "reading the dropped subscriptions: %v", err)
+			}
+			if ok && d.Thread == ss.threadID {
+				found = append(found, id)
+				restore = append(restore, &detachedSub{thread: d.Thread, filter: d.Filter, last: d.Last})
+			}
+		}
+	}
 	missed := 0
 	for i, d := range restore {
 		from := d.last

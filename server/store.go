@@ -122,6 +122,26 @@ type WriteThroughLog interface {
 	OnWritten(fn func(thread string, events []*Event, err error))
 }
 
+// DetachedStore keeps the subscriptions of dropped sessions for a while
+// beyond the node that served them (an engine's EngineStores.Detached), so
+// that subscription.reconnect restores them on any node. Its methods take
+// the context of the command they serve and return the store's error.
+type DetachedStore interface {
+	// Keep records a dropped session's subscription id for ttl.
+	Keep(ctx context.Context, id string, d DetachedSubscription, ttl time.Duration) error
+	// Take returns the subscription id of thread and forgets it; ok is
+	// false when there is none (never kept, expired, or taken).
+	Take(ctx context.Context, thread, id string) (d DetachedSubscription, ok bool, err error)
+}
+
+// DetachedSubscription is a dropped session's subscription: its thread,
+// its filter, and the last event the session read.
+type DetachedSubscription struct {
+	Thread string
+	Filter channels.Filter
+	Last   Cursor
+}
+
 // Watcher follows threads for a node of a cluster (an engine's, see
 // EngineStores).
 // Watch and Unwatch must not block on the network for long: the server
