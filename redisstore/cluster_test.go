@@ -42,7 +42,7 @@ func startClusterNode(t *testing.T, url string) *clusterNode {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	eng, err := redisstore.New(ctx, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}, OnError: func(err error) { t.Logf("redis: %v", err) }})
+	eng, err := redisstore.New(ctx, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
 	require.NoError(t, err)
 	n := &clusterNode{eng: eng, srv: server.New(server.Config{Engine: eng})}
 	assistants.Register(n.srv)
