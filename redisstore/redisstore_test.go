@@ -667,3 +667,35 @@ func TestShortTTLNeverExpiresALiveStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, ttl, "the stream has a TTL")
 }
+
+// TestHoleInTheStreamIsAnnounced: events missing inside a stream (a Redis
+// restored from its append-only file without its last writes, while the
+// writer went on) are announced to a replay with events.missed, never
+// passed off as continuity.
+func TestHoleInTheStreamIsAnnounced(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{})
+	runToEnd(t, a.srv, "holed", "firehose", map[string]any{"count": 10.0})
+	require.Eventually(t, func() bool { return a.log.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	for _, id := range []string{"6-0", "7-0", "8-0"} {
+		require.NoError(t, rawRedis(rs.Addr, "XDEL", "agentstream:{holed}:events", id))
+	}
+	b := startNode(t, e, redisstore.LogOptions{}) // reads the stream from Redis
+	sub, _, err := b.srv.Subscribe("holed", channels.All, &server.Cursor{Seq: 4})
+	require.NoError(t, err)
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got []string
+	for len(got) < 5 {
+		ev, err := sub.Next(ctx)
+		require.NoError(t, err)
+		if ev.Seq > 0 {
+			got = append(got, fmt.Sprint(ev.Seq))
+		} else if m, ok := ev.Payload.(*protocol.ServerEventEventsMissed); ok {
+			got = append(got, fmt.Sprintf("missed %d-%d", m.Params.Data.Since, m.Params.Data.FirstAvailableSeq))
+		}
+	}
+	require.Equal(t, []string{"5", "missed 5-9", "9", "10", "11"}, got)
+}

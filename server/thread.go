@@ -220,7 +220,28 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 	if after >= t.acked {
 		return out, after, 0, nil // nothing to replay
 	}
+	// prev is the event the next one replayed must follow: the cursor's
+	// (a gap before the oldest event kept has its notice above), or, for
+	// a replay from the start, the first one replayed.
+	prev, fromStart := max(after, oldest-min(oldest, 1)), cursor == nil || reset
+	var gapErr error
 	err = t.srv.cfg.Log.After(ctx, t.id, after, func(e *Event) bool {
+		if fromStart {
+			prev, fromStart = e.Seq-1, false
+		}
+		if e.Seq > prev+1 {
+			// A hole inside the stream (a Redis restored from its
+			// append-only file without its last writes, under a writer
+			// that went on): announced, never passed off as continuity.
+			data := protocol.EventsMissedData{Since: prev, FirstAvailableSeq: e.Seq, Missed: e.Seq - prev - 1, Epoch: &t.epoch}
+			notice, err := buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, now)
+			if err != nil {
+				gapErr = err
+				return false
+			}
+			out = append(out, queued{e: notice, key: (e.Seq-1)<<1 | 1})
+		}
+		prev = e.Seq
 		if e.Seq > t.acked {
 			// A durable log shared with other nodes may hold events this
 			// node has not ingested yet, and a write-through log events
@@ -235,6 +256,9 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		}
 		return true
 	})
+	if err == nil {
+		err = gapErr
+	}
 	if err != nil {
 		// A gap the client could not see: the subscription fails instead.
 		return nil, 0, 0, storeError(err)
