@@ -367,9 +367,16 @@ func TestLostLeaseStopsTheRun(t *testing.T) {
 
 // rawRedis sends one command over a plain connection.
 func rawRedis(addr string, args ...string) error {
+	_, err := rawRedisLine(addr, args...)
+	return err
+}
+
+// rawRedisLine sends one command over a plain connection and returns the
+// first line of the reply.
+func rawRedisLine(addr string, args ...string) (string, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.Close()
 	var b strings.Builder
@@ -378,16 +385,17 @@ func rawRedis(addr string, args ...string) error {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := c.Write([]byte(b.String())); err != nil {
-		return err
+		return "", err
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
+	line = strings.TrimSpace(line)
 	if strings.HasPrefix(line, "-") {
-		return fmt.Errorf("redis: %s", strings.TrimSpace(line))
+		return "", fmt.Errorf("redis: %s", line)
 	}
-	return nil
+	return line, nil
 }
 
 // cluster is the node's run sharing.
@@ -553,7 +561,10 @@ func TestWebSocketReconnectOnAnotherNode(t *testing.T) {
 		}
 	}
 	wa.Close(websocket.StatusGoingAway, "dropped")
-	require.Eventually(t, func() bool { return a.srv.Subscriptions() == 0 }, 5*time.Second, 10*time.Millisecond, "A sees the drop")
+	require.Eventually(t, func() bool {
+		line, err := rawRedisLine(rs.Addr, "EXISTS", "agentstream:{re}:sub:"+subID)
+		return err == nil && line == ":1"
+	}, 5*time.Second, 10*time.Millisecond, "A sees the drop and keeps the subscription in Redis")
 
 	wb := dial(b)
 	require.NoError(t, wb.Write(ctx, websocket.MessageText, []byte(`{"id": 2, "method": "subscription.reconnect", "params": {"run_id": "r", "last_event_id": "`+lastID+`", "subscriptions": ["`+subID+`"]}}`)))
