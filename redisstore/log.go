@@ -90,7 +90,7 @@ type Log struct {
 	stop    chan struct{}
 	writers sync.WaitGroup
 	// onWritten hears of the events Redis holds, or refused (OnWritten).
-	onWritten atomic.Pointer[func(thread string, events []*server.Event, err error)]
+	onWritten atomic.Pointer[func(thread string, events []*server.Event, err error, wait bool) bool]
 	dropped   atomic.Uint64
 	refused   atomic.Uint64
 	retries   atomic.Uint64
@@ -257,10 +257,10 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	return l
 }
 
-// OnWritten implements server.WriteThroughLog: fn hears, from one
-// goroutine per writer, of each thread's events once Redis holds them, in
-// order, or of those Redis refused.
-func (l *Log) OnWritten(fn func(thread string, events []*server.Event, err error)) {
+// OnWritten implements server.WriteThroughLog: fn hears of each thread's
+// events once Redis holds them, in order, or of those Redis refused: from
+// the writer when the thread is free, else from the writer's deliverer.
+func (l *Log) OnWritten(fn func(thread string, events []*server.Event, err error, wait bool) bool) {
 	l.onWritten.Store(&fn)
 }
 
@@ -641,11 +641,12 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		l.refused.Add(uint64(countOf(gone)))
 	}
 	l.settle(q, settled)
+	fn := l.onWritten.Load()
 	for _, th := range order {
-		q.done.push(th, took[th], nil)
+		q.done.hand(fn, th, took[th], nil)
 	}
 	for th, evs := range gone {
-		q.done.push(th, evs, ErrSuperseded)
+		q.done.hand(fn, th, evs, ErrSuperseded)
 	}
 	return retry
 }
@@ -721,8 +722,26 @@ func isTransient(err error) bool {
 type delivery struct {
 	mu     sync.Mutex
 	items  []written
+	busy   bool // the deliverer holds items it has not delivered yet
 	wake   chan struct{}
 	closed bool
+}
+
+// hand delivers what Redis took through fn at once, from the writer, when
+// nothing of the writer's waits for the deliverer and the thread is free;
+// else it pushes it to the deliverer (a thread's order is kept either
+// way).
+func (d *delivery) hand(fn *func(string, []*server.Event, error, bool) bool, thread string, events []*server.Event, err error) {
+	if fn == nil {
+		return
+	}
+	d.mu.Lock()
+	if len(d.items) == 0 && !d.busy && (*fn)(thread, events, err, false) {
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	d.push(thread, events, err)
 }
 
 type written struct {
@@ -762,12 +781,16 @@ func (l *Log) deliverer(q *writeQueue) {
 		d.mu.Lock()
 		items, closed := d.items, d.closed
 		d.items = nil
+		d.busy = len(items) > 0
 		d.mu.Unlock()
 		if fn := l.onWritten.Load(); fn != nil {
 			for _, w := range items {
-				(*fn)(w.thread, w.events, w.err)
+				(*fn)(w.thread, w.events, w.err, true)
 			}
 		}
+		d.mu.Lock()
+		d.busy = false
+		d.mu.Unlock()
 		if closed {
 			d.mu.Lock()
 			rest := len(d.items)

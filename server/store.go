@@ -114,12 +114,15 @@ type DurableLog interface {
 // nothing a client holds.
 type WriteThroughLog interface {
 	DurableLog
-	// OnWritten sets what the log calls, from a goroutine of its own and
-	// in sequence order for each thread, with a thread's events once the
-	// store holds them; err set says the store refused them because
-	// another writer holds those sequence numbers (the thread was taken
-	// over): events is then what will never be delivered.
-	OnWritten(fn func(thread string, events []*Event, err error))
+	// OnWritten sets what the log calls, in sequence order for each
+	// thread, with a thread's events once the store holds them; err set
+	// says the store refused them because another writer holds those
+	// sequence numbers (the thread was taken over): events is then what
+	// will never be delivered. With wait false (the log's writer, which a
+	// publisher may be waiting on) fn must not block: it does nothing and
+	// returns false when the thread is busy, and the log calls it again,
+	// with wait true, from a goroutine that may block.
+	OnWritten(fn func(thread string, events []*Event, err error, wait bool) (done bool))
 }
 
 // DetachedStore keeps the subscriptions of dropped sessions for a while

@@ -87,27 +87,34 @@ func (t *thread) publish(d eventData) (*Event, error) {
 // written delivers what a WriteThroughLog's store now holds (its
 // OnWritten), or, when the store refused the events because another
 // writer holds their sequence numbers, stops this node's writing of the
-// thread (fence): nobody saw them, and nobody will.
-func (s *Server) written(threadID string, events []*Event, err error) {
+// thread (fence): nobody saw them, and nobody will. Without wait it does
+// nothing, and reports false, when the thread's lock is taken.
+func (s *Server) written(threadID string, events []*Event, err error, wait bool) bool {
 	t, _ := s.thread(threadID, false)
 	if t == nil {
-		return
+		return true
+	}
+	switch {
+	case wait:
+		t.mu.Lock()
+	case err != nil:
+		return false // fencing takes the lock again: not from the writer
+	case !t.mu.TryLock():
+		return false
 	}
 	if err != nil {
 		// What this node published after its last delivered event is
 		// not in the stream: its sequence goes back there, and the root's
 		// status is read from the stream when the node writes it again.
-		t.mu.Lock()
 		t.seq = t.acked
 		delete(t.tree, channels.Namespace(nil).Key())
 		t.mu.Unlock()
 		s.fence(threadID)
-		return
+		return true
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.evicted {
-		return
+		return true
 	}
 	for _, e := range events {
 		if e.Seq <= t.acked || e.Epoch() != t.epoch {
@@ -116,6 +123,7 @@ func (s *Server) written(threadID string, events []*Event, err error) {
 		t.acked = e.Seq
 		t.deliver(e)
 	}
+	return true
 }
 
 // sessionList is the sessions with subscriptions here, for ending them
