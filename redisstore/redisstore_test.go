@@ -699,3 +699,39 @@ func TestHoleInTheStreamIsAnnounced(t *testing.T) {
 	}
 	require.Equal(t, []string{"5", "missed 5-9", "9", "10", "11"}, got)
 }
+
+// TestIngestAnnouncesWhatTheStreamLost: a node that receives another
+// node's event after a hole it cannot fill from the stream (a Redis
+// restarted without those events) tells its live subscribers with
+// events.missed before delivering it.
+func TestIngestAnnouncesWhatTheStreamLost(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	a := startNode(t, e, redisstore.LogOptions{})
+	runToEnd(t, a.srv, "source", "firehose", map[string]any{"count": 10.0})
+	require.Eventually(t, func() bool { return a.log.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	var evs []*server.Event
+	require.NoError(t, a.log.Stored(context.Background(), "source", 0, func(ev *server.Event) bool { evs = append(evs, ev); return true }))
+	require.Len(t, evs, 13)
+
+	b := startNode(t, e, redisstore.LogOptions{})
+	sub, _, err := b.srv.Subscribe("copy", channels.All, nil) // a stream Redis has nothing of
+	require.NoError(t, err)
+	defer sub.Close()
+	b.host.Ingest("copy", evs[0])
+	b.host.Ingest("copy", evs[4]) // 2 to 4 are nowhere
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got []string
+	for len(got) < 3 {
+		ev, err := sub.Next(ctx)
+		require.NoError(t, err)
+		if ev.Seq > 0 {
+			got = append(got, fmt.Sprint(ev.Seq))
+		} else if m, ok := ev.Payload.(*protocol.ServerEventEventsMissed); ok {
+			got = append(got, fmt.Sprintf("missed %d: %d-%d", m.Params.Data.Missed, m.Params.Data.Since, m.Params.Data.FirstAvailableSeq))
+		}
+	}
+	require.Equal(t, []string{"1", "missed 3: 1-5", "5"}, got)
+	require.Equal(t, uint64(1), b.srv.Metrics().StreamGaps)
+}

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+
+	"github.com/agentstream/agentstream/protocol"
 )
 
 // ingest delivers an event another node published on thread threadID to
@@ -49,6 +51,12 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	if e.Seq <= t.seq {
 		return
 	}
+	if t.acked > 0 && e.Seq > t.acked+1 {
+		// Events before it are neither here nor in the stream (a Redis
+		// restarted without them): the subscribers are told, not left to
+		// take the jump for continuity.
+		t.announceGap(t.acked, e.Seq)
+	}
 	if d != nil {
 		d.Cache(t.id, e)
 	}
@@ -92,4 +100,26 @@ func (s *Server) catchUp(threadID string) error {
 		err = fmt.Errorf("server: thread %s: the log's head is %d, read up to %d", threadID, head, t.seq)
 	}
 	return err
+}
+
+// announceGap tells every session of the thread that the events after
+// prev and before next will never reach them (events.missed). The caller
+// holds t.mu.
+func (t *thread) announceGap(prev, next uint64) {
+	data := protocol.EventsMissedData{Since: prev, FirstAvailableSeq: next, Missed: next - prev - 1, Epoch: &t.epoch}
+	notice, err := buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, uint64(t.srv.cfg.Now().UnixMilli()))
+	if err != nil {
+		return
+	}
+	t.srv.metrics.gaps.Add(1)
+	for ss := range t.sessions {
+		if ss.enqueueNotice(notice, next) {
+			t.cutoff = append(t.cutoff, ss)
+		}
+	}
+	for i, ss := range t.cutoff {
+		t.cutOff(ss)
+		t.cutoff[i] = nil
+	}
+	t.cutoff = t.cutoff[:0]
 }

@@ -197,6 +197,7 @@ type counters struct {
 	refused       refusals
 	published     atomic.Uint64
 	slowConsumers atomic.Uint64
+	gaps          atomic.Uint64
 	replays       atomic.Uint64
 	commands      atomic.Uint64
 	denied        atomic.Uint64
@@ -206,8 +207,11 @@ type counters struct {
 type MetricsSnapshot struct {
 	EventsPublished uint64 // events appended to thread streams
 	SlowConsumers   uint64 // subscriptions ended because they fell behind
-	Replays         uint64 // subscriptions that started with a replay
-	Commands        uint64 // commands dispatched
+	// StreamGaps counts the holes in a thread's stream announced to live
+	// subscribers (events another node published that the store lost).
+	StreamGaps uint64
+	Replays    uint64 // subscriptions that started with a replay
+	Commands   uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
 	Denied uint64
 	// Refused counts, per limit, what the server refused because of it.
@@ -264,6 +268,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 	m := MetricsSnapshot{
 		EventsPublished: s.metrics.published.Load(),
 		SlowConsumers:   s.metrics.slowConsumers.Load(),
+		StreamGaps:      s.metrics.gaps.Load(),
 		Replays:         s.metrics.replays.Load(),
 		Commands:        s.metrics.commands.Load(),
 		Denied:          s.metrics.denied.Load(),

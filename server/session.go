@@ -366,6 +366,30 @@ func (ss *Session) enqueue(e *Event) (cutOff bool) {
 	return false
 }
 
+// enqueueNotice queues a notice (an event without a sequence number) that
+// goes before event next; it reports whether the session overflowed.
+func (ss *Session) enqueueNotice(e *Event, next uint64) (cutOff bool) {
+	ss.mu.Lock()
+	if ss.closed || next <= ss.lastQueued {
+		ss.mu.Unlock()
+		return false
+	}
+	if ss.qbytes+e.Size() > ss.srv.cfg.QueueBytes && ss.unread() > 0 {
+		ss.closed = true
+		ss.err = &SlowConsumerError{LastSeq: ss.lastQueued, QueueSize: ss.srv.cfg.QueueBytes}
+		n := ss.notify.Ready
+		ss.mu.Unlock()
+		ss.signal(n)
+		return true
+	}
+	ss.q = append(ss.q, queued{e: e, key: (next-1)<<1 | 1})
+	ss.qbytes += e.Size()
+	n := ss.notify.Ready
+	ss.mu.Unlock()
+	ss.signal(n)
+	return false
+}
+
 func (ss *Session) unread() int { return len(ss.q) - ss.qhead }
 
 // merge adds a subscription's replay from cursor after (in key order) to
