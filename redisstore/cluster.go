@@ -430,7 +430,7 @@ func (c *Cluster) reap() {
 			}
 			th := part[j]
 			if h, err := c.Acquire(th); err == nil && h == c.opts.Node {
-				if c.srv.FailLostRun(th) {
+				if c.srv.FailLostRun(th, c.keyTTL()) {
 					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", th))
 				}
 				if !c.srv.RunActive(th) {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -71,7 +72,7 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		// A run of the previous holder that never ended on the stream (its
 		// node died, or was fenced before it could say so) ends now, before
 		// the next starts: every client sees it end.
-		s.failLostRun(threadID, false)
+		s.failLostRun(threadID, false, 0)
 	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
 		if isForwarded(ctx) {
 			return nil, nil, false
@@ -142,8 +143,9 @@ func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
 // whether there was such a run: one whose end is in the stream (read
 // first) is left alone. A thread this node has no root lifecycle of is
 // read from the log's tail; assumeOpen says what to take when the tail
-// holds none (the reaper knows a node held the thread for a run).
-func (s *Server) failLostRun(threadID string, assumeOpen bool) bool {
+// holds none (the reaper knows a node held the thread for a run). A run
+// this node received an event of within quiet is left alone.
+func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Duration) bool {
 	t, err := s.thread(threadID, true)
 	if err != nil {
 		return false
@@ -156,6 +158,11 @@ func (s *Server) failLostRun(threadID string, assumeOpen bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.run != nil || len(t.queued) > 0 || t.evicted {
+		return false
+	}
+	if quiet > 0 && s.cfg.Now().Sub(t.remoteSeen) < quiet {
+		// This node received one of the run's events lately: its node
+		// is alive, only late in renewing its lease (a loaded machine).
 		return false
 	}
 	root := t.tree[channels.Namespace(nil).Key()]

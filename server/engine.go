@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/agentstream/agentstream/protocol"
 )
@@ -75,9 +76,11 @@ type EngineHost interface {
 	// another node, has started and not ended.
 	RemoteRuns() []string
 	// FailLostRun ends, for every node's clients, the run of a node that
-	// died, unless the stream shows it ended; the caller holds the
-	// thread's lease (the dead node's expired). It reports whether it did.
-	FailLostRun(thread string) bool
+	// died, unless the stream shows it ended or this node received one of
+	// its events within quiet (its node is alive, late to renew); the
+	// caller holds the thread's lease (the dead node's expired). It
+	// reports whether it did.
+	FailLostRun(thread string, quiet time.Duration) bool
 	// Fence stops this node's run of the thread: its lease was lost.
 	Fence(thread string)
 	// SetUnavailable says the engine's store cannot be reached (err) or
@@ -101,7 +104,9 @@ func (h host) RunState(thread string) (string, []PendingInterrupt) {
 	return h.s.runState(thread)
 }
 
-func (h host) FailLostRun(thread string) bool { return h.s.failLostRun(thread, true) }
+func (h host) FailLostRun(thread string, quiet time.Duration) bool {
+	return h.s.failLostRun(thread, true, quiet)
+}
 
 func (h host) DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
 	return result(h.s.do(forwarded(ctx), thread, cmd))

@@ -62,6 +62,7 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	}
 	t.seq, t.acked = e.Seq, e.Seq
 	t.lastActive = t.srv.cfg.Now()
+	t.remoteSeen = t.lastActive
 	t.noteRemote(e)
 	t.deliver(e)
 }

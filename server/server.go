@@ -250,7 +250,7 @@ func New(cfg Config) *Server {
 		stop:          make(chan struct{}),
 	}
 	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
-		s.writeThrough = true
+		s.writeThrough = wt.WritesThrough()
 		wt.OnWritten(s.written)
 	}
 	s.janitor.Add(1)

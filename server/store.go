@@ -123,6 +123,10 @@ type WriteThroughLog interface {
 	// returns false when the thread is busy, and the log calls it again,
 	// with wait true, from a goroutine that may block.
 	OnWritten(fn func(thread string, events []*Event, err error, wait bool) (done bool))
+	// WritesThrough reports whether the log delivers through OnWritten
+	// (a log that can be configured either way); when false the server
+	// delivers at publish, and OnWritten hears only of refusals.
+	WritesThrough() bool
 }
 
 // DetachedStore keeps the subscriptions of dropped sessions for a while

@@ -37,8 +37,9 @@ type thread struct {
 	tree     map[string]*treeNode // namespace key -> lifecycle status
 	answered map[string]bool      // interrupt ids already answered
 
-	remoteRun bool // another node runs a run of this thread (Ingest says so)
-	fenced    bool // this node lost the thread's run lease: it publishes nothing (Fence)
+	remoteRun  bool      // another node runs a run of this thread (Ingest says so)
+	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
+	remoteSeen time.Time // when this node last received an event of the thread from another node
 }
 
 func newThread(s *Server, id string, h streamHead) *thread {

@@ -713,9 +713,9 @@ func tryRunFrames(ctx context.Context, base, thread string) []sseFrame {
 // last cursor continues right after it, up to the run's failure.
 func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
 	rs := redistest.Start(t)
-	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "victim")
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "victim", "--redis-write-through")
 	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "survivor")
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "survivor", "--redis-write-through")
 	survivor := "http://" + addr
 
 	sctx, scancel := context.WithCancel(context.Background())
