@@ -23,8 +23,9 @@ const DefaultLeaseTTL = 10 * time.Second
 type ClusterOptions struct {
 	// Node names this node (random when empty).
 	Node string
-	// LeaseTTL is how long a run lease lasts unrenewed (DefaultLeaseTTL);
-	// leases are renewed every third of it.
+	// LeaseTTL bounds how long a dead node's run lease lasts
+	// (DefaultLeaseTTL): its key lives LeaseTTL less a reap interval,
+	// renewed every third of that.
 	LeaseTTL time.Duration
 	// ForwardTimeout bounds a command forwarded to another node (5s).
 	ForwardTimeout time.Duration
@@ -70,7 +71,6 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	held    map[string]time.Time // threads whose lease this node holds, and when it took it
-	renewed map[string]time.Time // when each held lease was last taken or renewed
 	waiting map[string]chan []byte
 	// failedAt is when a Redis command of the cluster last failed to
 	// reach Redis: the reaper waits a LeaseTTL after it.
@@ -97,7 +97,7 @@ func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 	if opts.ForwardTimeout <= 0 {
 		opts.ForwardTimeout = 5 * time.Second
 	}
-	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, renewed: map[string]time.Time{}, waiting: map[string]chan []byte{},
+	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, waiting: map[string]chan []byte{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.sub = newSubscriber(e, c.message, opts.OnError)
 	c.sub.change(c.cmdChannel(opts.Node), true)
@@ -255,7 +255,6 @@ func (c *Cluster) Acquire(thread string) (string, error) {
 		if _, ok := c.held[thread]; !ok {
 			c.held[thread] = time.Now()
 		}
-		c.renewed[thread] = time.Now()
 		c.mu.Unlock()
 	}
 	return holder, nil
@@ -324,7 +323,6 @@ func (c *Cluster) renew() {
 	c.mu.Lock()
 	for _, th := range drop {
 		delete(c.held, th)
-		delete(c.renewed, th)
 	}
 	c.mu.Unlock()
 	for i := 0; i < len(keep); i += 1000 {
@@ -334,17 +332,11 @@ func (c *Cluster) renew() {
 			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, c.ttlArg(), th}}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.keyTTL()/3)
-		now := time.Now()
 		for j, r := range renewScript.ExecMulti(ctx, c.e.c, stmts...) {
 			th := part[j]
 			n, err := r.AsInt64()
 			c.unreachable(err)
 			c.fail(err)
-			if err == nil && n == 1 {
-				c.mu.Lock()
-				c.renewed[th] = now
-				c.mu.Unlock()
-			}
 			// Lost to another node, which may be running the thread now:
 			// this node's run stops. A lease that could not be renewed
 			// because Redis is away is kept: nobody can take it while
@@ -354,7 +346,6 @@ func (c *Cluster) renew() {
 				c.fail(fmt.Errorf("the run lease of thread %s is another node's now: its run here is stopped", th))
 				c.mu.Lock()
 				delete(c.held, th)
-				delete(c.renewed, th)
 				c.mu.Unlock()
 				c.srv.Fence(th)
 			}
@@ -438,7 +429,6 @@ func (c *Cluster) reap() {
 					// that the thread's next run starts where it is asked.
 					c.mu.Lock()
 					delete(c.held, th)
-					delete(c.renewed, th)
 					c.mu.Unlock()
 					c.release(th)
 				}

@@ -502,6 +502,19 @@ func (l *Log) settle(q *writeQueue, batch []entry) {
 	q.mu.Unlock()
 }
 
+// fate is what an entry of a batch came to: taken, to be sent again,
+// refused, or to be checked (Redis says its id is taken: by this very
+// event, sent before, or by another writer's). A thread's later entries
+// share the worst fate of its earlier ones (the order is kept).
+type fate int
+
+const (
+	taken fate = iota
+	again
+	refused
+	check
+)
+
 // send writes batch in one pipelined round trip, with the SPUBLISH of
 // what the previous one wrote, and hands what Redis took (or refused) to
 // the deliverer. It returns what is to be sent again: for each thread, its
@@ -559,45 +572,36 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		l.fail(res[i].Error())
 	}
 	l.batches.Add(1)
-	// What each entry came to: taken, to be sent again, refused, or to be
-	// checked (Redis says its id is taken: by this very event, sent
-	// before, or by another writer's).
-	const (
-		taken = iota
-		again
-		refused
-		check
-	)
-	fate := make([]int, len(batch))
+	fates := make([]fate, len(batch))
 	var checks []int
 	for j, en := range batch {
 		err := res[adds[j]].Error()
 		switch {
 		case err == nil:
-			fate[j] = taken
+			fates[j] = taken
 		case isIDTaken(err):
-			fate[j] = check
+			fates[j] = check
 			checks = append(checks, j)
 		case isTransient(err):
 			l.fail(err)
-			fate[j] = again
+			fates[j] = again
 		default:
 			l.fail(fmt.Errorf("thread %s: Redis refused event %d: %w", en.thread, en.e.Seq, err))
-			fate[j] = refused
+			fates[j] = refused
 		}
 	}
 	if len(checks) > 0 {
-		l.check(batch, checks, fate, again, refused, taken)
+		l.check(batch, checks, fates)
 	}
 	// A thread's events after one to be sent again are sent again too, and
 	// those after one refused are refused: its order is kept.
-	stuck := map[string]int{}
+	stuck := map[string]fate{}
 	var settled []entry
 	var order []string
 	took := map[string][]*server.Event{}
 	var gone map[string][]*server.Event
 	for j, en := range batch {
-		f := fate[j]
+		f := fates[j]
 		if prev, ok := stuck[en.thread]; ok && prev > f {
 			f = prev
 		}
@@ -674,7 +678,7 @@ func countOf(m map[string][]*server.Event) int {
 // refused because their id is taken: taken when the stream holds this very
 // event (a batch sent again after Redis had taken it), refused when it
 // holds another (another writer's), again when it cannot be read.
-func (l *Log) check(batch []entry, checks, fate []int, again, refused, taken int) {
+func (l *Log) check(batch []entry, checks []int, fates []fate) {
 	c := l.e.c
 	cmds := make(rueidis.Commands, len(checks))
 	for i, j := range checks {
@@ -689,15 +693,15 @@ func (l *Log) check(batch []entry, checks, fate []int, again, refused, taken int
 		switch {
 		case err != nil:
 			l.fail(err)
-			fate[j] = again
+			fates[j] = again
 		case len(entries) == 1 && entries[0].FieldValues["e"] == string(batch[j].e.JSON()):
-			fate[j] = taken
+			fates[j] = taken
 		case len(entries) == 0:
 			// Trimmed away, or the stream went past it with this id
 			// never written: another writer's stream either way.
-			fate[j] = refused
+			fates[j] = refused
 		default:
-			fate[j] = refused
+			fates[j] = refused
 		}
 	}
 }

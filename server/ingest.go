@@ -107,8 +107,7 @@ func (s *Server) catchUp(threadID string) error {
 // prev and before next will never reach them (events.missed). The caller
 // holds t.mu.
 func (t *thread) announceGap(prev, next uint64) {
-	data := protocol.EventsMissedData{Since: prev, FirstAvailableSeq: next, Missed: next - prev - 1, Epoch: &t.epoch}
-	notice, err := buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, uint64(t.srv.cfg.Now().UnixMilli()))
+	notice, err := t.missedNotice(protocol.EventsMissedData{Since: prev, FirstAvailableSeq: next, Missed: next - prev - 1}, uint64(t.srv.cfg.Now().UnixMilli()))
 	if err != nil {
 		return
 	}
@@ -118,9 +117,5 @@ func (t *thread) announceGap(prev, next uint64) {
 			t.cutoff = append(t.cutoff, ss)
 		}
 	}
-	for i, ss := range t.cutoff {
-		t.cutOff(ss)
-		t.cutoff[i] = nil
-	}
-	t.cutoff = t.cutoff[:0]
+	t.endOverflowed()
 }

@@ -343,34 +343,21 @@ func (ss *Session) Subscriptions() []string {
 // enqueue queues a live event. It runs under the thread's lock (events
 // come in sequence order) and never blocks; it reports true when this
 // event overflowed the queue and ended the session.
-func (ss *Session) enqueue(e *Event) (cutOff bool) {
-	ss.mu.Lock()
-	if ss.closed || e.Seq <= ss.lastQueued {
-		ss.mu.Unlock()
-		return false
-	}
-	if ss.qbytes+e.Size() > ss.srv.cfg.QueueBytes && ss.unread() > 0 {
-		ss.closed = true
-		ss.err = &SlowConsumerError{LastSeq: ss.lastQueued, QueueSize: ss.srv.cfg.QueueBytes}
-		n := ss.notify.Ready
-		ss.mu.Unlock()
-		ss.signal(n)
-		return true
-	}
-	ss.q = append(ss.q, queued{e: e, key: e.Seq << 1})
-	ss.qbytes += e.Size()
-	ss.lastQueued = e.Seq
-	n := ss.notify.Ready
-	ss.mu.Unlock()
-	ss.signal(n)
-	return false
-}
+func (ss *Session) enqueue(e *Event) (cutOff bool) { return ss.push(e, e.Seq, e.Seq<<1) }
 
 // enqueueNotice queues a notice (an event without a sequence number) that
 // goes before event next; it reports whether the session overflowed.
 func (ss *Session) enqueueNotice(e *Event, next uint64) (cutOff bool) {
+	return ss.push(e, next, (next-1)<<1|1)
+}
+
+// push queues e under key unless the session is closed or has queued
+// event seq already; e's own sequence number, if any, becomes the last
+// queued. It reports true when e overflowed the queue and ended the
+// session.
+func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 	ss.mu.Lock()
-	if ss.closed || next <= ss.lastQueued {
+	if ss.closed || seq <= ss.lastQueued {
 		ss.mu.Unlock()
 		return false
 	}
@@ -382,8 +369,11 @@ func (ss *Session) enqueueNotice(e *Event, next uint64) (cutOff bool) {
 		ss.signal(n)
 		return true
 	}
-	ss.q = append(ss.q, queued{e: e, key: (next-1)<<1 | 1})
+	ss.q = append(ss.q, queued{e: e, key: key})
 	ss.qbytes += e.Size()
+	if e.Seq != 0 {
+		ss.lastQueued = e.Seq
+	}
 	n := ss.notify.Ready
 	ss.mu.Unlock()
 	ss.signal(n)

@@ -150,12 +150,25 @@ func (t *thread) deliver(e *Event) {
 		}
 	})
 	if len(t.cutoff) > 0 {
-		for i, ss := range t.cutoff {
-			t.cutOff(ss)
-			t.cutoff[i] = nil
-		}
-		t.cutoff = t.cutoff[:0]
+		t.endOverflowed()
 	}
+}
+
+// endOverflowed takes the sessions that overflowed during a delivery
+// (t.cutoff) out of the thread. The caller holds t.mu.
+func (t *thread) endOverflowed() {
+	for i, ss := range t.cutoff {
+		t.cutOff(ss)
+		t.cutoff[i] = nil
+	}
+	t.cutoff = t.cutoff[:0]
+}
+
+// missedNotice is the events.missed notice of data, in the thread's
+// epoch, at now (Unix ms). The caller holds t.mu.
+func (t *thread) missedNotice(data protocol.EventsMissedData, now uint64) (*Event, error) {
+	data.Epoch = &t.epoch
+	return buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, now)
 }
 
 // cutOff takes a session that overflowed out of the thread. The caller
@@ -199,11 +212,11 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		}
 	}
 	if reset || cursor != nil && oldest > after+1 {
-		data := protocol.EventsMissedData{Since: cursor.Seq, FirstAvailableSeq: oldest, Missed: oldest - after - 1, Epoch: &t.epoch}
+		data := protocol.EventsMissedData{Since: cursor.Seq, FirstAvailableSeq: oldest, Missed: oldest - after - 1}
 		if reset {
 			data.Reset = &reset
 		}
-		notice, err := buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, now)
+		notice, err := t.missedNotice(data, now)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -242,8 +255,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 			// A hole inside the stream (a Redis restored from its
 			// append-only file without its last writes, under a writer
 			// that went on): announced, never passed off as continuity.
-			data := protocol.EventsMissedData{Since: prev, FirstAvailableSeq: e.Seq, Missed: e.Seq - prev - 1, Epoch: &t.epoch}
-			notice, err := buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, now)
+			notice, err := t.missedNotice(protocol.EventsMissedData{Since: prev, FirstAvailableSeq: e.Seq, Missed: e.Seq - prev - 1}, now)
 			if err != nil {
 				gapErr = err
 				return false

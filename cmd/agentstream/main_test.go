@@ -548,12 +548,21 @@ func readRunFrames(t *testing.T, base, thread, since string, runs int) []sseFram
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
-	br := bufio.NewReader(resp.Body)
+	out, err := scanRunFrames(bufio.NewReader(resp.Body), runs)
+	require.NoError(t, err)
+	return out
+}
+
+// scanRunFrames reads SSE frames up to and including the end of the n-th
+// run they show.
+func scanRunFrames(br *bufio.Reader, runs int) ([]sseFrame, error) {
 	var out []sseFrame
 	var f sseFrame
 	for {
 		line, err := br.ReadString('\n')
-		require.NoError(t, err)
+		if err != nil {
+			return out, err
+		}
 		line = strings.TrimRight(line, "\n")
 		switch {
 		case strings.HasPrefix(line, "id: "):
@@ -567,7 +576,7 @@ func readRunFrames(t *testing.T, base, thread, since string, runs int) []sseFram
 			if f.event == "lifecycle" && strings.Contains(f.data, `"namespace":[]`) &&
 				(strings.Contains(f.data, `"event":"completed"`) || strings.Contains(f.data, `"event":"failed"`)) {
 				if runs--; runs == 0 {
-					return out
+					return out, nil
 				}
 			}
 			f = sseFrame{}
@@ -678,31 +687,11 @@ func tryRunFrames(ctx context.Context, base, thread string) []sseFrame {
 		return nil
 	}
 	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	var out []sseFrame
-	var f sseFrame
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			return nil
-		}
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			f.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			f.event = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			f.data = line[6:]
-		case line == "" && f.event != "":
-			out = append(out, f)
-			if f.event == "lifecycle" && strings.Contains(f.data, `"namespace":[]`) &&
-				(strings.Contains(f.data, `"event":"completed"`) || strings.Contains(f.data, `"event":"failed"`)) {
-				return out
-			}
-			f = sseFrame{}
-		}
+	out, err := scanRunFrames(bufio.NewReader(resp.Body), 1)
+	if err != nil {
+		return nil
 	}
+	return out
 }
 
 // TestStalledRedisAndKilledNodeNeverReuseAnID: Redis stalls (SIGSTOP)
