@@ -71,10 +71,13 @@ func (s *Server) Stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	go func() { _ = s.h.Shutdown(ctx) }()
-	_ = s.hs.Shutdown(ctx)
-	_ = s.h.Shutdown(ctx)
-	_ = s.srv.Close(ctx)
+	h, hs, srv := s.h, s.hs, s.srv // Start replaces them; the goroutine keeps these
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = h.Shutdown(ctx) }()
+	_ = hs.Shutdown(ctx)
+	_ = h.Shutdown(ctx)
+	_ = srv.Close(ctx)
+	<-stopped
 	<-s.done
 	s.hs = nil
 }
