@@ -74,12 +74,13 @@ type LogOptions struct {
 	// that fails is sent again, until Redis takes it (or the Log closes):
 	// its events reach no client before.
 	WriteTimeout, ReadTimeout time.Duration
-	// WriteThrough makes the server deliver an event, on this node too,
-	// only once Redis holds it (server.WriteThroughLog); off, it delivers
-	// at publish and Redis follows. Off by default for now: with it, the
-	// official SDK's "50 fast runs over WebSocket" check fails about half
-	// the time across two nodes (not yet understood).
-	WriteThrough bool
+	// DeliverFirst has the server deliver an event to this node's clients
+	// when it is published, before Redis holds it, saving them a Redis
+	// round trip of latency. Off (the default), the log writes through:
+	// an event reaches a client, on any node, only once Redis holds it
+	// (server.WriteThroughLog), so no client sees an event that Redis
+	// then lost or gave to another writer under the same id.
+	DeliverFirst bool
 	// Publish also publishes each event on its thread's sharded channel
 	// (SPUBLISH, in the same pipelined batch as its XADD), for the other
 	// nodes' Live listeners.
@@ -270,8 +271,9 @@ func (l *Log) OnWritten(fn func(thread string, events []*server.Event, err error
 	l.onWritten.Store(&fn)
 }
 
-// WritesThrough implements server.WriteThroughLog (LogOptions.WriteThrough).
-func (l *Log) WritesThrough() bool { return l.opts.WriteThrough }
+// WritesThrough implements server.WriteThroughLog: true unless
+// LogOptions.DeliverFirst.
+func (l *Log) WritesThrough() bool { return !l.opts.DeliverFirst }
 
 // Close sends what is still pending to Redis (within 5 s) and stops the
 // writers; what Redis did not take by then is never delivered.
@@ -655,7 +657,7 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 	}
 	l.settle(q, settled)
 	fn := l.onWritten.Load()
-	if l.opts.WriteThrough {
+	if !l.opts.DeliverFirst {
 		for _, th := range order {
 			q.done.hand(fn, th, took[th], nil)
 		}

@@ -330,7 +330,7 @@ func TestLogHoldsEventsThroughRedisLoss(t *testing.T) {
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
 	var errs atomic.Int64
-	l := e.Log(redisstore.LogOptions{Publish: true, WriteThrough: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
+	l := e.Log(redisstore.LogOptions{Publish: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
 	// The state in memory: a StateStore on the lost Redis would refuse the
 	// run (TestStateErrorsReachTheCaller), and this is about the log.
 	srv := startNodeWith(t, l, server.NewMemoryState()).srv

@@ -80,8 +80,11 @@ type Session struct {
 	closed     bool   // nothing more is queued; err says why
 	err        error
 	notify     SessionNotify
-	ready      chan struct{} // wakes Next when no notify function is set
-	expiry     *time.Timer   // ends the session when its credential expires
+	// subscribedAt is when the last subscription was added (see
+	// SessionNotify.JoinWindow).
+	subscribedAt time.Time
+	ready        chan struct{} // wakes Next when no notify function is set
+	expiry       *time.Timer   // ends the session when its credential expires
 }
 
 // queued is an entry of a session's queue. key orders it: 2*seq for an
@@ -122,12 +125,20 @@ type SessionNotify struct {
 	// Ready is called when events may be waiting or the session ended.
 	Ready func()
 	// Replayed, when set, is called instead of Ready when a subscription
-	// queued a replay. A transport that paces its writes holds the next
-	// write for an interval, so that subscribes sent together are answered
-	// with one merged replay. runEnded says the replay holds the end of a
-	// run (its root lifecycle, completed or failed): a client may act on
-	// it (the SDK closes its projections), so the hold may be longer.
+	// is added (with a replay or without one). A transport that paces its
+	// writes holds the next write for an interval, so that subscribes
+	// sent together are answered with one merged stream. runEnded says
+	// what is queued holds the end of a run (its root lifecycle,
+	// completed or failed): a client may act on it (the SDK closes its
+	// projections), so the hold may be longer. A live event that ends a
+	// run within JoinWindow of the session's last subscribe is announced
+	// the same way: the client's other subscribes, sent with that one, may
+	// not have been read yet, and their replays hold what came before
+	// the end.
 	Replayed func(runEnded bool)
+	// JoinWindow is how long after a subscribe a live run end is
+	// announced through Replayed (0: never).
+	JoinWindow time.Duration
 }
 
 // detachedSub remembers a subscription of a dropped session.
@@ -375,6 +386,11 @@ func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 		ss.lastQueued = e.Seq
 	}
 	n := ss.notify.Ready
+	if ss.notify.Replayed != nil && ss.notify.JoinWindow > 0 && e.Seq != 0 && e.EndsRun() &&
+		ss.srv.cfg.Now().Sub(ss.subscribedAt) < ss.notify.JoinWindow {
+		replayed := ss.notify.Replayed
+		n = func() { replayed(true) }
+	}
 	ss.mu.Unlock()
 	ss.signal(n)
 	return false
@@ -390,11 +406,19 @@ func (ss *Session) unread() int { return len(ss.q) - ss.qhead }
 // queued: merge then reports true. The caller holds the thread's lock.
 func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 	ss.mu.Lock()
+	ss.subscribedAt = ss.srv.cfg.Now()
 	if len(replay) == 0 { // nothing to merge: only the live cursor moves
 		if head > ss.lastQueued {
 			ss.lastQueued = head
 		}
+		var n func()
+		if replayed := ss.notify.Replayed; replayed != nil {
+			n = func() { replayed(false) } // the client's other subscribes may follow
+		}
 		ss.mu.Unlock()
+		if n != nil {
+			n()
+		}
 		return false
 	}
 	unread := ss.q[ss.qhead:]

@@ -578,6 +578,50 @@ func TestSubscribesSentTogetherGetOneMergedReplay(t *testing.T) {
 	require.Error(t, err, "an event was sent twice: %s", extra)
 }
 
+// TestRunEndBetweenSubscribesWaitsForTheNext: the official SDK sends its
+// subscribes after run.start's answer; the run may end, live, after the
+// first subscribe is read and before the next one is. The end waits for
+// it: the values the second subscribe replays arrive before the end the
+// first one receives (the SDK closes its projections one task after the
+// end). The default write interval is used.
+func TestRunEndBetweenSubscribesWaitsForTheNext(t *testing.T) {
+	ts, _, srv := start(t, transport.Options{})
+	watch, _, err := srv.Subscribe("t", channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, nil)
+	require.NoError(t, err)
+	defer watch.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitFor := func(status protocol.AgentStatus) {
+		for {
+			e, err := watch.Next(ctx)
+			require.NoError(t, err)
+			if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && l.Params.Data.Event == status {
+				return
+			}
+		}
+	}
+	// Two words 10 ms apart: the run ends about 20 ms after it runs.
+	post(t, ts.URL+"/threads/t/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "config": {"token_delay_ms": 10}, "input": {"messages": [{"role": "user", "content": "one two"}]}}}`)
+	waitFor(protocol.AgentStatusRunning)
+	c := dial(t, ts, "t", nil)
+	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle", "input"]}}`)
+	require.Equal(t, "success", wsRead(t, c)["type"])
+	waitFor(protocol.AgentStatusCompleted) // live, to the WebSocket too
+	wsSend(t, c, `{"id": 2, "method": "subscription.subscribe", "params": {"channels": ["values", "lifecycle", "input"]}}`)
+	var methods []string
+	for {
+		m := wsRead(t, c)
+		if m["type"] != "event" {
+			continue
+		}
+		methods = append(methods, m["method"].(string))
+		if d, _ := m["params"].(map[string]any)["data"].(map[string]any); m["method"] == "lifecycle" && d["event"] == "completed" {
+			break
+		}
+	}
+	require.Contains(t, methods, "values", "the second subscribe's replay came before the end: %v", methods)
+}
+
 // TestSlowSSEClientIsCutOffWithoutSlowingOthers: a client that stops
 // reading is cut off (its queue overflows) while another receives every
 // event; the cut-off one learns where to resume.

@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.redisWriters, "redis-writers", redisstore.DefaultWriters, "with --redis: how many pipelined batches of events may be on their way to Redis at once, each from a writer serving a share of the threads")
 	fs.IntVar(&c.redisWriteQueue, "redis-write-queue", redisstore.DefaultWriteQueue, "with --redis: how many events may wait to be written to Redis; past it publishers wait (--redis-queue-wait), then their events are refused (agentstream_redis_events_dropped_total)")
 	fs.Int64Var(&c.redisWriteQueueBytes, "redis-write-queue-bytes", redisstore.DefaultWriteQueueBytes, "with --redis: how many bytes of events (their JSON) may wait to be written to Redis; past it publishers wait as past --redis-write-queue")
-	fs.BoolVar(&c.redisWriteThrough, "redis-write-through", false, "with --redis: deliver an event to clients, this node's too, only once Redis holds it (no client sees an event Redis lost; +1 Redis round trip of latency); experimental: the official SDK's fast-runs check fails intermittently with it across two nodes")
+	fs.BoolVar(&c.redisWriteThrough, "redis-write-through", true, "with --redis: deliver an event to clients, this node's too, only once Redis holds it, so no client sees an event Redis lost or gave to another writer; =false delivers to this node's clients first (one Redis round trip less latency, without that guarantee)")
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits for room in a full write queue (Redis slow or away) before its event is refused and the run's emitter gets unavailable; the longest outage a busy run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
@@ -280,7 +280,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		engine, err := redisstore.New(rctx, redisstore.Options{
 			URL: c.redisURL, TTL: c.threadTTL, MaxCheckpoints: c.maxCheckpoints,
 			Log: redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal,
-				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait, WriteThrough: c.redisWriteThrough},
+				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait, DeliverFirst: !c.redisWriteThrough},
 			Cluster:  redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL},
 			OnError:  func(err error) { log.Warn().Err(err).Msg("redis") },
 			OnHealth: func(err error) { logRedisHealth(log, err) },

@@ -702,9 +702,9 @@ func tryRunFrames(ctx context.Context, base, thread string) []sseFrame {
 // last cursor continues right after it, up to the run's failure.
 func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
 	rs := redistest.Start(t)
-	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "victim", "--redis-write-through")
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "victim")
 	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "survivor", "--redis-write-through")
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "2s", "--node-id", "survivor")
 	survivor := "http://" + addr
 
 	sctx, scancel := context.WithCancel(context.Background())

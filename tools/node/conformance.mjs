@@ -217,7 +217,7 @@ async function fastRuns(transport, n) {
       await thread.run.start({ input: userInput(`fast run ${i}`) });
       const values = await withTimeout(thread.values, 10000, `run ${i}: thread.values`);
       if (!values || !Array.isArray(values.messages)) {
-        throw new Error(`run ${i} of ${n}: thread.values resolved to ${JSON.stringify(values)}`);
+        throw new Error(`run ${i} of ${n} thread ${thread.threadId}: thread.values resolved to ${JSON.stringify(values)}`);
       }
       assertEqual(values.messages.map((m) => m.type), ["human", "ai"], `run ${i}: final state messages`);
       assertEqual(values.messages.map((m) => m.content), [`fast run ${i}`, `fast run ${i}`], `run ${i}: contents`);

@@ -239,7 +239,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			c.writer.Hold()
 		}
-	}})
+	}, JoinWindow: pace.RunEndHold})
 	h.conns[c] = struct{}{}
 	h.connsHW.Grew(len(h.conns))
 	if h.pinger == nil {
