@@ -40,9 +40,15 @@ type clusterNode struct {
 
 func startClusterNode(t *testing.T, url string) *clusterNode {
 	t.Helper()
+	return startClusterNodeWith(t, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+}
+
+// startClusterNodeWith is startClusterNode with the engine's options.
+func startClusterNodeWith(t *testing.T, opts redisstore.Options) *clusterNode {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	eng, err := redisstore.New(ctx, redisstore.Options{URL: url, TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+	eng, err := redisstore.New(ctx, opts)
 	require.NoError(t, err)
 	n := &clusterNode{eng: eng, srv: server.New(server.Config{Engine: eng})}
 	assistants.Register(n.srv)
@@ -474,6 +480,41 @@ func TestRunOutlivesAnOutageLongerThanItsLease(t *testing.T) {
 	tree := agentTree(t, b, "stall")
 	require.Contains(t, tree, `"status":"completed"`, "the run completed: %s", tree)
 	require.NotContains(t, tree, "node lost")
+}
+
+// TestOutageLongerThanTheQueueWaitEndsTheRunOnce: Redis stalls for longer
+// than node A's --redis-queue-wait; the run's publisher waits that long,
+// is refused, and the run ends failed. A client on node B gets every event
+// once, in order, and the run's end once, after Redis is back.
+func TestOutageLongerThanTheQueueWaitEndsTheRunOnce(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startClusterNodeWith(t, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: 5 * time.Second},
+		Log: redisstore.LogOptions{QueueWait: 500 * time.Millisecond}})
+	b := startClusterNode(t, rs.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := openSSE(t, ctx, b.ts.URL, "long", "")
+	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
+	status, body := command(t, a, "long", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
+	require.Equal(t, 200, status, body)
+	got := sseRead(t, r, func(e sseEvent) bool { return e.seq >= 20 })
+	rs.Pause()
+	time.Sleep(2500 * time.Millisecond) // a batch unanswered for 1 s, then 0.5 s of waiting
+	rs.Resume()
+	got = append(got, sseRead(t, r, func(sseEvent) bool { return false })...)
+	inOrderOnce(t, got)
+	require.Equal(t, uint64(1), got[0].seq)
+	ends := 0
+	for _, e := range got {
+		if e.method == "lifecycle" && e.seq > 2 { // after started and running
+			ends++
+		}
+	}
+	require.Equal(t, 1, ends, "the run ends once: %v", got[len(got)-3:])
+	require.Less(t, len(got), 300, "the run stopped during the outage")
+	tree := agentTree(t, b, "long")
+	require.Contains(t, tree, `"status":"failed"`, "the run failed: %s", tree)
+	require.Greater(t, a.eng.Stores().Log.(*redisstore.Log).Stats().Dropped, uint64(0), "the refused publish is counted")
 }
 
 // agentTree is agent.getTree's answer on node n.

@@ -64,8 +64,12 @@ type LogOptions struct {
 	// empty.
 	WriteQueueBytes int64
 	// QueueWait is how long a publisher waits for room in a full write
-	// queue (DefaultQueueWait): the longest Redis outage a run outlives
-	// unharmed, given a queue that fills during it.
+	// queue, or for Redis to take a batch again while it fails
+	// (DefaultQueueWait): the longest Redis outage a run outlives
+	// unharmed. During an outage publishers wait (the run pauses, as
+	// nothing it publishes could reach a client meanwhile); one that
+	// waits longer is refused, and the run ends with that error, which
+	// every client sees once Redis is back.
 	QueueWait time.Duration
 	// OnError, when set, hears of every failed Redis command.
 	OnError func(error)
@@ -119,7 +123,12 @@ type writeQueue struct {
 	bytes    int64   // the JSON of the events pending; guarded by mu
 	maxBytes int64   // the most bytes pending (its share of WriteQueueBytes)
 	wake     chan struct{}
-	room     chan struct{} // closed (and replaced) when the writer takes a batch; guarded by mu
+	room     chan struct{} // closed (and replaced) when the writer takes a batch or Redis takes one again; guarded by mu
+	// failing: Redis failed the batch on the wire, or has not answered it
+	// within stallAfter, and has not taken it yet; publishers wait as for
+	// a full queue. Guarded by mu.
+	failing bool
+	sentAt  time.Time // when the batch on the wire was first sent (zero: none); guarded by mu
 	sending  atomic.Int64  // events of the batch on the wire
 	// published: events Redis took in the last batch, whose SPUBLISH goes
 	// out with the next one (an event is published only once it is in the
@@ -294,7 +303,7 @@ type Stats struct {
 	// holds their sequence numbers (a run lease taken over).
 	Refused uint64
 	Retries uint64 // batches sent again after Redis failed them
-	Waits   uint64 // appends that waited for room in the write queue
+	Waits   uint64 // appends that waited: the write queue was full or Redis failing
 	Pending int    // events not in Redis yet: waiting for the writer, or on the wire
 	// PendingBytes is the JSON of the events waiting for the writer (what
 	// LogOptions.WriteQueueBytes bounds).
@@ -327,7 +336,7 @@ func (l *Log) Collectors() []prometheus.Collector {
 		counter("agentstream_redis_events_dropped_total", "Events refused to their publisher because the write queue stayed full past --redis-queue-wait (Redis slow or unreachable), or unwritten at shutdown; no client saw them.", func(s Stats) uint64 { return s.Dropped }),
 		counter("agentstream_redis_events_refused_total", "Events Redis refused because another node holds their sequence numbers (the thread's run lease was taken over); no client saw them.", func(s Stats) uint64 { return s.Refused }),
 		counter("agentstream_redis_write_retries_total", "Batches of events sent to Redis again after it failed them.", func(s Stats) uint64 { return s.Retries }),
-		counter("agentstream_redis_write_queue_waits_total", "Publishes that found the write queue full (--redis-write-queue or --redis-write-queue-bytes) and waited for room.", func(s Stats) uint64 { return s.Waits }),
+		counter("agentstream_redis_write_queue_waits_total", "Publishes that waited: the write queue was full (--redis-write-queue or --redis-write-queue-bytes) or Redis was failing its writes.", func(s Stats) uint64 { return s.Waits }),
 		counter("agentstream_redis_write_batches_total", "Pipelined round trips that carried events to Redis.", func(s Stats) uint64 { return s.Batches }),
 		counter("agentstream_redis_write_commands_total", "Redis commands the event writer sent (XADD, SPUBLISH, PEXPIRE).", func(s Stats) uint64 { return s.Commands }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_redis_events_pending", Help: "Events not yet in Redis: queued, or on the wire."}, func() float64 { return float64(l.Stats().Pending) }),
@@ -365,10 +374,10 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 		l.refused.Add(1)
 		return ErrSuperseded
 	}
-	if q.full() && !e.EndsRun() {
+	if q.mustWait() && !e.EndsRun() {
 		l.waits.Add(1)
 		var deadline <-chan time.Time
-		for q.full() {
+		for q.mustWait() {
 			if deadline == nil {
 				t := time.NewTimer(l.opts.QueueWait)
 				defer t.Stop()
@@ -403,10 +412,35 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 	return nil
 }
 
-// full reports whether a publisher must wait for room: the queue holds its
-// share of WriteQueue events or of WriteQueueBytes. The caller holds q.mu.
-func (q *writeQueue) full() bool {
-	return len(q.pending) >= q.bound || len(q.pending) > 0 && q.bytes >= q.maxBytes
+// mustWait reports whether a publisher must wait: the queue holds its
+// share of WriteQueue events or of WriteQueueBytes, or Redis fails the
+// writer's batch. The caller holds q.mu.
+func (q *writeQueue) mustWait() bool {
+	if !q.failing && !q.sentAt.IsZero() && time.Since(q.sentAt) > stallAfter {
+		q.failing = true // Redis stalls: the writer clears it once Redis answers
+	}
+	return q.failing || len(q.pending) >= q.bound || len(q.pending) > 0 && q.bytes >= q.maxBytes
+}
+
+// stallAfter is how long a batch may go unanswered before publishers wait
+// for Redis as for a failing one.
+const stallAfter = time.Second
+
+// setFailing records whether Redis fails the batch on the wire; when it
+// takes it again, waiting publishers go on.
+func (q *writeQueue) setFailing(failing bool) {
+	q.mu.Lock()
+	if !failing {
+		q.sentAt = time.Time{}
+	}
+	if q.failing != failing {
+		q.failing = failing
+		if !failing {
+			close(q.room)
+			q.room = make(chan struct{})
+		}
+	}
+	q.mu.Unlock()
 }
 
 // maxBatch is the most events one pipelined round trip carries.
@@ -451,6 +485,7 @@ func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 	if n > 0 {
 		close(q.room) // waiting publishers: there is room
 		q.room = make(chan struct{})
+		q.sentAt = time.Now()
 	}
 	q.sending.Store(int64(n))
 	defer q.sending.Store(0)
@@ -465,8 +500,10 @@ func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 	for {
 		retry := l.send(q, batch)
 		if len(retry) == 0 {
+			q.setFailing(false)
 			break
 		}
+		q.setFailing(true)
 		l.retries.Add(1)
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			l.dropped.Add(uint64(len(retry)))
