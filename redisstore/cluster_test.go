@@ -517,6 +517,100 @@ func TestOutageLongerThanTheQueueWaitEndsTheRunOnce(t *testing.T) {
 	require.Greater(t, a.eng.Stores().Log.(*redisstore.Log).Stats().Dropped, uint64(0), "the refused publish is counted")
 }
 
+// sseRecord reads an SSE stream until the root run ends (or stop),
+// recording each event's data under its id, in order.
+func sseRecord(t *testing.T, r *bufio.Reader, runEnds int) (ids []string, data map[string]string) {
+	t.Helper()
+	data = map[string]string{}
+	var id, method, d string
+	for {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			method = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			d = line[6:]
+		case line == "" && method != "":
+			if id != "" {
+				ids = append(ids, id)
+				data[id] = d
+			}
+			if rootDone(method, d) {
+				if runEnds--; runEnds == 0 {
+					return ids, data
+				}
+			}
+			id, method, d = "", "", ""
+		}
+	}
+}
+
+// TestRedisRestoredFromAnOlderCopyNeverReusesAnID: Redis restarts from a
+// snapshot older than what clients saw (as from an append-only file that
+// missed its last second, or a replica promoted behind its master), and
+// the node that wrote the thread is gone. The node that takes the thread
+// over goes on in a new epoch: no id a client saw names another event,
+// and a cursor from before gets the reset notice.
+func TestRedisRestoredFromAnOlderCopyNeverReusesAnID(t *testing.T) {
+	rs := redistest.Start(t)
+	a, b := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seen := openSSE(t, ctx, a.ts.URL, "older", "")
+	onB := openSSE(t, ctx, b.ts.URL, "older", "") // a reader node throughout
+	time.Sleep(200 * time.Millisecond)
+	run := func(n *clusterNode, text string) {
+		status, body := command(t, n, "older", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+text+`"}]}}}`)
+		require.Equal(t, 200, status, body)
+	}
+	run(a, "first run")
+	ids1, _ := sseRecord(t, seen, 1)
+	require.NoError(t, rawRedis(rs.Addr, "SAVE")) // the snapshot holds the first run only
+	run(a, "second run")
+	ids2, saw := sseRecord(t, seen, 1)
+	require.NotEmpty(t, ids2)
+	a.stop()
+	rs.Restart() // from the snapshot: the second run is gone
+	c := startClusterNode(t, rs.URL())
+	// The snapshot may hold A's lease: it expires within its TTL.
+	require.Eventually(t, func() bool {
+		status, _ := command(t, c, "older", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "third run"}]}}}`)
+		return status == 200
+	}, 5*time.Second, 50*time.Millisecond)
+	all, got := sseRecord(t, openSSE(t, ctx, c.ts.URL, "older", ""), 2)
+	for _, id := range all {
+		if d, ok := saw[id]; ok {
+			require.Equal(t, d, got[id], "id %s names two events", id)
+		}
+	}
+	require.Contains(t, all, ids1[len(ids1)-1], "the first run is kept under its ids")
+	require.Equal(t, uint64(1), c.srv.Metrics().EpochBumps)
+	// A client that saw the second run resumes with its last id: it is told
+	// that its stream is gone, and gets this one from its start.
+	rest := openSSE(t, ctx, c.ts.URL, "older", ids2[len(ids2)-1])
+	var first string
+	sseReadRaw(t, rest, func(method, data string) bool { first = method + " " + data; return true })
+	require.Contains(t, first, "events.missed")
+	require.Contains(t, first, `"reset":true`)
+	// B's client saw the second run live from A; when the stream goes on
+	// below it in the new epoch, B tells it (reset) and gives it the
+	// stream again, third run included.
+	_, _ = sseRecord(t, onB, 2)
+	var notice string
+	sseReadRaw(t, onB, func(method, data string) bool { notice = method + " " + data; return method == "events.missed" })
+	require.Contains(t, notice, `"reset":true`)
+	_, onBData := sseRecord(t, onB, 2)
+	third := false
+	for _, d := range onBData {
+		third = third || strings.Contains(d, "third run")
+	}
+	require.True(t, third, "B's client gets the third run")
+}
+
 // agentTree is agent.getTree's answer on node n.
 func agentTree(t *testing.T, n *clusterNode, thread string) string {
 	t.Helper()

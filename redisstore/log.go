@@ -128,8 +128,8 @@ type writeQueue struct {
 	// within stallAfter, and has not taken it yet; publishers wait as for
 	// a full queue. Guarded by mu.
 	failing bool
-	sentAt  time.Time // when the batch on the wire was first sent (zero: none); guarded by mu
-	sending  atomic.Int64  // events of the batch on the wire
+	sentAt  time.Time    // when the batch on the wire was first sent (zero: none); guarded by mu
+	sending atomic.Int64 // events of the batch on the wire
 	// published: events Redis took in the last batch, whose SPUBLISH goes
 	// out with the next one (an event is published only once it is in the
 	// stream). The writer's.
@@ -141,6 +141,7 @@ type writeQueue struct {
 	done    *delivery // hands what Redis took to the server, off the writer
 
 	expired map[string]time.Time   // when each thread's keys last got their TTL; the writer's
+	ridGen  uint64                 // the Engine's ridGen when expired was last cleared; the writer's
 	unsent  map[string]int         // per thread, events appended and not yet sent to Redis; guarded by mu
 	trims   map[string]*streamTrim // per thread this node writes; guarded by mu
 }
@@ -497,12 +498,21 @@ func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 		return false
 	}
 	backoff := 20 * time.Millisecond
+	failed := false
 	for {
 		retry := l.send(q, batch)
 		if len(retry) == 0 {
+			if failed {
+				// Redis may be another instance now (restarted): the
+				// threads written from now on record it (tail.go).
+				ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
+				_, _, _ = l.e.refreshRunID(ctx)
+				cancel()
+			}
 			q.setFailing(false)
 			break
 		}
+		failed = true
 		q.setFailing(true)
 		l.retries.Add(1)
 		if !deadline.IsZero() && time.Now().After(deadline) {
@@ -571,6 +581,11 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 	ttl := l.e.ttlMillis()
 	renewEvery := min(time.Minute, l.e.ttl/3)
 	now := time.Now()
+	if g := l.e.ridGen.Load(); g != q.ridGen {
+		q.ridGen = g
+		clear(q.expired) // every thread records the new instance with its next events
+	}
+	rid := l.e.runID()
 	for _, en := range batch {
 		k := l.e.key(en.thread, "events")
 		// Approximate trimming (whole nodes of the stream, cheap) for the
@@ -594,6 +609,11 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 			q.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build(),
 				c.B().Pexpire().Key(l.e.key(en.thread, "state")).Milliseconds(ttl).Build())
+			if rid != "" {
+				w := l.e.key(en.thread, "writer")
+				cmds = append(cmds, c.B().Hset().Key(w).FieldValue().FieldValue("rid", rid).Build(),
+					c.B().Pexpire().Key(w).Milliseconds(ttl).Build())
+			}
 		}
 	}
 	if len(q.expired) > 4*maxBatch {

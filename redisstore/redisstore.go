@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -68,8 +69,10 @@ type Engine struct {
 	c      rueidis.Client
 	prefix string
 	ttl    time.Duration
-	opts   Options // New's
-	parts  parts   // what Stores made and Start started
+	opts   Options                // New's
+	parts  parts                  // what Stores made and Start started
+	rid    atomic.Pointer[string] // the run id of the Redis last asked (tail.go)
+	ridGen atomic.Uint64          // counts the changes of rid
 }
 
 // Open connects to the Redis at rawURL: redis://[user:password@]HOST:PORT/DB
@@ -105,7 +108,9 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	return &Engine{c: c, prefix: prefix, ttl: ttl}, nil
+	e := &Engine{c: c, prefix: prefix, ttl: ttl}
+	_, _, _ = e.refreshRunID(ctx) // unknown until a write recovers, else: writers then record none
+	return e, nil
 }
 
 // Ping reports whether Redis answers (for readiness).

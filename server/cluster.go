@@ -65,7 +65,7 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		}
 		// This node runs the thread now: its stream goes on from where the
 		// previous holder left it.
-		if err := s.catchUp(threadID); err != nil {
+		if err := s.takeOver(threadID); err != nil {
 			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot read where the thread's stream stands: %v", err), true
 		}
 		s.unfence(threadID)
@@ -150,7 +150,7 @@ func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Durati
 	if err != nil {
 		return false
 	}
-	if s.catchUp(threadID) != nil {
+	if s.takeOver(threadID) != nil {
 		// Its end may be in the stream, unread: try again later rather
 		// than fail a run that ended.
 		return false
@@ -183,6 +183,36 @@ func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Durati
 	}
 	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost.Error())
 	return true
+}
+
+// takeOver readies a thread this node holds the lease of for writing: it
+// reads what the stream holds beyond this node's last event and, with a
+// TailClaimer log, moves to a new epoch when the stream's store may have
+// lost the tail of what the previous writer wrote (its ids were seen).
+func (s *Server) takeOver(threadID string) error {
+	if err := s.catchUp(threadID); err != nil {
+		return err
+	}
+	tc, ok := s.cfg.Log.(TailClaimer)
+	if !ok {
+		return nil
+	}
+	epoch, err := tc.ClaimTail(context.Background(), threadID, newEpoch())
+	if err != nil || epoch == "" {
+		return err
+	}
+	t, err := s.thread(threadID, true)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if epoch != t.epoch {
+		t.epoch = epoch // the sequence goes on; the ids change
+		t.claimed, t.claimedAt = epoch, t.seq
+		s.metrics.epochBumps.Add(1)
+	}
+	t.mu.Unlock()
+	return nil
 }
 
 // openStatus reports whether a root agent with status st has a run going.

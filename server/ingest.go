@@ -24,15 +24,22 @@ func (s *Server) ingest(threadID string, e *Event) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.evicted || e.Seq <= t.seq {
+	if t.evicted {
+		return
+	}
+	if ep := e.Epoch(); ep != "" && ep != t.epoch && !t.claimedAbove(e.Seq) {
+		// The stream goes on in another epoch (its keys had expired, or
+		// Redis lost them, or what this node saw last: see TailClaimer):
+		// follow it; cursors of the old epoch get the reset notice.
+		t.epoch = ep
+		if e.Seq <= t.seq {
+			t.restart() // and read the stream again, below
+		}
+	}
+	if e.Seq <= t.seq {
 		return
 	}
 	d, durable := s.cfg.Log.(DurableLog)
-	if ep := e.Epoch(); ep != "" && ep != t.epoch {
-		// The stream was started afresh elsewhere (its keys had expired):
-		// follow it; cursors of the old epoch get the reset notice.
-		t.epoch = ep
-	}
 	if durable && e.Seq > t.seq+1 {
 		_ = d.Stored(context.Background(), threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
 			if prev.Seq >= e.Seq {
@@ -87,11 +94,17 @@ func (s *Server) catchUp(threadID string) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.evicted || head <= t.seq {
+	if t.evicted {
 		return nil
 	}
-	if epoch != "" && epoch != t.epoch {
+	if epoch != "" && epoch != t.epoch && !t.claimedAbove(head) {
 		t.epoch = epoch
+		if head <= t.seq {
+			t.restart()
+		}
+	}
+	if head <= t.seq {
+		return nil
 	}
 	err = d.Stored(context.Background(), threadID, t.seq, func(e *Event) bool {
 		t.ingestOne(d, e)
@@ -101,6 +114,40 @@ func (s *Server) catchUp(threadID string) error {
 		err = fmt.Errorf("server: thread %s: the log's head is %d, read up to %d", threadID, head, t.seq)
 	}
 	return err
+}
+
+// claimedAbove reports whether this node moved the thread to its epoch
+// itself (takeOver) and seq is not above where it did: the old epoch's
+// events up to there are the stream it goes on from, not a newer one. The
+// caller holds t.mu.
+func (t *thread) claimedAbove(seq uint64) bool {
+	return t.claimed != "" && t.claimed == t.epoch && seq <= t.claimedAt
+}
+
+// restart follows a stream that goes on, in a new epoch, below what this
+// node had: what this node kept of the old one goes, and every live
+// subscriber is told (events.missed with reset) and takes the stream
+// again from its start, as a replay after a reset gives it. The caller
+// holds t.mu.
+func (t *thread) restart() {
+	const base = 0
+	t.srv.cfg.Log.Release(t.id)
+	since := t.acked
+	t.seq, t.acked = base, base
+	t.tree = map[string]*treeNode{}
+	reset := true
+	notice, err := t.missedNotice(protocol.EventsMissedData{Since: since, FirstAvailableSeq: base + 1, Reset: &reset}, uint64(t.srv.cfg.Now().UnixMilli()))
+	if err != nil {
+		return
+	}
+	t.srv.metrics.gaps.Add(1)
+	for ss := range t.sessions {
+		ss.offered = 0
+		if ss.restartAt(notice, base) {
+			t.cutoff = append(t.cutoff, ss)
+		}
+	}
+	t.endOverflowed()
 }
 
 // announceGap tells every session of the thread that the events after

@@ -198,6 +198,7 @@ type counters struct {
 	published     atomic.Uint64
 	slowConsumers atomic.Uint64
 	gaps          atomic.Uint64
+	epochBumps    atomic.Uint64
 	replays       atomic.Uint64
 	commands      atomic.Uint64
 	denied        atomic.Uint64
@@ -210,6 +211,9 @@ type MetricsSnapshot struct {
 	// StreamGaps counts the holes in a thread's stream announced to live
 	// subscribers (events another node published that the store lost).
 	StreamGaps uint64
+	// EpochBumps counts the threads this node took over in a new epoch
+	// because their store may have lost what the previous writer wrote.
+	EpochBumps uint64
 	Replays    uint64 // subscriptions that started with a replay
 	Commands   uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
@@ -269,6 +273,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		EventsPublished: s.metrics.published.Load(),
 		SlowConsumers:   s.metrics.slowConsumers.Load(),
 		StreamGaps:      s.metrics.gaps.Load(),
+		EpochBumps:      s.metrics.epochBumps.Load(),
 		Replays:         s.metrics.replays.Load(),
 		Commands:        s.metrics.commands.Load(),
 		Denied:          s.metrics.denied.Load(),

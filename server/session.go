@@ -362,6 +362,16 @@ func (ss *Session) enqueueNotice(e *Event, next uint64) (cutOff bool) {
 	return ss.push(e, next, (next-1)<<1|1)
 }
 
+// restartAt queues notice (a reset) and takes events after base from now
+// on, though base is below what it queued: the stream went on in a new
+// epoch (thread.restart). It reports whether the session overflowed.
+func (ss *Session) restartAt(notice *Event, base uint64) (cutOff bool) {
+	ss.mu.Lock()
+	ss.lastQueued = base
+	ss.mu.Unlock()
+	return ss.enqueueNotice(notice, base+1)
+}
+
 // push queues e under key unless the session is closed or has queued
 // event seq already; e's own sequence number, if any, becomes the last
 // queued. It reports true when e overflowed the queue and ended the

@@ -106,6 +106,18 @@ type DurableLog interface {
 	Stored(ctx context.Context, thread string, seq uint64, fn func(*Event) bool) error
 }
 
+// TailClaimer is a DurableLog that knows when a stream's store may have
+// lost the tail of what its last writer wrote (the store restarted from an
+// older copy): a node taking over the writing of a thread then goes on in
+// a new epoch, so no id a client saw names another event.
+type TailClaimer interface {
+	// ClaimTail returns the epoch in which the caller, taking over the
+	// writing of thread, must go on: "" for the stream's own, or another
+	// (proposed, or one an earlier takeover chose) when the tail may be
+	// lost.
+	ClaimTail(ctx context.Context, thread, proposed string) (string, error)
+}
+
 // WriteThroughLog is a DurableLog whose store is the one truth of what
 // clients see: Append queues the event for the store, and the server
 // delivers it to subscribers (this node's included) only when the log

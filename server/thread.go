@@ -40,6 +40,11 @@ type thread struct {
 	remoteRun  bool      // another node runs a run of this thread (Ingest says so)
 	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
 	remoteSeen time.Time // when this node last received an event of the thread from another node
+	// claimed is the epoch this node moved the thread to when it took it
+	// over (takeOver), at claimedAt, its seq then: the stream's events up
+	// to there are of the epoch before.
+	claimed   string
+	claimedAt uint64
 }
 
 func newThread(s *Server, id string, h streamHead) *thread {
