@@ -611,6 +611,102 @@ func TestRedisRestoredFromAnOlderCopyNeverReusesAnID(t *testing.T) {
 	require.True(t, third, "B's client gets the third run")
 }
 
+// TestRunOutlivesAFiveSecondOutage: Redis stalls for 5 s, long enough for
+// node B to call Redis lost and end its streams (unavailable); the run on
+// node A waits and goes on once Redis is back, and B's client, resuming
+// with its last id whenever its stream ends, gets every event once, in
+// order, and the run's completion.
+func TestRunOutlivesAFiveSecondOutage(t *testing.T) {
+	rs := redistest.Start(t)
+	a, b := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	var got []sseEvent
+	stalled := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := ""
+		for ctx.Err() == nil {
+			rctx, rcancel := context.WithCancel(ctx)
+			req, _ := http.NewRequestWithContext(rctx, "GET", b.ts.URL+"/threads/five/stream", nil)
+			if last != "" {
+				req.Header.Set("Last-Event-ID", last)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				if err == nil {
+					resp.Body.Close()
+				}
+				rcancel()
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			br := bufio.NewReader(resp.Body)
+			var cur sseEvent
+			var data string
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					break
+				}
+				line = strings.TrimRight(line, "\n")
+				switch {
+				case strings.HasPrefix(line, "id: "):
+					cur.id = line[4:]
+				case strings.HasPrefix(line, "event: "):
+					cur.method = line[7:]
+				case strings.HasPrefix(line, "data: "):
+					data = line[6:]
+				case line == "" && cur.method != "":
+					var m struct{ Seq uint64 }
+					_ = json.Unmarshal([]byte(data), &m)
+					cur.seq = m.Seq
+					if cur.id != "" {
+						got = append(got, cur)
+						last = cur.id
+						if cur.seq == 20 {
+							close(stalled)
+						}
+					}
+					if rootDone(cur.method, data) {
+						resp.Body.Close()
+						rcancel()
+						return
+					}
+					cur, data = sseEvent{}, ""
+				}
+			}
+			resp.Body.Close()
+			rcancel()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
+	status, body := command(t, a, "five", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
+	require.Equal(t, 200, status, body)
+	select {
+	case <-stalled:
+	case <-ctx.Done():
+		t.Fatal("no events before the outage")
+	}
+	rs.Pause()
+	time.Sleep(5 * time.Second)
+	rs.Resume()
+	<-done
+	inOrderOnce(t, got)
+	require.Equal(t, uint64(1), got[0].seq)
+	require.Contains(t, agentTree(t, b, "five"), `"status":"completed"`)
+	require.Equal(t, 300, func() int {
+		n := 0
+		for _, e := range got {
+			if e.method == "custom" {
+				n++
+			}
+		}
+		return n
+	}(), "every event of the run")
+}
+
 // agentTree is agent.getTree's answer on node n.
 func agentTree(t *testing.T, n *clusterNode, thread string) string {
 	t.Helper()
