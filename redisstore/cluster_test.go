@@ -21,6 +21,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/redistest"
 	"github.com/agentstream/agentstream/internal/sdktest"
+	"github.com/agentstream/agentstream/internal/ssetest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -80,32 +81,23 @@ type sseEvent struct {
 func sseRead(t *testing.T, r *bufio.Reader, stop func(sseEvent) bool) []sseEvent {
 	t.Helper()
 	var out []sseEvent
-	var cur sseEvent
-	var data string
-	for {
-		line, err := r.ReadString('\n')
-		require.NoError(t, err, "after %d events", len(out))
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			cur.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			cur.method = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			data = line[6:]
-		case line == "" && cur.method != "":
-			var m struct{ Seq uint64 }
-			require.NoError(t, json.Unmarshal([]byte(data), &m))
-			cur.seq = m.Seq
-			if cur.id != "" {
-				out = append(out, cur)
-			}
-			if stop(cur) || rootDone(cur.method, data) {
-				return out
-			}
-			cur, data = sseEvent{}, ""
+	err := ssetest.Scan(r, func(f ssetest.Frame) bool {
+		cur := sseEvent{id: f.ID, method: f.Event, seq: seqOf(t, f.Data)}
+		if cur.id != "" {
+			out = append(out, cur)
 		}
-	}
+		return !stop(cur) && !rootDone(f.Event, f.Data)
+	})
+	require.NoError(t, err, "after %d events", len(out))
+	return out
+}
+
+// seqOf is the seq member of an event's JSON (0 for none).
+func seqOf(t *testing.T, data string) uint64 {
+	t.Helper()
+	var m struct{ Seq uint64 }
+	require.NoError(t, json.Unmarshal([]byte(data), &m))
+	return m.Seq
 }
 
 func rootDone(method, data string) bool {
@@ -329,23 +321,7 @@ func TestRunsFollowTheirLease(t *testing.T) {
 // sseReadRaw reads frames until stop says so.
 func sseReadRaw(t *testing.T, r *bufio.Reader, stop func(method, data string) bool) {
 	t.Helper()
-	var method, data string
-	for {
-		line, err := r.ReadString('\n')
-		require.NoError(t, err)
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			method = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			data = line[6:]
-		case line == "" && method != "":
-			if stop(method, data) {
-				return
-			}
-			method, data = "", ""
-		}
-	}
+	require.NoError(t, ssetest.Scan(r, func(f ssetest.Frame) bool { return !stop(f.Event, f.Data) }))
 }
 
 // TestLostLeaseStopsTheRun: a node whose thread's lease another node now
@@ -522,31 +498,17 @@ func TestOutageLongerThanTheQueueWaitEndsTheRunOnce(t *testing.T) {
 func sseRecord(t *testing.T, r *bufio.Reader, runEnds int) (ids []string, data map[string]string) {
 	t.Helper()
 	data = map[string]string{}
-	var id, method, d string
-	for {
-		line, err := r.ReadString('\n')
-		require.NoError(t, err)
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			method = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			d = line[6:]
-		case line == "" && method != "":
-			if id != "" {
-				ids = append(ids, id)
-				data[id] = d
-			}
-			if rootDone(method, d) {
-				if runEnds--; runEnds == 0 {
-					return ids, data
-				}
-			}
-			id, method, d = "", "", ""
+	require.NoError(t, ssetest.Scan(r, func(f ssetest.Frame) bool {
+		if f.ID != "" {
+			ids = append(ids, f.ID)
+			data[f.ID] = f.Data
 		}
-	}
+		if rootDone(f.Event, f.Data) {
+			runEnds--
+		}
+		return runEnds > 0
+	}))
+	return ids, data
 }
 
 // TestRedisRestoredFromAnOlderCopyNeverReusesAnID: Redis restarts from a
@@ -642,40 +604,25 @@ func TestRunOutlivesAFiveSecondOutage(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			br := bufio.NewReader(resp.Body)
-			var cur sseEvent
-			var data string
-			for {
-				line, err := br.ReadString('\n')
-				if err != nil {
-					break
-				}
-				line = strings.TrimRight(line, "\n")
-				switch {
-				case strings.HasPrefix(line, "id: "):
-					cur.id = line[4:]
-				case strings.HasPrefix(line, "event: "):
-					cur.method = line[7:]
-				case strings.HasPrefix(line, "data: "):
-					data = line[6:]
-				case line == "" && cur.method != "":
+			ended := false
+			_ = ssetest.Scan(bufio.NewReader(resp.Body), func(f ssetest.Frame) bool {
+				if f.ID != "" {
 					var m struct{ Seq uint64 }
-					_ = json.Unmarshal([]byte(data), &m)
-					cur.seq = m.Seq
-					if cur.id != "" {
-						got = append(got, cur)
-						last = cur.id
-						if cur.seq == 20 {
-							close(stalled)
-						}
+					_ = json.Unmarshal([]byte(f.Data), &m) // not require: this is not the test's goroutine
+					cur := sseEvent{id: f.ID, method: f.Event, seq: m.Seq}
+					got = append(got, cur)
+					last = cur.id
+					if cur.seq == 20 {
+						close(stalled)
 					}
-					if rootDone(cur.method, data) {
-						resp.Body.Close()
-						rcancel()
-						return
-					}
-					cur, data = sseEvent{}, ""
 				}
+				ended = rootDone(f.Event, f.Data)
+				return !ended
+			})
+			if ended {
+				resp.Body.Close()
+				rcancel()
+				return
 			}
 			resp.Body.Close()
 			rcancel()

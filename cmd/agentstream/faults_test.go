@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/ssetest"
 )
 
 // faultFrame is one SSE frame a fault-test client read; conn counts the
@@ -183,31 +184,15 @@ func randomFaults(t *testing.T, appendOnly bool) {
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
-				br := bufio.NewReader(resp.Body)
-				f := faultFrame{conn: conn}
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						break
+				_ = ssetest.Scan(bufio.NewReader(resp.Body), func(f ssetest.Frame) bool {
+					if f.Event != "error" {
+						records[c] = append(records[c], faultFrame{conn: conn, id: f.ID, event: f.Event, data: f.Data})
 					}
-					line = strings.TrimRight(line, "\n")
-					switch {
-					case strings.HasPrefix(line, "id: "):
-						f.id = line[4:]
-					case strings.HasPrefix(line, "event: "):
-						f.event = line[7:]
-					case strings.HasPrefix(line, "data: "):
-						f.data = line[6:]
-					case line == "" && f.event != "":
-						if f.event != "error" {
-							records[c] = append(records[c], f)
-						}
-						if f.id != "" {
-							last = f.id
-						}
-						f = faultFrame{conn: conn}
+					if f.ID != "" {
+						last = f.ID
 					}
-				}
+					return true
+				})
 				resp.Body.Close()
 				cancel()
 			}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/ssetest"
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -557,31 +558,15 @@ func readRunFrames(t *testing.T, base, thread, since string, runs int) []sseFram
 // run they show.
 func scanRunFrames(br *bufio.Reader, runs int) ([]sseFrame, error) {
 	var out []sseFrame
-	var f sseFrame
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			return out, err
+	err := ssetest.Scan(br, func(f ssetest.Frame) bool {
+		out = append(out, sseFrame{id: f.ID, event: f.Event, data: f.Data})
+		if f.Event == "lifecycle" && strings.Contains(f.Data, `"namespace":[]`) &&
+			(strings.Contains(f.Data, `"event":"completed"`) || strings.Contains(f.Data, `"event":"failed"`)) {
+			runs--
 		}
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			f.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			f.event = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			f.data = line[6:]
-		case line == "" && f.event != "":
-			out = append(out, f)
-			if f.event == "lifecycle" && strings.Contains(f.data, `"namespace":[]`) &&
-				(strings.Contains(f.data, `"event":"completed"`) || strings.Contains(f.data, `"event":"failed"`)) {
-				if runs--; runs == 0 {
-					return out, nil
-				}
-			}
-			f = sseFrame{}
-		}
-	}
+		return runs > 0
+	})
+	return out, err
 }
 
 // TestAllNodesRestarted: two nodes as processes, both stopped and two new
@@ -718,30 +703,14 @@ func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
 	var lastID string
 	var mu sync.Mutex
 	go func() {
-		br := bufio.NewReader(stream.Body)
-		var f sseFrame
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
+		_ = ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
+			if f.ID != "" {
+				mu.Lock()
+				seen[f.ID], lastID = f.Data, f.ID
+				mu.Unlock()
 			}
-			line = strings.TrimRight(line, "\n")
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				f.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				f.event = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				f.data = line[6:]
-			case line == "" && f.event != "":
-				if f.id != "" {
-					mu.Lock()
-					seen[f.id], lastID = f.data, f.id
-					mu.Unlock()
-				}
-				f = sseFrame{}
-			}
-		}
+			return true
+		})
 	}()
 	r, err := http.Post(victim+"/threads/stalled/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 200}}}`))
 	require.NoError(t, err)
