@@ -37,6 +37,9 @@ const (
 	FirehoseMaxCount = 1_000_000
 	FirehoseMaxSize  = 1 << 20 // bytes per event
 	FirehoseMaxRate  = 1_000_000
+	// FirehoseMinRate is the slowest rate above 0: an event every 1,000 s
+	// (a smaller one would overflow the interval between events).
+	FirehoseMinRate = 0.001
 	// FirehoseMaxBytes bounds count × size: what one run may make the
 	// server encode.
 	FirehoseMaxBytes = 1 << 30
@@ -288,6 +291,9 @@ func firehoseParams(input any) (firehose, error) {
 	if n, ok, err := num("rate", FirehoseMaxRate, false); err != nil {
 		return p, err
 	} else if ok {
+		if n > 0 && n < FirehoseMinRate {
+			return p, fmt.Errorf("rate: %v is below %v events a second (0 is as fast as it can)", n, FirehoseMinRate)
+		}
 		p.rate = n
 	}
 	if int64(p.count)*int64(max(p.size, 64)) > FirehoseMaxBytes {

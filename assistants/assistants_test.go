@@ -44,6 +44,7 @@ func TestBuiltinInputsAreBounded(t *testing.T) {
 		{"firehose fraction", checkFirehose, map[string]any{"count": 1.5}, nil, "count:"},
 		{"firehose not a number", checkFirehose, map[string]any{"rate": "fast"}, nil, "rate:"},
 		{"firehose rate too high", checkFirehose, map[string]any{"rate": 1e7}, nil, "rate:"},
+		{"firehose rate so low the interval overflows", checkFirehose, map[string]any{"rate": 1e-300}, nil, "rate: 1e-300 is below 0.001"},
 		{"firehose too many bytes in all", checkFirehose, map[string]any{"count": 1e6, "size": 1048576.0}, nil, "count × size"},
 		{"firehose not an object", checkFirehose, "lots", nil, "input must be"},
 		{"echo", checkEcho, user, map[string]any{"token_delay_ms": 5.0}, ""},

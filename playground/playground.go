@@ -28,7 +28,8 @@ func Handler() http.Handler {
 	}
 	assets := http.StripPrefix("/playground/", http.FileServer(http.FS(web)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self'; script-src 'self'")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY") // no page may frame it (a click on Approve or Cancel tricked)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path == "/" {
 			http.ServeFileFS(w, r, web, "index.html")

@@ -40,6 +40,8 @@ func TestServesThePage(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Contains(t, h.Get("Content-Type"), "text/html")
 	require.Contains(t, h.Get("Content-Security-Policy"), "default-src 'self'")
+	require.Contains(t, h.Get("Content-Security-Policy"), "frame-ancestors 'none'", "no page may frame it")
+	require.Equal(t, "DENY", h.Get("X-Frame-Options"))
 	require.Contains(t, body, `<script type="module" src="/playground/app.js">`)
 	require.NotContains(t, body, "http://", "no external resource")
 	require.NotContains(t, body, "https://", "no external resource")
