@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -321,8 +322,8 @@ func Credential(r *http.Request) string {
 	if k := r.Header.Get("X-Api-Key"); k != "" {
 		return strings.TrimSpace(k)
 	}
-	if strings.Contains(r.URL.RawQuery, AccessTokenParam) {
-		return r.URL.Query().Get(AccessTokenParam)
+	if r.URL.RawQuery != "" {
+		return r.URL.Query().Get(AccessTokenParam) // keys decoded: Redact reads them the same way
 	}
 	return ""
 }
@@ -332,16 +333,18 @@ func (a *Authenticator) FromRequest(r *http.Request) (*Principal, error) {
 	return a.Check(Credential(r))
 }
 
-// Redact returns a raw query with the access_token parameter's value
-// replaced, for logs.
+// Redact returns a raw query with the value of every access_token
+// parameter replaced, for logs. Keys are compared decoded, as the lookup
+// (Credential) reads them: access%5Ftoken is access_token too.
 func Redact(rawQuery string) string {
-	if !strings.Contains(rawQuery, AccessTokenParam) {
+	if !strings.Contains(rawQuery, AccessTokenParam) && !strings.Contains(rawQuery, "%") && !strings.Contains(rawQuery, "+") {
 		return rawQuery
 	}
 	parts := strings.Split(rawQuery, "&")
 	for i, p := range parts {
-		if k, _, _ := strings.Cut(p, "="); k == AccessTokenParam {
-			parts[i] = AccessTokenParam + "=REDACTED"
+		k, _, _ := strings.Cut(p, "=")
+		if dk, err := url.QueryUnescape(k); k == AccessTokenParam || err == nil && dk == AccessTokenParam {
+			parts[i] = k + "=REDACTED"
 		}
 	}
 	return strings.Join(parts, "&")

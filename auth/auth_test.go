@@ -319,6 +319,11 @@ func TestSecretFileAndRedact(t *testing.T) {
 
 	require.Equal(t, "channels=a&access_token=REDACTED&depth=1", auth.Redact("channels=a&access_token=eyJ.x.y&depth=1"))
 	require.Equal(t, "since=3", auth.Redact("since=3"))
+	// Keys are compared decoded, as the lookup reads them; every one is redacted.
+	require.Equal(t, "access%5Ftoken=REDACTED", auth.Redact("access%5Ftoken=eyJ.x.y"))
+	require.Equal(t, "%61ccess_token=REDACTED&access_token=REDACTED", auth.Redact("%61ccess_token=eyJ.a.b&access_token=eyJ.c.d"))
+	r := httptest.NewRequest("GET", "/threads/t/stream?access%5Ftoken=eyJ.x.y", nil)
+	require.Equal(t, "eyJ.x.y", auth.Credential(r), "the lookup reads the key decoded: so must Redact")
 	_, err = auth.New(context.Background(), auth.Config{})
 	require.Error(t, err, "no credential source")
 }
