@@ -41,6 +41,16 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 			return err
 		}
 		if hist {
+			// Another request may have claimed the thread since the
+			// owner was read (its claim is state too): read it again.
+			if owner, ok, err = s.cfg.State.Owner(ctx, threadID); err != nil {
+				return storeError(err)
+			}
+		}
+		if hist && ok {
+			return s.mayUse(p, threadID, owner)
+		}
+		if hist {
 			// The owner record is gone (expired, or a store that lost
 			// it) while the thread has history: it is not handed to
 			// whoever comes next. Admins, and principals granted the
@@ -67,6 +77,11 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 			return storeError(err)
 		}
 	}
+	return s.mayUse(p, threadID, owner)
+}
+
+// mayUse is Authorize's answer for a thread owned by owner.
+func (s *Server) mayUse(p *auth.Principal, threadID, owner string) error {
 	if p.MayUse(threadID, owner) {
 		return nil
 	}

@@ -94,3 +94,39 @@ func TestSessionExpiry(t *testing.T) {
 	_, _, err = kept.TryNext()
 	require.True(t, errors.Is(err, server.ErrClosed))
 }
+
+// claimBetween is a StateStore in which another request claims a thread
+// right after the first owner lookup saw none (two first requests for a
+// thread at once).
+type claimBetween struct {
+	*server.MemoryState
+	claimer string
+	once    sync.Once
+}
+
+func (c *claimBetween) Owner(ctx context.Context, thread string) (string, bool, error) {
+	owner, ok, err := c.MemoryState.Owner(ctx, thread)
+	c.once.Do(func() {
+		if !ok {
+			_, _ = c.MemoryState.ClaimOwner(ctx, thread, c.claimer)
+		}
+	})
+	return owner, ok, err
+}
+
+// TestConcurrentFirstRequestsOfOneOwner: two first requests of one
+// principal for a new thread; the other one's claim lands between this
+// one's owner lookup and its history check (the claim is state, so the
+// thread "has history"): this one is let in as the owner, not refused as
+// a thread whose owner record was lost. The official SDK opens several
+// WebSockets of one thread at once, and got 403 about one run in five.
+func TestConcurrentFirstRequestsOfOneOwner(t *testing.T) {
+	st := &claimBetween{MemoryState: server.NewMemoryState(), claimer: "alice"}
+	srv := server.New(server.Config{State: st})
+	defer srv.Close(context.Background())
+	require.NoError(t, srv.Authorize(&auth.Principal{Subject: "alice"}, "new", true))
+	st2 := &claimBetween{MemoryState: server.NewMemoryState(), claimer: "alice"}
+	srv2 := server.New(server.Config{State: st2})
+	defer srv2.Close(context.Background())
+	require.ErrorIs(t, srv2.Authorize(&auth.Principal{Subject: "bob"}, "new", true), server.ErrPermissionDenied, "another principal's claim still wins")
+}
