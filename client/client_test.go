@@ -369,7 +369,9 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 	defer a.Close()
 	ts := servetest.Start(t, transport.Options{Auth: a})
 	mint := func(ctx context.Context) (string, error) {
-		return auth.Mint(secret, auth.TokenOptions{Subject: "alice", TTL: time.Second})
+		// Two seconds: a token's expiry is in whole seconds, so one of a
+		// second may be minted with a millisecond left.
+		return auth.Mint(secret, auth.TokenOptions{Subject: "alice", TTL: 2 * time.Second})
 	}
 	for _, tr := range transports {
 		t.Run(string(tr), func(t *testing.T) {
@@ -378,7 +380,7 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 			sub, err := th.Subscribe(context.Background(), Filter{Channels: []string{"custom", "lifecycle"}})
 			require.NoError(t, err)
 			defer sub.Close()
-			firehose(t, th, 100, 40) // 2.5 s: the first token expires meanwhile
+			firehose(t, th, 140, 40) // 3.5 s: the first token expires meanwhile
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			custom := 0
@@ -393,7 +395,7 @@ func TestTokenSourceOutlivesExpiry(t *testing.T) {
 					break
 				}
 			}
-			require.Equal(t, 100, custom, "every event once")
+			require.Equal(t, 140, custom, "every event once")
 			require.GreaterOrEqual(t, sub.connections(), 2, "it reconnected with a new token")
 
 			// A fixed token: the subscription ends when it expires.
