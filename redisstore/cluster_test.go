@@ -428,6 +428,22 @@ func TestStateOnANodeThatHasNotSeenTheThread(t *testing.T) {
 	require.Equal(t, "no_such_thread", e.Error)
 }
 
+// stallDuringRun starts a 300-event firehose run of thread on node a,
+// stalls Redis (SIGSTOP) for stall once a client on node b has read 20
+// events, and returns what that client read up to the run's end.
+func stallDuringRun(t *testing.T, ctx context.Context, rs *redistest.Server, a, b *clusterNode, thread string, stall time.Duration) []sseEvent {
+	t.Helper()
+	r := openSSE(t, ctx, b.ts.URL, thread, "")
+	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
+	status, body := command(t, a, thread, `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
+	require.Equal(t, 200, status, body)
+	got := sseRead(t, r, func(e sseEvent) bool { return e.seq >= 20 })
+	rs.Pause()
+	time.Sleep(stall)
+	rs.Resume()
+	return append(got, sseRead(t, r, func(sseEvent) bool { return false })...)
+}
+
 // TestRunOutlivesAnOutageLongerThanItsLease: Redis stalls (SIGSTOP) for
 // more than twice the run lease; the run on node A goes on once it is back
 // (A takes its lease again before any node reaps it), and a client on node
@@ -439,15 +455,7 @@ func TestRunOutlivesAnOutageLongerThanItsLease(t *testing.T) {
 	b := startClusterNode(t, rs.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r := openSSE(t, ctx, b.ts.URL, "stall", "")
-	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
-	status, body := command(t, a, "stall", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
-	require.Equal(t, 200, status, body)
-	got := sseRead(t, r, func(e sseEvent) bool { return e.seq >= 20 })
-	rs.Pause()
-	time.Sleep(2500 * time.Millisecond) // the lease (1s) expires in Redis meanwhile
-	rs.Resume()
-	got = append(got, sseRead(t, r, func(sseEvent) bool { return false })...)
+	got := stallDuringRun(t, ctx, rs, a, b, "stall", 2500*time.Millisecond) // the lease (1s) expires in Redis meanwhile
 	inOrderOnce(t, got)
 	require.Equal(t, uint64(1), got[0].seq)
 	st, _, err := b.srv.State(ctx, "stall")
@@ -469,15 +477,7 @@ func TestOutageLongerThanTheQueueWaitEndsTheRunOnce(t *testing.T) {
 	b := startClusterNode(t, rs.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r := openSSE(t, ctx, b.ts.URL, "long", "")
-	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
-	status, body := command(t, a, "long", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
-	require.Equal(t, 200, status, body)
-	got := sseRead(t, r, func(e sseEvent) bool { return e.seq >= 20 })
-	rs.Pause()
-	time.Sleep(2500 * time.Millisecond) // a batch unanswered for 1 s, then 0.5 s of waiting
-	rs.Resume()
-	got = append(got, sseRead(t, r, func(sseEvent) bool { return false })...)
+	got := stallDuringRun(t, ctx, rs, a, b, "long", 2500*time.Millisecond) // a batch unanswered for 1 s, then 0.5 s of waiting
 	inOrderOnce(t, got)
 	require.Equal(t, uint64(1), got[0].seq)
 	ends := 0
@@ -588,45 +588,20 @@ func TestRunOutlivesAFiveSecondOutage(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		last := ""
-		for ctx.Err() == nil {
+		ssetest.Follow(ctx, func(int) (context.Context, context.CancelFunc, string) {
 			rctx, rcancel := context.WithCancel(ctx)
-			req, _ := http.NewRequestWithContext(rctx, "GET", b.ts.URL+"/threads/five/stream", nil)
-			if last != "" {
-				req.Header.Set("Last-Event-ID", last)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil || resp.StatusCode != 200 {
-				if err == nil {
-					resp.Body.Close()
+			return rctx, rcancel, b.ts.URL + "/threads/five/stream"
+		}, func(_ int, f ssetest.Frame) bool {
+			if f.ID != "" {
+				var m struct{ Seq uint64 }
+				_ = json.Unmarshal([]byte(f.Data), &m) // not require: this is not the test's goroutine
+				got = append(got, sseEvent{id: f.ID, method: f.Event, seq: m.Seq})
+				if m.Seq == 20 {
+					close(stalled)
 				}
-				rcancel()
-				time.Sleep(100 * time.Millisecond)
-				continue
 			}
-			ended := false
-			_ = ssetest.Scan(bufio.NewReader(resp.Body), func(f ssetest.Frame) bool {
-				if f.ID != "" {
-					var m struct{ Seq uint64 }
-					_ = json.Unmarshal([]byte(f.Data), &m) // not require: this is not the test's goroutine
-					cur := sseEvent{id: f.ID, method: f.Event, seq: m.Seq}
-					got = append(got, cur)
-					last = cur.id
-					if cur.seq == 20 {
-						close(stalled)
-					}
-				}
-				ended = rootDone(f.Event, f.Data)
-				return !ended
-			})
-			if ended {
-				resp.Body.Close()
-				rcancel()
-				return
-			}
-			resp.Body.Close()
-			rcancel()
-		}
+			return !rootDone(f.Event, f.Data)
+		})
 	}()
 	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
 	status, body := command(t, a, "five", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)

@@ -129,6 +129,7 @@ type writeQueue struct {
 	// a full queue. Guarded by mu.
 	failing bool
 	sentAt  time.Time    // when the batch on the wire was first sent (zero: none); guarded by mu
+	stall   *time.Timer  // fires stallAfter after a batch is sent (markStalled); the writer's
 	sending atomic.Int64 // events of the batch on the wire
 	// published: events Redis took in the last batch, whose SPUBLISH goes
 	// out with the next one (an event is published only once it is in the
@@ -417,15 +418,24 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 // share of WriteQueue events or of WriteQueueBytes, or Redis fails the
 // writer's batch. The caller holds q.mu.
 func (q *writeQueue) mustWait() bool {
-	if !q.failing && !q.sentAt.IsZero() && time.Since(q.sentAt) > stallAfter {
-		q.failing = true // Redis stalls: the writer clears it once Redis answers
-	}
 	return q.failing || len(q.pending) >= q.bound || len(q.pending) > 0 && q.bytes >= q.maxBytes
 }
 
 // stallAfter is how long a batch may go unanswered before publishers wait
 // for Redis as for a failing one.
 const stallAfter = time.Second
+
+// markStalled is the stall timer's: a batch still unanswered stallAfter
+// after it was sent makes publishers wait, as a failing one does (the
+// writer clears it once Redis answers). A timer of an earlier batch finds
+// a later one, sent less than stallAfter ago, and does nothing.
+func (q *writeQueue) markStalled() {
+	q.mu.Lock()
+	if !q.sentAt.IsZero() && time.Since(q.sentAt) >= stallAfter {
+		q.failing = true
+	}
+	q.mu.Unlock()
+}
 
 // setFailing records whether Redis fails the batch on the wire; when it
 // takes it again, waiting publishers go on.
@@ -452,6 +462,11 @@ const maxBatch = 512
 func (l *Log) writer(q *writeQueue) {
 	defer l.writers.Done()
 	defer q.done.close()
+	defer func() {
+		if q.stall != nil {
+			q.stall.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-q.wake:
@@ -487,6 +502,11 @@ func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 		close(q.room) // waiting publishers: there is room
 		q.room = make(chan struct{})
 		q.sentAt = time.Now()
+		if q.stall == nil {
+			q.stall = time.AfterFunc(stallAfter, q.markStalled)
+		} else {
+			q.stall.Reset(stallAfter)
+		}
 	}
 	q.sending.Store(int64(n))
 	defer q.sending.Store(0)

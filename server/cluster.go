@@ -72,7 +72,7 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		// A run of the previous holder that never ended on the stream (its
 		// node died, or was fenced before it could say so) ends now, before
 		// the next starts: every client sees it end.
-		s.failLostRun(threadID, false, 0)
+		s.endLostRun(threadID, false, 0)
 	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
 		if isForwarded(ctx) {
 			return nil, nil, false
@@ -146,13 +146,22 @@ func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
 // holds none (the reaper knows a node held the thread for a run). A run
 // this node received an event of within quiet is left alone.
 func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Duration) bool {
-	t, err := s.thread(threadID, true)
-	if err != nil {
+	if _, err := s.thread(threadID, true); err != nil {
 		return false
 	}
 	if s.takeOver(threadID) != nil {
 		// Its end may be in the stream, unread: try again later rather
 		// than fail a run that ended.
+		return false
+	}
+	return s.endLostRun(threadID, assumeOpen, quiet)
+}
+
+// endLostRun is failLostRun for a thread this node has taken over
+// (takeOver) already.
+func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duration) bool {
+	t, err := s.thread(threadID, true)
+	if err != nil {
 		return false
 	}
 	t.mu.Lock()

@@ -27,15 +27,7 @@ func (s *Server) ingest(threadID string, e *Event) {
 	if t.evicted {
 		return
 	}
-	if ep := e.Epoch(); ep != "" && ep != t.epoch && !t.claimedAbove(e.Seq) {
-		// The stream goes on in another epoch (its keys had expired, or
-		// Redis lost them, or what this node saw last: see TailClaimer):
-		// follow it; cursors of the old epoch get the reset notice.
-		t.epoch = ep
-		if e.Seq <= t.seq {
-			t.restart() // and read the stream again, below
-		}
-	}
+	t.follow(e.Epoch(), e.Seq) // a restarted stream is read again below
 	if e.Seq <= t.seq {
 		return
 	}
@@ -97,12 +89,7 @@ func (s *Server) catchUp(threadID string) error {
 	if t.evicted {
 		return nil
 	}
-	if epoch != "" && epoch != t.epoch && !t.claimedAbove(head) {
-		t.epoch = epoch
-		if head <= t.seq {
-			t.restart()
-		}
-	}
+	t.follow(epoch, head)
 	if head <= t.seq {
 		return nil
 	}
@@ -116,12 +103,21 @@ func (s *Server) catchUp(threadID string) error {
 	return err
 }
 
-// claimedAbove reports whether this node moved the thread to its epoch
-// itself (takeOver) and seq is not above where it did: the old epoch's
-// events up to there are the stream it goes on from, not a newer one. The
-// caller holds t.mu.
-func (t *thread) claimedAbove(seq uint64) bool {
-	return t.claimed != "" && t.claimed == t.epoch && seq <= t.claimedAt
+// follow moves the thread to epoch when the stream, at seq, goes on in
+// another one (its keys had expired, or Redis lost them, or what this
+// node saw last: see TailClaimer); cursors of the old epoch get the reset
+// notice, and when seq is not above what this node had, the thread starts
+// again (restart). The old epoch's events up to where this node took the
+// thread over itself (takeOver) are the stream it goes on from, not a
+// newer one. The caller holds t.mu.
+func (t *thread) follow(epoch string, seq uint64) {
+	if epoch == "" || epoch == t.epoch || t.claimed == t.epoch && seq <= t.claimedAt {
+		return
+	}
+	t.epoch = epoch
+	if seq <= t.seq {
+		t.restart()
+	}
 }
 
 // restart follows a stream that goes on, in a new epoch, below what this

@@ -421,13 +421,10 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		if head > ss.lastQueued {
 			ss.lastQueued = head
 		}
-		var n func()
-		if replayed := ss.notify.Replayed; replayed != nil {
-			n = func() { replayed(false) } // the client's other subscribes may follow
-		}
+		replayed := ss.notify.Replayed
 		ss.mu.Unlock()
-		if n != nil {
-			n()
+		if replayed != nil {
+			replayed(false) // the client's other subscribes may follow
 		}
 		return false
 	}

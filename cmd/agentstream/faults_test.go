@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -167,35 +166,15 @@ func randomFaults(t *testing.T, appendOnly bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			last, conn := "", 0
-			for ctx.Err() == nil {
-				conn++
+			ssetest.Follow(ctx, func(int) (context.Context, context.CancelFunc, string) {
 				rctx, cancel := context.WithTimeout(ctx, time.Duration(200+intn(1500))*time.Millisecond)
-				req, _ := http.NewRequestWithContext(rctx, "GET", baseOf(intn(len(nodes)))+"/threads/"+thread+"/stream", nil)
-				if last != "" {
-					req.Header.Set("Last-Event-ID", last)
+				return rctx, cancel, baseOf(intn(len(nodes))) + "/threads/" + thread + "/stream"
+			}, func(conn int, f ssetest.Frame) bool {
+				if f.Event != "error" {
+					records[c] = append(records[c], faultFrame{conn: conn, id: f.ID, event: f.Event, data: f.Data})
 				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil || resp.StatusCode != 200 {
-					if err == nil {
-						resp.Body.Close()
-					}
-					cancel()
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				_ = ssetest.Scan(bufio.NewReader(resp.Body), func(f ssetest.Frame) bool {
-					if f.Event != "error" {
-						records[c] = append(records[c], faultFrame{conn: conn, id: f.ID, event: f.Event, data: f.Data})
-					}
-					if f.ID != "" {
-						last = f.ID
-					}
-					return true
-				})
-				resp.Body.Close()
-				cancel()
-			}
+				return true
+			})
 		}()
 	}
 	wg.Wait()

@@ -4,7 +4,10 @@ package ssetest
 
 import (
 	"bufio"
+	"context"
+	"net/http"
 	"strings"
+	"time"
 )
 
 // Frame is one SSE frame: its id (empty for frames without one), its
@@ -38,4 +41,53 @@ func Scan(r *bufio.Reader, fn func(Frame) bool) error {
 			f = Frame{}
 		}
 	}
+}
+
+// Follow reads a stream through connections that end (a node stops, a
+// stream is cut) and are opened again with the last id read as
+// Last-Event-ID: open gives each connection's context (with its cancel)
+// and URL, fn gets each frame and the connection's number (from 1). It
+// returns when fn returns false or ctx ends; a connection that cannot be
+// opened is tried again 50 ms later.
+func Follow(ctx context.Context, open func(conn int) (context.Context, context.CancelFunc, string), fn func(conn int, f Frame) bool) {
+	last := ""
+	for conn := 1; ctx.Err() == nil; conn++ {
+		cctx, cancel, url := open(conn)
+		if !followOnce(cctx, url, last, func(f Frame) bool {
+			if f.ID != "" {
+				last = f.ID
+			}
+			return fn(conn, f)
+		}) {
+			cancel()
+			return
+		}
+		cancel()
+	}
+}
+
+// followOnce reads one connection; it reports false when fn said stop.
+func followOnce(ctx context.Context, url, last string, fn func(Frame) bool) bool {
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if last != "" {
+		req.Header.Set("Last-Event-ID", last)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		if err == nil {
+			resp.Body.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		return true
+	}
+	defer resp.Body.Close()
+	stopped := false
+	_ = Scan(bufio.NewReader(resp.Body), func(f Frame) bool {
+		stopped = !fn(f)
+		return !stopped
+	})
+	return !stopped
 }
