@@ -84,6 +84,35 @@ var eventStreamRequestSchema = sync.OnceValues(func() (*jsonschema.Schema, error
 // DecodeEventStreamRequest reads the body of an SSE stream request,
 // returning the ErrorResponse (with a null id) to send when it is invalid.
 func DecodeEventStreamRequest(data []byte) (*EventStreamRequest, *ErrorResponse) {
+	return Decoder{}.EventStreamRequest(data)
+}
+
+// Decoder decodes frames and request bodies within its Limits (zero
+// fields: the defaults). The package's Decode functions are a zero Decoder.
+type Decoder struct {
+	Limits DecodeLimits
+	// OnLimit, when set, is called with the limit ("depth" or "values") of
+	// each frame refused by Limits, for counting.
+	OnLimit func(limit string)
+}
+
+// refuse answers a frame that Limits refused before decoding.
+func (d Decoder) refuse(err error) *ErrorResponse {
+	var le *LimitError
+	if errors.As(err, &le) && d.OnLimit != nil {
+		d.OnLimit(le.Limit)
+	}
+	if le != nil {
+		return NewError(nil, ErrorCodeInvalidArgument, "command: %v (a limit of this server)", err)
+	}
+	return NewError(nil, ErrorCodeInvalidArgument, "%v", err)
+}
+
+// EventStreamRequest is DecodeEventStreamRequest within d's limits.
+func (d Decoder) EventStreamRequest(data []byte) (*EventStreamRequest, *ErrorResponse) {
+	if err := d.Limits.withDefaults().checkJSON(data); err != nil {
+		return nil, d.refuse(err)
+	}
 	v, errResp := decodeJSON(data)
 	if errResp != nil {
 		return nil, errResp
@@ -130,6 +159,14 @@ func Methods() []string {
 //
 // The error's id is the command's when the frame has a usable one.
 func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
+	return Decoder{}.Command(data)
+}
+
+// Command is DecodeCommand within d's limits.
+func (d Decoder) Command(data []byte) (*ClientCommand, *ErrorResponse) {
+	if err := d.Limits.withDefaults().checkJSON(data); err != nil {
+		return nil, d.refuse(err)
+	}
 	// Numbers decode as float64 for validation, which is exact for every
 	// integer the protocol allows (up to 2^53-1); the typed decode below
 	// reads the frame itself.
@@ -178,6 +215,18 @@ func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
 // frame that is not well-formed CBOR, or has no JSON equivalent (byte
 // strings, non-text map keys), is invalid_argument with a null id.
 func DecodeCommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
+	return Decoder{}.CommandCBOR(data)
+}
+
+// CommandCBOR is DecodeCommandCBOR within d's limits.
+func (d Decoder) CommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
+	if err := d.Limits.withDefaults().checkCBOR(data); err != nil {
+		var le *LimitError
+		if errors.As(err, &le) {
+			return nil, d.refuse(err)
+		}
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
+	}
 	var v any
 	if err := cddlrt.CBORDecMode.Unmarshal(data, &v); err != nil {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
@@ -186,7 +235,7 @@ func DecodeCommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
 	if err != nil {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
 	}
-	return DecodeCommand(j)
+	return d.Command(j)
 }
 
 // decodeJSON reads a message for validation. Text that is not UTF-8 is

@@ -54,6 +54,7 @@ func BenchmarkConnect(b *testing.B) {
 					}
 					req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/threads/bench/stream", strings.NewReader(`{"channels": ["lifecycle"]}`))
 					req.Header = h.Clone()
+					req.Header.Set("Content-Type", "application/json")
 					resp, err := http.DefaultClient.Do(req)
 					if err != nil || resp.StatusCode != 200 {
 						b.Fatal(err, resp)

@@ -293,6 +293,7 @@ func TestExpiryWhileStreaming(t *testing.T) {
 
 	// SSE: the stream ends with an error event at expiry.
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/threads/exp/stream", strings.NewReader(`{"channels": ["lifecycle"]}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+short())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

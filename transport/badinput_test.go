@@ -44,7 +44,15 @@ func TestBadHTTPInput(t *testing.T) {
 		{"wrong verb on commands", "GET", "/threads/t/commands", "", "", "", 405, "", nil},
 		{"state of an unknown thread", "GET", "/threads/never-seen/state", "", "", "", 404, "no_such_thread", nil},
 		// Browsers as attackers.
-		{"command as text/plain (a cross-site form)", "POST", "/threads/t/commands", "text/plain", "http://evil.example", run("{}"), 415, "invalid_argument", nil},
+		{"command as text/plain (a cross-site form)", "POST", "/threads/t/commands", "text/plain", "http://evil.example", run("{}"), 403, "permission_denied", nil},
+		{"command as text/plain", "POST", "/threads/t/commands", "text/plain", "", run("{}"), 415, "invalid_argument", nil},
+		{"command cross-site with no Origin", "POST", "/threads/t/commands", "application/json", "", run("{}"), 403, "permission_denied", map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"stream as text/plain from a foreign origin", "POST", "/threads/csrf/stream", "text/plain", "http://evil.example", `{"channels": ["lifecycle"]}`, 403, "permission_denied", nil},
+		{"stream as a form", "POST", "/threads/csrf/stream", "application/x-www-form-urlencoded", "", `{"channels": ["lifecycle"]}`, 415, "invalid_argument", nil},
+		{"stream with a body and no content type", "POST", "/threads/csrf/stream", "", "", `{"channels": ["lifecycle"]}`, 415, "invalid_argument", nil},
+		{"GET stream from a foreign origin", "GET", "/threads/csrf/stream?channels=lifecycle", "", "http://evil.example", "", 403, "permission_denied", nil},
+		{"GET stream cross-site with no Origin (an image)", "GET", "/threads/csrf/stream?channels=lifecycle", "", "", "", 403, "permission_denied", map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"state from a foreign origin (a read, CORS decides)", "GET", "/threads/never-seen/state", "", "http://evil.example", "", 404, "no_such_thread", nil},
 		{"command with no content type", "POST", "/threads/t/commands", "", "", run("{}"), 415, "invalid_argument", nil},
 		{"command from a foreign origin", "POST", "/threads/t/commands", "application/json", "http://evil.example", run("{}"), 403, "permission_denied", nil},
 		{"command from an allowed origin", "POST", "/threads/t/commands", "application/json; charset=utf-8", "http://app.example", run(`{"count": 1}`), 200, "", nil},
@@ -61,6 +69,9 @@ func TestBadHTTPInput(t *testing.T) {
 		{"params of the wrong type", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `"go"`), 400, "invalid_argument", nil},
 		{"missing assistant_id", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `{}`), 400, "invalid_argument", nil},
 		{"body over 1 MiB", "POST", "/threads/t/commands", "application/json", "", `{"x": "` + strings.Repeat("x", 1<<20) + `"}`, 413, "invalid_argument", nil},
+		{"stream body over 64 KiB", "POST", "/threads/t/stream", "application/json", "", `{"channels": ["` + strings.Repeat("x", 1<<16) + `"]}`, 413, "invalid_argument", nil},
+		{"command of 1 MiB of empty maps", "POST", "/threads/t/commands", "application/json", "", run(`{"x": [` + strings.Repeat(`{},`, 300_000) + `{}]}`), 400, "invalid_argument", nil},
+		{"stream body of many values", "POST", "/threads/t/stream", "application/json", "", `{"channels": [` + strings.Repeat(`1,`, 10000) + `1]}`, 400, "invalid_argument", nil},
 		// Built-in assistants' inputs (the remote crash).
 		{"firehose size 1e14 (was a crash)", "POST", "/threads/t/commands", "application/json", "", run(`{"size": 1e14}`), 400, "invalid_argument", nil},
 		{"firehose a billion events", "POST", "/threads/t/commands", "application/json", "", run(`{"count": 1e9, "rate": 0}`), 400, "invalid_argument", nil},
@@ -117,7 +128,19 @@ func TestBadHTTPInput(t *testing.T) {
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		require.NoError(t, err, path)
-		require.Contains(t, []int{http.StatusRequestTimeout, http.StatusBadRequest}, resp.StatusCode, path)
+		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, path)
 		conn.Close()
+	}
+	// Nothing refused above created a thread, and every refusal was counted.
+	resp, err := http.Get(ts.URL + "/threads/csrf/state")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, err = http.Get(ts.URL + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, limit := range []string{"origin", "content_type", "body_timeout", "body_size", "command_values"} {
+		require.Regexp(t, `agentstream_refusals_total\{limit="`+limit+`"\} [1-9]`, string(b))
 	}
 }

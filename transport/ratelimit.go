@@ -8,10 +8,13 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// The defaults of Options.HTTPCommandRate and Options.HTTPCommandBurst.
+// The defaults of Options.HTTPCommandRate, HTTPCommandBurst,
+// HTTPStreamRate and HTTPStreamBurst.
 const (
 	DefaultHTTPCommandRate  = 1000
 	DefaultHTTPCommandBurst = 10000
+	DefaultHTTPStreamRate   = 100
+	DefaultHTTPStreamBurst  = 1000
 )
 
 // maxLimiters bounds how many clients' buckets are kept at once; past it,
@@ -19,7 +22,8 @@ const (
 // a client that finds no room is refused as if over its rate.
 const maxLimiters = 100_000
 
-// commandLimiter is a token bucket per client for POST /commands: per
+// commandLimiter is a token bucket per client (for commands, streams or
+// failed authentications): per
 // principal with authentication on, per remote IP without.
 type commandLimiter struct {
 	rate  rate.Limit

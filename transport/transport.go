@@ -23,7 +23,6 @@ import (
 	"errors"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -83,6 +82,16 @@ type Options struct {
 	// without. Over it: 429 rate_limited with Retry-After.
 	HTTPCommandRate  float64
 	HTTPCommandBurst int
+	// HTTPStreamRate is how many streams (SSE, and WebSocket handshakes)
+	// a second one client may open on average (DefaultHTTPStreamRate,
+	// 100), with bursts of HTTPStreamBurst (DefaultHTTPStreamBurst,
+	// 1,000); a client as for HTTPCommandRate. Over it: 429 rate_limited.
+	HTTPStreamRate  float64
+	HTTPStreamBurst int
+	// Decode bounds the nesting and the number of values of a command or
+	// stream request (protocol.DecodeLimits; zero fields: the defaults),
+	// on every route and the WebSocket: over it, refused before decoding.
+	Decode protocol.DecodeLimits
 	// Ready, when set, is asked by /readyz too: an error (the Redis engine
 	// cannot reach Redis) answers 503.
 	Ready func(context.Context) error
@@ -109,8 +118,11 @@ type Handler struct {
 	bodyTimeout time.Duration
 	auth        *auth.Authenticator
 	reg         *prometheus.Registry
-	limiter     *commandLimiter
-	readyCheck  func(context.Context) error
+	limiter     *commandLimiter // commands per client
+	// streamLimiter: streams opened per client (SSE and WebSocket).
+	streamLimiter *commandLimiter
+	decoder       protocol.Decoder
+	readyCheck    func(context.Context) error
 }
 
 // New builds the handler for srv.
@@ -130,6 +142,12 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.SSE.OnRefuse = chainS(opts.SSE.OnRefuse, m.refuse)
 	opts.WS.OnRefuse = chainS(opts.WS.OnRefuse, m.refuse)
 	opts.WS.Auth = opts.Auth
+	if opts.WS.Decode == (protocol.DecodeLimits{}) {
+		opts.WS.Decode = opts.Decode
+	}
+	if opts.SSE.Decode == (protocol.DecodeLimits{}) {
+		opts.SSE.Decode = opts.Decode
+	}
 	opts.WS.OnAuthRefuse = m.authRefused
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
 		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready}
@@ -146,6 +164,14 @@ func New(srv *server.Server, opts Options) *Handler {
 		opts.HTTPCommandBurst = DefaultHTTPCommandBurst
 	}
 	h.limiter = newCommandLimiter(opts.HTTPCommandRate, opts.HTTPCommandBurst)
+	if opts.HTTPStreamRate <= 0 {
+		opts.HTTPStreamRate = DefaultHTTPStreamRate
+	}
+	if opts.HTTPStreamBurst <= 0 {
+		opts.HTTPStreamBurst = DefaultHTTPStreamBurst
+	}
+	h.streamLimiter = newCommandLimiter(opts.HTTPStreamRate, opts.HTTPStreamBurst)
+	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { m.refuse("command_" + limit) }}
 	interval := func(name, help string, f func() time.Duration) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f().Seconds() })
 	}
@@ -155,11 +181,11 @@ func New(srv *server.Server, opts Options) *Handler {
 	)
 	h.ready.Store(true)
 	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
-		h.mux.Handle("POST "+p, h.guard(h.sse.ServeHTTP, true))
-		h.mux.Handle("GET "+p, h.guard(h.streamGET, true))
+		h.mux.Handle("POST "+p, h.guard(h.sse.ServeHTTP, streamRoute))
+		h.mux.Handle("GET "+p, h.guard(h.streamGET, streamRoute))
 	}
-	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command, true))
-	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state, false))
+	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command, commandRoute))
+	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state, readRoute))
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -191,20 +217,29 @@ func (h *Handler) MetricsHandler() http.Handler {
 // thread (create) claims an unknown thread for the principal; a read of an
 // unknown thread is 404. With authentication off it checks the thread id
 // only.
-func (h *Handler) guard(next http.HandlerFunc, create bool) http.Handler {
+func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.threadOK(w, r) {
+			return
+		}
+		if kind != readRoute && !h.sameSite(w, r, kind) {
+			return
+		}
+		var p *auth.Principal
+		if h.auth != nil {
+			var ok bool
+			if p, ok = h.authenticate(w, r); !ok {
+				return
+			}
+		}
+		if kind != readRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
 		if h.auth == nil {
 			next(w, r)
 			return
 		}
-		p, ok := h.authenticate(w, r)
-		if !ok {
-			return
-		}
-		if err := h.srv.Authorize(p, r.PathValue("id"), create); err != nil {
+		if err := h.srv.Authorize(p, r.PathValue("id"), kind != readRoute); err != nil {
 			status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
 			switch {
 			case errors.Is(err, server.ErrNoSuchThread):
@@ -224,6 +259,83 @@ func (h *Handler) guard(next http.HandlerFunc, create bool) http.Handler {
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
 	})
+}
+
+// routeKind sorts the thread routes by what they may do, for the rules
+// they are under.
+type routeKind int
+
+const (
+	// readRoute reads a thread (its state) and creates nothing.
+	readRoute routeKind = iota
+	// streamRoute opens a stream, creating the thread if it is new.
+	streamRoute
+	// commandRoute carries out a command.
+	commandRoute
+)
+
+// sameSite applies the rules of every route that changes or creates
+// state, so that a web page of another site cannot use them through a
+// visitor's browser: a request from another origin must come from an
+// allowed one (--allowed-origins); one that a browser says is cross-site
+// but sent without an Origin (an image, a no-cors fetch) is refused
+// unless every origin is allowed; and a POST must say its body is JSON
+// (a form or a no-cors fetch cannot), except a stream request with no body
+// at all. WebSocket handshakes are checked by the WebSocket handler's own
+// origin patterns.
+func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKind) bool {
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return true
+	}
+	o := r.Header.Get("Origin")
+	if o != "" && !sameOrigin(o, r.Host) && !allowedOrigin(h.corsOrigins, o) {
+		h.metrics.refuse("origin")
+		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not use this route (--allowed-origins)", o))
+		return false
+	}
+	if o == "" && r.Header.Get("Sec-Fetch-Site") == "cross-site" && !allowedOrigin(h.corsOrigins, "*") {
+		h.metrics.refuse("origin")
+		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "a cross-site request without an Origin may not use this route"))
+		return false
+	}
+	if r.Method != http.MethodPost {
+		return true
+	}
+	ct := r.Header.Get("Content-Type")
+	if kind == streamRoute && ct == "" && r.ContentLength == 0 {
+		return true
+	}
+	if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" {
+		h.metrics.refuse("content_type")
+		what := "a command's"
+		if kind == streamRoute {
+			what = "a stream request's"
+		}
+		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s Content-Type must be application/json, not %q", what, ct))
+		return false
+	}
+	return true
+}
+
+// rateOK takes a token from the client's bucket for the route: its
+// principal's with authentication on, its IP address's without.
+func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind, p *auth.Principal) bool {
+	client := remoteIP(r.RemoteAddr)
+	if p != nil {
+		client = "principal:" + p.Subject
+	}
+	lim, limit, flags := h.limiter, "http_command_rate", "--http-command-rate, --http-command-burst"
+	what := "commands"
+	if kind == streamRoute {
+		lim, limit, flags, what = h.streamLimiter, "http_stream_rate", "--http-stream-rate, --http-stream-burst", "streams"
+	}
+	if lim.allow(client, time.Now()) {
+		return true
+	}
+	h.metrics.refuse(limit)
+	w.Header().Set("Retry-After", "1")
+	httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; %s); wait and retry", float64(lim.rate), what, lim.burst, flags))
+	return false
 }
 
 // authenticate returns the principal of the request's credential, or
@@ -346,52 +458,15 @@ func statusOf(code protocol.ErrorCode) int {
 // command serves POST /threads/{id}/commands.
 func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	// A command changes state: a cross-site form post (which needs no
-	// preflight) must not be one. It has to say it is JSON, and come from
-	// this server's pages or an allowed origin.
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		h.metrics.refuse("content_type")
-		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "a command's Content-Type must be application/json, not %q", r.Header.Get("Content-Type")))
-		return
-	}
-	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) && !allowedOrigin(h.corsOrigins, o) {
-		h.metrics.refuse("origin")
-		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not send commands (--allowed-origins)", o))
-		return
-	}
-	client := remoteIP(r.RemoteAddr)
-	if p := auth.FromContext(r.Context()); p != nil {
-		client = "principal:" + p.Subject
-	}
-	if !h.limiter.allow(client, start) {
-		h.metrics.refuse("http_command_rate")
-		w.Header().Set("Retry-After", "1")
-		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g commands a second from this client (bursts of %d; --http-command-rate, --http-command-burst); wait and retry", float64(h.limiter.rate), h.limiter.burst))
-		return
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(h.bodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err == nil {
-		_ = rc.SetReadDeadline(time.Time{})
-	} else {
-		w.Header().Set("Connection", "close") // what is left of the body is not read
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		var ne net.Error
-		status := http.StatusBadRequest
-		switch {
-		case errors.As(err, &mbe):
-			status = http.StatusRequestEntityTooLarge
-		case errors.As(err, &ne) && ne.Timeout():
-			h.metrics.refuse("body_timeout")
-			status = http.StatusRequestTimeout
+	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.maxBody, h.bodyTimeout, "command")
+	if errResp != nil {
+		if refusal != "" {
+			h.metrics.refuse(refusal)
 		}
-		httpjson.Write(w, status, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the command: %v", err))
+		httpjson.Write(w, status, errResp)
 		return
 	}
-	cmd, errResp := protocol.DecodeCommand(body)
+	cmd, errResp := h.decoder.Command(body)
 	method := "invalid"
 	if errResp == nil {
 		method = cmd.Value.Method()

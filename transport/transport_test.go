@@ -108,6 +108,7 @@ func completed(f frame) bool {
 func TestSSEStreamOfEcho(t *testing.T) {
 	ts, _, _ := start(t, transport.Options{})
 	req, _ := http.NewRequest("POST", ts.URL+"/threads/t1/stream/events", strings.NewReader(`{"channels": ["messages", "lifecycle"]}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -710,6 +711,7 @@ func TestChurnWhileEventsFlow(t *testing.T) {
 		}()
 		go func() { // SSE
 			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/threads/churn/stream", strings.NewReader(`{"channels": ["custom"]}`))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			ready.Done()
 			if err != nil {
@@ -765,6 +767,7 @@ func TestChurnWhileEventsFlow(t *testing.T) {
 					}
 				} else {
 					req, _ := http.NewRequestWithContext(cctx, "POST", ts.URL+"/threads/churn/stream", strings.NewReader(`{"channels": ["custom"], "since": 0}`))
+					req.Header.Set("Content-Type", "application/json")
 					if resp, err := http.DefaultClient.Do(req); err == nil {
 						_, _ = io.ReadFull(resp.Body, make([]byte, 512))
 						resp.Body.Close()

@@ -42,6 +42,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/playground"
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/server/memgov"
@@ -87,6 +88,10 @@ type config struct {
 	commandBurst                                                int
 	httpCommandRate                                             float64
 	httpCommandBurst                                            int
+	httpStreamRate                                              float64
+	httpStreamBurst                                             int
+	commandBytesRate                                            float64
+	commandMaxDepth, commandMaxValues                           int
 	insecure                                                    bool
 	auth                                                        authFlags
 	metricsAddr                                                 string
@@ -152,6 +157,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host name patterns served besides the loopback names, on a loopback address (protects against DNS rebinding; \"*\": any)")
 	fs.Float64Var(&c.commandRate, "command-rate", ws.DefaultCommandRate, "commands a second one WebSocket may send on average; more are answered rate_limited")
 	fs.IntVar(&c.commandBurst, "command-burst", ws.DefaultCommandBurst, "commands one WebSocket may send at once above --command-rate")
+	fs.Float64Var(&c.commandBytesRate, "command-bytes-rate", ws.DefaultCommandBytesRate, "bytes of commands a second one WebSocket may send on average (bursts of four times as much, and of one frame at least); more are answered rate_limited before they are decoded")
+	fs.IntVar(&c.commandMaxDepth, "command-max-depth", protocol.DefaultMaxDepth, "the deepest nesting of arrays and maps in one command or stream request, on every route; deeper is refused before decoding")
+	fs.IntVar(&c.commandMaxValues, "command-max-values", protocol.DefaultMaxValues, "the most values (arrays, maps, keys and scalars) in one command or stream request, on every route; more are refused before decoding")
+	fs.Float64Var(&c.httpStreamRate, "http-stream-rate", transport.DefaultHTTPStreamRate, "streams a second one client (its principal with auth on, its IP address without) may open (SSE and WebSocket) on average; more get 429 rate_limited")
+	fs.IntVar(&c.httpStreamBurst, "http-stream-burst", transport.DefaultHTTPStreamBurst, "streams one client may open at once above --http-stream-rate")
 	fs.Float64Var(&c.httpCommandRate, "http-command-rate", transport.DefaultHTTPCommandRate, "commands a second one client (its principal with auth on, its IP address without) may send to POST /threads/{id}/commands on average; more get 429 rate_limited")
 	fs.IntVar(&c.httpCommandBurst, "http-command-burst", transport.DefaultHTTPCommandBurst, "commands one client may send at once above --http-command-rate")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
@@ -307,7 +317,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	origins := splitList(c.allowedOrigins)
 	h := transport.New(srv, transport.Options{
 		SSE:             sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
-		WS:              ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst},
+		WS:              ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst, CommandBytesRate: c.commandBytesRate},
 		CORSOrigins:     origins,
 		Hosts:           hosts,
 		BodyTimeout:     c.bodyTimeout,
@@ -316,6 +326,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		Registry:        registry,
 		Playground:      playgroundHandler(c.playground),
 		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
+		HTTPStreamRate: c.httpStreamRate, HTTPStreamBurst: c.httpStreamBurst,
+		Decode: protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
 	})
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)
@@ -513,6 +525,8 @@ func (c config) check() error {
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
+		{"--http-stream-rate", int64(c.httpStreamRate * 1000)}, {"--http-stream-burst", int64(c.httpStreamBurst)}, {"--command-bytes-rate", int64(c.commandBytesRate)},
+		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {

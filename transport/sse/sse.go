@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -66,7 +65,7 @@ type Options struct {
 	WriteInterval time.Duration
 	// MaxBatch is the most events written with one flush (512).
 	MaxBatch int
-	// MaxBody caps the request body (64 KiB).
+	// MaxBody caps the request body (64 KiB): 413 past it.
 	MaxBody int64
 	// KeepHandler keeps every stream on its net/http handler goroutine.
 	// By default an HTTP/1.1 stream is taken over from net/http once its
@@ -79,8 +78,11 @@ type Options struct {
 	OnDeliver func(n int)
 	// OnRefuse, when set, counts a refusal because of the named limit.
 	OnRefuse func(limit string)
-	// BodyTimeout bounds reading a POST stream's body (10s).
+	// BodyTimeout bounds reading a POST stream's body (10s): 408 past it.
 	BodyTimeout time.Duration
+	// Decode bounds the nesting and the number of values of a POST
+	// stream's body (protocol.DecodeLimits; zero fields: the defaults).
+	Decode protocol.DecodeLimits
 }
 
 func (o Options) withDefaults() Options {
@@ -122,6 +124,8 @@ type Handler struct {
 	pacer *pace.Pacer
 	ctx   context.Context // cancelled by Shutdown
 	stop  context.CancelFunc
+	// decoder reads POST bodies within Options.Decode.
+	decoder protocol.Decoder
 
 	mu      sync.Mutex // orders wg.Add against Shutdown's Wait
 	closing bool
@@ -133,7 +137,9 @@ type Handler struct {
 func New(srv *server.Server, opts Options) *Handler {
 	opts = opts.withDefaults()
 	ctx, stop := context.WithCancel(context.Background())
-	return &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), ctx: ctx, stop: stop}
+	h := &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), ctx: ctx, stop: stop}
+	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { h.refuse("command_" + limit) }}
+	return h
 }
 
 // WriteInterval is the least time between two writes of one connection
@@ -171,20 +177,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var cursor *server.Cursor
 	var errResp *protocol.ErrorResponse
 	if r.Method == http.MethodPost {
+		body, status, refusal, e := httpjson.ReadBody(w, r, h.opts.MaxBody, h.opts.BodyTimeout, "stream request")
+		if e != nil {
+			if refusal != "" {
+				h.refuse(refusal)
+			}
+			writeError(w, status, e)
+			return
+		}
 		// Validating the body grows the stack; the stream may stay on this
 		// goroutine for hours.
-		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
 		errResp = shallow.Run(func() *protocol.ErrorResponse {
 			var e *protocol.ErrorResponse
-			f, cursor, e = h.fromBody(r)
+			f, cursor, e = h.fromBody(body)
 			return e
 		})
-		if errResp == nil {
-			_ = rc.SetReadDeadline(time.Time{}) // the stream then waits on the connection for as long as it lasts
-		} else {
-			w.Header().Set("Connection", "close") // what is left of the body is not read
-		}
 	} else {
 		f, cursor, errResp = fromQuery(r)
 	}
@@ -316,15 +323,11 @@ func appendFrame(buf []byte, e *server.Event) []byte {
 	return append(buf, "\n\n"...)
 }
 
-func (h *Handler) fromBody(r *http.Request) (channels.Filter, *server.Cursor, *protocol.ErrorResponse) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, h.opts.MaxBody))
-	if err != nil {
-		return channels.Filter{}, nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the body: %v", err)
-	}
+func (h *Handler) fromBody(body []byte) (channels.Filter, *server.Cursor, *protocol.ErrorResponse) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return channels.All, nil, nil
 	}
-	req, errResp := protocol.DecodeEventStreamRequest(body)
+	req, errResp := h.decoder.EventStreamRequest(body)
 	if errResp != nil {
 		return channels.Filter{}, nil, errResp
 	}

@@ -62,8 +62,9 @@ const DefaultWriteInterval = pace.DefaultInterval
 
 // The defaults of Options.CommandRate and Options.CommandBurst.
 const (
-	DefaultCommandRate  = 100
-	DefaultCommandBurst = 200
+	DefaultCommandRate      = 100
+	DefaultCommandBurst     = 200
+	DefaultCommandBytesRate = 1 << 20
 )
 
 // NoPacing as Options.WriteInterval turns pacing off.
@@ -93,6 +94,15 @@ type Options struct {
 	// rate_limited and not carried out.
 	CommandRate  float64
 	CommandBurst int
+	// CommandBytesRate is how many bytes of commands a second one
+	// connection may send on average (DefaultCommandBytesRate, 1 MiB), with
+	// bursts of four times as much (and never less than ReadLimit): a
+	// command over it is answered with rate_limited and not decoded.
+	CommandBytesRate float64
+	// Decode bounds the nesting and the number of values of one command
+	// (protocol.DecodeLimits; zero fields: the defaults): a frame over it
+	// is refused before it is decoded.
+	Decode protocol.DecodeLimits
 	// WriteInterval is the least time between two writes of events to one
 	// connection (DefaultWriteInterval): a connection that has been quiet
 	// that long writes at once, a busy one sends what arrived meanwhile in
@@ -139,6 +149,9 @@ func (o Options) withDefaults() Options {
 	if o.CommandBurst <= 0 {
 		o.CommandBurst = DefaultCommandBurst
 	}
+	if o.CommandBytesRate <= 0 {
+		o.CommandBytesRate = DefaultCommandBytesRate
+	}
 	if o.WriteInterval == 0 {
 		o.WriteInterval = DefaultWriteInterval
 	}
@@ -147,9 +160,10 @@ func (o Options) withDefaults() Options {
 
 // Handler upgrades requests to thread WebSockets.
 type Handler struct {
-	srv   *server.Server
-	opts  Options
-	pacer *pace.Pacer
+	srv     *server.Server
+	opts    Options
+	pacer   *pace.Pacer
+	decoder protocol.Decoder
 
 	mu      sync.Mutex
 	closing bool
@@ -162,7 +176,9 @@ type Handler struct {
 // New returns a handler for srv.
 func New(srv *server.Server, opts Options) *Handler {
 	opts = opts.withDefaults()
-	return &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), conns: map[*connection]struct{}{}}
+	h := &Handler{srv: srv, opts: opts, pacer: pace.New(opts.WriteInterval), conns: map[*connection]struct{}{}}
+	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { h.refuse("command_" + limit) }}
+	return h
 }
 
 // WriteInterval is the least time between two writes of one connection
@@ -294,7 +310,8 @@ type connection struct {
 	wmu     sync.Mutex // serialises batches: a response waits for the events being written
 
 	tokens   float64   // the command bucket (see allow); owned by the reader
-	bucketAt time.Time // when it was last filled
+	bytes    float64   // the bytes bucket (see allow); owned by the reader
+	bucketAt time.Time // when they were last filled
 
 	principal *auth.Principal // who the connection acts as (auth on); owned by the reader
 }
@@ -399,24 +416,37 @@ func (c *connection) writeReady() bool {
 	}
 }
 
-// command decodes and carries out one command and sends its answer; it
-// reports false when the answer could not be sent.
 // allow takes a token from the connection's command bucket, which fills
-// at CommandRate up to CommandBurst. Commands are read one at a time, so
-// only the connection's reader calls it.
-func (c *connection) allow(now time.Time) bool {
+// at CommandRate up to CommandBurst, and n from its bytes bucket, which
+// fills at CommandBytesRate up to bytesBurst; it names the limit a frame
+// is over, or returns "". Commands are read one at a time, so only the
+// connection's reader calls it.
+func (c *connection) allow(now time.Time, n int) string {
 	o := c.h.opts
 	if c.bucketAt.IsZero() {
-		c.tokens = float64(o.CommandBurst)
+		c.tokens, c.bytes = float64(o.CommandBurst), c.bytesBurst()
 	} else {
-		c.tokens = min(float64(o.CommandBurst), c.tokens+now.Sub(c.bucketAt).Seconds()*o.CommandRate)
+		dt := now.Sub(c.bucketAt).Seconds()
+		c.tokens = min(float64(o.CommandBurst), c.tokens+dt*o.CommandRate)
+		c.bytes = min(c.bytesBurst(), c.bytes+dt*o.CommandBytesRate)
 	}
 	c.bucketAt = now
 	if c.tokens < 1 {
-		return false
+		return "command_rate"
 	}
 	c.tokens--
-	return true
+	if c.bytes < float64(n) {
+		return "command_bytes_rate"
+	}
+	c.bytes -= float64(n)
+	return ""
+}
+
+// bytesBurst is the most bytes of commands one connection may send at
+// once: four seconds' worth, and never less than one frame of the most
+// the connection reads.
+func (c *connection) bytesBurst() float64 {
+	return max(4*c.h.opts.CommandBytesRate, float64(c.h.opts.ReadLimit))
 }
 
 func (h *Handler) refuse(limit string) {
@@ -432,14 +462,18 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 		c.conn.CloseWith(websocket.StatusInvalidFramePayloadData, "a text message must be UTF-8")
 		return false
 	}
+	// Every frame, valid or not, is paid for before anything is decoded.
+	if limit := c.allow(time.Now(), len(data)); limit != "" {
+		c.h.refuse(limit)
+		id := protocol.PeekID(data, typ == websocket.MessageBinary)
+		if limit == "command_bytes_rate" {
+			return c.send(protocol.NewError(id, protocol.ErrorCodeRateLimited, "more than %g bytes of commands a second on this connection (bursts of %g); wait and retry", c.h.opts.CommandBytesRate, c.bytesBurst()))
+		}
+		return c.send(protocol.NewError(id, protocol.ErrorCodeRateLimited, "more than %g commands a second on this connection (bursts of %d); wait and retry", c.h.opts.CommandRate, c.h.opts.CommandBurst))
+	}
 	cmd, errResp := c.decode(typ, data)
 	if errResp != nil {
 		return c.send(errResp)
-	}
-	if !c.allow(time.Now()) {
-		c.h.refuse("command_rate")
-		id := cmd.Value.GetID()
-		return c.send(protocol.NewError(&id, protocol.ErrorCodeRateLimited, "more than %g commands a second on this connection (bursts of %d); wait and retry", c.h.opts.CommandRate, c.h.opts.CommandBurst))
 	}
 	if c.h.opts.Auth != nil {
 		id := cmd.Value.GetID()
@@ -502,9 +536,9 @@ func (c *connection) decode(typ websocket.MessageType, data []byte) (*protocol.C
 		if !c.cbor {
 			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "binary frames need the %s subprotocol", CBORSubprotocol)
 		}
-		return protocol.DecodeCommandCBOR(data)
+		return c.h.decoder.CommandCBOR(data)
 	}
-	return protocol.DecodeCommand(data)
+	return c.h.decoder.Command(data)
 }
 
 // send writes one response or error as a frame, now, within the write

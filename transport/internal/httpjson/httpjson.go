@@ -1,11 +1,15 @@
 // Package httpjson writes the JSON responses of the HTTP routes (the
-// commands' answers, the state, the errors), for the transport and its
-// SSE handler alike.
+// commands' answers, the state, the errors) and reads their bodies under
+// one set of limits, for the transport and its SSE handler alike.
 package httpjson
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
 	"net/http"
+	"time"
 
 	"github.com/agentstream/agentstream/protocol"
 )
@@ -21,4 +25,30 @@ func Write(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// ReadBody reads a request's body, of at most max bytes, within timeout
+// (the connection's read deadline is cleared again once it is read). On a
+// failure it returns the status and error to answer, and the refusal to
+// count: 413 "body_size" for a body over max, 408 "body_timeout" for one
+// not sent in time, 400 "" for any other failure; the connection is then
+// closed after the answer, since what is left of the body is not read.
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration, what string) ([]byte, int, string, *protocol.ErrorResponse) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+		return body, 0, "", nil
+	}
+	w.Header().Set("Connection", "close")
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		return nil, http.StatusRequestEntityTooLarge, "body_size", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: the body is larger than %d bytes", what, max)
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, http.StatusRequestTimeout, "body_timeout", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: the body was not sent within %v", what, timeout)
+	}
+	return nil, http.StatusBadRequest, "", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the %s: %v", what, err)
 }
