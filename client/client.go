@@ -78,7 +78,19 @@ type Options struct {
 	// MaxAttempts is how many reconnections in a row a subscription tries
 	// before it gives up with the last error (0: until its context ends).
 	MaxAttempts int
+	// MaxMessageBytes bounds everything read from the server in one piece
+	// (DefaultMaxMessageBytes, 64 MiB): an SSE line and the data of one SSE
+	// event, a WebSocket message, a command's answer. A server that sends
+	// more ends the subscription or the command with ErrTooLarge.
+	MaxMessageBytes int
 }
+
+// DefaultMaxMessageBytes is Options.MaxMessageBytes' default.
+const DefaultMaxMessageBytes = 64 << 20
+
+// ErrTooLarge is the error of a subscription or a command that read more
+// from the server in one piece than Options.MaxMessageBytes.
+var ErrTooLarge = errors.New("client: the server sent more than Options.MaxMessageBytes in one piece")
 
 // Client talks to one server. It is safe for concurrent use.
 type Client struct {
@@ -112,6 +124,9 @@ func Dial(ctx context.Context, baseURL string, opts Options) (*Client, error) {
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(5*time.Second, opts.MinBackoff)
@@ -238,9 +253,12 @@ func (t *Thread) Do(ctx context.Context, method string, params, result any) erro
 		return fmt.Errorf("client: %s: %w", method, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.c.opts.MaxMessageBytes)+1))
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", method, err)
+	}
+	if len(data) > t.c.opts.MaxMessageBytes {
+		return fmt.Errorf("%w: %s: an answer of more than %d bytes", ErrTooLarge, method, t.c.opts.MaxMessageBytes)
 	}
 	return decodeAnswer(method, resp.StatusCode, data, result)
 }

@@ -72,7 +72,7 @@ func (t *Thread) dialWS(ctx context.Context) (*websocket.Conn, error) {
 		}
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	conn.SetReadLimit(64 << 20)
+	conn.SetReadLimit(int64(t.c.opts.MaxMessageBytes))
 	return conn, nil
 }
 

@@ -330,6 +330,9 @@ func expired(err error) bool {
 // a reconnection: the server refused it (bad credentials, no permission,
 // a bad filter).
 func permanent(err error) bool {
+	if errors.Is(err, ErrTooLarge) {
+		return true // the server would send it again
+	}
 	var e *Error
 	if !errors.As(err, &e) {
 		return false
@@ -507,6 +510,11 @@ func closeError(err error) error {
 	case 4403:
 		return &Error{Code: protocol.ErrorCodePermissionDenied, Message: "the server closed the connection: " + err.Error()}
 	}
+	// The WebSocket library ends a message over its read limit (set to
+	// Options.MaxMessageBytes) with this text and no error value to match.
+	if strings.Contains(err.Error(), "read limited at") {
+		return fmt.Errorf("%w: a WebSocket message: %v", ErrTooLarge, err)
+	}
 	return fmt.Errorf("client: %w", err)
 }
 
@@ -542,7 +550,7 @@ func (s *Subscription) connectSSE() error {
 		defer resp.Body.Close()
 		return httpError(resp)
 	}
-	r := &sseStream{body: resp.Body, br: bufio.NewReaderSize(resp.Body, 64<<10)}
+	r := &sseStream{body: resp.Body, br: bufio.NewReaderSize(resp.Body, 64<<10), max: s.c.opts.MaxMessageBytes}
 	s.stream = r
 	s.next = r.next
 	return nil
@@ -566,6 +574,7 @@ func httpError(resp *http.Response) error {
 type sseStream struct {
 	body io.ReadCloser
 	br   *bufio.Reader
+	max  int // Options.MaxMessageBytes: a line and an event's data
 }
 
 func (r *sseStream) Close() error { return r.body.Close() }
@@ -574,8 +583,11 @@ func (r *sseStream) next() (*Event, error) {
 	var id, event string
 	var data []byte
 	for {
-		line, err := r.br.ReadString('\n')
+		line, err := r.line(r.max - len(data))
 		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				return nil, err
+			}
 			if err == io.EOF {
 				return nil, fmt.Errorf("client: the stream ended: %w", io.ErrUnexpectedEOF)
 			}
@@ -601,6 +613,22 @@ func (r *sseStream) next() (*Event, error) {
 				data = append(data, '\n')
 			}
 			data = append(data, strings.TrimPrefix(line[5:], " ")...)
+		}
+	}
+}
+
+// line reads one line of at most budget bytes (an event's data, so far
+// and with this line, stays within max).
+func (r *sseStream) line(budget int) (string, error) {
+	var buf []byte
+	for {
+		frag, err := r.br.ReadSlice('\n')
+		if len(buf)+len(frag) > budget {
+			return "", fmt.Errorf("%w: an SSE line or event of more than %d bytes", ErrTooLarge, r.max)
+		}
+		buf = append(buf, frag...)
+		if err != bufio.ErrBufferFull {
+			return string(buf), err
 		}
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/loadtest"
+	"github.com/agentstream/agentstream/internal/termsafe"
 	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
@@ -439,7 +440,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID, IdleWait: *idleWait, SubscribeURLs: c.SubscribeURLs, OtherPIDs: c.OtherPIDs})
 		fmt.Fprintf(stdout, "%s, %d threads × %d subscribers, %g events/s each for %v: %s\n", c.Transport, *threads, *perThread, c.Rate, *duration, r)
 		if err != nil {
-			fmt.Fprintln(stderr, "agentstream load:", err)
+			fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
 			return 1
 		}
 		return 0
@@ -447,7 +448,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *idle > 0 {
 		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID, *settle)
 		if err != nil {
-			fmt.Fprintln(stderr, "agentstream load:", err)
+			fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
 			return 1
 		}
 		fmt.Fprintf(stdout, "%s: %d idle connections: %.1f KB resident per connection\n", c.Transport, *idle, float64(per)/1024)
@@ -455,7 +456,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	r, err := loadtest.Run(ctx, c)
 	if err != nil {
-		fmt.Fprintln(stderr, "agentstream load:", err)
+		fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes: %s\n", c.Transport, c.Subscribers, c.Count, c.Size, r)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/client"
+	"github.com/agentstream/agentstream/internal/termsafe"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -29,6 +30,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	transport := fs.String("transport", "websocket", "websocket or sse")
 	tokenFlag := fs.String("token", "", "a bearer token (JWT) for a server with authentication (also AGENTSTREAM_TOKEN)")
 	apiKey := fs.String("api-key", "", "an API key for a server with authentication (also AGENTSTREAM_API_KEY)")
+	maxMessage := fs.Int("max-message-bytes", client.DefaultMaxMessageBytes, "the most read from the server in one piece (an SSE line or event, a WebSocket message); a server that sends more ends tail with an error")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: agentstream tail URL THREAD [--channels c1,c2] [--since N] [--json] [--until-done] [--transport websocket|sse] [--token T | --api-key K]")
 		fs.PrintDefaults()
@@ -48,10 +50,10 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	opts := client.Options{Transport: client.Transport(*transport), Token: envOr(*tokenFlag, "AGENTSTREAM_TOKEN"), APIKey: envOr(*apiKey, "AGENTSTREAM_API_KEY")}
+	opts := client.Options{Transport: client.Transport(*transport), Token: envOr(*tokenFlag, "AGENTSTREAM_TOKEN"), APIKey: envOr(*apiKey, "AGENTSTREAM_API_KEY"), MaxMessageBytes: *maxMessage}
 	c, err := client.Dial(ctx, pos[0], opts)
 	if err != nil {
-		fmt.Fprintln(stderr, "agentstream tail:", err)
+		fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
 		return 1
 	}
 	defer c.Close()
@@ -63,7 +65,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	sub, err := c.Thread(pos[1]).Subscribe(ctx, f)
 	if err != nil {
-		fmt.Fprintln(stderr, "agentstream tail:", err)
+		fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
 		return 1
 	}
 	defer sub.Close()
@@ -74,14 +76,14 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
 				return 0
 			}
-			fmt.Fprintln(stderr, "agentstream tail:", err)
+			fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
 			return 1
 		}
 		if *asJSON {
 			if e.JSON != nil {
-				fmt.Fprintln(stdout, string(e.JSON))
+				fmt.Fprintln(stdout, string(termsafe.JSON(e.JSON)))
 			} else if b, err := json.Marshal(e.Payload); err == nil { // a notice the client made
-				fmt.Fprintln(stdout, string(b))
+				fmt.Fprintln(stdout, string(termsafe.JSON(b)))
 			}
 		} else {
 			p.print(e)
@@ -121,7 +123,9 @@ func (p *tailPrinter) line(ts protocol.Timestamp, ns []string, format string, ar
 	if len(ns) > 0 {
 		where = strings.Join(ns, "/")
 	}
-	fmt.Fprintf(p.w, "%s %-12s %s\n", t, where, fmt.Sprintf(format, args...))
+	// Everything but the time came from the network: escaped, so that a
+	// thread's writer cannot act on the operator's terminal.
+	fmt.Fprintf(p.w, "%s %-12s %s\n", t, termsafe.String(where), termsafe.String(fmt.Sprintf(format, args...)))
 }
 
 func compact(v any) string {
