@@ -70,7 +70,7 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 				return fmt.Errorf("%w: %q", ErrNoSuchThread, threadID)
 			}
 		}
-		if _, err := s.thread(threadID, true); err != nil {
+		if _, err := s.threadFor(threadID, true, p); err != nil {
 			return err
 		}
 		if owner, err = s.cfg.State.ClaimOwner(ctx, threadID, p.Subject); err != nil {

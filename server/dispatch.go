@@ -37,6 +37,11 @@ func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 	if err := s.Unavailable(); err != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "%v; retry when it is back", err)
 	}
+	if _, ok := cmd.Value.(*protocol.ClientCommandRunStart); ok {
+		if err := s.startQuota(ctx); err != nil {
+			return nil, errorResponse(id, codeOf(err), "%v", err)
+		}
+	}
 	if c := s.cluster; c != nil {
 		if resp, errResp, done := s.route(ctx, c, threadID, id, cmd); done {
 			return resp, errResp

@@ -27,9 +27,15 @@ const (
 	// LimitAssistantInput: an assistant's InputValidator refused a run's
 	// input.
 	LimitAssistantInput Limit = "assistant_input"
+	// LimitPrincipalThreads: Config.MaxThreadsPerPrincipal threads
+	// created by one principal.
+	LimitPrincipalThreads Limit = "principal_threads"
+	// LimitPrincipalRuns: Config.MaxRunsPerMinute runs started by one
+	// principal.
+	LimitPrincipalRuns Limit = "principal_runs"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256
@@ -39,6 +45,9 @@ var (
 	ErrThreadID             = errors.New("server: bad thread id")
 	ErrTooManyThreads       = errors.New("server: too many threads")
 	ErrTooManySubscriptions = errors.New("server: too many subscriptions on one connection")
+	// ErrQuota: the principal is over one of its quotas
+	// (MaxThreadsPerPrincipal, MaxRunsPerMinute).
+	ErrQuota = errors.New("server: over the principal's quota")
 )
 
 // Errors of authorization, for errors.Is.
@@ -102,7 +111,7 @@ func codeOf(err error) protocol.ErrorCode {
 	switch {
 	case errors.Is(err, ErrThreadID):
 		return protocol.ErrorCodeInvalidArgument
-	case errors.Is(err, ErrTooManyThreads), errors.Is(err, ErrTooManySubscriptions):
+	case errors.Is(err, ErrTooManyThreads), errors.Is(err, ErrTooManySubscriptions), errors.Is(err, ErrQuota):
 		return protocol.ErrorCodeResourceExhausted
 	case errors.Is(err, ErrPermissionDenied):
 		return protocol.ErrorCodePermissionDenied

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/compact"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -23,6 +24,7 @@ const (
 	DefaultReconnectGrace = time.Minute
 
 	DefaultMaxThreads              = 100_000
+	DefaultMaxRunsPerMinute        = 600
 	DefaultThreadTTL               = 24 * time.Hour
 	DefaultMaxQueuedRuns           = 16
 	DefaultMaxSessionSubscriptions = 64
@@ -72,6 +74,15 @@ type Config struct {
 	// 100,000); a command or subscription that would create one more is
 	// refused with resource_exhausted.
 	MaxThreads int
+	// MaxThreadsPerPrincipal caps the threads one principal may have
+	// created and that this node holds (a tenth of MaxThreads when 0), so
+	// that no principal can take every thread slot; admins are exempt. A
+	// request over it is refused with resource_exhausted.
+	MaxThreadsPerPrincipal int
+	// MaxRunsPerMinute caps the runs one principal may start a minute on
+	// this node (DefaultMaxRunsPerMinute, 600; bursts of as many), admins
+	// exempt; a run.start over it is refused with resource_exhausted.
+	MaxRunsPerMinute int
 	// ThreadTTL is how long a thread with no run and no subscription is
 	// kept at all (DefaultThreadTTL, 24 hours): then it is forgotten, its
 	// state and checkpoints deleted from the StateStore too. With the
@@ -121,6 +132,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxThreads <= 0 {
 		c.MaxThreads = DefaultMaxThreads
+	}
+	if c.MaxThreadsPerPrincipal <= 0 {
+		c.MaxThreadsPerPrincipal = max(1, c.MaxThreads/10)
+	}
+	if c.MaxRunsPerMinute <= 0 {
+		c.MaxRunsPerMinute = DefaultMaxRunsPerMinute
 	}
 	if c.ThreadTTL <= 0 {
 		c.ThreadTTL = DefaultThreadTTL
@@ -177,6 +194,8 @@ type Server struct {
 
 	mu         sync.Mutex
 	threads    map[string]*thread
+	created    map[string]int // live threads per principal that created them (MaxThreadsPerPrincipal)
+	runs       runQuota       // MaxRunsPerMinute
 	assistants map[string]Assistant
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,
@@ -249,6 +268,8 @@ func New(cfg Config) *Server {
 		cluster:       stores.Cluster,
 		detachedStore: stores.Detached,
 		threads:       map[string]*thread{},
+		created:       map[string]int{},
+		runs:          runQuota{perMinute: cfg.withDefaults().MaxRunsPerMinute},
 		assistants:    map[string]Assistant{},
 		detached:      map[string]*detachedSub{},
 		stop:          make(chan struct{}),
@@ -358,6 +379,12 @@ func (s *Server) assistant(id string) (Assistant, bool) {
 // round trip to Redis) is read before the server's lock is taken, so that
 // creating threads does not serialize on it.
 func (s *Server) thread(id string, create bool) (*thread, error) {
+	return s.threadFor(id, create, nil)
+}
+
+// threadFor is thread, creating a thread on behalf of p: the thread
+// counts against p's MaxThreadsPerPrincipal until it is forgotten.
+func (s *Server) threadFor(id string, create bool, p *auth.Principal) (*thread, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -385,13 +412,31 @@ func (s *Server) thread(id string, create bool) (*thread, error) {
 		s.metrics.refused.add(LimitThreads)
 		return nil, fmt.Errorf("%w: %d threads, the most this server keeps (--max-threads)", ErrTooManyThreads, len(s.threads))
 	}
+	if p != nil && !p.Admin && s.created[p.Subject] >= s.cfg.MaxThreadsPerPrincipal {
+		s.metrics.refused.add(LimitPrincipalThreads)
+		return nil, fmt.Errorf("%w: principal %q has created %d threads this server holds, its most (--max-threads-per-principal)", ErrQuota, p.Subject, s.created[p.Subject])
+	}
 	t = newThread(s, id, h)
+	if p != nil {
+		t.creator = p.Subject
+		s.created[p.Subject]++
+	}
 	s.threads[id] = t
 	if s.watcher != nil {
 		s.watcher.Watch(id)
 	}
 	s.threadsHW.Grew(len(s.threads))
 	return t, nil
+}
+
+// uncreate takes a forgotten thread off its creator's count; s.mu held.
+func (s *Server) uncreate(t *thread) {
+	if t.creator == "" {
+		return
+	}
+	if s.created[t.creator]--; s.created[t.creator] <= 0 {
+		delete(s.created, t.creator)
+	}
 }
 
 // streamHead is where a thread's stream stands in a durable log.
@@ -633,6 +678,7 @@ func (s *Server) SweepNow() {
 			s.mu.Lock()
 			if s.threads[t.id] == t {
 				delete(s.threads, t.id)
+				s.uncreate(t)
 				if s.watcher != nil {
 					s.watcher.Unwatch(t.id)
 				}

@@ -13,8 +13,9 @@ import (
 // buffer, subscriptions), its runs and its state. Everything in it is
 // guarded by mu.
 type thread struct {
-	srv *Server
-	id  string
+	srv     *Server
+	id      string
+	creator string // the principal it was created for (MaxThreadsPerPrincipal), "" without authentication
 
 	epoch string // the stream's epoch (see Cursor); changes only when another node restarted the stream (Ingest)
 

@@ -15,7 +15,37 @@ const (
 	DefaultHTTPCommandBurst = 10000
 	DefaultHTTPStreamRate   = 100
 	DefaultHTTPStreamBurst  = 1000
+	DefaultAuthFailureRate  = 10
+	DefaultAuthFailureBurst = 100
+	// DefaultMaxStreamsPerPrincipal is Options.MaxStreamsPerPrincipal's
+	// default.
+	DefaultMaxStreamsPerPrincipal = 1000
 )
+
+// streamQuota counts the open streams and WebSockets of each principal.
+type streamQuota struct {
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// take takes one of subject's slots, and returns the function that gives
+// it back.
+func (q *streamQuota) take(subject string) (func(), bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.open[subject] >= q.max {
+		return nil, false
+	}
+	q.open[subject]++
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.open[subject]--; q.open[subject] <= 0 {
+			delete(q.open, subject)
+		}
+	}, true
+}
 
 // maxLimiters bounds how many clients' buckets are kept at once; past it,
 // buckets that have refilled (their clients idle) are dropped first, and
@@ -59,6 +89,15 @@ func (l *commandLimiter) allow(key string, now time.Time) bool {
 	}
 	b.seen = now
 	return b.lim.AllowN(now, 1)
+}
+
+// exhausted reports whether key's bucket is empty, without taking a
+// token.
+func (l *commandLimiter) exhausted(key string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	return b != nil && b.lim.TokensAt(now) < 1
 }
 
 // dropFull forgets the buckets of clients idle long enough to have

@@ -32,6 +32,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/internal/slot"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,16 @@ type Options struct {
 	// 1,000); a client as for HTTPCommandRate. Over it: 429 rate_limited.
 	HTTPStreamRate  float64
 	HTTPStreamBurst int
+	// AuthFailureRate is how many failed authentications a second one IP
+	// address may make on average (DefaultAuthFailureRate, 10), with
+	// bursts of AuthFailureBurst (DefaultAuthFailureBurst, 100); past it
+	// its requests get 429 rate_limited before their credential is read.
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// MaxStreamsPerPrincipal caps the SSE streams and WebSockets one
+	// principal has open at once (DefaultMaxStreamsPerPrincipal, 1,000);
+	// admins are exempt. Over it: 429 resource_exhausted.
+	MaxStreamsPerPrincipal int
 	// Decode bounds the nesting and the number of values of a command or
 	// stream request (protocol.DecodeLimits; zero fields: the defaults),
 	// on every route and the WebSocket: over it, refused before decoding.
@@ -122,6 +133,8 @@ type Handler struct {
 	// streamLimiter: streams opened per client (SSE and WebSocket).
 	streamLimiter *commandLimiter
 	decoder       protocol.Decoder
+	authFailures  *commandLimiter // failed authentications per IP address
+	streams       *streamQuota    // open streams and WebSockets per principal
 	readyCheck    func(context.Context) error
 }
 
@@ -171,6 +184,17 @@ func New(srv *server.Server, opts Options) *Handler {
 		opts.HTTPStreamBurst = DefaultHTTPStreamBurst
 	}
 	h.streamLimiter = newCommandLimiter(opts.HTTPStreamRate, opts.HTTPStreamBurst)
+	if opts.AuthFailureRate <= 0 {
+		opts.AuthFailureRate = DefaultAuthFailureRate
+	}
+	if opts.AuthFailureBurst <= 0 {
+		opts.AuthFailureBurst = DefaultAuthFailureBurst
+	}
+	h.authFailures = newCommandLimiter(opts.AuthFailureRate, opts.AuthFailureBurst)
+	if opts.MaxStreamsPerPrincipal <= 0 {
+		opts.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
+	}
+	h.streams = &streamQuota{max: opts.MaxStreamsPerPrincipal, open: map[string]int{}}
 	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { m.refuse("command_" + limit) }}
 	interval := func(name, help string, f func() time.Duration) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f().Seconds() })
@@ -235,6 +259,17 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 		if kind != readRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
+		if kind == streamRoute && p != nil && !p.Admin {
+			release, ok := h.streams.take(p.Subject)
+			if !ok {
+				h.metrics.refuse("principal_streams")
+				httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
+				return
+			}
+			ctx, sl := slot.With(r.Context(), release)
+			defer sl.Done()
+			r = r.WithContext(ctx)
+		}
 		if h.auth == nil {
 			next(w, r)
 			return
@@ -246,6 +281,8 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 				status, code = http.StatusNotFound, protocol.ErrorCodeNoSuchThread
 			case errors.Is(err, server.ErrTooManyThreads):
 				h.metrics.refuse(string(server.LimitThreads))
+				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+			case errors.Is(err, server.ErrQuota):
 				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
 			case errors.Is(err, server.ErrPermissionDenied):
 				h.metrics.authRefused("permission_denied")
@@ -341,10 +378,18 @@ func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind,
 // authenticate returns the principal of the request's credential, or
 // answers 401 with WWW-Authenticate: Bearer (RFC 6750).
 func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Principal, bool) {
+	ip := remoteIP(r.RemoteAddr)
+	if h.authFailures.exhausted(ip, time.Now()) {
+		h.metrics.refuse("auth_failure_rate")
+		w.Header().Set("Retry-After", "1")
+		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "too many failed authentications from this address (--auth-failure-rate %g/s, bursts of %d); wait and retry", float64(h.authFailures.rate), h.authFailures.burst))
+		return nil, false
+	}
 	p, err := h.auth.FromRequest(r)
 	if err == nil {
 		return p, true
 	}
+	h.authFailures.allow(ip, time.Now()) // a failure takes a token
 	challenge := `Bearer realm="agentstream"`
 	reason := "no_credential"
 	if !errors.Is(err, auth.ErrNoCredential) {

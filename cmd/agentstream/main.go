@@ -82,29 +82,32 @@ type config struct {
 	idleRelease     time.Duration
 	pprof           bool
 
-	maxThreads, maxQueuedRuns, maxSubscriptions, maxCheckpoints int
-	threadTTL, readHeaderTimeout, idleTimeout, bodyTimeout      time.Duration
-	allowedHosts                                                string
-	commandRate                                                 float64
-	commandBurst                                                int
-	httpCommandRate                                             float64
-	httpCommandBurst                                            int
-	httpStreamRate                                              float64
-	httpStreamBurst                                             int
-	commandBytesRate                                            float64
-	commandMaxDepth, commandMaxValues                           int
-	insecure                                                    bool
-	auth                                                        authFlags
-	metricsAddr                                                 string
-	redisURL                                                    string
-	nodeID                                                      string
-	leaseTTL                                                    time.Duration
-	playground                                                  bool
-	redisWriteQueue                                             int
-	redisWriteQueueBytes                                        int64
-	redisWriters                                                int
-	redisQueueWait                                              time.Duration
-	redisWriteThrough                                           bool
+	maxThreads, maxQueuedRuns, maxSubscriptions, maxCheckpoints      int
+	maxThreadsPerPrincipal, maxRunsPerMinute, maxStreamsPerPrincipal int
+	authFailureRate                                                  float64
+	authFailureBurst                                                 int
+	threadTTL, readHeaderTimeout, idleTimeout, bodyTimeout           time.Duration
+	allowedHosts                                                     string
+	commandRate                                                      float64
+	commandBurst                                                     int
+	httpCommandRate                                                  float64
+	httpCommandBurst                                                 int
+	httpStreamRate                                                   float64
+	httpStreamBurst                                                  int
+	commandBytesRate                                                 float64
+	commandMaxDepth, commandMaxValues                                int
+	insecure                                                         bool
+	auth                                                             authFlags
+	metricsAddr                                                      string
+	redisURL                                                         string
+	nodeID                                                           string
+	leaseTTL                                                         time.Duration
+	playground                                                       bool
+	redisWriteQueue                                                  int
+	redisWriteQueueBytes                                             int64
+	redisWriters                                                     int
+	redisQueueWait                                                   time.Duration
+	redisWriteThrough                                                bool
 }
 
 // run is the command; ready, when not nil, receives the listening address.
@@ -148,6 +151,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.idleRelease, "idle-release", server.DefaultIdleRelease, "how long an idle thread keeps its replay buffer")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ (for diagnosing; do not expose)")
 	fs.IntVar(&c.maxThreads, "max-threads", server.DefaultMaxThreads, "threads held at once; more are refused (resource_exhausted)")
+	fs.IntVar(&c.maxThreadsPerPrincipal, "max-threads-per-principal", 0, "threads one principal may have created that this node holds, admins exempt (0: a tenth of --max-threads); more are refused (429 resource_exhausted)")
+	fs.IntVar(&c.maxRunsPerMinute, "max-runs-per-minute", server.DefaultMaxRunsPerMinute, "runs one principal may start a minute on this node (bursts of as many), admins exempt; more are refused (resource_exhausted)")
+	fs.IntVar(&c.maxStreamsPerPrincipal, "max-streams-per-principal", transport.DefaultMaxStreamsPerPrincipal, "SSE streams and WebSockets one principal may have open at once, admins exempt; more get 429 resource_exhausted")
+	fs.Float64Var(&c.authFailureRate, "auth-failure-rate", transport.DefaultAuthFailureRate, "failed authentications a second one IP address may make on average; past it its requests get 429 before their credential is read")
+	fs.IntVar(&c.authFailureBurst, "auth-failure-burst", transport.DefaultAuthFailureBurst, "failed authentications one IP address may make at once above --auth-failure-rate")
 	fs.DurationVar(&c.threadTTL, "thread-ttl", server.DefaultThreadTTL, "how long a thread with no run and no subscriber is kept at all (in memory: its state and checkpoints go with it)")
 	fs.IntVar(&c.maxQueuedRuns, "max-queued-runs", server.DefaultMaxQueuedRuns, "runs queued behind a thread's active run (multitask_strategy enqueue)")
 	fs.IntVar(&c.maxSubscriptions, "max-subscriptions", server.DefaultMaxSessionSubscriptions, "subscriptions on one WebSocket or in-process connection")
@@ -282,6 +290,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	cfg := server.Config{
 		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, BufferTotalBytes: c.bufferTotal, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
+		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
 	}
 	var readyCheck func(context.Context) error
@@ -328,6 +337,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		Playground:      playgroundHandler(c.playground),
 		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
 		HTTPStreamRate: c.httpStreamRate, HTTPStreamBurst: c.httpStreamBurst,
+		AuthFailureRate: c.authFailureRate, AuthFailureBurst: c.authFailureBurst, MaxStreamsPerPrincipal: c.maxStreamsPerPrincipal,
 		Decode: protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
 	})
 	if c.metricsAddr != "" {
@@ -511,6 +521,9 @@ func (c config) check() error {
 	if c.memoryTarget > 0 && !c.gcBuffers {
 		return fmt.Errorf("--memory-target needs --gc-exclude-buffers")
 	}
+	if c.maxThreadsPerPrincipal < 0 {
+		return fmt.Errorf("--max-threads-per-principal must be 0 (a tenth of --max-threads) or more")
+	}
 	if c.memoryLimit < 0 {
 		return fmt.Errorf("--memory-limit must be 0 (none) or more")
 	}
@@ -528,6 +541,8 @@ func (c config) check() error {
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
 		{"--http-stream-rate", int64(c.httpStreamRate * 1000)}, {"--http-stream-burst", int64(c.httpStreamBurst)}, {"--command-bytes-rate", int64(c.commandBytesRate)},
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
+		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
+		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
 	} {
 		if n.v <= 0 {

@@ -38,6 +38,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
+	"github.com/agentstream/agentstream/transport/internal/slot"
 )
 
 // DefaultWriteInterval is Options.WriteInterval's default.
@@ -236,7 +237,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.wg.Add(1)
 	h.mu.Unlock()
 	if out, ok := h.takeOver(w, r); ok {
-		go newStream(h, sub, out).run(out.Wait)
+		release := slot.Keep(r.Context()) // the principal's stream slot lasts as long as the stream
+		go func() {
+			defer release()
+			newStream(h, sub, out).run(out.Wait)
+		}()
 		return
 	}
 	w.WriteHeader(http.StatusOK)

@@ -44,6 +44,7 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
+	"github.com/agentstream/agentstream/transport/internal/slot"
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
@@ -225,16 +226,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(b)
 		return
 	}
+	release := slot.Keep(r.Context()) // the principal's stream slot lasts as long as the connection
 	conn, err := wsframe.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{CBORSubprotocol, JSONSubprotocol},
 		OriginPatterns: h.opts.OriginPatterns,
 	}, h.opts.WriteTimeout)
 	if err != nil {
+		release()
 		return // Accept has answered (403 for a bad origin, 426 ...)
 	}
 	h.mu.Lock()
 	if h.closing {
 		h.mu.Unlock()
+		release()
 		// As for the open connections: the close frame, then the peer
 		// has CloseTimeout to answer.
 		conn.CloseWith(websocket.StatusGoingAway, "server shutting down")
@@ -267,6 +271,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
+		defer release()
 		if h.opts.OnConn != nil {
 			defer h.opts.OnConn()()
 		}
@@ -485,7 +490,11 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 			return c.send(protocol.NewError(&id, protocol.ErrorCodePermissionDenied, "%v", err))
 		}
 	}
-	resp, err := c.session.Do(c.ctx, cmd)
+	ctx := c.ctx
+	if c.principal != nil {
+		ctx = auth.NewContext(ctx, c.principal) // for the principal's quotas
+	}
+	resp, err := c.session.Do(ctx, cmd)
 	if err != nil {
 		id := cmd.Value.GetID()
 		return c.send(protocol.ErrorResponseOf(&id, err))

@@ -1,0 +1,47 @@
+// Package slot hands a counted resource (a principal's stream slot) from
+// the route that took it to the handler that keeps it: an SSE stream is
+// over when its handler returns, a WebSocket only when its connection
+// ends, on a goroutine of its own.
+package slot
+
+import (
+	"context"
+	"sync"
+)
+
+// Slot is a taken resource, released once.
+type Slot struct {
+	once    sync.Once
+	release func()
+	kept    bool
+}
+
+type key struct{}
+
+// With returns ctx carrying a slot that release gives back.
+func With(ctx context.Context, release func()) (context.Context, *Slot) {
+	s := &Slot{release: release}
+	return context.WithValue(ctx, key{}, s), s
+}
+
+// Keep takes over the slot of ctx (if any): the caller must call the
+// function it returns when the resource ends, and Done no longer releases
+// it.
+func Keep(ctx context.Context) func() {
+	s, _ := ctx.Value(key{}).(*Slot)
+	if s == nil {
+		return func() {}
+	}
+	s.kept = true
+	return s.Release
+}
+
+// Done releases the slot unless a handler kept it.
+func (s *Slot) Done() {
+	if !s.kept {
+		s.Release()
+	}
+}
+
+// Release gives the slot back (once).
+func (s *Slot) Release() { s.once.Do(s.release) }
