@@ -33,9 +33,11 @@ const (
 	// LimitPrincipalRuns: Config.MaxRunsPerMinute runs started by one
 	// principal.
 	LimitPrincipalRuns Limit = "principal_runs"
+	// LimitQueueTotal: Config.QueueTotalBytes queued to all sessions.
+	LimitQueueTotal Limit = "queue_total_bytes"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

@@ -9,19 +9,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/compact"
-	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 )
 
 // The defaults of Config's limits.
 const (
-	DefaultBufferEvents   = 8192
-	DefaultBufferBytes    = 16 << 20
-	DefaultQueueBytes     = 8 << 20
-	DefaultIdleRelease    = 10 * time.Minute
-	DefaultReconnectGrace = time.Minute
+	DefaultBufferEvents = 8192
+	DefaultBufferBytes  = 16 << 20
+	DefaultQueueBytes   = 8 << 20
+	// DefaultQueueTotalBytes is Config.QueueTotalBytes' default.
+	DefaultQueueTotalBytes = 256 << 20
+	DefaultIdleRelease     = 10 * time.Minute
+	DefaultReconnectGrace  = time.Minute
 
 	DefaultMaxThreads              = 100_000
 	DefaultMaxRunsPerMinute        = 600
@@ -62,6 +64,12 @@ type Config struct {
 	// included (DefaultQueueBytes, 8 MiB); a session that falls further
 	// behind is ended.
 	QueueBytes int
+	// QueueTotalBytes caps the bytes queued to all sessions together
+	// (DefaultQueueTotalBytes, 256 MiB): past it, a session that has more
+	// than its share queued (the total over the sessions with a queue) is
+	// ended as a slow consumer, its queue dropped, before any other, so
+	// the slowest readers are cut first.
+	QueueTotalBytes int64
 	// IdleRelease is how long a thread with no run and no subscription
 	// keeps its replay buffer (DefaultIdleRelease, 10 minutes). Its state
 	// and checkpoints stay.
@@ -123,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueueBytes <= 0 {
 		c.QueueBytes = DefaultQueueBytes
+	}
+	if c.QueueTotalBytes <= 0 {
+		c.QueueTotalBytes = DefaultQueueTotalBytes
 	}
 	if c.IdleRelease <= 0 {
 		c.IdleRelease = DefaultIdleRelease
@@ -196,6 +207,8 @@ type Server struct {
 	threads    map[string]*thread
 	created    map[string]int // live threads per principal that created them (MaxThreadsPerPrincipal)
 	runs       runQuota       // MaxRunsPerMinute
+	queued     atomic.Int64   // bytes queued to open sessions (QueueTotalBytes)
+	queuing    atomic.Int64   // open sessions with something queued
 	assistants map[string]Assistant
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,

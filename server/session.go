@@ -383,15 +383,21 @@ func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 		return false
 	}
 	if ss.qbytes+e.Size() > ss.srv.cfg.QueueBytes && ss.unread() > 0 {
-		ss.closed = true
-		ss.err = &SlowConsumerError{LastSeq: ss.lastQueued, QueueSize: ss.srv.cfg.QueueBytes}
+		ss.closeLocked(&SlowConsumerError{LastSeq: ss.lastQueued, QueueSize: ss.srv.cfg.QueueBytes})
+		n := ss.notify.Ready
+		ss.mu.Unlock()
+		ss.signal(n)
+		return true
+	}
+	if ss.overShare(e.Size()) {
+		ss.cutForTotal()
 		n := ss.notify.Ready
 		ss.mu.Unlock()
 		ss.signal(n)
 		return true
 	}
 	ss.q = append(ss.q, queued{e: e, key: key})
-	ss.qbytes += e.Size()
+	ss.addQueued(e.Size())
 	if e.Seq != 0 {
 		ss.lastQueued = e.Seq
 	}
@@ -407,6 +413,55 @@ func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 }
 
 func (ss *Session) unread() int { return len(ss.q) - ss.qhead }
+
+// addQueued counts n more bytes (n < 0: fewer) in the session's queue,
+// and in the server's total while the session is open. ss.mu held.
+func (ss *Session) addQueued(n int) {
+	before := ss.qbytes
+	ss.qbytes += n
+	if ss.closed {
+		return // an ended session's queue left the total as it ended
+	}
+	ss.srv.queued.Add(int64(n))
+	switch {
+	case before == 0 && ss.qbytes > 0:
+		ss.srv.queuing.Add(1)
+	case before > 0 && ss.qbytes == 0:
+		ss.srv.queuing.Add(-1)
+	}
+}
+
+// closeLocked ends the session with err: what it has queued can still be
+// read but leaves the server's total. ss.mu held, ss.closed false.
+func (ss *Session) closeLocked(err error) {
+	ss.closed, ss.err = true, err
+	if ss.qbytes > 0 {
+		ss.srv.queued.Add(-int64(ss.qbytes))
+		ss.srv.queuing.Add(-1)
+	}
+}
+
+// overShare reports whether queueing n more bytes would take the server
+// past Config.QueueTotalBytes while this session already holds more than
+// its share of it. ss.mu held.
+func (ss *Session) overShare(n int) bool {
+	total := ss.srv.cfg.QueueTotalBytes
+	if ss.qbytes == 0 || ss.srv.queued.Load()+int64(n) <= total {
+		return false
+	}
+	return int64(ss.qbytes) >= total/max(1, ss.srv.queuing.Load())
+}
+
+// cutForTotal ends the session as a slow consumer because the server's
+// queues are full and it holds more than its share: its unread queue is
+// dropped at once, and it resumes after the last event it read. ss.mu
+// held.
+func (ss *Session) cutForTotal() {
+	ss.srv.metrics.refused.add(LimitQueueTotal)
+	ss.closeLocked(&SlowConsumerError{LastSeq: ss.lastRead, QueueSize: int(ss.srv.cfg.QueueTotalBytes)})
+	clear(ss.q)
+	ss.q, ss.qhead, ss.qbytes = nil, 0, 0
+}
 
 // merge adds a subscription's replay from cursor after (in key order) to
 // the unread queue, keeping it in order with each event once, and marks
@@ -444,7 +499,7 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		}
 		r := replay[j]
 		j++
-		if size := r.e.Size(); ss.qbytes+size > ss.srv.cfg.QueueBytes && len(out) > 0 {
+		if size := r.e.Size(); (ss.qbytes+size > ss.srv.cfg.QueueBytes || ss.overShare(size)) && len(out) > 0 {
 			cutOff = true
 			// What fits of the replay stays; the rest of the unread queue
 			// (other subscriptions' events) is kept too.
@@ -453,7 +508,7 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 			}
 			break
 		}
-		ss.qbytes += r.e.Size()
+		ss.addQueued(r.e.Size())
 		if r.e.Seq > 0 {
 			last = r.e.Seq
 		}
@@ -467,8 +522,7 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		n = func() { replayed(runEnded) }
 	}
 	if cutOff {
-		ss.closed = true
-		ss.err = &SlowConsumerError{LastSeq: last, QueueSize: ss.srv.cfg.QueueBytes}
+		ss.closeLocked(&SlowConsumerError{LastSeq: last, QueueSize: ss.srv.cfg.QueueBytes})
 		n = ss.notify.Ready
 	} else if head > ss.lastQueued {
 		ss.lastQueued = head
@@ -517,7 +571,7 @@ func (ss *Session) TryNext() (e *Event, ok bool, err error) {
 		e = ss.q[ss.qhead].e
 		ss.q[ss.qhead] = queued{}
 		ss.qhead++
-		ss.qbytes -= e.Size()
+		ss.addQueued(-e.Size())
 		if e.Seq > ss.lastRead {
 			ss.lastRead = e.Seq
 		}
@@ -583,7 +637,7 @@ func (ss *Session) LastSeq() uint64 {
 func (ss *Session) end(err error) {
 	ss.mu.Lock()
 	if !ss.closed {
-		ss.closed, ss.err = true, err
+		ss.closeLocked(err)
 	}
 	if ss.expiry != nil {
 		ss.expiry.Stop()

@@ -70,6 +70,7 @@ type config struct {
 	gcBuffers       bool
 	memoryTarget    int64
 	queueBytes      int
+	queueTotal      int64
 	heartbeat       time.Duration
 	writeInterval   time.Duration
 	allowedOrigins  string
@@ -137,6 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.gcBuffers, "gc-exclude-buffers", true, "let the heap grow between collections by GOGC percent of what is live outside the replay buffers only, not of the buffers too, so that resident memory is about the buffers plus the rest of the process rather than twice both (the collector runs more often when the buffers are large; false: GOGC as given)")
 	fs.Int64Var(&c.memoryTarget, "memory-target", 0, "hold the process's memory to this many bytes (0: no target), as Redis's maxmemory does: the runtime's soft memory limit is set to it, and the replay buffers' budget is lowered below --buffer-total-bytes while the process would need more, dropping the least recently active threads' history first; needs --gc-exclude-buffers")
 	fs.IntVar(&c.queueBytes, "queue-bytes", server.DefaultQueueBytes, "unread events (replays included) a connection may hold, in bytes, before it is cut off")
+	fs.Int64Var(&c.queueTotal, "queue-total-bytes", server.DefaultQueueTotalBytes, "unread events all connections together may hold, in bytes; past it the connections holding more than their share are cut off first")
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
 	fs.Var((*intervalFlag)(&c.writeInterval), "write-interval", "least time between two writes of events to one connection; events arriving meanwhile go out together; it doubles, up to 400ms, while the server uses over 90% of its CPU (\"off\": no pacing)")
@@ -288,7 +290,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		hosts = splitList(c.allowedHosts)
 	}
 	cfg := server.Config{
-		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, BufferTotalBytes: c.bufferTotal, QueueBytes: c.queueBytes, IdleRelease: c.idleRelease,
+		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, BufferTotalBytes: c.bufferTotal, QueueBytes: c.queueBytes, QueueTotalBytes: c.queueTotal, IdleRelease: c.idleRelease,
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
@@ -534,7 +536,7 @@ func (c config) check() error {
 		flag string
 		v    int64
 	}{
-		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--buffer-total-bytes", c.bufferTotal}, {"--queue-bytes", int64(c.queueBytes)},
+		{"--buffer-events", int64(c.bufferEvents)}, {"--buffer-bytes", int64(c.bufferBytes)}, {"--buffer-total-bytes", c.bufferTotal}, {"--queue-bytes", int64(c.queueBytes)}, {"--queue-total-bytes", c.queueTotal},
 		{"--heartbeat", int64(c.heartbeat)}, {"--idle-release", int64(c.idleRelease)}, {"--shutdown-timeout", int64(c.shutdownTimeout)},
 		{"--max-threads", int64(c.maxThreads)}, {"--thread-ttl", int64(c.threadTTL)}, {"--max-queued-runs", int64(c.maxQueuedRuns)},
 		{"--max-subscriptions", int64(c.maxSubscriptions)}, {"--command-burst", int64(c.commandBurst)}, {"--command-rate", int64(c.commandRate * 1000)}, {"--max-checkpoints", int64(c.maxCheckpoints)},
