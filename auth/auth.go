@@ -25,8 +25,10 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
@@ -113,10 +115,15 @@ type Config struct {
 	PublicKeys []crypto.PublicKey
 	// JWKSURL accepts JWTs signed by a key of this JWK Set, fetched at
 	// start, refreshed every JWKSRefresh (1h) and when a token names a key
-	// id it does not know (at most once per JWKSUnknownKIDEvery, 1m).
+	// id it does not know (at most once per JWKSUnknownKIDEvery, 1m). A
+	// token naming an unknown key id waits at most JWKSUnknownKIDWait
+	// (DefaultJWKSUnknownKIDWait, 2s) for the set to be fetched again,
+	// and is refused at once while a fetch is not allowed yet: the fetch
+	// goes on in the background, and the client may retry.
 	JWKSURL             string
 	JWKSRefresh         time.Duration
 	JWKSUnknownKIDEvery time.Duration
+	JWKSUnknownKIDWait  time.Duration
 	// HTTPClient fetches the JWK Set (http.DefaultClient's settings with
 	// a 10s timeout when nil).
 	HTTPClient *http.Client
@@ -144,7 +151,20 @@ type Authenticator struct {
 	cancel  context.CancelFunc
 	hasJWTs bool
 	jwksCtx context.Context
+
+	// A token naming an unknown key id: one background lookup at a time
+	// fetches the set again (rate limited by the library), and callers
+	// wait for it at most unknownWait.
+	unknownWait  time.Duration
+	unknownEvery time.Duration
+	lookupMu     sync.Mutex
+	lookup       chan struct{} // closed when the lookup under way ends; nil for none
+	lookups      sync.WaitGroup
+	stopped      context.Context // already cancelled: reads the set without waiting
 }
+
+// DefaultJWKSUnknownKIDWait is Config.JWKSUnknownKIDWait's default.
+const DefaultJWKSUnknownKIDWait = 2 * time.Second
 
 // New returns an Authenticator for cfg. With a JWKS URL it fetches the key
 // set before returning, and ctx (or Close) ends its refreshing.
@@ -214,6 +234,13 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 			return nil, fmt.Errorf("auth: JWKS %s: %w", cfg.JWKSURL, err)
 		}
 		a.jwks, a.cancel, a.jwksCtx = k, cancel, kctx
+		a.unknownWait, a.unknownEvery = cfg.JWKSUnknownKIDWait, unknown
+		if a.unknownWait <= 0 {
+			a.unknownWait = DefaultJWKSUnknownKIDWait
+		}
+		stopped, stop := context.WithCancel(context.Background())
+		stop()
+		a.stopped = stopped
 	}
 	return a, nil
 }
@@ -222,6 +249,47 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 func (a *Authenticator) Close() {
 	if a.cancel != nil {
 		a.cancel()
+	}
+	a.lookups.Wait()
+}
+
+// jwksKey is the JWK Set's key for a token that names a key id. The set
+// is read without waiting; an id it does not hold starts a background
+// lookup (which fetches the set again, at most once per
+// JWKSUnknownKIDEvery) and waits for it at most unknownWait.
+func (a *Authenticator) jwksKey(t *jwt.Token) (any, error) {
+	k, err := a.jwks.KeyfuncCtx(a.stopped)(t)
+	if err == nil || !(errors.Is(err, jwkset.ErrKeyNotFound) || errors.Is(err, context.Canceled)) {
+		return k, err
+	}
+	a.lookupMu.Lock()
+	done := a.lookup
+	if done == nil {
+		done = make(chan struct{})
+		a.lookup = done
+		a.lookups.Add(1)
+		go func() {
+			defer a.lookups.Done()
+			_, _ = a.jwks.KeyfuncCtx(a.jwksCtx)(t) // waits for the rate limit (at most a minute), then fetches
+			a.lookupMu.Lock()
+			a.lookup = nil
+			a.lookupMu.Unlock()
+			close(done)
+		}()
+	}
+	a.lookupMu.Unlock()
+	timer := time.NewTimer(a.unknownWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+		if k, err = a.jwks.KeyfuncCtx(a.stopped)(t); err == nil {
+			return k, nil
+		}
+		return nil, fmt.Errorf("the token's key id %v is not in the key set (fetched again at most once per %v)", t.Header["kid"], a.unknownEvery)
+	case <-timer.C:
+		return nil, fmt.Errorf("the token's key id %v is not in the key set; the set is being fetched again, retry shortly", t.Header["kid"])
+	case <-a.jwksCtx.Done():
+		return nil, a.jwksCtx.Err()
 	}
 }
 
@@ -241,7 +309,7 @@ func (a *Authenticator) key(t *jwt.Token) (any, error) {
 	}
 	if a.jwks != nil {
 		if _, named := t.Header["kid"]; named {
-			k, err := a.jwks.Keyfunc(t)
+			k, err := a.jwksKey(t)
 			if err == nil || len(a.pubs) == 0 {
 				return k, err
 			}

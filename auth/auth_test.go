@@ -250,6 +250,40 @@ func TestJWKSRotation(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestJWKSUnknownKIDFailsFast: a token naming a key id the set does not
+// hold, while the set may not be fetched again yet, is refused at once
+// (it held its request for up to a minute), and the lookup ends with
+// Close.
+func TestJWKSUnknownKIDFailsFast(t *testing.T) {
+	k1, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	js := &jwksServer{}
+	js.rotate("k1", k1)
+	ts := httptest.NewServer(js)
+	defer ts.Close()
+	a := newAuth(t, auth.Config{JWKSURL: ts.URL, JWKSUnknownKIDEvery: 30 * time.Second, JWKSUnknownKIDWait: 300 * time.Millisecond})
+	claims := jwt.MapClaims{"sub": "svc", "exp": time.Now().Add(time.Minute).Unix()}
+	// The first unknown id may fetch the set again at once: it does, and
+	// is refused since the set still lacks it.
+	_, err = a.Verify(sign(t, jwt.SigningMethodRS256, k1, claims, "nope-1"))
+	require.ErrorIs(t, err, auth.ErrInvalidCredential)
+	require.Eventually(t, func() bool { return js.fetches.Load() == 2 }, 5*time.Second, 10*time.Millisecond)
+	// The next may not fetch for 30 s: refused after the short wait, not
+	// when the rate limit allows the next fetch (the library's wait).
+	for range 3 {
+		began := time.Now()
+		_, err = a.Verify(sign(t, jwt.SigningMethodRS256, k1, claims, "nope-2"))
+		require.ErrorIs(t, err, auth.ErrInvalidCredential)
+		require.Contains(t, err.Error(), "retry shortly")
+		require.Less(t, time.Since(began), 10*time.Second, "refused without waiting 30 s for the rate limit")
+	}
+	require.Equal(t, int32(2), js.fetches.Load(), "no fetch past the rate limit")
+	// A known key is still served at once.
+	p, err := a.Verify(sign(t, jwt.SigningMethodRS256, k1, claims, "k1"))
+	require.NoError(t, err)
+	require.Equal(t, "svc", p.Subject)
+}
+
 func TestJWKSUnreachableAtStart(t *testing.T) {
 	ts := httptest.NewServer(http.NotFoundHandler())
 	defer ts.Close()
