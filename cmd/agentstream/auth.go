@@ -15,13 +15,14 @@ import (
 type authFlags struct {
 	secretFile, jwksURL, publicKeyFile, apiKeysFile string
 	audience, issuer                                string
-	leeway, jwksRefresh                             time.Duration
+	leeway, jwksRefresh, jwksUnknownWait            time.Duration
 }
 
 func (a *authFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.secretFile, "auth-hs256-secret-file", "", "accept HS256 JWTs signed with this file's contents (trimmed; at least 32 bytes)")
 	fs.StringVar(&a.jwksURL, "auth-jwks-url", "", "accept JWTs (RS*, PS*, ES*, EdDSA) signed by a key of the JWK Set at this URL, fetched at start and refreshed hourly and on an unknown key id")
 	fs.DurationVar(&a.jwksRefresh, "auth-jwks-refresh", time.Hour, "how often the --auth-jwks-url key set is fetched again")
+	fs.DurationVar(&a.jwksUnknownWait, "auth-jwks-unknown-kid-wait", auth.DefaultJWKSUnknownKIDWait, "how long a token naming a key id the set lacks waits for the set to be fetched again (at most once a minute) before it is refused")
 	fs.StringVar(&a.publicKeyFile, "auth-public-key-file", "", "accept JWTs (RS*, PS*, ES*, EdDSA) signed by the private key of one of this file's PEM public keys")
 	fs.StringVar(&a.apiKeysFile, "auth-api-keys-file", "", "accept static API keys (x-api-key), one per line: KEY PRINCIPAL [admin]")
 	fs.StringVar(&a.audience, "auth-audience", "", "a JWT's aud must name this")
@@ -43,7 +44,7 @@ func (a *authFlags) build(ctx context.Context) (*auth.Authenticator, error) {
 		}
 		return nil, nil
 	}
-	cfg := auth.Config{JWKSURL: a.jwksURL, JWKSRefresh: a.jwksRefresh, Audience: a.audience, Issuer: a.issuer, Leeway: a.leeway}
+	cfg := auth.Config{JWKSURL: a.jwksURL, JWKSRefresh: a.jwksRefresh, JWKSUnknownKIDWait: a.jwksUnknownWait, Audience: a.audience, Issuer: a.issuer, Leeway: a.leeway}
 	if cfg.Leeway == 0 {
 		cfg.Leeway = -1 // --auth-leeway 0 means none
 	}
