@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
@@ -118,16 +119,20 @@ func TestInChromium(t *testing.T) {
 		t.Skipf("missing: %s", strings.Join(missing, ", "))
 	}
 	base := serve(t)
+	keys, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"k-alice": {Subject: "alice"}}})
+	require.NoError(t, err)
+	defer keys.Close()
+	authed := servetest.Start(t, transport.Options{Playground: playground.Handler(), Auth: keys}).URL()
 	artifacts := filepath.Join("testdata", "artifacts")
 	require.NoError(t, os.MkdirAll(artifacts, 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "tools/node/playground-e2e.mjs"), base, artifacts)
+	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "tools/node/playground-e2e.mjs"), base, artifacts, authed)
 	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
 	require.NoError(t, err, "%s", out)
-	for _, shot := range []string{"1-interrupt.png", "2-completed.png", "3-dropped.png", "4-recovered.png", "5-firehose.png"} {
+	for _, shot := range []string{"1-interrupt.png", "2-completed.png", "3-dropped.png", "4-recovered.png", "5-firehose.png", "6-refused.png"} {
 		require.FileExists(t, filepath.Join(artifacts, shot))
 	}
 }

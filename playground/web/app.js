@@ -391,8 +391,10 @@ function connect() {
   const socket = new WebSocket(`${proto}//${location.host}/threads/${encodeURIComponent(conn.thread)}/stream${q}`);
   conn.socket = socket;
   setStatus("connecting…", "down");
+  let opened = false;
   socket.addEventListener("message", (ev) => onFrame(ev.data));
   socket.addEventListener("open", async () => {
+    opened = true;
     conn.backoff = 200;
     try {
       if (conn.subscription) {
@@ -418,10 +420,38 @@ function connect() {
       showNotice(`The server refused the connection (${ev.code} ${ev.reason}); check the token.`);
       return;
     }
-    setStatus(`reconnecting in ${conn.backoff} ms…`, "down");
-    conn.retry = window.setTimeout(connect, conn.backoff);
-    conn.backoff = Math.min(conn.backoff * 2, 5000);
+    const retry = () => {
+      setStatus(`reconnecting in ${conn.backoff} ms…`, "down");
+      conn.retry = window.setTimeout(connect, conn.backoff);
+      conn.backoff = Math.min(conn.backoff * 2, 5000);
+    };
+    if (opened) { retry(); return; }
+    // A refused handshake reaches a page as 1006 with no reason: ask the
+    // same route over HTTP for its status to say why.
+    probe(q).then((why) => {
+      if (conn.socket !== null || conn.closedByUser) return;
+      if (!why) { retry(); return; }
+      setStatus(`refused: ${why}`, "down");
+      showNotice(`The server refused the connection: ${why}.`);
+    }, retry);
   });
+}
+
+/**
+ * Why the server refuses this thread's stream, from the status of a HEAD
+ * request to the route the WebSocket used; "" when it does not (the
+ * server was down, or is busy: reconnecting may work).
+ * @param {string} q the query string the WebSocket used
+ * @returns {Promise<string>}
+ */
+async function probe(q) {
+  const r = await fetch(`/threads/${encodeURIComponent(conn.thread)}/stream${q}`, { method: "HEAD" });
+  switch (r.status) {
+    case 400: return "400: invalid thread id (1 to 256 of A-Z a-z 0-9 . _ : -)";
+    case 401: return conn.token ? "401: the token is invalid or expired" : "401: a token is needed (paste one in the token field)";
+    case 403: return "403: this token may not use this thread";
+    default: return "";
+  }
 }
 
 /** Connects to a thread, forgetting the previous one. @param {string} thread */

@@ -3,15 +3,16 @@
 // assembled text, approve the interrupt by clicking, see the run complete;
 // drop the WebSocket mid-run and see the page recover with no duplicated
 // text; follow a firehose of 2,000 events/s. A screenshot of each state
-// goes to ARTIFACTS.
+// goes to ARTIFACTS. A refused connection says why: an invalid thread id,
+// and (on AUTH_URL, a server with authentication) a missing or bad token.
 //
-// Usage: node playground-e2e.mjs http://host:port ARTIFACTS
+// Usage: node playground-e2e.mjs http://host:port ARTIFACTS [AUTH_URL]
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const [url, artifacts] = process.argv.slice(2);
+const [url, artifacts, authURL] = process.argv.slice(2);
 if (!artifacts) {
   console.error("usage: node playground-e2e.mjs http://host:port ARTIFACTS");
   process.exit(2);
@@ -31,7 +32,7 @@ function check(cond, what) {
 const external = [];
 try {
   const page = await context.newPage();
-  page.on("request", (r) => { if (!r.url().startsWith(url)) external.push(r.url()); });
+  page.on("request", (r) => { if (!r.url().startsWith(url) && !(authURL && r.url().startsWith(authURL))) external.push(r.url()); });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
 
@@ -99,6 +100,31 @@ try {
   check(log.kept === 2000 && log.kept + log.dropped >= 4000, `the log keeps the last 2,000 of every event received (kept ${log.kept}, dropped ${log.dropped})`);
   check(slowest < 5000, `the page answered within 5 s throughout (slowest ${slowest} ms)`);
   await page.screenshot({ path: join(artifacts, "5-firehose.png"), fullPage: true });
+
+  // 4. Refused handshakes say why instead of reconnecting for ever.
+  const refused = async (where) => {
+    await page.goto(where);
+    await page.waitForSelector("#status", { timeout: 10000 });
+    await page.waitForFunction(() => document.querySelector("#status")?.textContent.startsWith("refused:"), null, { timeout: 10000 });
+    return page.textContent("#status");
+  };
+  const bad = await refused(`${url}/?thread=${encodeURIComponent("not a thread id")}`);
+  check(bad.includes("400: invalid thread id"), `an invalid thread id is named (${bad})`);
+  if (authURL) {
+    const noToken = await refused(`${authURL}/?thread=e2e-auth`);
+    check(noToken.includes("401: a token is needed"), `a missing token is named (${noToken})`);
+    await page.fill("#token", "not-a-key");
+    await page.click("#connect-btn");
+    await page.waitForFunction(() => document.querySelector("#status")?.textContent.includes("the token is invalid"), null, { timeout: 10000 });
+    check(true, "a bad token is named");
+    await page.screenshot({ path: join(artifacts, "6-refused.png"), fullPage: true });
+    await page.fill("#token", "k-alice");
+    await page.click("#connect-btn");
+    await page.waitForSelector("#status.live", { timeout: 10000 });
+    check(true, "a good token connects");
+  } else {
+    await page.screenshot({ path: join(artifacts, "6-refused.png"), fullPage: true });
+  }
 
   check(errors.length === 0, `no page errors (${errors.join("; ")})`);
   check(external.length === 0, `no external requests (${external.join(", ")})`);
