@@ -44,6 +44,7 @@ func TestBadWebSocketInput(t *testing.T) {
 		{"params of the wrong type", "", text(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": "all"}}`), "invalid_argument", 0},
 		{"an unknown channel", "", text(`{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["nope"]}}`), "invalid_argument", 0},
 		{"nesting 10,000 deep", "", text(`{"id": 1, "method": "state.get", "params": ` + deepJSON + `}`), "invalid_argument", 0},
+		{"1 MiB of empty maps (refused before decoding)", "", text(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": [` + strings.Repeat(`{},`, 300_000) + `{}]}}`), "invalid_argument", 0},
 		{"unsubscribe what was never subscribed", "", text(`{"id": 1, "method": "subscription.unsubscribe", "params": {"subscription_id": "sub_x"}}`), "no_such_subscription", 0},
 		{"reconnect with an id this server never gave", "", text(`{"id": 1, "method": "subscription.reconnect", "params": {"run_id": "r", "last_event_id": "a-b-c"}}`), "invalid_argument", 0},
 		{"firehose size 1e14 (was a crash)", "", text(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"size": 1e14}}}`), "invalid_argument", 0},
@@ -57,6 +58,7 @@ func TestBadWebSocketInput(t *testing.T) {
 		{"CBOR bomb: a map of 2^64-1 pairs", CBORSubprotocol, binary_([]byte{0xbb, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), "invalid_argument", 0},
 		{"CBOR bomb: a 4 GiB byte string", CBORSubprotocol, binary_([]byte{0x5a, 0xff, 0xff, 0xff, 0xff}), "invalid_argument", 0},
 		{"CBOR: nesting 10,000 deep", CBORSubprotocol, binary_(deepCBOR), "invalid_argument", 0},
+		{"CBOR: 100,000 empty maps (refused before decoding)", CBORSubprotocol, cborOf(map[string]any{"id": 1, "method": "run.start", "params": map[string]any{"assistant_id": "echo", "input": make([]map[string]any, 100_000)}}), "invalid_argument", 0},
 		{"CBOR: a byte-string key", CBORSubprotocol, binary_([]byte{0xa1, 0x41, 0x01, 0x01}), "invalid_argument", 0},
 		{"CBOR: invalid UTF-8 in a text string", CBORSubprotocol, binary_([]byte{0xa1, 0x62, 'i', 'd', 0x62, 0xff, 0xfe}), "invalid_argument", 0},
 		// Frame violations: the connection ends with the RFC 6455 status.
