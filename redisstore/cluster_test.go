@@ -217,7 +217,7 @@ func TestConformanceAcrossTwoNodes(t *testing.T) {
 	out, err := exec.CommandContext(ctx, nodeBin, script, router.URL).CombinedOutput()
 	t.Log("\n" + string(out))
 	require.NoError(t, err, "conformance failed")
-	require.Contains(t, string(out), "12 passed, 0 failed")
+	require.Contains(t, string(out), "14 passed, 0 failed")
 	require.Positive(t, commandsOnA.Load(), "the SDK's HTTP commands went to A")
 }
 

@@ -162,6 +162,7 @@ func (t *thread) finish(r *run, err error) {
 	if cause == nil && r.ctx.Err() != nil {
 		cause = context.Cause(r.ctx)
 	}
+	t.closeOpen(r, cause, err)
 	for _, key := range slices.Sorted(maps.Keys(r.openSubs)) {
 		sub := r.openSubs[key]
 		_, _ = t.publishLifecycle(sub.rc.ns, protocol.AgentStatusFailed, sub.graph, nil, "the run ended before the subagent did")
@@ -198,6 +199,42 @@ func (t *thread) finish(r *run, err error) {
 		close(in.answer)
 	}
 	r.pending = nil
+}
+
+// closeOpen gives every message and tool call run r left open its
+// terminal event before the run's end, so that no client is left with a
+// message streaming for ever: a message gets the protocol's message error
+// event (which ends its open content block too: blocks have no error
+// event of their own), a tool call its tool-error event. The code says
+// why: "cancelled" (run.cancel, or superseded by a new run), "run_failed"
+// (the assistant failed) or "run_ended" (it returned without finishing
+// them). The caller holds t.mu.
+func (t *thread) closeOpen(r *run, cause, err error) {
+	code, why := "run_ended", "the run ended before it did"
+	switch {
+	case cause != nil:
+		code, why = "cancelled", "the run was cancelled: "+cause.Error()
+	case err != nil:
+		code, why = "run_failed", "the run failed: "+err.Error()
+	}
+	for _, key := range slices.Sorted(maps.Keys(r.openMsgs)) {
+		m := r.openMsgs[key]
+		m.finished, m.open = true, -1
+		c := code
+		d := m.rc.messageData(&protocol.MessageErrorData{Message: "message " + m.id + " did not finish: " + why, Code: &c, Extra: m.rc.runExtra()})
+		d.namespace = m.rc.ns
+		_, _ = t.publish(d)
+	}
+	r.openMsgs = nil
+	for _, id := range slices.Sorted(maps.Keys(r.openTool)) {
+		tc := r.openTool[id]
+		tc.done = true
+		c := code
+		d := tc.rc.toolsData(&protocol.ToolErrorData{ToolCallID: id, Message: "tool call " + id + " did not finish: " + why, Code: &c})
+		d.namespace = tc.rc.ns
+		_, _ = t.publish(d)
+	}
+	r.openTool = nil
 }
 
 var (

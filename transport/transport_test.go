@@ -450,7 +450,7 @@ func TestConformanceWithTheOfficialSDK(t *testing.T) {
 		err := cmd.Run()
 		t.Log("\n" + out.String())
 		require.NoError(t, err, "conformance failed")
-		require.Contains(t, out.String(), "12 passed, 0 failed")
+		require.Contains(t, out.String(), "14 passed, 0 failed")
 	}
 	t.Run("open", func(t *testing.T) {
 		ts, _, _ := start(t, transport.Options{})
@@ -475,7 +475,7 @@ func TestConformanceWithTheOfficialSDK(t *testing.T) {
 		out, err := exec.CommandContext(ctx, node, script, ts.URL).CombinedOutput()
 		require.Error(t, err, "the suite must fail against a server that refuses it")
 		require.Contains(t, string(out), "HTTP 401")
-		require.NotContains(t, string(out), "12 passed")
+		require.NotContains(t, string(out), "14 passed")
 	})
 }
 

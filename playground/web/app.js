@@ -272,6 +272,7 @@ function onMessage(ns, node, d) {
     case "message-finish":
       if (m) { m.done = true; state.current.delete(k); }
       break;
+    case "error": // the protocol's message error event (a run cancelled or failed mid-message)
     case "message-error":
       if (m) { m.done = true; m.error = d.message; state.current.delete(k); }
       break;

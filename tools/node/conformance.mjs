@@ -85,6 +85,42 @@ async function echo(transport) {
   }
 }
 
+// A run cancelled mid-message (by another client, over the commands
+// route) leaves no message open: the SDK's message settles with the text
+// streamed so far, and the raw stream has the message's error event
+// (code cancelled) before the run's end.
+async function cancelMidMessage(transport) {
+  const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(" ");
+  const threadId = randomUUID();
+  const thread = stream(threadId, "echo", transport);
+  try {
+    const first = (async () => {
+      for await (const msg of thread.messages) return msg;
+      throw new Error("no message");
+    })();
+    const raw = rawEvents(thread, ["messages", "lifecycle"], (e) => e.method === "lifecycle" && e.params.namespace.length === 0 && e.params.data.event === "failed", 20000);
+    await thread.run.start({ input: userInput(words), config: { token_delay_ms: 50 } });
+    const msg = await withTimeout(first, 10000, "the message starts");
+    await new Promise((r) => setTimeout(r, 400)); // a few tokens stream
+    const r = await fetch(`${apiUrl}/threads/${threadId}/commands`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...authHeaders },
+      body: JSON.stringify({ id: 1, method: "run.cancel", params: {} }),
+    });
+    if (!r.ok) throw new Error(`run.cancel: ${r.status} ${await r.text()}`);
+    const text = await withTimeout(msg.text, 10000, "the cancelled message settles");
+    if (!(text.length > 0 && text.length < words.length && words.startsWith(text))) throw new Error(`the settled text is not a prefix of the input: ${JSON.stringify(text)}`);
+    const events = await raw;
+    const i = events.findIndex((e) => e.method === "messages" && e.params.data.event === "error");
+    if (i < 0) throw new Error("no message error event");
+    assertEqual(events[i].params.data.code, "cancelled", "the message error's code");
+    const end = events.findIndex((e) => e.method === "lifecycle" && e.params.namespace.length === 0 && e.params.data.event === "failed");
+    if (!(i < end)) throw new Error("the message error comes after the run's end");
+  } finally {
+    await thread.close();
+  }
+}
+
 async function waitFor(cond, ms, what) {
   const deadline = Date.now() + ms;
   while (!cond()) {
@@ -260,6 +296,8 @@ const scenarios = [
   ["two subscribers with different filters over SSE", () => twoSubscribers("sse")],
   ["two subscribers with different filters over WebSocket", () => twoSubscribers("websocket")],
   ["hydration through GET /state", hydration],
+  ["a run cancelled mid-message leaves no message open over SSE", () => cancelMidMessage("sse")],
+  ["a run cancelled mid-message leaves no message open over WebSocket", () => cancelMidMessage("websocket")],
   ["50 fast runs over WebSocket: thread.values is the final state", () => fastRuns("websocket", 50)],
   ["50 fast runs over SSE: thread.values is the final state", () => fastRuns("sse", 50)],
 ];
