@@ -280,16 +280,20 @@ func encodeCommand(id uint64, method string, params any) ([]byte, error) {
 // server's ErrorResponse as an *Error.
 func decodeAnswer(method string, status int, data []byte, result any) error {
 	var head struct {
-		Type    string             `json:"type"`
-		Result  json.RawMessage    `json:"result"`
-		Error   protocol.ErrorCode `json:"error"`
-		Message string             `json:"message"`
+		Type    string                 `json:"type"`
+		Result  json.RawMessage        `json:"result"`
+		Error   protocol.ErrorCode     `json:"error"`
+		Message string                 `json:"message"`
+		Meta    *protocol.ResponseMeta `json:"meta"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
 		return &Error{Code: protocol.ErrorCodeUnknownError, Message: fmt.Sprintf("%s: the server answered %d with %q", method, status, truncate(data)), Status: status}
 	}
 	switch head.Type {
 	case "success":
+		if m, ok := result.(metaReader); ok {
+			m.setMeta(head.Meta)
+		}
 		if result == nil || len(head.Result) == 0 || string(head.Result) == "null" {
 			return nil
 		}
@@ -311,7 +315,9 @@ func truncate(b []byte) string {
 }
 
 // Error is a command or a stream the server refused: the protocol's
-// error code and message, and the HTTP status when it came over HTTP.
+// error code and message, and the HTTP status when it came over HTTP
+// (0 for an answer in-band on a WebSocket, which has no status: match on
+// Code, which both transports set).
 type Error struct {
 	Code    protocol.ErrorCode
 	Message string
@@ -352,10 +358,64 @@ var (
 // RunCommands are the run.* commands.
 type RunCommands struct{ t *Thread }
 
+// Started is run.start's answer: the run's id, and the last sequence
+// number the thread had published when the run was accepted. Every event
+// of the run comes after AppliedThroughSeq, so a reader that skips what is
+// at or below it never takes an earlier run's end for this one's.
+type Started struct {
+	RunID             string
+	AppliedThroughSeq uint64
+}
+
+// UnmarshalJSON reads the result (protocol.RunResult).
+func (s *Started) UnmarshalJSON(b []byte) error {
+	var r protocol.RunResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	if r.RunID != nil {
+		s.RunID = *r.RunID
+	}
+	return nil
+}
+
+func (s *Started) setMeta(m *protocol.ResponseMeta) {
+	if m != nil && m.AppliedThroughSeq != nil {
+		s.AppliedThroughSeq = uint64(*m.AppliedThroughSeq)
+	}
+}
+
+// metaReader is a result that also reads the answer's meta.
+type metaReader interface{ setMeta(*protocol.ResponseMeta) }
+
+// Head is the thread's last sequence number now: what a reader that
+// attaches now has already missed (the applied_through_seq of a
+// state.get). Events after it are the run under way now and later ones.
+func (t *Thread) Head(ctx context.Context) (uint64, error) {
+	var h headOnly
+	if err := t.Do(ctx, "state.get", map[string]any{"namespace": []string{}, "keys": []string{}}, &h); err != nil {
+		return 0, err
+	}
+	return h.seq, nil
+}
+
+// headOnly reads an answer's applied_through_seq and ignores its result.
+type headOnly struct{ seq uint64 }
+
+func (h *headOnly) UnmarshalJSON([]byte) error { return nil }
+func (h *headOnly) setMeta(m *protocol.ResponseMeta) {
+	if m != nil && m.AppliedThroughSeq != nil {
+		h.seq = uint64(*m.AppliedThroughSeq)
+	}
+}
+
 // Start starts (or resumes) a run: run.start.
-func (r RunCommands) Start(ctx context.Context, p protocol.RunStartParams) (*protocol.RunResult, error) {
-	var res protocol.RunResult
-	return &res, r.t.Do(ctx, "run.start", p, &res)
+func (r RunCommands) Start(ctx context.Context, p protocol.RunStartParams) (*Started, error) {
+	var res Started
+	if err := r.t.Do(ctx, "run.start", p, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 // Cancel cancels the thread's run: run.cancel.

@@ -74,7 +74,8 @@ func TestStreamARun(t *testing.T) {
 			defer sub.Close()
 			res, err := th.Run.Start(context.Background(), protocol.RunStartParams{AssistantID: "echo", Input: echoInput("hello there")})
 			require.NoError(t, err)
-			require.NotNil(t, res.RunID)
+			require.NotEmpty(t, res.RunID)
+			require.Equal(t, "run_", res.RunID[:4])
 			a := NewAssembler()
 			evs := readRun(t, sub, a)
 			var last uint64

@@ -56,26 +56,18 @@ func Example_streamText() {
 	}
 	defer sub.Close()
 	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hello from Go"}}}
-	if _, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: input}); err != nil {
+	started, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: input})
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		if m, ok := e.Payload.(*protocol.ServerEventMessages); ok {
-			if d, ok := m.Params.Data.Value.(*protocol.ContentBlockDeltaData); ok {
-				fmt.Print(d.Delta.Text())
-			}
-		}
-		if e.RunEnd() != "" {
-			fmt.Println()
-			return
+	for e, err := sub.Next(ctx); err == nil; e, err = sub.Next(ctx) {
+		fmt.Print(e.TextDelta())
+		if e.RunEndAfter(started.AppliedThroughSeq) != "" { // this run's end, not an earlier one's
+			break
 		}
 	}
+	fmt.Println()
 	// Output: hello from Go
 }
 
@@ -99,7 +91,8 @@ func Example_answerInterrupt() {
 	}
 	defer sub.Close()
 	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "plan a trip"}}}
-	if _, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "demo", Input: input}); err != nil {
+	started, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "demo", Input: input})
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -111,6 +104,9 @@ func Example_answerInterrupt() {
 			fmt.Println(err)
 			return
 		}
+		if e.Seq <= started.AppliedThroughSeq {
+			continue // an earlier run's, replayed: not this run's interrupt
+		}
 		a.Apply(e.Payload)
 		if in := a.Interrupts(); len(in) > 0 && !answered {
 			fmt.Println("interrupted; approving")
@@ -120,7 +116,7 @@ func Example_answerInterrupt() {
 			}
 			answered = true
 		}
-		if e.RunEnd() != "" {
+		if e.RunEndAfter(started.AppliedThroughSeq) != "" {
 			fmt.Println("run:", a.Tree()[0].Status)
 			return
 		}

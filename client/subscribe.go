@@ -76,6 +76,32 @@ func (e *Event) RunEnd() protocol.AgentStatus {
 	return ""
 }
 
+// TextDelta is the text e adds to a message being streamed (a message's
+// text delta, in any namespace), and "" for any other event: printing it
+// for every event prints a run's text as it arrives.
+func (e *Event) TextDelta() string {
+	m, ok := e.Payload.(*protocol.ServerEventMessages)
+	if !ok {
+		return ""
+	}
+	d, ok := m.Params.Data.Value.(*protocol.ContentBlockDeltaData)
+	if !ok {
+		return ""
+	}
+	return d.Delta.Text()
+}
+
+// RunEndAfter is RunEnd for a run that ended after sequence number seq:
+// with seq from Started.AppliedThroughSeq (the run this program started)
+// or from Thread.Head (the run under way when it attached, or the next),
+// an earlier run's end in a replayed history is never taken for it.
+func (e *Event) RunEndAfter(seq uint64) protocol.AgentStatus {
+	if e.Seq <= seq {
+		return ""
+	}
+	return e.RunEnd()
+}
+
 // ErrClosed is returned by Next once the subscription was closed.
 var ErrClosed = errors.New("client: subscription closed")
 

@@ -63,6 +63,15 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			f.Channels = append(f.Channels, ch)
 		}
 	}
+	// --until-done waits for the run under way now, or the next one: never
+	// an earlier run's end that the replay holds.
+	var head uint64
+	if *untilDone {
+		if head, err = c.Thread(pos[1]).Head(ctx); err != nil {
+			fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
+			return 1
+		}
+	}
 	sub, err := c.Thread(pos[1]).Subscribe(ctx, f)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
@@ -91,7 +100,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !*untilDone {
 			continue
 		}
-		switch e.RunEnd() {
+		switch e.RunEndAfter(head) {
 		case protocol.AgentStatusCompleted:
 			return 0
 		case protocol.AgentStatusFailed:

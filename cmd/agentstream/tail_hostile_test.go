@@ -46,6 +46,10 @@ func hostileSSE(t *testing.T) string {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
+	mux.HandleFunc("POST /threads/{id}/commands", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"type":"success","id":1,"result":{"values":{}},"meta":{"applied_through_seq":0}}`))
+	})
 	mux.HandleFunc("POST /threads/endless/stream", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write([]byte("data: "))

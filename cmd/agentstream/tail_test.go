@@ -37,16 +37,74 @@ func runDemoAnswered(t *testing.T, base, thread string) {
 	sub, err := th.Subscribe(ctx, client.Filter{Channels: []string{"input"}})
 	require.NoError(t, err)
 	defer sub.Close()
-	_, err = th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "demo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": "What is agentstream?"}}}})
+	started, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "demo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": "What is agentstream?"}}}})
 	require.NoError(t, err)
 	for {
 		e, err := sub.Next(ctx)
 		require.NoError(t, err)
+		if e.Seq <= started.AppliedThroughSeq {
+			continue // an earlier run's (the replay)
+		}
 		if in, ok := e.Payload.(*protocol.ServerEventInputRequested); ok {
 			require.NoError(t, th.Input.RespondOne(ctx, in.Params.Namespace, in.Params.Data.InterruptID, map[string]any{"approved": true}))
 			return
 		}
 	}
+}
+
+// tailWhile runs tail with args, and then, once tail has attached, start
+// (which starts the run tail is to follow); it returns tail's exit code.
+func tailWhile(t *testing.T, args []string, out, errb *bytes.Buffer, start func()) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, out, errb, nil) }()
+	time.Sleep(300 * time.Millisecond) // attached: a run that starts later, or is under way as it attaches, is the one it follows
+	start()
+	return <-done
+}
+
+// TestTailUntilDoneWaitsForTheNewRun: on a thread with three finished
+// runs, --until-done exits at the end of the run started after it
+// attached, not at the first end its replay holds.
+func TestTailUntilDoneWaitsForTheNewRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done := startServe(t, ctx, io.Discard)
+	base := "http://" + addr
+	c, err := client.Dial(ctx, base, client.Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	th := c.Thread("three-before")
+	echo := func(text string, delay float64) *client.Started {
+		s, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}, Config: map[string]any{"token_delay_ms": delay}})
+		require.NoError(t, err)
+		return s
+	}
+	sub, err := th.Subscribe(ctx, client.Filter{Channels: []string{"lifecycle"}})
+	require.NoError(t, err)
+	for i, text := range []string{"first", "second", "third"} {
+		started := echo(text, 0)
+		require.Equal(t, "run_", started.RunID[:4])
+		for {
+			e, err := sub.Next(ctx)
+			require.NoError(t, err)
+			if e.RunEndAfter(started.AppliedThroughSeq) != "" {
+				break
+			}
+		}
+		t.Logf("run %d (%s) ended", i+1, text)
+	}
+	sub.Close()
+	for _, tr := range []string{"websocket", "sse"} {
+		var out, errb bytes.Buffer
+		code := tailWhile(t, []string{"tail", base, "three-before", "--until-done", "--transport", tr}, &out, &errb, func() { echo("fourth and last words here", 50) })
+		require.Equal(t, 0, code, errb.String())
+		require.Contains(t, out.String(), "ai: fourth and last words here", "it waited for the new run's message")
+	}
+	cancel()
+	require.Equal(t, 0, <-done)
 }
 
 // TestTailGolden: tail's readable output for the demo run (approved)
@@ -60,9 +118,8 @@ func TestTailGolden(t *testing.T) {
 	for _, tr := range []string{"websocket", "sse"} {
 		t.Run(tr, func(t *testing.T) {
 			thread := "tail-" + tr
-			runDemoAnswered(t, base, thread)
 			var out, errb bytes.Buffer
-			code := run(context.Background(), []string{"tail", base, thread, "--until-done", "--transport", tr}, &out, &errb, nil)
+			code := tailWhile(t, []string{"tail", base, thread, "--until-done", "--transport", tr}, &out, &errb, func() { runDemoAnswered(t, base, thread) })
 			require.Equal(t, 0, code, errb.String())
 			got := maskTail(out.String())
 			const golden = "testdata/tail-demo.golden"
@@ -76,7 +133,7 @@ func TestTailGolden(t *testing.T) {
 	}
 	// --json: one JSON event per line; --channels narrows; --since skips.
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"tail", base, "tail-websocket", "--json", "--channels", "lifecycle", "--until-done", "--since", "3"}, &out, &errb, nil)
+	code := tailWhile(t, []string{"tail", base, "tail-websocket", "--json", "--channels", "lifecycle", "--until-done", "--since", "3"}, &out, &errb, func() { runDemoAnswered(t, base, "tail-websocket") })
 	require.Equal(t, 0, code, errb.String())
 	lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
 	require.NotEmpty(t, lines)
