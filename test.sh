@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the project, as CI does: installs the Node tools the
-# Go tests drive (tsc), then runs all Go tests with the race detector.
-# Missing tools fail the run instead of skipping tests.
+# Go tests drive (tsc, the official SDK, Playwright), checks that go.mod is
+# tidy, then runs all Go tests with the race detector. Tests that need what
+# this machine lacks (redis-server, Chromium, ../shared) skip, and the last
+# line names each; with AGENTSTREAM_REQUIRE_ALL=1 (as .ci/run sets) any
+# skip fails the run.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,5 +21,14 @@ if [ ! -d ../shared/cddl-corpus ]; then
 fi
 
 export AGENTSTREAM_REQUIRE_TOOLS=1
+go mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy" >&2; exit 1; }
 go vet ./...
-go test -race -count=1 -timeout 20m ./...
+# One line per package, the output of each failed test, and a last line
+# naming every skipped test and why (redis-server, Chromium, ../shared);
+# AGENTSTREAM_REQUIRE_ALL=1 (as .ci/run sets) makes any skip fail the run.
+go build -o "${TMPDIR:-/tmp}/agentstream-testsummary" ./internal/testsummary
+set +e
+go test -race -count=1 -timeout 20m -json ./... | "${TMPDIR:-/tmp}/agentstream-testsummary"
+codes=("${PIPESTATUS[@]}")
+set -e
+[ "${codes[0]}" -eq 0 ] && [ "${codes[1]}" -eq 0 ]

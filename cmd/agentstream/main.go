@@ -50,6 +50,7 @@ import (
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
+	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -228,6 +229,12 @@ func applyEnv(fs *flag.FlagSet) error {
 	return err
 }
 
+// isTerminal reports whether w is a terminal (NO_COLOR set says no).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && os.Getenv("NO_COLOR") == "" && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
 func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
@@ -236,7 +243,8 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	switch format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		// Colour only on a terminal: not in files, pipes or journald.
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	default:
 		return zerolog.Logger{}, fmt.Errorf("log format %q is not console or json", format)
 	}

@@ -767,3 +767,18 @@ func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
 	cancel()
 	require.Equal(t, 0, <-done)
 }
+
+// TestConsoleLogHasNoColourOffATerminal: the console log written to a
+// file or a pipe carries no ANSI escape.
+func TestConsoleLogHasNoColourOffATerminal(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	require.NoError(t, err)
+	defer f.Close()
+	l, err := newLogger("info", "console", f)
+	require.NoError(t, err)
+	l.Info().Str("k", "v").Msg("hello")
+	b, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(b), "hello")
+	require.NotContains(t, string(b), "\x1b[", "no colour in a file")
+}
