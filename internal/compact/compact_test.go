@@ -35,7 +35,8 @@ func TestShrinkGivesMemoryBack(t *testing.T) {
 	}
 	after := heap()
 	require.Greater(t, full-before, uint64(6<<20), "100,000 entries of 64 bytes")
-	require.Less(t, after-before, (full-before)/10, "the emptied map's space is given back")
+	// Signed: the heap may end below where it began (other garbage freed).
+	require.Less(t, int64(after)-int64(before), int64(full-before)/10, "the emptied map's space is given back")
 }
 
 func TestShrinkLeavesSmallAndFullMapsAlone(t *testing.T) {
