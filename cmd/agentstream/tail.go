@@ -32,7 +32,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	apiKey := fs.String("api-key", "", "an API key for a server with authentication (also AGENTSTREAM_API_KEY)")
 	maxMessage := fs.Int("max-message-bytes", client.DefaultMaxMessageBytes, "the most read from the server in one piece (an SSE line or event, a WebSocket message); a server that sends more ends tail with an error")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: agentstream tail URL THREAD [--channels c1,c2] [--since N] [--json] [--until-done] [--transport websocket|sse] [--token T | --api-key K]")
+		fmt.Fprintln(stderr, "usage: agentstream tail URL|HOST:PORT THREAD [--channels c1,c2] [--since N] [--json] [--until-done] [--transport websocket|sse] [--token T | --api-key K]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after URL and THREAD.
@@ -50,6 +50,9 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	if !strings.Contains(pos[0], "://") {
+		pos[0] = "http://" + pos[0] // host:port, as the server prints it
+	}
 	opts := client.Options{Transport: client.Transport(*transport), Token: envOr(*tokenFlag, "AGENTSTREAM_TOKEN"), APIKey: envOr(*apiKey, "AGENTSTREAM_API_KEY"), MaxMessageBytes: *maxMessage}
 	c, err := client.Dial(ctx, pos[0], opts)
 	if err != nil {
@@ -64,13 +67,15 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	// --until-done waits for the run under way now, or the next one: never
-	// an earlier run's end that the replay holds.
-	var head uint64
-	if *untilDone {
-		if head, err = c.Thread(pos[1]).Head(ctx); err != nil {
-			fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
-			return 1
-		}
+	// an earlier run's end that the replay holds. A thread with nothing yet
+	// (a new one, or a misspelled name) is said to be waiting.
+	head, err := c.Thread(pos[1]).Head(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
+		return 1
+	}
+	if head == 0 {
+		fmt.Fprintf(stderr, "agentstream tail: thread %s has no events yet; waiting for a run\n", termsafe.String(pos[1]))
 	}
 	sub, err := c.Thread(pos[1]).Subscribe(ctx, f)
 	if err != nil {

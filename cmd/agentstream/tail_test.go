@@ -99,10 +99,18 @@ func TestTailUntilDoneWaitsForTheNewRun(t *testing.T) {
 	sub.Close()
 	for _, tr := range []string{"websocket", "sse"} {
 		var out, errb bytes.Buffer
-		code := tailWhile(t, []string{"tail", base, "three-before", "--until-done", "--transport", tr}, &out, &errb, func() { echo("fourth and last words here", 50) })
+		code := tailWhile(t, []string{"tail", addr, "three-before", "--until-done", "--transport", tr}, &out, &errb, func() { echo("fourth and last words here", 50) })
 		require.Equal(t, 0, code, errb.String())
 		require.Contains(t, out.String(), "ai: fourth and last words here", "it waited for the new run's message")
 	}
+	// A thread with nothing yet is said to be waiting.
+	var out, errb bytes.Buffer
+	code := tailWhile(t, []string{"tail", addr, "fresh", "--until-done"}, &out, &errb, func() {
+		_, err := c.Thread("fresh").Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"}}}})
+		require.NoError(t, err)
+	})
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, errb.String(), "thread fresh has no events yet; waiting for a run")
 	cancel()
 	require.Equal(t, 0, <-done)
 }
