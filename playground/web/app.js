@@ -296,14 +296,16 @@ function apply(e) {
       break;
     case "lifecycle": {
       const k = ns.join("/");
+      // A new run's root starts a new tree: agents of earlier runs go.
+      if (!ns.length && d.event === "started") state.tree = new Map();
       const a = state.tree.get(k) || { ns, status: "", graph: "", error: "" };
-      a.status = d.event;
+      a.status = d.event === "failed" && d.cancelled ? "cancelled" : d.event;
       if (d.graph_name) a.graph = d.graph_name;
       a.error = d.error || "";
       state.tree.set(k, a);
       mark("tree");
       if (!ns.length) {
-        state.runStatus = `run ${d.event}${d.error ? `: ${d.error}` : ""}`;
+        state.runStatus = d.event === "failed" && d.cancelled ? "run cancelled" : `run ${d.event}${d.error ? `: ${d.error}` : ""}`;
         mark("status");
         if (d.event === "completed" || d.event === "failed") { state.interrupts = []; mark("interrupts"); }
       }
@@ -504,6 +506,15 @@ $("run").addEventListener("submit", async (ev) => {
   }
   try {
     await command("run.start", params);
+    $("notice").hidden = true; // an earlier failure's banner goes once a run starts
+    if (runInput === null || typeof runInput !== "object" || !Array.isArray(runInput.messages)) return;
+    // The user's own message, as the run received it (the stream carries
+    // only what the agent writes).
+    for (const um of runInput.messages) {
+      if (!um || typeof um.content !== "string") continue;
+      state.messages.push({ id: "", role: um.role || "user", ns: [], node: "", blocks: [{ index: 0, type: "text", text: um.content, toolCallId: "", toolName: "", args: "", final: null, done: true }], done: true, error: "", dirty: true });
+    }
+    mark("messages");
   } catch (e) {
     showNotice(`Starting the run failed: ${e}`);
   }

@@ -55,6 +55,7 @@ try {
   check(after.includes("Here is what I found: agentstream streams agent events to many clients at once."), "the final answer assembled");
   check((await page.textContent("#interrupts")).includes("none pending"), "no interrupt left");
   check((await page.textContent("#messages")).includes('← {"result":'), "the tool's result is shown");
+  check(after.includes("What is agentstream?"), "the user's own message is shown");
   await page.screenshot({ path: join(artifacts, "2-completed.png"), fullPage: true });
 
   // 2. A WebSocket dropped mid-run: the page reconnects and the text is
@@ -99,9 +100,33 @@ try {
   const log = await page.evaluate(() => ({ kept: window.playground.state.log.length, dropped: window.playground.state.logDropped }));
   check(log.kept === 2000 && log.kept + log.dropped >= 4000, `the log keeps the last 2,000 of every event received (kept ${log.kept}, dropped ${log.dropped})`);
   check(slowest < 5000, `the page answered within 5 s throughout (slowest ${slowest} ms)`);
+  check(await page.evaluate(() => { const li = document.querySelector("#log li"); return !!li && getComputedStyle(li).overflow === "visible"; }), "the log's sequence numbers are not clipped");
   await page.screenshot({ path: join(artifacts, "5-firehose.png"), fullPage: true });
 
-  // 4. Refused handshakes say why instead of reconnecting for ever.
+  // 4. On the demo's thread: a failed start shows a banner that a later
+  // start clears; the new run's tree is its own; a cancel is shown as
+  // cancelled, not failed.
+  await page.goto(`${url}/?thread=e2e-demo`);
+  await page.waitForSelector("#status.live", { timeout: 10000 });
+  await page.fill("#assistant", "no-such-assistant");
+  await page.fill("#input", "hello");
+  await page.click("#start");
+  await page.waitForSelector("#notice:not([hidden])", { timeout: 10000 });
+  check((await page.textContent("#notice")).includes("unknown assistant"), "a failed start shows why");
+  await page.fill("#assistant", "echo");
+  await page.fill("#input", "one two three four five six seven eight nine ten eleven twelve");
+  await page.fill("#config", '{"token_delay_ms": 300}');
+  await page.click("#start");
+  await page.waitForFunction(() => document.querySelector("#notice")?.hidden === true, null, { timeout: 10000 });
+  check(true, "the banner is cleared by a run that starts");
+  await page.waitForFunction(() => document.querySelector("#messages")?.textContent.includes("one two"), null, { timeout: 10000 });
+  await page.click("#cancel");
+  await page.waitForFunction(() => document.querySelector("#run-status")?.textContent === "run cancelled", null, { timeout: 10000 });
+  check((await page.textContent("#tree")).includes("cancelled"), "the tree shows the run cancelled");
+  check(!(await page.textContent("#tree")).includes("researcher"), "the tree is the new run's alone (not the demo's researcher)");
+  check(!(await page.textContent("#messages")).includes("streaming"), "the cancelled message is not left streaming");
+
+  // 5. Refused handshakes say why instead of reconnecting for ever.
   const refused = async (where) => {
     await page.goto(where);
     await page.waitForSelector("#status", { timeout: 10000 });
