@@ -83,6 +83,12 @@ type Options struct {
 	// event, a WebSocket message, a command's answer. A server that sends
 	// more ends the subscription or the command with ErrTooLarge.
 	MaxMessageBytes int
+	// OnDisconnect, when set, is called when a subscription's connection
+	// drops and it starts reconnecting, with why; OnReconnect when it is
+	// back. Both run on the subscription's goroutine: for telling a user,
+	// not for blocking.
+	OnDisconnect func(err error)
+	OnReconnect  func()
 }
 
 // DefaultMaxMessageBytes is Options.MaxMessageBytes' default.

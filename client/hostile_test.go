@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +102,45 @@ func TestBoundedReadsFromAHostileServer(t *testing.T) {
 		err = c.Thread("t").Do(ctx, "state.get", map[string]any{}, nil)
 		require.True(t, errors.Is(err, ErrTooLarge), "%v", err)
 	})
+}
+
+// TestReconnectIsReported: a stream the server drops is reported to
+// OnDisconnect with why, then to OnReconnect once it is back.
+func TestReconnectIsReported(t *testing.T) {
+	var served atomic.Int32
+	base := hostileServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := served.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		if n == 1 {
+			w.Write([]byte("id: e-1\nevent: custom\ndata: {\"type\":\"event\",\"event_id\":\"e-1\",\"seq\":1,\"method\":\"custom\",\"params\":{\"namespace\":[],\"timestamp\":1,\"data\":{\"payload\":1}}}\n\n"))
+			return // the connection ends
+		}
+		w.Write([]byte("id: e-2\nevent: custom\ndata: {\"type\":\"event\",\"event_id\":\"e-2\",\"seq\":2,\"method\":\"custom\",\"params\":{\"namespace\":[],\"timestamp\":1,\"data\":{\"payload\":2}}}\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var calls []string
+	c, err := Dial(ctx, base, Options{Transport: SSE, MinBackoff: 10 * time.Millisecond,
+		OnDisconnect: func(err error) { mu.Lock(); calls = append(calls, "down: "+err.Error()); mu.Unlock() },
+		OnReconnect:  func() { mu.Lock(); calls = append(calls, "up"); mu.Unlock() },
+	})
+	require.NoError(t, err)
+	defer c.Close()
+	sub, err := c.Thread("t").Subscribe(ctx, Filter{})
+	require.NoError(t, err)
+	defer sub.Close()
+	for _, want := range []uint64{1, 2} {
+		e, err := sub.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, e.Seq)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 2, "%v", calls)
+	require.Contains(t, calls[0], "down: client: the stream ended")
+	require.Equal(t, "up", calls[1])
 }

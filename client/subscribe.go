@@ -235,9 +235,15 @@ func (s *Subscription) run() {
 			s.end(err)
 			return
 		}
+		if f := s.c.opts.OnDisconnect; f != nil {
+			f(err)
+		}
 		if err := s.reconnect(); err != nil {
 			s.end(err)
 			return
+		}
+		if f := s.c.opts.OnReconnect; f != nil {
+			f()
 		}
 	}
 }

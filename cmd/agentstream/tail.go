@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentstream/agentstream/client"
@@ -21,6 +22,7 @@ var tailDefaultChannels = []string{"lifecycle", "messages", "tools", "input", "c
 
 // tail follows a thread in the terminal (agentstream tail URL THREAD).
 func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stderr = &lockedWriter{w: stderr} // the subscription's goroutine writes to it too
 	fs := flag.NewFlagSet("agentstream tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	chans := fs.String("channels", strings.Join(tailDefaultChannels, ","), "comma-separated channels to follow")
@@ -53,7 +55,13 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !strings.Contains(pos[0], "://") {
 		pos[0] = "http://" + pos[0] // host:port, as the server prints it
 	}
-	opts := client.Options{Transport: client.Transport(*transport), Token: envOr(*tokenFlag, "AGENTSTREAM_TOKEN"), APIKey: envOr(*apiKey, "AGENTSTREAM_API_KEY"), MaxMessageBytes: *maxMessage}
+	opts := client.Options{Transport: client.Transport(*transport), Token: envOr(*tokenFlag, "AGENTSTREAM_TOKEN"), APIKey: envOr(*apiKey, "AGENTSTREAM_API_KEY"), MaxMessageBytes: *maxMessage,
+		// Say so when the server went away, and when it is back.
+		OnDisconnect: func(err error) {
+			fmt.Fprintln(stderr, "agentstream tail: connection lost:", termsafe.String(err.Error())+"; reconnecting")
+		},
+		OnReconnect: func() { fmt.Fprintln(stderr, "agentstream tail: reconnected") },
+	}
 	c, err := client.Dial(ctx, pos[0], opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentstream tail:", termsafe.String(err.Error()))
@@ -112,6 +120,18 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 var lookupEnv = os.Getenv
