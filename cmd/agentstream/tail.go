@@ -92,6 +92,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer sub.Close()
 	p := &tailPrinter{w: stdout, a: client.NewAssembler()}
+	defer p.endLine()
 	for {
 		e, err := sub.Next(ctx)
 		if err != nil {
@@ -149,17 +150,66 @@ func envOr(v, name string) string {
 type tailPrinter struct {
 	w io.Writer
 	a *client.Assembler
+	// open is the message whose text line is being streamed ("" for
+	// none): its text is printed as it arrives, and the line ends with the
+	// message or with the next thing printed.
+	open string
+	// printed counts the bytes of each open message's text (and thinking)
+	// printed as they streamed; what a message holds beyond that when it
+	// ends (text sent whole in a block's start or finish) is printed then.
+	printed map[string]int
+}
+
+// endLine ends a text line being streamed.
+func (p *tailPrinter) endLine() {
+	if p.open != "" {
+		fmt.Fprintln(p.w)
+		p.open = ""
+	}
+}
+
+// text prints a piece of a message's text as it arrives, after the
+// message's prefix when its line is not the one open.
+func (p *tailPrinter) text(ts protocol.Timestamp, ns []string, node, delta string, thinking bool) {
+	key := strings.Join(ns, "/") + "\x00" + node
+	if thinking {
+		key += "\x00thinking"
+	}
+	if p.open != key {
+		p.endLine()
+		role := "ai"
+		if m := p.a.Messages(ns); len(m) > 0 {
+			role = string(m[len(m)-1].Role)
+		}
+		if thinking {
+			role += " (thinking)"
+		}
+		fmt.Fprintf(p.w, "%s %-12s %s: ", stamp(ts), termsafe.String(where(ns)), termsafe.String(role))
+		p.open = key
+	}
+	fmt.Fprint(p.w, termsafe.String(delta))
+	if p.printed == nil {
+		p.printed = map[string]int{}
+	}
+	p.printed[key] += len(delta)
+}
+
+func stamp(ts protocol.Timestamp) string {
+	return time.UnixMilli(int64(ts)).UTC().Format("15:04:05.000")
+}
+
+func where(ns []string) string {
+	if len(ns) == 0 {
+		return "/"
+	}
+	return strings.Join(ns, "/")
 }
 
 func (p *tailPrinter) line(ts protocol.Timestamp, ns []string, format string, args ...any) {
-	t := time.UnixMilli(int64(ts)).UTC().Format("15:04:05.000")
-	where := "/"
-	if len(ns) > 0 {
-		where = strings.Join(ns, "/")
-	}
+	p.endLine()
 	// Everything but the time came from the network: escaped, so that a
 	// thread's writer cannot act on the operator's terminal.
-	fmt.Fprintf(p.w, "%s %-12s %s\n", t, termsafe.String(where), termsafe.String(fmt.Sprintf(format, args...)))
+	fmt.Fprintf(p.w, "%s %-12s %s\n", stamp(ts), termsafe.String(where(ns)), termsafe.String(fmt.Sprintf(format, args...)))
 }
 
 func compact(v any) string {
@@ -176,6 +226,7 @@ func (p *tailPrinter) print(e *client.Event) {
 		if e.Missed.Reset != nil && *e.Missed.Reset {
 			how = ", the stream began again"
 		}
+		p.endLine()
 		fmt.Fprintf(p.w, "-- missed events after %d (%d lost%s) --\n", e.Missed.Since, e.Missed.Missed, how)
 		return
 	}
@@ -195,18 +246,35 @@ func (p *tailPrinter) print(e *client.Event) {
 		}
 		p.line(ev.Params.Timestamp, ev.Params.Namespace, "lifecycle %s", s)
 	case *protocol.ServerEventMessages:
+		node := ""
+		if ev.Params.Node != nil {
+			node = *ev.Params.Node
+		}
 		switch ev.Params.Data.Value.(type) {
+		case *protocol.ContentBlockDeltaData:
+			if d := e.TextDelta(); d != "" {
+				p.text(ev.Params.Timestamp, ev.Params.Namespace, node, d, false)
+			} else if r, ok := ev.Params.Data.Value.(*protocol.ContentBlockDeltaData).Delta.Value.(*protocol.ReasoningDelta); ok && r.Reasoning != "" {
+				p.text(ev.Params.Timestamp, ev.Params.Namespace, node, r.Reasoning, true)
+			}
 		case *protocol.MessageFinishData, *protocol.MessageErrorData:
+			key := strings.Join(ev.Params.Namespace, "/") + "\x00" + node
+			if strings.HasPrefix(p.open, key) {
+				p.endLine() // its text was printed as it came
+			}
+			done, thought := p.printed[key], p.printed[key+"\x00thinking"]
+			delete(p.printed, key)
+			delete(p.printed, key+"\x00thinking")
 			msgs := p.a.Messages(ev.Params.Namespace)
 			if len(msgs) == 0 {
 				return
 			}
 			m := msgs[len(msgs)-1]
-			if r := m.Reasoning(); r != "" {
-				p.line(ev.Params.Timestamp, m.Namespace, "%s (thinking): %s", m.Role, r)
+			if r := m.Reasoning(); len(r) > thought {
+				p.line(ev.Params.Timestamp, m.Namespace, "%s (thinking): %s", m.Role, r[thought:])
 			}
-			if t := m.Text(); t != "" {
-				p.line(ev.Params.Timestamp, m.Namespace, "%s: %s", m.Role, t)
+			if t := m.Text(); len(t) > done {
+				p.line(ev.Params.Timestamp, m.Namespace, "%s: %s", m.Role, t[done:])
 			}
 			for _, tc := range m.ToolCalls() {
 				args := tc.Args

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +154,32 @@ func TestTailGolden(t *testing.T) {
 	// Bad usage and an unreachable server.
 	require.Equal(t, 2, run(context.Background(), []string{"tail", base}, io.Discard, io.Discard, nil))
 	require.Equal(t, 1, run(context.Background(), []string{"tail", "http://127.0.0.1:1", "x"}, io.Discard, io.Discard, nil))
+	cancel()
+	require.Equal(t, 0, <-done)
+}
+
+// TestTailPrintsTextAsItStreams: a message's text shows while the
+// message is still streaming, not only once it is complete.
+func TestTailPrintsTextAsItStreams(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done := startServe(t, ctx, io.Discard)
+	var out, errb syncBuffer
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer tcancel()
+	exited := make(chan int, 1)
+	go func() { exited <- run(tctx, []string{"tail", addr, "streaming", "--until-done"}, &out, &errb, nil) }()
+	time.Sleep(300 * time.Millisecond)
+	c, err := client.Dial(ctx, "http://"+addr, client.Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	words := "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
+	_, err = c.Thread("streaming").Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": words}}}, Config: map[string]any{"token_delay_ms": float64(150)}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ai: alpha beta") }, 10*time.Second, 20*time.Millisecond)
+	require.NotContains(t, out.String(), "lambda mu", "the first words show before the last are sent")
+	require.Equal(t, 0, <-exited, errb.String())
+	require.Contains(t, out.String(), "ai: "+words+"\n")
 	cancel()
 	require.Equal(t, 0, <-done)
 }
