@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
@@ -190,6 +194,7 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 	if root != nil {
 		graph = root.graph
 	}
+	t.closeRemoteOpen()
 	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost.Error())
 	return true
 }
@@ -300,6 +305,7 @@ func (s *Server) unfence(threadID string) {
 // noteRemote records, from an event of another node, whether the thread
 // has a run there. The caller holds t.mu.
 func (t *thread) noteRemote(e *Event) {
+	t.noteRemoteOpen(e)
 	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
 	if !ok || len(e.Namespace) != 0 {
 		return
@@ -311,6 +317,98 @@ func (t *thread) noteRemote(e *Event) {
 		t.remoteRun = false
 	default:
 		t.remoteRun = true
+	}
+}
+
+// remoteItem is a message or a tool call another node's run has open.
+type remoteItem struct {
+	ns     channels.Namespace
+	node   *string
+	tool   string // the tool call's id; "" for a message
+	extra  map[string]any
+	opened uint64 // the seq of its start, to close them in order
+}
+
+// noteRemoteOpen records the messages and tool calls another node's run
+// opens and ends. The caller holds t.mu.
+func (t *thread) noteRemoteOpen(e *Event) {
+	payload := e.Payload
+	if payload == nil && (e.Channel == channels.Messages || e.Channel == channels.Tools) {
+		// Events read back from a log carry their typed payload for
+		// lifecycle only: decode the few that open or close something,
+		// found without decoding the rest (the deltas).
+		switch string(dataEvent(e.json)) { // compared without allocating
+		case "message-start", "message-finish", "error", "tool-started", "tool-finished", "tool-error":
+			payload, _ = e.typed()
+		}
+	}
+	switch p := payload.(type) {
+	case *protocol.ServerEventMessages:
+		key := "m" + e.Namespace.Key() + "\x01" + derefString(p.Params.Node)
+		switch d := p.Params.Data.Value.(type) {
+		case *protocol.MessageStartData:
+			if t.remoteOpen == nil {
+				t.remoteOpen = map[string]remoteItem{}
+			}
+			t.remoteOpen[key] = remoteItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, extra: d.Extra, opened: e.Seq}
+		case *protocol.MessageFinishData, *protocol.MessageErrorData:
+			delete(t.remoteOpen, key)
+		}
+	case *protocol.ServerEventTools:
+		switch d := p.Params.Data.Value.(type) {
+		case *protocol.ToolStartedData:
+			if t.remoteOpen == nil {
+				t.remoteOpen = map[string]remoteItem{}
+			}
+			t.remoteOpen["t"+d.ToolCallID] = remoteItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, tool: d.ToolCallID, opened: e.Seq}
+		case *protocol.ToolFinishedData:
+			delete(t.remoteOpen, "t"+d.ToolCallID)
+		case *protocol.ToolErrorData:
+			delete(t.remoteOpen, "t"+d.ToolCallID)
+		}
+	case *protocol.ServerEventLifecycle:
+		if len(e.Namespace) == 0 && !openStatus(p.Params.Data.Event) {
+			t.remoteOpen = nil // the run ended: it closed what it had open
+		}
+	}
+}
+
+// dataEvent is the value of an event's "data":{"event": member as the
+// server writes it (first in data), or nil.
+func dataEvent(b []byte) []byte {
+	const key = `"data":{"event":"`
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return nil
+	}
+	rest := b[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return nil
+	}
+	return rest[:j]
+}
+
+// closeRemoteOpen ends what a run lost with its node left open, as
+// closeOpen does for a run of this node (code node_lost). The caller
+// holds t.mu.
+func (t *thread) closeRemoteOpen() {
+	items := slices.SortedFunc(maps.Values(t.remoteOpen), func(a, b remoteItem) int { return cmp.Compare(a.opened, b.opened) })
+	t.remoteOpen = nil
+	code, why := "node_lost", ErrNodeLost.Error()
+	for _, it := range items {
+		c := code
+		var p protocol.ServerEventVariant
+		if it.tool == "" {
+			m := protocol.NewServerEventMessages(protocol.MessagesData{Value: &protocol.MessageErrorData{Message: "the message did not finish: " + why, Code: &c, Extra: it.extra}})
+			m.Params.Node = it.node
+			p = m
+		} else {
+			tl := protocol.NewServerEventTools(protocol.ToolsData{Value: &protocol.ToolErrorData{ToolCallID: it.tool, Message: "tool call " + it.tool + " did not finish: " + why, Code: &c}})
+			tl.Params.Node = it.node
+			p = tl
+		}
+		_, _ = t.publish(eventData{p: p, namespace: it.ns})
 	}
 }
 

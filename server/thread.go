@@ -38,7 +38,11 @@ type thread struct {
 	tree     map[string]*treeNode // namespace key -> lifecycle status
 	answered map[string]bool      // interrupt ids already answered
 
-	remoteRun  bool      // another node runs a run of this thread (Ingest says so)
+	remoteRun bool // another node runs a run of this thread (Ingest says so)
+	// remoteOpen holds the messages and tool calls that another node's
+	// run has open (from its events), so that a run failed because its
+	// node died closes them too.
+	remoteOpen map[string]remoteItem
 	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
 	remoteSeen time.Time // when this node last received an event of the thread from another node
 	// claimed is the epoch this node moved the thread to when it took it

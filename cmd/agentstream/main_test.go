@@ -782,3 +782,46 @@ func TestConsoleLogHasNoColourOffATerminal(t *testing.T) {
 	require.Contains(t, string(b), "hello")
 	require.NotContains(t, string(b), "\x1b[", "no colour in a file")
 }
+
+// TestKilledNodeClosesItsOpenMessage: kill -9 of a node while its run's
+// message streams; the survivor ends the message with its error event
+// (code node_lost) before the run's failed lifecycle, so no client is
+// left with a message streaming for ever.
+func TestKilledNodeClosesItsOpenMessage(t *testing.T) {
+	rs := redistest.Start(t)
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
+	survivor := "http://" + addr
+	stream, err := http.Post(survivor+"/threads/km/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "messages"]}`))
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
+	words := strings.TrimSpace(strings.Repeat("word ", 200))
+	r, err := http.Post(victim+"/threads/km/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 50}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	deltas, closed := 0, false
+	err = ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
+		switch {
+		case f.Event == "messages" && strings.Contains(f.Data, `"content-block-delta"`):
+			if deltas++; deltas == 5 {
+				require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+			}
+		case f.Event == "messages" && strings.Contains(f.Data, `"event":"error"`):
+			require.Contains(t, f.Data, `"code":"node_lost"`)
+			require.Greater(t, deltas, 4, "after the deltas the survivor saw")
+			closed = true
+		case f.Event == "lifecycle" && strings.Contains(f.Data, `"namespace":[]`) && strings.Contains(f.Data, `"event":"failed"`):
+			require.True(t, closed, "the run ended before its message did")
+			require.Contains(t, f.Data, "node lost")
+			return false
+		}
+		return true
+	})
+	require.NoError(t, err)
+	stream.Body.Close()
+	cancel()
+	require.Equal(t, 0, <-done)
+}
