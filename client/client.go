@@ -385,14 +385,18 @@ func (s *Started) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (s *Started) setMeta(m *protocol.ResponseMeta) {
-	if m != nil && m.AppliedThroughSeq != nil {
-		s.AppliedThroughSeq = uint64(*m.AppliedThroughSeq)
-	}
-}
+func (s *Started) setMeta(m *protocol.ResponseMeta) { s.AppliedThroughSeq = appliedThrough(m) }
 
 // metaReader is a result that also reads the answer's meta.
 type metaReader interface{ setMeta(*protocol.ResponseMeta) }
+
+// appliedThrough is an answer's applied_through_seq (0 for none).
+func appliedThrough(m *protocol.ResponseMeta) uint64 {
+	if m == nil || m.AppliedThroughSeq == nil {
+		return 0
+	}
+	return uint64(*m.AppliedThroughSeq)
+}
 
 // Head is the thread's last sequence number now: what a reader that
 // attaches now has already missed (the applied_through_seq of a
@@ -408,12 +412,8 @@ func (t *Thread) Head(ctx context.Context) (uint64, error) {
 // headOnly reads an answer's applied_through_seq and ignores its result.
 type headOnly struct{ seq uint64 }
 
-func (h *headOnly) UnmarshalJSON([]byte) error { return nil }
-func (h *headOnly) setMeta(m *protocol.ResponseMeta) {
-	if m != nil && m.AppliedThroughSeq != nil {
-		h.seq = uint64(*m.AppliedThroughSeq)
-	}
-}
+func (h *headOnly) UnmarshalJSON([]byte) error       { return nil }
+func (h *headOnly) setMeta(m *protocol.ResponseMeta) { h.seq = appliedThrough(m) }
 
 // Start starts (or resumes) a run: run.start.
 func (r RunCommands) Start(ctx context.Context, p protocol.RunStartParams) (*Started, error) {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // DecodeLimits bound what one frame may cost to decode. A command is small
@@ -88,7 +89,7 @@ func (l DecodeLimits) checkJSON(data []byte) error {
 		case 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 			values++
 			// Skip the rest of the literal: one value, however long.
-			for i+1 < len(data) && bytes.IndexByte([]byte("{}[],:\" \t\r\n"), data[i+1]) < 0 {
+			for i+1 < len(data) && strings.IndexByte("{}[],:\" \t\r\n", data[i+1]) < 0 {
 				i++
 			}
 		}

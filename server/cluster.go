@@ -320,15 +320,6 @@ func (t *thread) noteRemote(e *Event) {
 	}
 }
 
-// remoteItem is a message or a tool call another node's run has open.
-type remoteItem struct {
-	ns     channels.Namespace
-	node   *string
-	tool   string // the tool call's id; "" for a message
-	extra  map[string]any
-	opened uint64 // the seq of its start, to close them in order
-}
-
 // noteRemoteOpen records the messages and tool calls another node's run
 // opens and ends. The caller holds t.mu.
 func (t *thread) noteRemoteOpen(e *Event) {
@@ -348,9 +339,9 @@ func (t *thread) noteRemoteOpen(e *Event) {
 		switch d := p.Params.Data.Value.(type) {
 		case *protocol.MessageStartData:
 			if t.remoteOpen == nil {
-				t.remoteOpen = map[string]remoteItem{}
+				t.remoteOpen = map[string]openItem{}
 			}
-			t.remoteOpen[key] = remoteItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, extra: d.Extra, opened: e.Seq}
+			t.remoteOpen[key] = openItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, id: d.ID, extra: d.Extra, opened: e.Seq}
 		case *protocol.MessageFinishData, *protocol.MessageErrorData:
 			delete(t.remoteOpen, key)
 		}
@@ -358,9 +349,9 @@ func (t *thread) noteRemoteOpen(e *Event) {
 		switch d := p.Params.Data.Value.(type) {
 		case *protocol.ToolStartedData:
 			if t.remoteOpen == nil {
-				t.remoteOpen = map[string]remoteItem{}
+				t.remoteOpen = map[string]openItem{}
 			}
-			t.remoteOpen["t"+d.ToolCallID] = remoteItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, tool: d.ToolCallID, opened: e.Seq}
+			t.remoteOpen["t"+d.ToolCallID] = openItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, id: d.ToolCallID, tool: true, opened: e.Seq}
 		case *protocol.ToolFinishedData:
 			delete(t.remoteOpen, "t"+d.ToolCallID)
 		case *protocol.ToolErrorData:
@@ -393,22 +384,10 @@ func dataEvent(b []byte) []byte {
 // closeOpen does for a run of this node (code node_lost). The caller
 // holds t.mu.
 func (t *thread) closeRemoteOpen() {
-	items := slices.SortedFunc(maps.Values(t.remoteOpen), func(a, b remoteItem) int { return cmp.Compare(a.opened, b.opened) })
+	items := slices.SortedFunc(maps.Values(t.remoteOpen), func(a, b openItem) int { return cmp.Compare(a.opened, b.opened) })
 	t.remoteOpen = nil
-	code, why := "node_lost", ErrNodeLost.Error()
 	for _, it := range items {
-		c := code
-		var p protocol.ServerEventVariant
-		if it.tool == "" {
-			m := protocol.NewServerEventMessages(protocol.MessagesData{Value: &protocol.MessageErrorData{Message: "the message did not finish: " + why, Code: &c, Extra: it.extra}})
-			m.Params.Node = it.node
-			p = m
-		} else {
-			tl := protocol.NewServerEventTools(protocol.ToolsData{Value: &protocol.ToolErrorData{ToolCallID: it.tool, Message: "tool call " + it.tool + " did not finish: " + why, Code: &c}})
-			tl.Params.Node = it.node
-			p = tl
-		}
-		_, _ = t.publish(eventData{p: p, namespace: it.ns})
+		t.publishUnfinished(it, "node_lost", ErrNodeLost.Error())
 	}
 }
 

@@ -220,21 +220,42 @@ func (t *thread) closeOpen(r *run, cause, err error) {
 	for _, key := range slices.Sorted(maps.Keys(r.openMsgs)) {
 		m := r.openMsgs[key]
 		m.finished, m.open = true, -1
-		c := code
-		d := m.rc.messageData(&protocol.MessageErrorData{Message: "message " + m.id + " did not finish: " + why, Code: &c, Extra: m.rc.runExtra()})
-		d.namespace = m.rc.ns
-		_, _ = t.publish(d)
+		t.publishUnfinished(openItem{ns: m.rc.ns, node: m.rc.nodeRef, id: m.id, extra: m.rc.runExtra()}, code, why)
 	}
 	r.openMsgs = nil
 	for _, id := range slices.Sorted(maps.Keys(r.openTool)) {
 		tc := r.openTool[id]
 		tc.done = true
-		c := code
-		d := tc.rc.toolsData(&protocol.ToolErrorData{ToolCallID: id, Message: "tool call " + id + " did not finish: " + why, Code: &c})
-		d.namespace = tc.rc.ns
-		_, _ = t.publish(d)
+		t.publishUnfinished(openItem{ns: tc.rc.ns, node: tc.rc.nodeRef, id: id, tool: true}, code, why)
 	}
 	r.openTool = nil
+}
+
+// openItem is a message or a tool call a run left open.
+type openItem struct {
+	ns     channels.Namespace
+	node   *string
+	id     string // the message's or the tool call's
+	tool   bool
+	extra  map[string]any // a message's run id, as its other events carry
+	opened uint64         // the seq of its start (another node's run), to close them in order
+}
+
+// publishUnfinished sends the terminal event of an item a run left open:
+// a message's error event, or a tool call's tool-error, with code and
+// why. The caller holds t.mu.
+func (t *thread) publishUnfinished(it openItem, code, why string) {
+	var p protocol.ServerEventVariant
+	if it.tool {
+		tl := protocol.NewServerEventTools(protocol.ToolsData{Value: &protocol.ToolErrorData{ToolCallID: it.id, Message: "tool call " + it.id + " did not finish: " + why, Code: &code}})
+		tl.Params.Node = it.node
+		p = tl
+	} else {
+		m := protocol.NewServerEventMessages(protocol.MessagesData{Value: &protocol.MessageErrorData{Message: "message " + it.id + " did not finish: " + why, Code: &code, Extra: it.extra}})
+		m.Params.Node = it.node
+		p = m
+	}
+	_, _ = t.publish(eventData{p: p, namespace: it.ns})
 }
 
 var (

@@ -12,6 +12,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/compact"
+	"github.com/agentstream/agentstream/internal/keyrate"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -68,7 +69,8 @@ type Config struct {
 	// (DefaultQueueTotalBytes, 256 MiB): past it, a session that has more
 	// than its share queued (the total over the sessions with a queue) is
 	// ended as a slow consumer, its queue dropped, before any other, so
-	// the slowest readers are cut first.
+	// the slowest readers are cut first. Queues count in whole steps of
+	// 16 KiB, so readers that keep up cost the shared count nothing.
 	QueueTotalBytes int64
 	// IdleRelease is how long a thread with no run and no subscription
 	// keeps its replay buffer (DefaultIdleRelease, 10 minutes). Its state
@@ -205,10 +207,10 @@ type Server struct {
 
 	mu         sync.Mutex
 	threads    map[string]*thread
-	created    map[string]int // live threads per principal that created them (MaxThreadsPerPrincipal)
-	runs       runQuota       // MaxRunsPerMinute
-	queued     atomic.Int64   // bytes queued to open sessions (QueueTotalBytes)
-	queuing    atomic.Int64   // open sessions with something queued
+	created    map[string]int   // live threads per principal that created them (MaxThreadsPerPrincipal)
+	runs       *keyrate.Limiter // MaxRunsPerMinute, per principal
+	queued     atomic.Int64     // bytes queued to open sessions (QueueTotalBytes)
+	queuing    atomic.Int64     // open sessions with something queued
 	assistants map[string]Assistant
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,
@@ -282,11 +284,11 @@ func New(cfg Config) *Server {
 		detachedStore: stores.Detached,
 		threads:       map[string]*thread{},
 		created:       map[string]int{},
-		runs:          runQuota{perMinute: cfg.withDefaults().MaxRunsPerMinute},
 		assistants:    map[string]Assistant{},
 		detached:      map[string]*detachedSub{},
 		stop:          make(chan struct{}),
 	}
+	s.runs = keyrate.New(float64(s.cfg.MaxRunsPerMinute)/60, s.cfg.MaxRunsPerMinute)
 	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
 		s.writeThrough = wt.WritesThrough()
 		wt.OnWritten(s.written)

@@ -75,6 +75,7 @@ type Session struct {
 	q          []queued // q[qhead:] is unread, in order
 	qhead      int
 	qbytes     int
+	counted    int    // the part of qbytes the server's total holds (whole queueSteps)
 	lastQueued uint64 // the newest seq queued: an event is queued at most once
 	lastRead   uint64 // the newest seq read
 	closed     bool   // nothing more is queued; err says why
@@ -414,20 +415,29 @@ func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 
 func (ss *Session) unread() int { return len(ss.q) - ss.qhead }
 
+// queueStep is the unit in which a session's queue counts in the server's
+// total (Config.QueueTotalBytes): a reader that keeps up, whose queue
+// stays under a step, never touches the shared counter, so delivering an
+// event costs no write to memory all sessions share.
+const queueStep = 16 << 10
+
 // addQueued counts n more bytes (n < 0: fewer) in the session's queue,
-// and in the server's total while the session is open. ss.mu held.
+// and, while the session is open, its whole steps in the server's total.
+// ss.mu held.
 func (ss *Session) addQueued(n int) {
-	before := ss.qbytes
 	ss.qbytes += n
 	if ss.closed {
 		return // an ended session's queue left the total as it ended
 	}
-	ss.srv.queued.Add(int64(n))
-	switch {
-	case before == 0 && ss.qbytes > 0:
-		ss.srv.queuing.Add(1)
-	case before > 0 && ss.qbytes == 0:
-		ss.srv.queuing.Add(-1)
+	if steps := ss.qbytes &^ (queueStep - 1); steps != ss.counted {
+		ss.srv.queued.Add(int64(steps - ss.counted))
+		switch {
+		case ss.counted == 0:
+			ss.srv.queuing.Add(1)
+		case steps == 0:
+			ss.srv.queuing.Add(-1)
+		}
+		ss.counted = steps
 	}
 }
 
@@ -435,18 +445,22 @@ func (ss *Session) addQueued(n int) {
 // read but leaves the server's total. ss.mu held, ss.closed false.
 func (ss *Session) closeLocked(err error) {
 	ss.closed, ss.err = true, err
-	if ss.qbytes > 0 {
-		ss.srv.queued.Add(-int64(ss.qbytes))
+	if ss.counted > 0 {
+		ss.srv.queued.Add(-int64(ss.counted))
 		ss.srv.queuing.Add(-1)
+		ss.counted = 0
 	}
 }
 
 // overShare reports whether queueing n more bytes would take the server
 // past Config.QueueTotalBytes while this session already holds more than
-// its share of it. ss.mu held.
+// its share of it; a queue under one step never does. ss.mu held.
 func (ss *Session) overShare(n int) bool {
+	if ss.counted == 0 {
+		return false
+	}
 	total := ss.srv.cfg.QueueTotalBytes
-	if ss.qbytes == 0 || ss.srv.queued.Load()+int64(n) <= total {
+	if ss.srv.queued.Load()+int64(n) <= total {
 		return false
 	}
 	return int64(ss.qbytes) >= total/max(1, ss.srv.queuing.Load())

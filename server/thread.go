@@ -42,7 +42,7 @@ type thread struct {
 	// remoteOpen holds the messages and tool calls that another node's
 	// run has open (from its events), so that a run failed because its
 	// node died closes them too.
-	remoteOpen map[string]remoteItem
+	remoteOpen map[string]openItem
 	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
 	remoteSeen time.Time // when this node last received an event of the thread from another node
 	// claimed is the epoch this node moved the thread to when it took it

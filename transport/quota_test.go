@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -27,19 +25,9 @@ func quotaServer(t *testing.T, cfg server.Config, opts transport.Options) string
 		"k-mallory": {Subject: "mallory"}, "k-alice": {Subject: "alice"}, "k-bob": {Subject: "bob"}, "k-admin": {Subject: "root", Admin: true},
 	}})
 	require.NoError(t, err)
-	srv := server.New(cfg)
-	assistants.Register(srv)
+	t.Cleanup(a.Close)
 	opts.Auth = a
-	h := transport.New(srv, opts)
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = h.Shutdown(ctx)
-		ts.Close()
-		require.NoError(t, srv.Close(ctx))
-		a.Close()
-	})
+	ts, _, _ := startWith(t, cfg, opts)
 	return ts.URL
 }
 

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/keyrate"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
@@ -129,12 +130,12 @@ type Handler struct {
 	bodyTimeout time.Duration
 	auth        *auth.Authenticator
 	reg         *prometheus.Registry
-	limiter     *commandLimiter // commands per client
+	limiter     *keyrate.Limiter // commands per client
 	// streamLimiter: streams opened per client (SSE and WebSocket).
-	streamLimiter *commandLimiter
+	streamLimiter *keyrate.Limiter
 	decoder       protocol.Decoder
-	authFailures  *commandLimiter // failed authentications per IP address
-	streams       *streamQuota    // open streams and WebSockets per principal
+	authFailures  *keyrate.Limiter // failed authentications per IP address
+	streams       *streamQuota     // open streams and WebSockets per principal
 	readyCheck    func(context.Context) error
 }
 
@@ -176,21 +177,21 @@ func New(srv *server.Server, opts Options) *Handler {
 	if opts.HTTPCommandBurst <= 0 {
 		opts.HTTPCommandBurst = DefaultHTTPCommandBurst
 	}
-	h.limiter = newCommandLimiter(opts.HTTPCommandRate, opts.HTTPCommandBurst)
+	h.limiter = keyrate.New(opts.HTTPCommandRate, opts.HTTPCommandBurst)
 	if opts.HTTPStreamRate <= 0 {
 		opts.HTTPStreamRate = DefaultHTTPStreamRate
 	}
 	if opts.HTTPStreamBurst <= 0 {
 		opts.HTTPStreamBurst = DefaultHTTPStreamBurst
 	}
-	h.streamLimiter = newCommandLimiter(opts.HTTPStreamRate, opts.HTTPStreamBurst)
+	h.streamLimiter = keyrate.New(opts.HTTPStreamRate, opts.HTTPStreamBurst)
 	if opts.AuthFailureRate <= 0 {
 		opts.AuthFailureRate = DefaultAuthFailureRate
 	}
 	if opts.AuthFailureBurst <= 0 {
 		opts.AuthFailureBurst = DefaultAuthFailureBurst
 	}
-	h.authFailures = newCommandLimiter(opts.AuthFailureRate, opts.AuthFailureBurst)
+	h.authFailures = keyrate.New(opts.AuthFailureRate, opts.AuthFailureBurst)
 	if opts.MaxStreamsPerPrincipal <= 0 {
 		opts.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
 	}
@@ -366,12 +367,12 @@ func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind,
 	if kind == streamRoute {
 		lim, limit, flags, what = h.streamLimiter, "http_stream_rate", "--http-stream-rate, --http-stream-burst", "streams"
 	}
-	if lim.allow(client, time.Now()) {
+	if lim.Allow(client, time.Now()) {
 		return true
 	}
 	h.metrics.refuse(limit)
 	w.Header().Set("Retry-After", "1")
-	httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; %s); wait and retry", float64(lim.rate), what, lim.burst, flags))
+	httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; %s); wait and retry", float64(lim.Rate), what, lim.Burst, flags))
 	return false
 }
 
@@ -379,17 +380,17 @@ func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind,
 // answers 401 with WWW-Authenticate: Bearer (RFC 6750).
 func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Principal, bool) {
 	ip := remoteIP(r.RemoteAddr)
-	if h.authFailures.exhausted(ip, time.Now()) {
+	if h.authFailures.Exhausted(ip, time.Now()) {
 		h.metrics.refuse("auth_failure_rate")
 		w.Header().Set("Retry-After", "1")
-		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "too many failed authentications from this address (--auth-failure-rate %g/s, bursts of %d); wait and retry", float64(h.authFailures.rate), h.authFailures.burst))
+		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "too many failed authentications from this address (--auth-failure-rate %g/s, bursts of %d); wait and retry", float64(h.authFailures.Rate), h.authFailures.Burst))
 		return nil, false
 	}
 	p, err := h.auth.FromRequest(r)
 	if err == nil {
 		return p, true
 	}
-	h.authFailures.allow(ip, time.Now()) // a failure takes a token
+	h.authFailures.Allow(ip, time.Now()) // a failure takes a token
 	challenge := `Bearer realm="agentstream"`
 	reason := "no_credential"
 	if !errors.Is(err, auth.ErrNoCredential) {

@@ -37,7 +37,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a server with the built-in assistants on a loopback port.
 func start(t testing.TB, opts transport.Options) (*httptest.Server, *transport.Handler, *server.Server) {
 	t.Helper()
-	srv := server.New(server.Config{})
+	return startWith(t, server.Config{}, opts)
+}
+
+// startWith is start with a server of cfg.
+func startWith(t testing.TB, cfg server.Config, opts transport.Options) (*httptest.Server, *transport.Handler, *server.Server) {
+	t.Helper()
+	srv := server.New(cfg)
 	assistants.Register(srv)
 	h := transport.New(srv, opts)
 	ts := httptest.NewServer(h)

@@ -468,21 +468,31 @@ func startProcessNode(t *testing.T, flags ...string) (string, *exec.Cmd) {
 	return "", nil
 }
 
+// victimAndSurvivor starts Redis, a node in a process of its own (the
+// victim, to be killed) and one in this process (the survivor, ended by
+// cancel, whose exit code done gives), both with a one-second lease, and
+// an SSE stream of thread on the survivor (lifecycle and channel) once
+// the survivor's subscription to the thread has taken effect.
+func victimAndSurvivor(t *testing.T, thread, channel string) (victim string, proc *exec.Cmd, survivor string, stream *http.Response, cancel context.CancelFunc, done <-chan int) {
+	t.Helper()
+	rs := redistest.Start(t)
+	victim, proc = startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
+	survivor = "http://" + addr
+	stream, err := http.Post(survivor+"/threads/"+thread+"/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "`+channel+`"]}`))
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
+	return victim, proc, survivor, stream, cancel, done
+}
+
 // TestKilledNodeFailsItsRun: kill -9 of the node running a thread's run;
 // a client on another node gets the run's failed lifecycle (node lost)
 // within the lease time, and a new run on the same thread then succeeds
 // there.
 func TestKilledNodeFailsItsRun(t *testing.T) {
-	rs := redistest.Start(t)
-	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
-	survivor := "http://" + addr
-
-	stream, err := http.Post(survivor+"/threads/k/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "custom"]}`))
-	require.NoError(t, err)
+	victim, proc, survivor, stream, cancel, done := victimAndSurvivor(t, "k", "custom")
 	defer stream.Body.Close()
-	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
 	post := func(base, body string) int {
 		r, err := http.Post(base+"/threads/k/commands", "application/json", strings.NewReader(body))
 		require.NoError(t, err)
@@ -788,15 +798,8 @@ func TestConsoleLogHasNoColourOffATerminal(t *testing.T) {
 // (code node_lost) before the run's failed lifecycle, so no client is
 // left with a message streaming for ever.
 func TestKilledNodeClosesItsOpenMessage(t *testing.T) {
-	rs := redistest.Start(t)
-	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
-	survivor := "http://" + addr
-	stream, err := http.Post(survivor+"/threads/km/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "messages"]}`))
-	require.NoError(t, err)
+	victim, proc, _, stream, cancel, done := victimAndSurvivor(t, "km", "messages")
 	defer stream.Body.Close()
-	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
 	words := strings.TrimSpace(strings.Repeat("word ", 200))
 	r, err := http.Post(victim+"/threads/km/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 50}}}`))
 	require.NoError(t, err)

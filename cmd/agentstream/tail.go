@@ -171,7 +171,7 @@ func (p *tailPrinter) endLine() {
 // text prints a piece of a message's text as it arrives, after the
 // message's prefix when its line is not the one open.
 func (p *tailPrinter) text(ts protocol.Timestamp, ns []string, node, delta string, thinking bool) {
-	key := strings.Join(ns, "/") + "\x00" + node
+	key := messageKey(ns, node)
 	if thinking {
 		key += "\x00thinking"
 	}
@@ -193,6 +193,10 @@ func (p *tailPrinter) text(ts protocol.Timestamp, ns []string, node, delta strin
 	}
 	p.printed[key] += len(delta)
 }
+
+// messageKey names a message being streamed: one at a time per namespace
+// and node.
+func messageKey(ns []string, node string) string { return strings.Join(ns, "/") + "\x00" + node }
 
 func stamp(ts protocol.Timestamp) string {
 	return time.UnixMilli(int64(ts)).UTC().Format("15:04:05.000")
@@ -258,7 +262,7 @@ func (p *tailPrinter) print(e *client.Event) {
 				p.text(ev.Params.Timestamp, ev.Params.Namespace, node, r.Reasoning, true)
 			}
 		case *protocol.MessageFinishData, *protocol.MessageErrorData:
-			key := strings.Join(ev.Params.Namespace, "/") + "\x00" + node
+			key := messageKey(ev.Params.Namespace, node)
 			if strings.HasPrefix(p.open, key) {
 				p.endLine() // its text was printed as it came
 			}
