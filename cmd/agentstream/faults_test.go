@@ -32,7 +32,8 @@ type faultFrame struct {
 // TestRandomFaults: three `serve --redis` processes, runs started on random
 // nodes, SSE clients that drop and resume with their last id on random
 // nodes, and random faults: kill -9 of a node (started again), kill -9 of
-// Redis (started again, append-only or empty), Redis stalled (SIGSTOP). At the end
+// Redis (started again with what it acknowledged, append-only with fsync
+// before each answer, or empty), Redis stalled (SIGSTOP). At the end
 // every client's record is checked against Redis's streams: every event it
 // got is in the stream under its id with the same content, one connection
 // after another it is in order with nothing repeated, and every jump is
