@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -92,7 +93,9 @@ func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.Source == "" {
-		o.Source = o.Input
+		// The file's name, not the path it was given by: the output is
+		// the same from whichever directory the generator runs.
+		o.Source = filepath.Base(o.Input)
 	}
 	if o.ExplainAny {
 		return explainAny(o, src, stdout, stderr)

@@ -91,6 +91,13 @@ func BenchmarkSessionSubscriptions(b *testing.B) {
 				b.Fatal(err)
 			}
 			e.Namespace = channels.Namespace{"agent", "sub"}
+			// A subscription to every channel starts with the thread's
+			// values (a snapshot, no seq): read it first.
+			for {
+				if _, ok, _ := ss.TryNext(); !ok {
+					break
+				}
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -101,8 +108,8 @@ func BenchmarkSessionSubscriptions(b *testing.B) {
 				if _, ok, _ := ss.TryNext(); !ok {
 					b.Fatal("not delivered")
 				}
-				if _, ok, _ := ss.TryNext(); ok {
-					b.Fatal("delivered twice")
+				if x, ok, _ := ss.TryNext(); ok {
+					b.Fatalf("delivered twice: %+v", x)
 				}
 			}
 		})

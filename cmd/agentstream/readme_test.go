@@ -20,7 +20,14 @@ import (
 // command continued with a backslash joined into one line.
 func readmeBlocks(t *testing.T) [][]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "README.md"))
+	return shBlocks(t, filepath.Join("..", "..", "README.md"))
+}
+
+// shBlocks returns the lines of a Markdown file's ```sh blocks, in order,
+// a command continued with a backslash joined into one line.
+func shBlocks(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	var blocks [][]string

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// docsShrink makes a measurement's load small enough for the suite: the
+// same commands and flags, fewer subscribers, events and threads, shorter
+// waits. What is measured is in the docs; what is checked here is that
+// every command still runs.
+var docsShrink = []struct {
+	re *regexp.Regexp
+	to string
+}{
+	{regexp.MustCompile(`--subs \d+`), "--subs 20"},
+	{regexp.MustCompile(`--count \S+`), "--count 40"},
+	{regexp.MustCompile(`--threads \d+`), "--threads 10"},
+	{regexp.MustCompile(`--duration \S+`), "--duration 1s"},
+	{regexp.MustCompile(`--idle \d+`), "--idle 20"},
+	{regexp.MustCompile(`--idle-wait \S+`), "--idle-wait 1s"},
+	{regexp.MustCompile(`(^|\s)-count \d+`), "${1}-count 1 -benchtime 1x"},
+}
+
+// TestDocsCommands runs every shell command of the pages in docs/, block
+// by block, from the checkout's root, each block in a shell of its own
+// whose background processes are stopped at its end (as a person closes
+// the terminals of one step before the next): the binary built for this
+// test for `go run ./cmd/agentstream`, /tmp/agentstream and $BIN; free
+// loopback ports for the pages' ports; a temporary directory for the
+// files they write. Every command must succeed; streams (curl -N) must be
+// answered with a success and are cut after 3 s. Two kinds of command are
+// changed, and only in size or target: load runs and benchmarks are made
+// small (docsShrink: fewer subscribers and events, one iteration) and run
+// without CPU pinning (taskset), since the figures they print are not
+// checked; `go generate` is listed (-n) rather than run, since it writes
+// into the checkout, and the generator commands it runs write into the
+// temporary directory and are compared with the files in the checkout.
+// Without redis-server the blocks that start one are left out, unless
+// AGENTSTREAM_REQUIRE_REDIS=1.
+func TestDocsCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers and runs benchmarks")
+	}
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	_, redisErr := exec.LookPath("redis-server")
+	if redisErr != nil && os.Getenv("AGENTSTREAM_REQUIRE_REDIS") == "1" {
+		t.Fatal("redis-server is not installed (apt-get install redis-server)")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "agentstream")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	ran := 0
+	for _, page := range pages {
+		for i, block := range shBlocks(t, page) {
+			name := fmt.Sprintf("%s#%d", filepath.Base(page), i+1)
+			joined := strings.Join(block, "\n")
+			if strings.Contains(joined, "redis-server") && redisErr != nil {
+				t.Logf("left out: %s (redis-server is not installed)", name)
+				continue
+			}
+			ran++
+			t.Run(name, func(t *testing.T) {
+				script := docsScript(t, root, bin, block)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				run := exec.CommandContext(ctx, "bash", "-c", script)
+				run.Dir = root
+				got, err := run.CombinedOutput()
+				require.NoError(t, err, "the block as a script:\n%s\noutput:\n%s", script, got)
+				require.Contains(t, string(got), "BLOCK-OK", "the block as a script:\n%s", script)
+			})
+		}
+	}
+	require.GreaterOrEqual(t, ran, 8, "the docs' command blocks were found")
+}
+
+// docsScript turns one block of a docs page into a bash script.
+func docsScript(t *testing.T, root, bin string, block []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	ports := map[string]string{}
+	for _, p := range []string{"2024", "2097", "2098", "2101", "2102", "6390"} {
+		ports[p] = freePort(t)
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, `set -euo pipefail
+cd %q
+AS=%q
+DIR=%q
+R=200
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+wait_up() { for i in $(seq 100); do curl -sf "127.0.0.1:$1/healthz" >/dev/null && return 0; sleep 0.1; done; echo "port $1 never answered"; exit 1; }
+wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "redis on $1 never answered"; exit 1; }
+`, root, bin, dir)
+	taskset := regexp.MustCompile(`taskset -c \d+ `)
+	secret := regexp.MustCompile(`(> |-file )secret\b`)
+	addr := regexp.MustCompile(`--addr 127\.0\.0\.1:(\d+)`)
+	redisPort := regexp.MustCompile(`redis-server --port (\d+)`)
+	out := regexp.MustCompile(`--out (\S+)`)
+	gens := 0
+	var cmds []string // a line's commands joined by && one by one, as a person runs them
+	for _, line := range block {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cmds = append(cmds, strings.Split(line, " && ")...)
+	}
+	for _, line := range cmds {
+		line = taskset.ReplaceAllString(line, "")
+		line = strings.ReplaceAll(line, "go run ./cmd/agentstream", `"$AS"`)
+		line = strings.ReplaceAll(line, "/tmp/agentstream", `"$AS"`)
+		line = strings.ReplaceAll(line, "$BIN", `"$AS"`)
+		line = strings.ReplaceAll(line, "localhost:", "127.0.0.1:")
+		line = secret.ReplaceAllString(line, `${1}"$$DIR/secret"`)
+		for from, to := range ports {
+			line = strings.ReplaceAll(line, ":"+from, ":"+to)
+			line = strings.ReplaceAll(line, "--port "+from, "--port "+to)
+		}
+		for _, sh := range docsShrink {
+			line = sh.re.ReplaceAllString(line, sh.to)
+		}
+		switch {
+		case strings.HasPrefix(line, "go generate"):
+			line = strings.Replace(line, "go generate", "go generate -n", 1)
+		case strings.Contains(line, "cmd/cddlgen") && !strings.Contains(line, "--check"):
+			m := out.FindStringSubmatch(line)
+			require.NotNil(t, m, line)
+			gens++
+			line = out.ReplaceAllLiteralString(line, fmt.Sprintf(`--out "$DIR/gen-%d"`, gens)) +
+				fmt.Sprintf(` && cmp "$DIR/gen-%d" %s`, gens, m[1])
+		case strings.HasPrefix(line, "curl -N"):
+			line += ` -sSf --max-time 3 >"$DIR/stream.out" || [ $? -eq 28 ]`
+		}
+		if strings.Contains(line, `"$AS" serve`) {
+			if !strings.Contains(line, "--addr") {
+				line += " --addr 127.0.0.1:" + ports["2024"]
+			}
+			if !strings.Contains(line, "&") {
+				line += " &"
+			}
+			line = strings.Replace(line, "&", `>>"$DIR/serve.log" 2>&1 &`, 1)
+			fmt.Fprintln(&s, line)
+			fmt.Fprintln(&s, "wait_up "+addr.FindStringSubmatch(line)[1])
+			continue
+		}
+		if m := redisPort.FindStringSubmatch(line); m != nil {
+			line = strings.Replace(line, "&", `--dir "$DIR" >/dev/null 2>&1 &`, 1)
+			fmt.Fprintln(&s, line)
+			fmt.Fprintln(&s, "wait_redis "+m[1])
+			continue
+		}
+		fmt.Fprintln(&s, line)
+	}
+	fmt.Fprintln(&s, "echo BLOCK-OK")
+	return s.String()
+}
