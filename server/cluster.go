@@ -234,14 +234,18 @@ func openStatus(st protocol.AgentStatus) bool {
 	return st != protocol.AgentStatusCompleted && st != protocol.AgentStatusFailed
 }
 
-// tailEvents is how many of a stream's last events tailRunOpen reads.
-const tailEvents = 256
+// tailEvents is how many of a stream's last events tailRunOpen reads:
+// enough to hold the start of any message or tool call still open in a
+// run of usual length. It is read once per lost run.
+const tailEvents = 4096
 
 // tailRunOpen learns, for a thread this node has no root lifecycle of,
 // whether its last run is open, from the root lifecycle events among the
-// stream's last tailEvents (recording them in the thread's tree); with
-// none among them it answers assumeOpen, and with an empty stream false.
-// ok is false when the log could not be read. The caller holds t.mu.
+// stream's last tailEvents (recording them in the thread's tree), and
+// what that run left open (noteRemoteOpen: a message or tool call
+// started before those events is not known); with no root lifecycle
+// among them it answers assumeOpen, and with an empty stream false. ok
+// is false when the log could not be read. The caller holds t.mu.
 func (t *thread) tailRunOpen(assumeOpen bool) (open, ok bool) {
 	d, durable := t.srv.cfg.Log.(DurableLog)
 	if !durable || t.acked == 0 {
@@ -256,6 +260,7 @@ func (t *thread) tailRunOpen(assumeOpen bool) (open, ok bool) {
 		if e.Seq > t.acked {
 			return false
 		}
+		t.noteRemoteOpen(e)
 		if l, isLife := e.Payload.(*protocol.ServerEventLifecycle); isLife && len(e.Namespace) == 0 {
 			t.setStatus(nil, l.Params.Data.Event, derefString(l.Params.Data.GraphName))
 			open = openStatus(l.Params.Data.Event)

@@ -31,6 +31,7 @@ import (
 	"github.com/agentstream/agentstream/internal/redistest"
 	"github.com/agentstream/agentstream/internal/ssetest"
 	"github.com/coder/websocket"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -825,6 +826,65 @@ func TestKilledNodeClosesItsOpenMessage(t *testing.T) {
 	})
 	require.NoError(t, err)
 	stream.Body.Close()
+	cancel()
+	require.Equal(t, 0, <-done)
+}
+
+// TestKilledNodeClosesItsOpenMessageOnANodeThatNeverFollowedIt: as
+// above, but the survivor had no client on the thread, so it saw none of
+// the run's events: it learns what the run left open from the stream when
+// it ends the lost run, and ends the message (node_lost) before the run.
+func TestKilledNodeClosesItsOpenMessageOnANodeThatNeverFollowedIt(t *testing.T) {
+	rs := redistest.Start(t)
+	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
+	survivor := "http://" + addr
+
+	stream, err := http.Post(victim+"/threads/kn/stream", "application/json", strings.NewReader(`{"channels": ["messages"]}`))
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	words := strings.TrimSpace(strings.Repeat("word ", 200))
+	r, err := http.Post(victim+"/threads/kn/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 50}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	deltas := 0
+	require.NoError(t, ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
+		if strings.Contains(f.Data, `"content-block-delta"`) {
+			deltas++
+		}
+		return deltas < 5
+	}))
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	_ = proc.Wait()
+
+	// Wait for the survivor to end the run, reading nothing from it
+	// meanwhile: Redis's stream says when.
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer rc.Close()
+	require.Eventually(t, func() bool {
+		entries, err := rc.Do(context.Background(), rc.B().Xrevrange().Key("agentstream:{kn}:events").End("+").Start("-").Count(1).Build()).AsXRange()
+		return err == nil && len(entries) == 1 && strings.Contains(entries[0].FieldValues["e"], "node lost")
+	}, 15*time.Second, 50*time.Millisecond, "the survivor ends the lost run")
+
+	replay, err := http.Post(survivor+"/threads/kn/stream", "application/json", strings.NewReader(`{"channels": ["messages", "lifecycle"]}`))
+	require.NoError(t, err)
+	defer replay.Body.Close()
+	closed := false
+	require.NoError(t, ssetest.Scan(bufio.NewReader(replay.Body), func(f ssetest.Frame) bool {
+		switch {
+		case f.Event == "messages" && strings.Contains(f.Data, `"event":"error"`):
+			require.Contains(t, f.Data, `"code":"node_lost"`)
+			closed = true
+		case f.Event == "lifecycle" && strings.Contains(f.Data, `"namespace":[]`) && strings.Contains(f.Data, `"event":"failed"`):
+			require.True(t, closed, "the run ended before its message did")
+			return false
+		}
+		return true
+	}))
+	replay.Body.Close()
 	cancel()
 	require.Equal(t, 0, <-done)
 }
