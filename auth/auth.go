@@ -41,6 +41,11 @@ type Principal struct {
 	Subject string
 	// Admin may use every thread, and read /metrics.
 	Admin bool
+	// Producer may publish events into the threads it may use (POST
+	// /threads/{id}/events): a JWT with the role "producer", an API key
+	// listed with "producer". Others read and send commands only. Admins
+	// may publish too.
+	Producer bool
 	// Threads lists thread-id patterns ("*" matches any run of
 	// characters) the principal may use besides its own threads.
 	Threads []string
@@ -345,7 +350,7 @@ func (a *Authenticator) Verify(token string) (*Principal, error) {
 	if c.Subject == "" {
 		return nil, fmt.Errorf("%w: the token has no sub", ErrInvalidCredential)
 	}
-	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Threads: c.Threads}
+	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Producer: c.Role == "producer" || slices.Contains(c.Roles, "producer"), Threads: c.Threads}
 	if c.ExpiresAt != nil {
 		p.Expires = c.ExpiresAt.Add(a.leeway)
 	}
@@ -476,7 +481,7 @@ func ReadPublicKeysFile(path string) ([]crypto.PublicKey, error) {
 }
 
 // ReadAPIKeysFile reads static API keys, one per line: KEY PRINCIPAL
-// [admin]. Blank lines and lines starting with # are skipped.
+// [admin|producer]. Blank lines and lines starting with # are skipped.
 func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -489,8 +494,8 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 2 || len(f) > 3 || (len(f) == 3 && f[2] != "admin") {
-			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin]", path, n+1)
+		if len(f) < 2 || len(f) > 3 || (len(f) == 3 && f[2] != "admin" && f[2] != "producer") {
+			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin|producer]", path, n+1)
 		}
 		if strings.Count(f[0], ".") == 2 {
 			return nil, fmt.Errorf("%s:%d: an API key must not look like a JWT (two dots)", path, n+1)
@@ -498,7 +503,7 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 		if _, dup := keys[f[0]]; dup {
 			return nil, fmt.Errorf("%s:%d: the key is listed twice", path, n+1)
 		}
-		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3}
+		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3 && f[2] == "admin", Producer: len(f) == 3 && f[2] == "producer"}
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%s: no key in it", path)
@@ -510,6 +515,7 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 type TokenOptions struct {
 	Subject  string
 	Admin    bool
+	Producer bool // the role "producer": may publish events
 	Threads  []string
 	TTL      time.Duration // 0: no exp
 	Audience string
@@ -534,8 +540,11 @@ func Mint(secret []byte, o TokenOptions) (string, error) {
 	if o.Audience != "" {
 		c.Audience = jwt.ClaimStrings{o.Audience}
 	}
-	if o.Admin {
+	switch {
+	case o.Admin:
 		c.Role = "admin"
+	case o.Producer:
+		c.Role = "producer"
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }

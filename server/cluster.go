@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -56,9 +57,9 @@ func isForwarded(ctx context.Context) bool {
 func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint64, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, done bool) {
 	switch cmd.Value.(type) {
 	case *protocol.ClientCommandRunStart, *protocol.ClientCommandStateFork:
-		holder, err := c.Acquire(threadID)
+		holder, err := s.claim(c, threadID)
 		if err != nil {
-			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot take the thread's run lease: %v", err), true
+			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "%v", err), true
 		}
 		if holder != c.Node() {
 			if isForwarded(ctx) {
@@ -67,16 +68,6 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 			resp, err := c.Forward(ctx, holder, threadID, cmd)
 			return resp, forwardError(id, holder, err), true
 		}
-		// This node runs the thread now: its stream goes on from where the
-		// previous holder left it.
-		if err := s.takeOver(threadID); err != nil {
-			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot read where the thread's stream stands: %v", err), true
-		}
-		s.unfence(threadID)
-		// A run of the previous holder that never ended on the stream (its
-		// node died, or was fenced before it could say so) ends now, before
-		// the next starts: every client sees it end.
-		s.endLostRun(threadID, false, 0)
 	case *protocol.ClientCommandRunCancel, *protocol.ClientCommandInputRespond, *protocol.ClientCommandInputInject, *protocol.ClientCommandAgentGetTree:
 		if isForwarded(ctx) {
 			return nil, nil, false
@@ -91,6 +82,28 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		}
 	}
 	return nil, nil, false
+}
+
+// claim takes the thread's run lease for this node unless another node
+// holds it, and returns the node that holds it now. When this node took
+// it, the thread's stream goes on from where the previous holder left it,
+// and a run of that holder that never ended on the stream (its node died,
+// or was fenced before it could say so) ends now, before anything more is
+// written: every client sees it end.
+func (s *Server) claim(c Cluster, threadID string) (holder string, err error) {
+	holder, err = c.Acquire(threadID)
+	if err != nil {
+		return "", fmt.Errorf("cannot take the thread's run lease: %w", err)
+	}
+	if holder != c.Node() {
+		return holder, nil
+	}
+	if err := s.takeOver(threadID); err != nil {
+		return "", fmt.Errorf("cannot read where the thread's stream stands: %w", err)
+	}
+	s.unfence(threadID)
+	s.endLostRun(threadID, false, 0)
+	return holder, nil
 }
 
 // runActive reports whether this node runs a run of the thread, or has one

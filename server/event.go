@@ -85,6 +85,7 @@ type eventData struct {
 	p         protocol.ServerEventVariant
 	namespace channels.Namespace // where it happened; nil: the emitter's
 	name      string             // a custom event's name, which routes it
+	ts        uint64             // the time a producer gave it (ms); 0: now
 }
 
 // rootNamespace is the namespace of the root agent's events, shared by

@@ -35,9 +35,13 @@ const (
 	LimitPrincipalRuns Limit = "principal_runs"
 	// LimitQueueTotal: Config.QueueTotalBytes queued to all sessions.
 	LimitQueueTotal Limit = "queue_total_bytes"
+	// LimitProducers: a thread forgot a producer's last batch, having
+	// Config.MaxProducersPerThread to remember (its retry would append
+	// again).
+	LimitProducers Limit = "producers_per_thread"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

@@ -30,6 +30,7 @@ const (
 	DefaultMaxRunsPerMinute        = 600
 	DefaultThreadTTL               = 24 * time.Hour
 	DefaultMaxQueuedRuns           = 16
+	DefaultMaxProducersPerThread   = 1024
 	DefaultMaxSessionSubscriptions = 64
 	DefaultMaxCheckpoints          = 100
 )
@@ -101,6 +102,10 @@ type Config struct {
 	// MaxQueuedRuns caps the runs waiting behind a thread's active run
 	// (multitask_strategy enqueue) (DefaultMaxQueuedRuns, 16).
 	MaxQueuedRuns int
+	// MaxProducersPerThread caps the producers a thread remembers the
+	// last batch of, for idempotency (Publish); past it the one used
+	// longest ago is forgotten (DefaultMaxProducersPerThread, 1,024).
+	MaxProducersPerThread int
 	// MaxSessionSubscriptions caps the subscriptions of one session, that
 	// is one connection (DefaultMaxSessionSubscriptions, 64).
 	MaxSessionSubscriptions int
@@ -157,6 +162,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxQueuedRuns <= 0 {
 		c.MaxQueuedRuns = DefaultMaxQueuedRuns
+	}
+	if c.MaxProducersPerThread <= 0 {
+		c.MaxProducersPerThread = DefaultMaxProducersPerThread
 	}
 	if c.MaxSessionSubscriptions <= 0 {
 		c.MaxSessionSubscriptions = DefaultMaxSessionSubscriptions
@@ -228,14 +236,18 @@ type Server struct {
 
 // counters count what the server did; read them with [Server.Metrics].
 type counters struct {
-	refused       refusals
-	published     atomic.Uint64
-	slowConsumers atomic.Uint64
-	gaps          atomic.Uint64
-	epochBumps    atomic.Uint64
-	replays       atomic.Uint64
-	commands      atomic.Uint64
-	denied        atomic.Uint64
+	refused   refusals
+	published atomic.Uint64
+	// ingested counts events producers published (Publish); their
+	// batches taken before, appending nothing, count in ingestDuplicates.
+	ingested         atomic.Uint64
+	ingestDuplicates atomic.Uint64
+	slowConsumers    atomic.Uint64
+	gaps             atomic.Uint64
+	epochBumps       atomic.Uint64
+	replays          atomic.Uint64
+	commands         atomic.Uint64
+	denied           atomic.Uint64
 }
 
 // MetricsSnapshot is a copy of the counters.
@@ -248,8 +260,12 @@ type MetricsSnapshot struct {
 	// EpochBumps counts the threads this node took over in a new epoch
 	// because their store may have lost what the previous writer wrote.
 	EpochBumps uint64
-	Replays    uint64 // subscriptions that started with a replay
-	Commands   uint64 // commands dispatched
+	// Ingested counts the events producers published (Publish), and
+	// IngestDuplicates the batches sent again that appended nothing.
+	Ingested         uint64
+	IngestDuplicates uint64
+	Replays          uint64 // subscriptions that started with a replay
+	Commands         uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
 	Denied uint64
 	// Refused counts, per limit, what the server refused because of it.
@@ -306,14 +322,16 @@ func New(cfg Config) *Server {
 // Metrics returns the server's counters.
 func (s *Server) Metrics() MetricsSnapshot {
 	m := MetricsSnapshot{
-		EventsPublished: s.metrics.published.Load(),
-		SlowConsumers:   s.metrics.slowConsumers.Load(),
-		StreamGaps:      s.metrics.gaps.Load(),
-		EpochBumps:      s.metrics.epochBumps.Load(),
-		Replays:         s.metrics.replays.Load(),
-		Commands:        s.metrics.commands.Load(),
-		Denied:          s.metrics.denied.Load(),
-		Refused:         s.metrics.refused.snapshot(),
+		EventsPublished:  s.metrics.published.Load(),
+		SlowConsumers:    s.metrics.slowConsumers.Load(),
+		StreamGaps:       s.metrics.gaps.Load(),
+		EpochBumps:       s.metrics.epochBumps.Load(),
+		Ingested:         s.metrics.ingested.Load(),
+		IngestDuplicates: s.metrics.ingestDuplicates.Load(),
+		Replays:          s.metrics.replays.Load(),
+		Commands:         s.metrics.commands.Load(),
+		Denied:           s.metrics.denied.Load(),
+		Refused:          s.metrics.refused.snapshot(),
 	}
 	if l := s.memoryLog(); l != nil {
 		m.BufferTrimmed, m.BufferUsed, m.BufferUndecodable = l.Trimmed(), l.Used(), l.Undecodable()

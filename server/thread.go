@@ -50,6 +50,8 @@ type thread struct {
 	// to there are of the epoch before.
 	claimed   string
 	claimedAt uint64
+
+	producers map[string]*producerMark // each producer's last batch (Publish)
 }
 
 func newThread(s *Server, id string, h streamHead) *thread {
@@ -76,7 +78,11 @@ func (t *thread) publish(d eventData) (*Event, error) {
 		return nil, ErrLeaseLost
 	}
 	now := t.srv.cfg.Now()
-	e, err := buildEvent(d, t.epoch, t.seq+1, uint64(now.UnixMilli()))
+	ts := uint64(now.UnixMilli())
+	if d.ts != 0 {
+		ts = d.ts // a producer's own time
+	}
+	e, err := buildEvent(d, t.epoch, t.seq+1, ts)
 	if err != nil {
 		return nil, err
 	}

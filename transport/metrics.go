@@ -79,6 +79,8 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_stream_gaps_total", "Holes in a thread's stream announced to live subscribers with events.missed (events another node published that the store lost).", func(s server.MetricsSnapshot) uint64 { return s.StreamGaps }),
 		counter("agentstream_epoch_bumps_total", "Threads this node took over in a new epoch because Redis restarted since their last writer wrote them (what that writer's clients saw may be lost: their ids are not given to other events).", func(s server.MetricsSnapshot) uint64 { return s.EpochBumps }),
+		counter("agentstream_ingested_events_total", "Events producers published into threads (POST /threads/{id}/events).", func(s server.MetricsSnapshot) uint64 { return s.Ingested }),
+		counter("agentstream_ingest_duplicate_batches_total", "Producer batches sent again (the same producer and batch number) that appended nothing.", func(s server.MetricsSnapshot) uint64 { return s.IngestDuplicates }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),
 		counter("agentstream_commands_total", "Commands dispatched, all transports.", func(s server.MetricsSnapshot) uint64 { return s.Commands }),
 		counter("agentstream_buffer_undecodable_events_total", "Buffered events a replay could not rebuild from their JSON and skipped (a bug if ever more than 0).", func(s server.MetricsSnapshot) uint64 { return s.BufferUndecodable }),

@@ -100,6 +100,9 @@ type Options struct {
 	// principal has open at once (DefaultMaxStreamsPerPrincipal, 1,000);
 	// admins are exempt. Over it: 429 resource_exhausted.
 	MaxStreamsPerPrincipal int
+	// Ingest bounds what producers publish (POST /threads/{id}/events);
+	// zero fields: the defaults.
+	Ingest IngestOptions
 	// Decode bounds the nesting and the number of values of a command or
 	// stream request (protocol.DecodeLimits; zero fields: the defaults),
 	// on every route and the WebSocket: over it, refused before decoding.
@@ -137,6 +140,8 @@ type Handler struct {
 	authFailures  *keyrate.Limiter // failed authentications per IP address
 	streams       *streamQuota     // open streams and WebSockets per principal
 	readyCheck    func(context.Context) error
+	ingest        IngestOptions
+	ingestLimiter *keyrate.Limiter // events published per producer
 }
 
 // New builds the handler for srv.
@@ -197,6 +202,8 @@ func New(srv *server.Server, opts Options) *Handler {
 	}
 	h.streams = &streamQuota{max: opts.MaxStreamsPerPrincipal, open: map[string]int{}}
 	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { m.refuse("command_" + limit) }}
+	h.ingest = opts.Ingest.withDefaults()
+	h.ingestLimiter = keyrate.New(h.ingest.Rate, h.ingest.Burst)
 	interval := func(name, help string, f func() time.Duration) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f().Seconds() })
 	}
@@ -210,6 +217,7 @@ func New(srv *server.Server, opts Options) *Handler {
 		h.mux.Handle("GET "+p, h.guard(h.streamGET, streamRoute))
 	}
 	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command, commandRoute))
+	h.mux.Handle("POST /threads/{id}/events", h.guard(h.publish, ingestRoute))
 	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state, readRoute))
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)
@@ -257,7 +265,7 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 				return
 			}
 		}
-		if kind != readRoute && !h.rateOK(w, r, kind, p) {
+		if kind != readRoute && kind != ingestRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
 		if kind == streamRoute && p != nil && !p.Admin {
@@ -273,6 +281,12 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 		}
 		if h.auth == nil {
 			next(w, r)
+			return
+		}
+		if kind == ingestRoute && !p.Admin && !p.Producer {
+			// Before Authorize, which would claim a new thread for it.
+			h.metrics.authRefused("permission_denied")
+			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not publish events: a producer's credential is needed (a JWT with role producer, an API key listed with producer)", p.Subject))
 			return
 		}
 		if err := h.srv.Authorize(p, r.PathValue("id"), kind != readRoute); err != nil {
@@ -310,6 +324,9 @@ const (
 	streamRoute
 	// commandRoute carries out a command.
 	commandRoute
+	// ingestRoute appends a producer's events, creating the thread if it
+	// is new.
+	ingestRoute
 )
 
 // sameSite applies the rules of every route that changes or creates
@@ -343,11 +360,18 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKin
 	if kind == streamRoute && ct == "" && r.ContentLength == 0 {
 		return true
 	}
-	if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" {
+	mt, _, _ := mime.ParseMediaType(ct)
+	if kind == ingestRoute && mt == ndjsonType {
+		return true
+	}
+	if mt != "application/json" {
 		h.metrics.refuse("content_type")
 		what := "a command's"
-		if kind == streamRoute {
+		switch kind {
+		case streamRoute:
 			what = "a stream request's"
+		case ingestRoute:
+			what = "a batch of events' (or application/x-ndjson)"
 		}
 		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s Content-Type must be application/json, not %q", what, ct))
 		return false

@@ -24,7 +24,7 @@ func (a *authFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.jwksRefresh, "auth-jwks-refresh", time.Hour, "how often the --auth-jwks-url key set is fetched again")
 	fs.DurationVar(&a.jwksUnknownWait, "auth-jwks-unknown-kid-wait", auth.DefaultJWKSUnknownKIDWait, "how long a token naming a key id the set lacks waits for the set to be fetched again (at most once a minute) before it is refused")
 	fs.StringVar(&a.publicKeyFile, "auth-public-key-file", "", "accept JWTs (RS*, PS*, ES*, EdDSA) signed by the private key of one of this file's PEM public keys")
-	fs.StringVar(&a.apiKeysFile, "auth-api-keys-file", "", "accept static API keys (x-api-key), one per line: KEY PRINCIPAL [admin]")
+	fs.StringVar(&a.apiKeysFile, "auth-api-keys-file", "", "accept static API keys (x-api-key), one per line: KEY PRINCIPAL [admin|producer] (a producer may publish events)")
 	fs.StringVar(&a.audience, "auth-audience", "", "a JWT's aud must name this")
 	fs.StringVar(&a.issuer, "auth-issuer", "", "a JWT's iss must be this")
 	fs.DurationVar(&a.leeway, "auth-leeway", auth.DefaultLeeway, "clock skew allowed on a JWT's exp and nbf")
@@ -80,6 +80,7 @@ func token(args []string, stdout, stderr io.Writer) int {
 	var o auth.TokenOptions
 	fs.StringVar(&o.Subject, "sub", "", "the principal (sub)")
 	fs.BoolVar(&o.Admin, "admin", false, "make it an admin (role: admin)")
+	fs.BoolVar(&o.Producer, "producer", false, "let it publish events into threads (role: producer)")
 	fs.DurationVar(&o.TTL, "ttl", time.Hour, "how long it is valid (0: no exp)")
 	threads := fs.String("threads", "", "comma-separated thread-id patterns (* glob) it may use besides its own threads")
 	fs.StringVar(&o.Audience, "aud", "", "the audience (aud)")

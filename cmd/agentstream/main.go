@@ -98,6 +98,10 @@ type config struct {
 	httpStreamBurst                                                  int
 	commandBytesRate                                                 float64
 	commandMaxDepth, commandMaxValues                                int
+	ingestMaxEvents, ingestMaxEventBytes, ingestBurst                int
+	ingestMaxBatchBytes                                              int64
+	ingestRate                                                       float64
+	maxProducersPerThread                                            int
 	insecure                                                         bool
 	auth                                                             authFlags
 	metricsAddr                                                      string
@@ -176,6 +180,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.httpStreamBurst, "http-stream-burst", transport.DefaultHTTPStreamBurst, "streams one client may open at once above --http-stream-rate")
 	fs.Float64Var(&c.httpCommandRate, "http-command-rate", transport.DefaultHTTPCommandRate, "commands a second one client (its principal with auth on, its IP address without) may send to POST /threads/{id}/commands on average; more get 429 rate_limited")
 	fs.IntVar(&c.httpCommandBurst, "http-command-burst", transport.DefaultHTTPCommandBurst, "commands one client may send at once above --http-command-rate")
+	fs.IntVar(&c.ingestMaxEvents, "ingest-max-events", transport.DefaultIngestMaxEvents, "the most events in one batch a producer publishes (POST /threads/{id}/events); more get 413")
+	fs.IntVar(&c.ingestMaxEventBytes, "ingest-max-event-bytes", transport.DefaultIngestMaxEventBytes, "the largest event in a producer's batch; larger gets 413")
+	fs.Int64Var(&c.ingestMaxBatchBytes, "ingest-max-batch-bytes", transport.DefaultIngestMaxBatchBytes, "the largest body of a producer's batch; larger gets 413")
+	fs.Float64Var(&c.ingestRate, "ingest-rate", transport.DefaultIngestRate, "events a second one producer (its principal with auth on, its IP address without) may publish on average; a batch over it gets 429 and is not appended")
+	fs.IntVar(&c.ingestBurst, "ingest-burst", transport.DefaultIngestBurst, "events one producer may publish at once above --ingest-rate (at least --ingest-max-events)")
+	fs.IntVar(&c.maxProducersPerThread, "max-producers-per-thread", server.DefaultMaxProducersPerThread, "producers a thread remembers the last batch of, so that a batch sent again appends nothing; past it the one used longest ago is forgotten")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
 	fs.StringVar(&c.nodeID, "node-id", "", "with --redis: this node's name among the nodes that share the Redis (random when empty)")
@@ -302,6 +312,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
+		MaxProducersPerThread: c.maxProducersPerThread,
 	}
 	var readyCheck func(context.Context) error
 	registry := prometheus.NewRegistry()
@@ -349,6 +360,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		HTTPStreamRate: c.httpStreamRate, HTTPStreamBurst: c.httpStreamBurst,
 		AuthFailureRate: c.authFailureRate, AuthFailureBurst: c.authFailureBurst, MaxStreamsPerPrincipal: c.maxStreamsPerPrincipal,
 		Decode: protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
+		Ingest: transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
 	})
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)
@@ -551,6 +563,8 @@ func (c config) check() error {
 		{"--http-command-rate", int64(c.httpCommandRate * 1000)}, {"--http-command-burst", int64(c.httpCommandBurst)},
 		{"--http-stream-rate", int64(c.httpStreamRate * 1000)}, {"--http-stream-burst", int64(c.httpStreamBurst)}, {"--command-bytes-rate", int64(c.commandBytesRate)},
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
+		{"--ingest-max-events", int64(c.ingestMaxEvents)}, {"--ingest-max-event-bytes", int64(c.ingestMaxEventBytes)}, {"--ingest-max-batch-bytes", c.ingestMaxBatchBytes},
+		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)},
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},

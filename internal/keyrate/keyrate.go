@@ -37,6 +37,11 @@ func New(perSecond float64, burst int) *Limiter {
 
 // Allow takes a token from key's bucket.
 func (l *Limiter) Allow(key string, now time.Time) bool {
+	return l.AllowN(key, 1, now)
+}
+
+// AllowN takes n tokens from key's bucket, or none when it holds fewer.
+func (l *Limiter) AllowN(key string, n int, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[key]
@@ -51,7 +56,7 @@ func (l *Limiter) Allow(key string, now time.Time) bool {
 		l.buckets[key] = b
 	}
 	b.seen = now
-	return b.lim.AllowN(now, 1)
+	return b.lim.AllowN(now, n)
 }
 
 // Exhausted reports whether key's bucket is empty, without taking a

@@ -1,0 +1,153 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// serverEventSchema is ServerEvent's schema, compiled once, on first use.
+var serverEventSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	if err := c.AddResource("protocol.json", bytes.NewReader(schemaJSON)); err != nil {
+		return nil, err
+	}
+	return c.Compile("protocol.json#/$defs/ServerEvent")
+})
+
+// ProducerEvent is one event a producer publishes: the typed event, and
+// the time it names (milliseconds; 0 when it named none, for the server
+// to stamp).
+type ProducerEvent struct {
+	Event     ServerEventVariant
+	Timestamp uint64
+}
+
+// ProducerEvents reads a producer's batch of events (POST
+// /threads/{id}/events): a JSON array of events, or with ndjson one event
+// per line (blank lines skipped). Each is a protocol event exactly as
+// clients receive it, without seq and event_id (the server assigns them)
+// and with params.timestamp optional; each is checked against the
+// generated JSON Schema of ServerEvent, within d's limits and maxEvents.
+// The first event that fails refuses the whole batch: the ErrorResponse's
+// message starts with its index and the JSON path of the problem
+// (`[2].params.data.delta: ...`). More than maxEvents events, or an event
+// over maxEventBytes, is resource_exhausted.
+func (d Decoder) ProducerEvents(body []byte, ndjson bool, maxEvents, maxEventBytes int) ([]ProducerEvent, *ErrorResponse) {
+	var items [][]byte
+	if ndjson {
+		for rest := body; len(rest) > 0 && len(items) <= maxEvents; {
+			line, after, _ := bytes.Cut(rest, []byte("\n"))
+			if line = bytes.TrimSpace(line); len(line) > 0 {
+				items = append(items, line)
+			}
+			rest = after
+		}
+	} else {
+		// Split only: each event is checked against the limits alone.
+		var raw []json.RawMessage
+		if err := json.Unmarshal(body, &raw); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				return nil, NewError(nil, ErrorCodeInvalidArgument, "a batch of events is a JSON array (or NDJSON with Content-Type application/x-ndjson)")
+			}
+			return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
+		}
+		for _, r := range raw {
+			items = append(items, r)
+		}
+	}
+	if len(items) == 0 {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "the batch holds no event")
+	}
+	if len(items) > maxEvents {
+		return nil, NewError(nil, ErrorCodeResourceExhausted, "a batch holds at most %d events (--ingest-max-events)", maxEvents)
+	}
+	s, err := serverEventSchema()
+	if err != nil {
+		return nil, NewError(nil, ErrorCodeUnknownError, "%v", err)
+	}
+	out := make([]ProducerEvent, 0, len(items))
+	for i, item := range items {
+		if len(item) > maxEventBytes {
+			return nil, NewError(nil, ErrorCodeResourceExhausted, "[%d]: an event is at most %d bytes (--ingest-max-event-bytes), this one has %d", i, maxEventBytes, len(item))
+		}
+		e, errResp := d.producerEvent(s, item)
+		if errResp != nil {
+			errResp.Message = fmt.Sprintf("[%d]%s", i, pathTail(errResp.Message))
+			return nil, errResp
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// pathTail joins an event's error message onto its index: "params.x: ..."
+// becomes ".params.x: ...", and a message about the event itself ": ...".
+func pathTail(msg string) string {
+	if len(msg) > 0 && msg[0] == ':' {
+		return msg
+	}
+	for _, whole := range []string{"event: ", "command: "} {
+		if strings.HasPrefix(msg, whole) {
+			return msg[len(whole)-2:]
+		}
+	}
+	return "." + msg
+}
+
+// producerEvent checks and decodes one event of a batch.
+func (d Decoder) producerEvent(s *jsonschema.Schema, item []byte) (ProducerEvent, *ErrorResponse) {
+	if err := d.Limits.withDefaults().checkJSON(item); err != nil {
+		return ProducerEvent{}, d.refuse(err)
+	}
+	v, errResp := decodeJSON(item)
+	if errResp != nil {
+		errResp.Message = "event: " + errResp.Message
+		return ProducerEvent{}, errResp
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: an event is a JSON object")
+	}
+	for _, assigned := range []string{"seq", "event_id", "eventId"} {
+		if _, has := obj[assigned]; has {
+			return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%s: the server assigns it; leave it out", assigned)
+		}
+	}
+	if m, _ := obj["method"].(string); m == "events.missed" {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "method: %s is the server's own notice", m)
+	}
+	var ts uint64
+	if params, ok := obj["params"].(map[string]any); ok {
+		if t, has := params["timestamp"]; has {
+			if id := commandID(t); id != nil {
+				ts = *id
+			}
+		} else {
+			params["timestamp"] = 0.0 // for the schema; the server stamps it
+		}
+	}
+	if err := s.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%s", describe(ve))
+		}
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%v", err)
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: %v", err)
+	}
+	var e ServerEvent
+	if err := json.Unmarshal(b, &e); err != nil || e.Value == nil {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: not an event this server knows (%v)", err)
+	}
+	return ProducerEvent{Event: e.Value, Timestamp: ts}, nil
+}

@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// ProducerBatch is a batch of events a producer outside the server (an
+// agent in another language, an orchestrator, a job worker) publishes into
+// a thread: the events, in order, each as clients receive it but for its
+// seq and id, which the thread assigns.
+type ProducerBatch struct {
+	// Producer names the producer, for idempotency: with Seq, a batch
+	// sent again (a retry after a lost answer) appends nothing twice.
+	// Empty: no idempotency.
+	Producer string
+	// Seq is the producer's own number of the batch, increasing from one
+	// batch to the next (gaps allowed). A batch whose Seq is not above the
+	// last one the thread took from the producer appends nothing.
+	Seq uint64
+	// Events are appended in order, each published as a run's would be.
+	Events []protocol.ProducerEvent
+}
+
+// PublishResult is what a batch appended: the sequence number and id of
+// each of its events, in order. Duplicate says the batch had been taken
+// before (nothing was appended now); when it was the producer's last one,
+// Seqs and EventIDs are those it was given then, else they are empty.
+type PublishResult struct {
+	Seqs      []uint64 `json:"seqs"`
+	EventIDs  []string `json:"event_ids"`
+	Duplicate bool     `json:"duplicate"`
+}
+
+// producerMark is what a thread remembers of a producer: its last batch
+// and what that batch was given.
+type producerMark struct {
+	seq  uint64
+	last PublishResult
+	used time.Time
+}
+
+// ErrNotTheWriter refuses a batch sent to a node while another node holds
+// the thread's run lease (with a Cluster): only the holder writes it.
+var ErrNotTheWriter = errors.New("server: another node writes this thread")
+
+// Publish appends a producer's batch to a thread, creating the thread if
+// it is new, and delivers it to the thread's subscribers like a run's
+// events: root lifecycle events set the thread's status (agent.getTree),
+// a custom event reaches `custom:NAME`. With a Cluster the node takes the
+// thread's run lease first; while another node holds it the batch is
+// refused (ErrNotTheWriter, naming it). A store that fails midway leaves
+// the events before the failure appended (the result lists them) and
+// returns the error.
+func (s *Server) Publish(ctx context.Context, threadID string, b ProducerBatch) (*PublishResult, error) {
+	if err := s.Unavailable(); err != nil {
+		return nil, err
+	}
+	if len(b.Events) == 0 {
+		return nil, errors.New("server: a batch holds no event")
+	}
+	if c := s.cluster; c != nil {
+		holder, err := s.claim(c, threadID)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if holder != c.Node() {
+			return nil, fmt.Errorf("%w: node %s does, while its run goes on; publish there or retry when it ends", ErrNotTheWriter, holder)
+		}
+	}
+	t, err := s.lockThread(threadID)
+	if err != nil {
+		return nil, err
+	}
+	defer t.mu.Unlock()
+	now := s.cfg.Now()
+	if b.Producer != "" {
+		if m, ok := t.producers[b.Producer]; ok && b.Seq <= m.seq {
+			m.used = now
+			s.metrics.ingestDuplicates.Add(1)
+			if b.Seq == m.seq {
+				r := m.last
+				r.Duplicate = true
+				return &r, nil
+			}
+			return &PublishResult{Seqs: []uint64{}, EventIDs: []string{}, Duplicate: true}, nil
+		}
+	}
+	res := &PublishResult{Seqs: make([]uint64, 0, len(b.Events)), EventIDs: make([]string, 0, len(b.Events))}
+	for _, pe := range b.Events {
+		d := eventData{p: pe.Event, namespace: channels.Namespace(pe.Event.GetNamespace()), ts: pe.Timestamp}
+		if len(d.namespace) == 0 {
+			d.namespace = nil
+		}
+		switch p := pe.Event.(type) {
+		case *protocol.ServerEventCustom:
+			if p.Params.Data.Name != nil {
+				d.name = *p.Params.Data.Name
+			}
+		case *protocol.ServerEventLifecycle:
+			t.setStatus(d.namespace, p.Params.Data.Event, derefString(p.Params.Data.GraphName))
+		}
+		e, err := t.publish(d)
+		if err != nil {
+			s.remember(t, b, res, now)
+			return res, err
+		}
+		res.Seqs = append(res.Seqs, e.Seq)
+		res.EventIDs = append(res.EventIDs, e.EventID())
+	}
+	s.metrics.ingested.Add(uint64(len(b.Events)))
+	s.remember(t, b, res, now)
+	return res, nil
+}
+
+// remember records a producer's batch on the thread, forgetting the
+// producer used longest ago when the thread remembers
+// MaxProducersPerThread. The caller holds t.mu.
+func (s *Server) remember(t *thread, b ProducerBatch, res *PublishResult, now time.Time) {
+	if b.Producer == "" || len(res.Seqs) == 0 {
+		return
+	}
+	if t.producers == nil {
+		t.producers = map[string]*producerMark{}
+	}
+	if _, ok := t.producers[b.Producer]; !ok && len(t.producers) >= s.cfg.MaxProducersPerThread {
+		var oldest string
+		var at time.Time
+		for p, m := range t.producers {
+			if oldest == "" || m.used.Before(at) {
+				oldest, at = p, m.used
+			}
+		}
+		delete(t.producers, oldest)
+		s.metrics.refused.add(LimitProducers)
+	}
+	t.producers[b.Producer] = &producerMark{seq: b.Seq, last: *res, used: now}
+}
