@@ -152,13 +152,12 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 			line += ` -sSf --max-time 3 >"$DIR/stream.out" || [ $? -eq 28 ]`
 		}
 		if strings.Contains(line, `"$AS" serve`) {
-			if !strings.Contains(line, "--addr") {
-				line += " --addr 127.0.0.1:" + ports["2024"]
+			cmd, after, _ := strings.Cut(line, "&") // the server in the background, in any case
+			cmd = strings.TrimSpace(cmd)
+			if !strings.Contains(cmd, "--addr") {
+				cmd += " --addr 127.0.0.1:" + ports["2024"]
 			}
-			if !strings.Contains(line, "&") {
-				line += " &"
-			}
-			line = strings.Replace(line, "&", `>>"$DIR/serve.log" 2>&1 &`, 1)
+			line = cmd + ` >>"$DIR/serve.log" 2>&1 &` + after
 			fmt.Fprintln(&s, line)
 			fmt.Fprintln(&s, "wait_up "+addr.FindStringSubmatch(line)[1])
 			continue
