@@ -888,3 +888,46 @@ func TestKilledNodeClosesItsOpenMessageOnANodeThatNeverFollowedIt(t *testing.T) 
 	cancel()
 	require.Equal(t, 0, <-done)
 }
+
+// TestPublishAcrossTwoNodes: a producer's batch sent to one node reaches a
+// client of the other (through Redis); while a run of the thread goes on
+// on the first node, a batch sent to the second is refused with 409
+// naming the node that writes the thread.
+func TestPublishAcrossTwoNodes(t *testing.T) {
+	rs := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrA, doneA := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--node-id", "a")
+	addrB, doneB := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--node-id", "b")
+	a, b := "http://"+addrA, "http://"+addrB
+	stream, err := http.Post(b+"/threads/pn/stream", "application/json", strings.NewReader(`{"channels": ["custom"]}`))
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	time.Sleep(300 * time.Millisecond) // node b follows the thread
+
+	publish := func(base, body string) (int, string) {
+		r, err := http.Post(base+"/threads/pn/events", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer r.Body.Close()
+		out, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		return r.StatusCode, string(out)
+	}
+	status, out := publish(a, `[{"type": "event", "method": "custom", "params": {"namespace": [], "data": {"name": "p", "payload": 1}}}]`)
+	require.Equal(t, 200, status, out)
+	require.NoError(t, ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
+		return !strings.Contains(f.Data, `"payload":1`)
+	}), "node b's client gets the event published through node a")
+
+	r, err := http.Post(a+"/threads/pn/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 20}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	status, out = publish(b, `[{"type": "event", "method": "custom", "params": {"namespace": [], "data": {"name": "p", "payload": 2}}}]`)
+	require.Equal(t, 409, status, out)
+	require.Contains(t, out, "node a")
+	stream.Body.Close()
+	cancel()
+	require.Equal(t, 0, <-doneA)
+	require.Equal(t, 0, <-doneB)
+}
