@@ -11,14 +11,10 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
-// serverEventSchema is ServerEvent's schema, compiled once, on first use.
-var serverEventSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
-	c := jsonschema.NewCompiler()
-	c.Draft = jsonschema.Draft2020
-	if err := c.AddResource("protocol.json", bytes.NewReader(schemaJSON)); err != nil {
-		return nil, err
-	}
-	return c.Compile("protocol.json#/$defs/ServerEvent")
+// eventSchemas maps each event method to the compiled schema of its
+// event, built once, on first use.
+var eventSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
+	return methodSchemas("ServerEvent")
 })
 
 // ProducerEvent is one event a producer publishes: the typed event, and
@@ -29,17 +25,13 @@ type ProducerEvent struct {
 	Timestamp uint64
 }
 
-// ProducerEvents reads a producer's batch of events (POST
-// /threads/{id}/events): a JSON array of events, or with ndjson one event
-// per line (blank lines skipped). Each is a protocol event exactly as
-// clients receive it, without seq and event_id (the server assigns them)
-// and with params.timestamp optional; each is checked against the
-// generated JSON Schema of ServerEvent, within d's limits and maxEvents.
-// The first event that fails refuses the whole batch: the ErrorResponse's
-// message starts with its index and the JSON path of the problem
-// (`[2].params.data.delta: ...`). More than maxEvents events, or an event
-// over maxEventBytes, is resource_exhausted.
-func (d Decoder) ProducerEvents(body []byte, ndjson bool, maxEvents, maxEventBytes int) ([]ProducerEvent, *ErrorResponse) {
+// SplitBatch splits a producer's batch of events (POST
+// /threads/{id}/events) into its events without reading them: a JSON
+// array of events, or with ndjson one event per line (blank lines
+// skipped). A batch of no event, or of more than maxEvents
+// (resource_exhausted), is refused. Splitting first lets a server count a
+// batch (its rate limit) before it spends on reading it.
+func SplitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, *ErrorResponse) {
 	var items [][]byte
 	if ndjson {
 		for rest := body; len(rest) > 0 && len(items) <= maxEvents; {
@@ -50,7 +42,6 @@ func (d Decoder) ProducerEvents(body []byte, ndjson bool, maxEvents, maxEventByt
 			rest = after
 		}
 	} else {
-		// Split only: each event is checked against the limits alone.
 		var raw []json.RawMessage
 		if err := json.Unmarshal(body, &raw); err != nil {
 			var te *json.UnmarshalTypeError
@@ -69,7 +60,19 @@ func (d Decoder) ProducerEvents(body []byte, ndjson bool, maxEvents, maxEventByt
 	if len(items) > maxEvents {
 		return nil, NewError(nil, ErrorCodeResourceExhausted, "a batch holds at most %d events (--ingest-max-events)", maxEvents)
 	}
-	s, err := serverEventSchema()
+	return items, nil
+}
+
+// ProducerEvents reads the events of a batch (SplitBatch). Each is a
+// protocol event exactly as clients receive it, without seq and event_id
+// (the server assigns them) and with params.timestamp optional; each is
+// checked against the generated JSON Schema of its method's event, within
+// d's limits. The first event that fails refuses the whole batch: the
+// ErrorResponse's message starts with its index and the JSON path of the
+// problem (`[2].params.data.delta: ...`). An event over maxEventBytes is
+// resource_exhausted.
+func (d Decoder) ProducerEvents(items [][]byte, maxEventBytes int) ([]ProducerEvent, *ErrorResponse) {
+	s, err := eventSchemas()
 	if err != nil {
 		return nil, NewError(nil, ErrorCodeUnknownError, "%v", err)
 	}
@@ -103,7 +106,7 @@ func pathTail(msg string) string {
 }
 
 // producerEvent checks and decodes one event of a batch.
-func (d Decoder) producerEvent(s *jsonschema.Schema, item []byte) (ProducerEvent, *ErrorResponse) {
+func (d Decoder) producerEvent(schemas map[string]*jsonschema.Schema, item []byte) (ProducerEvent, *ErrorResponse) {
 	if err := d.Limits.withDefaults().checkJSON(item); err != nil {
 		return ProducerEvent{}, d.refuse(err)
 	}
@@ -121,8 +124,13 @@ func (d Decoder) producerEvent(s *jsonschema.Schema, item []byte) (ProducerEvent
 			return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%s: the server assigns it; leave it out", assigned)
 		}
 	}
-	if m, _ := obj["method"].(string); m == "events.missed" {
-		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "method: %s is the server's own notice", m)
+	method, _ := obj["method"].(string)
+	if method == "events.missed" {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "method: %s is the server's own notice", method)
+	}
+	s, ok := schemas[method]
+	if !ok {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "method: %q is not an event method of the protocol", method)
 	}
 	var ts uint64
 	if params, ok := obj["params"].(map[string]any); ok {
@@ -141,12 +149,10 @@ func (d Decoder) producerEvent(s *jsonschema.Schema, item []byte) (ProducerEvent
 		}
 		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%v", err)
 	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: %v", err)
-	}
+	// The typed event from the bytes themselves: a missing timestamp
+	// decodes as 0, which the server replaces with its own.
 	var e ServerEvent
-	if err := json.Unmarshal(b, &e); err != nil || e.Value == nil {
+	if err := json.Unmarshal(item, &e); err != nil || e.Value == nil {
 		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: not an event this server knows (%v)", err)
 	}
 	return ProducerEvent{Event: e.Value, Timestamp: ts}, nil

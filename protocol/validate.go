@@ -28,6 +28,13 @@ const maxJSInt = 1<<53 - 1
 // schema of its command. It is built once, from the tagged choice that
 // the generator wrote for ClientCommand.
 var commandSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, error) {
+	return methodSchemas("ClientCommand")
+})
+
+// methodSchemas compiles, for the tagged choice def of the embedded schema
+// (a choice told apart by "method"), the schema of each method's variant:
+// a frame is checked against its own method's alone.
+func methodSchemas(def string) (map[string]*jsonschema.Schema, error) {
 	var doc struct {
 		Defs map[string]struct {
 			AllOf []struct {
@@ -53,7 +60,7 @@ var commandSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, erro
 		return nil, fmt.Errorf("protocol: embedded schema: %w", err)
 	}
 	out := map[string]*jsonschema.Schema{}
-	for _, branch := range doc.Defs["ClientCommand"].AllOf {
+	for _, branch := range doc.Defs[def].AllOf {
 		method, ref := branch.If.Properties.Method.Const, branch.Then.Ref
 		if method == "" || ref == "" {
 			continue
@@ -65,10 +72,10 @@ var commandSchemas = sync.OnceValues(func() (map[string]*jsonschema.Schema, erro
 		out[method] = s
 	}
 	if len(out) == 0 {
-		return nil, errors.New("protocol: the embedded schema defines no command")
+		return nil, fmt.Errorf("protocol: the embedded schema defines no %s", def)
 	}
 	return out, nil
-})
+}
 
 // eventStreamRequestSchema is compiled once, on first use: compiling
 // compiles the whole document, which must not happen once per request.

@@ -98,7 +98,25 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	events, errResp := h.decoder.ProducerEvents(body, mt == ndjsonType, h.ingest.MaxEvents, h.ingest.MaxEventBytes)
+	items, errResp := protocol.SplitBatch(body, mt == ndjsonType, h.ingest.MaxEvents)
+	if errResp == nil {
+		// Counted before the events are read: a producer over its rate
+		// costs the split only.
+		client := remoteIP(r.RemoteAddr)
+		if p != nil {
+			client = "principal:" + p.Subject
+		}
+		if !h.ingestLimiter.AllowN(client, len(items), time.Now()) {
+			h.metrics.refuse("ingest_rate")
+			w.Header().Set("Retry-After", "1")
+			httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g events a second from this producer (bursts of %d; --ingest-rate, --ingest-burst); nothing appended, wait and retry", h.ingest.Rate, h.ingest.Burst))
+			return
+		}
+	}
+	var events []protocol.ProducerEvent
+	if errResp == nil {
+		events, errResp = h.decoder.ProducerEvents(items, h.ingest.MaxEventBytes)
+	}
 	if errResp != nil {
 		status := http.StatusBadRequest
 		if errResp.Code == protocol.ErrorCodeResourceExhausted {
@@ -106,16 +124,6 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 			h.metrics.refuse("ingest_events")
 		}
 		httpjson.Write(w, status, errResp)
-		return
-	}
-	client := remoteIP(r.RemoteAddr)
-	if p != nil {
-		client = "principal:" + p.Subject
-	}
-	if !h.ingestLimiter.AllowN(client, len(events), time.Now()) {
-		h.metrics.refuse("ingest_rate")
-		w.Header().Set("Retry-After", "1")
-		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g events a second from this producer (bursts of %d; --ingest-rate, --ingest-burst); nothing appended, wait and retry", h.ingest.Rate, h.ingest.Burst))
 		return
 	}
 	res, err := h.srv.Publish(r.Context(), r.PathValue("id"), server.ProducerBatch{Producer: producer, Seq: producerSeq, Events: events})
