@@ -94,9 +94,6 @@ func (d Decoder) ProducerEvents(items [][]byte, maxEventBytes int) ([]ProducerEv
 // pathTail joins an event's error message onto its index: "params.x: ..."
 // becomes ".params.x: ...", and a message about the event itself ": ...".
 func pathTail(msg string) string {
-	if len(msg) > 0 && msg[0] == ':' {
-		return msg
-	}
 	for _, whole := range []string{"event: ", "command: "} {
 		if strings.HasPrefix(msg, whole) {
 			return msg[len(whole)-2:]

@@ -102,11 +102,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 	if errResp == nil {
 		// Counted before the events are read: a producer over its rate
 		// costs the split only.
-		client := remoteIP(r.RemoteAddr)
-		if p != nil {
-			client = "principal:" + p.Subject
-		}
-		if !h.ingestLimiter.AllowN(client, len(items), time.Now()) {
+		if !h.ingestLimiter.AllowN(clientKey(r, p), len(items), time.Now()) {
 			h.metrics.refuse("ingest_rate")
 			w.Header().Set("Retry-After", "1")
 			httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g events a second from this producer (bursts of %d; --ingest-rate, --ingest-burst); nothing appended, wait and retry", h.ingest.Rate, h.ingest.Burst))

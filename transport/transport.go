@@ -382,10 +382,7 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKin
 // rateOK takes a token from the client's bucket for the route: its
 // principal's with authentication on, its IP address's without.
 func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind, p *auth.Principal) bool {
-	client := remoteIP(r.RemoteAddr)
-	if p != nil {
-		client = "principal:" + p.Subject
-	}
+	client := clientKey(r, p)
 	lim, limit, flags := h.limiter, "http_command_rate", "--http-command-rate, --http-command-burst"
 	what := "commands"
 	if kind == streamRoute {
@@ -398,6 +395,15 @@ func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind,
 	w.Header().Set("Retry-After", "1")
 	httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; %s); wait and retry", float64(lim.Rate), what, lim.Burst, flags))
 	return false
+}
+
+// clientKey names the client a per-client limit counts for: its
+// principal with authentication on, its IP address without.
+func clientKey(r *http.Request, p *auth.Principal) string {
+	if p != nil {
+		return "principal:" + p.Subject
+	}
+	return remoteIP(r.RemoteAddr)
 }
 
 // authenticate returns the principal of the request's credential, or

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -48,23 +47,9 @@ var docsShrink = []struct {
 // Without redis-server the blocks that start one are left out, unless
 // AGENTSTREAM_REQUIRE_REDIS=1.
 func TestDocsCommands(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts servers and runs benchmarks")
-	}
-	for _, tool := range []string{"bash", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-	_, redisErr := exec.LookPath("redis-server")
-	if redisErr != nil && os.Getenv("AGENTSTREAM_REQUIRE_REDIS") == "1" {
-		t.Fatal("redis-server is not installed (apt-get install redis-server)")
-	}
+	bin, redisErr := commandTestSetup(t)
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	bin := filepath.Join(t.TempDir(), "agentstream")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
 
 	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)

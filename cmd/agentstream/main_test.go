@@ -476,15 +476,33 @@ func startProcessNode(t *testing.T, flags ...string) (string, *exec.Cmd) {
 // the survivor's subscription to the thread has taken effect.
 func victimAndSurvivor(t *testing.T, thread, channel string) (victim string, proc *exec.Cmd, survivor string, stream *http.Response, cancel context.CancelFunc, done <-chan int) {
 	t.Helper()
-	rs := redistest.Start(t)
-	victim, proc = startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
-	survivor = "http://" + addr
+	_, victim, proc, survivor, cancel, done = victimAndSurvivorNodes(t)
 	stream, err := http.Post(survivor+"/threads/"+thread+"/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "`+channel+`"]}`))
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
 	return victim, proc, survivor, stream, cancel, done
+}
+
+// victimAndSurvivorNodes is victimAndSurvivor without the stream: the
+// survivor has no client on any thread. It returns Redis too.
+func victimAndSurvivorNodes(t *testing.T) (rs *redistest.Server, victim string, proc *exec.Cmd, survivor string, cancel context.CancelFunc, done <-chan int) {
+	t.Helper()
+	rs = redistest.Start(t)
+	victim, proc = startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
+	return rs, victim, proc, "http://" + addr, cancel, done
+}
+
+// startSlowEcho starts on base an echo run of thread that streams a
+// 200-word message, a word every 50 ms.
+func startSlowEcho(t *testing.T, base, thread string) {
+	t.Helper()
+	words := strings.TrimSpace(strings.Repeat("word ", 200))
+	r, err := http.Post(base+"/threads/"+thread+"/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 50}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
 }
 
 // TestKilledNodeFailsItsRun: kill -9 of the node running a thread's run;
@@ -502,56 +520,38 @@ func TestKilledNodeFailsItsRun(t *testing.T) {
 	}
 	require.Equal(t, 200, post(victim, `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}}`))
 	br := bufio.NewReader(stream.Body)
-	frame := func() (string, string) {
-		var event, data string
-		for {
-			line, err := br.ReadString('\n')
-			require.NoError(t, err)
-			line = strings.TrimRight(line, "\n")
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				data = line[6:]
-			case line == "" && event != "":
-				return event, data
-			}
+	until := func(stop func(f ssetest.Frame) bool) ssetest.Frame { // reads up to the first frame stop takes
+		var last ssetest.Frame
+		require.NoError(t, ssetest.Scan(br, func(f ssetest.Frame) bool { last = f; return !stop(f) }))
+		return last
+	}
+	rootEnd := func(what string) func(f ssetest.Frame) bool {
+		return func(f ssetest.Frame) bool {
+			return f.Event == "lifecycle" && strings.Contains(f.Data, `"namespace":[]`) && strings.Contains(f.Data, `"event":"`+what+`"`)
 		}
 	}
-	for custom := 0; custom < 5; {
-		if ev, _ := frame(); ev == "custom" {
+	custom := 0
+	until(func(f ssetest.Frame) bool {
+		if f.Event == "custom" {
 			custom++
 		}
-	}
+		return custom == 5
+	})
 	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
-	for {
-		ev, data := frame()
-		if ev == "lifecycle" && strings.Contains(data, `"namespace":[]`) && strings.Contains(data, `"event":"failed"`) {
-			require.Contains(t, data, "node lost")
-			break
-		}
-	}
+	require.Contains(t, until(rootEnd("failed")).Data, "node lost")
 	require.Less(t, time.Since(killed), 5*time.Second, "within the lease time and a reap interval")
 	// The thread takes a new run, on the survivor.
 	require.Equal(t, 200, post(survivor, `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 3}}}`))
-	for {
-		ev, data := frame()
-		if ev == "lifecycle" && strings.Contains(data, `"namespace":[]`) && strings.Contains(data, `"event":"completed"`) {
-			break
-		}
-	}
+	until(rootEnd("completed"))
 	stream.Body.Close()
 	cancel()
 	require.Equal(t, 0, <-done)
 }
 
-// sseFrame is one event of an SSE stream.
-type sseFrame struct{ id, event, data string }
-
 // readRunFrames reads a thread's stream from cursor since (GET, every
 // channel) up to and including the end of the n-th run it shows.
-func readRunFrames(t *testing.T, base, thread, since string, runs int) []sseFrame {
+func readRunFrames(t *testing.T, base, thread, since string, runs int) []ssetest.Frame {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -567,10 +567,10 @@ func readRunFrames(t *testing.T, base, thread, since string, runs int) []sseFram
 
 // scanRunFrames reads SSE frames up to and including the end of the n-th
 // run they show.
-func scanRunFrames(br *bufio.Reader, runs int) ([]sseFrame, error) {
-	var out []sseFrame
+func scanRunFrames(br *bufio.Reader, runs int) ([]ssetest.Frame, error) {
+	var out []ssetest.Frame
 	err := ssetest.Scan(br, func(f ssetest.Frame) bool {
-		out = append(out, sseFrame{id: f.ID, event: f.Event, data: f.Data})
+		out = append(out, f)
 		if f.Event == "lifecycle" && strings.Contains(f.Data, `"namespace":[]`) &&
 			(strings.Contains(f.Data, `"event":"completed"`) || strings.Contains(f.Data, `"event":"failed"`)) {
 			runs--
@@ -619,22 +619,22 @@ func TestAllNodesRestarted(t *testing.T) {
 	require.Equal(t, valuesBefore, state(a), "the state outlived both nodes")
 	// A stream opens with a snapshot of the values (no id, a timestamp of
 	// now), then the events from the cursor on.
-	stored := func(fs []sseFrame) []sseFrame {
-		require.Empty(t, fs[0].id)
-		require.Equal(t, "values", fs[0].event)
+	stored := func(fs []ssetest.Frame) []ssetest.Frame {
+		require.Empty(t, fs[0].ID)
+		require.Equal(t, "values", fs[0].Event)
 		return fs[1:]
 	}
 	again := readRunFrames(t, a, "kept", "0", 1)
 	require.Equal(t, stored(before), stored(again), "the events outlived both nodes, byte for byte")
-	last := before[len(before)-1].id
+	last := before[len(before)-1].ID
 	run(b, "after the restart")
 	after := stored(readRunFrames(t, a, "kept", last, 1))
 	epoch, seq, _ := strings.Cut(last, "-")
 	n, err := strconv.Atoi(seq)
 	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1), after[0].id, "the sequence continues, in the same epoch")
+	require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1), after[0].ID, "the sequence continues, in the same epoch")
 	for i, f := range after {
-		require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1+i), f.id)
+		require.Equal(t, fmt.Sprintf("%s-%d", epoch, n+1+i), f.ID)
 	}
 	require.Contains(t, state(b), "after the restart")
 }
@@ -657,7 +657,7 @@ func TestKilledNodeFailsItsUnwatchedRun(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a few events, and a lease renewal
 	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
-	var frames []sseFrame
+	var frames []ssetest.Frame
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -667,8 +667,8 @@ func TestKilledNodeFailsItsUnwatchedRun(t *testing.T) {
 	took := time.Since(killed)
 	t.Logf("the run was failed %v after its node was killed (--lease-ttl 2s)", took)
 	end := frames[len(frames)-1]
-	require.Contains(t, end.data, `"event":"failed"`)
-	require.Contains(t, end.data, "node lost")
+	require.Contains(t, end.Data, `"event":"failed"`)
+	require.Contains(t, end.Data, "node lost")
 	require.Less(t, took, 2*time.Second+500*time.Millisecond, "within the lease time (and the reaper's round trips)")
 	cancel()
 	require.Equal(t, 0, <-done)
@@ -676,7 +676,7 @@ func TestKilledNodeFailsItsUnwatchedRun(t *testing.T) {
 
 // tryRunFrames is the thread's stream from the start up to the end of its
 // first run, or nil when it does not end before ctx does.
-func tryRunFrames(ctx context.Context, base, thread string) []sseFrame {
+func tryRunFrames(ctx context.Context, base, thread string) []ssetest.Frame {
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/threads/"+thread+"/stream?since=0", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -735,7 +735,7 @@ func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
 	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
 	time.Sleep(100 * time.Millisecond)
 	rs.Resume()
-	var all []sseFrame
+	var all []ssetest.Frame
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -744,8 +744,8 @@ func TestStalledRedisAndKilledNodeNeverReuseAnID(t *testing.T) {
 	}, 15*time.Second, 200*time.Millisecond, "the survivor ends the run")
 	byID := map[string]string{}
 	for _, f := range all {
-		if f.id != "" {
-			byID[f.id] = f.data
+		if f.ID != "" {
+			byID[f.ID] = f.Data
 		}
 	}
 	mu.Lock()
@@ -801,13 +801,9 @@ func TestConsoleLogHasNoColourOffATerminal(t *testing.T) {
 func TestKilledNodeClosesItsOpenMessage(t *testing.T) {
 	victim, proc, _, stream, cancel, done := victimAndSurvivor(t, "km", "messages")
 	defer stream.Body.Close()
-	words := strings.TrimSpace(strings.Repeat("word ", 200))
-	r, err := http.Post(victim+"/threads/km/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 50}}}`))
-	require.NoError(t, err)
-	r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
+	startSlowEcho(t, victim, "km")
 	deltas, closed := 0, false
-	err = ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
+	err := ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
 		switch {
 		case f.Event == "messages" && strings.Contains(f.Data, `"content-block-delta"`):
 			if deltas++; deltas == 5 {
@@ -835,20 +831,11 @@ func TestKilledNodeClosesItsOpenMessage(t *testing.T) {
 // the run's events: it learns what the run left open from the stream when
 // it ends the lost run, and ends the message (node_lost) before the run.
 func TestKilledNodeClosesItsOpenMessageOnANodeThatNeverFollowedIt(t *testing.T) {
-	rs := redistest.Start(t)
-	victim, proc := startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
-	survivor := "http://" + addr
-
+	rs, victim, proc, survivor, cancel, done := victimAndSurvivorNodes(t)
 	stream, err := http.Post(victim+"/threads/kn/stream", "application/json", strings.NewReader(`{"channels": ["messages"]}`))
 	require.NoError(t, err)
 	defer stream.Body.Close()
-	words := strings.TrimSpace(strings.Repeat("word ", 200))
-	r, err := http.Post(victim+"/threads/kn/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 50}}}`))
-	require.NoError(t, err)
-	r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
+	startSlowEcho(t, victim, "kn")
 	deltas := 0
 	require.NoError(t, ssetest.Scan(bufio.NewReader(stream.Body), func(f ssetest.Frame) bool {
 		if strings.Contains(f.Data, `"content-block-delta"`) {

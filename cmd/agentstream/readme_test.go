@@ -54,6 +54,31 @@ func shBlocks(t *testing.T, path string) [][]string {
 	return blocks
 }
 
+// commandTestSetup readies a test that runs documented shell commands: it
+// skips under -short or without bash and curl, fails without
+// redis-server when AGENTSTREAM_REQUIRE_REDIS=1 (else redisErr says it is
+// missing, for the test to leave its blocks out), and builds the binary
+// the commands run for `go run ./cmd/agentstream`.
+func commandTestSetup(t *testing.T) (bin string, redisErr error) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts servers")
+	}
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	_, redisErr = exec.LookPath("redis-server")
+	if redisErr != nil && os.Getenv("AGENTSTREAM_REQUIRE_REDIS") == "1" {
+		t.Fatal("redis-server is not installed (apt-get install redis-server)")
+	}
+	bin = filepath.Join(t.TempDir(), "agentstream")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin, redisErr
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,22 +98,8 @@ func freePort(t *testing.T) string {
 // same calls). Without redis-server the Redis block is left out, unless
 // AGENTSTREAM_REQUIRE_REDIS=1.
 func TestReadmeCommands(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts servers")
-	}
-	for _, tool := range []string{"bash", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-	_, redisErr := exec.LookPath("redis-server")
-	if redisErr != nil && os.Getenv("AGENTSTREAM_REQUIRE_REDIS") == "1" {
-		t.Fatal("redis-server is not installed (apt-get install redis-server)")
-	}
+	bin, redisErr := commandTestSetup(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "agentstream")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
 
 	ports := map[string]string{"2024": freePort(t), "2101": freePort(t), "2102": freePort(t), "6390": freePort(t)}
 	var script strings.Builder
