@@ -241,6 +241,11 @@ func (gg *goGen) writeKindSum(d *Decl, id string, vs []kindVariant, seen map[str
 	gg.q("}")
 	gg.q("return nil, cddlrt.WrongKind(%q, k)", id)
 	gg.q("}")
+	if hasNull {
+		gg.q("")
+		gg.q("// CDDLAdmitsNull tells strict decoding that %s may be null.", id)
+		gg.q("func (%s) CDDLAdmitsNull() bool { return true }", id)
+	}
 	gg.flushQ()
 	gg.validateUnion(d, id, hasNull, false)
 }

@@ -81,12 +81,18 @@ func (gg *goGen) validates(name string) bool {
 // membersDecl writes the Members of struct d for strict decoding.
 func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
 	gg.use(impRT)
-	var req, known []string
+	var req, known, nullable, unchecked []string
 	for _, f := range s.Fields {
 		w := strconv.Quote(gg.wireName(f))
 		known = append(known, w)
 		if !f.Optional {
 			req = append(req, w)
+		}
+		if gg.m.AdmitsNull(f.Shape) {
+			nullable = append(nullable, w)
+		}
+		if gg.unchecked(d, f.Shape, map[string]bool{}) {
+			unchecked = append(unchecked, w)
 		}
 	}
 	lname := lowerFirst(id) + "Members"
@@ -103,6 +109,12 @@ func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
 		together = ", Together: [][]string{" + strings.Join(gs, ", ") + "}"
 	}
 	gg.q("")
+	if len(nullable) > 0 {
+		together += ", Nullable: []string{" + strings.Join(nullable, ", ") + "}"
+	}
+	if len(unchecked) > 0 {
+		together += ", Unchecked: []string{" + strings.Join(unchecked, ", ") + "}"
+	}
 	gg.q("var %s = cddlrt.Members{Rule: %q, Required: []string{%s}, Known: []string{%s}, Open: %v%s}", lname, d.Name,
 		strings.Join(req, ", "), strings.Join(known, ", "), s.Rest != nil, together)
 	gg.q("")
@@ -111,6 +123,64 @@ func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
 	gg.q("return &%s", lname)
 	gg.q("}")
 	gg.flushQ()
+}
+
+// unchecked reports whether the Go type of shape s (of a member of d)
+// cannot hold what s allows and refuses, short of a generated type that
+// checks itself (a struct or a union told apart by a member): a choice
+// typed any, anywhere inside s, through arrays, maps, aliases and the
+// variants of unions told apart by kind. Strict decoding leaves such a
+// member to the JSON Schema (cddlrt.Members.Unchecked).
+func (gg *goGen) unchecked(d *Decl, s *Shape, seen map[string]bool) bool {
+	switch s.Kind {
+	case KAny:
+		return false
+	case KNever, KNull, KUndefined, KTuple:
+		return true
+	case KArray, KMap:
+		return gg.unchecked(d, s.Elem, seen)
+	case KRef:
+		rd := gg.m.Decl(s.Ref)
+		if rd == nil || seen[s.Ref] {
+			return false
+		}
+		seen[s.Ref] = true
+		switch gg.form(rd) {
+		case "struct", "sum", "enum":
+			return false // checked by its own Members and Validate
+		case "any":
+			return true
+		case "kind":
+			for _, a := range rd.Shape.Alts {
+				if a.Kind != KNull && gg.unchecked(rd, a, seen) {
+					return true
+				}
+			}
+			return false
+		}
+		return gg.unchecked(rd, rd.Shape, seen)
+	case KUnion:
+		if inner, ok := s.Nullable(); ok {
+			return gg.unchecked(d, inner, seen)
+		}
+		gg.mute++
+		t := gg.goType(d, s)
+		gg.mute--
+		if t == "any" {
+			for _, a := range s.Alts {
+				if a.Kind != KAny {
+					return true
+				}
+			}
+			return false
+		}
+		for _, a := range s.Alts {
+			if gg.unchecked(d, a, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // validateStruct writes struct d's Validate.

@@ -281,6 +281,35 @@ func (s *Shape) Nullable() (inner *Shape, ok bool) {
 	return nil, false
 }
 
+// AdmitsNull reports whether null is a value of shape s: null itself,
+// any, or a choice one of whose alternatives admits it, through named
+// rules.
+func (m *Model) AdmitsNull(s *Shape) bool {
+	seen := map[string]bool{}
+	var admits func(s *Shape) bool
+	admits = func(s *Shape) bool {
+		switch s.Kind {
+		case KNull, KAny:
+			return true
+		case KRef:
+			d := m.byName[s.Ref]
+			if d == nil || seen[s.Ref] {
+				return false
+			}
+			seen[s.Ref] = true
+			return admits(d.Shape)
+		case KUnion:
+			for _, a := range s.Alts {
+				if admits(a) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return admits(s)
+}
+
 // NestedDiscriminator tells apart the alternatives of union u in two
 // levels, where [Model.Discriminator] finds no member that tells all the
 // leaf variants apart: a member whose value is a distinct text literal in

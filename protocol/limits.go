@@ -103,9 +103,17 @@ func (l DecodeLimits) checkJSON(data []byte) error {
 // errCBORTruncated is a CBOR item that runs past the end of its frame.
 var errCBORTruncated = errors.New("an item runs past the end of the frame")
 
+// NoJSONError is a CBOR frame holding an item that has no JSON equivalent:
+// a command means the same in both encodings.
+type NoJSONError struct{ What string }
+
+func (e *NoJSONError) Error() string { return e.What + ", which has no JSON equivalent" }
+
 // checkCBOR walks one CBOR item once, without decoding it, and refuses one
-// deeper or with more values than l allows, truncated, or followed by more
-// bytes.
+// deeper or with more values than l allows, truncated, followed by more
+// bytes, or holding an item JSON cannot say (a byte string, a tag, a
+// simple value other than false, true and null, a NaN or infinite float,
+// a map key that is not text): a *NoJSONError.
 func (l DecodeLimits) checkCBOR(data []byte) error {
 	end, err := l.scanCBOR(data)
 	if err == nil && end != len(data) {
@@ -118,8 +126,10 @@ func (l DecodeLimits) checkCBOR(data []byte) error {
 // ends.
 func (l DecodeLimits) scanCBOR(data []byte) (int, error) {
 	// pending[k] is how many items the k-th open container still holds
-	// (-1: indefinite length, ended by a break byte).
+	// (-1: indefinite length, ended by a break byte); keys[k] is set for a
+	// map and counts its items read so far, for telling keys from values.
 	pending := make([]int64, 0, 8)
+	keys := make([]int64, 0, 8)
 	values := 0
 	pos := 0
 	for {
@@ -130,6 +140,7 @@ func (l DecodeLimits) scanCBOR(data []byte) (int, error) {
 		if data[pos] == 0xff && len(pending) > 0 && pending[len(pending)-1] == -1 {
 			pos++
 			pending = pending[:len(pending)-1]
+			keys = keys[:len(keys)-1] // the parent counts it below
 		} else {
 			values++
 			if values > l.MaxValues {
@@ -137,6 +148,9 @@ func (l DecodeLimits) scanCBOR(data []byte) (int, error) {
 			}
 			major, arg, indefinite, next, err := cborHead(data, pos)
 			if err != nil {
+				return 0, err
+			}
+			if err := jsonEquivalent(data, pos, major, keys); err != nil {
 				return 0, err
 			}
 			pos = next
@@ -160,24 +174,78 @@ func (l DecodeLimits) scanCBOR(data []byte) (int, error) {
 					}
 				}
 				pending = append(pending, count)
+				if major == 5 {
+					keys = append(keys, 0)
+				} else {
+					keys = append(keys, -1)
+				}
 				opened = true // its items are counted as they are read
 			case 6: // a tag: the item it tags follows
 				continue
 			}
 		}
-		if !opened && len(pending) > 0 && pending[len(pending)-1] > 0 {
-			pending[len(pending)-1]-- // one item of the open container was read
+		if !opened && len(pending) > 0 {
+			if pending[len(pending)-1] > 0 {
+				pending[len(pending)-1]-- // one item of the open container was read
+			}
+			if keys[len(keys)-1] >= 0 {
+				keys[len(keys)-1]++
+			}
 		}
 		for len(pending) > 0 && pending[len(pending)-1] == 0 {
 			pending = pending[:len(pending)-1] // a container ended: one item of its parent
+			keys = keys[:len(keys)-1]
 			if len(pending) > 0 && pending[len(pending)-1] > 0 {
 				pending[len(pending)-1]--
+			}
+			if len(keys) > 0 && keys[len(keys)-1] >= 0 {
+				keys[len(keys)-1]++
 			}
 		}
 		if len(pending) == 0 {
 			return pos, nil
 		}
 	}
+}
+
+// jsonEquivalent refuses the CBOR item whose head is at pos (of major
+// type major) when JSON has nothing like it; keys says, for the innermost
+// open container, whether it is a map and how many of its items were read
+// (an even count: this item is a key).
+func jsonEquivalent(data []byte, pos int, major byte, keys []int64) error {
+	if n := len(keys); n > 0 && keys[n-1] >= 0 && keys[n-1]%2 == 0 && major != 3 {
+		return &NoJSONError{What: "a map key that is not text"}
+	}
+	switch major {
+	case 2:
+		return &NoJSONError{What: "a byte string"}
+	case 6:
+		return &NoJSONError{What: "a tag"}
+	case 7:
+		switch info := data[pos] & 0x1f; info {
+		case 20, 21, 22: // false, true, null
+		case 25, 26, 27:
+			if nonFinite(data[pos+1:], info) {
+				return &NoJSONError{What: "a NaN or infinite number"}
+			}
+		default:
+			return &NoJSONError{What: fmt.Sprintf("the simple value %d", info)}
+		}
+	}
+	return nil
+}
+
+// nonFinite reports whether the half (info 25), single (26) or double
+// (27) precision float at the start of b is NaN or infinite: its exponent
+// bits are all set.
+func nonFinite(b []byte, info byte) bool {
+	switch info {
+	case 25:
+		return len(b) >= 2 && binary.BigEndian.Uint16(b)&0x7c00 == 0x7c00
+	case 26:
+		return len(b) >= 4 && binary.BigEndian.Uint32(b)&0x7f800000 == 0x7f800000
+	}
+	return len(b) >= 8 && binary.BigEndian.Uint64(b)&0x7ff0000000000000 == 0x7ff0000000000000
 }
 
 // cborString skips a string's content starting at pos: its length, or its

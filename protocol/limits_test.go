@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -54,16 +55,26 @@ func TestDecodeLimitsCBOR(t *testing.T) {
 	cases := []struct {
 		name    string
 		frame   []byte
-		refused string // "" accepted, "depth"/"values" a limit, "malformed" anything else
+		refused string // "" accepted, "depth"/"values" a limit, "nojson" no JSON equivalent, "malformed" anything else
 	}{
-		{"a command", enc(map[string]any{"id": 1, "method": "run.start", "params": map[string]any{"input": []any{1.5, "x", true, nil, []byte{1}}}}), ""},
+		{"a command", enc(map[string]any{"id": 1, "method": "run.start", "params": map[string]any{"input": []any{1.5, "x", true, nil, float32(2), "k"}}}), ""},
 		{"depth at the limit", enc([]any{[]any{[]any{[]any{1}}}}), ""},
 		{"one deeper", enc([]any{[]any{[]any{[]any{[]any{1}}}}}), "depth"},
 		{"values at the limit", enc(make([]any, 19)), ""},
 		{"one more value", enc(make([]any, 20)), "values"},
 		{"map pairs count twice", enc(map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7, "h": 8, "i": 9, "j": 10}), "values"},
 		{"indefinite lengths", indefinite, ""},
-		{"a tag", enc(cbor.Tag{Number: 1, Content: 5}), ""},
+		{"a tag", enc(cbor.Tag{Number: 1, Content: 5}), "nojson"},
+		{"a byte string", enc(map[string]any{"input": []byte{1}}), "nojson"},
+		{"NaN", enc([]any{math.NaN()}), "nojson"},
+		{"an infinite half float", []byte{0x81, 0xf9, 0x7c, 0x00}, "nojson"},
+		{"a finite half float", []byte{0x81, 0xf9, 0x3c, 0x00}, ""},
+		{"undefined", []byte{0x81, 0xf7}, "nojson"},
+		{"a simple value", []byte{0x81, 0xf8, 0x20}, "nojson"},
+		{"an integer key", enc(map[int]string{1: "x"}), "nojson"},
+		{"an integer key after a text one", []byte{0xa2, 0x61, 'a', 0x01, 0x02, 0x03}, "nojson"},
+		{"an integer key in an indefinite map", []byte{0xbf, 0x61, 'a', 0x80, 0x02, 0x03, 0xff}, "nojson"},
+		{"an array value before a text key", []byte{0xbf, 0x61, 'a', 0x9f, 0x01, 0xff, 0x61, 'b', 0x02, 0xff}, ""},
 		{"truncated", enc(map[string]any{"a": "bcdef"})[:5], "malformed"},
 		{"a count larger than the frame", []byte{0x9b, 0, 0, 0, 1, 0, 0, 0, 0}, "malformed"},
 		{"extra bytes", append(enc(1), 1), "malformed"},
@@ -79,6 +90,11 @@ func TestDecodeLimitsCBOR(t *testing.T) {
 				require.Error(t, err)
 				var le *LimitError
 				assert.NotErrorAs(t, err, &le)
+				var nj *NoJSONError
+				assert.NotErrorAs(t, err, &nj)
+			case "nojson":
+				var nj *NoJSONError
+				require.ErrorAs(t, err, &nj)
 			default:
 				var le *LimitError
 				require.ErrorAs(t, err, &le)
@@ -194,10 +210,8 @@ func TestWorstFrameCost(t *testing.T) {
 	t.Logf("largest accepted JSON shape: %d bytes decoded in %v, %d bytes allocated", len(frame), took, alloc)
 	assert.Nil(t, resp)
 	assert.Less(t, alloc, uint64(16<<20))
-	var v any
-	require.NoError(t, json.Unmarshal(frame, &v))
-	cb, err := cbor.Marshal(v)
-	require.NoError(t, err)
+	cb, ok := cborOf(frame) // integers as CBOR integers, as a CBOR client sends them
+	require.True(t, ok)
 	alloc, took = costOf(func() { _, resp = d.CommandCBOR(cb) })
 	t.Logf("largest accepted CBOR shape: %d bytes decoded in %v, %d bytes allocated", len(cb), took, alloc)
 	assert.Nil(t, resp)

@@ -167,6 +167,9 @@ func (MetadataScalar) CDDLVariant(data []byte, isCBOR bool) (any, error) {
 	return nil, cddlrt.WrongKind("MetadataScalar", k)
 }
 
+// CDDLAdmitsNull tells strict decoding that MetadataScalar may be null.
+func (MetadataScalar) CDDLAdmitsNull() bool { return true }
+
 // Validate checks that MetadataScalar holds a variant, and validates it.
 func (u MetadataScalar) Validate() error {
 	if u.Value == nil {
@@ -1501,7 +1504,7 @@ type ToolCall struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var toolCallMembers = cddlrt.Members{Rule: "ToolCall", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true}
+var toolCallMembers = cddlrt.Members{Rule: "ToolCall", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true, Nullable: []string{"id"}}
 
 // CDDLMembers describes ToolCall's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ToolCall) CDDLMembers() *cddlrt.Members {
@@ -1597,7 +1600,7 @@ type ToolCallChunk struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var toolCallChunkMembers = cddlrt.Members{Rule: "ToolCallChunk", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true}
+var toolCallChunkMembers = cddlrt.Members{Rule: "ToolCallChunk", Required: []string{"type", "id", "name", "args"}, Known: []string{"type", "id", "name", "args", "index"}, Open: true, Nullable: []string{"id", "name", "args"}}
 
 // CDDLMembers describes ToolCallChunk's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ToolCallChunk) CDDLMembers() *cddlrt.Members {
@@ -1699,7 +1702,7 @@ type InvalidToolCall struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var invalidToolCallMembers = cddlrt.Members{Rule: "InvalidToolCall", Required: []string{"type", "id", "name", "args", "error"}, Known: []string{"type", "id", "name", "args", "error", "index"}, Open: true}
+var invalidToolCallMembers = cddlrt.Members{Rule: "InvalidToolCall", Required: []string{"type", "id", "name", "args", "error"}, Known: []string{"type", "id", "name", "args", "error", "index"}, Open: true, Nullable: []string{"id", "name", "args", "error"}}
 
 // CDDLMembers describes InvalidToolCall's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (InvalidToolCall) CDDLMembers() *cddlrt.Members {
@@ -1993,7 +1996,7 @@ type ServerToolResult struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var serverToolResultMembers = cddlrt.Members{Rule: "ServerToolResult", Required: []string{"type", "tool_call_id", "status"}, Known: []string{"type", "tool_call_id", "status", "id", "output", "index"}, Open: true}
+var serverToolResultMembers = cddlrt.Members{Rule: "ServerToolResult", Required: []string{"type", "tool_call_id", "status"}, Known: []string{"type", "tool_call_id", "status", "id", "output", "index"}, Open: true, Nullable: []string{"output"}}
 
 // CDDLMembers describes ServerToolResult's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ServerToolResult) CDDLMembers() *cddlrt.Members {
@@ -5314,7 +5317,7 @@ type CommandResponse struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var commandResponseMembers = cddlrt.Members{Rule: "CommandResponse", Required: []string{"type", "id", "result"}, Known: []string{"type", "id", "result", "meta"}, Open: true}
+var commandResponseMembers = cddlrt.Members{Rule: "CommandResponse", Required: []string{"type", "id", "result"}, Known: []string{"type", "id", "result", "meta"}, Open: true, Unchecked: []string{"result"}}
 
 // CDDLMembers describes CommandResponse's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (CommandResponse) CDDLMembers() *cddlrt.Members {
@@ -5383,7 +5386,7 @@ type ErrorResponse struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var errorResponseMembers = cddlrt.Members{Rule: "ErrorResponse", Required: []string{"type", "id", "error", "message"}, Known: []string{"type", "id", "error", "message", "stacktrace", "meta"}, Open: true}
+var errorResponseMembers = cddlrt.Members{Rule: "ErrorResponse", Required: []string{"type", "id", "error", "message"}, Known: []string{"type", "id", "error", "message", "stacktrace", "meta"}, Open: true, Nullable: []string{"id"}}
 
 // CDDLMembers describes ErrorResponse's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ErrorResponse) CDDLMembers() *cddlrt.Members {
@@ -6339,7 +6342,7 @@ type EventValuesParams struct {
 	Data any `json:"data" cbor:"data"`
 }
 
-var eventValuesParamsMembers = cddlrt.Members{Rule: "EventValuesParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+var eventValuesParamsMembers = cddlrt.Members{Rule: "EventValuesParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false, Nullable: []string{"data"}}
 
 // CDDLMembers describes EventValuesParams's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (EventValuesParams) CDDLMembers() *cddlrt.Members {
@@ -6805,7 +6808,7 @@ type EventTasksParams struct {
 	Data any `json:"data" cbor:"data"`
 }
 
-var eventTasksParamsMembers = cddlrt.Members{Rule: "EventTasksParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false}
+var eventTasksParamsMembers = cddlrt.Members{Rule: "EventTasksParams", Required: []string{"namespace", "timestamp", "data"}, Known: []string{"namespace", "timestamp", "data"}, Open: false, Nullable: []string{"data"}}
 
 // CDDLMembers describes EventTasksParams's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (EventTasksParams) CDDLMembers() *cddlrt.Members {
@@ -8798,7 +8801,7 @@ type RunStartParams struct {
 	MultitaskStrategyCamel *MultitaskStrategy `json:"multitaskStrategy,omitempty" cbor:"multitaskStrategy,omitempty"`
 }
 
-var runStartParamsMembers = cddlrt.Members{Rule: "RunStartParams", Required: []string{"assistant_id", "input"}, Known: []string{"assistant_id", "input", "config", "metadata", "langsmith_tracer", "multitask_strategy", "multitaskStrategy"}, Open: false}
+var runStartParamsMembers = cddlrt.Members{Rule: "RunStartParams", Required: []string{"assistant_id", "input"}, Known: []string{"assistant_id", "input", "config", "metadata", "langsmith_tracer", "multitask_strategy", "multitaskStrategy"}, Open: false, Nullable: []string{"input"}}
 
 // CDDLMembers describes RunStartParams's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (RunStartParams) CDDLMembers() *cddlrt.Members {
@@ -11806,7 +11809,7 @@ type ToolStartedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var toolStartedDataMembers = cddlrt.Members{Rule: "ToolStartedData", Required: []string{"event", "tool_call_id", "tool_name"}, Known: []string{"event", "tool_call_id", "tool_name", "input"}, Open: true}
+var toolStartedDataMembers = cddlrt.Members{Rule: "ToolStartedData", Required: []string{"event", "tool_call_id", "tool_name"}, Known: []string{"event", "tool_call_id", "tool_name", "input"}, Open: true, Nullable: []string{"input"}}
 
 // CDDLMembers describes ToolStartedData's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ToolStartedData) CDDLMembers() *cddlrt.Members {
@@ -11962,7 +11965,7 @@ type ToolFinishedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var toolFinishedDataMembers = cddlrt.Members{Rule: "ToolFinishedData", Required: []string{"event", "tool_call_id", "output"}, Known: []string{"event", "tool_call_id", "output"}, Open: true}
+var toolFinishedDataMembers = cddlrt.Members{Rule: "ToolFinishedData", Required: []string{"event", "tool_call_id", "output"}, Known: []string{"event", "tool_call_id", "output"}, Open: true, Nullable: []string{"output"}}
 
 // CDDLMembers describes ToolFinishedData's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ToolFinishedData) CDDLMembers() *cddlrt.Members {
@@ -12398,6 +12401,8 @@ func (u *InputRespondParams) UnmarshalCBOR(data []byte) error {
 
 // Where to go along with a resume (LangGraph's Command(goto=...)): a node,
 // a Send of input to a node, or a list of those for fan-out.
+// (GotoTarget's alternatives are spelled out in Goto so that each kind of
+// value, text, map or array, names one variant.)
 //
 // Its Value is one of GotoText, *RunSend, GotoArray, chosen by the kind of the value (text, number, map, ...).
 type Goto struct {
@@ -12416,7 +12421,7 @@ func (GotoText) isGoto() {}
 func (*RunSend) isGoto() {}
 
 // GotoArray is the array variant of Goto.
-type GotoArray []any
+type GotoArray []GotoTarget
 
 func (GotoArray) isGoto() {}
 
@@ -12525,6 +12530,113 @@ func (u Goto) Validate() error {
 	return nil
 }
 
+// One place to go in a list: a node, or a Send of input to a node.
+//
+// Its Value is one of GotoTargetText, *RunSend, chosen by the kind of the value (text, number, map, ...).
+type GotoTarget struct {
+	// Value is the variant.
+	Value GotoTargetVariant
+}
+
+// GotoTargetVariant is implemented by the variants of GotoTarget.
+type GotoTargetVariant interface{ isGotoTarget() }
+
+// GotoTargetText is the text variant of GotoTarget.
+type GotoTargetText string
+
+func (GotoTargetText) isGotoTarget() {}
+
+func (*RunSend) isGotoTarget() {}
+
+// MarshalJSON encodes the variant.
+func (u GotoTarget) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("GotoTarget", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *GotoTarget) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindText:
+		v := new(GotoTargetText)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindMap:
+		v := new(RunSend)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = v
+		return nil
+	default:
+		return cddlrt.WrongKind("GotoTarget", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u GotoTarget) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("GotoTarget", u.Value, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *GotoTarget) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindText:
+		v := new(GotoTargetText)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindMap:
+		v := new(RunSend)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = v
+		return nil
+	default:
+		return cddlrt.WrongKind("GotoTarget", k)
+	}
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (GotoTarget) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindText:
+		return new(GotoTargetText), nil
+	case k == cddlrt.KindMap:
+		return new(RunSend), nil
+	}
+	return nil, cddlrt.WrongKind("GotoTarget", k)
+}
+
+// Validate checks that GotoTarget holds a variant, and validates it.
+func (u GotoTarget) Validate() error {
+	if u.Value == nil {
+		return cddlrt.Invalid("", "GotoTarget", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
 // Input for one node, sent with a resume.
 type RunSend struct {
 	// The node.
@@ -12533,7 +12645,7 @@ type RunSend struct {
 	Input any `json:"input,omitempty" cbor:"input,omitempty"`
 }
 
-var runSendMembers = cddlrt.Members{Rule: "RunSend", Required: []string{"node"}, Known: []string{"node", "input"}, Open: false}
+var runSendMembers = cddlrt.Members{Rule: "RunSend", Required: []string{"node"}, Known: []string{"node", "input"}, Open: false, Nullable: []string{"input"}}
 
 // CDDLMembers describes RunSend's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (RunSend) CDDLMembers() *cddlrt.Members {
@@ -12568,7 +12680,7 @@ type InputRespondOne struct {
 	Metadata map[string]any `json:"metadata,omitzero" cbor:"metadata,omitzero"`
 }
 
-var inputRespondOneMembers = cddlrt.Members{Rule: "InputRespondOne", Required: []string{"namespace", "interrupt_id", "response"}, Known: []string{"namespace", "interrupt_id", "response", "strict_resume", "update", "goto", "config", "metadata"}, Open: false}
+var inputRespondOneMembers = cddlrt.Members{Rule: "InputRespondOne", Required: []string{"namespace", "interrupt_id", "response"}, Known: []string{"namespace", "interrupt_id", "response", "strict_resume", "update", "goto", "config", "metadata"}, Open: false, Nullable: []string{"response"}}
 
 // CDDLMembers describes InputRespondOne's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (InputRespondOne) CDDLMembers() *cddlrt.Members {
@@ -12673,7 +12785,7 @@ type InputRespondEntry struct {
 	Response    any       `json:"response" cbor:"response"`
 }
 
-var inputRespondEntryMembers = cddlrt.Members{Rule: "InputRespondEntry", Required: []string{"namespace", "interrupt_id", "response"}, Known: []string{"namespace", "interrupt_id", "response"}, Open: false}
+var inputRespondEntryMembers = cddlrt.Members{Rule: "InputRespondEntry", Required: []string{"namespace", "interrupt_id", "response"}, Known: []string{"namespace", "interrupt_id", "response"}, Open: false, Nullable: []string{"response"}}
 
 // CDDLMembers describes InputRespondEntry's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (InputRespondEntry) CDDLMembers() *cddlrt.Members {
@@ -12927,7 +13039,7 @@ type InputRequestedData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var inputRequestedDataMembers = cddlrt.Members{Rule: "InputRequestedData", Required: []string{"interrupt_id", "payload"}, Known: []string{"interrupt_id", "payload"}, Open: true}
+var inputRequestedDataMembers = cddlrt.Members{Rule: "InputRequestedData", Required: []string{"interrupt_id", "payload"}, Known: []string{"interrupt_id", "payload"}, Open: true, Nullable: []string{"payload"}}
 
 // CDDLMembers describes InputRequestedData's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (InputRequestedData) CDDLMembers() *cddlrt.Members {
@@ -13509,7 +13621,7 @@ type StateForkParams struct {
 	Config map[string]any `json:"config,omitzero" cbor:"config,omitzero"`
 }
 
-var stateForkParamsMembers = cddlrt.Members{Rule: "StateForkParams", Required: []string{"checkpoint_id"}, Known: []string{"checkpoint_id", "input", "config"}, Open: false}
+var stateForkParamsMembers = cddlrt.Members{Rule: "StateForkParams", Required: []string{"checkpoint_id"}, Known: []string{"checkpoint_id", "input", "config"}, Open: false, Nullable: []string{"input"}}
 
 // CDDLMembers describes StateForkParams's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (StateForkParams) CDDLMembers() *cddlrt.Members {
@@ -13980,7 +14092,7 @@ type CustomData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var customDataMembers = cddlrt.Members{Rule: "CustomData", Required: []string{"payload"}, Known: []string{"name", "payload"}, Open: true}
+var customDataMembers = cddlrt.Members{Rule: "CustomData", Required: []string{"payload"}, Known: []string{"name", "payload"}, Open: true, Nullable: []string{"payload"}}
 
 // CDDLMembers describes CustomData's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (CustomData) CDDLMembers() *cddlrt.Members {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,10 +171,35 @@ func DecodeCommand(data []byte) (*ClientCommand, *ErrorResponse) {
 }
 
 // Command is DecodeCommand within d's limits.
+//
+// A valid command is decoded once, straight into the generated types, by
+// the strict decoder (cddlrt.DecodeStrictJSON: every member, null, variant
+// and value checked as the schema does; TestStrictDecoderAgreesWithTheSchema
+// holds the two to the same answers). Only a frame the strict decoder
+// refuses is read again through the JSON Schema, whose error names the
+// path and rule a client is told.
 func (d Decoder) Command(data []byte) (*ClientCommand, *ErrorResponse) {
 	if err := d.Limits.withDefaults().checkJSON(data); err != nil {
 		return nil, d.refuse(err)
 	}
+	if !utf8.Valid(data) {
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: not valid UTF-8")
+	}
+	var cmd ClientCommand
+	strictErr := cddlrt.DecodeStrictJSON(data, &cmd)
+	if strictErr == nil && cmd.Value != nil {
+		return &cmd, nil
+	}
+	return d.commandViaSchema(data, strictErr)
+}
+
+// commandViaSchema reads a JSON frame the strict decoder refused (with
+// strictErr) through the JSON Schema, for an error that names what is
+// wrong. A frame the schema accepts is still refused with the strict
+// decoder's reason, unless that reason is only a member the generated
+// types cannot check (cddlrt.ErrUnchecked), which the schema did: then
+// the frame is decoded into its method's variant.
+func (d Decoder) commandViaSchema(data []byte, strictErr error) (*ClientCommand, *ErrorResponse) {
 	// Numbers decode as float64 for validation, which is exact for every
 	// integer the protocol allows (up to 2^53-1); the typed decode below
 	// reads the frame itself.
@@ -205,6 +231,9 @@ func (d Decoder) Command(data []byte) (*ClientCommand, *ErrorResponse) {
 		}
 		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", err)
 	}
+	if strictErr != nil && !errors.Is(strictErr, cddlrt.ErrUnchecked) {
+		return nil, NewError(id, ErrorCodeInvalidArgument, "%v", strictErr)
+	}
 	// The method is known, so decode straight into its variant rather than
 	// through ClientCommand's own dispatch.
 	variant := clientCommandVariants[method]()
@@ -217,10 +246,12 @@ func (d Decoder) Command(data []byte) (*ClientCommand, *ErrorResponse) {
 }
 
 // DecodeCommandCBOR reads one CBOR command frame (the WebSocket's
-// agentstream.cbor subprotocol). The frame is checked by the same schema as
-// JSON, through its JSON form, so it is answered with the same errors; a
-// frame that is not well-formed CBOR, or has no JSON equivalent (byte
-// strings, non-text map keys), is invalid_argument with a null id.
+// agentstream.cbor subprotocol). A valid frame is decoded once by the
+// strict decoder; one it refuses is checked through its JSON form, so it
+// is answered with the same errors as JSON; a frame that is not
+// well-formed CBOR, or has no JSON equivalent (byte strings, tags, simple
+// values other than false, true and null, NaN and infinities, map keys
+// that are not text), is invalid_argument with a null id.
 func DecodeCommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
 	return Decoder{}.CommandCBOR(data)
 }
@@ -232,8 +263,21 @@ func (d Decoder) CommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
 		if errors.As(err, &le) {
 			return nil, d.refuse(err)
 		}
+		var nj *NoJSONError
+		if errors.As(err, &nj) {
+			return nil, NewError(nil, ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
+		}
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
 	}
+	// Every item has a JSON equivalent (checked above), so a command the
+	// strict decoder takes is the command its JSON form is.
+	var cmd ClientCommand
+	if cddlrt.DecodeStrictCBOR(data, &cmd) == nil && cmd.Value != nil {
+		jsonNumbers(reflect.ValueOf(cmd.Value))
+		return &cmd, nil
+	}
+	// Refused, or a CBOR spelling the strict decoder does not take (an
+	// integer written as a float): read its JSON form, as JSON is read.
 	var v any
 	if err := cddlrt.CBORDecMode.Unmarshal(data, &v); err != nil {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed CBOR: %v", err)
@@ -243,6 +287,86 @@ func (d Decoder) CommandCBOR(data []byte) (*ClientCommand, *ErrorResponse) {
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "CBOR without a JSON equivalent: %v", err)
 	}
 	return d.Command(j)
+}
+
+// jsonNumbers turns the numbers a CBOR decode put in values typed any
+// (uint64, int64) into what a JSON decode puts there, so that a command
+// means the same to the server in both encodings: float64 in members typed
+// any (a run's config read as float64, as from JSON), and json.Number, for
+// integers and floats, in a generated type's Extra (kept as decoded from
+// JSON with UseNumber). v is a value reached from a decoded command,
+// changed in place.
+func jsonNumbers(v reflect.Value) { numbersAs(v, false) }
+
+func numbersAs(v reflect.Value, extra bool) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			numbersAs(v.Elem(), extra)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < v.NumField(); i++ {
+			if f := v.Field(i); f.CanSet() {
+				numbersAs(f, extra || (t.Field(i).Name == "Extra" && t.Field(i).Tag.Get("json") == "-"))
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return
+		}
+		for i := 0; i < v.Len(); i++ {
+			numbersAs(v.Index(i), extra)
+		}
+	case reflect.Map:
+		it := v.MapRange()
+		for it.Next() {
+			e := it.Value()
+			if e.Kind() == reflect.Interface && !e.IsNil() {
+				if n, ok := jsonNumber(e.Elem(), extra); ok {
+					v.SetMapIndex(it.Key(), n)
+					continue
+				}
+			}
+			// Maps and slices share their backing store, pointers point.
+			numbersAs(e, extra)
+		}
+	case reflect.Interface:
+		if v.IsNil() {
+			return
+		}
+		if n, ok := jsonNumber(v.Elem(), extra); ok {
+			if v.CanSet() {
+				v.Set(n)
+			}
+			return
+		}
+		numbersAs(v.Elem(), extra)
+	}
+}
+
+// jsonNumber is what a JSON decode would hold for the number in v: a
+// float64, or in an Extra a json.Number.
+func jsonNumber(v reflect.Value, extra bool) (reflect.Value, bool) {
+	var f float64
+	var text string
+	switch v.Kind() {
+	case reflect.Uint64:
+		f, text = float64(v.Uint()), strconv.FormatUint(v.Uint(), 10)
+	case reflect.Int64:
+		f, text = float64(v.Int()), strconv.FormatInt(v.Int(), 10)
+	case reflect.Float64, reflect.Float32:
+		if !extra {
+			return v, false
+		}
+		text = strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	default:
+		return v, false
+	}
+	if extra {
+		return reflect.ValueOf(json.Number(text)), true
+	}
+	return reflect.ValueOf(f), true
 }
 
 // decodeJSON reads a message for validation. Text that is not UTF-8 is

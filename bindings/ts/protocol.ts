@@ -1544,8 +1544,15 @@ export type InputRespondParams = InputRespondOne | InputRespondMany;
 /**
  * Where to go along with a resume (LangGraph's Command(goto=...)): a node,
  * a Send of input to a node, or a list of those for fan-out.
+ * (GotoTarget's alternatives are spelled out in Goto so that each kind of
+ * value, text, map or array, names one variant.)
  */
-export type Goto = string | RunSend | (string | RunSend)[];
+export type Goto = string | RunSend | GotoTarget[];
+
+/**
+ * One place to go in a list: a node, or a Send of input to a node.
+ */
+export type GotoTarget = string | RunSend;
 
 /**
  * Input for one node, sent with a resume.

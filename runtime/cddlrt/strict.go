@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,7 +86,25 @@ type Members struct {
 	// Together lists the optional groups (`? (lat: float, lon: float)`):
 	// the members of each are all present or all absent.
 	Together [][]string
+	// Nullable lists the members whose rule admits null: null for any
+	// other member is refused (a plain decode takes it as the zero value).
+	Nullable []string
+	// Unchecked lists the members whose Go type cannot hold what their rule
+	// allows and refuses (a choice typed any, such as `text / Point`): a
+	// strict decode of a value with one of them present fails with
+	// [ErrUnchecked], for the caller to check that value another way
+	// (the generated JSON Schema).
+	Unchecked []string
 }
+
+// ErrUnchecked is what a strict decode fails with when the value holds a
+// member the generated types cannot check ([Members].Unchecked). The value
+// may be valid: check it with the JSON Schema.
+var ErrUnchecked = errors.New("cddlrt: a member the generated types cannot check")
+
+// nullAdmitter is implemented by generated unions one of whose variants is
+// null.
+type nullAdmitter interface{ CDDLAdmitsNull() bool }
 
 // membered is implemented by generated map types.
 type membered interface{ CDDLMembers() *Members }
@@ -102,9 +121,19 @@ type validator interface{ Validate() error }
 // DecodeStrictJSON decodes data into v (a pointer to a generated type) and
 // checks what the schema requires that a plain decode does not: required
 // members are present (a plain decode gives an absent member its zero
-// value), closed maps have no other members, and v's Validate (ranges,
-// sizes, patterns, enumerations, array lengths). Every error is a
-// *ValidationError naming the JSON path and the rule.
+// value), closed maps have no other members, null only where the rule
+// admits it, a union's value is one of its variants (a union the
+// generator made open, keeping unknown variants for readers, is closed
+// here, as in the JSON Schema), and v's Validate (ranges, sizes, patterns,
+// enumerations, array lengths). Every error is a *ValidationError naming
+// the JSON path and the rule, except that a value holding a member the
+// generated types cannot check fails with an error wrapping
+// [ErrUnchecked].
+//
+// Null is told apart this way: for a member of a generated map, by the
+// rule ([Members].Nullable); for an array element or a map value, by its
+// Go type (a pointer or any admits null, as does a generated union with a
+// null variant); for the value itself, the same.
 func DecodeStrictJSON(data []byte, v any) error { return decodeStrict(jsonCodec, data, v) }
 
 // DecodeStrictCBOR is [DecodeStrictJSON] for CBOR.
@@ -120,13 +149,13 @@ func decodeStrict(c codec, data []byte, v any) error {
 	// by piece finds where.
 	if err := c.unmarshal(data, v); err != nil {
 		w := walker{c: c, locate: true}
-		if werr := w.check(data, rv.Type().Elem(), "", 0); werr != nil {
+		if werr := w.check(data, rv.Type().Elem(), "", 0, admitsNull(rv.Type().Elem())); werr != nil {
 			return werr
 		}
 		return decodeError(err)
 	}
 	w := walker{c: c}
-	if err := w.check(data, rv.Type().Elem(), "", 0); err != nil {
+	if err := w.check(data, rv.Type().Elem(), "", 0, admitsNull(rv.Type().Elem())); err != nil {
 		return err
 	}
 	if val, ok := v.(validator); ok {
@@ -162,10 +191,11 @@ type walker struct {
 	locate bool
 }
 
-// checkMembers walks the encoded value raw with the Go type t it decodes
-// into, checking the members of every generated map type on the way. A
-// union is decoded to learn its variant, whose type the walk goes on with.
-func (w walker) check(raw []byte, t reflect.Type, path string, depth int) error {
+// check walks the encoded value raw with the Go type t it decodes into,
+// checking the members of every generated map type on the way. A union is
+// decoded to learn its variant, whose type the walk goes on with. nullOK
+// tells whether the value may be null.
+func (w walker) check(raw []byte, t reflect.Type, path string, depth int, nullOK bool) error {
 	c := w.c
 	if depth > maxCheckDepth {
 		return Invalid(path, "", "nested deeper than %d levels", maxCheckDepth)
@@ -174,7 +204,10 @@ func (w walker) check(raw []byte, t reflect.Type, path string, depth int) error 
 		t = t.Elem()
 	}
 	if isNull(c, raw) {
-		return nil
+		if nullOK {
+			return nil
+		}
+		return Invalid(path, "", "null is not allowed here")
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -184,9 +217,11 @@ func (w walker) check(raw []byte, t reflect.Type, path string, depth int) error 
 				return At(path, decodeError(err))
 			}
 			if v == nil {
-				return nil // an unknown variant kept as it is, or null
+				// An unknown variant, which an open union keeps for
+				// readers: the schema allows none.
+				return Invalid(path, "", "matches none of the variants of %s", t.Name())
 			}
-			return w.check(raw, reflect.TypeOf(v), path, depth+1)
+			return w.check(raw, reflect.TypeOf(v), path, depth+1, false)
 		}
 		if t.NumField() > 0 && t.Field(0).Name == "Value" && t.Field(0).Type.Kind() == reflect.Interface {
 			// A union of another kind: decode it to find its variant.
@@ -196,9 +231,9 @@ func (w walker) check(raw []byte, t reflect.Type, path string, depth int) error 
 			}
 			variant := pv.Elem().Field(0)
 			if variant.IsNil() {
-				return nil
+				return Invalid(path, "", "matches none of the variants of %s", t.Name())
 			}
-			return w.check(raw, variant.Elem().Type(), path, depth+1)
+			return w.check(raw, variant.Elem().Type(), path, depth+1, false)
 		}
 		if m, ok := reflect.Zero(t).Interface().(membered); ok {
 			if err := w.checkStruct(raw, t, m.CDDLMembers(), path, depth); err != nil {
@@ -207,29 +242,28 @@ func (w walker) check(raw []byte, t reflect.Type, path string, depth int) error 
 		}
 		return w.decodeAt(raw, t, path)
 	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 || (!w.locate && !walkable(t.Elem())) {
+		if t.Elem().Kind() == reflect.Uint8 {
 			return w.decodeAt(raw, t, path)
 		}
 		items, ok := elements(c, raw)
 		if !ok {
 			return nil // not an array: the decode says so
 		}
+		nullOK := admitsNull(t.Elem())
 		for i, it := range items {
-			if err := w.checkValue(it, t.Elem(), Index(path, i), depth+1); err != nil {
+			if err := w.checkValue(it, t.Elem(), Index(path, i), depth+1, nullOK); err != nil {
 				return err
 			}
 		}
 	case reflect.Map:
-		if !w.locate && !walkable(t.Elem()) {
-			return nil
-		}
+		nullOK := admitsNull(t.Elem())
 		keys, vals := []string{}, map[string][]byte{}
 		if c.each(raw, func(k string, v []byte) error { keys = append(keys, k); vals[k] = v; return nil }) != nil {
 			return nil
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			if err := w.checkValue(vals[k], t.Elem(), Join(path, k), depth+1); err != nil {
+			if err := w.checkValue(vals[k], t.Elem(), Join(path, k), depth+1, nullOK); err != nil {
 				return err
 			}
 		}
@@ -242,9 +276,12 @@ func (w walker) check(raw []byte, t reflect.Type, path string, depth int) error 
 // checkValue checks an element of an array or a value of a map: walked
 // when it may hold generated types, else decoded on its own so that a
 // wrong type is reported at its index or key.
-func (w walker) checkValue(raw []byte, t reflect.Type, path string, depth int) error {
+func (w walker) checkValue(raw []byte, t reflect.Type, path string, depth int, nullOK bool) error {
 	if walkable(t) || container(t) {
-		return w.check(raw, t, path, depth)
+		return w.check(raw, t, path, depth, nullOK)
+	}
+	if !nullOK && isNull(w.c, raw) {
+		return Invalid(path, "", "null is not allowed here")
 	}
 	if !w.locate {
 		return nil
@@ -305,6 +342,23 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 			return Invalid(path, m.Rule, "members '%s' go together: all or none", strings.Join(grp, "', '"))
 		}
 	}
+	for _, k := range m.Unchecked {
+		if _, ok := present[k]; ok {
+			return fmt.Errorf("%s: %w", Join(path, k), ErrUnchecked)
+		}
+	}
+	if m.Open {
+		// A plain decode (encoding/json) matches member names without
+		// regard to case, so an unknown member spelled like a known one
+		// would be decoded into it, unchecked: refuse it.
+		for k := range present {
+			for _, n := range m.Known {
+				if k != n && strings.EqualFold(k, n) && !slices.Contains(m.Known, k) {
+					return Invalid(Join(path, k), m.Rule, "member names are case-sensitive: '%s' is not '%s'", k, n)
+				}
+			}
+		}
+	}
 	if !m.Open {
 		var extra []string
 		for k := range present {
@@ -324,19 +378,38 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 			return Invalid(path, m.Rule, "members not allowed: %s", strings.Join(extra, ", "))
 		}
 	}
+	for _, k := range m.Known {
+		if v, ok := present[k]; ok && isNull(c, v) && !slices.Contains(m.Nullable, k) {
+			return Invalid(Join(path, k), m.Rule, "null is not allowed here")
+		}
+	}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if !f.IsExported() || name == "" || name == "-" || (!walkable(f.Type) && !(w.locate && container(f.Type))) {
+		if !f.IsExported() || name == "" || name == "-" || !(walkable(f.Type) || container(f.Type)) {
 			continue
 		}
-		if v, ok := present[name]; ok {
-			if err := w.check(v, f.Type, Join(path, name), depth+1); err != nil {
+		if v, ok := present[name]; ok && !isNull(c, v) {
+			if err := w.check(v, f.Type, Join(path, name), depth+1, true); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// admitsNull reports whether a value of Go type t, as an array element, a
+// map value or a whole value, may be null: a pointer or an interface, or
+// a generated union with a null variant.
+func admitsNull(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return true
+	}
+	if n, ok := reflect.Zero(t).Interface().(nullAdmitter); ok {
+		return n.CDDLAdmitsNull()
+	}
+	return false
 }
 
 // container reports whether t is an array or a map (not a byte string),

@@ -1417,9 +1417,15 @@ ToolsData = Union[ToolStartedData, ToolOutputDeltaData, ToolFinishedData, ToolEr
 InputRespondParams = Union[InputRespondOne, InputRespondMany]
 
 
+# One place to go in a list: a node, or a Send of input to a node.
+GotoTarget = Union[str, RunSend]
+
+
 # Where to go along with a resume (LangGraph's Command(goto=...)): a node,
 # a Send of input to a node, or a list of those for fan-out.
-Goto = Union[str, RunSend, List[Union[str, RunSend]]]
+# (GotoTarget's alternatives are spelled out in Goto so that each kind of
+# value, text, map or array, names one variant.)
+Goto = Union[str, RunSend, List[GotoTarget]]
 
 
 InputMessageRole = Literal["user", "system"]

@@ -18,6 +18,9 @@ class Order(TypedDict):
     version: Literal[2]
     lat: NotRequired[float]
     lon: NotRequired[float]
+    marks: NotRequired[List[Optional[str]]]
+    hint: NotRequired[Union[str, Line]]
+    shape: NotRequired[Shape]
 
 
 class Line(TypedDict):
@@ -25,7 +28,21 @@ class Line(TypedDict):
     count: int
 
 
+class Circle(TypedDict):
+    kind: Literal["circle"]
+    r: float
+
+
+class Square(TypedDict):
+    kind: Literal["square"]
+    side: float
+
+
 Tag = str
 
 
 Status = Literal["open", "closed"]
+
+
+# Open variants: a plain decode keeps an unknown one, a strict one refuses it.
+Shape = Union[Circle, Square]

@@ -13,6 +13,9 @@ export type Order = {
   status?: Status;
   note?: string | null;
   version: 2;
+  marks?: (string | null)[];
+  hint?: string | Line;
+  shape?: Shape;
 } & ({ lat: number; lon: number } | { lat?: never; lon?: never });
 
 export type Tag = string;
@@ -23,3 +26,20 @@ export interface Line {
 }
 
 export type Status = "open" | "closed";
+
+/**
+ * Open variants: a plain decode keeps an unknown one, a strict one refuses it.
+ */
+export type Shape = Circle | Square;
+
+export interface Circle {
+  kind: "circle";
+  r: number;
+  [key: string]: any;
+}
+
+export interface Square {
+  kind: "square";
+  side: number;
+  [key: string]: any;
+}

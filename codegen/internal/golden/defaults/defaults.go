@@ -23,7 +23,7 @@ type Opts struct {
 	Quiet *bool `json:"quiet,omitempty" cbor:"quiet,omitempty"`
 }
 
-var optsMembers = cddlrt.Members{Rule: "Opts", Required: []string{}, Known: []string{"verbose", "color", "label", "retries", "mode", "quiet"}, Open: false}
+var optsMembers = cddlrt.Members{Rule: "Opts", Required: []string{}, Known: []string{"verbose", "color", "label", "retries", "mode", "quiet"}, Open: false, Nullable: []string{"label"}}
 
 // CDDLMembers describes Opts's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (Opts) CDDLMembers() *cddlrt.Members {

@@ -904,7 +904,7 @@ type NotedParamsData struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var notedParamsDataMembers = cddlrt.Members{Rule: "NotedParamsData", Required: []string{"payload", "nothing", "odd key <&>"}, Known: []string{"name", "payload", "score", "tags", "counts", "items", "nothing", "odd key <&>"}, Open: true}
+var notedParamsDataMembers = cddlrt.Members{Rule: "NotedParamsData", Required: []string{"payload", "nothing", "odd key <&>"}, Known: []string{"name", "payload", "score", "tags", "counts", "items", "nothing", "odd key <&>"}, Open: true, Nullable: []string{"payload", "nothing"}}
 
 // CDDLMembers describes NotedParamsData's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (NotedParamsData) CDDLMembers() *cddlrt.Members {

@@ -150,6 +150,9 @@ func (Scalar) CDDLVariant(data []byte, isCBOR bool) (any, error) {
 	return nil, cddlrt.WrongKind("Scalar", k)
 }
 
+// CDDLAdmitsNull tells strict decoding that Scalar may be null.
+func (Scalar) CDDLAdmitsNull() bool { return true }
+
 // Validate checks that Scalar holds a variant, and validates it.
 func (u Scalar) Validate() error {
 	if u.Value == nil {
@@ -804,6 +807,9 @@ func (JSONValue) CDDLVariant(data []byte, isCBOR bool) (any, error) {
 	}
 	return nil, cddlrt.WrongKind("JSONValue", k)
 }
+
+// CDDLAdmitsNull tells strict decoding that JSONValue may be null.
+func (JSONValue) CDDLAdmitsNull() bool { return true }
 
 // Validate checks that JSONValue holds a variant, and validates it.
 func (u JSONValue) Validate() error {

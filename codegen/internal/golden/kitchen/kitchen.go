@@ -254,7 +254,7 @@ type EnvelopeList struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var envelopeListMembers = cddlrt.Members{Rule: "EnvelopeList", Required: []string{"request_id", "op"}, Known: []string{"request_id", "op", "limit", "cursor"}, Open: true}
+var envelopeListMembers = cddlrt.Members{Rule: "EnvelopeList", Required: []string{"request_id", "op"}, Known: []string{"request_id", "op", "limit", "cursor"}, Open: true, Nullable: []string{"cursor"}}
 
 // CDDLMembers describes EnvelopeList's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (EnvelopeList) CDDLMembers() *cddlrt.Members {
@@ -511,7 +511,7 @@ type ListOp struct {
 	Cursor *string `json:"cursor,omitempty" cbor:"cursor,omitempty"`
 }
 
-var listOpMembers = cddlrt.Members{Rule: "ListOp", Required: []string{"op"}, Known: []string{"op", "limit", "cursor"}, Open: false}
+var listOpMembers = cddlrt.Members{Rule: "ListOp", Required: []string{"op"}, Known: []string{"op", "limit", "cursor"}, Open: false, Nullable: []string{"cursor"}}
 
 // CDDLMembers describes ListOp's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ListOp) CDDLMembers() *cddlrt.Members {
@@ -584,7 +584,7 @@ type Item struct {
 	Flags     Flags                `json:"flags" cbor:"flags"`
 }
 
-var itemMembers = cddlrt.Members{Rule: "Item", Required: []string{"id", "kind", "tags", "position", "created_at", "flags"}, Known: []string{"id", "title", "kind", "tags", "scores", "parent", "payload", "meta", "position", "created_at", "flags"}, Open: false}
+var itemMembers = cddlrt.Members{Rule: "Item", Required: []string{"id", "kind", "tags", "position", "created_at", "flags"}, Known: []string{"id", "title", "kind", "tags", "scores", "parent", "payload", "meta", "position", "created_at", "flags"}, Open: false, Unchecked: []string{"position"}}
 
 // CDDLMembers describes Item's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (Item) CDDLMembers() *cddlrt.Members {
@@ -810,6 +810,9 @@ func (MetaValue) CDDLVariant(data []byte, isCBOR bool) (any, error) {
 	}
 	return nil, cddlrt.WrongKind("MetaValue", k)
 }
+
+// CDDLAdmitsNull tells strict decoding that MetaValue may be null.
+func (MetaValue) CDDLAdmitsNull() bool { return true }
 
 // Validate checks that MetaValue holds a variant, and validates it.
 func (u MetaValue) Validate() error {
@@ -1204,7 +1207,7 @@ type ReplyOk struct {
 	Result any `json:"result,omitempty" cbor:"result,omitempty"`
 }
 
-var replyOkMembers = cddlrt.Members{Rule: "ReplyOk", Required: []string{"status"}, Known: []string{"status", "result"}, Open: false}
+var replyOkMembers = cddlrt.Members{Rule: "ReplyOk", Required: []string{"status"}, Known: []string{"status", "result"}, Open: false, Nullable: []string{"result"}}
 
 // CDDLMembers describes ReplyOk's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (ReplyOk) CDDLMembers() *cddlrt.Members {
@@ -1347,7 +1350,7 @@ type Labels struct {
 	Entries []LabelsEntriesItem `json:"entries" cbor:"entries"`
 }
 
-var labelsMembers = cddlrt.Members{Rule: "Labels", Required: []string{"entries"}, Known: []string{"entries"}, Open: false}
+var labelsMembers = cddlrt.Members{Rule: "Labels", Required: []string{"entries"}, Known: []string{"entries"}, Open: false, Unchecked: []string{"entries"}}
 
 // CDDLMembers describes Labels's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (Labels) CDDLMembers() *cddlrt.Members {
@@ -1591,7 +1594,7 @@ type AnswerOne struct {
 	Response   any    `json:"response" cbor:"response"`
 }
 
-var answerOneMembers = cddlrt.Members{Rule: "AnswerOne", Required: []string{"question_id", "response"}, Known: []string{"question_id", "response"}, Open: false}
+var answerOneMembers = cddlrt.Members{Rule: "AnswerOne", Required: []string{"question_id", "response"}, Known: []string{"question_id", "response"}, Open: false, Nullable: []string{"response"}}
 
 // CDDLMembers describes AnswerOne's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (AnswerOne) CDDLMembers() *cddlrt.Members {

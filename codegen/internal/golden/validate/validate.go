@@ -3,26 +3,31 @@
 package validate
 
 import (
+	"encoding/json"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/fxamacker/cbor/v2"
 	"regexp"
 )
 
 // Issue 15: what Validate and the strict decode check.
 type Order struct {
-	ID       string   `json:"id" cbor:"id"`
-	Qty      uint64   `json:"qty" cbor:"qty"`
-	Discount *float64 `json:"discount,omitempty" cbor:"discount,omitempty"`
-	Code     string   `json:"code" cbor:"code"`
-	Tags     []Tag    `json:"tags" cbor:"tags"`
-	Lines    []Line   `json:"lines" cbor:"lines"`
-	Status   *Status  `json:"status,omitempty" cbor:"status,omitempty"`
-	Note     *string  `json:"note,omitempty" cbor:"note,omitempty"`
-	Version  uint64   `json:"version" cbor:"version"`
-	Lat      *float64 `json:"lat,omitempty" cbor:"lat,omitempty"`
-	Lon      *float64 `json:"lon,omitempty" cbor:"lon,omitempty"`
+	ID       string    `json:"id" cbor:"id"`
+	Qty      uint64    `json:"qty" cbor:"qty"`
+	Discount *float64  `json:"discount,omitempty" cbor:"discount,omitempty"`
+	Code     string    `json:"code" cbor:"code"`
+	Tags     []Tag     `json:"tags" cbor:"tags"`
+	Lines    []Line    `json:"lines" cbor:"lines"`
+	Status   *Status   `json:"status,omitempty" cbor:"status,omitempty"`
+	Note     *string   `json:"note,omitempty" cbor:"note,omitempty"`
+	Version  uint64    `json:"version" cbor:"version"`
+	Lat      *float64  `json:"lat,omitempty" cbor:"lat,omitempty"`
+	Lon      *float64  `json:"lon,omitempty" cbor:"lon,omitempty"`
+	Marks    []*string `json:"marks,omitzero" cbor:"marks,omitzero"`
+	Hint     any       `json:"hint,omitempty" cbor:"hint,omitempty"`
+	Shape    *Shape    `json:"shape,omitempty" cbor:"shape,omitempty"`
 }
 
-var orderMembers = cddlrt.Members{Rule: "Order", Required: []string{"id", "qty", "code", "tags", "lines", "version"}, Known: []string{"id", "qty", "discount", "code", "tags", "lines", "status", "note", "version", "lat", "lon"}, Open: false, Together: [][]string{{"lat", "lon"}}}
+var orderMembers = cddlrt.Members{Rule: "Order", Required: []string{"id", "qty", "code", "tags", "lines", "version"}, Known: []string{"id", "qty", "discount", "code", "tags", "lines", "status", "note", "version", "lat", "lon", "marks", "hint", "shape"}, Open: false, Together: [][]string{{"lat", "lon"}}, Nullable: []string{"note"}, Unchecked: []string{"hint"}}
 
 // CDDLMembers describes Order's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (Order) CDDLMembers() *cddlrt.Members {
@@ -80,6 +85,11 @@ func (s Order) Validate() error {
 	}
 	if s.Version != 2 {
 		return cddlrt.Invalid("version", "Order", "must be 2, not %v", s.Version)
+	}
+	if s.Shape != nil {
+		if err := s.Shape.Validate(); err != nil {
+			return cddlrt.At("shape", err)
+		}
 	}
 	return nil
 }
@@ -145,6 +155,210 @@ func (v Status) Validate() error {
 		return cddlrt.Invalid("", "Status", "value must be one of \"open\", \"closed\", not %v", v)
 	}
 	return nil
+}
+
+// Open variants: a plain decode keeps an unknown one, a strict one refuses it.
+//
+// Its Value is one of *Circle, *Square, chosen by member "kind".
+type Shape struct {
+	// Value is the variant.
+	// It is nil when Unknown holds a variant this code does not know.
+	Value ShapeVariant
+	// Unknown holds a variant this code does not know, as it was received,
+	// so that it round-trips.
+	Unknown *cddlrt.RawValue
+}
+
+// ShapeVariant is implemented by the variants of Shape.
+type ShapeVariant interface {
+	isShape()
+	// Kind is the variant's member "kind".
+	Kind() string
+}
+
+func (*Circle) isShape() {}
+
+func (*Circle) Kind() string { return "circle" }
+
+func (*Square) isShape() {}
+
+func (*Square) Kind() string { return "square" }
+
+// Validate checks that Shape holds a variant, and validates it.
+func (u Shape) Validate() error {
+	if u.Value == nil {
+		if u.Unknown != nil {
+			return nil
+		}
+		return cddlrt.Invalid("", "Shape", "no variant is set")
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (Shape) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	return cddlrt.PickVariant(data, isCBOR, "Shape", "kind", shapeVariants, true)
+}
+
+var shapeVariants = cddlrt.Variants[ShapeVariant]{
+	"circle": func() ShapeVariant { return new(Circle) },
+	"square": func() ShapeVariant { return new(Square) },
+}
+
+// MarshalJSON encodes the variant.
+func (u Shape) MarshalJSON() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Shape", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes the variant named by member "kind".
+func (u *Shape) UnmarshalJSON(data []byte) error {
+	v, raw, err := cddlrt.DecodeJSON(data, "Shape", "kind", shapeVariants, true)
+	if err != nil {
+		return err
+	}
+	u.Value, u.Unknown = v, raw
+	return nil
+}
+
+// MarshalCBOR encodes the variant.
+func (u Shape) MarshalCBOR() ([]byte, error) {
+	v, err := cddlrt.EncodeVariant("Shape", u.Value, u.Unknown)
+	if err != nil {
+		return nil, err
+	}
+	return cbor.Marshal(v)
+}
+
+// UnmarshalCBOR decodes the variant named by member "kind".
+func (u *Shape) UnmarshalCBOR(data []byte) error {
+	v, raw, err := cddlrt.DecodeCBOR(data, "Shape", "kind", shapeVariants, true)
+	if err != nil {
+		return err
+	}
+	u.Value, u.Unknown = v, raw
+	return nil
+}
+
+// Circle is generated from CDDL rule "Circle".
+type Circle struct {
+	R float64 `json:"r" cbor:"r"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var circleMembers = cddlrt.Members{Rule: "Circle", Required: []string{"kind", "r"}, Known: []string{"kind", "r"}, Open: true}
+
+// CDDLMembers describes Circle's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Circle) CDDLMembers() *cddlrt.Members {
+	return &circleMembers
+}
+
+// Validate checks what the schema requires of the values of Circle
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Circle) Validate() error {
+	_ = s
+	return nil
+}
+
+// CircleKindValue is the value Circle always has in member "kind".
+const CircleKindValue = "circle"
+
+var circleLiterals = []cddlrt.Literal{{Member: "kind", Value: "circle"}}
+
+var circleKnown = map[string]bool{"kind": true, "r": true}
+
+// MarshalJSON encodes Circle with its literal members and Extra.
+func (s Circle) MarshalJSON() ([]byte, error) {
+	type fields Circle
+	return cddlrt.MarshalJSON((*fields)(&s), circleLiterals, s.Extra)
+}
+
+// UnmarshalJSON decodes Circle, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *Circle) UnmarshalJSON(data []byte) error {
+	type fields Circle
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "Circle", circleLiterals, circleKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes Circle with its literal members and Extra.
+func (s Circle) MarshalCBOR() ([]byte, error) {
+	type fields Circle
+	return cddlrt.MarshalCBOR((*fields)(&s), circleLiterals, s.Extra)
+}
+
+// UnmarshalCBOR decodes Circle, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *Circle) UnmarshalCBOR(data []byte) error {
+	type fields Circle
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Circle", circleLiterals, circleKnown, &s.Extra)
+}
+
+// Square is generated from CDDL rule "Square".
+type Square struct {
+	Side float64 `json:"side" cbor:"side"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var squareMembers = cddlrt.Members{Rule: "Square", Required: []string{"kind", "side"}, Known: []string{"kind", "side"}, Open: true}
+
+// CDDLMembers describes Square's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (Square) CDDLMembers() *cddlrt.Members {
+	return &squareMembers
+}
+
+// Validate checks what the schema requires of the values of Square
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s Square) Validate() error {
+	_ = s
+	return nil
+}
+
+// SquareKindValue is the value Square always has in member "kind".
+const SquareKindValue = "square"
+
+var squareLiterals = []cddlrt.Literal{{Member: "kind", Value: "square"}}
+
+var squareKnown = map[string]bool{"kind": true, "side": true}
+
+// MarshalJSON encodes Square with its literal members and Extra.
+func (s Square) MarshalJSON() ([]byte, error) {
+	type fields Square
+	return cddlrt.MarshalJSON((*fields)(&s), squareLiterals, s.Extra)
+}
+
+// UnmarshalJSON decodes Square, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *Square) UnmarshalJSON(data []byte) error {
+	type fields Square
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "Square", squareLiterals, squareKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes Square with its literal members and Extra.
+func (s Square) MarshalCBOR() ([]byte, error) {
+	type fields Square
+	return cddlrt.MarshalCBOR((*fields)(&s), squareLiterals, s.Extra)
+}
+
+// UnmarshalCBOR decodes Square, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *Square) UnmarshalCBOR(data []byte) error {
+	type fields Square
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "Square", squareLiterals, squareKnown, &s.Extra)
 }
 
 // The patterns Validate checks (.regexp), anchored.

@@ -39,6 +39,12 @@ func TestStrictDecode(t *testing.T) {
 		{`"status": "lost"`, "status", "", "Status: lost: cddlrt: value is not one of the allowed literals"},
 		{`"version": 3`, "version", "Order", "must be 2, not 3"},
 		{`"qty": "three"`, "qty", "", "expected uint64, but got string"},
+		{`"id": null`, "id", "Order", "null is not allowed here"},
+		{`"status": null`, "status", "Order", "null is not allowed here"},
+		{`"tags": [null]`, "tags[0]", "", "null is not allowed here"},
+		{`"lines": [null]`, "lines[0]", "", "null is not allowed here"},
+		{`"shape": {"kind": "hexagon"}`, "shape", "", "matches none of the variants of Shape"},
+		{`"shape": {"kind": "circle", "r": "big"}`, "shape.r", "", "expected float64, but got string"},
 	} {
 		doc := map[string]json.RawMessage{}
 		require.NoError(t, json.Unmarshal([]byte(good), &doc))
@@ -59,6 +65,21 @@ func TestStrictDecode(t *testing.T) {
 	err = cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": [], "version": 2, "lat": 1}`), &o)
 	require.EqualError(t, err, "members 'lat', 'lon' go together: all or none (rule Order)")
 	require.NoError(t, cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": [], "version": 2}`), &o))
+	// Null where the rule admits it, a known variant of an open union.
+	require.NoError(t, cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": [], "version": 2,
+		"note": null, "marks": ["m", null], "shape": {"kind": "square", "side": 2, "color": "red"}}`), &o))
+	require.Equal(t, []*string{ptr("m"), nil}, o.Marks)
+	// A choice typed any is left to the schema: present, the strict decode
+	// says it cannot check it, whether the value is good or not.
+	for _, hint := range []string{`"text"`, `{"sku": "s", "count": 1}`, `12`} {
+		err := cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": [], "version": 2, "hint": `+hint+`}`), &o)
+		require.ErrorIs(t, err, cddlrt.ErrUnchecked, hint)
+		require.ErrorContains(t, err, "hint: ", hint)
+	}
+	// A plain decode keeps an unknown variant of an open union.
+	var plain Order
+	require.NoError(t, json.Unmarshal([]byte(`{"shape": {"kind": "hexagon"}}`), &plain))
+	require.NotNil(t, plain.Shape.Unknown)
 	// A required member left out is missing, not zero.
 	var missing Order
 	err = cddlrt.DecodeStrictJSON([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": []}`), &missing)
@@ -66,3 +87,5 @@ func TestStrictDecode(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(`{"id": "o", "qty": 1, "code": "ABC-1", "tags": ["a"], "lines": []}`), &missing),
 		"a plain decode does not check")
 }
+
+func ptr[T any](v T) *T { return &v }
