@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -47,15 +48,15 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 	fs.Var(&fieldNames, "go-field", "Go: RULE.member=Name names a member's Go field (repeatable), for a type that needs a method of the member's name")
 	root := fs.String("root", "", "JSON Schema: the rule a document must match (default: the first rule, as RFC 8610 has it)")
 	fs.Usage = func() {
-		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl\n\nflags:\n")
+		fmt.Fprintf(usage, "usage: cddlgen [flags] schema.cddl [more.cddl ...]\n\nSeveral files are one specification, read in order (rules may refer to rules of\nany of them); the first names the output.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return CLIOptions{}, err
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() < 1 {
 		fs.Usage()
-		return CLIOptions{}, errors.New("want exactly one schema file")
+		return CLIOptions{}, errors.New("want a schema file")
 	}
 	l, err := ParseLang(*lang)
 	if err != nil {
@@ -66,14 +67,18 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 		return CLIOptions{}, err
 	}
 	return CLIOptions{
-		Input: fs.Arg(0), Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
+		Input: fs.Arg(0), More: fs.Args()[1:], Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
 		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast), GoRoutes: routes.m, GoFieldNames: fieldNames.m},
 	}, nil
 }
 
 // CLIOptions is what the cddlgen command was asked to do.
 type CLIOptions struct {
-	Input  string // the schema file
+	Input string // the schema file
+	// More are further schema files, read after Input as one
+	// specification (RFC 8610 has no import: several files are one
+	// specification by concatenation).
+	More   []string
 	Output string // the output file; "" writes to stdout
 	Check  bool   // compare Output with what would be generated instead of writing
 	Quiet  bool   // do not print warnings
@@ -87,27 +92,34 @@ type CLIOptions struct {
 // schema has errors or --check found a stale file, 2 on a usage or I/O error.
 // Errors print as `file:line:col: message` with the source line and a caret.
 func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
-	src, err := os.ReadFile(o.Input)
+	files, err := readSources(append([]string{o.Input}, o.More...))
 	if err != nil {
 		fmt.Fprintln(stderr, "cddlgen:", err)
 		return 2
 	}
+	src := files.joined()
 	if o.Source == "" {
 		// The file's name, not the path it was given by: the output is
 		// the same from whichever directory the generator runs.
-		o.Source = filepath.Base(o.Input)
+		var names []string
+		for _, n := range append([]string{o.Input}, o.More...) {
+			names = append(names, filepath.Base(n))
+		}
+		o.Source = strings.Join(names, ", ")
 	}
 	if o.ExplainAny {
 		return explainAny(o, src, stdout, stderr)
 	}
 	out, warnings, err := Compile(o.Input, src, o.Options)
 	if err != nil {
-		fmt.Fprint(stderr, FormatError(err, src))
+		fmt.Fprint(stderr, files.formatError(err))
 		return 1
 	}
 	if !o.Quiet {
 		for _, w := range warnings {
-			fmt.Fprintf(stderr, "%s:%s\n", o.Input, strings.TrimPrefix(w.String(), ""))
+			name, line := files.locate(w.Pos.Line)
+			w.Pos.Line = line
+			fmt.Fprintf(stderr, "%s:%s\n", name, w.String())
 		}
 	}
 	if o.Check {
@@ -265,4 +277,69 @@ func (g *goRoutes) Set(s string) error {
 	}
 	g.m[k] = append(g.m[k], paths...)
 	return nil
+}
+
+// sources are the schema files of one specification, in order.
+type sources struct {
+	names []string
+	srcs  [][]byte
+	first []int // the line of the joined text each file starts at (1-based)
+}
+
+func readSources(names []string) (*sources, error) {
+	f := &sources{names: names}
+	line := 1
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+		f.srcs = append(f.srcs, b)
+		f.first = append(f.first, line)
+		line += bytes.Count(b, []byte("\n"))
+	}
+	return f, nil
+}
+
+// joined is the files' text one after the other.
+func (f *sources) joined() []byte {
+	if len(f.srcs) == 1 {
+		return f.srcs[0]
+	}
+	return bytes.Join(f.srcs, nil)
+}
+
+// locate turns a line of the joined text into a file and its own line.
+func (f *sources) locate(line int) (string, int) {
+	i := sort.Search(len(f.first), func(i int) bool { return f.first[i] > line }) - 1
+	if i < 0 {
+		i = 0
+	}
+	return f.names[i], line - f.first[i] + 1
+}
+
+// formatError formats err (found in the joined text) with each error in
+// the file and at the line it is in.
+func (f *sources) formatError(err error) string {
+	var list ErrorList
+	var one *Error
+	switch {
+	case errors.As(err, &list):
+	case errors.As(err, &one):
+		list = ErrorList{one}
+	default:
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range list {
+		name, line := f.locate(e.Pos.Line)
+		local := *e
+		local.File, local.Pos.Line = name, line
+		i := slices.Index(f.names, name)
+		b.WriteString(FormatError(&local, f.srcs[i]))
+	}
+	return b.String()
 }

@@ -135,3 +135,27 @@ func TestCLIExplainAny(t *testing.T) {
 		"  1:1 a: "+AnyInSchema+"\n"+
 		"  3:1 c: a choice of maps without a member that tells them apart\n", out)
 }
+
+// TestCLISeveralFiles: several files are one specification (a rule of
+// the second refers to one of the first), and an error is reported in the
+// file and at the line it is in.
+func TestCLISeveralFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.cddl"), filepath.Join(dir, "b.cddl")
+	require.NoError(t, os.WriteFile(a, []byte("; A thing.\nthing = { name: text }"), 0o644)) // no final newline
+	require.NoError(t, os.WriteFile(b, []byte("; A box.\nbox = { content: thing }\n"), 0o644))
+	out := filepath.Join(dir, "s.go")
+	code, _, stderr := runCLI(t, CLIOptions{Input: a, More: []string{b}, Output: out, Options: Options{Lang: LangGo, Package: "s"}})
+	require.Equal(t, 0, code, stderr)
+	written, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Contains(t, string(written), "from a.cddl, b.cddl.")
+	require.Contains(t, string(written), "Content Thing")
+
+	require.NoError(t, os.WriteFile(b, []byte("; A box.\n\nbox = { content: missing }\n"), 0o644))
+	code, _, stderr = runCLI(t, CLIOptions{Input: a, More: []string{b}, Output: out, Options: Options{Lang: LangGo, Package: "s"}})
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "b.cddl:3:", "the error names the second file and its own line")
+	require.Contains(t, stderr, "box = { content: missing }")
+}

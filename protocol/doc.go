@@ -26,9 +26,9 @@
 // stale.
 package protocol
 
-//go:generate go run ../cmd/cddlgen --quiet --lang go --package protocol --field-case snake --open-unions --go-fast ServerEvent --go-route ServerEvent=params.data.name --go-field ErrorResponse.error=Code --out protocol_gen.go protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --inline-leaves --root Message --out schema.json protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/jsonschema/protocol.schema.json protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang ts --field-case snake --out ../bindings/ts/protocol.ts protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/ts/protocol.schema.json protocol.cddl
-//go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/agentstream_protocol/protocol.py protocol.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang go --package protocol --field-case snake --open-unions --go-fast ServerEvent --go-route ServerEvent=params.data.name --go-field ErrorResponse.error=Code --out protocol_gen.go protocol.cddl worker.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --inline-leaves --root Message --out schema.json protocol.cddl worker.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/jsonschema/protocol.schema.json protocol.cddl worker.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang ts --field-case snake --out ../bindings/ts/protocol.ts protocol.cddl worker.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang jsonschema --field-case snake --root Message --out ../bindings/ts/protocol.schema.json protocol.cddl worker.cddl
+//go:generate go run ../cmd/cddlgen --quiet --lang python --field-case snake --out ../bindings/python/agentstream_protocol/protocol.py protocol.cddl worker.cddl
