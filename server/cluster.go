@@ -351,35 +351,45 @@ func (t *thread) noteRemoteOpen(e *Event) {
 			payload, _ = e.typed()
 		}
 	}
+	if l, ok := payload.(*protocol.ServerEventLifecycle); ok {
+		if len(e.Namespace) == 0 && !openStatus(l.Params.Data.Event) {
+			t.remoteOpen = nil // the run ended: it closed what it had open
+		}
+		return
+	}
+	t.remoteOpen = trackOpen(t.remoteOpen, e.Namespace, e.Seq, payload)
+}
+
+// trackOpen records in open (made when nil) the message or tool call
+// that event payload (published in namespace ns with seq) opens, or
+// forgets the one it ends, and returns open.
+func trackOpen(open map[string]openItem, ns channels.Namespace, seq uint64, payload any) map[string]openItem {
 	switch p := payload.(type) {
 	case *protocol.ServerEventMessages:
-		key := "m" + e.Namespace.Key() + "\x01" + derefString(p.Params.Node)
+		key := "m" + ns.Key() + "\x01" + derefString(p.Params.Node)
 		switch d := p.Params.Data.Value.(type) {
 		case *protocol.MessageStartData:
-			if t.remoteOpen == nil {
-				t.remoteOpen = map[string]openItem{}
+			if open == nil {
+				open = map[string]openItem{}
 			}
-			t.remoteOpen[key] = openItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, id: d.ID, extra: d.Extra, opened: e.Seq}
+			open[key] = openItem{ns: slices.Clone(ns), node: p.Params.Node, id: d.ID, extra: d.Extra, opened: seq}
 		case *protocol.MessageFinishData, *protocol.MessageErrorData:
-			delete(t.remoteOpen, key)
+			delete(open, key)
 		}
 	case *protocol.ServerEventTools:
 		switch d := p.Params.Data.Value.(type) {
 		case *protocol.ToolStartedData:
-			if t.remoteOpen == nil {
-				t.remoteOpen = map[string]openItem{}
+			if open == nil {
+				open = map[string]openItem{}
 			}
-			t.remoteOpen["t"+d.ToolCallID] = openItem{ns: slices.Clone(e.Namespace), node: p.Params.Node, id: d.ToolCallID, tool: true, opened: e.Seq}
+			open["t"+d.ToolCallID] = openItem{ns: slices.Clone(ns), node: p.Params.Node, id: d.ToolCallID, tool: true, opened: seq}
 		case *protocol.ToolFinishedData:
-			delete(t.remoteOpen, "t"+d.ToolCallID)
+			delete(open, "t"+d.ToolCallID)
 		case *protocol.ToolErrorData:
-			delete(t.remoteOpen, "t"+d.ToolCallID)
-		}
-	case *protocol.ServerEventLifecycle:
-		if len(e.Namespace) == 0 && !openStatus(p.Params.Data.Event) {
-			t.remoteOpen = nil // the run ended: it closed what it had open
+			delete(open, "t"+d.ToolCallID)
 		}
 	}
+	return open
 }
 
 // dataEvent is the value of an event's "data":{"event": member as the

@@ -127,6 +127,10 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 		sort.Strings(known)
 		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "params.assistant_id: unknown assistant %q (registered: %s)", p.AssistantID, strings.Join(known, ", "))
 	}
+	if ra, ok := a.(remoteAssistant); ok && s.workers.queueFull(ra.id) {
+		s.metrics.refused.add(LimitQueuedWorkerRuns)
+		return nil, errorResponse(id, protocol.ErrorCodeResourceExhausted, "every worker of assistant %s is busy and %d runs wait for one (--max-queued-worker-runs)", ra.id, s.cfg.MaxQueuedWorkerRuns)
+	}
 	strategy := p.MultitaskStrategy
 	if strategy == nil {
 		strategy = p.MultitaskStrategyCamel

@@ -187,6 +187,12 @@ func (rc *RunContext) Task(data any) error {
 // run.start on the interrupted thread) answers it. It returns the run's
 // cancellation if that comes first.
 func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
+	return rc.interrupt(ctx, payload, nil)
+}
+
+// interrupt is Interrupt, telling ready (when not nil) once the request
+// is out, or why it could not be.
+func (rc *RunContext) interrupt(ctx context.Context, payload any, ready chan<- error) (any, error) {
 	t := rc.r.t
 	in := &interrupt{id: t.srv.cfg.NewID("int_"), ns: slices.Clone(rc.ns), payload: payload, answer: make(chan any, 1)}
 	// The request and the run's interrupted status go out under one lock,
@@ -194,6 +200,9 @@ func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 	t.mu.Lock()
 	if rc.r.over() {
 		t.mu.Unlock()
+		if ready != nil {
+			ready <- ErrRunEnded
+		}
 		return nil, ErrRunEnded
 	}
 	rc.r.pending = append(rc.r.pending, in)
@@ -203,6 +212,9 @@ func (rc *RunContext) Interrupt(ctx context.Context, payload any) (any, error) {
 		_, err = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
 	}
 	t.mu.Unlock()
+	if ready != nil {
+		ready <- err
+	}
 	if err != nil {
 		return nil, err
 	}

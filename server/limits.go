@@ -39,9 +39,14 @@ const (
 	// Config.MaxProducersPerThread to remember (its retry would append
 	// again).
 	LimitProducers Limit = "producers_per_thread"
+	// LimitWorkers: Config.MaxWorkers remote workers connected.
+	LimitWorkers Limit = "workers"
+	// LimitQueuedWorkerRuns: Config.MaxQueuedWorkerRuns runs of one
+	// assistant waiting for a free worker.
+	LimitQueuedWorkerRuns Limit = "queued_worker_runs"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitQueuedWorkerRuns}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

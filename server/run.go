@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,11 @@ type run struct {
 	extra    map[string]any // {"run_id": id}, carried by every message event
 	before   map[string]any // values at the start, for multitask_strategy rollback
 	endCause error          // why the run was stopped from outside, if it was
+	// remote is the worker's side of a run a remote worker serves.
+	remote *remoteRun
+	// rawOpen: the messages and tool calls a worker's events opened and
+	// did not end, to close at the run's end.
+	rawOpen map[string]openItem
 }
 
 // injectCapacity bounds the input waiting for an assistant to read it; a
@@ -229,6 +235,11 @@ func (t *thread) closeOpen(r *run, cause, err error) {
 		t.publishUnfinished(openItem{ns: tc.rc.ns, node: tc.rc.nodeRef, id: id, tool: true}, code, why)
 	}
 	r.openTool = nil
+	items := slices.SortedFunc(maps.Values(r.rawOpen), func(a, b openItem) int { return cmp.Compare(a.opened, b.opened) })
+	r.rawOpen = nil
+	for _, it := range items {
+		t.publishUnfinished(it, code, why)
+	}
 }
 
 // openItem is a message or a tool call a run left open.

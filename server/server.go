@@ -102,6 +102,20 @@ type Config struct {
 	// MaxQueuedRuns caps the runs waiting behind a thread's active run
 	// (multitask_strategy enqueue) (DefaultMaxQueuedRuns, 16).
 	MaxQueuedRuns int
+	// WorkerLease is how long a remote worker may send nothing (a batch or
+	// a heartbeat) before it is taken for lost and its runs fail
+	// (DefaultWorkerLease, 15 s).
+	WorkerLease time.Duration
+	// MaxWorkers caps the remote workers connected at once
+	// (DefaultMaxWorkers, 1,024).
+	MaxWorkers int
+	// MaxRunsPerWorker caps the runs one worker serves at once, whatever
+	// it asks for (DefaultMaxRunsPerWorker, 64).
+	MaxRunsPerWorker int
+	// MaxQueuedWorkerRuns caps the runs of one assistant waiting for a
+	// free worker (DefaultMaxQueuedWorkerRuns, 256); past it run.start is
+	// refused (resource_exhausted).
+	MaxQueuedWorkerRuns int
 	// MaxProducersPerThread caps the producers a thread remembers the
 	// last batch of, for idempotency (Publish); past it the one used
 	// longest ago is forgotten (DefaultMaxProducersPerThread, 1,024).
@@ -163,6 +177,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueuedRuns <= 0 {
 		c.MaxQueuedRuns = DefaultMaxQueuedRuns
 	}
+	if c.WorkerLease <= 0 {
+		c.WorkerLease = DefaultWorkerLease
+	}
+	if c.MaxWorkers <= 0 {
+		c.MaxWorkers = DefaultMaxWorkers
+	}
+	if c.MaxRunsPerWorker <= 0 {
+		c.MaxRunsPerWorker = DefaultMaxRunsPerWorker
+	}
+	if c.MaxQueuedWorkerRuns <= 0 {
+		c.MaxQueuedWorkerRuns = DefaultMaxQueuedWorkerRuns
+	}
 	if c.MaxProducersPerThread <= 0 {
 		c.MaxProducersPerThread = DefaultMaxProducersPerThread
 	}
@@ -220,6 +246,7 @@ type Server struct {
 	queued     atomic.Int64     // bytes queued to open sessions (QueueTotalBytes)
 	queuing    atomic.Int64     // open sessions with something queued
 	assistants map[string]Assistant
+	workers    *workerHub // remote workers and the runs they serve
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,
 	detachedHW compact.Tracker         // so that the sweeper gives their memory back
@@ -242,6 +269,9 @@ type counters struct {
 	// batches taken before, appending nothing, count in ingestDuplicates.
 	ingested         atomic.Uint64
 	ingestDuplicates atomic.Uint64
+	// workersLost counts remote workers lost (lease run out, not reading,
+	// disconnected) and the runs of theirs that failed with them.
+	workersLost atomic.Uint64
 	slowConsumers    atomic.Uint64
 	gaps             atomic.Uint64
 	epochBumps       atomic.Uint64
@@ -264,6 +294,8 @@ type MetricsSnapshot struct {
 	// IngestDuplicates the batches sent again that appended nothing.
 	Ingested         uint64
 	IngestDuplicates uint64
+	// WorkersLost counts the remote workers lost (their runs failed).
+	WorkersLost uint64
 	Replays          uint64 // subscriptions that started with a replay
 	Commands         uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
@@ -309,8 +341,10 @@ func New(cfg Config) *Server {
 		s.writeThrough = wt.WritesThrough()
 		wt.OnWritten(s.written)
 	}
-	s.janitor.Add(1)
+	s.workers = newWorkerHub(s)
+	s.janitor.Add(2)
 	go s.sweep()
+	go s.expireWorkers()
 	if cfg.Engine != nil {
 		if err := cfg.Engine.Start(host{s}); err != nil {
 			s.setUnavailable(fmt.Errorf("starting the engine: %w", err))
@@ -328,6 +362,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		EpochBumps:       s.metrics.epochBumps.Load(),
 		Ingested:         s.metrics.ingested.Load(),
 		IngestDuplicates: s.metrics.ingestDuplicates.Load(),
+		WorkersLost:      s.metrics.workersLost.Load(),
 		Replays:          s.metrics.replays.Load(),
 		Commands:         s.metrics.commands.Load(),
 		Denied:           s.metrics.denied.Load(),
@@ -397,13 +432,21 @@ func (s *Server) Assistants() []string {
 	for id := range s.assistants {
 		out = append(out, id)
 	}
+	for _, id := range s.workers.assistantIDs() {
+		if _, ok := s.assistants[id]; !ok {
+			out = append(out, id)
+		}
+	}
 	return out
 }
 
 func (s *Server) assistant(id string) (Assistant, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	a, ok := s.assistants[id]
+	s.mu.Unlock()
+	if !ok && s.workers.serves(id) {
+		return remoteAssistant{hub: s.workers, id: id}, true
+	}
 	return a, ok
 }
 
@@ -635,6 +678,7 @@ func (s *Server) Close(ctx context.Context) error {
 			ss.end(ErrServerClosed)
 		}
 	}
+	s.workers.closeAll()
 	s.janitor.Wait()
 	done := make(chan struct{})
 	go func() {
@@ -668,6 +712,22 @@ func (s *Server) sweep() {
 			return
 		case <-tick.C:
 			s.SweepNow()
+		}
+	}
+}
+
+// expireWorkers loses the remote workers whose lease ran out, checking
+// four times a lease.
+func (s *Server) expireWorkers() {
+	defer s.janitor.Done()
+	tick := time.NewTicker(max(s.cfg.WorkerLease/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.workers.expire(s.cfg.Now())
 		}
 	}
 }

@@ -79,6 +79,7 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_stream_gaps_total", "Holes in a thread's stream announced to live subscribers with events.missed (events another node published that the store lost).", func(s server.MetricsSnapshot) uint64 { return s.StreamGaps }),
 		counter("agentstream_epoch_bumps_total", "Threads this node took over in a new epoch because Redis restarted since their last writer wrote them (what that writer's clients saw may be lost: their ids are not given to other events).", func(s server.MetricsSnapshot) uint64 { return s.EpochBumps }),
+		counter("agentstream_workers_lost_total", "Remote workers lost (their lease ran out or they did not read what they were sent); their runs failed.", func(s server.MetricsSnapshot) uint64 { return s.WorkersLost }),
 		counter("agentstream_ingested_events_total", "Events producers published into threads (POST /threads/{id}/events).", func(s server.MetricsSnapshot) uint64 { return s.Ingested }),
 		counter("agentstream_ingest_duplicate_batches_total", "Producer batches sent again (the same producer and batch number) that appended nothing.", func(s server.MetricsSnapshot) uint64 { return s.IngestDuplicates }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),

@@ -1,0 +1,290 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
+)
+
+// The worker wire over HTTP (protocol/worker.cddl). Plain HTTP because a
+// worker then needs nothing but its language's standard library (Python's
+// urllib, Node's fetch, Go's net/http); WebSocket clients are not in
+// Python's standard library nor in Node 20's. A worker's events go in
+// batches, so a request carries many of them.
+//
+//	GET  /workers/connect?assistants=a,b&max_runs=N   NDJSON of WorkerMessage
+//	POST /workers/{worker}/runs/{run}                 a batch of WorkerOp
+//	POST /workers/{worker}/heartbeat                  the worker's lease
+
+// WorkerHeader names a worker when it connects again.
+const WorkerHeader = "Agentstream-Worker"
+
+// The bounds of a connect request, and of a write to its stream (a worker
+// that does not read within it is cut; its lease decides its runs).
+const (
+	workerWriteTimeout   = 10 * time.Second
+	maxWorkerAssistants  = 64
+	maxAssistantIDLength = 256
+)
+
+// workerGuard admits a worker's request: the same-site rules of every
+// route that changes state, and with authentication on a producer's or an
+// admin's credential. The principal goes on in the request's context.
+func (h *Handler) workerGuard(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.sameSite(w, r, ingestRoute) {
+			return
+		}
+		if h.auth == nil {
+			next(w, r)
+			return
+		}
+		p, ok := h.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if !p.Admin && !p.Producer {
+			h.metrics.authRefused("permission_denied")
+			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not serve assistants: a producer's credential is needed (a JWT with role producer, an API key listed with producer)", p.Subject))
+			return
+		}
+		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
+	})
+}
+
+// owner is the name a worker's calls are checked against: its principal.
+func owner(r *http.Request) string {
+	if p := auth.FromContext(r.Context()); p != nil {
+		return p.Subject
+	}
+	return ""
+}
+
+// workerConnect serves GET /workers/connect: it registers the worker and
+// streams it what it is sent, one JSON object per line, starting with
+// ready, with a ping when quiet. The stream ends when the worker is lost,
+// when another connection of the same worker takes over, or when the
+// client goes; the worker's runs stay its own until its lease runs out.
+func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
+	var assistants []string
+	for _, a := range strings.Split(r.URL.Query().Get("assistants"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			assistants = append(assistants, a)
+		}
+	}
+	if len(assistants) == 0 || len(assistants) > maxWorkerAssistants {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "assistants: name from 1 to %d assistant ids, comma-separated (?assistants=a,b)", maxWorkerAssistants))
+		return
+	}
+	for _, a := range assistants {
+		if len(a) > maxAssistantIDLength {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "assistants: an assistant id is at most %d bytes", maxAssistantIDLength))
+			return
+		}
+	}
+	maxRuns := 0
+	if v := r.URL.Query().Get("max_runs"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "max_runs: a whole number from 1"))
+			return
+		}
+		maxRuns = n
+	}
+	id := r.Header.Get(WorkerHeader)
+	if len(id) > 256 {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: at most 256 bytes", WorkerHeader))
+		return
+	}
+	wk, err := h.srv.ConnectWorker(server.WorkerHello{ID: id, Owner: owner(r), Assistants: assistants, MaxRuns: maxRuns})
+	if err != nil {
+		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
+		switch {
+		case errors.Is(err, server.ErrTooManyWorkers):
+			h.metrics.refuse(string(server.LimitWorkers))
+			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+		case errors.Is(err, server.ErrNoSuchWorker):
+			status, code = http.StatusForbidden, protocol.ErrorCodePermissionDenied
+		}
+		httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", ndjsonType)
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	lease := h.srv.WorkerLease()
+	heartbeat := max(lease/3, 10*time.Millisecond)
+	write := func(m protocol.WorkerMessageVariant) bool {
+		b, err := json.Marshal(protocol.WorkerMessage{Value: m})
+		if err != nil {
+			return false
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(workerWriteTimeout))
+		if _, err := w.Write(append(b, '\n')); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write(&protocol.WorkerReady{WorkerID: wk.ID(), LeaseMs: protocol.JsUint(lease.Milliseconds()), HeartbeatMs: protocol.JsUint(heartbeat.Milliseconds())}) {
+		return
+	}
+	ping := time.NewTicker(heartbeat)
+	defer ping.Stop()
+	replaced := wk.Replaced()
+	for {
+		select {
+		case m, ok := <-wk.Messages():
+			if !ok {
+				return // lost
+			}
+			if !write(m) {
+				return
+			}
+		case <-ping.C:
+			if !write(&protocol.WorkerPing{}) {
+				return
+			}
+		case <-replaced:
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// workerHeartbeat serves POST /workers/{worker}/heartbeat.
+func (h *Handler) workerHeartbeat(w http.ResponseWriter, r *http.Request) {
+	if err := h.srv.WorkerAlive(r.PathValue("worker"), owner(r)); err != nil {
+		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// workerBatch serves POST /workers/{worker}/runs/{run}: a batch of
+// operations on one of the worker's runs (a JSON array or NDJSON), checked
+// whole before any is applied, then applied in order.
+func (h *Handler) workerBatch(w http.ResponseWriter, r *http.Request) {
+	var seq uint64
+	if v := r.Header.Get(ProducerSeqHeader); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: a whole number from 1", ProducerSeqHeader))
+			return
+		}
+		seq = n
+	}
+	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.ingest.MaxBatchBytes, h.bodyTimeout, "batch of operations")
+	if errResp != nil {
+		if refusal != "" {
+			h.metrics.refuse(refusal)
+		}
+		httpjson.Write(w, status, errResp)
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	items, errResp := protocol.SplitBatch(body, mt == ndjsonType, h.ingest.MaxEvents)
+	if errResp == nil && !h.ingestLimiter.AllowN(clientKey(r, auth.FromContext(r.Context())), len(items), time.Now()) {
+		h.metrics.refuse("ingest_rate")
+		w.Header().Set("Retry-After", "1")
+		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g operations a second from this worker (bursts of %d; --ingest-rate, --ingest-burst); nothing applied, wait and retry", h.ingest.Rate, h.ingest.Burst))
+		return
+	}
+	var ops []server.WorkerOp
+	if errResp == nil {
+		ops, errResp = h.workerOps(items)
+	}
+	if errResp != nil {
+		status := http.StatusBadRequest
+		if errResp.Code == protocol.ErrorCodeResourceExhausted {
+			status = http.StatusRequestEntityTooLarge
+			h.metrics.refuse("ingest_events")
+		}
+		httpjson.Write(w, status, errResp)
+		return
+	}
+	res, err := h.srv.WorkerPublish(r.PathValue("worker"), owner(r), r.PathValue("run"), server.WorkerBatch{Seq: seq, Ops: ops})
+	if err != nil {
+		status, code := http.StatusBadRequest, protocol.ErrorCodeInvalidArgument
+		switch {
+		case errors.Is(err, server.ErrNoSuchWorker):
+			status = http.StatusNotFound
+		case errors.Is(err, server.ErrNotWorkersRun), errors.Is(err, server.ErrRunEnded):
+			status, code = http.StatusConflict, protocol.ErrorCodeNoSuchRun
+		case errors.Is(err, server.ErrWorkerOp):
+		default:
+			status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
+		}
+		e := protocol.NewError(nil, code, "%v", err)
+		if res != nil && len(res.Seqs) > 0 {
+			e.Message += fmt.Sprintf(" (the batch's first %d events were published)", len(res.Seqs))
+		}
+		httpjson.Write(w, status, e)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, res)
+}
+
+// workerOps reads a batch's operations. An emit's event is checked as a
+// producer's event is (the protocol's schema, without seq and event_id);
+// the other operations by the strict decoder of their generated types.
+// The first bad one refuses the batch, its message starting with its
+// index.
+func (h *Handler) workerOps(items [][]byte) ([]server.WorkerOp, *protocol.ErrorResponse) {
+	ops := make([]server.WorkerOp, 0, len(items))
+	for i, item := range items {
+		var head struct {
+			Op    string          `json:"op"`
+			Event json.RawMessage `json:"event"`
+		}
+		if err := json.Unmarshal(item, &head); err != nil {
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: an operation is a JSON object with an \"op\" member (%v)", i, err)
+		}
+		if head.Op == "emit" {
+			var members map[string]json.RawMessage
+			_ = json.Unmarshal(item, &members)
+			for k := range members {
+				if k != "op" && k != "event" {
+					return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d].%s: not a member of an emit operation (rule WorkerEmit)", i, k)
+				}
+			}
+			if len(bytes.TrimSpace(head.Event)) == 0 {
+				return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: missing members: 'event' (rule WorkerEmit)", i)
+			}
+			evs, errResp := h.decoder.ProducerEvents([][]byte{head.Event}, h.ingest.MaxEventBytes)
+			if errResp != nil {
+				errResp.Message = fmt.Sprintf("[%d].event%s", i, strings.TrimPrefix(errResp.Message, "[0]"))
+				return nil, errResp
+			}
+			ops = append(ops, server.WorkerOp{Emit: &evs[0]})
+			continue
+		}
+		var op protocol.WorkerOp
+		if err := cddlrt.DecodeStrictJSON(item, &op); err != nil {
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", cddlrt.At(fmt.Sprintf("[%d]", i), err))
+		}
+		switch v := op.Value.(type) {
+		case *protocol.WorkerInterrupt:
+			ops = append(ops, server.WorkerOp{Interrupt: v})
+		case *protocol.WorkerEnd:
+			ops = append(ops, server.WorkerOp{End: v})
+		default:
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d].op: one of emit, interrupt, end", i)
+		}
+	}
+	return ops, nil
+}
