@@ -102,6 +102,8 @@ type config struct {
 	ingestMaxBatchBytes                                              int64
 	ingestRate                                                       float64
 	maxProducersPerThread                                            int
+	maxWorkers, maxRunsPerWorker, maxQueuedWorkerRuns                int
+	workerLease                                                      time.Duration
 	insecure                                                         bool
 	auth                                                             authFlags
 	metricsAddr                                                      string
@@ -185,6 +187,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.Int64Var(&c.ingestMaxBatchBytes, "ingest-max-batch-bytes", transport.DefaultIngestMaxBatchBytes, "the largest body of a producer's batch; larger gets 413")
 	fs.Float64Var(&c.ingestRate, "ingest-rate", transport.DefaultIngestRate, "events a second one producer (its principal with auth on, its IP address without) may publish on average; a batch over it gets 429 and is not appended")
 	fs.IntVar(&c.ingestBurst, "ingest-burst", transport.DefaultIngestBurst, "events one producer may publish at once above --ingest-rate (at least --ingest-max-events)")
+	fs.DurationVar(&c.workerLease, "worker-lease", server.DefaultWorkerLease, "how long a remote worker may send nothing (a batch or a heartbeat) before it is lost and its runs fail")
+	fs.IntVar(&c.maxWorkers, "max-workers", server.DefaultMaxWorkers, "remote workers connected at once")
+	fs.IntVar(&c.maxRunsPerWorker, "max-runs-per-worker", server.DefaultMaxRunsPerWorker, "runs one remote worker serves at once, whatever it asks for")
+	fs.IntVar(&c.maxQueuedWorkerRuns, "max-queued-worker-runs", server.DefaultMaxQueuedWorkerRuns, "runs of one assistant waiting for a free remote worker; past it run.start is refused")
 	fs.IntVar(&c.maxProducersPerThread, "max-producers-per-thread", server.DefaultMaxProducersPerThread, "producers a thread remembers the last batch of, so that a batch sent again appends nothing; past it the one used longest ago is forgotten")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
@@ -313,6 +319,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
 		MaxProducersPerThread: c.maxProducersPerThread,
+		WorkerLease:           c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
 	}
 	var readyCheck func(context.Context) error
 	registry := prometheus.NewRegistry()
@@ -565,6 +572,7 @@ func (c config) check() error {
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
 		{"--ingest-max-events", int64(c.ingestMaxEvents)}, {"--ingest-max-event-bytes", int64(c.ingestMaxEventBytes)}, {"--ingest-max-batch-bytes", c.ingestMaxBatchBytes},
 		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)},
+		{"--worker-lease", int64(c.workerLease)}, {"--max-workers", int64(c.maxWorkers)}, {"--max-runs-per-worker", int64(c.maxRunsPerWorker)}, {"--max-queued-worker-runs", int64(c.maxQueuedWorkerRuns)},
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
