@@ -246,7 +246,7 @@ type Server struct {
 	queued     atomic.Int64     // bytes queued to open sessions (QueueTotalBytes)
 	queuing    atomic.Int64     // open sessions with something queued
 	assistants map[string]Assistant
-	workers    *workerHub // remote workers and the runs they serve
+	workers    *workerHub              // remote workers and the runs they serve
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,
 	detachedHW compact.Tracker         // so that the sweeper gives their memory back
@@ -271,13 +271,13 @@ type counters struct {
 	ingestDuplicates atomic.Uint64
 	// workersLost counts remote workers lost (lease run out, not reading,
 	// disconnected) and the runs of theirs that failed with them.
-	workersLost atomic.Uint64
-	slowConsumers    atomic.Uint64
-	gaps             atomic.Uint64
-	epochBumps       atomic.Uint64
-	replays          atomic.Uint64
-	commands         atomic.Uint64
-	denied           atomic.Uint64
+	workersLost   atomic.Uint64
+	slowConsumers atomic.Uint64
+	gaps          atomic.Uint64
+	epochBumps    atomic.Uint64
+	replays       atomic.Uint64
+	commands      atomic.Uint64
+	denied        atomic.Uint64
 }
 
 // MetricsSnapshot is a copy of the counters.
@@ -296,8 +296,8 @@ type MetricsSnapshot struct {
 	IngestDuplicates uint64
 	// WorkersLost counts the remote workers lost (their runs failed).
 	WorkersLost uint64
-	Replays          uint64 // subscriptions that started with a replay
-	Commands         uint64 // commands dispatched
+	Replays     uint64 // subscriptions that started with a replay
+	Commands    uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
 	Denied uint64
 	// Refused counts, per limit, what the server refused because of it.

@@ -27,7 +27,9 @@ func serveWorker(t *testing.T, base string, srv *server.Server, assistants []str
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- client.ServeWorker(ctx, client.WorkerOptions{URL: base, Assistants: assistants, MaxRuns: maxRuns}, handle) }()
+	go func() {
+		done <- client.ServeWorker(ctx, client.WorkerOptions{URL: base, Assistants: assistants, MaxRuns: maxRuns}, handle)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
