@@ -269,8 +269,8 @@ type counters struct {
 	// batches taken before, appending nothing, count in ingestDuplicates.
 	ingested         atomic.Uint64
 	ingestDuplicates atomic.Uint64
-	// workersLost counts remote workers lost (lease run out, not reading,
-	// disconnected) and the runs of theirs that failed with them.
+	// workersLost counts remote workers lost (lease run out, not reading
+	// what they were sent); their runs failed.
 	workersLost   atomic.Uint64
 	slowConsumers atomic.Uint64
 	gaps          atomic.Uint64
