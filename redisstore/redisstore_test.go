@@ -330,7 +330,10 @@ func TestLogHoldsEventsThroughRedisLoss(t *testing.T) {
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
 	var errs atomic.Int64
-	l := e.Log(redisstore.LogOptions{Publish: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, OnError: func(error) { errs.Add(1) }})
+	// QueueWait outlasts the outage: once the writer finds Redis gone,
+	// publishers wait for it (the run's second lifecycle event may be one,
+	// when the first batch failed before it was queued).
+	l := e.Log(redisstore.LogOptions{Publish: true, WriteTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, QueueWait: time.Minute, OnError: func(error) { errs.Add(1) }})
 	// The state in memory: a StateStore on the lost Redis would refuse the
 	// run (TestStateErrorsReachTheCaller), and this is about the log.
 	srv := startNodeWith(t, l, server.NewMemoryState()).srv
@@ -338,9 +341,12 @@ func TestLogHoldsEventsThroughRedisLoss(t *testing.T) {
 	require.NoError(t, err)
 	defer sub.Close()
 	rs.Stop()
-	_, err = srv.Do(context.Background(), "lost", &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
-		Params: protocol.RunStartParams{AssistantID: "firehose", Input: map[string]any{"count": 50.0}}}})
-	require.NoError(t, err)
+	started := make(chan error, 1)
+	go func() {
+		_, err := srv.Do(context.Background(), "lost", &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
+			Params: protocol.RunStartParams{AssistantID: "firehose", Input: map[string]any{"count": 50.0}}}})
+		started <- err
+	}()
 	require.Eventually(t, func() bool { return errs.Load() > 0 && l.Stats().Retries > 0 }, 10*time.Second, 20*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	e0, err := sub.Next(ctx)
@@ -350,6 +356,12 @@ func TestLogHoldsEventsThroughRedisLoss(t *testing.T) {
 	}
 	require.Positive(t, l.Stats().Pending)
 	rs.Restart()
+	select {
+	case err := <-started:
+		require.NoError(t, err, "run.start, published while Redis was gone")
+	case <-time.After(20 * time.Second):
+		t.Fatal("run.start did not return once Redis was back")
+	}
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var seqs []uint64
