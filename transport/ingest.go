@@ -78,7 +78,6 @@ func (o IngestOptions) withDefaults() IngestOptions {
 // a JSON array or NDJSON, appended all or nothing (see server.Publish).
 // It answers the seqs and ids the events were given.
 func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
-	p := auth.FromContext(r.Context()) // a producer or an admin (guard)
 	var producerSeq uint64
 	producer := r.Header.Get(ProducerHeader)
 	if v := r.Header.Get(ProducerSeqHeader); v != "" || producer != "" {
@@ -89,37 +88,13 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 		}
 		producerSeq = n
 	}
-	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.ingest.MaxBatchBytes, h.bodyTimeout, "batch of events")
-	if errResp != nil {
-		if refusal != "" {
-			h.metrics.refuse(refusal)
-		}
-		httpjson.Write(w, status, errResp)
+	items, ok := h.readBatch(w, r, "batch of events", "events")
+	if !ok {
 		return
 	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	items, errResp := protocol.SplitBatch(body, mt == ndjsonType, h.ingest.MaxEvents)
-	if errResp == nil {
-		// Counted before the events are read: a producer over its rate
-		// costs the split only.
-		if !h.ingestLimiter.AllowN(clientKey(r, p), len(items), time.Now()) {
-			h.metrics.refuse("ingest_rate")
-			w.Header().Set("Retry-After", "1")
-			httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g events a second from this producer (bursts of %d; --ingest-rate, --ingest-burst); nothing appended, wait and retry", h.ingest.Rate, h.ingest.Burst))
-			return
-		}
-	}
-	var events []protocol.ProducerEvent
-	if errResp == nil {
-		events, errResp = h.decoder.ProducerEvents(items, h.ingest.MaxEventBytes)
-	}
+	events, errResp := h.decoder.ProducerEvents(items, h.ingest.MaxEventBytes)
 	if errResp != nil {
-		status := http.StatusBadRequest
-		if errResp.Code == protocol.ErrorCodeResourceExhausted {
-			status = http.StatusRequestEntityTooLarge
-			h.metrics.refuse("ingest_events")
-		}
-		httpjson.Write(w, status, errResp)
+		h.refuseBatch(w, errResp)
 		return
 	}
 	res, err := h.srv.Publish(r.Context(), r.PathValue("id"), server.ProducerBatch{Producer: producer, Seq: producerSeq, Events: events})
@@ -136,4 +111,47 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, res)
+}
+
+// readBatch reads the body of a batch (of events, or of a worker's
+// operations) and splits it into its items without reading them: a JSON
+// array, or NDJSON with that Content-Type. The items count against the
+// client's ingest rate before any is read. A refusal is answered here
+// (ok false): the body too large or too slow, not a batch, too many
+// items, over the rate.
+func (h *Handler) readBatch(w http.ResponseWriter, r *http.Request, what, items string) (_ [][]byte, ok bool) {
+	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.ingest.MaxBatchBytes, h.bodyTimeout, what)
+	if errResp != nil {
+		if refusal != "" {
+			h.metrics.refuse(refusal)
+		}
+		httpjson.Write(w, status, errResp)
+		return nil, false
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	split, errResp := protocol.SplitBatch(body, mt == ndjsonType, h.ingest.MaxEvents)
+	if errResp != nil {
+		h.refuseBatch(w, errResp)
+		return nil, false
+	}
+	// Counted before the items are read: a client over its rate costs
+	// the split only.
+	if !h.ingestLimiter.AllowN(clientKey(r, auth.FromContext(r.Context())), len(split), time.Now()) {
+		h.metrics.refuse("ingest_rate")
+		w.Header().Set("Retry-After", "1")
+		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; --ingest-rate, --ingest-burst); nothing appended, wait and retry", h.ingest.Rate, items, h.ingest.Burst))
+		return nil, false
+	}
+	return split, true
+}
+
+// refuseBatch answers a batch refused for what it holds: 413 for a limit
+// (too many items, one too large), 400 for the rest.
+func (h *Handler) refuseBatch(w http.ResponseWriter, errResp *protocol.ErrorResponse) {
+	status := http.StatusBadRequest
+	if errResp.Code == protocol.ErrorCodeResourceExhausted {
+		status = http.StatusRequestEntityTooLarge
+		h.metrics.refuse("ingest_events")
+	}
+	httpjson.Write(w, status, errResp)
 }

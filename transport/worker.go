@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -188,33 +187,13 @@ func (h *Handler) workerBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		seq = n
 	}
-	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.ingest.MaxBatchBytes, h.bodyTimeout, "batch of operations")
-	if errResp != nil {
-		if refusal != "" {
-			h.metrics.refuse(refusal)
-		}
-		httpjson.Write(w, status, errResp)
+	items, ok := h.readBatch(w, r, "batch of operations", "operations")
+	if !ok {
 		return
 	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	items, errResp := protocol.SplitBatch(body, mt == ndjsonType, h.ingest.MaxEvents)
-	if errResp == nil && !h.ingestLimiter.AllowN(clientKey(r, auth.FromContext(r.Context())), len(items), time.Now()) {
-		h.metrics.refuse("ingest_rate")
-		w.Header().Set("Retry-After", "1")
-		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g operations a second from this worker (bursts of %d; --ingest-rate, --ingest-burst); nothing applied, wait and retry", h.ingest.Rate, h.ingest.Burst))
-		return
-	}
-	var ops []server.WorkerOp
-	if errResp == nil {
-		ops, errResp = h.workerOps(items)
-	}
+	ops, errResp := h.workerOps(items)
 	if errResp != nil {
-		status := http.StatusBadRequest
-		if errResp.Code == protocol.ErrorCodeResourceExhausted {
-			status = http.StatusRequestEntityTooLarge
-			h.metrics.refuse("ingest_events")
-		}
-		httpjson.Write(w, status, errResp)
+		h.refuseBatch(w, errResp)
 		return
 	}
 	res, err := h.srv.WorkerPublish(r.PathValue("worker"), owner(r), r.PathValue("run"), server.WorkerBatch{Seq: seq, Ops: ops})
