@@ -28,6 +28,9 @@
 // from their deltas per namespace, the latest values, the agent tree and
 // the pending interrupts. It takes the protocol's typed events, so it
 // serves the in-process transport (transport/inproc) as well.
+//
+// [ServeWorker] is the other side: a Go program outside the server that
+// serves assistants as a remote worker, handed the runs clients start.
 package client
 
 import (

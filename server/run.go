@@ -68,8 +68,6 @@ type run struct {
 	extra    map[string]any // {"run_id": id}, carried by every message event
 	before   map[string]any // values at the start, for multitask_strategy rollback
 	endCause error          // why the run was stopped from outside, if it was
-	// remote is the worker's side of a run a remote worker serves.
-	remote *remoteRun
 	// rawOpen: the messages and tool calls a worker's events opened and
 	// did not end, to close at the run's end.
 	rawOpen map[string]openItem

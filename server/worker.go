@@ -380,7 +380,6 @@ func (a remoteAssistant) Run(ctx context.Context, rc *RunContext) error {
 	hub := a.hub
 	rr := &remoteRun{rc: rc, assist: a.id, assigned: make(chan *Worker, 1), end: make(chan error, 1),
 		answers: make(chan protocol.WorkerMessageVariant, injectCapacity), lostCh: make(chan struct{})}
-	rc.r.remote = rr
 	hub.mu.Lock()
 	if len(hub.served[a.id]) == 0 {
 		hub.mu.Unlock()

@@ -6,6 +6,8 @@
 //	GET  same paths, with an upgrade                          the thread's WebSocket
 //	POST /threads/{id}/commands                               one JSON command, one JSON response
 //	GET  /threads/{id}/state                                  values, pending interrupts, latest checkpoint
+//	POST /threads/{id}/events                                 a producer's batch of events
+//	GET  /workers/connect, POST /workers/{worker}/...          remote workers (worker.go)
 //	GET  /healthz, /readyz                                    liveness and readiness
 //	GET  /metrics                                             Prometheus metrics
 //
