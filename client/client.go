@@ -254,6 +254,11 @@ func (t *Thread) Do(ctx context.Context, method string, params, result any) erro
 		return fmt.Errorf("client: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// Lets net/http send the command again on a new connection when a
+	// kept-alive one turns out closed before the request was read (the
+	// server restarted): with it the transport takes the POST as safe to
+	// replay in that case only, never once the server may have read it.
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("%s#%d", t.id, id))
 	if err := t.c.authorize(ctx, req.Header); err != nil {
 		return err
 	}
