@@ -324,13 +324,8 @@ func (f *sources) locate(line int) (string, int) {
 // formatError formats err (found in the joined text) with each error in
 // the file and at the line it is in.
 func (f *sources) formatError(err error) string {
-	var list ErrorList
-	var one *Error
-	switch {
-	case errors.As(err, &list):
-	case errors.As(err, &one):
-		list = ErrorList{one}
-	default:
+	list, ok := asErrorList(err)
+	if !ok {
 		return err.Error()
 	}
 	var b strings.Builder

@@ -53,13 +53,8 @@ func (l ErrorList) err() error {
 // `file:line:col: message`, followed by its source line and a caret under
 // the column. Errors of other kinds are rendered with their Error method.
 func FormatError(err error, src []byte) string {
-	var list ErrorList
-	var one *Error
-	switch {
-	case errors.As(err, &list):
-	case errors.As(err, &one):
-		list = ErrorList{one}
-	default:
+	list, ok := asErrorList(err)
+	if !ok {
 		return err.Error()
 	}
 	lines := strings.Split(string(src), "\n")
@@ -81,4 +76,18 @@ func FormatError(err error, src []byte) string {
 		}
 	}
 	return b.String()
+}
+
+// asErrorList returns the schema errors err holds, one or a list; ok is
+// false for an error of another kind.
+func asErrorList(err error) (ErrorList, bool) {
+	var list ErrorList
+	var one *Error
+	switch {
+	case errors.As(err, &list):
+		return list, true
+	case errors.As(err, &one):
+		return ErrorList{one}, true
+	}
+	return nil, false
 }

@@ -343,8 +343,10 @@ func New(cfg Config) *Server {
 	}
 	s.workers = newWorkerHub(s)
 	s.janitor.Add(2)
-	go s.sweep()
-	go s.expireWorkers()
+	// Idle threads' buffers and expired dropped sessions; remote workers
+	// whose lease ran out, checked four times a lease.
+	go s.every(sweepInterval(s.cfg.IdleRelease), s.SweepNow)
+	go s.every(max(s.cfg.WorkerLease/4, 10*time.Millisecond), func() { s.workers.expire(s.cfg.Now()) })
 	if cfg.Engine != nil {
 		if err := cfg.Engine.Start(host{s}); err != nil {
 			s.setUnavailable(fmt.Errorf("starting the engine: %w", err))
@@ -700,34 +702,17 @@ func (s *Server) Close(ctx context.Context) error {
 
 var errServerClosing = errors.New("server shutting down")
 
-// sweep releases the buffers of idle threads and forgets expired dropped
-// sessions, until Close.
-func (s *Server) sweep() {
+// every calls fn every interval until Close; the janitor owns it.
+func (s *Server) every(interval time.Duration, fn func()) {
 	defer s.janitor.Done()
-	tick := time.NewTicker(sweepInterval(s.cfg.IdleRelease))
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
-			s.SweepNow()
-		}
-	}
-}
-
-// expireWorkers loses the remote workers whose lease ran out, checking
-// four times a lease.
-func (s *Server) expireWorkers() {
-	defer s.janitor.Done()
-	tick := time.NewTicker(max(s.cfg.WorkerLease/4, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-			s.workers.expire(s.cfg.Now())
+			fn()
 		}
 	}
 }

@@ -116,13 +116,13 @@ type workerHub struct {
 	s       *Server
 	mu      sync.Mutex
 	workers map[string]*Worker
-	turn    map[string]int            // per assistant: where the next tie-break starts
-	waiting map[string][]*remoteRun   // per assistant: runs waiting for a free worker
-	served  map[string]map[string]int // per assistant: workers serving it
+	turn    map[string]int                 // per assistant: where the next tie-break starts
+	waiting map[string][]*remoteRun        // per assistant: runs waiting for a free worker
+	served  map[string]map[string]struct{} // per assistant: the ids of the workers serving it
 }
 
 func newWorkerHub(s *Server) *workerHub {
-	return &workerHub{s: s, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]int{}}
+	return &workerHub{s: s, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]struct{}{}}
 }
 
 // ConnectWorker registers a worker (or takes back one of the same id and
@@ -163,9 +163,9 @@ func (s *Server) ConnectWorker(h WorkerHello) (*Worker, error) {
 	hub.workers[w.id] = w
 	for _, a := range w.assistants {
 		if hub.served[a] == nil {
-			hub.served[a] = map[string]int{}
+			hub.served[a] = map[string]struct{}{}
 		}
-		hub.served[a][w.id]++
+		hub.served[a][w.id] = struct{}{}
 	}
 	hub.dispatchLocked()
 	return w, nil
@@ -221,6 +221,8 @@ func (hub *workerHub) assistantIDs() []string {
 }
 
 // dispatchLocked hands waiting runs to workers with room, oldest first.
+// It runs whenever a run waits or a worker gains room, so a run waits only
+// while no worker of its assistant has room.
 func (hub *workerHub) dispatchLocked() {
 	for a, runs := range hub.waiting {
 		for len(runs) > 0 {
@@ -385,15 +387,13 @@ func (a remoteAssistant) Run(ctx context.Context, rc *RunContext) error {
 		hub.mu.Unlock()
 		return fmt.Errorf("no worker serves assistant %s", a.id)
 	}
-	if w := hub.pickLocked(a.id); w != nil {
-		hub.assignLocked(w, rr)
-	} else if len(hub.waiting[a.id]) >= hub.s.cfg.MaxQueuedWorkerRuns {
+	if len(hub.waiting[a.id]) >= hub.s.cfg.MaxQueuedWorkerRuns { // and so no worker has room
 		hub.mu.Unlock()
 		hub.s.metrics.refused.add(LimitQueuedWorkerRuns)
 		return fmt.Errorf("every worker of assistant %s is busy and %d runs wait (--max-queued-worker-runs)", a.id, hub.s.cfg.MaxQueuedWorkerRuns)
-	} else {
-		hub.waiting[a.id] = append(hub.waiting[a.id], rr)
 	}
+	hub.waiting[a.id] = append(hub.waiting[a.id], rr)
+	hub.dispatchLocked()
 	hub.mu.Unlock()
 	defer hub.release(rr)
 

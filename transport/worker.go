@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -226,25 +225,34 @@ func (h *Handler) workerBatch(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) workerOps(items [][]byte) ([]server.WorkerOp, *protocol.ErrorResponse) {
 	ops := make([]server.WorkerOp, 0, len(items))
 	for i, item := range items {
-		var head struct {
-			Op    string          `json:"op"`
-			Event json.RawMessage `json:"event"`
-		}
-		if err := json.Unmarshal(item, &head); err != nil {
-			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: an operation is a JSON object with an \"op\" member (%v)", i, err)
-		}
-		if head.Op == "emit" {
-			var members map[string]json.RawMessage
-			_ = json.Unmarshal(item, &members)
-			for k := range members {
-				if k != "op" && k != "event" {
-					return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d].%s: not a member of an emit operation (rule WorkerEmit)", i, k)
+		// The envelope in one pass, its member names matched exactly; the
+		// event is read by ProducerEvents.
+		var opName, extra string
+		var event []byte
+		err := cddlrt.EachMember(item, func(k string, raw []byte) error {
+			switch k {
+			case "op":
+				return json.Unmarshal(raw, &opName)
+			case "event":
+				event = raw
+			default:
+				if extra == "" {
+					extra = k
 				}
 			}
-			if len(bytes.TrimSpace(head.Event)) == 0 {
+			return nil
+		})
+		if err != nil {
+			return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: an operation is a JSON object with a text member \"op\"", i)
+		}
+		if opName == "emit" {
+			if extra != "" {
+				return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d].%s: not a member of an emit operation (rule WorkerEmit)", i, extra)
+			}
+			if event == nil {
 				return nil, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: missing members: 'event' (rule WorkerEmit)", i)
 			}
-			evs, errResp := h.decoder.ProducerEvents([][]byte{head.Event}, h.ingest.MaxEventBytes)
+			evs, errResp := h.decoder.ProducerEvents([][]byte{event}, h.ingest.MaxEventBytes)
 			if errResp != nil {
 				errResp.Message = fmt.Sprintf("[%d].event%s", i, strings.TrimPrefix(errResp.Message, "[0]"))
 				return nil, errResp

@@ -9,6 +9,15 @@ import (
 // errScan reports JSON the member scanner cannot read.
 var errScan = errors.New("cddlrt: malformed JSON object")
 
+// EachMember calls fn with the key and raw value of every member of the
+// JSON object in data, in order, reading it once without decoding the
+// values; keys read as encoding/json reads them, but matched by the caller
+// exactly. It returns fn's error, or an error for anything but a
+// well-formed object.
+func EachMember(data []byte, fn func(key string, raw []byte) error) error {
+	return eachMember(data, fn)
+}
+
 // eachMember calls fn with the key and raw value of every member of the
 // JSON object in data, in order, without decoding the values: reading one
 // member or listing unknown ones costs one pass and no allocation for the

@@ -242,14 +242,14 @@ func (w walker) check(raw []byte, t reflect.Type, path string, depth int, nullOK
 		}
 		return w.decodeAt(raw, t, path)
 	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 {
-			return w.decodeAt(raw, t, path)
+		nullOK := admitsNull(t.Elem())
+		if t.Elem().Kind() == reflect.Uint8 || (!w.locate && nullOK && !walkable(t.Elem()) && !container(t.Elem())) {
+			return w.decodeAt(raw, t, path) // nothing to check element by element
 		}
 		items, ok := elements(c, raw)
 		if !ok {
 			return nil // not an array: the decode says so
 		}
-		nullOK := admitsNull(t.Elem())
 		for i, it := range items {
 			if err := w.checkValue(it, t.Elem(), Index(path, i), depth+1, nullOK); err != nil {
 				return err
@@ -352,8 +352,11 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 		// regard to case, so an unknown member spelled like a known one
 		// would be decoded into it, unchecked: refuse it.
 		for k := range present {
+			if slices.Contains(m.Known, k) {
+				continue
+			}
 			for _, n := range m.Known {
-				if k != n && strings.EqualFold(k, n) && !slices.Contains(m.Known, k) {
+				if strings.EqualFold(k, n) {
 					return Invalid(Join(path, k), m.Rule, "member names are case-sensitive: '%s' is not '%s'", k, n)
 				}
 			}
