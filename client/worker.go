@@ -200,7 +200,7 @@ func (wk *worker) start(ctx context.Context, a *protocol.WorkerAssign) {
 		return
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
-	r := &WorkerRun{ID: a.RunID, ThreadID: a.ThreadID, AssistantID: a.AssistantID, Input: a.Input, Config: a.Config, Metadata: a.Metadata,
+	r := &WorkerRun{ID: a.RunID, ThreadID: a.ThreadID, AssistantID: a.AssistantID, Input: a.Input, Config: a.Config, Metadata: a.Metadata, Values: a.Values,
 		wk: wk, cancel: cancel, injected: make(chan any, 64), waiting: map[string]chan any{}, kick: make(chan struct{}, 1)}
 	wk.runs[a.RunID] = r
 	wk.mu.Unlock()
@@ -217,6 +217,13 @@ func (wk *worker) start(ctx context.Context, a *protocol.WorkerAssign) {
 			msg := err.Error()
 			end = &protocol.WorkerEnd{Status: protocol.WorkerEndStatusFailed, Error: &msg}
 		}
+		r.mu.Lock()
+		if r.err != nil { // a refused batch published nothing; the run still ends, failed with the refusal
+			msg := r.err.Error()
+			end = &protocol.WorkerEnd{Status: protocol.WorkerEndStatusFailed, Error: &msg}
+			r.err, r.queued = nil, nil
+		}
+		r.mu.Unlock()
 		if runCtx.Err() == nil {
 			_ = r.op(end)
 			_ = r.Flush(context.WithoutCancel(runCtx))
@@ -234,6 +241,8 @@ type WorkerRun struct {
 	// Input, Config and Metadata are the run's, as run.start gave them.
 	Input            any
 	Config, Metadata map[string]any
+	// Values is the thread's state when the run was handed out.
+	Values map[string]any
 
 	wk       *worker
 	cancel   context.CancelCauseFunc

@@ -14540,9 +14540,12 @@ type WorkerAssign struct {
 	Input       any            `json:"input" cbor:"input"`
 	Config      map[string]any `json:"config,omitzero" cbor:"config,omitzero"`
 	Metadata    map[string]any `json:"metadata,omitzero" cbor:"metadata,omitzero"`
+	// The thread's state (its values) when the run was handed out, so that
+	// a worker can carry a conversation on without reading it back.
+	Values map[string]any `json:"values,omitzero" cbor:"values,omitzero"`
 }
 
-var workerAssignMembers = cddlrt.Members{Rule: "WorkerAssign", Required: []string{"type", "run_id", "thread_id", "assistant_id", "input"}, Known: []string{"type", "run_id", "thread_id", "assistant_id", "input", "config", "metadata"}, Open: false, Nullable: []string{"input"}}
+var workerAssignMembers = cddlrt.Members{Rule: "WorkerAssign", Required: []string{"type", "run_id", "thread_id", "assistant_id", "input"}, Known: []string{"type", "run_id", "thread_id", "assistant_id", "input", "config", "metadata", "values"}, Open: false, Nullable: []string{"input"}}
 
 // CDDLMembers describes WorkerAssign's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (WorkerAssign) CDDLMembers() *cddlrt.Members {

@@ -100,6 +100,7 @@ type remoteRun struct {
 	assigned chan *Worker // the worker, once one takes it
 	end      chan error   // the worker's end of the run: nil for completed
 	answers  chan protocol.WorkerMessageVariant
+	values   map[string]any // the thread's state when the run started
 
 	mu        sync.Mutex // serializes the worker's batches for this run
 	lastBatch uint64
@@ -273,7 +274,7 @@ func (hub *workerHub) assignLocked(w *Worker, rr *remoteRun) {
 	r := rr.rc.r
 	w.runs[r.id] = rr
 	rr.worker = w
-	msg := &protocol.WorkerAssign{RunID: r.id, ThreadID: r.t.id, AssistantID: rr.assist, Input: r.input, Config: r.config, Metadata: r.metadata}
+	msg := &protocol.WorkerAssign{RunID: r.id, ThreadID: r.t.id, AssistantID: rr.assist, Input: r.input, Config: r.config, Metadata: r.metadata, Values: rr.values}
 	if !hub.sendLocked(w, msg) {
 		return
 	}
@@ -380,8 +381,12 @@ type remoteAssistant struct {
 // input and input.respond's answers.
 func (a remoteAssistant) Run(ctx context.Context, rc *RunContext) error {
 	hub := a.hub
+	values, err := rc.State()
+	if err != nil {
+		return err
+	}
 	rr := &remoteRun{rc: rc, assist: a.id, assigned: make(chan *Worker, 1), end: make(chan error, 1),
-		answers: make(chan protocol.WorkerMessageVariant, injectCapacity), lostCh: make(chan struct{})}
+		answers: make(chan protocol.WorkerMessageVariant, injectCapacity), lostCh: make(chan struct{}), values: values}
 	hub.mu.Lock()
 	if len(hub.served[a.id]) == 0 {
 		hub.mu.Unlock()

@@ -1962,6 +1962,11 @@ export interface WorkerAssign {
   input: any;
   config?: { [key: string]: any };
   metadata?: { [key: string]: any };
+  /**
+   * The thread's state (its values) when the run was handed out, so that
+   * a worker can carry a conversation on without reading it back.
+   */
+  values?: { [key: string]: any };
 }
 
 /**

@@ -20,6 +20,14 @@ if (!apiUrl) {
   process.exit(2);
 }
 
+// The assistants the scenarios run: the built-ins by default, or those a
+// remote worker serves (the same behaviour: echo streams the user's text
+// word by word, honouring config.token_delay_ms, and keeps the
+// conversation in the values; the interrupting one asks for approval and,
+// approved, finishes its tool and sets values.approved).
+const ECHO = process.env.AGENTSTREAM_ECHO_ASSISTANT || "echo";
+const INTERRUPT = process.env.AGENTSTREAM_INTERRUPT_ASSISTANT || "demo";
+
 const apiKey = process.env.AGENTSTREAM_API_KEY || undefined;
 const bearer = process.env.AGENTSTREAM_BEARER || undefined;
 const authHeaders = bearer ? { Authorization: `Bearer ${bearer}` } : apiKey ? { "x-api-key": apiKey } : {};
@@ -67,7 +75,7 @@ async function firstMessageText(thread) {
 
 async function echo(transport) {
   const text = "The quick brown fox jumps over the lazy dog";
-  const thread = stream(randomUUID(), "echo", transport);
+  const thread = stream(randomUUID(), ECHO, transport);
   try {
     // Projections are opened before the run, as applications do.
     const message = firstMessageText(thread);
@@ -92,7 +100,7 @@ async function echo(transport) {
 async function cancelMidMessage(transport) {
   const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(" ");
   const threadId = randomUUID();
-  const thread = stream(threadId, "echo", transport);
+  const thread = stream(threadId, ECHO, transport);
   try {
     const first = (async () => {
       for await (const msg of thread.messages) return msg;
@@ -133,7 +141,7 @@ const rootCompleted = (e) => e.method === "lifecycle" && e.params.namespace.leng
 
 async function demoInterrupt(transport) {
   const threadId = randomUUID();
-  const thread = stream(threadId, "demo", transport);
+  const thread = stream(threadId, INTERRUPT, transport);
   try {
     await thread.run.start({ input: userInput("What is agentstream?") });
     await waitFor(() => thread.interrupts.length > 0, 10000, "the demo's interrupt");
@@ -185,14 +193,14 @@ const messageFinished = (e) => e.method === "messages" && e.params.data.event ==
 async function lateJoiner(transport) {
   const text = "late joiners replay what they missed";
   const threadId = randomUUID();
-  const first = stream(threadId, "echo", transport);
+  const first = stream(threadId, ECHO, transport);
   try {
     await first.run.start({ input: userInput(text) });
     await withTimeout(first.output, 10000, "first run");
   } finally {
     await first.close();
   }
-  const late = stream(threadId, "echo", transport);
+  const late = stream(threadId, ECHO, transport);
   try {
     const events = await rawEvents(late, ["messages"], messageFinished, 10000);
     assertEqual(textOf(events), text, "replayed text");
@@ -204,7 +212,7 @@ async function lateJoiner(transport) {
 async function droppedConnection() {
   const words = Array.from({ length: 40 }, (_, i) => `w${i}`);
   const text = words.join(" ");
-  const thread = stream(randomUUID(), "echo", "websocket");
+  const thread = stream(randomUUID(), ECHO, "websocket");
   try {
     const collected = rawEvents(thread, ["messages"], messageFinished, 20000);
     await thread.run.start({ input: userInput(text), config: { token_delay_ms: 15 } });
@@ -221,13 +229,13 @@ async function droppedConnection() {
 
 async function twoSubscribers(transport) {
   const threadId = randomUUID();
-  const a = stream(threadId, "echo", transport);
-  const b = stream(threadId, "echo", transport);
+  const a = stream(threadId, ECHO, transport);
+  const b = stream(threadId, ECHO, transport);
   try {
     const onlyMessages = rawEvents(a, ["messages"], messageFinished, 10000);
     const onlyLifecycle = rawEvents(b, ["lifecycle"], (e) => e.params.data.event === "completed" && e.params.namespace.length === 0, 10000);
     await new Promise((r) => setTimeout(r, 100));
-    const starter = stream(threadId, "echo", transport);
+    const starter = stream(threadId, ECHO, transport);
     await starter.run.start({ input: userInput("two filters") });
     const [m, l] = await Promise.all([onlyMessages, onlyLifecycle]);
     await starter.close();
@@ -248,7 +256,7 @@ async function twoSubscribers(transport) {
 // must resolve to the final state.
 async function fastRuns(transport, n) {
   for (let i = 0; i < n; i++) {
-    const thread = stream(randomUUID(), "echo", transport);
+    const thread = stream(randomUUID(), ECHO, transport);
     try {
       await thread.run.start({ input: userInput(`fast run ${i}`) });
       const values = await withTimeout(thread.values, 10000, `run ${i}: thread.values`);
@@ -265,7 +273,7 @@ async function fastRuns(transport, n) {
 
 async function hydration() {
   const threadId = randomUUID();
-  const thread = stream(threadId, "echo", "sse");
+  const thread = stream(threadId, ECHO, "sse");
   try {
     await thread.run.start({ input: userInput("hydrate me") });
     await withTimeout(thread.output, 10000, "run");

@@ -1269,6 +1269,9 @@ class WorkerAssign(TypedDict):
     input: Any
     config: NotRequired[Dict[str, Any]]
     metadata: NotRequired[Dict[str, Any]]
+    # The thread's state (its values) when the run was handed out, so that
+    # a worker can carry a conversation on without reading it back.
+    values: NotRequired[Dict[str, Any]]
 
 
 class WorkerCancel(TypedDict):
