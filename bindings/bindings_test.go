@@ -74,9 +74,11 @@ const cmd: ClientCommand = { id: 1, method: "run.start", params: { assistant_id:
 export function kind(m: Message): string { return m.type; }
 export { cmd };
 `
+	require.NoError(t, os.WriteFile(filepath.Join(app, "worker.ts"), []byte(workerTS), 0o644))
+	require.FileExists(t, filepath.Join(app, "node_modules", "@agentstream", "protocol", "worker.js"))
 	require.NoError(t, os.WriteFile(filepath.Join(app, "good.ts"), []byte(good), 0o644))
 	flags := []string{"--strict", "--noEmit", "--module", "nodenext", "--moduleResolution", "nodenext", "--target", "es2022"}
-	run(t, app, tsc, append(flags, "good.ts")...)
+	run(t, app, tsc, append(flags, "good.ts", "worker.ts")...)
 	bad := `import type { ClientCommand } from "@agentstream/protocol";
 export const cmd: ClientCommand = { id: 1, method: "run.start", params: { input: null } };
 `
@@ -85,6 +87,20 @@ export const cmd: ClientCommand = { id: 1, method: "run.start", params: { input:
 	require.Error(t, err, "a run.start without assistant_id must not compile")
 	require.Contains(t, string(out), "assistant_id")
 }
+
+// workerTS uses the package's worker with its types, as a TypeScript
+// worker would.
+const workerTS = `import { Worker, Cancelled, type Run } from "@agentstream/protocol/worker";
+async function shout(run: Run): Promise<void> {
+  const text = JSON.stringify(run.input).toUpperCase();
+  const id: string = await run.text([text], { delayMs: 1 });
+  run.setValues({ ...run.values, last: id });
+  const answer: unknown = await run.interrupt({ question: "ok?" });
+  if (answer === null) throw new Cancelled("no answer");
+}
+export const worker = new Worker({ url: "http://127.0.0.1:2024", apiKey: "k", maxRuns: 4 });
+export const serving: Promise<void> = worker.serve({ shout });
+`
 
 // TestPythonPackage: the wheel builds offline with pip wheel --no-deps
 // --no-build-isolation, installs into a fresh virtualenv and imports; mypy
@@ -104,6 +120,14 @@ func TestPythonPackage(t *testing.T) {
 	vpy := filepath.Join(venv, "bin", "python")
 	run(t, tmp, vpy, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", whl)
 	example := `from agentstream_protocol import ClientCommandRunStart, __version__
+from agentstream_protocol.worker import Run, Worker
+
+
+def shout(run: Run) -> None:
+    run.text([str(run.input).upper()])
+
+
+worker = Worker("http://127.0.0.1:2024", api_key="k")
 
 cmd: ClientCommandRunStart = {"id": 1, "method": "run.start", "params": {"assistant_id": "a", "input": None}}
 print(__version__, cmd["method"])

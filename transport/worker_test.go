@@ -295,7 +295,7 @@ func TestWorkerLost(t *testing.T) {
 }
 
 // TestWorkersShareRuns: two workers of one assistant, each taking two
-// runs at a time, share 20 runs on 20 threads; every run completes.
+// runs at a time, share 100 runs on 100 threads; every run completes.
 func TestWorkersShareRuns(t *testing.T) {
 	ts, _, srv := start(t, transport.Options{})
 	var counts [2]atomic.Int64
@@ -307,7 +307,7 @@ func TestWorkersShareRuns(t *testing.T) {
 		})
 	}
 	var wg sync.WaitGroup
-	for n := range 20 {
+	for n := range 100 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -320,7 +320,36 @@ func TestWorkersShareRuns(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	require.Equal(t, int64(20), counts[0].Load()+counts[1].Load())
-	require.Greater(t, counts[0].Load(), int64(3), "both workers take runs")
-	require.Greater(t, counts[1].Load(), int64(3), "both workers take runs")
+	require.Equal(t, int64(100), counts[0].Load()+counts[1].Load())
+	require.Greater(t, counts[0].Load(), int64(20), "both workers take runs")
+	require.Greater(t, counts[1].Load(), int64(20), "both workers take runs")
+}
+
+// TestWorkerRefusedBatchFailsTheRun: a handler that emits an event the
+// schema refuses does not leave its run hanging: nothing of the refused
+// batch is published, the emits after it fail, and the run ends failed
+// with the refusal (the path of the error).
+func TestWorkerRefusedBatchFailsTheRun(t *testing.T) {
+	ts, _, srv := start(t, transport.Options{})
+	emitErr := make(chan error, 1)
+	serveWorker(t, ts.URL, srv, []string{"sloppy"}, 0, func(ctx context.Context, run *client.WorkerRun) error {
+		if err := run.Emit(map[string]any{"type": "event", "method": "custom", "params": map[string]any{"namespace": "root", "data": 1}}); err != nil {
+			return err
+		}
+		flushErr := run.Flush(ctx)
+		emitErr <- run.Emit(map[string]any{"type": "event", "method": "custom", "params": map[string]any{"namespace": []string{}, "data": 2}})
+		return flushErr
+	})
+	read := watch(t, ts.URL, "bad")
+	status, out := post(t, ts.URL+"/threads/bad/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "sloppy", "input": null}}`)
+	require.Equal(t, 200, status, "%v", out)
+	got := read(ended)
+	var kinds []string
+	for _, e := range got {
+		kinds = append(kinds, dataEvent(e))
+	}
+	require.Equal(t, []string{"started", "running", "failed"}, kinds, "nothing of the refused batch is published")
+	end := got[len(got)-1]["params"].(map[string]any)["data"].(map[string]any)
+	require.Contains(t, end["error"], "namespace", "the run's error names what was refused")
+	require.Error(t, <-emitErr, "emits after a refused batch fail")
 }
