@@ -296,6 +296,9 @@ type MetricsSnapshot struct {
 	IngestDuplicates uint64
 	// WorkersLost counts the remote workers lost (their runs failed).
 	WorkersLost uint64
+	// Workers is how many remote workers are registered now, and
+	// QueuedWorkerRuns how many runs wait for a free one.
+	Workers, QueuedWorkerRuns int
 	Replays     uint64 // subscriptions that started with a replay
 	Commands    uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
@@ -370,6 +373,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		Denied:           s.metrics.denied.Load(),
 		Refused:          s.metrics.refused.snapshot(),
 	}
+	m.Workers, m.QueuedWorkerRuns = s.workers.counts()
 	if l := s.memoryLog(); l != nil {
 		m.BufferTrimmed, m.BufferUsed, m.BufferUndecodable = l.Trimmed(), l.Used(), l.Undecodable()
 	}

@@ -126,6 +126,16 @@ func newWorkerHub(s *Server) *workerHub {
 	return &workerHub{s: s, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]struct{}{}}
 }
 
+// counts returns the workers registered and the runs waiting for one.
+func (hub *workerHub) counts() (workers, queued int) {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	for _, runs := range hub.waiting {
+		queued += len(runs)
+	}
+	return len(hub.workers), queued
+}
+
 // ConnectWorker registers a worker (or takes back one of the same id and
 // owner), for the connection that reads its Messages. Its lease starts now.
 func (s *Server) ConnectWorker(h WorkerHello) (*Worker, error) {

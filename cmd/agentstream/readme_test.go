@@ -100,6 +100,8 @@ func freePort(t *testing.T) string {
 func TestReadmeCommands(t *testing.T) {
 	bin, redisErr := commandTestSetup(t)
 	dir := t.TempDir()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
 
 	ports := map[string]string{"2024": freePort(t), "2101": freePort(t), "2102": freePort(t), "6390": freePort(t)}
 	var script strings.Builder
@@ -130,6 +132,7 @@ MAIN_PID=
 				cmd = strings.ReplaceAll(cmd, "go run ./cmd/agentstream", `"$AS"`)
 				cmd = strings.ReplaceAll(cmd, "/tmp/secret", `"$DIR/secret"`)
 				cmd = strings.ReplaceAll(cmd, "localhost:2024", "127.0.0.1:2024")
+				cmd = strings.ReplaceAll(cmd, "bindings/", root+"/bindings/") // the examples of the checkout
 				for from, to := range ports {
 					cmd = strings.ReplaceAll(cmd, ":"+from, ":"+to)
 					cmd = strings.ReplaceAll(cmd, "--port "+from, "--port "+to)
@@ -159,6 +162,10 @@ MAIN_PID=
 					port := regexp.MustCompile(`--port (\d+)`).FindStringSubmatch(cmd)
 					require.NotNil(t, port, cmd)
 					fmt.Fprintf(&script, "%s >/dev/null 2>&1 &\nfor i in $(seq 100); do redis-cli -p %s ping >/dev/null 2>&1 && break; sleep 0.1; done\n", cmd, port[1])
+				case background && strings.Contains(cmd, "examples/worker"):
+					// A worker: wait until the server has it, rather than
+					// the README's sleep.
+					fmt.Fprintf(&script, "%s >\"$DIR/worker.log\" 2>&1 &\nuntil curl -s 127.0.0.1:%s/metrics | grep -q '^agentstream_workers [1-9]'; do sleep 0.1; done\n", cmd, ports["2024"])
 				case background:
 					fmt.Fprintf(&script, "%s >/dev/null 2>&1 &\n", cmd)
 				default:
