@@ -299,8 +299,8 @@ type MetricsSnapshot struct {
 	// Workers is how many remote workers are registered now, and
 	// QueuedWorkerRuns how many runs wait for a free one.
 	Workers, QueuedWorkerRuns int
-	Replays     uint64 // subscriptions that started with a replay
-	Commands    uint64 // commands dispatched
+	Replays                   uint64 // subscriptions that started with a replay
+	Commands                  uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
 	Denied uint64
 	// Refused counts, per limit, what the server refused because of it.
