@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
+	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
@@ -102,11 +104,85 @@ func pathTail(msg string) string {
 	return "." + msg
 }
 
-// producerEvent checks and decodes one event of a batch.
+// producerEvent checks and decodes one event of a batch: in one pass
+// with the strict decoder (the event's method picks its rule), with
+// params.timestamp put in as 0 when the producer left it out. An event
+// the strict decoder refuses is read again through the JSON Schema, only
+// to word the error (its path and rule), as commands are.
 func (d Decoder) producerEvent(schemas map[string]*jsonschema.Schema, item []byte) (ProducerEvent, *ErrorResponse) {
 	if err := d.Limits.withDefaults().checkJSON(item); err != nil {
 		return ProducerEvent{}, d.refuse(err)
 	}
+	if !utf8.Valid(item) {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: malformed JSON: not valid UTF-8")
+	}
+	var params []byte
+	var assigned string
+	if cddlrt.EachMember(item, func(key string, raw []byte) error {
+		switch key {
+		case "seq", "event_id", "eventId":
+			assigned = key
+		case "params":
+			params = raw
+		}
+		return nil
+	}) != nil || params == nil || assigned != "" {
+		return d.producerEventViaSchema(schemas, item, nil)
+	}
+	var rawTS []byte
+	if cddlrt.EachMember(params, func(key string, raw []byte) error {
+		if key == "timestamp" {
+			rawTS = raw
+		}
+		return nil
+	}) != nil {
+		return d.producerEventViaSchema(schemas, item, nil)
+	}
+	typed := item
+	if rawTS == nil { // the server stamps it: 0 for the decoder
+		typed = withZeroTimestamp(item, params)
+	}
+	var e ServerEvent
+	strictErr := cddlrt.DecodeStrictJSON(typed, &e)
+	if strictErr != nil || e.Value == nil {
+		return d.producerEventViaSchema(schemas, item, strictErr)
+	}
+	if _, missed := e.Value.(*ServerEventEventsMissed); missed {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "method: events.missed is the server's own notice")
+	}
+	var ts uint64
+	if rawTS != nil {
+		var f float64
+		if json.Unmarshal(rawTS, &f) == nil {
+			if id := commandID(f); id != nil {
+				ts = *id
+			}
+		}
+	}
+	return ProducerEvent{Event: e.Value, Timestamp: ts}, nil
+}
+
+// withZeroTimestamp returns a copy of item with "timestamp":0 first in its
+// params object (params is a subslice of item).
+func withZeroTimestamp(item, params []byte) []byte {
+	at := cap(item) - cap(params) + bytes.IndexByte(params, '{') + 1
+	member := `"timestamp":0,`
+	if bytes.Equal(bytes.TrimSpace(params[bytes.IndexByte(params, '{')+1:]), []byte("}")) {
+		member = `"timestamp":0`
+	}
+	out := make([]byte, 0, len(item)+len(member))
+	out = append(out, item[:at]...)
+	out = append(out, member...)
+	return append(out, item[at:]...)
+}
+
+// producerEventViaSchema reads an event the strict decoder refused (with
+// strictErr, or nil when the event's shape stopped it before) through the
+// JSON Schema of its method, for an error that names what is wrong. An
+// event the schema accepts is still refused with the strict decoder's
+// reason, unless that reason is only a member the generated types cannot
+// check (cddlrt.ErrUnchecked).
+func (d Decoder) producerEventViaSchema(schemas map[string]*jsonschema.Schema, item []byte, strictErr error) (ProducerEvent, *ErrorResponse) {
 	v, errResp := decodeJSON(item)
 	if errResp != nil {
 		errResp.Message = "event: " + errResp.Message
@@ -145,6 +221,9 @@ func (d Decoder) producerEvent(schemas map[string]*jsonschema.Schema, item []byt
 			return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%s", describe(ve))
 		}
 		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "%v", err)
+	}
+	if strictErr != nil && !errors.Is(strictErr, cddlrt.ErrUnchecked) {
+		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: %v", strictErr)
 	}
 	// The typed event from the bytes themselves: a missing timestamp
 	// decodes as 0, which the server replaces with its own.
