@@ -200,7 +200,7 @@ func (wk *worker) start(ctx context.Context, a *protocol.WorkerAssign) {
 		return
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
-	r := &WorkerRun{ID: a.RunID, ThreadID: a.ThreadID, AssistantID: a.AssistantID, Input: a.Input, Config: a.Config, Metadata: a.Metadata, Values: a.Values,
+	r := &WorkerRun{ctx: runCtx, ID: a.RunID, ThreadID: a.ThreadID, AssistantID: a.AssistantID, Input: a.Input, Config: a.Config, Metadata: a.Metadata, Values: a.Values,
 		wk: wk, cancel: cancel, injected: make(chan any, 64), waiting: map[string]chan any{}, kick: make(chan struct{}, 1)}
 	wk.runs[a.RunID] = r
 	wk.mu.Unlock()
@@ -245,6 +245,7 @@ type WorkerRun struct {
 	Values map[string]any
 
 	wk       *worker
+	ctx      context.Context // the run's: ends when it is cancelled
 	cancel   context.CancelCauseFunc
 	injected chan any
 	kick     chan struct{}
@@ -280,17 +281,28 @@ func (r *WorkerRun) op(v any) error {
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.err != nil {
+		r.mu.Unlock()
 		return r.err
 	}
 	r.queued = append(r.queued, b)
+	full := len(r.queued) >= maxQueuedOps
+	r.mu.Unlock()
+	if full {
+		// A handler that emits faster than the server takes its batches
+		// sends them itself, so that what waits stays bounded.
+		return r.send(r.ctx)
+	}
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
 	return nil
 }
+
+// maxQueuedOps is how many operations may wait to be sent before Emit
+// sends a batch itself.
+const maxQueuedOps = 1024
 
 // Text streams an AI message made of chunks of text: its start, a text
 // block with one delta per chunk, and its end.

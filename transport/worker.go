@@ -237,7 +237,7 @@ func (h *Handler) workerOps(items [][]byte) ([]server.WorkerOp, *protocol.ErrorR
 				event = raw
 			default:
 				if extra == "" {
-					extra = k
+					extra = strings.Clone(k) // k aliases the body
 				}
 			}
 			return nil

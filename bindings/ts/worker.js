@@ -15,6 +15,9 @@
 // The wire is protocol/worker.cddl; its types are in ./protocol.ts.
 
 const BATCH = 256;
+// Events waiting to be sent past which text() sends them before going on;
+// a handler that emits in a tight loop should await flush() as often.
+const MAX_QUEUED = 1024;
 
 /** The run was cancelled: nothing more is sent for it. */
 export class Cancelled extends Error {
@@ -83,7 +86,11 @@ export class Run {
     return this.#abort.signal.aborted;
   }
 
-  /** Queue a protocol event (a ServerEvent without seq and event_id). */
+  /**
+   * Queue a protocol event (a ServerEvent without seq and event_id). It is
+   * sent within flushEveryMs; a handler that emits in a tight loop should
+   * await flush() every thousand events or so.
+   */
   emit(event) {
     this.#op({ op: "emit", event });
   }
@@ -106,6 +113,7 @@ export class Run {
     let full = "";
     for (const c of chunks) {
       await this.sleep(delayMs);
+      if (this.#queued.length >= MAX_QUEUED) await this.flush();
       full += c;
       ev({ event: "content-block-delta", index: 0, delta: { type: "text-delta", text: c } });
     }

@@ -456,6 +456,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&c.Rate, "rate", 0, "events per second (0: as fast as possible)")
 	fs.IntVar(&c.Size, "size", 100, "payload size in bytes")
 	fs.IntVar(&c.ServerPID, "pid", 0, "server process id, for CPU and memory figures")
+	fs.StringVar(&c.Source, "source", loadtest.SourceFirehose, "what publishes the events: firehose (the built-in assistant), worker (a remote worker this tool runs) or http (batches this tool posts to /threads/{id}/events)")
 	subURLs := fs.String("sub-urls", "", "comma-separated base URLs of the nodes the subscribers connect to, spread over them (runs start at --url); default --url")
 	otherPIDs := fs.String("other-pids", "", "comma-separated ids of more processes whose CPU counts as the server's (other nodes, redis-server)")
 	threads := fs.Int("threads", 0, "instead: the many-conversations workload, this many threads (with --subs-per-thread, --rate per thread, --duration)")
@@ -498,7 +499,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes: %s\n", c.Transport, c.Subscribers, c.Count, c.Size, r)
+	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes from %s: %s\n", c.Transport, c.Subscribers, c.Count, c.Size, c.Source, r)
 	return 0
 }
 

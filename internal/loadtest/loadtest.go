@@ -3,7 +3,8 @@
 // one thread, publish-to-receive latency, server CPU per delivery (read
 // from /proc for the server's pid) and idle memory per connection.
 //
-// It drives the built-in firehose assistant, whose events carry their
+// It drives the built-in firehose assistant, or publishes the same events
+// itself as a remote worker or an HTTP producer; every event carries its
 // publish time, so latency needs no clock but the machine's.
 package loadtest
 
@@ -35,6 +36,9 @@ type Config struct {
 	Count       int     // events published
 	Rate        float64 // events per second; 0: as fast as the server can
 	Size        int     // payload size in bytes
+	// Source publishes the events: SourceFirehose (the built-in, by
+	// default), SourceWorker or SourceHTTP.
+	Source string
 	ServerPID   int     // for CPU and memory figures (0: not measured)
 	Timeout     time.Duration
 	// SubscribeURLs, when set, spreads the subscribers over these nodes
@@ -186,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	thread := fmt.Sprintf("load-%d", time.Now().UnixNano())
 	var st stats
 	var wg sync.WaitGroup
-	errs := make(chan error, cfg.Subscribers) // one per connection at most
+	errs := make(chan error, cfg.Subscribers+1) // one per connection, and the source's, at most
 	ready := make(chan struct{}, cfg.Subscribers)
 	done := make(chan struct{}, cfg.Subscribers)
 	sampleEvery := max(1, cfg.Subscribers*cfg.Count/200000) // about 200k latency samples
@@ -215,12 +219,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return stop(fmt.Errorf("connecting %d subscribers: %w", cfg.Subscribers, err))
 	}
 	cpu0, _ := cfg.serverCPU()
-	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, cfg.Count, cfg.Rate, cfg.Size)
-	resp, err := http.Post(cfg.URL+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
-	if err != nil {
+	if err := publish(ctx, cfg, thread, func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}); err != nil {
 		return stop(err)
 	}
-	resp.Body.Close()
 	if err := waitN(ctx, done, errs, cfg.Subscribers); err != nil {
 		return stop(fmt.Errorf("waiting for deliveries (%d so far): %w", st.deliveries.Load(), err))
 	}

@@ -52,6 +52,23 @@ func TestRunCountsEveryDelivery(t *testing.T) {
 	require.Positive(t, rss)
 }
 
+// TestRunFromEachSource: the same events published by a remote worker
+// the tool runs and by HTTP batches reach every subscriber, paced and as
+// fast as possible; an unknown source is an error.
+func TestRunFromEachSource(t *testing.T) {
+	ts := startServer(t)
+	for _, src := range []string{SourceWorker, SourceHTTP} {
+		for _, rate := range []float64{0, 2000} {
+			r, err := Run(context.Background(), Config{URL: ts.URL, Transport: "ws", Subscribers: 3, Count: 600, Size: 100, Rate: rate, Source: src})
+			require.NoError(t, err, src)
+			require.Equal(t, int64(1800), r.Deliveries, "%s at %g/s", src, rate)
+			require.Positive(t, r.P99, src)
+		}
+	}
+	_, err := Run(context.Background(), Config{URL: ts.URL, Transport: "sse", Subscribers: 1, Count: 1, Source: "carrier-pigeon", Timeout: 5 * time.Second})
+	require.ErrorContains(t, err, "unknown source")
+}
+
 // TestRunReportsEachNodesLatency spreads the subscribers over two base
 // URLs (two names of one server here) and gets a latency for each.
 func TestRunReportsEachNodesLatency(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -292,7 +293,7 @@ func unmarshalFields(c codec, data []byte, fields any, typeName string, lits []L
 		if *extra == nil {
 			*extra = map[string]any{}
 		}
-		(*extra)[k] = v
+		(*extra)[strings.Clone(k)] = v // k aliases data
 		return nil
 	})
 	if err != nil {

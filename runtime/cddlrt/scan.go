@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // errScan reports JSON the member scanner cannot read.
@@ -12,7 +13,8 @@ var errScan = errors.New("cddlrt: malformed JSON object")
 // EachMember calls fn with the key and raw value of every member of the
 // JSON object in data, in order, reading it once without decoding the
 // values; keys read as encoding/json reads them, but matched by the caller
-// exactly. It returns fn's error, or an error for anything but a
+// exactly. The key aliases data: fn must copy it (strings.Clone) to keep
+// it past its call. It returns fn's error, or an error for anything but a
 // well-formed object.
 func EachMember(data []byte, fn func(key string, raw []byte) error) error {
 	return eachMember(data, fn)
@@ -41,7 +43,8 @@ func eachMember(data []byte, fn func(key string, raw []byte) error) error {
 		if end < 0 {
 			return errScan
 		}
-		key := string(data[i+1 : end-1])
+		// The name aliases data (no copy): fn must copy what it keeps.
+		key := unsafe.String(unsafe.SliceData(data[i+1:end-1]), end-1-(i+1))
 		if escaped || !utf8.ValidString(key) {
 			// As encoding/json reads it (escapes decoded, bad UTF-8 replaced).
 			if err := json.Unmarshal(data[i:end], &key); err != nil {

@@ -318,13 +318,13 @@ func (w walker) decodeAt(raw []byte, t reflect.Type, path string) error {
 
 func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string, depth int) error {
 	c := w.c
-	present := map[string][]byte{}
-	if c.each(raw, func(k string, v []byte) error { present[k] = v; return nil }) != nil {
+	var present fieldList
+	if c.each(raw, func(k string, v []byte) error { present = append(present, field{k, v}); return nil }) != nil {
 		return nil // not a map: the decode says so
 	}
 	var missing []string
 	for _, r := range m.Required {
-		if _, ok := present[r]; !ok {
+		if _, ok := present.get(r); !ok {
 			missing = append(missing, "'"+r+"'")
 		}
 	}
@@ -334,7 +334,7 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 	for _, grp := range m.Together {
 		n := 0
 		for _, k := range grp {
-			if _, ok := present[k]; ok {
+			if _, ok := present.get(k); ok {
 				n++
 			}
 		}
@@ -343,7 +343,7 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 		}
 	}
 	for _, k := range m.Unchecked {
-		if _, ok := present[k]; ok {
+		if _, ok := present.get(k); ok {
 			return fmt.Errorf("%s: %w", Join(path, k), ErrUnchecked)
 		}
 	}
@@ -351,7 +351,8 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 		// A plain decode (encoding/json) matches member names without
 		// regard to case, so an unknown member spelled like a known one
 		// would be decoded into it, unchecked: refuse it.
-		for k := range present {
+		for _, f := range present {
+			k := f.key
 			if slices.Contains(m.Known, k) {
 				continue
 			}
@@ -364,7 +365,8 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 	}
 	if !m.Open {
 		var extra []string
-		for k := range present {
+		for _, f := range present {
+			k := f.key
 			known := false
 			for _, n := range m.Known {
 				if n == k {
@@ -382,7 +384,7 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 		}
 	}
 	for _, k := range m.Known {
-		if v, ok := present[k]; ok && isNull(c, v) && !slices.Contains(m.Nullable, k) {
+		if v, ok := present.get(k); ok && isNull(c, v) && !slices.Contains(m.Nullable, k) {
 			return Invalid(Join(path, k), m.Rule, "null is not allowed here")
 		}
 	}
@@ -392,13 +394,35 @@ func (w walker) checkStruct(raw []byte, t reflect.Type, m *Members, path string,
 		if !f.IsExported() || name == "" || name == "-" || !(walkable(f.Type) || container(f.Type)) {
 			continue
 		}
-		if v, ok := present[name]; ok && !isNull(c, v) {
+		if v, ok := present.get(name); ok && !isNull(c, v) {
 			if err := w.check(v, f.Type, Join(path, name), depth+1, true); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// field is one member of an object as read: its name (aliasing the input)
+// and raw value.
+type field struct {
+	key string
+	raw []byte
+}
+
+// fieldList holds an object's members in order: the objects a decoder
+// checks are small, where a slice searched in order costs less than a
+// map built per object. A name seen twice keeps its last value, as a
+// decode does.
+type fieldList []field
+
+func (l fieldList) get(k string) ([]byte, bool) {
+	for i := len(l) - 1; i >= 0; i-- {
+		if l[i].key == k {
+			return l[i].raw, true
+		}
+	}
+	return nil, false
 }
 
 // admitsNull reports whether a value of Go type t, as an array element, a

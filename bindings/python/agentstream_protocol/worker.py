@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 __all__ = ["Worker", "Run", "Cancelled", "Refused"]
 
 _BATCH = 256
+_MAX_QUEUED = 1024  # operations waiting before emit sends a batch itself
 
 
 class Cancelled(Exception):
@@ -220,6 +221,11 @@ class Run:
                 raise self._error
             self._queued.append(b)
             self._kick.notify()
+            full = len(self._queued) >= _MAX_QUEUED
+        if full:
+            # A handler that emits faster than the server takes its batches
+            # sends them itself, so that what waits stays bounded.
+            self._send()
 
     def _cancel(self, reason: str) -> None:
         with self._lock:

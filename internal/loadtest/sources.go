@@ -1,0 +1,183 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/client"
+)
+
+// The sources of a measurement's events (Config.Source): each publishes
+// Count custom events named "firehose" whose payload holds the time it
+// made them, so that latency is publish-to-delivery whatever the source.
+const (
+	// SourceFirehose is the built-in firehose assistant, in the server.
+	SourceFirehose = "firehose"
+	// SourceWorker is a remote worker the tool runs itself (the Go helper,
+	// client.ServeWorker, batching as it does), serving the run.
+	SourceWorker = "worker"
+	// SourceHTTP is a producer the tool runs itself, publishing batches
+	// of events with POST /threads/{id}/events.
+	SourceHTTP = "http"
+)
+
+// httpBatch is how many events the HTTP producer sends per request, as
+// many as a worker's batch holds at most.
+const httpBatch = 256
+
+// firehosePayload is a firehose event's payload as the built-in writes it.
+func firehosePayload(i int, pad string) []byte {
+	b := []byte(`{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"firehose","payload":{"index":`)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, time.Now().UnixNano(), 10)
+	b = append(b, `,"pad":"`...)
+	b = append(b, pad...)
+	return append(b, `"}}}}`...)
+}
+
+func padOf(size int) string {
+	if size > 64 {
+		return strings.Repeat("x", size-64)
+	}
+	return ""
+}
+
+// pace waits until event i is due at rate per second from start (0: no
+// wait).
+func pace(ctx context.Context, start time.Time, i int, rate float64) error {
+	if rate <= 0 {
+		return ctx.Err()
+	}
+	due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
+	return nil
+}
+
+// publish makes cfg's source publish its events on thread; fail gets an
+// error that comes after publish returned.
+func publish(ctx context.Context, cfg Config, thread string, fail func(error)) error {
+	switch cfg.Source {
+	case "", SourceFirehose:
+		body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, cfg.Count, cfg.Rate, cfg.Size)
+		return command(cfg.URL, thread, body)
+	case SourceWorker:
+		return publishWorker(ctx, cfg, thread, fail)
+	case SourceHTTP:
+		go func() {
+			if err := publishHTTP(ctx, cfg, thread); err != nil && ctx.Err() == nil {
+				fail(err)
+			}
+		}()
+		return nil
+	}
+	return fmt.Errorf("unknown source %q (firehose, worker or http)", cfg.Source)
+}
+
+func command(base, thread, body string) error {
+	resp, err := http.Post(base+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"success"`)) {
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// publishWorker connects a Go worker serving a fresh assistant id, starts
+// a run of it on thread, and lets the worker emit the events; the worker
+// stops when ctx ends.
+func publishWorker(ctx context.Context, cfg Config, thread string, fail func(error)) error {
+	assistant := "load-worker-" + thread
+	pad := padOf(cfg.Size)
+	go func() {
+		err := client.ServeWorker(ctx, client.WorkerOptions{URL: cfg.URL, Assistants: []string{assistant}}, func(ctx context.Context, run *client.WorkerRun) error {
+			start := time.Now()
+			for i := 0; i < cfg.Count; i++ {
+				if err := pace(ctx, start, i, cfg.Rate); err != nil {
+					return err
+				}
+				if err := run.Emit(jsonRaw(firehosePayload(i, pad))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if ctx.Err() == nil {
+			fail(err)
+		}
+	}()
+	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": %q, "input": null}}`, assistant)
+	for {
+		err := command(cfg.URL, thread, body)
+		if err == nil || !strings.Contains(err.Error(), "unknown assistant") {
+			return err
+		}
+		select { // the worker is still connecting
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// jsonRaw is JSON that marshals as itself.
+type jsonRaw []byte
+
+func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
+
+// publishHTTP posts the events in batches of httpBatch, one request at a
+// time, each numbered for the producer.
+func publishHTTP(ctx context.Context, cfg Config, thread string) error {
+	pad := padOf(cfg.Size)
+	producer := "load-" + thread
+	start := time.Now()
+	var body bytes.Buffer
+	for i, batch := 0, 1; i < cfg.Count; batch++ {
+		body.Reset()
+		for n := 0; n < httpBatch && i < cfg.Count; n, i = n+1, i+1 {
+			if err := pace(ctx, start, i, cfg.Rate); err != nil {
+				return err
+			}
+			body.Write(firehosePayload(i, pad))
+			body.WriteByte('\n')
+			if cfg.Rate > 0 && cfg.Rate < 1000 {
+				i++ // a slow rate: each event goes on its own
+				break
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/events", bytes.NewReader(body.Bytes()))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set("Agentstream-Producer", producer)
+		req.Header.Set("Agentstream-Producer-Seq", strconv.Itoa(batch))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("batch %d: HTTP %d", batch, resp.StatusCode)
+		}
+	}
+	return nil
+}
