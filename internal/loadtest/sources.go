@@ -142,8 +142,10 @@ type jsonRaw []byte
 
 func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
 
-// publishHTTP posts the events in batches of httpBatch, one request at a
-// time, each numbered for the producer.
+// publishHTTP posts the events in batches, one request at a time, each
+// numbered for the producer: as fast as it can, batches of httpBatch;
+// paced, what fell due since the last batch (at least one event), as a
+// producer that sends every few milliseconds does.
 func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 	pad := padOf(cfg.Size)
 	producer := "load-" + thread
@@ -151,16 +153,15 @@ func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 	var body bytes.Buffer
 	for i, batch := 0, 1; i < cfg.Count; batch++ {
 		body.Reset()
+		if err := pace(ctx, start, i, cfg.Rate); err != nil {
+			return err
+		}
 		for n := 0; n < httpBatch && i < cfg.Count; n, i = n+1, i+1 {
-			if err := pace(ctx, start, i, cfg.Rate); err != nil {
-				return err
+			if cfg.Rate > 0 && n > 0 && time.Until(start.Add(time.Duration(float64(i)/cfg.Rate*float64(time.Second)))) > 0 {
+				break // not due yet: it goes with the next batch
 			}
 			body.Write(firehosePayload(i, pad))
 			body.WriteByte('\n')
-			if cfg.Rate > 0 && cfg.Rate < 1000 {
-				i++ // a slow rate: each event goes on its own
-				break
-			}
 		}
 		req, err := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/events", bytes.NewReader(body.Bytes()))
 		if err != nil {
@@ -177,6 +178,13 @@ func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("batch %d: HTTP %d", batch, resp.StatusCode)
+		}
+		if cfg.Rate > 0 {
+			select { // let a few events fall due, as a producer flushing every 5 ms does
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}
 	return nil
