@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/internal/sdktest"
+	"github.com/agentstream/agentstream/internal/servetest"
 	"github.com/agentstream/agentstream/internal/ssetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -53,21 +52,11 @@ func mustAbs(t *testing.T, p string) string {
 }
 
 // startServer runs the core with the built-ins behind the HTTP transport
-// on a loopback port.
-func startServer(t *testing.T, cfg server.Config) (*httptest.Server, *server.Server) {
+// on a loopback port until the test ends.
+func startServer(t *testing.T, cfg server.Config) (*servetest.Server, *server.Server) {
 	t.Helper()
-	srv := server.New(cfg)
-	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{})
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = h.Shutdown(ctx)
-		ts.Close()
-		require.NoError(t, srv.Close(ctx))
-	})
-	return ts, srv
+	s := servetest.StartConfig(t, cfg, transport.Options{})
+	return s, s.Core()
 }
 
 // startWorker starts a worker example against url and waits for the line
@@ -135,10 +124,10 @@ func TestWorkersPassConformance(t *testing.T) {
 	for _, lang := range workerLangs {
 		t.Run(lang.name, func(t *testing.T) {
 			ts, _ := startServer(t, server.Config{})
-			startWorker(t, lang, ts.URL)
+			startWorker(t, lang, ts.URL())
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, node, script, ts.URL)
+			cmd := exec.CommandContext(ctx, node, script, ts.URL())
 			cmd.Env = append(os.Environ(), "AGENTSTREAM_ECHO_ASSISTANT="+lang.echo, "AGENTSTREAM_INTERRUPT_ASSISTANT="+lang.approve)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -230,11 +219,11 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	for _, lang := range workerLangs {
 		t.Run(lang.name, func(t *testing.T) {
 			ts, srv := startServer(t, server.Config{WorkerLease: time.Second})
-			w := startWorker(t, lang, ts.URL)
+			w := startWorker(t, lang, ts.URL())
 			text := words(200)
-			command(t, ts.URL, "k", fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": %q}]}, "config": {"token_delay_ms": 20}}}`, lang.echo, text))
+			command(t, ts.URL(), "k", fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": %q}]}, "config": {"token_delay_ms": 20}}}`, lang.echo, text))
 			var killedAt time.Time
-			events, ok := follow(t, ts.URL, "k", func(e map[string]any) bool {
+			events, ok := follow(t, ts.URL(), "k", func(e map[string]any) bool {
 				if killedAt.IsZero() && data(e)["event"] == "content-block-delta" {
 					require.NoError(t, w.Process.Signal(syscall.SIGKILL))
 					killedAt = time.Now()
@@ -256,9 +245,9 @@ func TestWorkerKilledMidRun(t *testing.T) {
 			require.True(t, len(got) < len(text) && strings.HasPrefix(text, got), "what streamed is a prefix of the text: %q", got)
 			require.Equal(t, uint64(1), srv.Metrics().WorkersLost)
 
-			startWorker(t, lang, ts.URL)
-			command(t, ts.URL, "k", fmt.Sprintf(`{"id": 2, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": "again"}]}}}`, lang.echo))
-			events, ok = follow(t, ts.URL, "k", func(e map[string]any) bool { return rootEnd(e) && data(e)["event"] == "completed" })
+			startWorker(t, lang, ts.URL())
+			command(t, ts.URL(), "k", fmt.Sprintf(`{"id": 2, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": "again"}]}}}`, lang.echo))
+			events, ok = follow(t, ts.URL(), "k", func(e map[string]any) bool { return rootEnd(e) && data(e)["event"] == "completed" })
 			require.True(t, ok, "the thread's next run completes")
 		})
 	}
@@ -327,10 +316,10 @@ func TestWorkerReconnectsWithoutDuplicates(t *testing.T) {
 	for _, lang := range workerLangs {
 		t.Run(lang.name, func(t *testing.T) {
 			ts, srv := startServer(t, server.Config{WorkerLease: 5 * time.Second})
-			proxy := newDropProxy(t, strings.TrimPrefix(ts.URL, "http://"))
+			proxy := newDropProxy(t, strings.TrimPrefix(ts.URL(), "http://"))
 			startWorker(t, lang, proxy.url())
 			text := words(60)
-			command(t, ts.URL, "r", fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": %q}]}, "config": {"token_delay_ms": 15}}}`, lang.echo, text))
+			command(t, ts.URL(), "r", fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": %q}]}, "config": {"token_delay_ms": 15}}}`, lang.echo, text))
 			stop := make(chan struct{})
 			dropped := make(chan int, 1)
 			go func() {
@@ -344,7 +333,7 @@ func TestWorkerReconnectsWithoutDuplicates(t *testing.T) {
 				}
 				dropped <- n
 			}()
-			events, ok := follow(t, ts.URL, "r", rootEnd)
+			events, ok := follow(t, ts.URL(), "r", rootEnd)
 			close(stop)
 			require.True(t, ok, "the run ends")
 			require.Equal(t, "completed", data(events[len(events)-1])["event"], "%v", events[len(events)-1])

@@ -22,6 +22,7 @@ type Server struct {
 	t    testing.TB
 	addr string
 	opts transport.Options
+	cfg  server.Config
 	srv  *server.Server
 	hs   *http.Server
 	h    *transport.Handler
@@ -32,7 +33,13 @@ type Server struct {
 // the test ends.
 func Start(t testing.TB, opts transport.Options) *Server {
 	t.Helper()
-	s := &Server{t: t, opts: opts, addr: "127.0.0.1:0"}
+	return StartConfig(t, server.Config{}, opts)
+}
+
+// StartConfig is [Start] with a core of cfg.
+func StartConfig(t testing.TB, cfg server.Config, opts transport.Options) *Server {
+	t.Helper()
+	s := &Server{t: t, opts: opts, cfg: cfg, addr: "127.0.0.1:0"}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
@@ -55,7 +62,7 @@ func (s *Server) Start() {
 	}
 	require.NoError(s.t, err)
 	s.addr = ln.Addr().String()
-	s.srv = server.New(server.Config{})
+	s.srv = server.New(s.cfg)
 	assistants.Register(s.srv)
 	s.h = transport.New(s.srv, s.opts)
 	s.hs = &http.Server{Handler: s.h}
@@ -81,6 +88,9 @@ func (s *Server) Stop() {
 	<-s.done
 	s.hs = nil
 }
+
+// Core is the running server's core.
+func (s *Server) Core() *server.Server { return s.srv }
 
 // Owner is srv's owner of thread, failing the test on a store error.
 func Owner(t testing.TB, srv *server.Server, thread string) string {
