@@ -64,7 +64,13 @@ func startServer(t *testing.T, cfg server.Config) (*servetest.Server, *server.Se
 // test ends.
 func startWorker(t *testing.T, lang workerLang, url string) *exec.Cmd {
 	t.Helper()
-	cmd := lang.command(t, url)
+	return startProcess(t, lang.name, lang.command(t, url), "serves "+lang.echo)
+}
+
+// startProcess starts a worker process and waits for its first line,
+// which must hold ready.
+func startProcess(t *testing.T, name string, cmd *exec.Cmd, ready string) *exec.Cmd {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	stderr := &lockedBuffer{}
@@ -75,23 +81,23 @@ func startWorker(t *testing.T, lang workerLang, url string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		<-exited
 		if t.Failed() {
-			t.Logf("%s worker's stderr:\n%s", lang.name, stderr.String())
+			t.Logf("%s worker's stderr:\n%s", name, stderr.String())
 		}
 	})
-	ready := make(chan string, 1)
+	first := make(chan string, 1)
 	go func() {
 		defer close(exited)
 		r := bufio.NewReader(out)
 		line, _ := r.ReadString('\n')
-		ready <- line
+		first <- line
 		_, _ = io.Copy(io.Discard, r)
 		_ = cmd.Wait()
 	}()
 	select {
-	case line := <-ready:
-		require.Contains(t, line, "serves "+lang.echo, "the worker's first line; stderr: %s", stderr.String())
+	case line := <-first:
+		require.Contains(t, line, ready, "the worker's first line; stderr: %s", stderr.String())
 	case <-time.After(20 * time.Second):
-		t.Fatalf("the %s worker did not connect; stderr: %s", lang.name, stderr.String())
+		t.Fatalf("the %s worker did not connect; stderr: %s", name, stderr.String())
 	}
 	return cmd
 }
@@ -156,7 +162,7 @@ func follow(t *testing.T, base, thread string, stop func(e map[string]any) bool)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["lifecycle", "messages", "values", "tools", "input"]}`))
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["lifecycle", "messages", "values", "tools", "input", "custom"]}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -347,6 +353,66 @@ func TestWorkerReconnectsWithoutDuplicates(t *testing.T) {
 			}
 			require.Positive(t, <-dropped, "connections were cut")
 			require.Zero(t, srv.Metrics().WorkersLost, "a reconnecting worker is not lost")
+		})
+	}
+}
+
+// injectWorkers are workers, one per language, serving "inject": a run
+// that waits for the input a client injects and publishes it back as a
+// custom event named "got".
+var injectWorkers = map[string]string{
+	"python": `import sys
+from agentstream_protocol.worker import Worker
+
+def inject(run):
+    got = run.injected.get(timeout=10)
+    run.event("custom", {"name": "got", "payload": got})
+
+Worker(sys.argv[1], on_ready=lambda i: print("worker", i, "serves inject", flush=True)).serve({"inject": inject})
+`,
+	"node": `import { Worker } from "WORKER_JS";
+const w = new Worker({ url: process.argv[1], onReady: (id) => console.log("worker", id, "serves inject") });
+await w.serve({
+  async inject(run) {
+    const got = await run.nextInput();
+    run.event("custom", { name: "got", payload: got });
+  },
+});
+`,
+}
+
+// TestWorkerGetsInjectedInput: input.inject sent to a worker's running run
+// reaches the worker's handler (Python's run.injected, Node's
+// run.nextInput()), which publishes it back.
+func TestWorkerGetsInjectedInput(t *testing.T) {
+	for _, lang := range workerLangs {
+		t.Run(lang.name, func(t *testing.T) {
+			ts, _ := startServer(t, server.Config{})
+			var cmd *exec.Cmd
+			if lang.name == "python" {
+				cmd = exec.Command(tool(t, "python3"), "-c", injectWorkers["python"], ts.URL())
+				cmd.Env = append(os.Environ(), "PYTHONPATH="+mustAbs(t, "python"))
+			} else {
+				code := strings.ReplaceAll(injectWorkers["node"], "WORKER_JS", mustAbs(t, "ts/worker.js"))
+				cmd = exec.Command(tool(t, "node"), "--input-type=module", "-e", code, ts.URL())
+			}
+			startProcess(t, lang.name, cmd, "serves inject")
+			command(t, ts.URL(), "i", `{"id": 1, "method": "run.start", "params": {"assistant_id": "inject", "input": null}}`)
+			// The run is running once its root lifecycle says so; then a
+			// client injects a message into it.
+			_, ok := follow(t, ts.URL(), "i", func(e map[string]any) bool { return data(e)["event"] == "running" })
+			require.True(t, ok)
+			command(t, ts.URL(), "i", `{"id": 2, "method": "input.inject", "params": {"namespace": [], "message": {"role": "user", "content": "also this"}}}`)
+			events, ok := follow(t, ts.URL(), "i", rootEnd)
+			require.True(t, ok, "the run ends")
+			require.Equal(t, "completed", data(events[len(events)-1])["event"])
+			var got any
+			for _, e := range events {
+				if e["method"] == "custom" && data(e)["name"] == "got" {
+					got = data(e)["payload"]
+				}
+			}
+			require.Equal(t, map[string]any{"role": "user", "content": "also this"}, got, "the injected message reached the worker")
 		})
 	}
 }
