@@ -38,9 +38,9 @@ type Config struct {
 	Size        int     // payload size in bytes
 	// Source publishes the events: SourceFirehose (the built-in, by
 	// default), SourceWorker or SourceHTTP.
-	Source string
-	ServerPID   int     // for CPU and memory figures (0: not measured)
-	Timeout     time.Duration
+	Source    string
+	ServerPID int // for CPU and memory figures (0: not measured)
+	Timeout   time.Duration
 	// SubscribeURLs, when set, spreads the subscribers over these nodes
 	// (subscriber i on SubscribeURLs[i % len]); runs still start at URL.
 	SubscribeURLs []string

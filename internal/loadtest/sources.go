@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,14 +51,18 @@ func padOf(size int) string {
 	return ""
 }
 
+// dueAt is when event i is due at rate per second from start.
+func dueAt(start time.Time, i int, rate float64) time.Time {
+	return start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+}
+
 // pace waits until event i is due at rate per second from start (0: no
 // wait).
 func pace(ctx context.Context, start time.Time, i int, rate float64) error {
 	if rate <= 0 {
 		return ctx.Err()
 	}
-	due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-	if d := time.Until(due); d > 0 {
+	if d := time.Until(dueAt(start, i, rate)); d > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -113,7 +118,7 @@ func publishWorker(ctx context.Context, cfg Config, thread string, fail func(err
 				if err := pace(ctx, start, i, cfg.Rate); err != nil {
 					return err
 				}
-				if err := run.Emit(jsonRaw(firehosePayload(i, pad))); err != nil {
+				if err := run.Emit(json.RawMessage(firehosePayload(i, pad))); err != nil {
 					return err
 				}
 			}
@@ -137,11 +142,6 @@ func publishWorker(ctx context.Context, cfg Config, thread string, fail func(err
 	}
 }
 
-// jsonRaw is JSON that marshals as itself.
-type jsonRaw []byte
-
-func (j jsonRaw) MarshalJSON() ([]byte, error) { return j, nil }
-
 // publishHTTP posts the events in batches, one request at a time, each
 // numbered for the producer: as fast as it can, batches of httpBatch;
 // paced, what fell due since the last batch (at least one event), as a
@@ -157,7 +157,7 @@ func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 			return err
 		}
 		for n := 0; n < httpBatch && i < cfg.Count; n, i = n+1, i+1 {
-			if cfg.Rate > 0 && n > 0 && time.Until(start.Add(time.Duration(float64(i)/cfg.Rate*float64(time.Second)))) > 0 {
+			if cfg.Rate > 0 && n > 0 && time.Until(dueAt(start, i, cfg.Rate)) > 0 {
 				break // not due yet: it goes with the next batch
 			}
 			body.Write(firehosePayload(i, pad))
