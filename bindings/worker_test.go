@@ -259,6 +259,34 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	}
 }
 
+// TestWorkerStopsCleanly: a worker process told to stop (SIGTERM) in the
+// middle of a run tells the server it leaves: the run fails with "worker
+// lost: the worker stopped" at once, not when its one-minute lease would
+// run out, and the thread takes a new run.
+func TestWorkerStopsCleanly(t *testing.T) {
+	for _, lang := range workerLangs {
+		t.Run(lang.name, func(t *testing.T) {
+			ts, _ := startServer(t, server.Config{WorkerLease: time.Minute})
+			w := startWorker(t, lang, ts.URL())
+			command(t, ts.URL(), "s", fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": %q, "input": {"messages": [{"role": "user", "content": %q}]}, "config": {"token_delay_ms": 20}}}`, lang.echo, words(200)))
+			var stoppedAt time.Time
+			events, ok := follow(t, ts.URL(), "s", func(e map[string]any) bool {
+				if stoppedAt.IsZero() && data(e)["event"] == "content-block-delta" {
+					require.NoError(t, w.Process.Signal(syscall.SIGTERM))
+					stoppedAt = time.Now()
+				}
+				return rootEnd(e)
+			})
+			require.True(t, ok, "the run ends")
+			end := data(events[len(events)-1])
+			require.Equal(t, "failed", end["event"])
+			require.Contains(t, end["error"], "worker lost: the worker stopped", "the server failed it when the worker said it left")
+			require.Less(t, time.Since(stoppedAt), 10*time.Second, "long before the one-minute lease")
+			command(t, ts.URL(), "s", `{"id": 2, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "again"}]}}}`)
+		})
+	}
+}
+
 // dropProxy forwards TCP connections to a server; drop closes every
 // connection open through it (a network drop), new ones still pass.
 type dropProxy struct {

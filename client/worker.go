@@ -45,8 +45,10 @@ type WorkerHandler func(ctx context.Context, run *WorkerRun) error
 // ServeWorker connects a worker to the server and serves the runs it is
 // handed with handle, each in its own goroutine, until ctx ends. A
 // dropped connection is made again under the same worker name, with
-// backoff, keeping its runs (within the server's lease). It returns
-// ctx's error, or the server's refusal when it refuses the worker.
+// backoff, keeping its runs (within the server's lease). When ctx ends,
+// the handlers' contexts end, and once they have returned the worker
+// tells the server it leaves (runs it did not end fail at once). It
+// returns ctx's error, or the server's refusal when it refuses the worker.
 func ServeWorker(ctx context.Context, opts WorkerOptions, handle WorkerHandler) error {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = http.DefaultClient
@@ -55,6 +57,7 @@ func ServeWorker(ctx context.Context, opts WorkerOptions, handle WorkerHandler) 
 		opts.FlushEvery = 5 * time.Millisecond
 	}
 	wk := &worker{opts: opts, handle: handle, runs: map[string]*WorkerRun{}}
+	defer wk.leave()
 	defer wk.wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -159,6 +162,28 @@ func (wk *worker) connect(ctx context.Context) error {
 		return err
 	}
 	return io.ErrUnexpectedEOF
+}
+
+// leave tells the server the worker stops (DELETE /workers/{id}), so that
+// its runs fail now rather than when its lease runs out.
+func (wk *worker) leave() {
+	wk.mu.Lock()
+	id := wk.id
+	wk.mu.Unlock()
+	if id == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "DELETE", strings.TrimRight(wk.opts.URL, "/")+"/workers/"+url.PathEscape(id), nil)
+	if err != nil {
+		return
+	}
+	wk.header(req.Header)
+	if resp, err := wk.opts.HTTPClient.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 }
 
 // beat renews the worker's lease while the connection lasts.
@@ -406,8 +431,9 @@ func (r *WorkerRun) send(ctx context.Context) error {
 	defer r.sendMu.Unlock()
 	r.mu.Lock()
 	if len(r.queued) == 0 || r.err != nil {
+		err := r.err
 		r.mu.Unlock()
-		return r.err
+		return err
 	}
 	n := min(len(r.queued), 256)
 	ops := r.queued[:n]

@@ -76,6 +76,11 @@ type Cluster struct {
 	// reach Redis: the reaper waits a LeaseTTL after it.
 	failedAt time.Time
 	wg       sync.WaitGroup // forwarded commands being carried out
+
+	// The worker directory (workers.go): a poke when this node's workers
+	// change, and the room last written (the loop's alone).
+	workersChanged chan struct{}
+	published      map[string]int
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -98,7 +103,7 @@ func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 		opts.ForwardTimeout = 5 * time.Second
 	}
 	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, waiting: map[string]chan []byte{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), workersChanged: make(chan struct{}, 1)}
 	c.sub = newSubscriber(e, c.message, opts.OnError)
 	c.sub.change(c.cmdChannel(opts.Node), true)
 	c.sub.change(c.replyChannel(), true)
@@ -118,6 +123,7 @@ func (c *Cluster) Start(srv server.EngineHost) {
 func (c *Cluster) Close() {
 	close(c.stop)
 	<-c.done
+	c.unpublishWorkers()
 	c.sub.close()
 	c.wg.Wait()
 	c.mu.Lock()
@@ -294,6 +300,9 @@ func (c *Cluster) loop() {
 			return
 		case <-renew.C:
 			c.renew()
+			c.publishWorkers()
+		case <-c.workersChanged:
+			c.publishWorkers()
 		case <-reap.C:
 			c.reap()
 		}
@@ -442,7 +451,8 @@ type request struct {
 	ID      string          `json:"id"`
 	Reply   string          `json:"reply"`
 	Thread  string          `json:"thread"`
-	Command json.RawMessage `json:"command,omitempty"` // absent: a run-state request
+	Command json.RawMessage `json:"command,omitempty"` // absent: a run-state or yield request
+	Yield   bool            `json:"yield,omitempty"`   // give up an idle lease (Yield)
 }
 
 // runState answers a run-state request.
@@ -463,7 +473,7 @@ func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protoco
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "forwarding the command: %v", err)
 	}
-	b, err := c.ask(ctx, node, thread, raw)
+	b, err := c.ask(ctx, node, thread, raw, false)
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v", err)
 	}
@@ -476,7 +486,7 @@ func (c *Cluster) Forward(ctx context.Context, node, thread string, cmd *protoco
 
 // ForwardRunState implements server.Cluster.
 func (c *Cluster) ForwardRunState(ctx context.Context, node, thread string) (string, []server.PendingInterrupt, error) {
-	resp, err := c.ask(ctx, node, thread, nil)
+	resp, err := c.ask(ctx, node, thread, nil, false)
 	if err != nil {
 		return "", nil, err
 	}
@@ -487,11 +497,12 @@ func (c *Cluster) ForwardRunState(ctx context.Context, node, thread string) (str
 	return rs.Status, rs.Interrupts, nil
 }
 
-// ask sends a request to node and waits for its answer.
-func (c *Cluster) ask(ctx context.Context, node, thread string, command json.RawMessage) ([]byte, error) {
+// ask sends a request to node (a command, a yield, or else a run-state
+// request) and waits for its answer.
+func (c *Cluster) ask(ctx context.Context, node, thread string, command json.RawMessage, yield bool) ([]byte, error) {
 	var rid [8]byte
 	_, _ = rand.Read(rid[:])
-	req := request{ID: hex.EncodeToString(rid[:]), Reply: c.replyChannel(), Thread: thread, Command: command}
+	req := request{ID: hex.EncodeToString(rid[:]), Reply: c.replyChannel(), Thread: thread, Command: command, Yield: yield}
 	b, _ := json.Marshal(req)
 	ch := make(chan []byte, 1)
 	c.mu.Lock()
@@ -608,7 +619,9 @@ func (c *Cluster) message(m rueidis.PubSubMessage) {
 // serve carries out a forwarded command and sends its answer back.
 func (c *Cluster) serve(req request) {
 	var out any
-	if len(req.Command) == 0 {
+	if req.Yield {
+		out = yieldReply{Yielded: c.yield(req.Thread)}
+	} else if len(req.Command) == 0 {
 		var rs runState
 		rs.Status, rs.Interrupts = c.srv.RunState(req.Thread)
 		out = rs

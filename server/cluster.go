@@ -39,6 +39,25 @@ type Cluster interface {
 	ForwardRunState(ctx context.Context, node, thread string) (status string, interrupts []PendingInterrupt, err error)
 }
 
+// WorkerDirectory is what a Cluster may also do for remote workers: tell
+// every node which nodes have workers for an assistant, so that a
+// run.start arriving at a node without one runs on a node with one (the
+// worker's events then go from its node straight to the thread's stream,
+// and the thread's commands follow the run's lease there as for any run).
+type WorkerDirectory interface {
+	// LocateWorkers returns the node whose workers have the most room for
+	// the assistant's runs ("" when no node's workers serve it).
+	LocateWorkers(ctx context.Context, assistant string) (node string, err error)
+	// Yield asks node to give up its run lease on the thread if it has
+	// no run or queued run there, and reports whether the lease is free
+	// of node now.
+	Yield(ctx context.Context, node, thread string) (bool, error)
+	// WorkersChanged says this node's workers changed (one connected or
+	// was lost, took a run or ended one): the directory hears of it soon
+	// (EngineHost.WorkerRoom).
+	WorkersChanged()
+}
+
 type forwardedKey struct{}
 
 // forwarded returns ctx marked as carrying a command another node
@@ -55,8 +74,13 @@ func isForwarded(ctx context.Context) bool {
 // route sends a command that concerns the thread's run to the node that
 // runs it; done is false when it is to be carried out here.
 func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint64, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, done bool) {
-	switch cmd.Value.(type) {
+	switch cv := cmd.Value.(type) {
 	case *protocol.ClientCommandRunStart, *protocol.ClientCommandStateFork:
+		if start, ok := cv.(*protocol.ClientCommandRunStart); ok && !isForwarded(ctx) {
+			if resp, errResp, done := s.routeToWorkers(ctx, c, threadID, id, start.Params.AssistantID, cmd); done {
+				return resp, errResp, true
+			}
+		}
 		holder, err := s.claim(c, threadID)
 		if err != nil {
 			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "%v", err), true
@@ -82,6 +106,45 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 		}
 	}
 	return nil, nil, false
+}
+
+// routeToWorkers sends a run.start of an assistant that no worker
+// connected here serves (and that is not this server's own) to the node
+// whose workers have the most room for it, first asking the thread's
+// lease holder to give up its lease if it holds it idle (its last run
+// ended lately). done is false when the command is to go on as usual: the
+// assistant is this node's, no node serves it, or the thread's lease
+// holder has a run (the holder then answers, as for any run.start).
+func (s *Server) routeToWorkers(ctx context.Context, c Cluster, threadID string, id uint64, assistantID string, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, done bool) {
+	dir, ok := c.(WorkerDirectory)
+	if !ok {
+		return nil, nil, false
+	}
+	if _, local := s.assistant(assistantID); local {
+		return nil, nil, false
+	}
+	node, err := dir.LocateWorkers(ctx, assistantID)
+	if err != nil {
+		return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot find the workers of assistant %s: %v", assistantID, err), true
+	}
+	if node == "" || node == c.Node() {
+		return nil, nil, false
+	}
+	holder, err := c.Holder(threadID)
+	if err != nil {
+		return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "cannot find the node that runs the thread: %v", err), true
+	}
+	if holder != "" && holder != node {
+		free, err := dir.Yield(ctx, holder, threadID)
+		if err != nil {
+			return nil, errorResponse(id, protocol.ErrorCodeUnavailable, "the node holding the thread's runs (%s) did not answer: %v", holder, err), true
+		}
+		if !free {
+			return nil, nil, false
+		}
+	}
+	resp, err = c.Forward(ctx, node, threadID, cmd)
+	return resp, forwardError(id, node, err), true
 }
 
 // claim takes the thread's run lease for this node unless another node

@@ -83,6 +83,10 @@ type EngineHost interface {
 	FailLostRun(thread string, quiet time.Duration) bool
 	// Fence stops this node's run of the thread: its lease was lost.
 	Fence(thread string)
+	// WorkerRoom is, per assistant that workers connected to this node
+	// serve, how many more runs they take at once (less the runs waiting
+	// for one of them: it may be below zero), for a WorkerDirectory.
+	WorkerRoom() map[string]int
 	// SetUnavailable says the engine's store cannot be reached (err) or
 	// is back (nil): streams end, and commands and subscriptions are
 	// refused as unavailable while it is gone.
@@ -100,6 +104,7 @@ func (h host) RunActive(thread string) bool   { return h.s.runActive(thread) }
 func (h host) RemoteRuns() []string           { return h.s.remoteRuns() }
 func (h host) Fence(thread string)            { h.s.fence(thread) }
 func (h host) SetUnavailable(err error)       { h.s.setUnavailable(err) }
+func (h host) WorkerRoom() map[string]int     { return h.s.workers.room() }
 func (h host) RunState(thread string) (string, []PendingInterrupt) {
 	return h.s.runState(thread)
 }

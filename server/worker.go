@@ -250,6 +250,27 @@ func (hub *workerHub) dispatchLocked() {
 			hub.waiting[a] = runs
 		}
 	}
+	if dir, ok := hub.s.cluster.(WorkerDirectory); ok {
+		dir.WorkersChanged()
+	}
+}
+
+// room is, per assistant served here, how many more runs its workers take
+// at once, less the runs waiting for one (EngineHost.WorkerRoom).
+func (hub *workerHub) room() map[string]int {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	out := make(map[string]int, len(hub.served))
+	for a, ids := range hub.served {
+		n := -len(hub.waiting[a])
+		for id := range ids {
+			if w := hub.workers[id]; w != nil && !w.lost {
+				n += max(w.maxRuns-len(w.runs), 0)
+			}
+		}
+		out[a] = n
+	}
+	return out
 }
 
 // pickLocked chooses the worker for a run of assistant a: among those

@@ -224,6 +224,7 @@ func New(srv *server.Server, opts Options) *Handler {
 	h.mux.Handle("GET /workers/connect", h.workerGuard(h.workerConnect))
 	h.mux.Handle("POST /workers/{worker}/runs/{run}", h.workerGuard(h.workerBatch))
 	h.mux.Handle("POST /workers/{worker}/heartbeat", h.workerGuard(h.workerHeartbeat))
+	h.mux.Handle("DELETE /workers/{worker}", h.workerGuard(h.workerLeave))
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -25,6 +25,7 @@ import (
 //	GET  /workers/connect?assistants=a,b&max_runs=N   NDJSON of WorkerMessage
 //	POST /workers/{worker}/runs/{run}                 a batch of WorkerOp
 //	POST /workers/{worker}/heartbeat                  the worker's lease
+//	DELETE /workers/{worker}                          the worker leaves
 
 // WorkerHeader names a worker when it connects again.
 const WorkerHeader = "Agentstream-Worker"
@@ -167,6 +168,17 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 // workerHeartbeat serves POST /workers/{worker}/heartbeat.
 func (h *Handler) workerHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if err := h.srv.WorkerAlive(r.PathValue("worker"), owner(r)); err != nil {
+		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// workerLeave serves DELETE /workers/{worker}: a worker that stops says
+// so, and its runs fail at once (worker lost: it stopped) instead of when
+// its lease runs out; its assistants' next runs go to other workers.
+func (h *Handler) workerLeave(w http.ResponseWriter, r *http.Request) {
+	if err := h.srv.DisconnectWorker(r.PathValue("worker"), owner(r), "the worker stopped"); err != nil {
 		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return
 	}

@@ -353,3 +353,35 @@ func TestWorkerRefusedBatchFailsTheRun(t *testing.T) {
 	require.Contains(t, end["error"], "namespace", "the run's error names what was refused")
 	require.Error(t, <-emitErr, "emits after a refused batch fail")
 }
+
+// TestWorkerLeaves: a worker that says it leaves (DELETE /workers/{id})
+// has its runs failed at once, long before its lease would run out, and
+// is gone: saying it again, or renewing, is refused with 404.
+func TestWorkerLeaves(t *testing.T) {
+	ts, _, _ := startWith(t, server.Config{WorkerLease: time.Minute}, transport.Options{})
+	wid, sc, body := rawWorker(t, ts.URL, "leaver")
+	defer body.Close()
+	read := watch(t, ts.URL, "bye")
+	status, out := post(t, ts.URL+"/threads/bye/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "leaver", "input": null}}`)
+	require.Equal(t, 200, status, "%v", out)
+	nextAssign(t, sc)
+
+	leave := func() int {
+		req, err := http.NewRequest("DELETE", ts.URL+"/workers/"+wid, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusNoContent, leave())
+	got := read(ended)
+	last := got[len(got)-1]["params"].(map[string]any)["data"].(map[string]any)
+	require.Equal(t, "failed", last["event"])
+	require.Contains(t, last["error"], "worker lost: the worker stopped")
+	require.Equal(t, http.StatusNotFound, leave(), "a worker that left is gone")
+	resp, err := http.Post(ts.URL+"/workers/"+wid+"/heartbeat", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}

@@ -331,9 +331,25 @@ export class Worker {
       backoff = Math.min(backoff * 2, 5000);
     }
     this.#cancelAll("the worker stopped");
+    await this.#leave();
   }
 
-  /** End serve(): the connection is closed, running handlers cancelled. */
+  /** Tell the server the worker stops, so that the runs it did not end fail now. */
+  async #leave() {
+    if (!this.workerId) return;
+    const url = `${this.base}/workers/${encodeURIComponent(this.workerId)}`;
+    try {
+      const res = await fetch(url, { method: "DELETE", headers: this.headers, signal: AbortSignal.timeout(2000) });
+      await res.arrayBuffer();
+    } catch {
+      // the server is gone: the worker's lease ends its runs
+    }
+  }
+
+  /**
+   * End serve(): the connection is closed, running handlers cancelled, and
+   * the server told the worker leaves (its unfinished runs fail at once).
+   */
   stop() {
     this.#stop.abort();
   }

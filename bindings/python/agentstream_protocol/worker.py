@@ -378,10 +378,12 @@ class Worker:
             backoff = min(backoff * 2, 5.0)
         for run in self._snapshot():
             run._cancel("the worker stopped")
+        self._leave()
 
     def stop(self) -> None:
         """End :meth:`serve`: the connection is closed, running handlers are
-        cancelled."""
+        cancelled, and the server is told the worker leaves (the runs it did
+        not end fail at once rather than when its lease runs out)."""
         self._stop.set()
         conn = self._stream
         if conn is not None and conn.sock is not None:
@@ -458,6 +460,18 @@ class Worker:
                 target._answer(str(m.get("ref", "")), m.get("response"))
             else:
                 target.injected.put(m.get("input"))
+
+    def _leave(self) -> None:
+        """Tell the server the worker stops (DELETE /workers/{id})."""
+        if not self.worker_id:
+            return
+        conn = self._endpoint.connection(timeout=2.0)
+        try:
+            self._endpoint.request(conn, "DELETE", f"/workers/{urllib.parse.quote(self.worker_id, safe='')}")
+        except (OSError, http.client.HTTPException, Refused):
+            pass
+        finally:
+            conn.close()
 
     def _beat(self, stop: threading.Event) -> None:
         """Renew the worker's lease while its connection lasts."""
