@@ -81,8 +81,8 @@ type Cluster struct {
 	// change, and the room last written (the loop's alone).
 	workersChanged chan struct{}
 	published      map[string]int
-	stop     chan struct{}
-	done     chan struct{}
+	stop           chan struct{}
+	done           chan struct{}
 }
 
 var _ server.Cluster = (*Cluster)(nil)
