@@ -613,9 +613,14 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		// would keep many times the cap.
 		id, floor, v := itoa(en.e.Seq)+"-0", itoa(en.minID), rueidis.BinaryString(en.e.JSON())
 		var add rueidis.Completed
-		if en.exact {
+		switch {
+		case en.e.Source != "" && en.exact: // with the ingest entry it came from (ingest.go)
+			add = c.B().Xadd().Key(k).Minid().Exact().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).FieldValue("src", en.e.Source).Build()
+		case en.e.Source != "":
+			add = c.B().Xadd().Key(k).Minid().Almost().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).FieldValue("src", en.e.Source).Build()
+		case en.exact:
 			add = c.B().Xadd().Key(k).Minid().Exact().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
-		} else {
+		default:
 			add = c.B().Xadd().Key(k).Minid().Almost().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
 		}
 		adds = append(adds, len(cmds))

@@ -33,6 +33,11 @@ type Event struct {
 	// every event was a third of a receiving node's CPU. WithPayload
 	// returns it with its payload.
 	Payload protocol.ServerEventVariant
+	// Source names what a producer's event was ingested from (a Redis
+	// Streams entry id: ProducerBatch.Sources); empty for the rest. A
+	// durable log keeps it with the event, so that an entry taken up again
+	// after a crash is known to be appended already.
+	Source string
 
 	id   string // the event_id, "EPOCH-SEQ"
 	json []byte
@@ -86,6 +91,7 @@ type eventData struct {
 	namespace channels.Namespace // where it happened; nil: the emitter's
 	name      string             // a custom event's name, which routes it
 	ts        uint64             // the time a producer gave it (ms); 0: now
+	source    string             // what a producer's event was ingested from (Event.Source)
 }
 
 // rootNamespace is the namespace of the root agent's events, shared by
@@ -121,7 +127,7 @@ func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error
 	method := p.Method()
 	return &Event{
 		Seq: seq, id: id, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
-		Namespace: d.namespace, Payload: p, json: b,
+		Namespace: d.namespace, Payload: p, json: b, Source: d.source,
 	}, nil
 }
 

@@ -25,6 +25,9 @@ type ProducerBatch struct {
 	Seq uint64
 	// Events are appended in order, each published as a run's would be.
 	Events []protocol.ProducerEvent
+	// Sources, when set, names where each event came from (one per event:
+	// Event.Source), kept with it in a durable log.
+	Sources []string
 }
 
 // PublishResult is what a batch appended: the sequence number and id of
@@ -64,6 +67,9 @@ func (s *Server) Publish(ctx context.Context, threadID string, b ProducerBatch) 
 	if len(b.Events) == 0 {
 		return nil, errors.New("server: a batch holds no event")
 	}
+	if err := ValidThreadID(threadID); err != nil {
+		return nil, err
+	}
 	if c := s.cluster; c != nil {
 		holder, err := s.claim(c, threadID)
 		if err != nil {
@@ -92,8 +98,11 @@ func (s *Server) Publish(ctx context.Context, threadID string, b ProducerBatch) 
 		}
 	}
 	res := &PublishResult{Seqs: make([]uint64, 0, len(b.Events)), EventIDs: make([]string, 0, len(b.Events))}
-	for _, pe := range b.Events {
+	for i, pe := range b.Events {
 		d := eventData{p: pe.Event, namespace: channels.Namespace(pe.Event.GetNamespace()), ts: pe.Timestamp}
+		if i < len(b.Sources) {
+			d.source = b.Sources[i]
+		}
 		if len(d.namespace) == 0 {
 			d.namespace = nil
 		}

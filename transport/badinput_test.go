@@ -38,6 +38,7 @@ func TestBadHTTPInput(t *testing.T) {
 		{"thread id with a space", "POST", "/threads/a%20b/commands", "application/json", "", run("{}"), 400, "invalid_argument", nil},
 		{"state of a bad thread id", "GET", "/threads/a%00b/state", "", "", "", 400, "invalid_argument", nil},
 		{"stream of a bad thread id", "POST", "/threads/" + longID + "/stream", "application/json", "", "{}", 400, "invalid_argument", nil},
+		{"events into a bad thread id", "POST", "/threads/a%20b/events", "application/json", "", `[{"type":"event","method":"custom","params":{"namespace":[],"data":{"payload":1}}}]`, 400, "invalid_argument", nil},
 		{"thread id with a slash", "POST", "/threads/a%2Fb/commands", "application/json", "", run("{}"), 400, "invalid_argument", nil},
 		{"thread id ..", "GET", "/threads/../state", "", "", "", 404, "", nil},
 		{"no such route", "GET", "/threads/t/nope", "", "", "", 404, "", nil},

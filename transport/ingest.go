@@ -100,8 +100,11 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 	res, err := h.srv.Publish(r.Context(), r.PathValue("id"), server.ProducerBatch{Producer: producer, Seq: producerSeq, Events: events})
 	if err != nil {
 		code, status := protocol.ErrorCodeUnavailable, http.StatusServiceUnavailable
-		if errors.Is(err, server.ErrNotTheWriter) {
+		switch {
+		case errors.Is(err, server.ErrNotTheWriter):
 			status = http.StatusConflict
+		case errors.Is(err, server.ErrThreadID):
+			code, status = protocol.ErrorCodeInvalidArgument, http.StatusBadRequest
 		}
 		e := protocol.NewError(nil, code, "%v", err)
 		if res != nil && len(res.Seqs) > 0 {

@@ -108,6 +108,8 @@ type config struct {
 	auth                                                             authFlags
 	metricsAddr                                                      string
 	redisURL                                                         string
+	ingestStream, ingestGroup, ingestDeadLetter                      string
+	ingestMaxWait                                                    time.Duration
 	nodeID                                                           string
 	leaseTTL                                                         time.Duration
 	playground                                                       bool
@@ -201,6 +203,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.redisWriteThrough, "redis-write-through", true, "with --redis: deliver an event to clients, this node's too, only once Redis holds it, so no client sees an event Redis lost or gave to another writer; =false delivers to this node's clients first (one Redis round trip less latency, without that guarantee)")
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits, while Redis fails its writes or the write queue is full, before its event is refused and the run's emitter gets unavailable (the run then ends failed, which every client sees once Redis is back); the longest Redis outage a run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
+	fs.StringVar(&c.ingestStream, "ingest-stream", "", "with --redis: a Redis stream producers XADD events to (fields thread and event); the nodes read it through one consumer group and append each event to its thread, once, in order; empty: none")
+	fs.StringVar(&c.ingestGroup, "ingest-group", redisstore.DefaultIngestGroup, "with --ingest-stream: the consumer group the nodes read it through")
+	fs.StringVar(&c.ingestDeadLetter, "ingest-dead-letter", "", "with --ingest-stream: the stream refused entries go to, with their reason (default: the ingest stream's name + \":dead\")")
+	fs.DurationVar(&c.ingestMaxWait, "ingest-max-wait", redisstore.DefaultIngestMaxWait, "with --ingest-stream: how long an entry waits for its thread (written by another node's run, or Redis away) before it goes to the dead-letter stream")
 	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
 	if err := applyEnv(fs); err != nil {
@@ -345,6 +351,22 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	}
 	srv := server.New(cfg)
 	defer func() { _ = srv.Close(context.Background()) }() // on an early return; a second Close does nothing
+	stopIngest := func() {}
+	if c.ingestStream != "" {
+		engine := cfg.Engine.(*redisstore.Engine)
+		ingest, err := engine.Ingest(srv, redisstore.IngestOptions{Stream: c.ingestStream, Group: c.ingestGroup, DeadLetter: c.ingestDeadLetter,
+			MaxEventBytes: c.ingestMaxEventBytes, LeaseTTL: c.leaseTTL, MaxWait: c.ingestMaxWait,
+			Decoder: protocol.Decoder{Limits: protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues}},
+			OnError: func(err error) { log.Warn().Err(err).Msg("ingest") }})
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--ingest-stream: %w", err)
+		}
+		defer ingest.Close() // on an early return
+		stopIngest = ingest.Close // before the server's Close: entries it holds stay pending for the next reader
+		registry.MustRegister(ingest.Collectors()...)
+		log.Info().Str("stream", c.ingestStream).Str("group", c.ingestGroup).Msg("ingesting a redis stream")
+	}
 	if c.gcBuffers {
 		gov := memgov.Start(srv, memgov.Options{Target: c.memoryTarget})
 		defer gov.Stop()
@@ -416,6 +438,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	case <-ctx.Done():
 	}
 	log.Info().Msg("shutting down")
+	stopIngest()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	// Stop accepting, end the streams so their handlers return, then wait
@@ -559,6 +582,9 @@ func (c config) check() error {
 	}
 	if c.redisWriters > 256 {
 		return fmt.Errorf("--redis-writers must be at most 256")
+	}
+	if c.ingestStream != "" && c.redisURL == "" {
+		return fmt.Errorf("--ingest-stream needs --redis: the stream is read from the Redis the threads are kept in")
 	}
 	for _, n := range []struct {
 		flag string
