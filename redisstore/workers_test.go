@@ -2,11 +2,11 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

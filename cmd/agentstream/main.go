@@ -362,7 +362,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			ln.Close()
 			return fmt.Errorf("--ingest-stream: %w", err)
 		}
-		defer ingest.Close() // on an early return
+		defer ingest.Close()      // on an early return
 		stopIngest = ingest.Close // before the server's Close: entries it holds stay pending for the next reader
 		registry.MustRegister(ingest.Collectors()...)
 		log.Info().Str("stream", c.ingestStream).Str("group", c.ingestGroup).Msg("ingesting a redis stream")
