@@ -70,7 +70,7 @@ type Cluster struct {
 	sub  *subscriber
 
 	mu      sync.Mutex
-	held    map[string]time.Time // threads whose lease this node holds, and when it took it
+	held    map[string]time.Time // threads whose lease this node holds, and when it last took it (Acquire)
 	waiting map[string]chan []byte
 	// failedAt is when a Redis command of the cluster last failed to
 	// reach Redis: the reaper waits a LeaseTTL after it.
@@ -257,13 +257,21 @@ func (c *Cluster) Acquire(thread string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if holder == c.opts.Node {
+		// Kept at least a LeaseTTL from now (renew): a producer
+		// publishing batch after batch keeps the lease while it publishes.
 		c.mu.Lock()
-		if _, ok := c.held[thread]; !ok {
-			c.held[thread] = time.Now()
-		}
+		c.held[thread] = time.Now()
 		c.mu.Unlock()
 	}
 	return holder, nil
+}
+
+// Holds implements server.LeaseHolder.
+func (c *Cluster) Holds(thread string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[thread]
+	return ok
 }
 
 // Holder implements server.Cluster.

@@ -244,28 +244,45 @@ return 0`)
 func (in *Ingest) read() {
 	in.reader.Store(true)
 	defer in.reader.Store(false)
+	// The turn is renewed by a goroutine of its own, so that a long batch
+	// does not let it lapse; held ends when it could not be.
+	held, lost := context.WithCancel(context.Background())
+	var keeper sync.WaitGroup
+	keeper.Add(1)
+	go func() {
+		defer keeper.Done()
+		in.keepTurn(held, lost)
+	}()
+	defer func() {
+		lost()
+		keeper.Wait()
+	}()
 	if err := in.ensureGroup(); err != nil {
 		in.fail(err)
 		return
 	}
-	if err := in.claimPending(); err != nil {
+	if err := in.claimPending("0"); err != nil {
 		in.fail(err)
 		return
 	}
-	r := &pass{in: in, blocked: map[string]bool{}, since: map[string]time.Time{}}
-	recheck := time.Now() // when this node's pending entries are read again (zero: none wait)
-	renewed := time.Now()
+	r := &pass{in: in, held: held, blocked: map[string]bool{}, since: map[string]time.Time{}, applied: map[string]string{}}
+	recheck := time.Now()                    // when this node's pending entries are read again (zero: none wait)
+	orphans := time.Now().Add(orphanedAfter) // when entries left by a reader that lost its turn are claimed
 	for {
 		select {
 		case <-in.stop:
 			return
+		case <-held.Done(): // another node reads now
+			return
 		default:
 		}
-		if time.Since(renewed) > in.opts.LeaseTTL/3 {
-			if !in.turn() {
-				return
+		if time.Now().After(orphans) {
+			if err := in.claimPending(strconv.FormatInt(orphanedAfter.Milliseconds(), 10)); err != nil {
+				in.fail(err)
+			} else if recheck.IsZero() {
+				recheck = time.Now()
 			}
-			renewed = time.Now()
+			orphans = time.Now().Add(orphanedAfter / 4)
 		}
 		if !recheck.IsZero() && !time.Now().Before(recheck) {
 			if err := r.pending(); err != nil {
@@ -286,14 +303,38 @@ func (in *Ingest) read() {
 			continue
 		}
 		if len(entries) > 0 {
-			if !in.turn() { // fenced: another node reads now
-				return
-			}
-			renewed = time.Now()
 			r.apply(entries, false)
 			if len(r.blocked) > 0 && recheck.IsZero() {
 				recheck = time.Now().Add(time.Second)
 			}
+		}
+	}
+}
+
+// orphanedAfter is how long an entry stays pending with a consumer before
+// the reader claims it: entries of a reader that lost its turn (Redis
+// away from it past its lease) and then died. A live reader settles its
+// entries well within it (a batch waits at most 30 s for its writes).
+const orphanedAfter = time.Minute
+
+// keepTurn renews the reader's turn every third of its life until ctx
+// ends, and ends it (lost) when the turn is another node's, or could not
+// be renewed within its life.
+func (in *Ingest) keepTurn(ctx context.Context, lost context.CancelFunc) {
+	tick := time.NewTicker(in.opts.LeaseTTL / 3)
+	defer tick.Stop()
+	renewed := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if in.turn() {
+			renewed = time.Now()
+		} else if time.Since(renewed) > in.opts.LeaseTTL*2/3 {
+			lost()
+			return
 		}
 	}
 }
@@ -320,13 +361,14 @@ func (in *Ingest) ensureGroup() error {
 	return err
 }
 
-// claimPending moves every pending entry of the group (a dead reader's)
-// to this node, so that the pending pass reads them in order.
-func (in *Ingest) claimPending() error {
+// claimPending moves the group's entries pending for at least minIdle ms
+// (all of them for "0": a dead reader's) to this node, so that the pending
+// pass reads them in order.
+func (in *Ingest) claimPending(minIdle string) error {
 	start := "0-0"
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		res, err := in.e.c.Do(ctx, in.e.c.B().Xautoclaim().Key(in.opts.Stream).Group(in.opts.Group).Consumer(in.node).MinIdleTime("0").Start(start).Count(int64(in.opts.Batch)).Justid().Build()).ToArray()
+		res, err := in.e.c.Do(ctx, in.e.c.B().Xautoclaim().Key(in.opts.Stream).Group(in.opts.Group).Consumer(in.node).MinIdleTime(minIdle).Start(start).Count(int64(in.opts.Batch)).Justid().Build()).ToArray()
 		cancel()
 		if err != nil {
 			return err
@@ -360,11 +402,15 @@ func (in *Ingest) readNew(block time.Duration) ([]rueidis.XRangeEntry, error) {
 }
 
 // pass is a reader's turn's state: the threads whose entries wait (until
-// the next pass over the pending entries), and since when each has waited.
+// the next pass over the pending entries), since when each has waited,
+// and the last entry known appended to each thread (read from its stream
+// once per turn, then kept as this node appends: it is the only writer).
 type pass struct {
 	in      *Ingest
+	held    context.Context // ends when the turn is lost
 	blocked map[string]bool
 	since   map[string]time.Time
+	applied map[string]string
 }
 
 // pending reads this node's pending entries (claimed ones included), in
@@ -426,12 +472,19 @@ func (r *pass) apply(entries []rueidis.XRangeEntry, recovered bool) {
 	var written []string
 	for _, th := range order {
 		list := byThread[th]
+		if r.held.Err() != nil {
+			break // another node reads now: what is left stays pending for it
+		}
 		if recovered {
-			last, err := in.lastSource(th)
-			if err != nil {
-				in.fail(err)
-				r.wait(th, list)
-				continue
+			last, known := r.applied[th]
+			if !known {
+				var err error
+				if last, err = in.lastSource(th); err != nil {
+					in.fail(err)
+					r.wait(th, list)
+					continue
+				}
+				r.applied[th] = last
 			}
 			n := 0
 			for n < len(list) && !entryAfter(list[n].id, last) {
@@ -461,6 +514,7 @@ func (r *pass) apply(entries []rueidis.XRangeEntry, recovered bool) {
 		in.appended.Add(uint64(done))
 		if done > 0 {
 			written = append(written, th)
+			r.applied[th] = list[done-1].id
 		}
 		if err == nil {
 			delete(r.since, th)

@@ -58,6 +58,14 @@ type WorkerDirectory interface {
 	WorkersChanged()
 }
 
+// LeaseHolder is what a Cluster may also say: whether this node holds
+// the thread's run lease already (took it, and has not given it up or
+// lost it since), so that taking it again needs no takeover of the
+// thread's stream (a producer publishing batch after batch).
+type LeaseHolder interface {
+	Holds(thread string) bool
+}
+
 type forwardedKey struct{}
 
 // forwarded returns ctx marked as carrying a command another node
@@ -154,11 +162,18 @@ func (s *Server) routeToWorkers(ctx context.Context, c Cluster, threadID string,
 // or was fenced before it could say so) ends now, before anything more is
 // written: every client sees it end.
 func (s *Server) claim(c Cluster, threadID string) (holder string, err error) {
+	lh, knows := c.(LeaseHolder)
+	held := knows && lh.Holds(threadID)
 	holder, err = c.Acquire(threadID)
 	if err != nil {
 		return "", fmt.Errorf("cannot take the thread's run lease: %w", err)
 	}
 	if holder != c.Node() {
+		return holder, nil
+	}
+	if held && s.current(threadID) {
+		// This node held the lease all along and has the thread: nobody
+		// else wrote it, and its stream is where this node left it.
 		return holder, nil
 	}
 	if err := s.takeOver(threadID); err != nil {
@@ -371,6 +386,18 @@ func (s *Server) fence(threadID string) {
 	if t.run != nil {
 		t.run.cancel(ErrLeaseLost)
 	}
+}
+
+// current reports whether this node has the thread in memory, not fenced
+// (its lease lost) nor evicted.
+func (s *Server) current(threadID string) bool {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.fenced && !t.evicted
 }
 
 func (s *Server) unfence(threadID string) {

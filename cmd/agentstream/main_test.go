@@ -41,11 +41,15 @@ import (
 //
 // With AGENTSTREAM_TEST_RUN_MAIN=1 the test binary is the agentstream
 // command instead, so that a test can run a node as a process of its own
-// (and kill it).
+// (and kill it); with AGENTSTREAM_TEST_PRODUCER set it is a producer
+// adding entries to a Redis ingest stream (produceIngest).
 func TestMain(m *testing.M) {
 	if os.Getenv("AGENTSTREAM_TEST_RUN_MAIN") == "1" {
 		main()
 		return
+	}
+	if os.Getenv("AGENTSTREAM_TEST_PRODUCER") != "" {
+		os.Exit(produceIngest())
 	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
 }
