@@ -6,7 +6,8 @@
 //
 // What it owns:
 //   - [Log], a server.DurableLog: each thread's events in a Redis Stream
-//     (entry id "SEQ-0", the event's JSON in field "e"), trimmed to about
+//     (entry id "SEQ-0", the event's JSON in field "e", and for an
+//     ingested event the ingest entry's id in field "src"), trimmed to about
 //     the per-thread caps, in events and in bytes, and published on the
 //     thread's sharded channel. The newest events are also kept in memory
 //     (a server.MemoryLog, under the total buffer budget), so live replays
@@ -23,7 +24,12 @@
 //     their sharded channels and ingests what other nodes publish.
 //   - [Cluster], a server.Cluster: one node at a time runs a thread's
 //     runs, under a lease; commands for the run are forwarded to it; the
-//     runs of a node that died are ended as failed by another.
+//     runs of a node that died are ended as failed by another. It is also
+//     the server.WorkerDirectory (workers.go): which nodes have remote
+//     workers for an assistant, so a run starts where its worker is.
+//   - [Ingest]: producers' events XADDed to an ingest stream, read through
+//     one consumer group by one node at a time and appended to their
+//     threads once each, in order (ingest.go).
 //   - [Health]: a Redis that stops answering makes the server unavailable
 //     (streams end, commands are refused) until it answers again.
 //
