@@ -175,7 +175,13 @@ func (wk *worker) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "DELETE", strings.TrimRight(wk.opts.URL, "/")+"/workers/"+url.PathEscape(id), nil)
+	wk.notify(ctx, "DELETE", "/workers/"+url.PathEscape(id))
+}
+
+// notify sends a request whose answer says nothing the worker needs (a
+// heartbeat, a goodbye): it goes or it does not.
+func (wk *worker) notify(ctx context.Context, method, path string) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(wk.opts.URL, "/")+path, nil)
 	if err != nil {
 		return
 	}
@@ -198,15 +204,7 @@ func (wk *worker) beat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimRight(wk.opts.URL, "/")+"/workers/"+url.PathEscape(id)+"/heartbeat", nil)
-			if err != nil {
-				return
-			}
-			wk.header(req.Header)
-			if resp, err := wk.opts.HTTPClient.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
+			wk.notify(ctx, "POST", "/workers/"+url.PathEscape(id)+"/heartbeat")
 		}
 	}
 }

@@ -455,7 +455,14 @@ func TestServeWithRedis(t *testing.T) {
 // test binary, see TestMain) and returns its base URL and the process.
 func startProcessNode(t *testing.T, flags ...string) (string, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"}, flags...)...)
+	return startBinaryNode(t, os.Args[0], flags...)
+}
+
+// startBinaryNode is startProcessNode with another agentstream binary
+// (one built without the race detector, for a test that is about load).
+func startBinaryNode(t *testing.T, bin string, flags ...string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"}, flags...)...)
 	cmd.Env = append(os.Environ(), "AGENTSTREAM_TEST_RUN_MAIN=1")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
