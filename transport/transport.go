@@ -8,6 +8,7 @@
 //	GET  /threads/{id}/state                                  values, pending interrupts, latest checkpoint
 //	POST /threads/{id}/events                                 a producer's batch of events
 //	GET  /workers/connect, POST /workers/{worker}/...          remote workers (worker.go)
+//	POST /minimal/stream                                      the minimal token stream, with Options.Profiles (package minimal)
 //	GET  /healthz, /readyz                                    liveness and readiness
 //	GET  /metrics                                             Prometheus metrics
 //
@@ -36,11 +37,22 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/slot"
+	"github.com/agentstream/agentstream/transport/minimal"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
+
+// The other wires a Handler may serve (Options.Profiles).
+const (
+	// ProfileMinimal is the minimal token stream (seed 003): POST
+	// /minimal/stream (package minimal).
+	ProfileMinimal = "minimal"
+)
+
+// Profiles lists the wires Options.Profiles may name.
+var Profiles = []string{ProfileMinimal}
 
 // Options configure the handler.
 type Options struct {
@@ -105,6 +117,9 @@ type Options struct {
 	// Ingest bounds what producers publish (POST /threads/{id}/events);
 	// zero fields: the defaults.
 	Ingest IngestOptions
+	// Profiles are the other wires served beside the protocol's
+	// (ProfileMinimal); none by default.
+	Profiles []string
 	// Decode bounds the nesting and the number of values of a command or
 	// stream request (protocol.DecodeLimits; zero fields: the defaults),
 	// on every route and the WebSocket: over it, refused before decoding.
@@ -126,6 +141,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	sse     *sse.Handler
 	ws      *ws.Handler
+	minimal *minimal.Handler // nil unless the minimal profile is on
 	metrics *metrics
 	ready   atomic.Bool
 	maxBody int64
@@ -225,6 +241,13 @@ func New(srv *server.Server, opts Options) *Handler {
 	h.mux.Handle("POST /workers/{worker}/runs/{run}", h.workerGuard(h.workerBatch))
 	h.mux.Handle("POST /workers/{worker}/heartbeat", h.workerGuard(h.workerHeartbeat))
 	h.mux.Handle("DELETE /workers/{worker}", h.workerGuard(h.workerLeave))
+	for _, p := range opts.Profiles {
+		switch p {
+		case ProfileMinimal:
+			h.minimal = minimal.New(srv, minimal.Options{Authorize: h.authorizeWire, Heartbeat: 15 * time.Second, BodyTimeout: h.bodyTimeout})
+			h.mux.Handle("POST /minimal/stream", h.wireGuard(h.minimal))
+		}
+	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	var metricsHandler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -295,28 +318,86 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not publish events: a producer's credential is needed (a JWT with role producer, an API key listed with producer)", p.Subject))
 			return
 		}
-		if err := h.srv.Authorize(p, r.PathValue("id"), kind != readRoute); err != nil {
-			status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
-			switch {
-			case errors.Is(err, server.ErrNoSuchThread):
-				status, code = http.StatusNotFound, protocol.ErrorCodeNoSuchThread
-			case errors.Is(err, server.ErrTooManyThreads):
-				h.metrics.refuse(string(server.LimitThreads))
-				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
-			case errors.Is(err, server.ErrQuota):
-				status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
-			case errors.Is(err, server.ErrPermissionDenied):
-				h.metrics.authRefused("permission_denied")
-			case errors.Is(err, server.ErrUnavailable):
-				status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
-			default:
-				status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
-			}
-			httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
+		if !h.authorize(w, p, r.PathValue("id"), kind != readRoute) {
 			return
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
 	})
+}
+
+// authorize asks the server whether principal p may use the thread
+// (creating it when create is set; server.Authorize), and answers the
+// request with the refusal when it may not. A nil p (authentication off)
+// may.
+func (h *Handler) authorize(w http.ResponseWriter, p *auth.Principal, threadID string, create bool) bool {
+	if p == nil {
+		return true
+	}
+	err := h.srv.Authorize(p, threadID, create)
+	if err == nil {
+		return true
+	}
+	status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
+	switch {
+	case errors.Is(err, server.ErrNoSuchThread):
+		status, code = http.StatusNotFound, protocol.ErrorCodeNoSuchThread
+	case errors.Is(err, server.ErrTooManyThreads):
+		h.metrics.refuse(string(server.LimitThreads))
+		status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+	case errors.Is(err, server.ErrQuota):
+		status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+	case errors.Is(err, server.ErrPermissionDenied):
+		h.metrics.authRefused("permission_denied")
+	case errors.Is(err, server.ErrUnavailable):
+		status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
+	default:
+		status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
+	}
+	httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
+	return false
+}
+
+// wireGuard admits a request of one of the other wires' routes, which
+// name their thread in the body or make one (transport/minimal): the
+// same-site rules, authentication, the rate limits and the principal's
+// stream slots of a stream route. The wire asks authorize for the thread
+// once it knows it; the principal goes on in the request's context.
+func (h *Handler) wireGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.sameSite(w, r, streamRoute) {
+			return
+		}
+		var p *auth.Principal
+		if h.auth != nil {
+			var ok bool
+			if p, ok = h.authenticate(w, r); !ok {
+				return
+			}
+		}
+		if !h.rateOK(w, r, streamRoute, p) {
+			return
+		}
+		if p != nil && !p.Admin {
+			release, ok := h.streams.take(p.Subject)
+			if !ok {
+				h.metrics.refuse("principal_streams")
+				httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
+				return
+			}
+			ctx, sl := slot.With(r.Context(), release)
+			defer sl.Done()
+			r = r.WithContext(ctx)
+		}
+		if p != nil {
+			r = r.WithContext(auth.NewContext(r.Context(), p))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authorizeWire is the wires' check of a thread (wireGuard).
+func (h *Handler) authorizeWire(w http.ResponseWriter, r *http.Request, threadID string) bool {
+	return h.authorize(w, auth.FromContext(r.Context()), threadID, true)
 }
 
 // routeKind sorts the thread routes by what they may do, for the rules
@@ -487,6 +568,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	var sseErr error
 	done := make(chan struct{})
 	go func() { sseErr = h.sse.Shutdown(ctx); close(done) }()
+	if h.minimal != nil {
+		h.minimal.Shutdown()
+	}
 	wsErr := h.ws.Shutdown(ctx)
 	<-done
 	return errors.Join(sseErr, wsErr)

@@ -103,7 +103,7 @@ func TestReadmeCommands(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 
-	ports := map[string]string{"2024": freePort(t), "2101": freePort(t), "2102": freePort(t), "6390": freePort(t)}
+	ports := map[string]string{"2024": freePort(t), "2097": freePort(t), "2101": freePort(t), "2102": freePort(t), "6390": freePort(t)}
 	var script strings.Builder
 	fmt.Fprintf(&script, `set -euo pipefail
 cd %q
@@ -156,6 +156,10 @@ MAIN_PID=
 					streams++
 					fmt.Fprintf(&script, "%s --max-time 4 -sS >\"$DIR/stream-%d.out\" || [ $? -eq 28 ] &\nSTREAMS=\"$STREAMS $!\"\n", cmd, streams)
 				case strings.HasPrefix(cmd, "curl"):
+					for _, w := range waits { // the servers this block started, up first
+						fmt.Fprintln(&script, w)
+					}
+					waits = nil
 					answers++
 					fmt.Fprintf(&script, "%s -sS >\"$DIR/answer-%d.out\"\n", cmd, answers)
 				case background && strings.HasPrefix(cmd, "redis-server"):
@@ -194,7 +198,12 @@ MAIN_PID=
 	for i := 1; i <= answers; i++ {
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("answer-%d.out", i)))
 		require.NoError(t, err)
-		if !strings.Contains(string(b), `"seqs":[`) { // a producer's batch is answered with its seqs
+		switch {
+		case strings.Contains(string(b), `"seqs":[`): // a producer's batch is answered with its seqs
+		case strings.HasPrefix(string(b), `data: {"type":"stream_start"}`): // the minimal token stream
+			require.Contains(t, string(b), `data: {"type":"stream_end"}`, "the minimal stream %d ran to its end: %s", i, b)
+			require.Contains(t, string(b), `"type":"token"`, "the minimal stream %d has tokens: %s", i, b)
+		default:
 			require.Contains(t, string(b), `"type":"success"`, "command %d answered %s", i, b)
 		}
 	}

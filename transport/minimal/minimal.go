@@ -1,0 +1,296 @@
+package minimal
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
+)
+
+// Options configure the handler.
+type Options struct {
+	// Authorize, when set, says whether the request may run on the thread
+	// (creating it), and answers the request itself when it may not.
+	Authorize func(w http.ResponseWriter, r *http.Request, threadID string) bool
+	// Heartbeat is how often a quiet stream gets a comment line (15 s).
+	Heartbeat time.Duration
+	// BodyTimeout bounds reading the request's body (10 s).
+	BodyTimeout time.Duration
+}
+
+// maxBody caps a request's body.
+const maxBody = 1 << 20
+
+// Handler serves POST /minimal/stream.
+type Handler struct {
+	srv  *server.Server
+	opts Options
+	// closing ends when the server shuts down (Shutdown): streams end.
+	closing context.Context
+	shut    context.CancelFunc
+}
+
+// New returns the handler of the minimal token stream on srv.
+func New(srv *server.Server, opts Options) *Handler {
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	closing, shut := context.WithCancel(context.Background())
+	return &Handler{srv: srv, opts: opts, closing: closing, shut: shut}
+}
+
+// Shutdown ends every stream (with an error frame saying why; the runs
+// go on until the server closes).
+func (h *Handler) Shutdown() { h.shut() }
+
+// ServeHTTP starts the run and streams its frames until it ends.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the body is JSON: Content-Type: application/json"))
+		return
+	}
+	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.opts.BodyTimeout, "request")
+	if errResp != nil {
+		httpjson.Write(w, status, errResp)
+		return
+	}
+	var req MinimalStreamRequest
+	if err := cddlrt.DecodeStrictJSON(body, &req); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		return
+	}
+	thread := ""
+	if req.ThreadID != nil {
+		thread = *req.ThreadID
+	} else {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		thread = "min_" + hex.EncodeToString(b[:])
+	}
+	if err := server.ValidThreadID(thread); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread_id: %v", err))
+		return
+	}
+	if h.opts.Authorize != nil && !h.opts.Authorize(w, r, thread) {
+		return
+	}
+
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	reject := protocol.MultitaskStrategyReject
+	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": req.Message}}}
+	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
+		Params: protocol.RunStartParams{AssistantID: req.AssistantID, Input: input, MultitaskStrategy: &reject}}})
+	if err != nil {
+		var e *protocol.ErrorResponse
+		if !errors.As(err, &e) {
+			e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
+		}
+		e.ID = nil
+		httpjson.Write(w, statusOf(e), e)
+		return
+	}
+	applied := uint64(0)
+	if resp.Meta != nil && resp.Meta.AppliedThroughSeq != nil {
+		applied = *resp.Meta.AppliedThroughSeq
+	}
+	// The run's events: those after the last one published before it
+	// started, replayed from the buffer, then live.
+	f := channels.Filter{Channels: []string{channels.Messages, channels.Tools, channels.Values, channels.Lifecycle, channels.Input}, Depth: channels.Unlimited}
+	if _, _, err := ss.Subscribe(f, server.SeqCursor(applied)); err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	}
+
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	hd.Set("Agentstream-Thread", thread)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(v MinimalFrameVariant) bool {
+		b, err := json.Marshal(MinimalFrame{Value: v})
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(&MinimalStreamStart{}) {
+		return
+	}
+	streamCtx, stop := context.WithCancel(r.Context())
+	defer stop()
+	defer context.AfterFunc(h.closing, stop)()
+	for {
+		ctx, cancel := context.WithTimeout(streamCtx, h.opts.Heartbeat)
+		e, err := ss.Next(ctx)
+		cancel()
+		if err != nil {
+			if r.Context().Err() != nil {
+				return // the client left; the run goes on
+			}
+			if h.closing.Err() != nil {
+				send(&MinimalError{Message: "the server is shutting down"})
+				return
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+					return
+				}
+				continue
+			}
+			send(&MinimalError{Message: fmt.Sprintf("the stream ended: %v", err)})
+			return
+		}
+		frames, end := translate(e, thread)
+		for _, fr := range frames {
+			if !send(fr) {
+				return
+			}
+		}
+		if end {
+			return
+		}
+	}
+}
+
+// translate turns one of the run's protocol events into frames; end says
+// the stream ends after them.
+func translate(e *server.Event, thread string) (frames []MinimalFrameVariant, end bool) {
+	if e.Seq == 0 {
+		// Not in the thread's stream: the state when the subscription was
+		// made (values, before the run: left out), or a notice that events
+		// were missed.
+		if e.Method == "events.missed" {
+			return []MinimalFrameVariant{&MinimalWarning{Message: "some of the run's events were missed (this stream fell behind the server's buffer)"}}, false
+		}
+		return nil, false
+	}
+	e, err := e.WithPayload()
+	if err != nil {
+		return []MinimalFrameVariant{&MinimalWarning{Message: fmt.Sprintf("an event could not be read: %v", err)}}, false
+	}
+	root := len(e.Namespace) == 0
+	switch p := e.Payload.(type) {
+	case *protocol.ServerEventMessages:
+		switch d := p.Params.Data.Value.(type) {
+		case *protocol.ContentBlockDeltaData:
+			if t, ok := d.Delta.Value.(*protocol.TextDelta); ok && root && t.Text != "" {
+				return []MinimalFrameVariant{&MinimalToken{Content: t.Text}}, false
+			}
+		case *protocol.MessageErrorData:
+			return []MinimalFrameVariant{&MinimalWarning{Message: d.Message}}, false
+		}
+	case *protocol.ServerEventTools:
+		switch d := p.Params.Data.Value.(type) {
+		case *protocol.ToolStartedData:
+			args := []byte("{}")
+			if d.Input != nil {
+				if b, err := json.Marshal(d.Input); err == nil {
+					args = b
+				}
+			}
+			return []MinimalFrameVariant{&MinimalToolCall{Name: d.ToolName, Arguments: string(args), CallID: d.ToolCallID}}, false
+		case *protocol.ToolFinishedData:
+			return []MinimalFrameVariant{&MinimalToolResult{Output: d.Output, CallID: d.ToolCallID}}, false
+		case *protocol.ToolErrorData:
+			return []MinimalFrameVariant{&MinimalWarning{Message: fmt.Sprintf("tool call %s failed: %s", d.ToolCallID, d.Message)}}, false
+		}
+	case *protocol.ServerEventValues:
+		return []MinimalFrameVariant{workflowState(p.Params.Data)}, false
+	case *protocol.ServerEventInputRequested:
+		return []MinimalFrameVariant{&MinimalWarning{Message: fmt.Sprintf("the assistant asks for input (interrupt %s), which this stream cannot answer: answer it with input.respond on thread %s", p.Params.Data.InterruptID, thread)}}, false
+	case *protocol.ServerEventLifecycle:
+		if !root {
+			return nil, false
+		}
+		switch p.Params.Data.Event {
+		case protocol.AgentStatusCompleted:
+			return []MinimalFrameVariant{&MinimalStreamEnd{}}, true
+		case protocol.AgentStatusFailed:
+			msg := "the run failed"
+			if p.Params.Data.Error != nil && *p.Params.Data.Error != "" {
+				msg = *p.Params.Data.Error
+			}
+			return []MinimalFrameVariant{&MinimalError{Message: msg}}, true
+		case protocol.AgentStatusInterrupted:
+			return []MinimalFrameVariant{&MinimalError{Message: fmt.Sprintf("the run is interrupted, waiting for input; it resumes through the protocol's input.respond on thread %s", thread)}}, true
+		}
+	}
+	return nil, false
+}
+
+// workflowState is the workflow_state frame of a values event: the
+// state's workflow_nodes and workflow_edges, those of their items that
+// have the members a node or an edge needs.
+func workflowState(values any) *MinimalWorkflowState {
+	st := &MinimalWorkflowState{WorkflowNodes: []MinimalWorkflowNode{}, WorkflowEdges: []MinimalWorkflowEdge{}}
+	m, _ := values.(map[string]any)
+	convert := func(from any, to any) {
+		if from == nil {
+			return
+		}
+		if b, err := json.Marshal(from); err == nil {
+			_ = json.Unmarshal(b, to)
+		}
+	}
+	if items, ok := m["workflow_nodes"].([]any); ok {
+		for _, it := range items {
+			var n MinimalWorkflowNode
+			convert(it, &n)
+			if n.ID != "" {
+				st.WorkflowNodes = append(st.WorkflowNodes, n)
+			}
+		}
+	}
+	if items, ok := m["workflow_edges"].([]any); ok {
+		for _, it := range items {
+			var ed MinimalWorkflowEdge
+			convert(it, &ed)
+			if ed.ID != "" {
+				st.WorkflowEdges = append(st.WorkflowEdges, ed)
+			}
+		}
+	}
+	return st
+}
+
+// statusOf is the HTTP status of a refused run.start.
+func statusOf(e *protocol.ErrorResponse) int {
+	switch e.Code {
+	case protocol.ErrorCodeInvalidArgument:
+		// The server's refusal of a second run on a busy thread (multitask
+		// strategy reject) is the one invalid_argument that is a conflict;
+		// TestMinimalBusyThreadIs409 holds this to its wording.
+		if strings.Contains(e.Message, "has an active run") {
+			return http.StatusConflict
+		}
+		return http.StatusBadRequest
+	case protocol.ErrorCodePermissionDenied:
+		return http.StatusForbidden
+	case protocol.ErrorCodeResourceExhausted, protocol.ErrorCodeRateLimited:
+		return http.StatusTooManyRequests
+	case protocol.ErrorCodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
