@@ -9,6 +9,7 @@
 //	POST /threads/{id}/events                                 a producer's batch of events
 //	GET  /workers/connect, POST /workers/{worker}/...          remote workers (worker.go)
 //	POST /minimal/stream                                      the minimal token stream, with Options.Profiles (package minimal)
+//	/jobs, /jobs/{job_id}/{envelopes,complete,stream}         the job stream, with Options.Profiles (package jobs)
 //	GET  /healthz, /readyz                                    liveness and readiness
 //	GET  /metrics                                             Prometheus metrics
 //
@@ -37,6 +38,7 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/slot"
+	"github.com/agentstream/agentstream/transport/jobs"
 	"github.com/agentstream/agentstream/transport/minimal"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
@@ -49,10 +51,13 @@ const (
 	// ProfileMinimal is the minimal token stream (seed 003): POST
 	// /minimal/stream (package minimal).
 	ProfileMinimal = "minimal"
+	// ProfileJobs is the job stream (seed 001): /jobs routes (package
+	// jobs).
+	ProfileJobs = "jobs"
 )
 
 // Profiles lists the wires Options.Profiles may name.
-var Profiles = []string{ProfileMinimal}
+var Profiles = []string{ProfileMinimal, ProfileJobs}
 
 // Options configure the handler.
 type Options struct {
@@ -142,6 +147,7 @@ type Handler struct {
 	sse     *sse.Handler
 	ws      *ws.Handler
 	minimal *minimal.Handler // nil unless the minimal profile is on
+	jobs    *jobs.Handler    // nil unless the jobs profile is on
 	metrics *metrics
 	ready   atomic.Bool
 	maxBody int64
@@ -246,6 +252,17 @@ func New(srv *server.Server, opts Options) *Handler {
 		case ProfileMinimal:
 			h.minimal = minimal.New(srv, minimal.Options{Authorize: h.authorizeWire, Heartbeat: 15 * time.Second, BodyTimeout: h.bodyTimeout})
 			h.mux.Handle("POST /minimal/stream", h.wireGuard(h.minimal))
+		case ProfileJobs:
+			h.jobs = jobs.New(srv, jobs.Options{
+				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
+				},
+				ReadBatch: func(w http.ResponseWriter, r *http.Request) ([][]byte, bool) {
+					return h.readBatch(w, r, "batch of envelopes", "envelopes")
+				},
+				MaxEventBytes: h.ingest.MaxEventBytes, BodyTimeout: h.bodyTimeout,
+			})
+			h.jobs.Register(h.mux, h.wireGuard, func(next http.Handler) http.Handler { return h.wireGuardAs(ingestRoute, next) })
 		}
 	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -363,8 +380,16 @@ func (h *Handler) authorize(w http.ResponseWriter, p *auth.Principal, threadID s
 // stream slots of a stream route. The wire asks authorize for the thread
 // once it knows it; the principal goes on in the request's context.
 func (h *Handler) wireGuard(next http.Handler) http.Handler {
+	return h.wireGuardAs(streamRoute, next)
+}
+
+// wireGuardAs is wireGuard under the rules of routes of kind: a stream's
+// (the principal's stream slots, the stream rate), or a producer's
+// (ingestRoute: NDJSON bodies allowed, the producer rate, counted as the
+// items are read).
+func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.sameSite(w, r, streamRoute) {
+		if !h.sameSite(w, r, kind) {
 			return
 		}
 		var p *auth.Principal
@@ -374,10 +399,10 @@ func (h *Handler) wireGuard(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if !h.rateOK(w, r, streamRoute, p) {
+		if kind != ingestRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
-		if p != nil && !p.Admin {
+		if kind == streamRoute && p != nil && !p.Admin {
 			release, ok := h.streams.take(p.Subject)
 			if !ok {
 				h.metrics.refuse("principal_streams")
@@ -570,6 +595,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	go func() { sseErr = h.sse.Shutdown(ctx); close(done) }()
 	if h.minimal != nil {
 		h.minimal.Shutdown()
+	}
+	if h.jobs != nil {
+		h.jobs.Shutdown()
 	}
 	wsErr := h.ws.Shutdown(ctx)
 	<-done

@@ -1,0 +1,381 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
+)
+
+// EventName names the custom events that hold a job's envelopes.
+const EventName = "node_stream_event"
+
+// Thread is the thread of job id.
+func Thread(jobID string) string { return "job:" + jobID }
+
+// Options configure the handler; the transport supplies its checks.
+type Options struct {
+	// Authorize, when set, says whether the request may use the thread
+	// (creating it when create is set) and answers the request itself
+	// when it may not.
+	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
+	// ReadBatch reads a body of items (a JSON array or NDJSON) within the
+	// producer limits, and answers the request itself when it cannot.
+	ReadBatch func(w http.ResponseWriter, r *http.Request) ([][]byte, bool)
+	// MaxEventBytes refuses a larger envelope.
+	MaxEventBytes int
+	// Heartbeat is how often a quiet stream gets `:keep-alive` (15 s).
+	Heartbeat time.Duration
+	// BodyTimeout bounds reading a small body (10 s).
+	BodyTimeout time.Duration
+}
+
+// Handler serves the job stream's routes.
+type Handler struct {
+	srv     *server.Server
+	opts    Options
+	closing context.Context
+	shut    context.CancelFunc
+}
+
+// New returns the job stream's handler on srv.
+func New(srv *server.Server, opts Options) *Handler {
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	if opts.MaxEventBytes <= 0 {
+		opts.MaxEventBytes = 1 << 20
+	}
+	if opts.ReadBatch == nil {
+		opts.ReadBatch = func(w http.ResponseWriter, r *http.Request) ([][]byte, bool) {
+			body, status, _, errResp := httpjson.ReadBody(w, r, 4<<20, opts.BodyTimeout, "batch of envelopes")
+			if errResp != nil {
+				httpjson.Write(w, status, errResp)
+				return nil, false
+			}
+			items, errResp := protocol.SplitBatch(body, r.Header.Get("Content-Type") == "application/x-ndjson", 1000)
+			if errResp != nil {
+				httpjson.Write(w, http.StatusBadRequest, errResp)
+				return nil, false
+			}
+			return items, true
+		}
+	}
+	closing, shut := context.WithCancel(context.Background())
+	return &Handler{srv: srv, opts: opts, closing: closing, shut: shut}
+}
+
+// Shutdown ends every stream.
+func (h *Handler) Shutdown() { h.shut() }
+
+// Register mounts the routes on mux, wrapped by the transport's
+// authentication and limits: stream for the stream and the creation of a
+// job, produce for what producers send.
+func (h *Handler) Register(mux *http.ServeMux, stream, produce func(http.Handler) http.Handler) {
+	mux.Handle("POST /jobs", stream(http.HandlerFunc(h.create)))
+	mux.Handle("POST /jobs/{job_id}/envelopes", produce(http.HandlerFunc(h.envelopes)))
+	mux.Handle("POST /jobs/{job_id}/complete", produce(http.HandlerFunc(h.complete)))
+	mux.Handle("GET /jobs/{job_id}/stream", stream(http.HandlerFunc(h.stream)))
+}
+
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+	if err := server.ValidThreadID(thread); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "job_id: %v", err))
+		return false
+	}
+	return h.opts.Authorize == nil || h.opts.Authorize(w, r, thread, create)
+}
+
+// producer answers 403 unless the caller may publish (a producer's or an
+// admin's credential; anyone without authentication).
+func producer(w http.ResponseWriter, r *http.Request) bool {
+	p := auth.FromContext(r.Context())
+	if p == nil || p.Admin || p.Producer {
+		return true
+	}
+	httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not publish a job's envelopes: a producer's credential is needed", p.Subject))
+	return false
+}
+
+// create serves POST /jobs.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req JobCreateRequest
+	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.opts.BodyTimeout, "request")
+	if errResp != nil {
+		httpjson.Write(w, status, errResp)
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := cddlrt.DecodeStrictJSON(body, &req); err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+			return
+		}
+	}
+	id := ""
+	if req.JobID != nil {
+		id = *req.JobID
+	} else {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	thread := Thread(id)
+	if req.Owner != nil {
+		p := auth.FromContext(r.Context())
+		if p != nil && !p.Admin && !p.Producer {
+			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "only an admin or a producer may open a job for another principal"))
+			return
+		}
+		if p != nil {
+			// The job is the named principal's: it claims the thread.
+			r = r.WithContext(auth.NewContext(r.Context(), &auth.Principal{Subject: *req.Owner}))
+		}
+	}
+	if !h.authorize(w, r, thread, true) {
+		return
+	}
+	httpjson.Write(w, http.StatusCreated, JobCreated{JobID: id})
+}
+
+// envelopes serves POST /jobs/{job_id}/envelopes: checked whole, then
+// appended in order.
+func (h *Handler) envelopes(w http.ResponseWriter, r *http.Request) {
+	thread := Thread(r.PathValue("job_id"))
+	if !producer(w, r) || !h.authorize(w, r, thread, true) {
+		return
+	}
+	items, ok := h.opts.ReadBatch(w, r)
+	if !ok {
+		return
+	}
+	name := EventName
+	b := server.ProducerBatch{Events: make([]protocol.ProducerEvent, 0, len(items))}
+	for i, item := range items {
+		if len(item) > h.opts.MaxEventBytes {
+			httpjson.Write(w, http.StatusRequestEntityTooLarge, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "[%d]: an envelope is at most %d bytes", i, h.opts.MaxEventBytes))
+			return
+		}
+		env, err := CheckEnvelope(item)
+		if err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]%v", i, err))
+			return
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, item); err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: %v", i, err))
+			return
+		}
+		b.Events = append(b.Events, protocol.ProducerEvent{Timestamp: env.Ts, Event: &protocol.ServerEventCustom{
+			Params: protocol.EventCustomParams{Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: json.RawMessage(compact.Bytes())}}}})
+	}
+	res, err := h.srv.Publish(r.Context(), thread, b)
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, server.ErrNotTheWriter) {
+			status = http.StatusConflict
+		}
+		httpjson.Write(w, status, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	}
+	out := JobAppended{Seqs: make([]JobUint, len(res.Seqs))}
+	copy(out.Seqs, res.Seqs)
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// CheckEnvelope checks an envelope a worker sends (JobEnvelopeIn, no
+// seq), and its payload where its (node_type, payload_version) is known
+// (Payloads). The error starts with the JSON path of the problem.
+func CheckEnvelope(item []byte) (*JobEnvelopeIn, error) {
+	var env JobEnvelopeIn
+	if err := cddlrt.DecodeStrictJSON(item, &env); err != nil {
+		return nil, fmt.Errorf(": %v", err)
+	}
+	if check, ok := Payloads[PayloadKind{env.NodeType, env.PayloadVersion}]; ok {
+		raw, err := json.Marshal(env.Payload)
+		if err != nil {
+			return nil, fmt.Errorf(".payload: %v", err)
+		}
+		if err := check(raw); err != nil {
+			return nil, fmt.Errorf(".payload (%s %s): %v", env.NodeType, env.PayloadVersion, err)
+		}
+	}
+	return &env, nil
+}
+
+// PayloadKind is a payload's (node_type, payload_version).
+type PayloadKind struct{ NodeType, Version string }
+
+// Payloads checks the payloads of the kinds the server knows; the payloads
+// of other kinds are taken as they come (new node types ship without a
+// server change).
+var Payloads = map[PayloadKind]func([]byte) error{
+	{"deep_agent", "AgentEvent.v1"}: func(b []byte) error {
+		var ev AgentEvent
+		return cddlrt.DecodeStrictJSON(b, &ev)
+	},
+}
+
+// complete serves POST /jobs/{job_id}/complete: the job ends (the root
+// agent's completed or failed lifecycle).
+func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
+	thread := Thread(r.PathValue("job_id"))
+	if !producer(w, r) || !h.authorize(w, r, thread, true) {
+		return
+	}
+	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.opts.BodyTimeout, "request")
+	if errResp != nil {
+		httpjson.Write(w, status, errResp)
+		return
+	}
+	var c JobComplete
+	if err := cddlrt.DecodeStrictJSON(body, &c); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		return
+	}
+	st := protocol.AgentStatusCompleted
+	if c.Status == JobCompleteStatusFailed {
+		st = protocol.AgentStatusFailed
+	}
+	ev := &protocol.ServerEventLifecycle{Params: protocol.EventLifecycleParams{Namespace: protocol.Namespace{}, Data: protocol.LifecycleData{Event: st}}}
+	if _, err := h.srv.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{{Event: ev}}}); err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// stream serves GET /jobs/{job_id}/stream.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
+	thread := Thread(r.PathValue("job_id"))
+	if !h.authorize(w, r, thread, false) {
+		return
+	}
+	var cursor *server.Cursor
+	terminal := false
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if v == "terminal" {
+			terminal = true // the client saw the end: only the end again
+		} else {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "Last-Event-ID: a seq, or terminal"))
+				return
+			}
+			cursor = server.SeqCursor(n)
+		}
+	}
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	f := channels.Filter{Channels: []string{"custom:" + EventName, channels.Lifecycle}}
+	if _, _, err := ss.Subscribe(f, cursor); err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	write := func(s string) bool {
+		if _, err := fmt.Fprint(w, s); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n") {
+		return
+	}
+	streamCtx, stop := context.WithCancel(r.Context())
+	defer stop()
+	defer context.AfterFunc(h.closing, stop)()
+	for {
+		ctx, cancel := context.WithTimeout(streamCtx, h.opts.Heartbeat)
+		e, err := ss.Next(ctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && streamCtx.Err() == nil {
+				if !write(":keep-alive\n\n") {
+					return
+				}
+				continue
+			}
+			return // the client left, the server is closing, or the stream was cut: the client resumes
+		}
+		if e.Seq == 0 {
+			continue // a notice, not an envelope
+		}
+		switch e.Channel {
+		case channels.Lifecycle:
+			if len(e.Namespace) != 0 {
+				continue
+			}
+			e, err = e.WithPayload()
+			if err != nil {
+				continue
+			}
+			l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+			if !ok {
+				continue
+			}
+			switch l.Params.Data.Event {
+			case protocol.AgentStatusCompleted, protocol.AgentStatusFailed:
+				write(fmt.Sprintf("event: complete\nid: terminal\ndata: {\"status\":%q}\n\n", l.Params.Data.Event))
+				return
+			}
+		default:
+			if terminal {
+				continue
+			}
+			env, err := envelopeOf(e)
+			if err != nil {
+				continue
+			}
+			if !write(fmt.Sprintf("event: append\nid: %d\ndata: %s\n\n", e.Seq, env)) {
+				return
+			}
+		}
+	}
+}
+
+// envelopeOf is the envelope an event holds, with its seq first and the
+// rest as its worker sent it.
+func envelopeOf(e *server.Event) ([]byte, error) {
+	var ev struct {
+		Params struct {
+			Data struct {
+				Payload json.RawMessage `json:"payload"`
+			} `json:"data"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(e.JSON(), &ev); err != nil {
+		return nil, err
+	}
+	raw := bytes.TrimSpace(ev.Params.Data.Payload)
+	if len(raw) < 2 || raw[0] != '{' {
+		return nil, errors.New("not an envelope")
+	}
+	out := make([]byte, 0, len(raw)+24)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendUint(out, e.Seq, 10)
+	if len(bytes.TrimSpace(raw[1:])) > 1 {
+		out = append(out, ',')
+	}
+	return append(out, raw[1:]...), nil
+}
