@@ -1,14 +1,10 @@
 package protocol
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"os"
-	"strings"
 	"testing"
 
-	"github.com/agentstream/agentstream/codegen"
+	"github.com/agentstream/agentstream/internal/gentest"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 )
@@ -138,23 +134,7 @@ func TestUnknownVariantsAreKept(t *testing.T) {
 }
 
 // TestGeneratedFilesAreFresh runs every `//go:generate` line of doc.go
-// with --check: a stale generated file fails the test with a diff.
-func TestGeneratedFilesAreFresh(t *testing.T) {
-	f, err := os.Open("doc.go")
-	require.NoError(t, err)
-	defer f.Close()
-	lines := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		args, ok := strings.CutPrefix(sc.Text(), "//go:generate go run ../cmd/cddlgen ")
-		if !ok {
-			continue
-		}
-		lines++
-		var stdout, stderr bytes.Buffer
-		code := codegen.Main(append([]string{"--check"}, strings.Fields(args)...), &stdout, &stderr)
-		require.Equal(t, 0, code, "stale output; run go generate ./protocol\n%s%s", stderr.String(), stdout.String())
-	}
-	require.NoError(t, sc.Err())
-	require.Equal(t, 6, lines, "doc.go should generate Go, three JSON Schemas (the server's, bindings/jsonschema, the npm package's), TypeScript and Python")
-}
+// with --check: a stale generated file fails the test with a diff. doc.go
+// generates Go, three JSON Schemas (the server's, bindings/jsonschema, the
+// npm package's), TypeScript and Python.
+func TestGeneratedFilesAreFresh(t *testing.T) { gentest.Fresh(t, "doc.go", 6) }

@@ -314,16 +314,13 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 		if kind != readRoute && kind != ingestRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
-		if kind == streamRoute && p != nil && !p.Admin {
-			release, ok := h.streams.take(p.Subject)
-			if !ok {
-				h.metrics.refuse("principal_streams")
-				httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
+		if kind == streamRoute {
+			var done func()
+			var ok bool
+			if r, done, ok = h.streamSlot(w, r, p); !ok {
 				return
 			}
-			ctx, sl := slot.With(r.Context(), release)
-			defer sl.Done()
-			r = r.WithContext(ctx)
+			defer done()
 		}
 		if h.auth == nil {
 			next(w, r)
@@ -340,6 +337,23 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
 	})
+}
+
+// streamSlot takes one of the principal's stream slots for the request
+// (--max-streams-per-principal; admins and requests without a principal
+// take none), answering 429 when it has none left; done gives it back.
+func (h *Handler) streamSlot(w http.ResponseWriter, r *http.Request, p *auth.Principal) (_ *http.Request, done func(), ok bool) {
+	if p == nil || p.Admin {
+		return r, func() {}, true
+	}
+	release, ok := h.streams.take(p.Subject)
+	if !ok {
+		h.metrics.refuse("principal_streams")
+		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
+		return r, nil, false
+	}
+	ctx, sl := slot.With(r.Context(), release)
+	return r.WithContext(ctx), sl.Done, true
 }
 
 // authorize asks the server whether principal p may use the thread
@@ -402,16 +416,13 @@ func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
 		if kind != ingestRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
-		if kind == streamRoute && p != nil && !p.Admin {
-			release, ok := h.streams.take(p.Subject)
-			if !ok {
-				h.metrics.refuse("principal_streams")
-				httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
+		if kind == streamRoute {
+			var done func()
+			var ok bool
+			if r, done, ok = h.streamSlot(w, r, p); !ok {
 				return
 			}
-			ctx, sl := slot.With(r.Context(), release)
-			defer sl.Done()
-			r = r.WithContext(ctx)
+			defer done()
 		}
 		if p != nil {
 			r = r.WithContext(auth.NewContext(r.Context(), p))

@@ -1,0 +1,43 @@
+// Package gentest checks, in a package's tests, that the files its
+// `//go:generate go run .../cmd/cddlgen` lines write are fresh: each line
+// runs again with --check, and a stale file fails the test with a diff.
+package gentest
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/agentstream/agentstream/codegen"
+	"github.com/stretchr/testify/require"
+)
+
+// Fresh runs every `//go:generate go run PATH/cmd/cddlgen ...` line of
+// docFile (in the test's package directory) with --check, and requires
+// that there are want of them.
+func Fresh(t *testing.T, docFile string, want int) {
+	t.Helper()
+	f, err := os.Open(docFile)
+	require.NoError(t, err)
+	defer f.Close()
+	lines := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "//go:generate go run ")
+		if !ok {
+			continue
+		}
+		tool, args, _ := strings.Cut(rest, " ")
+		if !strings.HasSuffix(tool, "cmd/cddlgen") {
+			continue
+		}
+		lines++
+		var stdout, stderr bytes.Buffer
+		code := codegen.Main(append([]string{"--check"}, strings.Fields(args)...), &stdout, &stderr)
+		require.Equal(t, 0, code, "stale output; run go generate in this package\n%s%s", stderr.String(), stdout.String())
+	}
+	require.NoError(t, sc.Err())
+	require.Equal(t, want, lines, "the go:generate lines of %s", docFile)
+}
