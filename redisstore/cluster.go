@@ -80,6 +80,7 @@ type Cluster struct {
 	// The worker directory (workers.go): a poke when this node's workers
 	// change, and the room last written (the loop's alone).
 	workersChanged chan struct{}
+	workersDone    chan struct{} // closed when workersLoop has ended
 	published      map[string]int
 	stop           chan struct{}
 	done           chan struct{}
@@ -103,7 +104,7 @@ func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 		opts.ForwardTimeout = 5 * time.Second
 	}
 	c := &Cluster{e: e, opts: opts, held: map[string]time.Time{}, waiting: map[string]chan []byte{},
-		stop: make(chan struct{}), done: make(chan struct{}), workersChanged: make(chan struct{}, 1)}
+		stop: make(chan struct{}), done: make(chan struct{}), workersChanged: make(chan struct{}, 1), workersDone: make(chan struct{})}
 	c.sub = newSubscriber(e, c.message, opts.OnError)
 	c.sub.change(c.cmdChannel(opts.Node), true)
 	c.sub.change(c.replyChannel(), true)
@@ -115,6 +116,7 @@ func (c *Cluster) Start(srv server.EngineHost) {
 	c.srv = srv
 	c.sub.start()
 	go c.loop()
+	go c.workersLoop() // apart from loop: a slow Redis must not delay the leases' renewal
 }
 
 // Close stops renewing, gives up the leases this node holds (so that the
@@ -123,6 +125,7 @@ func (c *Cluster) Start(srv server.EngineHost) {
 func (c *Cluster) Close() {
 	close(c.stop)
 	<-c.done
+	<-c.workersDone
 	c.unpublishWorkers()
 	c.sub.close()
 	c.wg.Wait()
@@ -308,9 +311,6 @@ func (c *Cluster) loop() {
 			return
 		case <-renew.C:
 			c.renew()
-			c.publishWorkers()
-		case <-c.workersChanged:
-			c.publishWorkers()
 		case <-reap.C:
 			c.reap()
 		}

@@ -98,13 +98,36 @@ func (c *Cluster) WorkersChanged() {
 	}
 }
 
+// workersLoop writes this node's entries every lease renewal interval and
+// soon after its workers change, until the cluster closes. It is a
+// goroutine of its own so that writing them (which may wait on a slow
+// Redis) never delays the renewal of the run leases.
+func (c *Cluster) workersLoop() {
+	defer close(c.workersDone)
+	tick := time.NewTicker(c.keyTTL() / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		case <-c.workersChanged:
+		}
+		c.publishWorkers()
+	}
+}
+
 // publishWorkers writes this node's entries and deletes those of the
-// assistants its workers no longer serve.
+// assistants its workers no longer serve. A node without workers, which
+// had none, sends nothing.
 func (c *Cluster) publishWorkers() {
 	if c.srv == nil {
 		return
 	}
 	room := c.srv.WorkerRoom()
+	if len(room) == 0 && len(c.published) == 0 {
+		return
+	}
 	life := fmt.Sprint(c.opts.LeaseTTL.Milliseconds())
 	var stmts []rueidis.LuaExec
 	for a, n := range room {
@@ -112,8 +135,10 @@ func (c *Cluster) publishWorkers() {
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
-	for _, r := range publishWorkersScript.ExecMulti(ctx, c.e.c, stmts...) {
-		c.fail(r.Error())
+	if len(stmts) > 0 {
+		for _, r := range publishWorkersScript.ExecMulti(ctx, c.e.c, stmts...) {
+			c.fail(r.Error())
+		}
 	}
 	for a := range c.published {
 		if _, ok := room[a]; !ok {
@@ -123,7 +148,8 @@ func (c *Cluster) publishWorkers() {
 	c.published = room
 }
 
-// unpublishWorkers deletes this node's entries (it is closing).
+// unpublishWorkers deletes this node's entries (it is closing; the
+// workers loop has ended).
 func (c *Cluster) unpublishWorkers() {
 	ctx, cancel := c.ctx()
 	defer cancel()
