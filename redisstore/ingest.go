@@ -80,6 +80,11 @@ type IngestOptions struct {
 	// OnError, when set, hears of failed Redis commands and of refused
 	// entries.
 	OnError func(error)
+	// Entries, when set, reads the entries of other kinds than thread +
+	// event (another wire's, such as a job's envelopes: jobs.IngestEntry):
+	// handled is false for an entry it does not know, which is then read
+	// as thread + event; reason refuses one it knows.
+	Entries func(fields map[string]string) (thread string, event protocol.ProducerEvent, handled bool, reason string)
 }
 
 // Publisher appends a producer's batch to a thread: *server.Server.
@@ -453,16 +458,16 @@ func (r *pass) apply(entries []rueidis.XRangeEntry, recovered bool) {
 	byThread := map[string][]ingestEntry{}
 	var order []string
 	for _, en := range entries {
-		th := en.FieldValues["thread"]
-		if r.blocked[th] && th != "" {
-			continue // after an entry of its thread that waits: stays pending, in order
-		}
 		ie, reason := in.decode(en)
 		if reason != "" {
 			if in.deadLetter(en, reason) {
 				ack = append(ack, en.ID)
 			}
 			continue
+		}
+		th := ie.thread
+		if r.blocked[th] {
+			continue // after an entry of its thread that waits: stays pending, in order
 		}
 		if _, ok := byThread[th]; !ok {
 			order = append(order, th)
@@ -562,10 +567,23 @@ func (r *pass) wait(th string, list []ingestEntry) {
 
 // decode checks an entry; reason says why it is refused.
 func (in *Ingest) decode(en rueidis.XRangeEntry) (ingestEntry, string) {
+	if en.FieldValues == nil {
+		return ingestEntry{}, "the entry was deleted from the stream before it was read (a producer's XADD MAXLEN too low?)"
+	}
+	if in.opts.Entries != nil {
+		th, ev, handled, reason := in.opts.Entries(en.FieldValues)
+		if handled && reason != "" {
+			return ingestEntry{}, reason
+		}
+		if handled {
+			if err := server.ValidThreadID(th); err != nil {
+				return ingestEntry{}, err.Error()
+			}
+			return ingestEntry{id: en.ID, thread: th, event: ev, fields: en.FieldValues}, ""
+		}
+	}
 	th, ev := en.FieldValues["thread"], en.FieldValues["event"]
 	switch {
-	case en.FieldValues == nil:
-		return ingestEntry{}, "the entry was deleted from the stream before it was read (a producer's XADD MAXLEN too low?)"
 	case th == "":
 		return ingestEntry{}, "the entry has no thread field"
 	case ev == "":

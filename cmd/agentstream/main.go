@@ -48,6 +48,7 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/server/memgov"
 	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/jobs"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/mattn/go-isatty"
@@ -356,8 +357,12 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	stopIngest := func() {}
 	if c.ingestStream != "" {
 		engine := cfg.Engine.(*redisstore.Engine)
+		var entries func(map[string]string) (string, protocol.ProducerEvent, bool, string)
+		if slices.Contains(splitList(c.profiles), transport.ProfileJobs) {
+			entries = jobs.IngestEntry // entries naming a job: its envelopes and its end
+		}
 		ingest, err := engine.Ingest(srv, redisstore.IngestOptions{Stream: c.ingestStream, Group: c.ingestGroup, DeadLetter: c.ingestDeadLetter,
-			MaxEventBytes: c.ingestMaxEventBytes, LeaseTTL: c.leaseTTL, MaxWait: c.ingestMaxWait,
+			MaxEventBytes: c.ingestMaxEventBytes, LeaseTTL: c.leaseTTL, MaxWait: c.ingestMaxWait, Entries: entries,
 			Decoder: protocol.Decoder{Limits: protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues}},
 			OnError: func(err error) { log.Warn().Err(err).Msg("ingest") }})
 		if err != nil {

@@ -164,25 +164,18 @@ func (h *Handler) envelopes(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := EventName
 	b := server.ProducerBatch{Events: make([]protocol.ProducerEvent, 0, len(items))}
 	for i, item := range items {
 		if len(item) > h.opts.MaxEventBytes {
 			httpjson.Write(w, http.StatusRequestEntityTooLarge, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "[%d]: an envelope is at most %d bytes", i, h.opts.MaxEventBytes))
 			return
 		}
-		env, err := CheckEnvelope(item)
+		ev, err := envelopeEvent(item)
 		if err != nil {
 			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]%v", i, err))
 			return
 		}
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, item); err != nil {
-			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "[%d]: %v", i, err))
-			return
-		}
-		b.Events = append(b.Events, protocol.ProducerEvent{Timestamp: env.Ts, Event: &protocol.ServerEventCustom{
-			Params: protocol.EventCustomParams{Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: json.RawMessage(compact.Bytes())}}}})
+		b.Events = append(b.Events, ev)
 	}
 	res, err := h.srv.Publish(r.Context(), thread, b)
 	if err != nil {
@@ -196,6 +189,36 @@ func (h *Handler) envelopes(w http.ResponseWriter, r *http.Request) {
 	out := JobAppended{Seqs: make([]JobUint, len(res.Seqs))}
 	copy(out.Seqs, res.Seqs)
 	httpjson.Write(w, http.StatusOK, out)
+}
+
+// envelopeEvent checks an envelope and makes the event that holds it: a
+// custom event named EventName whose payload is the envelope as sent.
+func envelopeEvent(item []byte) (protocol.ProducerEvent, error) {
+	env, err := CheckEnvelope(item)
+	if err != nil {
+		return protocol.ProducerEvent{}, err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, item); err != nil {
+		return protocol.ProducerEvent{}, fmt.Errorf(": %v", err)
+	}
+	name := EventName
+	return protocol.ProducerEvent{Timestamp: env.Ts, Event: &protocol.ServerEventCustom{
+		Params: protocol.EventCustomParams{Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: json.RawMessage(compact.Bytes())}}}}, nil
+}
+
+// completeEvent reads a JobComplete and makes the job's end: the root
+// agent's completed or failed lifecycle.
+func completeEvent(body []byte) (protocol.ProducerEvent, error) {
+	var c JobComplete
+	if err := cddlrt.DecodeStrictJSON(body, &c); err != nil {
+		return protocol.ProducerEvent{}, err
+	}
+	st := protocol.AgentStatusCompleted
+	if c.Status == JobCompleteStatusFailed {
+		st = protocol.AgentStatusFailed
+	}
+	return protocol.ProducerEvent{Event: &protocol.ServerEventLifecycle{Params: protocol.EventLifecycleParams{Namespace: protocol.Namespace{}, Data: protocol.LifecycleData{Event: st}}}}, nil
 }
 
 // CheckEnvelope checks an envelope a worker sends (JobEnvelopeIn, no
@@ -243,17 +266,12 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, status, errResp)
 		return
 	}
-	var c JobComplete
-	if err := cddlrt.DecodeStrictJSON(body, &c); err != nil {
+	ev, err := completeEvent(body)
+	if err != nil {
 		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return
 	}
-	st := protocol.AgentStatusCompleted
-	if c.Status == JobCompleteStatusFailed {
-		st = protocol.AgentStatusFailed
-	}
-	ev := &protocol.ServerEventLifecycle{Params: protocol.EventLifecycleParams{Namespace: protocol.Namespace{}, Data: protocol.LifecycleData{Event: st}}}
-	if _, err := h.srv.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{{Event: ev}}}); err != nil {
+	if _, err := h.srv.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{ev}}); err != nil {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
@@ -378,4 +396,32 @@ func envelopeOf(e *server.Event) ([]byte, error) {
 		out = append(out, ',')
 	}
 	return append(out, raw[1:]...), nil
+}
+
+// IngestEntry reads a job's entry of the Redis ingest stream (the job
+// workers' own pattern, redisstore.IngestOptions.Entries): `job` names the
+// job, and `envelope` holds one envelope (as POST /jobs/{id}/envelopes
+// takes them) or `complete` holds {"status": ...}. handled is false for
+// an entry without `job`; reason says why one is refused.
+func IngestEntry(fields map[string]string) (thread string, event protocol.ProducerEvent, handled bool, reason string) {
+	job, ok := fields["job"]
+	if !ok {
+		return "", protocol.ProducerEvent{}, false, ""
+	}
+	thread = Thread(job)
+	if env, ok := fields["envelope"]; ok {
+		ev, err := envelopeEvent([]byte(env))
+		if err != nil {
+			return "", protocol.ProducerEvent{}, true, "envelope" + err.Error()
+		}
+		return thread, ev, true, ""
+	}
+	if c, ok := fields["complete"]; ok {
+		ev, err := completeEvent([]byte(c))
+		if err != nil {
+			return "", protocol.ProducerEvent{}, true, "complete: " + err.Error()
+		}
+		return thread, ev, true, ""
+	}
+	return "", protocol.ProducerEvent{}, true, "a job's entry holds an envelope or complete field"
 }
