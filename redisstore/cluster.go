@@ -167,7 +167,7 @@ if not v then
 elseif v == ARGV[1] or redis.call('PTTL', KEYS[1]) == -1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if v == ARGV[1] then
+if v == ARGV[1] and ARGV[4] ~= 'publish' then
   local t = redis.call('TIME')
   redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), ARGV[3])
 end
@@ -186,8 +186,12 @@ elseif not v then
 else
   return 0
 end
-local t = redis.call('TIME')
-redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), ARGV[3])
+if ARGV[4] == 'idle' then
+  redis.call('ZREM', KEYS[2], ARGV[3])
+else
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), ARGV[3])
+end
 return 1`)
 
 // releaseScript deletes a lease for its holder only, and takes the thread
@@ -244,10 +248,19 @@ func (c *Cluster) unreachable(err error) {
 }
 
 // Acquire implements server.Cluster.
-func (c *Cluster) Acquire(thread string) (string, error) {
+func (c *Cluster) Acquire(thread string) (string, error) { return c.acquire(thread, "run") }
+
+// AcquireToPublish implements server.PublishLeaser: the lease without an
+// entry in the running set, so that a node that dies holding it for a
+// producer's batches has no run failed on the thread.
+func (c *Cluster) AcquireToPublish(thread string) (string, error) {
+	return c.acquire(thread, "publish")
+}
+
+func (c *Cluster) acquire(thread, purpose string) (string, error) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	keys, args := []string{c.leaseKey(thread), c.runningKey()}, []string{c.opts.Node, c.ttlArg(), thread}
+	keys, args := []string{c.leaseKey(thread), c.runningKey()}, []string{c.opts.Node, c.ttlArg(), thread, purpose}
 	holder, err := acquireScript.Exec(ctx, c.e.c, keys, args).ToString()
 	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && ctx.Err() == nil {
 		// A connection that died with a restarted Redis fails its first
@@ -330,9 +343,12 @@ func (c *Cluster) renew() {
 	}
 	c.mu.Unlock()
 	var keep, drop []string
+	active := map[string]bool{}
 	for th, at := range held {
-		if c.srv.RunActive(th) || time.Since(at) < c.opts.LeaseTTL || (c.opts.Flushed != nil && !c.opts.Flushed(th)) {
+		run := c.srv.RunActive(th)
+		if run || time.Since(at) < c.opts.LeaseTTL || (c.opts.Flushed != nil && !c.opts.Flushed(th)) {
 			keep = append(keep, th)
+			active[th] = run
 		} else {
 			drop = append(drop, th)
 		}
@@ -346,7 +362,14 @@ func (c *Cluster) renew() {
 		part := keep[i:min(i+1000, len(keep))]
 		stmts := make([]rueidis.LuaExec, len(part))
 		for j, th := range part {
-			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, c.ttlArg(), th}}
+			// Only a thread with a run is in the running set: a lease held
+			// idle (a run just ended, a producer's batches) has no run for
+			// the reaper to fail if this node dies.
+			purpose := "idle"
+			if active[th] {
+				purpose = "run"
+			}
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, c.ttlArg(), th, purpose}}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.keyTTL()/3)
 		for j, r := range renewScript.ExecMulti(ctx, c.e.c, stmts...) {

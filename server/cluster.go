@@ -66,6 +66,13 @@ type LeaseHolder interface {
 	Holds(thread string) bool
 }
 
+// PublishLeaser is what a Cluster may also do: take a thread's lease for
+// a producer's batches rather than for a run, so that when this node dies
+// holding it no run is failed on the thread (its stream has none).
+type PublishLeaser interface {
+	AcquireToPublish(thread string) (holder string, err error)
+}
+
 type forwardedKey struct{}
 
 // forwarded returns ctx marked as carrying a command another node
@@ -162,9 +169,23 @@ func (s *Server) routeToWorkers(ctx context.Context, c Cluster, threadID string,
 // or was fenced before it could say so) ends now, before anything more is
 // written: every client sees it end.
 func (s *Server) claim(c Cluster, threadID string) (holder string, err error) {
+	return s.claimWith(c, threadID, c.Acquire)
+}
+
+// claimToPublish is claim for a producer's batch: with a PublishLeaser,
+// the lease is not taken for a run (a node that dies holding it has no run
+// to fail).
+func (s *Server) claimToPublish(c Cluster, threadID string) (holder string, err error) {
+	if pl, ok := c.(PublishLeaser); ok {
+		return s.claimWith(c, threadID, pl.AcquireToPublish)
+	}
+	return s.claim(c, threadID)
+}
+
+func (s *Server) claimWith(c Cluster, threadID string, acquire func(string) (string, error)) (holder string, err error) {
 	lh, knows := c.(LeaseHolder)
 	held := knows && lh.Holds(threadID)
-	holder, err = c.Acquire(threadID)
+	holder, err = acquire(threadID)
 	if err != nil {
 		return "", fmt.Errorf("cannot take the thread's run lease: %w", err)
 	}

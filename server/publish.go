@@ -71,7 +71,7 @@ func (s *Server) Publish(ctx context.Context, threadID string, b ProducerBatch) 
 		return nil, err
 	}
 	if c := s.cluster; c != nil {
-		holder, err := s.claim(c, threadID)
+		holder, err := s.claimToPublish(c, threadID)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -38,9 +39,11 @@ func ingestThread(p, n int) string {
 }
 
 // produceIngest is a producer process (AGENTSTREAM_TEST_PRODUCER=P, with
-// AGENTSTREAM_TEST_REDIS): it returns its exit code.
+// AGENTSTREAM_TEST_REDIS; with AGENTSTREAM_TEST_PRODUCER_JOBS=1 it adds
+// job envelopes to the same threads as jobs): it returns its exit code.
 func produceIngest() int {
 	p, _ := strconv.Atoi(os.Getenv("AGENTSTREAM_TEST_PRODUCER"))
+	jobs := os.Getenv("AGENTSTREAM_TEST_PRODUCER_JOBS") == "1" // job envelopes, not thread events
 	opt, err := rueidis.ParseURL(os.Getenv("AGENTSTREAM_TEST_REDIS"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -65,7 +68,12 @@ func produceIngest() int {
 	}
 	for n := range ingestPerProducer {
 		ev := fmt.Sprintf(`{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"tick","payload":{"p":%d,"n":%d}}}}`, p, n)
-		cmds = append(cmds, c.B().Xadd().Key("ingest").Id("*").FieldValue().FieldValue("thread", ingestThread(p, n)).FieldValue("event", ev).Build())
+		entry := c.B().Xadd().Key("ingest").Id("*").FieldValue().FieldValue("thread", ingestThread(p, n)).FieldValue("event", ev).Build()
+		if jobs {
+			env := fmt.Sprintf(`{"ts":%d,"node_id":"n%d","node_type":"test_tick","payload_version":"Tick.v1","payload":{"p":%d,"n":%d}}`, 1745701201000+n, p, p, n)
+			entry = c.B().Xadd().Key("ingest").Id("*").FieldValue().FieldValue("job", ingestThread(p, n)).FieldValue("envelope", env).Build()
+		}
+		cmds = append(cmds, entry)
 		if n%10_000 == 5_000 { // three kinds of poison
 			cmds = append(cmds,
 				c.B().Xadd().Key("ingest").Id("*").FieldValue().FieldValue("event", ev).Build(),
@@ -141,14 +149,7 @@ func TestIngestFromTwoProducersSurvivesAKilledReader(t *testing.T) {
 		base, cmd := startBinaryNode(t, bin, "--redis", rs.URL(), "--lease-ttl", "1s", "--ingest-stream", "ingest", "--node-id", fmt.Sprintf("n%d", i))
 		nodes[base] = cmd
 	}
-	var producers []*exec.Cmd
-	for p := range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "AGENTSTREAM_TEST_PRODUCER="+strconv.Itoa(p), "AGENTSTREAM_TEST_REDIS="+rs.URL())
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
-		producers = append(producers, cmd)
-	}
+	producers := startProducers(t, rs.URL(), false)
 
 	// Kill the reader once it is well into the stream, while it holds
 	// entries it has not acknowledged.
@@ -214,9 +215,7 @@ func TestIngestFromTwoProducersSurvivesAKilledReader(t *testing.T) {
 				}
 			}
 			require.NoError(t, json.Unmarshal([]byte(en.FieldValues["e"]), &e))
-			if e.Method != "custom" {
-				continue
-			}
+			require.Equal(t, "custom", e.Method, "thread %s holds the producers' events only (no run was failed on it when its writer died): %s", th, en.FieldValues["e"])
 			pn := [2]int{e.Params.Data.Payload.P, e.Params.Data.Payload.N}
 			require.False(t, seen[pn], "event %v appended twice (thread %s)", pn, th)
 			seen[pn] = true
@@ -234,4 +233,134 @@ func TestIngestFromTwoProducersSurvivesAKilledReader(t *testing.T) {
 		require.NotEmpty(t, d.FieldValues["reason"])
 		require.NotEmpty(t, d.FieldValues["source_id"])
 	}
+}
+
+// startProducers starts the two producer processes (jobs: envelopes).
+func startProducers(t *testing.T, redisURL string, jobs bool) []*exec.Cmd {
+	t.Helper()
+	var producers []*exec.Cmd
+	for p := range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "AGENTSTREAM_TEST_PRODUCER="+strconv.Itoa(p), "AGENTSTREAM_TEST_REDIS="+redisURL)
+		if jobs {
+			cmd.Env = append(cmd.Env, "AGENTSTREAM_TEST_PRODUCER_JOBS=1")
+		}
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		producers = append(producers, cmd)
+	}
+	return producers
+}
+
+// TestJobStreamFromTwoProducersOnThreeNodes: the job stream over Redis.
+// Two producer processes XADD 100,000 envelopes of 24 jobs to the ingest
+// stream that three nodes (--profiles jobs) read; the reading node is
+// killed mid-way; then each job is completed. Every job's stream, read
+// from both surviving nodes, serves every envelope once, in seq order,
+// each producer's in its order, then complete.
+func TestJobStreamFromTwoProducersOnThreeNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 envelopes through three node processes: not in -short")
+	}
+	rs := redistest.Start(t)
+	opt, err := rueidis.ParseURL(rs.URL())
+	require.NoError(t, err)
+	c, err := rueidis.NewClient(opt)
+	require.NoError(t, err)
+	defer c.Close()
+	bin, _ := commandTestSetup(t)
+	nodes := map[string]*exec.Cmd{}
+	for i := range 3 {
+		base, cmd := startBinaryNode(t, bin, "--redis", rs.URL(), "--lease-ttl", "1s", "--ingest-stream", "ingest", "--profiles", "jobs", "--node-id", fmt.Sprintf("j%d", i))
+		nodes[base] = cmd
+	}
+	producers := startProducers(t, rs.URL(), true)
+	var reader string
+	require.Eventually(t, func() bool {
+		read, _, _ := ingestGroup(t, c)
+		if read < 20_000 {
+			return false
+		}
+		for base := range nodes {
+			if isReader(base) {
+				reader = base
+			}
+		}
+		return reader != ""
+	}, 60*time.Second, 5*time.Millisecond, "a node reads the stream")
+	require.NoError(t, nodes[reader].Process.Signal(syscall.SIGKILL))
+	delete(nodes, reader)
+	for _, p := range producers {
+		require.NoError(t, p.Wait(), "the producer ran to its end")
+	}
+	jobsList := []string{"shared-0", "shared-1", "shared-2", "shared-3"}
+	for p := range 2 {
+		for k := range 20 {
+			jobsList = append(jobsList, fmt.Sprintf("p%d-%d", p, k))
+		}
+	}
+	for _, job := range jobsList {
+		require.NoError(t, c.Do(context.Background(), c.B().Xadd().Key("ingest").Id("*").FieldValue().FieldValue("job", job).FieldValue("complete", `{"status":"completed"}`).Build()).Error())
+	}
+	require.Eventually(t, func() bool {
+		_, pending, lag := ingestGroup(t, c)
+		return pending == 0 && lag == 0
+	}, 120*time.Second, 50*time.Millisecond, "every entry read and acknowledged")
+
+	for base := range nodes {
+		seen := map[[2]int]bool{}
+		for _, job := range jobsList {
+			envs := readJobStream(t, base, job)
+			last := map[int]int{0: -1, 1: -1}
+			lastSeq := uint64(0)
+			for _, env := range envs {
+				require.Greater(t, env.Seq, lastSeq, "job %s on %s: in seq order", job, base)
+				lastSeq = env.Seq
+				pn := [2]int{env.Payload.P, env.Payload.N}
+				require.False(t, seen[pn], "envelope %v twice (job %s, node %s)", pn, job, base)
+				seen[pn] = true
+				require.Greater(t, pn[1], last[pn[0]], "job %s: producer %d's envelopes in its order", job, pn[0])
+				last[pn[0]] = pn[1]
+			}
+		}
+		require.Equal(t, 2*ingestPerProducer, len(seen), "every envelope served by node %s", base)
+	}
+}
+
+// jobEnvelope is what the test reads of an envelope.
+type jobEnvelope struct {
+	Seq     uint64
+	Payload struct{ P, N int }
+}
+
+// readJobStream reads a job's stream from the start up to its complete
+// frame.
+func readJobStream(t *testing.T, base, job string) []jobEnvelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/jobs/"+job+"/stream", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	var out []jobEnvelope
+	event := ""
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[7:]
+		case strings.HasPrefix(line, "data: ") && event == "append":
+			var env jobEnvelope
+			require.NoError(t, json.Unmarshal([]byte(line[6:]), &env))
+			out = append(out, env)
+		case strings.HasPrefix(line, "data: ") && event == "complete":
+			return out
+		}
+	}
+	t.Fatalf("job %s on %s: the stream ended before complete (%v)", job, base, sc.Err())
+	return nil
 }
