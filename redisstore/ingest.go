@@ -460,7 +460,7 @@ func (r *pass) apply(entries []rueidis.XRangeEntry, recovered bool) {
 	for _, en := range entries {
 		ie, reason := in.decode(en)
 		if reason != "" {
-			if in.deadLetter(en, reason) {
+			if in.deadLetter(en.ID, en.FieldValues, reason) {
 				ack = append(ack, en.ID)
 			}
 			continue
@@ -528,7 +528,7 @@ func (r *pass) apply(entries []rueidis.XRangeEntry, recovered bool) {
 		if errors.Is(err, server.ErrThreadID) {
 			// The thread (its id) is refused: none of its entries can go.
 			for _, ie := range list[done:] {
-				if in.deadLetterFields(ie.id, ie.fields, err.Error()) {
+				if in.deadLetter(ie.id, ie.fields, err.Error()) {
 					ack = append(ack, ie.id)
 				}
 			}
@@ -553,7 +553,7 @@ func (r *pass) wait(th string, list []ingestEntry) {
 	if time.Since(since) > in.opts.MaxWait {
 		var ack []string
 		for _, ie := range list {
-			if in.deadLetterFields(ie.id, ie.fields, fmt.Sprintf("thread %s did not take it within %v (another node writes the thread, or Redis was away)", th, in.opts.MaxWait)) {
+			if in.deadLetter(ie.id, ie.fields, fmt.Sprintf("thread %s did not take it within %v (another node writes the thread, or Redis was away)", th, in.opts.MaxWait)) {
 				ack = append(ack, ie.id)
 			}
 		}
@@ -597,12 +597,9 @@ func (in *Ingest) decode(en rueidis.XRangeEntry) (ingestEntry, string) {
 }
 
 // deadLetter sends a refused entry to the dead-letter stream: its fields,
-// with `reason` and `source_id` (its id in the ingest stream).
-func (in *Ingest) deadLetter(en rueidis.XRangeEntry, reason string) bool {
-	return in.deadLetterFields(en.ID, en.FieldValues, reason)
-}
-
-func (in *Ingest) deadLetterFields(id string, fields map[string]string, reason string) bool {
+// with `reason` and `source_id` (its id in the ingest stream). False when
+// it could not: the entry stays pending, dead-lettered on a later pass.
+func (in *Ingest) deadLetter(id string, fields map[string]string, reason string) bool {
 	cmd := in.e.c.B().Xadd().Key(in.opts.DeadLetter).Id("*").FieldValue().FieldValue("reason", reason).FieldValue("source_id", id)
 	for k, v := range fields {
 		if k != "reason" && k != "source_id" {
@@ -613,7 +610,7 @@ func (in *Ingest) deadLetterFields(id string, fields map[string]string, reason s
 	defer cancel()
 	if err := in.e.c.Do(ctx, cmd.Build()).Error(); err != nil {
 		in.fail(err)
-		return false // stays pending: dead-lettered on a later pass
+		return false
 	}
 	in.deadLetters.Add(1)
 	in.fail(fmt.Errorf("ingest: entry %s refused (in %s): %s", id, in.opts.DeadLetter, reason))

@@ -133,44 +133,13 @@ func TestIngestFromTwoProducersSurvivesAKilledReader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 100,000-event ingest with three node processes: not in -short")
 	}
-	rs := redistest.Start(t)
-	opt, err := rueidis.ParseURL(rs.URL())
-	require.NoError(t, err)
-	c, err := rueidis.NewClient(opt)
-	require.NoError(t, err)
-	defer c.Close()
-
-	// The nodes are built without the race detector: this test is about
-	// 100,000 events through three nodes on a machine with two cores,
-	// beside the rest of the suite.
-	bin, _ := commandTestSetup(t)
-	nodes := map[string]*exec.Cmd{}
-	for i := range 3 {
-		base, cmd := startBinaryNode(t, bin, "--redis", rs.URL(), "--lease-ttl", "1s", "--ingest-stream", "ingest", "--node-id", fmt.Sprintf("n%d", i))
-		nodes[base] = cmd
-	}
-	producers := startProducers(t, rs.URL(), false)
-
-	// Kill the reader once it is well into the stream, while it holds
-	// entries it has not acknowledged.
-	var reader string
-	var pendingAtKill int64
-	require.Eventually(t, func() bool {
-		read, _, _ := ingestGroup(t, c)
-		if read < 20_000 {
-			return false
-		}
-		for base := range nodes {
-			if isReader(base) {
-				reader = base
-			}
-		}
-		return reader != ""
-	}, 60*time.Second, 5*time.Millisecond, "a node reads the stream")
-	require.NoError(t, nodes[reader].Process.Signal(syscall.SIGKILL))
+	g := startIngestRig(t)
+	c := g.c
+	producers := startProducers(t, g.rs.URL(), false)
+	reader := g.killReaderMidway(t)
 	res, err := c.Do(context.Background(), c.B().Xpending().Key("ingest").Group("agentstream").Build()).ToArray()
 	require.NoError(t, err)
-	pendingAtKill, _ = res[0].AsInt64()
+	pendingAtKill, _ := res[0].AsInt64()
 	t.Logf("killed the reader %s with %d entries pending", reader, pendingAtKill)
 	require.Positive(t, pendingAtKill, "the group held entries pending for the killed reader")
 
@@ -178,21 +147,7 @@ func TestIngestFromTwoProducersSurvivesAKilledReader(t *testing.T) {
 		require.NoError(t, p.Wait(), "the producer ran to its end")
 	}
 	began := time.Now()
-	last := time.Now()
-	require.Eventually(t, func() bool {
-		read, pending, lag := ingestGroup(t, c)
-		if time.Since(last) > 3*time.Second {
-			last = time.Now()
-			readers := 0
-			for base := range nodes {
-				if isReader(base) {
-					readers++
-				}
-			}
-			t.Logf("read %d pending %d lag %d readers %d", read, pending, lag, readers)
-		}
-		return pending == 0 && lag == 0
-	}, 120*time.Second, 50*time.Millisecond, "every entry read and acknowledged")
+	g.waitIngested(t)
 	t.Logf("the producers had added everything; the ingest caught up %v later", time.Since(began).Round(time.Millisecond))
 
 	// Every event once, each producer's in its order.
@@ -235,6 +190,79 @@ func TestIngestFromTwoProducersSurvivesAKilledReader(t *testing.T) {
 	}
 }
 
+// ingestRig is Redis, a client of it, and three node processes reading
+// its ingest stream.
+type ingestRig struct {
+	rs    *redistest.Server
+	c     rueidis.Client
+	nodes map[string]*exec.Cmd // by base URL; a killed node is taken out
+}
+
+// startIngestRig starts Redis and three nodes reading the stream
+// "ingest" with a one-second lease, and the extra flags. The nodes are
+// built without the race detector: the tests are about 100,000 events
+// through three nodes on a machine with two cores, beside the rest of the
+// suite.
+func startIngestRig(t *testing.T, flags ...string) *ingestRig {
+	t.Helper()
+	g := &ingestRig{rs: redistest.Start(t), nodes: map[string]*exec.Cmd{}}
+	opt, err := rueidis.ParseURL(g.rs.URL())
+	require.NoError(t, err)
+	g.c, err = rueidis.NewClient(opt)
+	require.NoError(t, err)
+	t.Cleanup(g.c.Close)
+	bin, _ := commandTestSetup(t)
+	for i := range 3 {
+		args := append([]string{"--redis", g.rs.URL(), "--lease-ttl", "1s", "--ingest-stream", "ingest", "--node-id", fmt.Sprintf("n%d", i)}, flags...)
+		base, cmd := startBinaryNode(t, bin, args...)
+		g.nodes[base] = cmd
+	}
+	return g
+}
+
+// killReaderMidway kills (SIGKILL) the node reading the stream once the
+// group has read 20,000 entries, and returns its base URL.
+func (g *ingestRig) killReaderMidway(t *testing.T) string {
+	t.Helper()
+	var reader string
+	require.Eventually(t, func() bool {
+		read, _, _ := ingestGroup(t, g.c)
+		if read < 20_000 {
+			return false
+		}
+		for base := range g.nodes {
+			if isReader(base) {
+				reader = base
+			}
+		}
+		return reader != ""
+	}, 60*time.Second, 5*time.Millisecond, "a node reads the stream")
+	require.NoError(t, g.nodes[reader].Process.Signal(syscall.SIGKILL))
+	delete(g.nodes, reader)
+	return reader
+}
+
+// waitIngested waits until the group has read and acknowledged every
+// entry, logging its progress every 3 s.
+func (g *ingestRig) waitIngested(t *testing.T) {
+	t.Helper()
+	last := time.Now()
+	require.Eventually(t, func() bool {
+		read, pending, lag := ingestGroup(t, g.c)
+		if time.Since(last) > 3*time.Second {
+			last = time.Now()
+			readers := 0
+			for base := range g.nodes {
+				if isReader(base) {
+					readers++
+				}
+			}
+			t.Logf("read %d pending %d lag %d readers %d", read, pending, lag, readers)
+		}
+		return pending == 0 && lag == 0
+	}, 120*time.Second, 50*time.Millisecond, "every entry read and acknowledged")
+}
+
 // startProducers starts the two producer processes (jobs: envelopes).
 func startProducers(t *testing.T, redisURL string, jobs bool) []*exec.Cmd {
 	t.Helper()
@@ -262,34 +290,10 @@ func TestJobStreamFromTwoProducersOnThreeNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 envelopes through three node processes: not in -short")
 	}
-	rs := redistest.Start(t)
-	opt, err := rueidis.ParseURL(rs.URL())
-	require.NoError(t, err)
-	c, err := rueidis.NewClient(opt)
-	require.NoError(t, err)
-	defer c.Close()
-	bin, _ := commandTestSetup(t)
-	nodes := map[string]*exec.Cmd{}
-	for i := range 3 {
-		base, cmd := startBinaryNode(t, bin, "--redis", rs.URL(), "--lease-ttl", "1s", "--ingest-stream", "ingest", "--profiles", "jobs", "--node-id", fmt.Sprintf("j%d", i))
-		nodes[base] = cmd
-	}
-	producers := startProducers(t, rs.URL(), true)
-	var reader string
-	require.Eventually(t, func() bool {
-		read, _, _ := ingestGroup(t, c)
-		if read < 20_000 {
-			return false
-		}
-		for base := range nodes {
-			if isReader(base) {
-				reader = base
-			}
-		}
-		return reader != ""
-	}, 60*time.Second, 5*time.Millisecond, "a node reads the stream")
-	require.NoError(t, nodes[reader].Process.Signal(syscall.SIGKILL))
-	delete(nodes, reader)
+	g := startIngestRig(t, "--profiles", "jobs")
+	c := g.c
+	producers := startProducers(t, g.rs.URL(), true)
+	g.killReaderMidway(t)
 	for _, p := range producers {
 		require.NoError(t, p.Wait(), "the producer ran to its end")
 	}
@@ -302,12 +306,9 @@ func TestJobStreamFromTwoProducersOnThreeNodes(t *testing.T) {
 	for _, job := range jobsList {
 		require.NoError(t, c.Do(context.Background(), c.B().Xadd().Key("ingest").Id("*").FieldValue().FieldValue("job", job).FieldValue("complete", `{"status":"completed"}`).Build()).Error())
 	}
-	require.Eventually(t, func() bool {
-		_, pending, lag := ingestGroup(t, c)
-		return pending == 0 && lag == 0
-	}, 120*time.Second, 50*time.Millisecond, "every entry read and acknowledged")
+	g.waitIngested(t)
 
-	for base := range nodes {
+	for base := range g.nodes {
 		seen := map[[2]int]bool{}
 		for _, job := range jobsList {
 			envs := readJobStream(t, base, job)

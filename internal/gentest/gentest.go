@@ -1,6 +1,8 @@
 // Package gentest checks, in a package's tests, that the files its
 // `//go:generate go run .../cmd/cddlgen` lines write are fresh: each line
 // runs again with --check, and a stale file fails the test with a diff.
+// It also compiles a generated JSON Schema, for tests that check what a
+// wire sends against it.
 package gentest
 
 import (
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agentstream/agentstream/codegen"
+	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,4 +43,16 @@ func Fresh(t *testing.T, docFile string, want int) {
 	}
 	require.NoError(t, sc.Err())
 	require.Equal(t, want, lines, "the go:generate lines of %s", docFile)
+}
+
+// Schema compiles the JSON Schema in file (the test's package directory).
+func Schema(t *testing.T, file string) *jsonschema.Schema {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource(file, bytes.NewReader(b)))
+	s, err := c.Compile(file)
+	require.NoError(t, err)
+	return s
 }

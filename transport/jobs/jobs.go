@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 )
 
@@ -47,8 +47,7 @@ type Options struct {
 type Handler struct {
 	srv     *server.Server
 	opts    Options
-	closing context.Context
-	shut    context.CancelFunc
+	closing *eventstream.Closing // Shutdown: streams end
 }
 
 // New returns the job stream's handler on srv.
@@ -77,12 +76,11 @@ func New(srv *server.Server, opts Options) *Handler {
 			return items, true
 		}
 	}
-	closing, shut := context.WithCancel(context.Background())
-	return &Handler{srv: srv, opts: opts, closing: closing, shut: shut}
+	return &Handler{srv: srv, opts: opts, closing: eventstream.NewClosing()}
 }
 
 // Shutdown ends every stream.
-func (h *Handler) Shutdown() { h.shut() }
+func (h *Handler) Shutdown() { h.closing.Shutdown() }
 
 // Register mounts the routes on mux, wrapped by the transport's
 // authentication and limits: stream for the stream and the creation of a
@@ -305,35 +303,14 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	write := func(s string) bool {
-		if _, err := fmt.Fprint(w, s); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	if !write("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n") {
+	st := eventstream.Start(w, r, h.closing, h.opts.Heartbeat, ":keep-alive\n\n", nil)
+	defer st.Close()
+	if !st.Write("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n") {
 		return
 	}
-	streamCtx, stop := context.WithCancel(r.Context())
-	defer stop()
-	defer context.AfterFunc(h.closing, stop)()
 	for {
-		ctx, cancel := context.WithTimeout(streamCtx, h.opts.Heartbeat)
-		e, err := ss.Next(ctx)
-		cancel()
+		e, err := st.Next(ss)
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && streamCtx.Err() == nil {
-				if !write(":keep-alive\n\n") {
-					return
-				}
-				continue
-			}
 			return // the client left, the server is closing, or the stream was cut: the client resumes
 		}
 		if e.Seq == 0 {
@@ -354,7 +331,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 			}
 			switch l.Params.Data.Event {
 			case protocol.AgentStatusCompleted, protocol.AgentStatusFailed:
-				write(fmt.Sprintf("event: complete\nid: terminal\ndata: {\"status\":%q}\n\n", l.Params.Data.Event))
+				st.Write(fmt.Sprintf("event: complete\nid: terminal\ndata: {\"status\":%q}\n\n", l.Params.Data.Event))
 				return
 			}
 		default:
@@ -365,7 +342,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				continue
 			}
-			if !write(fmt.Sprintf("event: append\nid: %d\ndata: %s\n\n", e.Seq, env)) {
+			if !st.Write(fmt.Sprintf("event: append\nid: %d\ndata: %s\n\n", e.Seq, env)) {
 				return
 			}
 		}
@@ -375,17 +352,25 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 // envelopeOf is the envelope an event holds, with its seq first and the
 // rest as its worker sent it.
 func envelopeOf(e *server.Event) ([]byte, error) {
-	var ev struct {
-		Params struct {
-			Data struct {
-				Payload json.RawMessage `json:"payload"`
-			} `json:"data"`
-		} `json:"params"`
+	var raw json.RawMessage
+	if c, ok := e.Payload.(*protocol.ServerEventCustom); ok {
+		// Published on this node: the envelope as its producer sent it,
+		// with nothing to parse for each reader.
+		raw, _ = c.Params.Data.Payload.(json.RawMessage)
 	}
-	if err := json.Unmarshal(e.JSON(), &ev); err != nil {
-		return nil, err
+	if raw == nil { // read back from Redis or another node: its JSON only
+		var ev struct {
+			Params struct {
+				Data struct {
+					Payload json.RawMessage `json:"payload"`
+				} `json:"data"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(e.JSON(), &ev); err != nil {
+			return nil, err
+		}
+		raw = bytes.TrimSpace(ev.Params.Data.Payload)
 	}
-	raw := bytes.TrimSpace(ev.Params.Data.Payload)
 	if len(raw) < 2 || raw[0] != '{' {
 		return nil, errors.New("not an envelope")
 	}

@@ -8,12 +8,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/gentest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/jobs"
@@ -24,16 +24,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func envelopeSchema(t *testing.T) *jsonschema.Schema {
-	t.Helper()
-	b, err := os.ReadFile("schema.json")
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	require.NoError(t, c.AddResource("jobs.json", strings.NewReader(string(b))))
-	s, err := c.Compile("jobs.json")
-	require.NoError(t, err)
-	return s
-}
+func envelopeSchema(t *testing.T) *jsonschema.Schema { return gentest.Schema(t, "schema.json") }
 
 func start(t *testing.T, opts transport.Options) *httptest.Server {
 	t.Helper()

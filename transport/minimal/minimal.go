@@ -1,7 +1,6 @@
 package minimal
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 )
 
@@ -35,11 +35,9 @@ const maxBody = 1 << 20
 
 // Handler serves POST /minimal/stream.
 type Handler struct {
-	srv  *server.Server
-	opts Options
-	// closing ends when the server shuts down (Shutdown): streams end.
-	closing context.Context
-	shut    context.CancelFunc
+	srv     *server.Server
+	opts    Options
+	closing *eventstream.Closing // Shutdown: streams end
 }
 
 // New returns the handler of the minimal token stream on srv.
@@ -50,13 +48,12 @@ func New(srv *server.Server, opts Options) *Handler {
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = 10 * time.Second
 	}
-	closing, shut := context.WithCancel(context.Background())
-	return &Handler{srv: srv, opts: opts, closing: closing, shut: shut}
+	return &Handler{srv: srv, opts: opts, closing: eventstream.NewClosing()}
 }
 
 // Shutdown ends every stream (with an error frame saying why; the runs
 // go on until the server closes).
-func (h *Handler) Shutdown() { h.shut() }
+func (h *Handler) Shutdown() { h.closing.Shutdown() }
 
 // ServeHTTP starts the run and streams its frames until it ends.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -117,47 +114,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no")
-	hd.Set("Agentstream-Thread", thread)
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	st := eventstream.Start(w, r, h.closing, h.opts.Heartbeat, ": keep-alive\n\n", http.Header{"Agentstream-Thread": {thread}})
+	defer st.Close()
 	send := func(v MinimalFrameVariant) bool {
 		b, err := json.Marshal(MinimalFrame{Value: v})
-		if err != nil {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return err == nil && st.Write("data: "+string(b)+"\n\n")
 	}
 	if !send(&MinimalStreamStart{}) {
 		return
 	}
-	streamCtx, stop := context.WithCancel(r.Context())
-	defer stop()
-	defer context.AfterFunc(h.closing, stop)()
 	for {
-		ctx, cancel := context.WithTimeout(streamCtx, h.opts.Heartbeat)
-		e, err := ss.Next(ctx)
-		cancel()
-		if err != nil {
-			if r.Context().Err() != nil {
-				return // the client left; the run goes on
-			}
-			if h.closing.Err() != nil {
-				send(&MinimalError{Message: "the server is shutting down"})
-				return
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-					return
-				}
-				continue
-			}
+		e, err := st.Next(ss)
+		switch {
+		case errors.Is(err, eventstream.ErrClientGone):
+			return // the run goes on
+		case errors.Is(err, eventstream.ErrShutdown):
+			send(&MinimalError{Message: "the server is shutting down"})
+			return
+		case err != nil:
 			send(&MinimalError{Message: fmt.Sprintf("the stream ended: %v", err)})
 			return
 		}

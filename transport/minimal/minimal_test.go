@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/internal/gentest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -28,16 +28,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // frameSchema is the generated JSON Schema every frame is checked
 // against.
-func frameSchema(t *testing.T) *jsonschema.Schema {
-	t.Helper()
-	b, err := os.ReadFile("schema.json")
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	require.NoError(t, c.AddResource("minimal.json", strings.NewReader(string(b))))
-	s, err := c.Compile("minimal.json")
-	require.NoError(t, err)
-	return s
-}
+func frameSchema(t *testing.T) *jsonschema.Schema { return gentest.Schema(t, "schema.json") }
 
 // workflow is an assistant that writes text, calls a tool that builds a
 // node, saves the workflow in its state, and, asked to, fails a tool,

@@ -35,6 +35,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
@@ -207,7 +208,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cursor = c
 	}
 	if r.Method == http.MethodHead { // the headers a stream would have, and no stream
-		setStreamHeaders(w.Header())
+		eventstream.SetHeaders(w.Header())
 		w.WriteHeader(http.StatusOK)
 		return
 	}
@@ -226,7 +227,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := auth.FromContext(r.Context()); p != nil {
 		sub.ExpireAt(p.Expires) // the stream ends with an error event then
 	}
-	setStreamHeaders(w.Header())
+	eventstream.SetHeaders(w.Header())
 	h.mu.Lock()
 	if h.closing { // the response ends at once
 		h.mu.Unlock()
@@ -264,14 +265,6 @@ func (h *Handler) refuse(limit string) {
 	if h.opts.OnRefuse != nil {
 		h.opts.OnRefuse(limit)
 	}
-}
-
-// setStreamHeaders sets an event stream's response headers.
-func setStreamHeaders(hdr http.Header) {
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("Connection", "keep-alive")
-	hdr.Set("X-Accel-Buffering", "no")
 }
 
 const heartbeatComment = ": heartbeat\n\n"
