@@ -42,6 +42,43 @@ type Event struct {
 	id   string // the event_id, "EPOCH-SEQ"
 	json []byte
 	cbor atomic.Pointer[cborForm] // made on first use
+	// views: what other wires made of the event (View), made on first use.
+	views atomic.Pointer[viewForm]
+}
+
+// viewForm is one wire's view of an event (View): a short list, one entry
+// per wire that read the event.
+type viewForm struct {
+	key  any
+	v    any
+	next *viewForm
+}
+
+// View returns what a wire made of the event (its frame, say) under key,
+// making it with make the first time any reader asks: the readers of one
+// event share one view instead of each translating it. Two first readers
+// may both call make; one value is kept for all. A wire that uses it
+// must make the same value whichever of its readers asks first.
+func (e *Event) View(key any, make func() any) any {
+	head := e.views.Load()
+	for f := head; f != nil; f = f.next {
+		if f.key == key {
+			return f.v
+		}
+	}
+	nf := &viewForm{key: key, v: make()}
+	for {
+		nf.next = head
+		if e.views.CompareAndSwap(head, nf) {
+			return nf.v
+		}
+		head = e.views.Load()
+		for f := head; f != nil; f = f.next {
+			if f.key == key {
+				return f.v // another reader made it first
+			}
+		}
+	}
 }
 
 // cborForm is an event's CBOR encoding, kept apart so that the events of

@@ -10,6 +10,7 @@
 //	GET  /workers/connect, POST /workers/{worker}/...          remote workers (worker.go)
 //	POST /minimal/stream                                      the minimal token stream, with Options.Profiles (package minimal)
 //	/jobs, /jobs/{job_id}/{envelopes,complete,stream}         the job stream, with Options.Profiles (package jobs)
+//	/instance-ai/{chat,confirm,events,threads}/...            Instance AI, with Options.Profiles (package instanceai)
 //	GET  /healthz, /readyz                                    liveness and readiness
 //	GET  /metrics                                             Prometheus metrics
 //
@@ -36,6 +37,7 @@ import (
 	"github.com/agentstream/agentstream/internal/keyrate"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/instanceai"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/slot"
 	"github.com/agentstream/agentstream/transport/jobs"
@@ -54,10 +56,13 @@ const (
 	// ProfileJobs is the job stream (seed 001): /jobs routes (package
 	// jobs).
 	ProfileJobs = "jobs"
+	// ProfileInstanceAI is n8n's Instance AI chat (seeds 000 and 002):
+	// /instance-ai routes (package instanceai).
+	ProfileInstanceAI = "instance-ai"
 )
 
 // Profiles lists the wires Options.Profiles may name.
-var Profiles = []string{ProfileMinimal, ProfileJobs}
+var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI}
 
 // Options configure the handler.
 type Options struct {
@@ -125,6 +130,9 @@ type Options struct {
 	// Profiles are the other wires served beside the protocol's
 	// (ProfileMinimal); none by default.
 	Profiles []string
+	// InstanceAIAssistant is the assistant Instance AI's chat runs
+	// (instanceai.DefaultAssistant, the built-in demo, when empty).
+	InstanceAIAssistant string
 	// Decode bounds the nesting and the number of values of a command or
 	// stream request (protocol.DecodeLimits; zero fields: the defaults),
 	// on every route and the WebSocket: over it, refused before decoding.
@@ -146,8 +154,9 @@ type Handler struct {
 	mux     *http.ServeMux
 	sse     *sse.Handler
 	ws      *ws.Handler
-	minimal *minimal.Handler // nil unless the minimal profile is on
-	jobs    *jobs.Handler    // nil unless the jobs profile is on
+	minimal *minimal.Handler    // nil unless the minimal profile is on
+	jobs    *jobs.Handler       // nil unless the jobs profile is on
+	ia      *instanceai.Handler // nil unless the instance-ai profile is on
 	metrics *metrics
 	ready   atomic.Bool
 	maxBody int64
@@ -263,6 +272,15 @@ func New(srv *server.Server, opts Options) *Handler {
 				MaxEventBytes: h.ingest.MaxEventBytes, BodyTimeout: h.bodyTimeout,
 			})
 			h.jobs.Register(h.mux, h.wireGuard, func(next http.Handler) http.Handler { return h.wireGuardAs(ingestRoute, next) })
+		case ProfileInstanceAI:
+			h.ia = instanceai.New(srv, instanceai.Options{Assistant: opts.InstanceAIAssistant,
+				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
+				},
+				BodyTimeout: h.bodyTimeout})
+			h.ia.Register(h.mux, h.wireGuard,
+				func(next http.Handler) http.Handler { return h.wireGuardAs(commandRoute, next) },
+				func(next http.Handler) http.Handler { return h.wireGuardAs(readRoute, next) })
 		}
 	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -398,12 +416,13 @@ func (h *Handler) wireGuard(next http.Handler) http.Handler {
 }
 
 // wireGuardAs is wireGuard under the rules of routes of kind: a stream's
-// (the principal's stream slots, the stream rate), or a producer's
-// (ingestRoute: NDJSON bodies allowed, the producer rate, counted as the
-// items are read).
+// (the principal's stream slots, the stream rate), a command's (the
+// command rate), a read's (neither, nor the same-site rules), or a
+// producer's (ingestRoute: NDJSON bodies allowed, the producer rate,
+// counted as the items are read).
 func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.sameSite(w, r, kind) {
+		if kind != readRoute && !h.sameSite(w, r, kind) {
 			return
 		}
 		var p *auth.Principal
@@ -413,7 +432,7 @@ func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
 				return
 			}
 		}
-		if kind != ingestRoute && !h.rateOK(w, r, kind, p) {
+		if kind != ingestRoute && kind != readRoute && !h.rateOK(w, r, kind, p) {
 			return
 		}
 		if kind == streamRoute {
@@ -458,8 +477,9 @@ const (
 // allowed one (--allowed-origins); one that a browser says is cross-site
 // but sent without an Origin (an image, a no-cors fetch) is refused
 // unless every origin is allowed; and a POST must say its body is JSON
-// (a form or a no-cors fetch cannot), except a stream request with no body
-// at all. WebSocket handshakes are checked by the WebSocket handler's own
+// (a form or a no-cors fetch cannot), except a stream request or a command
+// with no body at all (Instance AI's cancel): a cross-site page's request
+// without a body still carries its Origin. WebSocket handshakes are checked by the WebSocket handler's own
 // origin patterns.
 func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKind) bool {
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
@@ -480,7 +500,7 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKin
 		return true
 	}
 	ct := r.Header.Get("Content-Type")
-	if kind == streamRoute && ct == "" && r.ContentLength == 0 {
+	if (kind == streamRoute || kind == commandRoute) && ct == "" && r.ContentLength == 0 {
 		return true
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
@@ -609,6 +629,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	}
 	if h.jobs != nil {
 		h.jobs.Shutdown()
+	}
+	if h.ia != nil {
+		h.ia.Shutdown()
 	}
 	wsErr := h.ws.Shutdown(ctx)
 	<-done

@@ -110,7 +110,7 @@ type config struct {
 	metricsAddr                                                      string
 	redisURL                                                         string
 	ingestStream, ingestGroup, ingestDeadLetter                      string
-	profiles                                                         string
+	profiles, instanceAIAssistant                                    string
 	ingestMaxWait                                                    time.Duration
 	nodeID                                                           string
 	leaseTTL                                                         time.Duration
@@ -205,7 +205,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.redisWriteThrough, "redis-write-through", true, "with --redis: deliver an event to clients, this node's too, only once Redis holds it, so no client sees an event Redis lost or gave to another writer; =false delivers to this node's clients first (one Redis round trip less latency, without that guarantee)")
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits, while Redis fails its writes or the write queue is full, before its event is refused and the run's emitter gets unavailable (the run then ends failed, which every client sees once Redis is back); the longest Redis outage a run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
-	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream); none by default")
+	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat); none by default")
+	fs.StringVar(&c.instanceAIAssistant, "instance-ai-assistant", "demo", "with --profiles instance-ai: the assistant a chat message runs (a built-in, or a remote worker's)")
 	fs.StringVar(&c.ingestStream, "ingest-stream", "", "with --redis: a Redis stream producers XADD events to (fields thread and event); the nodes read it through one consumer group and append each event to its thread, once, in order; empty: none")
 	fs.StringVar(&c.ingestGroup, "ingest-group", redisstore.DefaultIngestGroup, "with --ingest-stream: the consumer group the nodes read it through")
 	fs.StringVar(&c.ingestDeadLetter, "ingest-dead-letter", "", "with --ingest-stream: the stream refused entries go to, with their reason (default: the ingest stream's name + \":dead\")")
@@ -396,8 +397,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		HTTPStreamRate: c.httpStreamRate, HTTPStreamBurst: c.httpStreamBurst,
 		AuthFailureRate: c.authFailureRate, AuthFailureBurst: c.authFailureBurst, MaxStreamsPerPrincipal: c.maxStreamsPerPrincipal,
 		Decode:   protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
-		Profiles: splitList(c.profiles),
-		Ingest:   transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
+		Profiles: splitList(c.profiles), InstanceAIAssistant: c.instanceAIAssistant,
+		Ingest: transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
 	})
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
@@ -94,12 +93,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
 		Params: protocol.RunStartParams{AssistantID: req.AssistantID, Input: input, MultitaskStrategy: &reject}}})
 	if err != nil {
-		var e *protocol.ErrorResponse
-		if !errors.As(err, &e) {
-			e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
-		}
-		e.ID = nil
-		httpjson.Write(w, statusOf(e), e)
+		status, e := httpjson.CommandError(err)
+		httpjson.Write(w, status, e)
 		return
 	}
 	applied := uint64(0)
@@ -246,25 +241,4 @@ func workflowState(values any) *MinimalWorkflowState {
 		}
 	}
 	return st
-}
-
-// statusOf is the HTTP status of a refused run.start.
-func statusOf(e *protocol.ErrorResponse) int {
-	switch e.Code {
-	case protocol.ErrorCodeInvalidArgument:
-		// The server's refusal of a second run on a busy thread (multitask
-		// strategy reject) is the one invalid_argument that is a conflict;
-		// TestMinimalBusyThreadIs409 holds this to its wording.
-		if strings.Contains(e.Message, "has an active run") {
-			return http.StatusConflict
-		}
-		return http.StatusBadRequest
-	case protocol.ErrorCodePermissionDenied:
-		return http.StatusForbidden
-	case protocol.ErrorCodeResourceExhausted, protocol.ErrorCodeRateLimited:
-		return http.StatusTooManyRequests
-	case protocol.ErrorCodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
 }

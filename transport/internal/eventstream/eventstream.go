@@ -59,8 +59,9 @@ type Stream struct {
 	keepAlive string
 }
 
-// Start writes the stream's headers (SetHeaders, then extra) and its 200.
-// A quiet stream gets the comment keepAlive (a whole frame, such as
+// Start writes the stream's headers (SetHeaders, then extra) and its 200,
+// and sends them at once, so that a client knows the stream is open
+// before its first event. A quiet stream gets the comment keepAlive (a whole frame, such as
 // ":keep-alive\n\n") every heartbeat. Close the stream when done.
 func Start(w http.ResponseWriter, r *http.Request, closing *Closing, heartbeat time.Duration, keepAlive string, extra http.Header) *Stream {
 	SetHeaders(w.Header())
@@ -68,9 +69,11 @@ func Start(w http.ResponseWriter, r *http.Request, closing *Closing, heartbeat t
 		w.Header()[k] = v
 	}
 	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush() // a client gone shows at the first write
 	ctx, cancel := context.WithCancel(r.Context())
 	stop := context.AfterFunc(closing.ctx, cancel)
-	return &Stream{w: w, r: r, rc: http.NewResponseController(w), closing: closing, ctx: ctx,
+	return &Stream{w: w, r: r, rc: rc, closing: closing, ctx: ctx,
 		release: func() { stop(); cancel() }, heartbeat: heartbeat, keepAlive: keepAlive}
 }
 

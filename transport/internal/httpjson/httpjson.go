@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -51,4 +52,38 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Du
 		return nil, http.StatusRequestTimeout, "body_timeout", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: the body was not sent within %v", what, timeout)
 	}
 	return nil, http.StatusBadRequest, "", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the %s: %v", what, err)
+}
+
+// StatusOf is the HTTP status of a command's refusal, for the wires that
+// answer a command over plain HTTP: the server's refusal of a second run on
+// a busy thread (multitask strategy reject, the one invalid_argument that
+// is a conflict; the wires' tests hold it to its wording) is 409.
+func StatusOf(e *protocol.ErrorResponse) int {
+	switch e.Code {
+	case protocol.ErrorCodeInvalidArgument:
+		if strings.Contains(e.Message, "has an active run") {
+			return http.StatusConflict
+		}
+		return http.StatusBadRequest
+	case protocol.ErrorCodePermissionDenied:
+		return http.StatusForbidden
+	case protocol.ErrorCodeNoSuchThread:
+		return http.StatusNotFound
+	case protocol.ErrorCodeResourceExhausted, protocol.ErrorCodeRateLimited:
+		return http.StatusTooManyRequests
+	case protocol.ErrorCodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// CommandError is err (from server.Session.Do) as an ErrorResponse
+// without an id, and its HTTP status.
+func CommandError(err error) (int, *protocol.ErrorResponse) {
+	var e *protocol.ErrorResponse
+	if !errors.As(err, &e) {
+		e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
+	}
+	e.ID = nil
+	return StatusOf(e), e
 }

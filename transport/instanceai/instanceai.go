@@ -1,0 +1,423 @@
+package instanceai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/eventstream"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
+)
+
+// DefaultAssistant answers the chat unless Options.Assistant names
+// another: the built-in demo, so that the wire works on a first start.
+const DefaultAssistant = "demo"
+
+// Options configure the handler; the transport supplies its checks.
+type Options struct {
+	// Assistant is the assistant a chat message runs (DefaultAssistant).
+	Assistant string
+	// Authorize, when set, says whether the request may use the thread
+	// (creating it when create is set) and answers the request itself
+	// when it may not.
+	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
+	// Heartbeat is how often a quiet stream gets a comment line (15 s).
+	Heartbeat time.Duration
+	// BodyTimeout bounds reading a request's body (10 s).
+	BodyTimeout time.Duration
+	// SnapshotTimeout bounds reading a thread's events for its messages
+	// and status (5 s).
+	SnapshotTimeout time.Duration
+}
+
+// maxBody caps a request's body.
+const maxBody = 1 << 20
+
+// Handler serves the Instance AI routes.
+type Handler struct {
+	srv     *server.Server
+	opts    Options
+	closing *eventstream.Closing // Shutdown: streams end
+}
+
+// New returns the Instance AI handler on srv.
+func New(srv *server.Server, opts Options) *Handler {
+	if opts.Assistant == "" {
+		opts.Assistant = DefaultAssistant
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	if opts.SnapshotTimeout <= 0 {
+		opts.SnapshotTimeout = 5 * time.Second
+	}
+	return &Handler{srv: srv, opts: opts, closing: eventstream.NewClosing()}
+}
+
+// Shutdown ends every stream.
+func (h *Handler) Shutdown() { h.closing.Shutdown() }
+
+// Register mounts the routes on mux, wrapped by the transport's
+// authentication and limits: stream for the event stream, command for
+// what changes a thread, read for what reads one.
+func (h *Handler) Register(mux *http.ServeMux, stream, command, read func(http.Handler) http.Handler) {
+	mux.Handle("POST /instance-ai/chat/{threadId}", command(http.HandlerFunc(h.chat)))
+	mux.Handle("POST /instance-ai/chat/{threadId}/cancel", command(http.HandlerFunc(h.cancel)))
+	mux.Handle("POST /instance-ai/confirm/{requestId}", command(http.HandlerFunc(h.confirm)))
+	mux.Handle("GET /instance-ai/events/{threadId}", stream(http.HandlerFunc(h.events)))
+	mux.Handle("GET /instance-ai/threads/{threadId}/messages", read(http.HandlerFunc(h.messages)))
+	mux.Handle("GET /instance-ai/threads/{threadId}/status", read(http.HandlerFunc(h.status)))
+}
+
+// thread reads the thread of the path and asks whether the request may
+// use it; it answers the request itself when not.
+func (h *Handler) thread(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+	if err := server.ValidThreadID(thread); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "threadId: %v", err))
+		return false
+	}
+	return h.opts.Authorize == nil || h.opts.Authorize(w, r, thread, create)
+}
+
+// exists answers whether the thread is known (a read of an unknown thread
+// gets the empty answer), or answers 503 itself.
+func (h *Handler) exists(w http.ResponseWriter, r *http.Request, thread string) (known, ok bool) {
+	known, err := h.srv.HasThread(r.Context(), thread)
+	if err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return false, false
+	}
+	return known, true
+}
+
+// readBody reads and strictly decodes a JSON body into v.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.opts.BodyTimeout, "request")
+	if errResp != nil {
+		httpjson.Write(w, status, errResp)
+		return false
+	}
+	if err := cddlrt.DecodeStrictJSON(body, v); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		return false
+	}
+	return true
+}
+
+// chat serves POST /instance-ai/chat/{threadId}: the message starts a run
+// of the assistant; one run at a time (409 while one is active, waiting
+// for a confirmation included).
+func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("threadId")
+	var req IaChatRequest
+	if !h.thread(w, r, thread, true) || !h.readBody(w, r, &req) {
+		return
+	}
+	if st, ok, err := h.srv.State(r.Context(), thread); err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	} else if ok && st.Status != "idle" {
+		// A run waiting for a confirmation would take the message as its
+		// answer: refused like a running one.
+		httpjson.Write(w, http.StatusConflict, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s): cancel it or wait for its run-finish", thread, st.Status))
+		return
+	}
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	reject := protocol.MultitaskStrategyReject
+	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": req.Message}}}
+	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
+		Params: protocol.RunStartParams{AssistantID: h.opts.Assistant, Input: input, MultitaskStrategy: &reject}}})
+	if err != nil {
+		status, e := httpjson.CommandError(err)
+		httpjson.Write(w, status, e)
+		return
+	}
+	// The run's root started event follows the last one before the
+	// command at once (run.start publishes it under the thread's lock).
+	applied := uint64(0)
+	if resp.Meta != nil && resp.Meta.AppliedThroughSeq != nil {
+		applied = *resp.Meta.AppliedThroughSeq
+	}
+	runID := "run-" + strconv.FormatUint(applied+1, 10)
+	// The user's side of the conversation, for the thread's messages. The
+	// run is under way whatever becomes of it: a failure to keep it
+	// leaves the rebuilt messages without it, said in the answer.
+	name := UserMessageEvent
+	ev := protocol.ProducerEvent{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{Namespace: protocol.Namespace{},
+		Data: protocol.CustomData{Name: &name, Payload: userMessage{RunID: runID, Text: req.Message}}}}}
+	if _, err := h.srv.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{ev}}); err != nil {
+		w.Header().Set("Agentstream-Warning", fmt.Sprintf("the message was not kept for the thread's history: %v", err))
+	}
+	httpjson.Write(w, http.StatusOK, IaChatStarted{RunID: runID})
+}
+
+// cancel serves POST /instance-ai/chat/{threadId}/cancel: idempotent; the
+// run ends with run-finish cancelled.
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("threadId")
+	if err := server.ValidThreadID(thread); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "threadId: %v", err))
+		return
+	}
+	known, ok := h.exists(w, r, thread)
+	if !ok {
+		return
+	}
+	if !known {
+		httpjson.Write(w, http.StatusOK, IaCancelled{Cancelled: false})
+		return
+	}
+	if !h.thread(w, r, thread, false) {
+		return
+	}
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1}})
+	if err != nil {
+		status, e := httpjson.CommandError(err)
+		httpjson.Write(w, status, e)
+		return
+	}
+	// The result as any node answers it (a forwarded command's is JSON).
+	var res struct{ Cancelled bool }
+	if b, err := json.Marshal(resp.Result); err == nil {
+		_ = json.Unmarshal(b, &res)
+	}
+	httpjson.Write(w, http.StatusOK, IaCancelled{Cancelled: res.Cancelled})
+}
+
+// confirm serves POST /instance-ai/confirm/{requestId}: the answer to a
+// confirmation-request resumes its run.
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) {
+	thread, interruptID, ok := splitRequestID(r.PathValue("requestId"))
+	if !ok {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "requestId: not one a confirmation-request gave"))
+		return
+	}
+	var req IaConfirmRequest
+	if !h.thread(w, r, thread, false) || !h.readBody(w, r, &req) {
+		return
+	}
+	st, known, err := h.srv.State(r.Context(), thread)
+	if err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	}
+	var ns channels.Namespace
+	found := false
+	for _, in := range st.Interrupts {
+		if in.ID == interruptID {
+			ns, found = in.Namespace, true
+		}
+	}
+	if !known || !found {
+		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "no confirmation %s is waiting (answered already, or its run ended)", r.PathValue("requestId")))
+		return
+	}
+	answer := map[string]any{"approved": req.Approved}
+	for k, v := range req.Extra {
+		answer[k] = v
+	}
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	respond := &protocol.InputRespondOne{Namespace: protocol.Namespace(ns), InterruptID: interruptID, Response: answer}
+	if respond.Namespace == nil {
+		respond.Namespace = protocol.Namespace{}
+	}
+	if _, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandInputRespond{ID: 1,
+		Params: protocol.InputRespondParams{Value: respond}}}); err != nil {
+		status, e := httpjson.CommandError(err)
+		httpjson.Write(w, status, e)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, IaOk{Ok: true})
+}
+
+// streamChannels are the channels the wire's events come from.
+var streamChannels = []string{channels.Lifecycle, channels.Messages, channels.Tools, channels.Input, channels.Custom}
+
+// events serves GET /instance-ai/events/{threadId}.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("threadId")
+	if !h.thread(w, r, thread, true) {
+		return
+	}
+	after := uint64(0)
+	cursor, from := r.Header.Get("Last-Event-ID"), "Last-Event-ID"
+	if cursor == "" {
+		cursor, from = r.URL.Query().Get("lastEventId"), "lastEventId"
+	}
+	if cursor != "" {
+		n, err := strconv.ParseUint(cursor, 10, 64)
+		if err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: an event id (a whole number), not %q", from, cursor))
+			return
+		}
+		after = n
+	}
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	// Every event the server keeps is read, those up to the cursor too:
+	// an event's runId and agentId come from the run-start before it.
+	if _, _, err := ss.Subscribe(channels.Filter{Channels: streamChannels, Depth: channels.Unlimited}, server.SeqCursor(0)); err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return
+	}
+	last := h.srv.LastSeq(thread)
+	st := eventstream.Start(w, r, h.closing, h.opts.Heartbeat, ": keep-alive\n\n", nil)
+	defer st.Close()
+	gap := func(content string) bool {
+		code := IaUint(http.StatusGone)
+		b, _ := json.Marshal(IaEvent{Value: &IaError{RunID: unknownRun, AgentID: "agent-unknown", Payload: IaErrorPayload{Content: content, StatusCode: &code}}})
+		return st.Write("data: " + string(b) + "\n\n")
+	}
+	if after > last {
+		// From before a restart that lost the thread's history, or from
+		// another server: what this one has is sent from the start.
+		if !gap(fmt.Sprintf("event %d is past this thread's last (%d): its history is sent again from the start", after, last)) {
+			return
+		}
+		after = 0
+	}
+	tr := newTranslator(thread)
+	for {
+		e, err := st.Next(ss)
+		if err != nil {
+			return // the client left, the server is closing, or the stream was cut: the client resumes
+		}
+		if e.Seq == 0 {
+			if m, ok := missed(e); ok && after+1 < m.FirstAvailableSeq {
+				if !gap(fmt.Sprintf("events %d to %d of this thread are no longer kept; the history goes on from %d", after+1, m.FirstAvailableSeq-1, m.FirstAvailableSeq)) {
+					return
+				}
+			}
+			continue
+		}
+		v := tr.next(e)
+		if v == nil || v.frame == nil || e.Seq <= after {
+			continue
+		}
+		if !st.Write("id: " + strconv.FormatUint(e.Seq, 10) + "\ndata: " + string(v.data) + "\n\n") {
+			return
+		}
+	}
+}
+
+// missed reads an events.missed notice.
+func missed(e *server.Event) (protocol.EventsMissedData, bool) {
+	if e.Method != "events.missed" {
+		return protocol.EventsMissedData{}, false
+	}
+	e, err := e.WithPayload()
+	if err != nil {
+		return protocol.EventsMissedData{}, false
+	}
+	m, ok := e.Payload.(*protocol.ServerEventEventsMissed)
+	if !ok {
+		return protocol.EventsMissedData{}, false
+	}
+	return m.Params.Data, true
+}
+
+// snapshot reads the thread's events the server keeps, up to its last
+// one, into a conversation; next is the id after the last one read.
+func (h *Handler) snapshot(ctx context.Context, thread string) (c *conversation, next uint64, err error) {
+	ss := h.srv.NewSession(thread)
+	defer ss.Close()
+	if _, _, err := ss.Subscribe(channels.Filter{Depth: channels.Unlimited}, server.SeqCursor(0)); err != nil {
+		return nil, 0, err
+	}
+	last := h.srv.LastSeq(thread)
+	ctx, cancel := context.WithTimeout(ctx, h.opts.SnapshotTimeout)
+	defer cancel()
+	c, tr, seen := newConversation(), newTranslator(thread), uint64(0)
+	for seen < last {
+		e, err := ss.Next(ctx)
+		if err != nil {
+			return nil, 0, fmt.Errorf("reading the thread's events: %w", err)
+		}
+		if e.Seq == 0 {
+			continue
+		}
+		seen = max(seen, e.Seq)
+		if v := tr.next(e); v != nil {
+			c.add(v)
+		}
+	}
+	return c, seen + 1, nil
+}
+
+// messages serves GET /instance-ai/threads/{threadId}/messages.
+func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("threadId")
+	c, next, ok := h.read(w, r, thread)
+	if !ok {
+		return
+	}
+	out := IaThreadMessages{ThreadID: thread, Messages: []IaMessage{}, NextEventID: 1}
+	if c != nil {
+		out.Messages, out.NextEventID = c.result(), next
+	}
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// status serves GET /instance-ai/threads/{threadId}/status.
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("threadId")
+	c, _, ok := h.read(w, r, thread)
+	if !ok {
+		return
+	}
+	out := IaThreadStatus{BackgroundTasks: []IaBackgroundTask{}}
+	if c != nil {
+		st, _, err := h.srv.State(r.Context(), thread)
+		if err != nil {
+			httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+			return
+		}
+		out.HasActiveRun, out.IsSuspended = st.Status != "idle", st.Status == "interrupted"
+		if out.HasActiveRun && c.last != nil {
+			id := c.last.runID
+			out.ActiveRunID, out.BackgroundTasks = &id, c.background()
+		}
+	}
+	httpjson.Write(w, http.StatusOK, out)
+}
+
+// read is the conversation of a known thread the request may read (nil
+// for an unknown one), or answers the request itself.
+func (h *Handler) read(w http.ResponseWriter, r *http.Request, thread string) (*conversation, uint64, bool) {
+	if err := server.ValidThreadID(thread); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "threadId: %v", err))
+		return nil, 0, false
+	}
+	known, ok := h.exists(w, r, thread)
+	if !ok || (known && !h.thread(w, r, thread, false)) {
+		return nil, 0, false
+	}
+	if !known {
+		return nil, 0, true
+	}
+	c, next, err := h.snapshot(r.Context(), thread)
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, context.Canceled) {
+			status = http.StatusRequestTimeout
+		}
+		httpjson.Write(w, status, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
+		return nil, 0, false
+	}
+	return c, next, true
+}
