@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -132,4 +134,32 @@ func TestEncodeEventJSONMatchesTheGeneratedTypes(t *testing.T) {
 	for _, m := range []string{"lifecycle", "messages", "tools", "input.requested", "input.answered", "values", "updates", "checkpoints", "custom", "tasks", "events.missed"} {
 		require.True(t, kinds[m], "no %s event was checked", m)
 	}
+}
+
+// TestEventViewIsMadeOncePerKey: the readers of one event share the view
+// each wire makes of it: made once under a key however many readers ask
+// at once, and apart for another key.
+func TestEventViewIsMadeOncePerKey(t *testing.T) {
+	type keyA struct{}
+	type keyB struct{}
+	e, err := server.DecodeEvent([]byte(`{"type":"event","event_id":"e-1","seq":1,"method":"custom","params":{"namespace":[],"timestamp":1,"data":{"name":"x","payload":1}}}`))
+	require.NoError(t, err)
+	var made atomic.Int32
+	var wg sync.WaitGroup
+	got := make([]any, 16)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = e.View(keyA{}, func() any { made.Add(1); return new(int) })
+		}()
+	}
+	wg.Wait()
+	for _, v := range got {
+		require.Same(t, got[0].(*int), v.(*int), "one view for every reader")
+	}
+	require.LessOrEqual(t, made.Load(), int32(16))
+	require.Same(t, got[0].(*int), e.View(keyA{}, func() any { t.Fatal("made again"); return nil }).(*int))
+	require.Equal(t, "b", e.View(keyB{}, func() any { return "b" }), "another key, another view")
+	require.Same(t, got[0].(*int), e.View(keyA{}, func() any { return nil }).(*int))
 }
