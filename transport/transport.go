@@ -259,7 +259,7 @@ func New(srv *server.Server, opts Options) *Handler {
 	for _, p := range opts.Profiles {
 		switch p {
 		case ProfileMinimal:
-			h.minimal = minimal.New(srv, minimal.Options{Authorize: h.authorizeWire, Heartbeat: 15 * time.Second, BodyTimeout: h.bodyTimeout})
+			h.minimal = minimal.New(srv, minimal.Options{Authorize: h.authorizeWire, Heartbeat: 15 * time.Second, BodyTimeout: h.bodyTimeout, Streams: h.sse})
 			h.mux.Handle("POST /minimal/stream", h.wireGuard(h.minimal))
 		case ProfileJobs:
 			h.jobs = jobs.New(srv, jobs.Options{
@@ -269,7 +269,7 @@ func New(srv *server.Server, opts Options) *Handler {
 				ReadBatch: func(w http.ResponseWriter, r *http.Request) ([][]byte, bool) {
 					return h.readBatch(w, r, "batch of envelopes", "envelopes")
 				},
-				MaxEventBytes: h.ingest.MaxEventBytes, BodyTimeout: h.bodyTimeout,
+				MaxEventBytes: h.ingest.MaxEventBytes, BodyTimeout: h.bodyTimeout, Streams: h.sse,
 			})
 			h.jobs.Register(h.mux, h.wireGuard, func(next http.Handler) http.Handler { return h.wireGuardAs(ingestRoute, next) })
 		case ProfileInstanceAI:
@@ -277,7 +277,7 @@ func New(srv *server.Server, opts Options) *Handler {
 				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
 					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
 				},
-				BodyTimeout: h.bodyTimeout})
+				BodyTimeout: h.bodyTimeout, Streams: h.sse})
 			h.ia.Register(h.mux, h.wireGuard,
 				func(next http.Handler) http.Handler { return h.wireGuardAs(commandRoute, next) },
 				func(next http.Handler) http.Handler { return h.wireGuardAs(readRoute, next) })

@@ -481,7 +481,8 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	idle := fs.Int("idle", 0, "instead: open this many idle connections and report the server's memory per connection")
 	settle := fs.Duration("settle", 3*time.Second, "with --idle: how long the connections stay idle before the server's memory is read")
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:2024", "server base URL")
-	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws")
+	fs.StringVar(&c.Transport, "transport", "sse", "sse or ws; with --wire, wire (the wire's own stream) or sse (the protocol's, on the same events)")
+	fs.StringVar(&c.Wire, "wire", "", "measure another wire against the protocol's SSE: jobs (envelopes posted to /jobs/{id}/envelopes, read from /jobs/{id}/stream) or instance-ai (status events posted to /threads/{id}/events, read from /instance-ai/events/{id}); needs --source http and the server's --profiles")
 	fs.IntVar(&c.Subscribers, "subs", 1000, "subscribers of the one thread")
 	// With --threads, --rate is per thread.
 	fs.IntVar(&c.Count, "count", 1000, "events to publish")
@@ -531,7 +532,11 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes from %s: %s\n", c.Transport, c.Subscribers, c.Count, c.Size, c.Source, r)
+	through := c.Transport
+	if c.Wire != "" {
+		through = c.Wire + " through " + c.Transport
+	}
+	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes from %s: %s\n", through, c.Subscribers, c.Count, c.Size, c.Source, r)
 	return 0
 }
 

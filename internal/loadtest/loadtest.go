@@ -30,8 +30,14 @@ import (
 
 // Config is one measurement.
 type Config struct {
-	URL         string // the server's base URL, http://host:port
-	Transport   string // sse or ws
+	URL       string // the server's base URL, http://host:port
+	Transport string // sse or ws; with Wire, sse or wire
+	// Wire, when set, measures another wire the server serves (WireJobs,
+	// WireInstanceAI) against the protocol's SSE on the same events: the
+	// tool publishes them as that wire's producers do (Source must be
+	// SourceHTTP), and Transport "wire" reads them through the wire's own
+	// stream, "sse" through the protocol's.
+	Wire        string
 	Subscribers int
 	Count       int     // events published
 	Rate        float64 // events per second; 0: as fast as the server can
@@ -118,11 +124,14 @@ func (s *stats) recordAt(node int, payload []byte, sample bool) {
 	if !sample {
 		return
 	}
-	i := bytes.Index(payload, []byte(`"ts":`))
+	i, n := bytes.Index(payload, []byte(`"ts":`)), 5
+	if i < 0 {
+		i, n = bytes.Index(payload, []byte(`ts=`)), 3 // in an Instance AI status message
+	}
 	if i < 0 {
 		return
 	}
-	j := i + 5
+	j := i + n
 	k := j
 	for k < len(payload) && payload[k] >= '0' && payload[k] <= '9' {
 		k++
@@ -199,9 +208,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		go func(i int) {
 			defer wg.Done()
 			var err error
-			if cfg.Transport == "ws" {
+			switch {
+			case cfg.Transport == "ws":
 				err = wsSubscriber(ctx, cfg, thread, i, sampleEvery, &st, signal(ready), signal(done))
-			} else {
+			case cfg.Transport == "wire":
+				err = wireSubscriber(ctx, cfg, thread, i, sampleEvery, &st, signal(ready), signal(done))
+			default:
 				err = sseSubscriber(ctx, cfg, thread, i, sampleEvery, &st, signal(ready), signal(done))
 			}
 			if err != nil && ctx.Err() == nil {
@@ -261,8 +273,32 @@ func waitN(ctx context.Context, ch <-chan struct{}, errs <-chan error, n int) er
 }
 
 func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
-	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.subURL(i)+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:firehose"]}`))
+	name := "firehose"
+	switch cfg.Wire {
+	case WireJobs:
+		thread, name = "job:"+thread, "node_stream_event"
+	case WireInstanceAI:
+		name = "status"
+	}
+	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.subURL(i)+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:`+name+`"]}`))
 	req.Header.Set("Content-Type", "application/json")
+	return readSSE(ctx, cfg, req, i, sampleEvery, st, ready, done)
+}
+
+// wireSubscriber reads the events through the wire's own stream
+// (Config.Wire).
+func wireSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
+	path := "/instance-ai/events/" + thread
+	if cfg.Wire == WireJobs {
+		path = "/jobs/" + thread + "/stream"
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", cfg.subURL(i)+path, nil)
+	return readSSE(ctx, cfg, req, i, sampleEvery, st, ready, done)
+}
+
+// readSSE counts the data lines of an event stream (a job stream's
+// snapshot aside) until Count came, then stays connected until ctx ends.
+func readSSE(ctx context.Context, cfg Config, req *http.Request, i, sampleEvery int, st *stats, ready, done func()) error {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -277,7 +313,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 	got := 0
 	for sc.Scan() {
 		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("data: ")) {
+		if !bytes.HasPrefix(line, []byte("data: ")) || bytes.HasPrefix(line, []byte(`data: {"result":`)) {
 			continue
 		}
 		got++

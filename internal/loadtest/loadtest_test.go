@@ -19,11 +19,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startServer runs a server with the built-in assistants on loopback
 // until the test ends.
-func startServer(t *testing.T) *httptest.Server {
+func startServer(t *testing.T, profiles ...string) *httptest.Server {
 	t.Helper()
 	srv := server.New(server.Config{})
 	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{})
+	h := transport.New(srv, transport.Options{Profiles: profiles})
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		_ = h.Shutdown(context.Background())
@@ -106,4 +106,23 @@ func TestRunManyCountsEveryDelivery(t *testing.T) {
 		require.Positive(t, r.RSSIdle, tr)
 		require.Contains(t, r.String(), "after --idle-wait")
 	}
+}
+
+// TestRunThroughTheOtherWires: the events a job's producer or an Instance
+// AI assistant publishes reach every reader of the wire's own stream and
+// of the protocol's SSE, with their latency read; a wire's events come
+// from the HTTP producer only.
+func TestRunThroughTheOtherWires(t *testing.T) {
+	ts := startServer(t, transport.ProfileJobs, transport.ProfileInstanceAI)
+	for _, wire := range []string{WireJobs, WireInstanceAI} {
+		for _, tr := range []string{"wire", "sse"} {
+			r, err := Run(context.Background(), Config{URL: ts.URL, Wire: wire, Transport: tr, Source: SourceHTTP, Subscribers: 4, Count: 300, Size: 100, Rate: 3000})
+			require.NoError(t, err, "%s through %s", wire, tr)
+			require.Equal(t, int64(1200), r.Deliveries, "%s through %s", wire, tr)
+			require.Positive(t, r.P99, "%s through %s", wire, tr)
+			require.Less(t, r.P99, time.Minute, "%s through %s: the send time is read", wire, tr)
+		}
+	}
+	_, err := Run(context.Background(), Config{URL: ts.URL, Wire: WireJobs, Transport: "wire", Subscribers: 1, Count: 1, Timeout: 5 * time.Second})
+	require.ErrorContains(t, err, "a wire's events come from http")
 }

@@ -29,6 +29,33 @@ const (
 	SourceHTTP = "http"
 )
 
+// The other wires a measurement may compare with the protocol's SSE
+// (Config.Wire).
+const (
+	// WireJobs is the job stream: the events are envelopes posted to
+	// /jobs/{id}/envelopes, read from /jobs/{id}/stream.
+	WireJobs = "jobs"
+	// WireInstanceAI is Instance AI: the events are custom status events
+	// (a status frame each) posted to /threads/{id}/events, read from
+	// /instance-ai/events/{id}.
+	WireInstanceAI = "instance-ai"
+)
+
+// payloadFor is event i as the producer of wire posts it: its send time
+// is the first "ts" member, or, in a status message, "ts=".
+func payloadFor(wire string, i int, pad string) []byte {
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	switch wire {
+	case WireJobs:
+		return []byte(`{"node_id":"load","node_type":"load","payload_version":"v1","payload":{"ts":` + now + `,"index":` + strconv.Itoa(i) +
+			`,"pad":"` + pad + `"},"ts":` + strconv.FormatInt(time.Now().UnixMilli(), 10) + `}`)
+	case WireInstanceAI:
+		return []byte(`{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"status","payload":{"message":"ts=` + now +
+			` index=` + strconv.Itoa(i) + ` ` + pad + `"}}}}`)
+	}
+	return firehosePayload(i, pad)
+}
+
 // httpBatch is how many events the HTTP producer sends per request, as
 // many as a worker's batch holds at most.
 const httpBatch = 256
@@ -77,11 +104,20 @@ func pace(ctx context.Context, start time.Time, i int, rate float64) error {
 func publish(ctx context.Context, cfg Config, thread string, fail func(error)) error {
 	switch cfg.Source {
 	case "", SourceFirehose:
+		if cfg.Wire != "" {
+			break
+		}
 		body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, cfg.Count, cfg.Rate, cfg.Size)
 		return command(cfg.URL, thread, body)
 	case SourceWorker:
+		if cfg.Wire != "" {
+			break
+		}
 		return publishWorker(ctx, cfg, thread, fail)
 	case SourceHTTP:
+		if cfg.Wire != "" && cfg.Wire != WireJobs && cfg.Wire != WireInstanceAI {
+			return fmt.Errorf("unknown wire %q (jobs or instance-ai)", cfg.Wire)
+		}
 		go func() {
 			if err := publishHTTP(ctx, cfg, thread); err != nil && ctx.Err() == nil {
 				fail(err)
@@ -89,7 +125,7 @@ func publish(ctx context.Context, cfg Config, thread string, fail func(error)) e
 		}()
 		return nil
 	}
-	return fmt.Errorf("unknown source %q (firehose, worker or http)", cfg.Source)
+	return fmt.Errorf("unknown source %q (firehose, worker or http; a wire's events come from http)", cfg.Source)
 }
 
 func command(base, thread, body string) error {
@@ -160,10 +196,14 @@ func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 			if cfg.Rate > 0 && n > 0 && time.Until(dueAt(start, i, cfg.Rate)) > 0 {
 				break // not due yet: it goes with the next batch
 			}
-			body.Write(firehosePayload(i, pad))
+			body.Write(payloadFor(cfg.Wire, i, pad))
 			body.WriteByte('\n')
 		}
-		req, err := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/events", bytes.NewReader(body.Bytes()))
+		url := cfg.URL + "/threads/" + thread + "/events"
+		if cfg.Wire == WireJobs {
+			url = cfg.URL + "/jobs/" + thread + "/envelopes"
+		}
+		req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body.Bytes()))
 		if err != nil {
 			return err
 		}

@@ -13,8 +13,8 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
-	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/sse"
 )
 
 // DefaultAssistant answers the chat unless Options.Assistant names
@@ -31,6 +31,10 @@ type Options struct {
 	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
 	// Heartbeat is how often a quiet stream gets a comment line (15 s).
 	Heartbeat time.Duration
+	// Streams serves the event streams (the transport's SSE handler, so
+	// that they are paced, counted and shut down with its own); a handler
+	// of its own when nil.
+	Streams *sse.Handler
 	// BodyTimeout bounds reading a request's body (10 s).
 	BodyTimeout time.Duration
 	// SnapshotTimeout bounds reading a thread's events for its messages
@@ -43,9 +47,9 @@ const maxBody = 1 << 20
 
 // Handler serves the Instance AI routes.
 type Handler struct {
-	srv     *server.Server
-	opts    Options
-	closing *eventstream.Closing // Shutdown: streams end
+	srv   *server.Server
+	opts  Options
+	owned bool // Streams is the handler's own
 }
 
 // New returns the Instance AI handler on srv.
@@ -62,11 +66,22 @@ func New(srv *server.Server, opts Options) *Handler {
 	if opts.SnapshotTimeout <= 0 {
 		opts.SnapshotTimeout = 5 * time.Second
 	}
-	return &Handler{srv: srv, opts: opts, closing: eventstream.NewClosing()}
+	h := &Handler{srv: srv, opts: opts}
+	if h.opts.Streams == nil {
+		h.opts.Streams, h.owned = sse.New(srv, sse.Options{}), true
+	}
+	return h
 }
 
-// Shutdown ends every stream.
-func (h *Handler) Shutdown() { h.closing.Shutdown() }
+// Shutdown ends the streams of a handler that serves them itself
+// (Options.Streams nil); the transport's SSE handler ends the others.
+func (h *Handler) Shutdown() {
+	if h.owned {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.opts.Streams.Shutdown(ctx)
+	}
+}
 
 // Register mounts the routes on mux, wrapped by the transport's
 // authentication and limits: stream for the event stream, command for
@@ -268,52 +283,56 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	ss := h.srv.NewSession(thread)
-	defer ss.Close()
 	// Every event the server keeps is read, those up to the cursor too:
 	// an event's runId and agentId come from the run-start before it.
 	if _, _, err := ss.Subscribe(channels.Filter{Channels: streamChannels, Depth: channels.Unlimited}, server.SeqCursor(0)); err != nil {
+		ss.Close()
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
-	last := h.srv.LastSeq(thread)
-	st := eventstream.Start(w, r, h.closing, h.opts.Heartbeat, ": keep-alive\n\n", nil)
-	defer st.Close()
-	gap := func(content string) bool {
-		code := IaUint(http.StatusGone)
-		b, _ := json.Marshal(IaEvent{Value: &IaError{RunID: unknownRun, AgentID: "agent-unknown", Payload: IaErrorPayload{Content: content, StatusCode: &code}}})
-		return st.Write("data: " + string(b) + "\n\n")
-	}
-	if after > last {
+	wire := sse.Wire{Frames: &frames{tr: newTranslator(thread), after: after}, Heartbeat: ": keep-alive\n\n", HeartbeatEvery: h.opts.Heartbeat}
+	if last := h.srv.LastSeq(thread); after > last {
 		// From before a restart that lost the thread's history, or from
 		// another server: what this one has is sent from the start.
-		if !gap(fmt.Sprintf("event %d is past this thread's last (%d): its history is sent again from the start", after, last)) {
-			return
-		}
-		after = 0
+		wire.First = gap(nil, fmt.Sprintf("event %d is past this thread's last (%d): its history is sent again from the start", after, last))
+		wire.Frames.(*frames).after = 0
 	}
-	tr := newTranslator(thread)
-	for {
-		e, err := st.Next(ss)
-		if err != nil {
-			return // the client left, the server is closing, or the stream was cut: the client resumes
-		}
-		if e.Seq == 0 {
-			if m, ok := missed(e); ok && after+1 < m.FirstAvailableSeq {
-				if !gap(fmt.Sprintf("events %d to %d of this thread are no longer kept; the history goes on from %d", after+1, m.FirstAvailableSeq-1, m.FirstAvailableSeq)) {
-					return
-				}
-			}
-			continue
-		}
-		v := tr.next(e)
-		if v == nil || v.frame == nil || e.Seq <= after {
-			continue
-		}
-		if !st.Write("id: " + strconv.FormatUint(e.Seq, 10) + "\ndata: " + string(v.data) + "\n\n") {
-			return
-		}
-	}
+	h.opts.Streams.Serve(w, r, ss, wire)
 }
+
+// gap appends an error frame without an id: events the client asked for
+// are no longer kept.
+func gap(buf []byte, content string) []byte {
+	code := IaUint(http.StatusGone)
+	b, _ := json.Marshal(IaEvent{Value: &IaError{RunID: unknownRun, AgentID: "agent-unknown", Payload: IaErrorPayload{Content: content, StatusCode: &code}}})
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	return append(buf, "\n\n"...)
+}
+
+// frames makes the event stream's frames: one per event that is one, with
+// the event's seq as its id, those after the client's cursor only.
+type frames struct {
+	tr    *translator
+	after uint64 // the client's cursor
+}
+
+func (f *frames) Append(buf []byte, e *server.Event) ([]byte, bool) {
+	if e.Seq == 0 {
+		if m, ok := missed(e); ok && f.after+1 < m.FirstAvailableSeq {
+			buf = gap(buf, fmt.Sprintf("events %d to %d of this thread are no longer kept; the history goes on from %d", f.after+1, m.FirstAvailableSeq-1, m.FirstAvailableSeq))
+		}
+		return buf, false
+	}
+	v := f.tr.next(e)
+	if v == nil || v.frame == nil || e.Seq <= f.after {
+		return buf, false
+	}
+	return append(buf, v.data...), false
+}
+
+// AppendEnd adds nothing: a client cut off resumes from its Last-Event-ID.
+func (f *frames) AppendEnd(buf []byte, _ error) []byte { return buf }
 
 // missed reads an events.missed notice.
 func missed(e *server.Event) (protocol.EventsMissedData, bool) {

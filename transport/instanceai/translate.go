@@ -30,7 +30,7 @@ const unknownRun = "run-unknown"
 // or a user's message, or neither.
 type view struct {
 	frame IaEventVariant
-	data  []byte // the frame's JSON
+	data  []byte // the frame as the stream writes it: id and data lines
 	user  *userMessage
 	ts    uint64 // the event's timestamp (Unix ms)
 }
@@ -144,9 +144,11 @@ func (tr *translator) translate(e *server.Event) *view {
 		return nil
 	}
 	if v.frame != nil {
-		if v.data, err = json.Marshal(IaEvent{Value: v.frame}); err != nil {
+		b, err := json.Marshal(IaEvent{Value: v.frame})
+		if err != nil {
 			return nil
 		}
+		v.data = append(append(append(append([]byte("id: "), strconv.FormatUint(e.Seq, 10)...), "\ndata: "...), b...), "\n\n"...)
 	}
 	return v
 }

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -16,8 +17,8 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
-	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/sse"
 )
 
 // EventName names the custom events that hold a job's envelopes.
@@ -39,15 +40,19 @@ type Options struct {
 	MaxEventBytes int
 	// Heartbeat is how often a quiet stream gets `:keep-alive` (15 s).
 	Heartbeat time.Duration
+	// Streams serves the streams (the transport's SSE handler, so that
+	// they are paced, counted and shut down with its own); a handler of
+	// its own when nil.
+	Streams *sse.Handler
 	// BodyTimeout bounds reading a small body (10 s).
 	BodyTimeout time.Duration
 }
 
 // Handler serves the job stream's routes.
 type Handler struct {
-	srv     *server.Server
-	opts    Options
-	closing *eventstream.Closing // Shutdown: streams end
+	srv   *server.Server
+	opts  Options
+	owned bool // Streams is the handler's own
 }
 
 // New returns the job stream's handler on srv.
@@ -76,11 +81,22 @@ func New(srv *server.Server, opts Options) *Handler {
 			return items, true
 		}
 	}
-	return &Handler{srv: srv, opts: opts, closing: eventstream.NewClosing()}
+	h := &Handler{srv: srv, opts: opts}
+	if h.opts.Streams == nil {
+		h.opts.Streams, h.owned = sse.New(srv, sse.Options{}), true
+	}
+	return h
 }
 
-// Shutdown ends every stream.
-func (h *Handler) Shutdown() { h.closing.Shutdown() }
+// Shutdown ends the streams of a handler that serves them itself
+// (Options.Streams nil); the transport's SSE handler ends the others.
+func (h *Handler) Shutdown() {
+	if h.owned {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.opts.Streams.Shutdown(ctx)
+	}
+}
 
 // Register mounts the routes on mux, wrapped by the transport's
 // authentication and limits: stream for the stream and the creation of a
@@ -297,57 +313,63 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ss := h.srv.NewSession(thread)
-	defer ss.Close()
 	f := channels.Filter{Channels: []string{"custom:" + EventName, channels.Lifecycle}}
 	if _, _, err := ss.Subscribe(f, cursor); err != nil {
+		ss.Close()
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
-	st := eventstream.Start(w, r, h.closing, h.opts.Heartbeat, ":keep-alive\n\n", nil)
-	defer st.Close()
-	if !st.Write("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n") {
-		return
-	}
-	for {
-		e, err := st.Next(ss)
-		if err != nil {
-			return // the client left, the server is closing, or the stream was cut: the client resumes
-		}
-		if e.Seq == 0 {
-			continue // a notice, not an envelope
-		}
-		switch e.Channel {
-		case channels.Lifecycle:
-			if len(e.Namespace) != 0 {
-				continue
-			}
-			e, err = e.WithPayload()
-			if err != nil {
-				continue
-			}
-			l, ok := e.Payload.(*protocol.ServerEventLifecycle)
-			if !ok {
-				continue
-			}
-			switch l.Params.Data.Event {
-			case protocol.AgentStatusCompleted, protocol.AgentStatusFailed:
-				st.Write(fmt.Sprintf("event: complete\nid: terminal\ndata: {\"status\":%q}\n\n", l.Params.Data.Event))
-				return
-			}
-		default:
-			if terminal {
-				continue
-			}
-			env, err := envelopeOf(e)
-			if err != nil {
-				continue
-			}
-			if !st.Write(fmt.Sprintf("event: append\nid: %d\ndata: %s\n\n", e.Seq, env)) {
-				return
-			}
-		}
-	}
+	h.opts.Streams.Serve(w, r, ss, sse.Wire{Frames: &frames{terminal: terminal}, First: []byte("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n"),
+		Heartbeat: ":keep-alive\n\n", HeartbeatEvery: h.opts.Heartbeat})
 }
+
+// frames makes a job stream's frames: append per envelope, complete at
+// the end. A client that was cut off resumes from its Last-Event-ID.
+type frames struct {
+	terminal bool // the client saw the end: only the end again
+}
+
+// frameKey keys the append frames of envelopes (server.Event.View).
+type frameKey struct{}
+
+func (f *frames) Append(buf []byte, e *server.Event) ([]byte, bool) {
+	if e.Seq == 0 {
+		return buf, false // a notice, not an envelope
+	}
+	if e.Channel == channels.Lifecycle {
+		if len(e.Namespace) != 0 {
+			return buf, false
+		}
+		e, err := e.WithPayload()
+		if err != nil {
+			return buf, false
+		}
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok {
+			switch st := l.Params.Data.Event; st {
+			case protocol.AgentStatusCompleted, protocol.AgentStatusFailed:
+				return fmt.Appendf(buf, "event: complete\nid: terminal\ndata: {\"status\":%q}\n\n", st), true
+			}
+		}
+		return buf, false
+	}
+	if f.terminal {
+		return buf, false
+	}
+	// Made once for every reader of the event.
+	frame, _ := e.View(frameKey{}, func() any {
+		env, err := envelopeOf(e)
+		if err != nil {
+			return []byte(nil)
+		}
+		b := append([]byte("event: append\nid: "), strconv.FormatUint(e.Seq, 10)...)
+		b = append(b, "\ndata: "...)
+		b = append(b, env...)
+		return append(b, "\n\n"...)
+	}).([]byte)
+	return append(buf, frame...), false
+}
+
+func (f *frames) AppendEnd(buf []byte, _ error) []byte { return buf }
 
 // envelopeOf is the envelope an event holds, with its seq first and the
 // rest as its worker sent it.

@@ -1,10 +1,10 @@
 package minimal
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -14,8 +14,8 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
-	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/sse"
 )
 
 // Options configure the handler.
@@ -25,6 +25,10 @@ type Options struct {
 	Authorize func(w http.ResponseWriter, r *http.Request, threadID string) bool
 	// Heartbeat is how often a quiet stream gets a comment line (15 s).
 	Heartbeat time.Duration
+	// Streams serves the streams (the transport's SSE handler, so that
+	// they are paced, counted and shut down with its own); a handler of
+	// its own when nil.
+	Streams *sse.Handler
 	// BodyTimeout bounds reading the request's body (10 s).
 	BodyTimeout time.Duration
 }
@@ -34,9 +38,9 @@ const maxBody = 1 << 20
 
 // Handler serves POST /minimal/stream.
 type Handler struct {
-	srv     *server.Server
-	opts    Options
-	closing *eventstream.Closing // Shutdown: streams end
+	srv   *server.Server
+	opts  Options
+	owned bool // Streams is the handler's own
 }
 
 // New returns the handler of the minimal token stream on srv.
@@ -47,12 +51,24 @@ func New(srv *server.Server, opts Options) *Handler {
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = 10 * time.Second
 	}
-	return &Handler{srv: srv, opts: opts, closing: eventstream.NewClosing()}
+	h := &Handler{srv: srv, opts: opts}
+	if h.opts.Streams == nil {
+		h.opts.Streams, h.owned = sse.New(srv, sse.Options{}), true
+	}
+	return h
 }
 
-// Shutdown ends every stream (with an error frame saying why; the runs
-// go on until the server closes).
-func (h *Handler) Shutdown() { h.closing.Shutdown() }
+// Shutdown ends the streams of a handler that serves them itself
+// (Options.Streams nil; the transport's SSE handler ends the others),
+// each with an error frame saying why; the runs go on until the server
+// closes.
+func (h *Handler) Shutdown() {
+	if h.owned {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.opts.Streams.Shutdown(ctx)
+	}
+}
 
 // ServeHTTP starts the run and streams its frames until it ends.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -87,12 +103,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ss := h.srv.NewSession(thread)
-	defer ss.Close()
 	reject := protocol.MultitaskStrategyReject
 	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": req.Message}}}
 	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
 		Params: protocol.RunStartParams{AssistantID: req.AssistantID, Input: input, MultitaskStrategy: &reject}}})
 	if err != nil {
+		ss.Close()
 		status, e := httpjson.CommandError(err)
 		httpjson.Write(w, status, e)
 		return
@@ -105,41 +121,44 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// started, replayed from the buffer, then live.
 	f := channels.Filter{Channels: []string{channels.Messages, channels.Tools, channels.Values, channels.Lifecycle, channels.Input}, Depth: channels.Unlimited}
 	if _, _, err := ss.Subscribe(f, server.SeqCursor(applied)); err != nil {
+		ss.Close()
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
 
-	st := eventstream.Start(w, r, h.closing, h.opts.Heartbeat, ": keep-alive\n\n", http.Header{"Agentstream-Thread": {thread}})
-	defer st.Close()
-	send := func(v MinimalFrameVariant) bool {
-		b, err := json.Marshal(MinimalFrame{Value: v})
-		return err == nil && st.Write("data: "+string(b)+"\n\n")
+	h.opts.Streams.Serve(w, r, ss, sse.Wire{Frames: frames{thread: thread}, First: frame(nil, &MinimalStreamStart{}),
+		Heartbeat: ": keep-alive\n\n", HeartbeatEvery: h.opts.Heartbeat, Header: http.Header{"Agentstream-Thread": {thread}}})
+}
+
+// frame appends v as a data-only frame.
+func frame(buf []byte, v MinimalFrameVariant) []byte {
+	b, err := json.Marshal(MinimalFrame{Value: v})
+	if err != nil {
+		return buf
 	}
-	if !send(&MinimalStreamStart{}) {
-		return
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	return append(buf, "\n\n"...)
+}
+
+// frames makes the stream's frames of the run's events.
+type frames struct{ thread string }
+
+func (f frames) Append(buf []byte, e *server.Event) ([]byte, bool) {
+	out, end := translate(e, f.thread)
+	for _, v := range out {
+		buf = frame(buf, v)
 	}
-	for {
-		e, err := st.Next(ss)
-		switch {
-		case errors.Is(err, eventstream.ErrClientGone):
-			return // the run goes on
-		case errors.Is(err, eventstream.ErrShutdown):
-			send(&MinimalError{Message: "the server is shutting down"})
-			return
-		case err != nil:
-			send(&MinimalError{Message: fmt.Sprintf("the stream ended: %v", err)})
-			return
-		}
-		frames, end := translate(e, thread)
-		for _, fr := range frames {
-			if !send(fr) {
-				return
-			}
-		}
-		if end {
-			return
-		}
+	return buf, end
+}
+
+// AppendEnd ends the stream with an error frame saying why (the run goes
+// on: read it back on its thread).
+func (f frames) AppendEnd(buf []byte, err error) []byte {
+	if err == nil {
+		return frame(buf, &MinimalError{Message: "the server is shutting down"})
 	}
+	return frame(buf, &MinimalError{Message: fmt.Sprintf("the stream ended: %v", err)})
 }
 
 // translate turns one of the run's protocol events into frames; end says

@@ -224,6 +224,51 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, protocol.NewError(nil, code, "%v", err))
 		return
 	}
+	h.serve(w, r, sub, nil)
+}
+
+// Frames makes another wire's frames of a session's events, for
+// Handler.Serve.
+type Frames interface {
+	// Append appends event e as the wire's frames (nothing for an event
+	// the wire leaves out); end says the stream ends after them.
+	Append(buf []byte, e *server.Event) (_ []byte, end bool)
+	// AppendEnd appends what the stream says as it ends because of err:
+	// the session's end (a slow consumer, an expired credential), or nil
+	// when the server shuts down.
+	AppendEnd(buf []byte, err error) []byte
+}
+
+// Wire is how Serve writes another wire's stream.
+type Wire struct {
+	Frames Frames
+	// First is written right after the response head (a job stream's
+	// snapshot, a token stream's start).
+	First []byte
+	// Heartbeat is the comment frame a quiet stream gets (": heartbeat"
+	// when empty), every HeartbeatEvery (the handler's Options.Heartbeat
+	// when zero).
+	Heartbeat      string
+	HeartbeatEvery time.Duration
+	// Header holds more response headers.
+	Header http.Header
+}
+
+// Serve streams session sub's events to the response as wire.Frames
+// makes frames of them, with everything the handler's own streams have:
+// the takeover of an HTTP/1.1 connection, paced batches, heartbeats, the
+// end of a credential, the cut-off of a slow consumer, shutdown, metrics.
+// It takes sub: the stream closes it as it ends. The caller has checked
+// the request; it may return before the stream ends.
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, sub *server.Session, wire Wire) {
+	for k, v := range wire.Header {
+		w.Header()[k] = v
+	}
+	h.serve(w, r, sub, &wire)
+}
+
+// serve streams sub to the response: the protocol's frames, or wire's.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Session, wire *Wire) {
 	if p := auth.FromContext(r.Context()); p != nil {
 		sub.ExpireAt(p.Expires) // the stream ends with an error event then
 	}
@@ -241,7 +286,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		release := slot.Keep(r.Context()) // the principal's stream slot lasts as long as the stream
 		go func() {
 			defer release()
-			newStream(h, sub, out).run(out.Wait)
+			newStream(h, sub, out, wire).run(out.Wait)
 		}()
 		return
 	}
@@ -253,7 +298,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := &handlerSink{w: w, rc: rc, timeout: h.opts.WriteTimeout, done: make(chan struct{})}
-	newStream(h, sub, out).run(func() {
+	newStream(h, sub, out, wire).run(func() {
 		select {
 		case <-r.Context().Done(): // the client went
 		case <-out.done: // the writer ended the response
@@ -271,16 +316,20 @@ const heartbeatComment = ": heartbeat\n\n"
 
 // appendReady appends up to MaxBatch ready events as frames; endErr is
 // set when nothing is ready because the subscription ended.
-func (h *Handler) appendReady(buf []byte, sub *server.Session) (_ []byte, n int, endErr error) {
+func (h *Handler) appendReady(buf []byte, sub *server.Session, wire *Wire) (_ []byte, n int, endErr error, wireEnd bool) {
 	for n < h.opts.MaxBatch {
 		e, ok, err := sub.TryNext()
 		if !ok {
-			return buf, n, err
+			return buf, n, err, false
 		}
-		buf = appendFrame(buf, e)
 		n++
+		if wire == nil {
+			buf = appendFrame(buf, e)
+		} else if buf, wireEnd = wire.Frames.Append(buf, e); wireEnd {
+			return buf, n, nil, true
+		}
 	}
-	return buf, n, nil
+	return buf, n, nil, false
 }
 
 // appendEnd appends what a stream says as it ends because of err: a slow

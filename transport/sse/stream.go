@@ -34,6 +34,10 @@ type stream struct {
 	session *server.Session
 	out     sink
 	writer  *pace.Writer
+	wire    *Wire         // another wire's frames; nil: the protocol's
+	first   atomic.Bool   // wire.First is still to be written
+	beat    string        // the heartbeat comment
+	every   time.Duration // how quiet a stream gets it
 
 	lastWrite atomic.Int64 // on the pacer's clock
 	beatDue   atomic.Bool
@@ -46,8 +50,17 @@ type stream struct {
 
 // newStream starts the clock of a stream whose response head has just
 // gone out.
-func newStream(h *Handler, session *server.Session, out sink) *stream {
-	s := &stream{h: h, session: session, out: out}
+func newStream(h *Handler, session *server.Session, out sink, wire *Wire) *stream {
+	s := &stream{h: h, session: session, out: out, wire: wire, beat: heartbeatComment, every: h.opts.Heartbeat}
+	if wire != nil {
+		s.first.Store(len(wire.First) > 0)
+		if wire.Heartbeat != "" {
+			s.beat = wire.Heartbeat
+		}
+		if wire.HeartbeatEvery > 0 {
+			s.every = wire.HeartbeatEvery
+		}
+	}
 	s.writer = h.pacer.NewWriter(s.write, s.pending)
 	s.lastWrite.Store(int64(time.Since(h.pacer.Epoch())))
 	return s
@@ -68,9 +81,12 @@ func (s *stream) run(wait func()) {
 		s.writer.Kick()
 	})
 	s.tmu.Lock()
-	s.timer = time.AfterFunc(s.h.opts.Heartbeat, s.beat)
+	s.timer = time.AfterFunc(s.every, s.heartbeat)
 	s.tmu.Unlock()
 	s.session.SetNotify(server.SessionNotify{Ready: s.writer.Kick})
+	if s.first.Load() {
+		s.writer.Kick()
+	}
 	wait()
 	stopShutdown()
 	s.tmu.Lock()
@@ -82,10 +98,10 @@ func (s *stream) run(wait func()) {
 	s.writer.Stop()
 }
 
-// beat asks for a heartbeat when the stream has been quiet for the
+// heartbeat asks for a heartbeat when the stream has been quiet for the
 // heartbeat interval, and checks again when it next could be.
-func (s *stream) beat() {
-	hb := s.h.opts.Heartbeat
+func (s *stream) heartbeat() {
+	hb := s.every
 	quiet := time.Since(s.h.pacer.Epoch()) - time.Duration(s.lastWrite.Load())
 	next := hb - quiet
 	if next <= hb/20 {
@@ -101,7 +117,7 @@ func (s *stream) beat() {
 }
 
 func (s *stream) pending() bool {
-	return s.session.Pending() || s.beatDue.Load() || s.ending.Load()
+	return s.session.Pending() || s.beatDue.Load() || s.ending.Load() || s.first.Load()
 }
 
 // write sends what is ready, a batch per write. It sends the last batch
@@ -112,12 +128,19 @@ func (s *stream) write() bool {
 	defer pace.PutBuffer(bp)
 	for {
 		buf := append((*bp)[:0], make([]byte, chunkRoom)...)
-		buf, n, endErr := s.h.appendReady(buf, s.session)
-		if s.beatDue.Swap(false) && n == 0 {
-			buf = append(buf, heartbeatComment...)
+		if s.first.Swap(false) {
+			buf = append(buf, s.wire.First...)
 		}
-		last := s.ending.Load() || (n == 0 && endErr != nil)
-		if last {
+		buf, n, endErr, wireEnd := s.h.appendReady(buf, s.session, s.wire)
+		if s.beatDue.Swap(false) && len(buf) == chunkRoom {
+			buf = append(buf, s.beat...)
+		}
+		last := wireEnd || s.ending.Load() || (n == 0 && endErr != nil)
+		switch {
+		case !last || wireEnd:
+		case s.wire != nil:
+			buf = s.wire.Frames.AppendEnd(buf, endErr)
+		default:
 			buf = appendEnd(buf, endErr)
 		}
 		*bp = buf
