@@ -83,7 +83,7 @@ func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	ports := map[string]string{}
-	for _, p := range []string{"2024", "2097", "2098", "2101", "2102", "6390"} {
+	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "6390"} {
 		ports[p] = freePort(t)
 	}
 	var s strings.Builder

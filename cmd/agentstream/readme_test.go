@@ -200,6 +200,7 @@ MAIN_PID=
 		require.NoError(t, err)
 		switch {
 		case strings.Contains(string(b), `"seqs":[`): // a producer's batch is answered with its seqs
+		case strings.HasPrefix(string(b), `{"runId":"run-`): // an Instance AI chat
 		case strings.HasPrefix(string(b), `data: {"type":"stream_start"}`): // the minimal token stream
 			require.Contains(t, string(b), `data: {"type":"stream_end"}`, "the minimal stream %d ran to its end: %s", i, b)
 			require.Contains(t, string(b), `"type":"token"`, "the minimal stream %d has tokens: %s", i, b)
@@ -207,13 +208,18 @@ MAIN_PID=
 			require.Contains(t, string(b), `"type":"success"`, "command %d answered %s", i, b)
 		}
 	}
-	require.Equal(t, 2, streams, "the quick start's stream and the authenticated one")
+	require.Equal(t, 3, streams, "the quick start's stream, the Instance AI one and the authenticated one")
 	quick, err := os.ReadFile(filepath.Join(dir, "stream-1.out"))
 	require.NoError(t, err)
 	for _, want := range []string{"event: messages", `"text":"Hello "`, `"event":"completed"`} {
 		require.Contains(t, string(quick), want, "the quick start's stream prints what the README says")
 	}
-	authed, err := os.ReadFile(filepath.Join(dir, "stream-2.out"))
+	ia, err := os.ReadFile(filepath.Join(dir, "stream-2.out"))
+	require.NoError(t, err)
+	for _, want := range []string{`data: {"type":"run-start"`, `"type":"text-delta"`, `"type":"confirmation-request"`} {
+		require.Contains(t, string(ia), want, "the Instance AI stream prints the chat's run")
+	}
+	authed, err := os.ReadFile(filepath.Join(dir, "stream-3.out"))
 	require.NoError(t, err)
 	require.NotContains(t, string(authed), `"type":"error"`, "the token is accepted: %s", authed)
 }

@@ -324,7 +324,10 @@ func readSSE(ctx context.Context, cfg Config, req *http.Request, i, sampleEvery 
 			return nil
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("subscriber %d: the stream ended after %d of %d events (cut off as a slow consumer? see agentstream_slow_consumers_total)", i, got, cfg.Count)
 }
 
 func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
