@@ -54,6 +54,16 @@ type viewForm struct {
 	next *viewForm
 }
 
+// Viewed returns the view made under key, if one was.
+func (e *Event) Viewed(key any) (any, bool) {
+	for f := e.views.Load(); f != nil; f = f.next {
+		if f.key == key {
+			return f.v, true
+		}
+	}
+	return nil, false
+}
+
 // View returns what a wire made of the event (its frame, say) under key,
 // making it with make the first time any reader asks: the readers of one
 // event share one view instead of each translating it. Two first readers

@@ -47,9 +47,9 @@ const maxBody = 1 << 20
 
 // Handler serves the Instance AI routes.
 type Handler struct {
-	srv   *server.Server
-	opts  Options
-	owned bool // Streams is the handler's own
+	srv      *server.Server
+	opts     Options
+	shutdown func() // ends the streams of a Streams of the handler's own
 }
 
 // New returns the Instance AI handler on srv.
@@ -67,21 +67,13 @@ func New(srv *server.Server, opts Options) *Handler {
 		opts.SnapshotTimeout = 5 * time.Second
 	}
 	h := &Handler{srv: srv, opts: opts}
-	if h.opts.Streams == nil {
-		h.opts.Streams, h.owned = sse.New(srv, sse.Options{}), true
-	}
+	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
 	return h
 }
 
 // Shutdown ends the streams of a handler that serves them itself
 // (Options.Streams nil); the transport's SSE handler ends the others.
-func (h *Handler) Shutdown() {
-	if h.owned {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.opts.Streams.Shutdown(ctx)
-	}
-}
+func (h *Handler) Shutdown() { h.shutdown() }
 
 // Register mounts the routes on mux, wrapped by the transport's
 // authentication and limits: stream for the event stream, command for

@@ -558,28 +558,36 @@ func TestInstanceAICancel(t *testing.T) {
 // TestInstanceAIHistoryTrimmed: when the thread's oldest events are no
 // longer kept, a stream from the start, or from a cursor before them,
 // begins with an error event (statusCode 410, no id) saying which are
-// gone; a cursor past the thread's last event (from before a restart)
-// gets the same notice and the history from the start.
+// gone, and the frames of a run whose run-start is gone say run-unknown;
+// a reader that joins so, mid-run, never makes a reader that knows the
+// run get run-unknown. A cursor past the thread's last event (from before
+// a restart) gets the same notice and the history from the start.
 func TestInstanceAIHistoryTrimmed(t *testing.T) {
 	ts, _ := start(t, server.Config{BufferEvents: 16}, transport.Options{})
 	s := open(t, ts.URL+"/instance-ai/events/th4", nil)
-	code, _ := do(t, "POST", ts.URL+"/instance-ai/chat/th4", `{"message": "x"}`, nil)
+	code, started := do(t, "POST", ts.URL+"/instance-ai/chat/th4", `{"message": "x"}`, nil)
 	require.Equal(t, 200, code)
 	frames := s.until("confirmation-request")
-	code, _ = do(t, "POST", ts.URL+"/instance-ai/confirm/"+frames[len(frames)-1].payload()["requestId"].(string), `{"approved": true}`, nil)
-	require.Equal(t, 200, code)
-	s.until("run-finish")
 
-	r := open(t, ts.URL+"/instance-ai/events/th4", nil)
-	gone := r.next()
+	// A reader joins while the run waits: its run-start is gone.
+	late := open(t, ts.URL+"/instance-ai/events/th4", nil)
+	gone := late.next()
 	require.Equal(t, "error", gone.typ())
 	require.Zero(t, gone.id)
 	require.Equal(t, float64(410), gone.payload()["statusCode"])
 	require.Contains(t, gone.payload()["content"], "no longer kept")
-	rest := r.until("run-finish")
+	replayed := late.until("confirmation-request")
+	require.Equal(t, "run-unknown", replayed[0].data["runId"])
+
+	code, _ = do(t, "POST", ts.URL+"/instance-ai/confirm/"+frames[len(frames)-1].payload()["requestId"].(string), `{"approved": true}`, nil)
+	require.Equal(t, 200, code)
+	for _, f := range s.until("run-finish") {
+		require.Equal(t, started["runId"], f.data["runId"], "the reader that saw the run-start")
+	}
+	rest := late.until("run-finish")
 	require.Equal(t, "completed", rest[len(rest)-1].payload()["status"])
 
-	r = open(t, ts.URL+"/instance-ai/events/th4?lastEventId=100000", nil)
+	r := open(t, ts.URL+"/instance-ai/events/th4?lastEventId=100000", nil)
 	gone = r.next()
 	require.Equal(t, float64(410), gone.payload()["statusCode"])
 	require.Contains(t, gone.payload()["content"], "past this thread's last")

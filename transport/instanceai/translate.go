@@ -57,6 +57,23 @@ func newTranslator(thread string) *translator {
 // next returns the view of e (nil for an event that is none) and learns
 // from it.
 func (tr *translator) next(e *server.Event) *view {
+	if tr.runID == "" {
+		// Its run unknown here (the run-start is no longer kept), the view
+		// is this reader's own: readers that know the run must not get
+		// run-unknown from it. A view they made teaches this one the run.
+		if v, ok := e.Viewed(viewKey{}); ok {
+			vv, _ := v.(*view)
+			if vv != nil {
+				tr.learn(vv.frame)
+			}
+			return vv
+		}
+		v := tr.translate(e)
+		if v != nil {
+			tr.learn(v.frame)
+		}
+		return v
+	}
 	v, _ := e.View(viewKey{}, func() any { return tr.translate(e) }).(*view)
 	if v != nil {
 		tr.learn(v.frame)
@@ -64,8 +81,16 @@ func (tr *translator) next(e *server.Event) *view {
 	return v
 }
 
-// learn keeps what later frames need of f.
+// learn keeps what later frames need of f. A reader that joined after
+// its run's run-start left the buffer learns the run from the frames
+// other readers made, so that the frames it is first to make say the same.
 func (tr *translator) learn(f IaEventVariant) {
+	if tr.runID == "" && f != nil {
+		if run := runOf(f); run != "" && run != unknownRun {
+			root, _, _ := strings.Cut(agentOf(f), "/")
+			tr.runID, tr.root = run, root
+		}
+	}
 	switch f := f.(type) {
 	case *IaRunStart:
 		tr.runID, tr.root = f.RunID, f.AgentID
@@ -297,78 +322,55 @@ func (tr *translator) confirmation(ns protocol.Namespace, d protocol.InputReques
 		p.Severity = s
 	}
 	// The rich members, each taken when it has the seed's shape.
-	rich := map[string]any{}
+	fields := map[string]any{}
+	if b, err := json.Marshal(p); err == nil {
+		_ = json.Unmarshal(b, &fields)
+	}
 	for _, k := range []string{"inputType", "questions", "tasks", "introMessage", "credentialRequests", "credentialFlow", "setupRequests", "workflowId", "projectId", "domainAccess"} {
 		if v, ok := m[k]; ok {
-			rich[k] = v
+			fields[k] = v
+			if _, ok := decodeAs[IaConfirmationPayload](fields); !ok {
+				delete(fields, k)
+			}
 		}
 	}
-	for k, v := range rich {
-		var one IaConfirmationPayload
-		b, err := json.Marshal(map[string]any{"requestId": "", "toolCallId": "", "toolName": "", "args": map[string]any{}, "severity": "info", "message": "", k: v})
-		if err != nil || cddlrt.DecodeStrictJSON(b, &one) != nil {
-			continue
-		}
-		switch k {
-		case "inputType":
-			p.InputType = one.InputType
-		case "questions":
-			p.Questions = one.Questions
-		case "tasks":
-			p.Tasks = one.Tasks
-		case "introMessage":
-			p.IntroMessage = one.IntroMessage
-		case "credentialRequests":
-			p.CredentialRequests = one.CredentialRequests
-		case "credentialFlow":
-			p.CredentialFlow = one.CredentialFlow
-		case "setupRequests":
-			p.SetupRequests = one.SetupRequests
-		case "workflowId":
-			p.WorkflowID = one.WorkflowID
-		case "projectId":
-			p.ProjectID = one.ProjectID
-		case "domainAccess":
-			p.DomainAccess = one.DomainAccess
-		}
+	if full, ok := decodeAs[IaConfirmationPayload](fields); ok {
+		p = full
 	}
 	return &IaConfirmationRequest{RunID: tr.run(), AgentID: tr.agentID(ns), Payload: p}
+}
+
+// decodeAs reads v as a T, strictly (its schema's members only).
+func decodeAs[T any](v any) (T, bool) {
+	var out T
+	b, err := json.Marshal(v)
+	return out, err == nil && cddlrt.DecodeStrictJSON(b, &out) == nil
 }
 
 // custom makes the frame of a custom event whose name is one of the
 // wire's own (its payload checked against the frame's), or reads a chat
 // message; a payload of the wrong shape makes nothing.
 func (tr *translator) custom(name string, ns protocol.Namespace, payload any) (IaEventVariant, *userMessage) {
-	b, err := json.Marshal(payload)
-	if err != nil {
-		return nil, nil
-	}
 	run, agent := tr.run(), tr.agentID(ns)
 	switch name {
 	case UserMessageEvent:
-		var u userMessage
-		if json.Unmarshal(b, &u) != nil || u.RunID == "" {
-			return nil, nil
+		if u, ok := decodeAs[userMessage](payload); ok && u.RunID != "" {
+			return nil, &u
 		}
-		return nil, &u
 	case "tasks-update":
-		var p IaTasksUpdatePayload
-		if cddlrt.DecodeStrictJSON(b, &p) == nil {
+		if p, ok := decodeAs[IaTasksUpdatePayload](payload); ok {
 			return &IaTasksUpdate{RunID: run, AgentID: agent, Payload: p}, nil
 		}
 	case "status":
-		var p IaStatusPayload
-		if cddlrt.DecodeStrictJSON(b, &p) == nil {
+		if p, ok := decodeAs[IaStatusPayload](payload); ok {
 			return &IaStatus{RunID: run, AgentID: agent, Payload: p}, nil
 		}
 	case "thread-title-updated":
-		var p IaThreadTitleUpdatedPayload
-		if cddlrt.DecodeStrictJSON(b, &p) == nil {
+		if p, ok := decodeAs[IaThreadTitleUpdatedPayload](payload); ok {
 			return &IaThreadTitleUpdated{RunID: run, AgentID: agent, Payload: p}, nil
 		}
 	case "filesystem-request":
-		var p IaFilesystemPayload
-		if cddlrt.DecodeStrictJSON(b, &p) == nil {
+		if p, ok := decodeAs[IaFilesystemPayload](payload); ok {
 			return &IaFilesystemRequest{RunID: run, AgentID: agent, Payload: p}, nil
 		}
 	}

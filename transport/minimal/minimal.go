@@ -1,7 +1,6 @@
 package minimal
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -38,9 +37,9 @@ const maxBody = 1 << 20
 
 // Handler serves POST /minimal/stream.
 type Handler struct {
-	srv   *server.Server
-	opts  Options
-	owned bool // Streams is the handler's own
+	srv      *server.Server
+	opts     Options
+	shutdown func() // ends the streams of a Streams of the handler's own
 }
 
 // New returns the handler of the minimal token stream on srv.
@@ -52,9 +51,7 @@ func New(srv *server.Server, opts Options) *Handler {
 		opts.BodyTimeout = 10 * time.Second
 	}
 	h := &Handler{srv: srv, opts: opts}
-	if h.opts.Streams == nil {
-		h.opts.Streams, h.owned = sse.New(srv, sse.Options{}), true
-	}
+	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
 	return h
 }
 
@@ -62,13 +59,7 @@ func New(srv *server.Server, opts Options) *Handler {
 // (Options.Streams nil; the transport's SSE handler ends the others),
 // each with an error frame saying why; the runs go on until the server
 // closes.
-func (h *Handler) Shutdown() {
-	if h.owned {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.opts.Streams.Shutdown(ctx)
-	}
-}
+func (h *Handler) Shutdown() { h.shutdown() }
 
 // ServeHTTP starts the run and streams its frames until it ends.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -451,3 +451,19 @@ func lastEventID(r *http.Request) (*server.Cursor, *protocol.ErrorResponse) {
 func writeError(w http.ResponseWriter, status int, e *protocol.ErrorResponse) {
 	httpjson.Write(w, status, e)
 }
+
+// Shared returns the handler another wire's streams go through: h, or,
+// when h is nil, one of srv's own with the default options. shutdown ends
+// the streams of that own handler (it does nothing for h, whose owner
+// shuts it down).
+func Shared(srv *server.Server, h *Handler) (_ *Handler, shutdown func()) {
+	if h != nil {
+		return h, func() {}
+	}
+	own := New(srv, Options{})
+	return own, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = own.Shutdown(ctx)
+	}
+}
