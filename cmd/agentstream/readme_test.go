@@ -208,7 +208,7 @@ MAIN_PID=
 			require.Contains(t, string(b), `"type":"success"`, "command %d answered %s", i, b)
 		}
 	}
-	require.Equal(t, 3, streams, "the quick start's stream, the Instance AI one and the authenticated one")
+	require.Equal(t, 4, streams, "the quick start's stream, the Instance AI and job ones, and the authenticated one")
 	quick, err := os.ReadFile(filepath.Join(dir, "stream-1.out"))
 	require.NoError(t, err)
 	for _, want := range []string{"event: messages", `"text":"Hello "`, `"event":"completed"`} {
@@ -219,7 +219,12 @@ MAIN_PID=
 	for _, want := range []string{`data: {"type":"run-start"`, `"type":"text-delta"`, `"type":"confirmation-request"`} {
 		require.Contains(t, string(ia), want, "the Instance AI stream prints the chat's run")
 	}
-	authed, err := os.ReadFile(filepath.Join(dir, "stream-3.out"))
+	job, err := os.ReadFile(filepath.Join(dir, "stream-3.out"))
+	require.NoError(t, err)
+	for _, want := range []string{"event: snapshot\nid: 0\n", "event: append\nid: 1\ndata: {\"seq\":1,\"ts\":1745701201234"} {
+		require.Contains(t, string(job), want, "the job stream prints the envelope")
+	}
+	authed, err := os.ReadFile(filepath.Join(dir, "stream-4.out"))
 	require.NoError(t, err)
 	require.NotContains(t, string(authed), `"type":"error"`, "the token is accepted: %s", authed)
 }
