@@ -86,19 +86,25 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The log bounds its own wait (a Redis log's queue wait); an event it
-	// does not keep is not published: the emitter gets the error.
+	return e, t.append(e)
+}
+
+// append adds a built event, its seq above the thread's last, to the log
+// and delivers it. The log bounds its own wait (a Redis log's queue
+// wait); an event it does not keep is not published: the emitter gets
+// the error. The caller holds t.mu.
+func (t *thread) append(e *Event) error {
 	if err := t.srv.cfg.Log.Append(context.Background(), t.id, e); err != nil {
-		return nil, storeError(err)
+		return storeError(err)
 	}
 	t.seq = e.Seq
-	t.lastActive = now
+	t.lastActive = t.srv.cfg.Now()
 	t.srv.metrics.published.Add(1)
 	if !t.srv.writeThrough {
 		t.acked = e.Seq
 		t.deliver(e)
 	}
-	return e, nil
+	return nil
 }
 
 // written delivers what a WriteThroughLog's store now holds (its

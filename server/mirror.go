@@ -1,0 +1,88 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// MirrorResult is what Mirror appended.
+type MirrorResult struct {
+	// Appended counts the events appended; the others were at or below
+	// the thread's last sequence number already (a resumed stream's
+	// overlap) and were skipped.
+	Appended int
+	// Last is the thread's last sequence number after the batch.
+	Last uint64
+}
+
+// Mirror appends events another server published on its copy of the
+// thread (edge mode: an upstream's event stream), each the JSON of a
+// protocol event with its seq and event_id, keeping both: a client can
+// move between this server and the other with its cursor. Events are
+// taken in order; one whose seq is not above the thread's last is
+// skipped as one already appended. With offset set, every seq is raised
+// by offset and the event renumbered in this server's own ids (epoch and
+// seq): for an upstream whose numbering went back (it lost the thread),
+// so that the thread's stream goes on rising. Root lifecycle events set
+// the thread's status, as a producer's do.
+func (s *Server) Mirror(threadID string, events [][]byte, offset uint64) (MirrorResult, error) {
+	if err := s.Unavailable(); err != nil {
+		return MirrorResult{}, err
+	}
+	if err := ValidThreadID(threadID); err != nil {
+		return MirrorResult{}, err
+	}
+	t, err := s.lockThread(threadID)
+	if err != nil {
+		return MirrorResult{}, err
+	}
+	defer t.mu.Unlock()
+	res := MirrorResult{}
+	for i, b := range events {
+		e, err := DecodeEvent(append([]byte(nil), b...))
+		if err != nil {
+			return res, fmt.Errorf("server: mirrored event %d: %w", i, err)
+		}
+		if offset > 0 {
+			if e, err = t.renumber(e, e.Seq+offset); err != nil {
+				return res, fmt.Errorf("server: mirrored event %d: %w", i, err)
+			}
+		}
+		if e.Seq <= t.seq {
+			continue
+		}
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok {
+			t.setStatus(e.Namespace, l.Params.Data.Event, derefString(l.Params.Data.GraphName))
+		}
+		if err := t.append(e); err != nil {
+			return res, err
+		}
+		res.Appended++
+	}
+	s.metrics.ingested.Add(uint64(res.Appended))
+	res.Last = t.seq
+	return res, nil
+}
+
+// renumber rebuilds e as this thread's event seq (its own epoch, its
+// time kept). The caller holds t.mu.
+func (t *thread) renumber(e *Event, seq uint64) (*Event, error) {
+	typed, err := e.WithPayload()
+	if err != nil {
+		return nil, err
+	}
+	d := eventData{p: typed.Payload, namespace: e.Namespace, name: e.Name, ts: uint64(timestampOf(typed.Payload))}
+	if d.ts == 0 {
+		d.ts = uint64(t.srv.cfg.Now().UnixMilli())
+	}
+	return buildEvent(d, t.epoch, seq, d.ts)
+}
+
+// timestampOf reads an event's params.timestamp (0 when it has none).
+func timestampOf(p protocol.ServerEventVariant) protocol.Timestamp {
+	if g, ok := p.(interface{ GetTimestamp() protocol.Timestamp }); ok {
+		return g.GetTimestamp()
+	}
+	return 0
+}
