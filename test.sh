@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of the project, as CI does: installs the Node tools the
-# Go tests drive (tsc, the official SDK, Playwright), checks that go.mod is
+# Go tests drive (tsc, the official SDK, Playwright, the LangGraph server), checks that go.mod is
 # tidy, then runs all Go tests with the race detector. Tests that need what
 # this machine lacks (redis-server, Chromium, ../shared) skip, and the last
 # line names each; with AGENTSTREAM_REQUIRE_ALL=1 (as .ci/run sets) any
@@ -10,6 +10,11 @@ cd "$(dirname "$0")"
 
 if [ ! -x tools/node/node_modules/.bin/tsc ]; then
   npm ci --prefix tools/node --no-audit --no-fund
+fi
+# The LangGraph JavaScript server the edge-mode tests put agentstream in
+# front of.
+if [ ! -x tools/langgraph-upstream/node_modules/.bin/langgraphjs ]; then
+  npm ci --prefix tools/langgraph-upstream --no-audit --no-fund
 fi
 go mod download
 

@@ -42,6 +42,11 @@ func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 			return nil, errorResponse(id, codeOf(err), "%v", err)
 		}
 	}
+	if u := s.cfg.Upstream; u != nil {
+		if resp, errResp, handled := u.Forward(ctx, threadID, cmd); handled {
+			return resp, errResp
+		}
+	}
 	if c := s.cluster; c != nil {
 		if resp, errResp, done := s.route(ctx, c, threadID, id, cmd); done {
 			return resp, errResp

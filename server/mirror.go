@@ -1,10 +1,36 @@
 package server
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/agentstream/agentstream/protocol"
 )
+
+// Upstream is a server the assistants run on, in front of which this one
+// fans its threads out (edge mode; Config.Upstream).
+type Upstream interface {
+	// Forward carries out a command on the upstream, or reports handled
+	// false for one the server carries out itself (the subscription
+	// commands, auth.refresh). Its error is an ErrorResponse.
+	Forward(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, handled bool)
+	// Watch says a client subscribed to the thread here: the upstream's
+	// stream of it is followed (Mirror) while it has subscribers or a run.
+	// It is called with the thread locked: it must not block nor call
+	// the server.
+	Watch(threadID string)
+}
+
+// Watched reports whether thread id has subscribers on this server.
+func (s *Server) Watched(id string) bool {
+	t, _ := s.thread(id, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions) > 0
+}
 
 // MirrorResult is what Mirror appended.
 type MirrorResult struct {

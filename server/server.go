@@ -136,6 +136,10 @@ type Config struct {
 	// with the other nodes that use it (redisstore.Engine): New takes its
 	// stores and starts it, Close closes it.
 	Engine Engine
+	// Upstream, when set, is a server the assistants run on (edge mode,
+	// package edge): the commands on a thread's runs and state go to it,
+	// and it feeds the threads' logs (Mirror).
+	Upstream Upstream
 	// Now is the clock (time.Now); tests replace it.
 	Now func() time.Time
 	// NewID makes run, interrupt, checkpoint and subscription ids

@@ -233,6 +233,9 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 	if ss.merge(replay, t.acked, after) {
 		t.cutOff(ss)
 	}
+	if u := ss.srv.cfg.Upstream; u != nil {
+		u.Watch(ss.threadID)
+	}
 	return id, replayed, nil
 }
 

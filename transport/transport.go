@@ -140,6 +140,9 @@ type Options struct {
 	// Ready, when set, is asked by /readyz too: an error (the Redis engine
 	// cannot reach Redis) answers 503.
 	Ready func(context.Context) error
+	// UpstreamState, when set (edge mode), answers GET /threads/{id}/state
+	// with the upstream's answer (edge.Edge.State).
+	UpstreamState func(ctx context.Context, thread string) (status int, body []byte, err error)
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default.
@@ -173,6 +176,7 @@ type Handler struct {
 	authFailures  *keyrate.Limiter // failed authentications per IP address
 	streams       *streamQuota     // open streams and WebSockets per principal
 	readyCheck    func(context.Context) error
+	upstreamState func(ctx context.Context, thread string) (int, []byte, error)
 	ingest        IngestOptions
 	ingestLimiter *keyrate.Limiter // events published per producer
 }
@@ -202,7 +206,7 @@ func New(srv *server.Server, opts Options) *Handler {
 	}
 	opts.WS.OnAuthRefuse = m.authRefused
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
-		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready}
+		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState}
 	if h.maxBody <= 0 {
 		h.maxBody = 1 << 20
 	}
@@ -717,6 +721,18 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 // checkpoint.
 func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if h.upstreamState != nil {
+		// Edge mode: the upstream's state, as it answers it.
+		status, body, err := h.upstreamState(r.Context(), id)
+		if err != nil {
+			httpjson.Write(w, http.StatusBadGateway, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v; retry", err))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return
+	}
 	st, ok, err := h.srv.State(r.Context(), id)
 	if err != nil {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v; retry", err))

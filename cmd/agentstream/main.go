@@ -40,6 +40,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/edge"
 	"github.com/agentstream/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/internal/termsafe"
 	"github.com/agentstream/agentstream/playground"
@@ -111,6 +112,7 @@ type config struct {
 	redisURL                                                         string
 	ingestStream, ingestGroup, ingestDeadLetter                      string
 	profiles, instanceAIAssistant                                    string
+	upstream, upstreamAPIKey                                         string
 	ingestMaxWait                                                    time.Duration
 	nodeID                                                           string
 	leaseTTL                                                         time.Duration
@@ -206,6 +208,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits, while Redis fails its writes or the write queue is full, before its event is refused and the run's emitter gets unavailable (the run then ends failed, which every client sees once Redis is back); the longest Redis outage a run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat); none by default")
+	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
+	fs.StringVar(&c.upstreamAPIKey, "upstream-api-key", "", "with --upstream: sent to it as X-Api-Key")
 	fs.StringVar(&c.instanceAIAssistant, "instance-ai-assistant", "demo", "with --profiles instance-ai: the assistant a chat message runs (a built-in, or a remote worker's)")
 	fs.StringVar(&c.ingestStream, "ingest-stream", "", "with --redis: a Redis stream producers XADD events to (fields thread and event); the nodes read it through one consumer group and append each event to its thread, once, in order; empty: none")
 	fs.StringVar(&c.ingestGroup, "ingest-group", redisstore.DefaultIngestGroup, "with --ingest-stream: the consumer group the nodes read it through")
@@ -353,8 +357,32 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		readyCheck = engine.Ping
 		log.Info().Str("redis", redactURL(c.redisURL)).Str("node", engine.Node()).Msg("threads kept in redis")
 	}
+	var up *edge.Edge
+	if c.upstream != "" {
+		hdr := http.Header{}
+		if c.upstreamAPIKey != "" {
+			hdr.Set("X-Api-Key", c.upstreamAPIKey)
+		}
+		var err error
+		if up, err = edge.New(edge.Options{URL: c.upstream, Header: hdr}); err != nil {
+			ln.Close()
+			return fmt.Errorf("--upstream: %w", err)
+		}
+		cfg.Upstream = up
+	}
 	srv := server.New(cfg)
 	defer func() { _ = srv.Close(context.Background()) }() // on an early return; a second Close does nothing
+	if up != nil {
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := up.Start(uctx, srv)
+		cancel()
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--upstream: %w", err)
+		}
+		defer up.Close()
+		log.Info().Str("upstream", redactURL(c.upstream)).Msg("edge mode: the assistants are the upstream's")
+	}
 	stopIngest := func() {}
 	if c.ingestStream != "" {
 		engine := cfg.Engine.(*redisstore.Engine)
@@ -398,7 +426,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		AuthFailureRate: c.authFailureRate, AuthFailureBurst: c.authFailureBurst, MaxStreamsPerPrincipal: c.maxStreamsPerPrincipal,
 		Decode:   protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
 		Profiles: splitList(c.profiles), InstanceAIAssistant: c.instanceAIAssistant,
-		Ingest: transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
+		UpstreamState: upstreamState(up),
+		Ingest:        transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
 	})
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)
@@ -538,6 +567,14 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes from %s: %s\n", through, c.Subscribers, c.Count, c.Size, c.Source, r)
 	return 0
+}
+
+// upstreamState is the edge's state route, or nil without one.
+func upstreamState(up *edge.Edge) func(context.Context, string) (int, []byte, error) {
+	if up == nil {
+		return nil
+	}
+	return up.State
 }
 
 // logRequests logs each request at debug level.

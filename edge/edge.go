@@ -1,0 +1,367 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+)
+
+// Options configure an Edge.
+type Options struct {
+	// URL is the upstream's base URL (http://host:port).
+	URL string
+	// Header is sent with every upstream request (an API key: X-Api-Key).
+	Header http.Header
+	// IdleAfter is how long a thread's upstream stream stays open with no
+	// subscriber here and no run under way (DefaultIdleAfter).
+	IdleAfter time.Duration
+	// MaxBackoff caps the wait between two attempts to reopen a lost
+	// upstream stream (DefaultMaxBackoff).
+	MaxBackoff time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultIdleAfter  = 30 * time.Second
+	DefaultMaxBackoff = 5 * time.Second
+)
+
+// Edge is the upstream of a server in edge mode (server.Config.Upstream):
+// it forwards commands and follows the threads in use. Create it with
+// New, give it to server.New, then Start it with the server; Close stops
+// its followers.
+type Edge struct {
+	c    *Client
+	opts Options
+	srv  *server.Server
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	follows map[string]*follower
+	runs    map[string]string // a thread's last run started through the edge
+}
+
+// follower holds one thread's upstream stream.
+type follower struct {
+	thread string
+	cancel context.CancelFunc
+	// Guarded by Edge.mu:
+	busy     bool      // the thread's root agent is running upstream
+	lastUsed time.Time // its last event, subscription or command
+	upLast   uint64    // the upstream's seq of the last event appended
+	offset   uint64    // added to the upstream's seqs once its numbering went back
+}
+
+// New returns an edge in front of the upstream opts.URL; it does not
+// contact it (Start does).
+func New(opts Options) (*Edge, error) {
+	c, err := NewClient(opts.URL, opts.Header)
+	if err != nil {
+		return nil, err
+	}
+	if opts.IdleAfter <= 0 {
+		opts.IdleAfter = DefaultIdleAfter
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Edge{c: c, opts: opts, ctx: ctx, cancel: cancel, follows: map[string]*follower{}, runs: map[string]string{}}, nil
+}
+
+// Start checks that the upstream answers and starts following threads
+// into srv (whose Config.Upstream is e).
+func (e *Edge) Start(ctx context.Context, srv *server.Server) error {
+	if err := e.c.Check(ctx); err != nil {
+		return fmt.Errorf("edge: the upstream %s does not answer: %w", e.opts.URL, err)
+	}
+	e.mu.Lock()
+	e.srv = srv
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go e.reap()
+	return nil
+}
+
+// Close stops following every thread and waits for the followers.
+func (e *Edge) Close() {
+	e.cancel()
+	e.wg.Wait()
+}
+
+// Following reports whether the edge holds thread's upstream stream.
+func (e *Edge) Following(thread string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.follows[thread] != nil
+}
+
+// Watch implements server.Upstream: the thread's upstream stream is
+// followed.
+func (e *Edge) Watch(thread string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.followLocked(thread)
+}
+
+// followLocked starts following thread unless the edge does. The caller
+// holds e.mu.
+func (e *Edge) followLocked(thread string) *follower {
+	if f := e.follows[thread]; f != nil {
+		f.lastUsed = time.Now()
+		return f
+	}
+	if e.srv == nil || e.ctx.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	f := &follower{thread: thread, cancel: cancel, lastUsed: time.Now()}
+	e.follows[thread] = f
+	e.wg.Add(1)
+	go e.follow(ctx, f)
+	return f
+}
+
+// follow holds f's upstream stream until its context ends: each event is
+// appended to the thread (server.Mirror); a lost stream is reopened after
+// the last event appended, waiting longer after each failure.
+func (e *Edge) follow(ctx context.Context, f *follower) {
+	defer e.wg.Done()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		e.mu.Lock()
+		since, fresh := f.upLast, true
+		e.mu.Unlock()
+		err := e.c.Stream(ctx, f.thread, since, func(b []byte) error {
+			seq, root, status := peek(b)
+			if seq == 0 {
+				return nil // a notice of the upstream's, not an event of the thread
+			}
+			e.mu.Lock()
+			if fresh && since > 0 && seq <= since {
+				// The upstream numbers the thread from the start again (it
+				// lost it): go on rising from this thread's last.
+				f.offset = e.srv.LastSeq(f.thread)
+			}
+			fresh = false
+			offset := f.offset
+			e.mu.Unlock()
+			if _, err := e.srv.Mirror(f.thread, [][]byte{b}, offset); err != nil {
+				return err
+			}
+			e.mu.Lock()
+			f.upLast, f.lastUsed = seq, time.Now()
+			if root {
+				f.busy = status == protocol.AgentStatusRunning || status == protocol.AgentStatusStarted
+			}
+			e.mu.Unlock()
+			backoff = 100 * time.Millisecond
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		_ = err // the stream is reopened: the downstream streams stay open meanwhile
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, e.opts.MaxBackoff)
+	}
+}
+
+// peek reads an upstream event's seq and, for a root lifecycle event, its
+// status.
+func peek(b []byte) (seq uint64, root bool, status protocol.AgentStatus) {
+	var ev struct {
+		Seq    uint64 `json:"seq"`
+		Method string `json:"method"`
+		Params struct {
+			Namespace []string `json:"namespace"`
+			Data      struct {
+				Event string `json:"event"` // any channel's: not only a status
+			} `json:"data"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(b, &ev) != nil {
+		return 0, false, ""
+	}
+	return ev.Seq, ev.Method == "lifecycle" && len(ev.Params.Namespace) == 0, protocol.AgentStatus(ev.Params.Data.Event)
+}
+
+// reap stops the followers of threads with no subscriber here and no run
+// under way upstream for Options.IdleAfter.
+func (e *Edge) reap() {
+	defer e.wg.Done()
+	tick := time.NewTicker(max(e.opts.IdleAfter/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		e.mu.Lock()
+		var idle []*follower
+		for _, f := range e.follows {
+			if !f.busy && time.Since(f.lastUsed) > e.opts.IdleAfter {
+				idle = append(idle, f)
+			}
+		}
+		e.mu.Unlock()
+		for _, f := range idle {
+			if e.srv.Watched(f.thread) {
+				e.mu.Lock()
+				f.lastUsed = time.Now()
+				e.mu.Unlock()
+				continue
+			}
+			e.mu.Lock()
+			if e.follows[f.thread] == f {
+				delete(e.follows, f.thread)
+				f.cancel()
+			}
+			e.mu.Unlock()
+		}
+	}
+}
+
+// Forward implements server.Upstream: the commands on runs, input, state
+// and the agent tree go to the upstream's POST /threads/{id}/commands;
+// run.cancel, which the upstream lacks, to its run API; the subscription
+// commands and auth.refresh are the edge's own.
+func (e *Edge) Forward(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse, bool) {
+	var id uint64
+	switch c := cmd.Value.(type) {
+	case *protocol.ClientCommandSubscriptionSubscribe, *protocol.ClientCommandSubscriptionUnsubscribe,
+		*protocol.ClientCommandSubscriptionReconnect, *protocol.ClientCommandAuthRefresh, nil:
+		return nil, nil, false
+	case *protocol.ClientCommandRunCancel:
+		resp, errResp := e.runCancel(ctx, thread, c)
+		return resp, errResp, true
+	case *protocol.ClientCommandRunStart:
+		id = c.ID
+	}
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeInvalidArgument, "%v", err), true
+	}
+	if f := e.touch(thread, false); f == nil && e.srv == nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "the edge is not started"), true
+	}
+	status, b, err := e.c.Do(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/commands", body)
+	if err != nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v; retry later", err), true
+	}
+	var probe struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(b, &probe)
+	switch probe.Type {
+	case "error":
+		var er protocol.ErrorResponse
+		if err := json.Unmarshal(b, &er); err != nil {
+			return nil, protocol.NewError(&id, protocol.ErrorCodeUnknownError, "the upstream answered %d: %s", status, b), true
+		}
+		return nil, &er, true
+	case "success":
+		var resp protocol.CommandResponse
+		if err := json.Unmarshal(b, &resp); err != nil {
+			return nil, protocol.NewError(&id, protocol.ErrorCodeUnknownError, "the upstream's answer: %v", err), true
+		}
+		e.shift(thread, &resp)
+		if _, ok := cmd.Value.(*protocol.ClientCommandRunStart); ok {
+			// The run's events come in whether or not anyone watches here.
+			if m, ok := resp.Result.(map[string]any); ok {
+				if run, ok := m["run_id"].(string); ok {
+					e.mu.Lock()
+					e.runs[thread] = run
+					e.mu.Unlock()
+				}
+			}
+			e.touch(thread, true)
+		}
+		return &resp, nil, true
+	}
+	code := protocol.ErrorCodeUnknownError
+	if status >= 500 {
+		code = protocol.ErrorCodeUnavailable
+	}
+	return nil, protocol.NewError(&id, code, "the upstream answered %d: %.500s", status, b), true
+}
+
+// touch starts following thread if the edge does not (busy: a run was
+// just started there) and returns its follower.
+func (e *Edge) touch(thread string, busy bool) *follower {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.followLocked(thread)
+	if f != nil && busy {
+		f.busy = true
+	}
+	return f
+}
+
+// shift moves an upstream answer's applied_through_seq into the thread's
+// numbering here (they differ once the upstream's numbering went back).
+func (e *Edge) shift(thread string, resp *protocol.CommandResponse) {
+	e.mu.Lock()
+	f := e.follows[thread]
+	e.mu.Unlock()
+	if f == nil || resp.Meta == nil || resp.Meta.AppliedThroughSeq == nil {
+		return
+	}
+	e.mu.Lock()
+	offset := f.offset
+	e.mu.Unlock()
+	if offset > 0 {
+		v := *resp.Meta.AppliedThroughSeq + offset
+		resp.Meta.AppliedThroughSeq = &v
+	}
+}
+
+// runCancel cancels the thread's run started through the edge with the
+// upstream's run API (POST /threads/{id}/runs/{run}/cancel): the upstream
+// has no run.cancel command.
+func (e *Edge) runCancel(ctx context.Context, thread string, c *protocol.ClientCommandRunCancel) (*protocol.CommandResponse, *protocol.ErrorResponse) {
+	id := c.ID
+	e.mu.Lock()
+	run := e.runs[thread]
+	e.mu.Unlock()
+	if c.Params.RunID != nil {
+		run = *c.Params.RunID
+	}
+	applied := e.srv.LastSeq(thread)
+	if run == "" {
+		return &protocol.CommandResponse{ID: id, Result: protocol.RunCancelResult{Cancelled: false}, Meta: &protocol.ResponseMeta{AppliedThroughSeq: &applied}}, nil
+	}
+	status, b, err := e.c.Do(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/runs/"+url.PathEscape(run)+"/cancel?wait=false&action=interrupt", []byte("{}"))
+	if err != nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v; retry later", err)
+	}
+	switch {
+	case status < 300:
+		return &protocol.CommandResponse{ID: id, Result: protocol.RunCancelResult{RunID: &run, Cancelled: true}, Meta: &protocol.ResponseMeta{AppliedThroughSeq: &applied}}, nil
+	case status == http.StatusNotFound || status == http.StatusConflict:
+		// Finished already, or unknown upstream: nothing to cancel.
+		return &protocol.CommandResponse{ID: id, Result: protocol.RunCancelResult{Cancelled: false}, Meta: &protocol.ResponseMeta{AppliedThroughSeq: &applied}}, nil
+	}
+	return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "the upstream's run cancel answered %d: %.300s", status, b)
+}
+
+// State returns the upstream's answer to GET /threads/{id}/state, for the
+// transport to pass on.
+func (e *Edge) State(ctx context.Context, thread string) (status int, body []byte, err error) {
+	return e.c.Do(ctx, "GET", "/threads/"+url.PathEscape(thread)+"/state", nil)
+}

@@ -1,0 +1,242 @@
+package edge_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/edge"
+	"github.com/agentstream/agentstream/internal/lgtest"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startEdge runs agentstream in edge mode in front of upstream.
+func startEdge(t *testing.T, upstream string, opts edge.Options) (*httptest.Server, *edge.Edge) {
+	t.Helper()
+	opts.URL = upstream
+	e, err := edge.New(opts)
+	require.NoError(t, err)
+	srv := server.New(server.Config{Upstream: e})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.Start(ctx, srv))
+	h := transport.New(srv, transport.Options{UpstreamState: e.State})
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		e.Close()
+		_ = srv.Close(ctx)
+	})
+	return ts, e
+}
+
+// sseEvent is one event of an SSE stream.
+type sseEvent struct {
+	id, method string
+	seq        uint64
+	data       map[string]any
+	raw        string
+}
+
+// stream opens an SSE stream of the thread and sends its events on the
+// returned channel until the test ends.
+func stream(t *testing.T, base, thread, body string, header http.Header) <-chan sseEvent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/threads/"+thread+"/stream/events", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	out := make(chan sseEvent, 4096)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); resp.Body.Close(); <-done })
+	go func() {
+		defer close(done)
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.raw != "" {
+					out <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, "id: "):
+				ev.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				ev.method = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				ev.raw = line[6:]
+				_ = json.Unmarshal([]byte(ev.raw), &ev.data)
+				if s, ok := ev.data["seq"].(float64); ok {
+					ev.seq = uint64(s)
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// until reads events up to the root agent's end (completed, failed or
+// interrupted).
+func until(t *testing.T, c <-chan sseEvent, what func(sseEvent) bool) []sseEvent {
+	t.Helper()
+	var got []sseEvent
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev, ok := <-c:
+			require.True(t, ok, "the stream ended after %d events", len(got))
+			got = append(got, ev)
+			if what(ev) {
+				return got
+			}
+		case <-timeout:
+			t.Fatalf("no end after %d events", len(got))
+		}
+	}
+}
+
+// logged leaves out the events that are not in the thread's log (the
+// values a subscription starts with).
+func logged(evs []sseEvent) []sseEvent {
+	var out []sseEvent
+	for _, ev := range evs {
+		if ev.seq > 0 {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// rootEnd matches the root agent's lifecycle end.
+func rootEnd(ev sseEvent) bool {
+	if ev.method != "lifecycle" {
+		return false
+	}
+	p, _ := ev.data["params"].(map[string]any)
+	ns, _ := p["namespace"].([]any)
+	d, _ := p["data"].(map[string]any)
+	switch d["event"] {
+	case "completed", "failed", "interrupted":
+		return len(ns) == 0
+	}
+	return false
+}
+
+// text concatenates the text deltas of the events.
+func text(evs []sseEvent) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		if ev.method != "messages" {
+			continue
+		}
+		d := ev.data["params"].(map[string]any)["data"].(map[string]any)
+		if d["event"] == "content-block-delta" {
+			if delta, ok := d["delta"].(map[string]any); ok && delta["type"] == "text-delta" {
+				b.WriteString(delta["text"].(string))
+			}
+		}
+	}
+	return b.String()
+}
+
+func command(t *testing.T, base, thread, body string) map[string]any {
+	t.Helper()
+	resp, err := http.Post(base+"/threads/"+thread+"/commands", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(b, &v), "%s", b)
+	return v
+}
+
+// TestEdgeInFrontOfLangGraph runs the LangGraph JavaScript server and an
+// edge in front of it: a run started through the edge streams to the
+// edge's clients with the upstream's seq and ids and its bytes; a late
+// joiner and a resumed client get the edge's replay; an interrupt is
+// answered through the edge; run.cancel, which the upstream lacks, ends a
+// run through its run API; the upstream killed mid-stream and restarted
+// (losing the thread) leaves the downstream stream open, and the next
+// run goes on rising from the edge's last id with nothing repeated.
+func TestEdgeInFrontOfLangGraph(t *testing.T) {
+	up := lgtest.Start(t)
+	defer up.Kill()
+	ts, e := startEdge(t, up.URL, edge.Options{IdleAfter: time.Second})
+	// Threads new to the upstream whatever an earlier run left in it.
+	thread, thread2 := "edge-"+strconv.FormatInt(time.Now().UnixNano(), 36), "edge2-"+strconv.FormatInt(time.Now().UnixNano(), 36)
+
+	live := stream(t, ts.URL, thread, `{"channels": ["messages", "lifecycle", "values"]}`, nil)
+	r := command(t, ts.URL, thread, `{"id": 1, "method": "run.start", "params": {"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	run := until(t, live, rootEnd)
+	require.Equal(t, "Hello from the upstream graph, word by word.", text(run))
+	require.True(t, e.Following(thread))
+	run = logged(run)
+	var last uint64
+	for _, ev := range run {
+		require.Equal(t, strconv.FormatUint(ev.seq, 10), ev.id, "the upstream's id, its seq")
+		require.Greater(t, ev.seq, last)
+		last = ev.seq
+	}
+
+	// The upstream's own stream of the thread: the same events, byte for
+	// byte.
+	direct := stream(t, up.URL, thread, `{"channels": ["messages", "lifecycle", "values"]}`, nil)
+	origin := logged(until(t, direct, rootEnd))
+	require.Equal(t, len(origin), len(run))
+	for i := range run {
+		require.Equal(t, origin[i].raw, run[i].raw)
+	}
+
+	// A late joiner gets the whole run from the edge; a client resuming
+	// after event 5 the rest.
+	late := until(t, stream(t, ts.URL, thread, `{"channels": ["messages", "lifecycle", "values"]}`, nil), rootEnd)
+	require.Equal(t, text(run), text(late))
+	resumed := logged(until(t, stream(t, ts.URL, thread, `{"channels": ["messages", "lifecycle", "values"]}`, http.Header{"Last-Event-Id": {"5"}}), rootEnd))
+	require.Greater(t, resumed[0].seq, uint64(5))
+	require.Equal(t, run[len(run)-len(resumed):], resumed, "the events after 5, as the live client got them")
+
+	// An interrupt, answered through the edge (the upstream binds a thread
+	// to one assistant: another thread).
+	live2 := stream(t, ts.URL, thread2, `{"channels": ["messages", "input", "lifecycle", "values"]}`, nil)
+	r = command(t, ts.URL, thread2, `{"id": 2, "method": "run.start", "params": {"assistant_id": "approve", "input": {"messages": [{"role": "user", "content": "go"}]}}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	asked := until(t, live2, func(ev sseEvent) bool { return ev.method == "input.requested" })
+	d := asked[len(asked)-1].data["params"].(map[string]any)["data"].(map[string]any)
+	until(t, live2, rootEnd) // interrupted
+	r = command(t, ts.URL, thread2, `{"id": 3, "method": "input.respond", "params": {"namespace": [], "interrupt_id": "`+d["interrupt_id"].(string)+`", "response": "yes"}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	answered := until(t, live2, func(ev sseEvent) bool { return rootEnd(ev) && strings.Contains(ev.raw, `"completed"`) })
+	var values string
+	for _, ev := range answered {
+		if ev.method == "values" {
+			values = ev.raw
+		}
+	}
+	require.Contains(t, values, `answer: \"yes\"`, "the graph got the answer")
+}
