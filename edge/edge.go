@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -133,32 +134,68 @@ func (e *Edge) followLocked(thread string) *follower {
 }
 
 // follow holds f's upstream stream until its context ends: each event is
-// appended to the thread (server.Mirror); a lost stream is reopened after
-// the last event appended, waiting longer after each failure.
+// appended to the thread (server.Mirror). A lost stream is reopened,
+// waiting longer after each failure, from the start of what the upstream
+// keeps: the events up to the last one appended are checked against it
+// (the same bytes under the same seq: the upstream's numbering holds, and
+// they are skipped) and otherwise appended after the thread's last, since
+// the upstream lost the thread and numbers its events anew (a `since` cursor
+// would have made it leave out its first ones).
 func (e *Edge) follow(ctx context.Context, f *follower) {
 	defer e.wg.Done()
 	backoff := 100 * time.Millisecond
+	var lastRaw []byte // the upstream event appended last, as it sent it
 	for ctx.Err() == nil {
 		e.mu.Lock()
-		since, fresh := f.upLast, true
+		upLast := f.upLast
 		e.mu.Unlock()
-		err := e.c.Stream(ctx, f.thread, since, func(b []byte) error {
+		verifying := upLast > 0
+		var held [][]byte // events at or below upLast, until the check decides
+		appendAll := func(batch [][]byte, offset uint64) error {
+			if len(batch) == 0 {
+				return nil
+			}
+			if _, err := e.srv.Mirror(f.thread, batch, offset); err != nil {
+				return err
+			}
+			return nil
+		}
+		_ = e.c.Stream(ctx, f.thread, 0, func(b []byte) error {
 			seq, root, status := peek(b)
 			if seq == 0 {
 				return nil // a notice of the upstream's, not an event of the thread
 			}
 			e.mu.Lock()
-			if fresh && since > 0 && seq <= since {
-				// The upstream numbers the thread from the start again (it
-				// lost it): go on rising from this thread's last.
-				f.offset = e.srv.LastSeq(f.thread)
-			}
-			fresh = false
 			offset := f.offset
 			e.mu.Unlock()
-			if _, err := e.srv.Mirror(f.thread, [][]byte{b}, offset); err != nil {
+			if verifying {
+				switch {
+				case seq < upLast:
+					held = append(held, append([]byte(nil), b...))
+					return nil
+				case seq == upLast && bytes.Equal(b, lastRaw):
+					verifying, held = false, nil // the same stream: what follows is new
+					return nil
+				case seq > upLast && len(held) == 0:
+					verifying = false // the upstream keeps no more of it: a gap
+				default:
+					// Not the stream the edge followed: the upstream lost the
+					// thread. Its events go on after this thread's last.
+					verifying = false
+					offset = e.srv.LastSeq(f.thread)
+					e.mu.Lock()
+					f.offset = offset
+					e.mu.Unlock()
+					if err := appendAll(held, offset); err != nil {
+						return err
+					}
+					held = nil
+				}
+			}
+			if err := appendAll([][]byte{b}, offset); err != nil {
 				return err
 			}
+			lastRaw = append(lastRaw[:0], b...)
 			e.mu.Lock()
 			f.upLast, f.lastUsed = seq, time.Now()
 			if root {
@@ -171,7 +208,8 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 		if ctx.Err() != nil {
 			return
 		}
-		_ = err // the stream is reopened: the downstream streams stay open meanwhile
+		// The stream was lost (or refused): the downstream streams stay
+		// open meanwhile.
 		select {
 		case <-ctx.Done():
 			return
@@ -357,7 +395,11 @@ func (e *Edge) runCancel(ctx context.Context, thread string, c *protocol.ClientC
 		// Finished already, or unknown upstream: nothing to cancel.
 		return &protocol.CommandResponse{ID: id, Result: protocol.RunCancelResult{Cancelled: false}, Meta: &protocol.ResponseMeta{AppliedThroughSeq: &applied}}, nil
 	}
-	return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "the upstream's run cancel answered %d: %.300s", status, b)
+	code := protocol.ErrorCodeUnavailable
+	if status < 500 {
+		code = protocol.ErrorCodeInvalidArgument // its refusal, passed on (its run API takes UUID thread ids only)
+	}
+	return nil, protocol.NewError(&id, code, "the upstream's run cancel answered %d: %.300s", status, b)
 }
 
 // State returns the upstream's answer to GET /threads/{id}/state, for the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -239,4 +240,84 @@ func TestEdgeInFrontOfLangGraph(t *testing.T) {
 		}
 	}
 	require.Contains(t, values, `answer: \"yes\"`, "the graph got the answer")
+}
+
+// TestEdgeCancelAndUnreachable: run.cancel through the edge ends the
+// upstream's run early (its run API); an upstream that does not answer
+// is a clear error at start.
+func TestEdgeCancelAndUnreachable(t *testing.T) {
+	e, err := edge.New(edge.Options{URL: "http://127.0.0.1:1"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv := server.New(server.Config{Upstream: e})
+	err = e.Start(ctx, srv)
+	require.ErrorContains(t, err, "does not answer")
+	e.Close()
+	require.NoError(t, srv.Close(ctx))
+	_, err = edge.New(edge.Options{URL: "localhost:2024"})
+	require.ErrorContains(t, err, "not an http(s)://host:port URL")
+
+	up := lgtest.Start(t)
+	defer up.Kill()
+	ts, _ := startEdge(t, up.URL, edge.Options{})
+	// The upstream's run API, which cancels, takes UUID thread ids only.
+	thread := fmt.Sprintf("00000000-0000-4000-8000-%012x", time.Now().UnixNano()&0xffffffffffff)
+	live := stream(t, ts.URL, thread, `{"channels": ["messages", "lifecycle"]}`, nil)
+	r := command(t, ts.URL, thread, `{"id": 1, "method": "run.cancel", "params": {}}`)
+	require.Equal(t, false, r["result"].(map[string]any)["cancelled"], "no run yet: %v", r)
+	r = command(t, ts.URL, thread, `{"id": 2, "method": "run.start", "params": {"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	until(t, live, func(ev sseEvent) bool { return text([]sseEvent{ev}) != "" })
+	r = command(t, ts.URL, thread, `{"id": 3, "method": "run.cancel", "params": {}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	require.Equal(t, true, r["result"].(map[string]any)["cancelled"])
+	rest := until(t, live, rootEnd)
+	require.Less(t, len(text(rest)), len("Hello from the upstream graph, word by word."), "the run ended early")
+}
+
+// TestEdgeOutlivesTheUpstream: the upstream killed mid-run leaves the
+// edge's clients connected; restarted, it has lost the thread and numbers
+// its events from 1 again: the edge goes on from its own last seq, so a
+// client resuming with its cursor gets every event once, in order.
+func TestEdgeOutlivesTheUpstream(t *testing.T) {
+	up := lgtest.Start(t)
+	defer up.Kill()
+	ts, _ := startEdge(t, up.URL, edge.Options{MaxBackoff: 200 * time.Millisecond})
+	thread := "faults-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	const filter = `{"channels": ["messages", "lifecycle"]}`
+	live := stream(t, ts.URL, thread, filter, nil)
+	r := command(t, ts.URL, thread, `{"id": 1, "method": "run.start", "params": {"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	before := until(t, live, func(ev sseEvent) bool { return len(text([]sseEvent{ev})) > 0 })
+	cursor := before[len(before)-1]
+	up.Kill()
+	select {
+	case ev, ok := <-live:
+		if !ok {
+			t.Fatal("the edge's stream ended with the upstream")
+		}
+		_ = ev // events the edge had before the kill may still come
+	case <-time.After(500 * time.Millisecond):
+	}
+	require.NoError(t, up.Restart())
+	r = command(t, ts.URL, thread, `{"id": 2, "method": "run.start", "params": {"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "again"}]}}}`)
+	require.Equal(t, "success", r["type"], "%v", r)
+	var after []sseEvent
+	after = append(after, until(t, live, func(ev sseEvent) bool { return rootEnd(ev) && strings.Contains(ev.raw, `"completed"`) })...)
+	require.Contains(t, text(after), "Hello from the upstream graph, word by word.")
+
+	// Resumed from the cursor: every event once, rising.
+	resumed := logged(until(t, stream(t, ts.URL, thread, filter, http.Header{"Last-Event-Id": {cursor.id}}), func(ev sseEvent) bool {
+		return rootEnd(ev) && strings.Contains(ev.raw, `"completed"`)
+	}))
+	seen := map[string]bool{}
+	last := cursor.seq
+	for _, ev := range resumed {
+		require.False(t, seen[ev.id], "event %s twice", ev.id)
+		seen[ev.id] = true
+		require.Greater(t, ev.seq, last, "rising")
+		last = ev.seq
+	}
+	require.Contains(t, text(resumed), "Hello from the upstream graph, word by word.")
 }
