@@ -61,6 +61,9 @@ type follower struct {
 	lastUsed time.Time // its last event, subscription or command
 	upLast   uint64    // the upstream's seq of the last event appended
 	offset   uint64    // added to the upstream's seqs once its numbering went back
+	// cancelled: the edge cancelled the thread's run, whose end the
+	// upstream says as interrupted.
+	cancelled bool
 }
 
 // New returns an edge in front of the upstream opts.URL; it does not
@@ -145,6 +148,7 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 	defer e.wg.Done()
 	backoff := 100 * time.Millisecond
 	var lastRaw []byte // the upstream event appended last, as it sent it
+	var shut closer    // what the upstream has open
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		upLast := f.upLast
@@ -161,10 +165,11 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 			return nil
 		}
 		_ = e.c.Stream(ctx, f.thread, 0, func(b []byte) error {
-			seq, root, status := peek(b)
-			if seq == 0 {
+			ev, ok := read(b)
+			if !ok {
 				return nil // a notice of the upstream's, not an event of the thread
 			}
+			seq := ev.Seq
 			e.mu.Lock()
 			offset := f.offset
 			e.mu.Unlock()
@@ -192,14 +197,38 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 					held = nil
 				}
 			}
-			if err := appendAll([][]byte{b}, offset); err != nil {
+			// What the upstream leaves open is ended first, as agentstream
+			// ends its own runs; each event added moves the upstream's
+			// numbering on by one here.
+			e.mu.Lock()
+			cancelled := f.cancelled
+			e.mu.Unlock()
+			if extra := shut.closing(ev, cancelled); len(extra) > 0 {
+				if _, err := e.srv.Publish(ctx, f.thread, server.ProducerBatch{Events: extra}); err != nil {
+					return err
+				}
+				e.mu.Lock()
+				f.offset += uint64(len(extra))
+				offset = f.offset
+				e.mu.Unlock()
+			}
+			shut.see(ev)
+			out := b
+			if cancelled && ev.root() && (ev.Params.Data.Event == "interrupted" || ev.Params.Data.Event == "failed") {
+				out = asCancelled(b)
+			}
+			if err := appendAll([][]byte{out}, offset); err != nil {
 				return err
 			}
 			lastRaw = append(lastRaw[:0], b...)
 			e.mu.Lock()
 			f.upLast, f.lastUsed = seq, time.Now()
-			if root {
+			if ev.root() {
+				status := protocol.AgentStatus(ev.Params.Data.Event)
 				f.busy = status == protocol.AgentStatusRunning || status == protocol.AgentStatusStarted
+				if !f.busy {
+					f.cancelled = false
+				}
 			}
 			e.mu.Unlock()
 			backoff = 100 * time.Millisecond
@@ -217,25 +246,6 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 		}
 		backoff = min(2*backoff, e.opts.MaxBackoff)
 	}
-}
-
-// peek reads an upstream event's seq and, for a root lifecycle event, its
-// status.
-func peek(b []byte) (seq uint64, root bool, status protocol.AgentStatus) {
-	var ev struct {
-		Seq    uint64 `json:"seq"`
-		Method string `json:"method"`
-		Params struct {
-			Namespace []string `json:"namespace"`
-			Data      struct {
-				Event string `json:"event"` // any channel's: not only a status
-			} `json:"data"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(b, &ev) != nil {
-		return 0, false, ""
-	}
-	return ev.Seq, ev.Method == "lifecycle" && len(ev.Params.Namespace) == 0, protocol.AgentStatus(ev.Params.Data.Event)
 }
 
 // reap stops the followers of threads with no subscriber here and no run
@@ -384,7 +394,19 @@ func (e *Edge) runCancel(ctx context.Context, thread string, c *protocol.ClientC
 	if run == "" {
 		return &protocol.CommandResponse{ID: id, Result: protocol.RunCancelResult{Cancelled: false}, Meta: &protocol.ResponseMeta{AppliedThroughSeq: &applied}}, nil
 	}
+	// Marked before the upstream is asked: its run's end may come first.
+	setCancelled := func(v bool) {
+		e.mu.Lock()
+		if f := e.follows[thread]; f != nil {
+			f.cancelled = v
+		}
+		e.mu.Unlock()
+	}
+	setCancelled(true)
 	status, b, err := e.c.Do(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/runs/"+url.PathEscape(run)+"/cancel?wait=false&action=interrupt", []byte("{}"))
+	if err != nil || status >= 300 {
+		setCancelled(false)
+	}
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v; retry later", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/agentstream/agentstream/edge"
 	"github.com/agentstream/agentstream/internal/lgtest"
+	"github.com/agentstream/agentstream/internal/sdktest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
@@ -320,4 +323,25 @@ func TestEdgeOutlivesTheUpstream(t *testing.T) {
 		last = ev.seq
 	}
 	require.Contains(t, text(resumed), "Hello from the upstream graph, word by word.")
+}
+
+// TestConformanceThroughTheEdge runs the official SDK's conformance
+// suite against an edge in front of the LangGraph server, on its echo and
+// demo graphs (tools/langgraph-upstream/graph.mjs): every scenario
+// passes, those the upstream fails on its own included (a WebSocket late
+// joiner, two subscribers on one WebSocket thread, a run cancelled
+// mid-message). The fast-runs scenarios make 10 runs, not 50: the
+// upstream ends each about half a second after its last token.
+func TestConformanceThroughTheEdge(t *testing.T) {
+	node, script := sdktest.Conformance(t)
+	up := lgtest.Start(t)
+	defer up.Kill()
+	ts, _ := startEdge(t, up.URL, edge.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script, ts.URL)
+	cmd.Env = append(os.Environ(), "AGENTSTREAM_ECHO_ASSISTANT=echo", "AGENTSTREAM_INTERRUPT_ASSISTANT=demo", "CONFORMANCE_FAST_RUNS=10")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "conformance: 14 passed, 0 failed", "%s", out)
 }
