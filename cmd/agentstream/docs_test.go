@@ -83,7 +83,7 @@ func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	ports := map[string]string{}
-	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "6390"} {
+	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2123", "6390"} {
 		ports[p] = freePort(t)
 	}
 	var s strings.Builder
@@ -94,6 +94,7 @@ DIR=%q
 R=200
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 wait_up() { for i in $(seq 100); do curl -sf "127.0.0.1:$1/healthz" >/dev/null && return 0; sleep 0.1; done; echo "port $1 never answered"; exit 1; }
+wait_ok() { for i in $(seq 600); do curl -sf "127.0.0.1:$1/ok" >/dev/null && return 0; sleep 0.2; done; echo "the LangGraph server on $1 never answered"; exit 1; }
 wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "redis on $1 never answered"; exit 1; }
 `, root, bin, dir)
 	taskset := regexp.MustCompile(`taskset -c \d+ `)
@@ -145,6 +146,18 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 			line = cmd + ` >>"$DIR/serve.log" 2>&1 &` + after
 			fmt.Fprintln(&s, line)
 			fmt.Fprintln(&s, "wait_up "+addr.FindStringSubmatch(line)[1])
+			continue
+		}
+		if strings.Contains(line, "langgraphjs dev") {
+			// The LangGraph server (edge mode's upstream): started in the
+			// background, up in 15 to 60 s.
+			port := regexp.MustCompile(`--port (\d+)`).FindStringSubmatch(line)
+			require.NotNil(t, port, line)
+			line = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(line), "&"))
+			// Its own process group, so that all of it stops with the block.
+			fmt.Fprintf(&s, "setsid env LANGGRAPH_CLI_NO_ANALYTICS=1 %s >\"$DIR/langgraph.log\" 2>&1 &\nLG_PID=$!\n", line)
+			fmt.Fprintln(&s, `trap 'kill -- -$LG_PID 2>/dev/null || true; kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true' EXIT`)
+			fmt.Fprintf(&s, "wait_ok %s\n", port[1])
 			continue
 		}
 		if m := redisPort.FindStringSubmatch(line); m != nil {
