@@ -280,7 +280,7 @@ func sseSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEver
 	case WireInstanceAI:
 		name = "status"
 	}
-	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.subURL(i)+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["custom:`+name+`"]}`))
+	req, _ := http.NewRequestWithContext(ctx, "POST", cfg.subURL(i)+"/threads/"+thread+"/stream/events", strings.NewReader(`{"channels": ["custom:`+name+`"]}`))
 	req.Header.Set("Content-Type", "application/json")
 	return readSSE(ctx, cfg, req, i, sampleEvery, st, ready, done)
 }

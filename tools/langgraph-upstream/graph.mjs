@@ -77,3 +77,25 @@ export const demo = new StateGraph(DemoState)
     return { approved: true, messages: [new AIMessage(found)] };
   })
   .addEdge(START, "agent").addEdge("agent", END).compile();
+
+// firehose emits input.count custom events named "firehose" at
+// input.rate a second (0: at once), each {index, ts (Unix ns), pad}, as
+// agentstream's built-in firehose does, for the load tool.
+const FirehoseState = Annotation.Root({ count: Annotation(), rate: Annotation(), size: Annotation() });
+
+export const firehose = new StateGraph(FirehoseState)
+  .addNode("emit", async (state, config) => {
+    const count = Number(state.count ?? 100), rate = Number(state.rate ?? 0);
+    const pad = "x".repeat(Math.max(0, Number(state.size ?? 100) - 64));
+    const start = performance.now();
+    for (let i = 0; i < count; i++) {
+      if (rate > 0) {
+        const wait = start + (i * 1000) / rate - performance.now();
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      }
+      const ts = Math.round((performance.timeOrigin + performance.now()) * 1e6);
+      config.writer?.({ name: "firehose", payload: { index: i, ts, pad } });
+    }
+    return {};
+  })
+  .addEdge(START, "emit").addEdge("emit", END).compile();
