@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -26,12 +27,17 @@ type Options struct {
 	// MaxBackoff caps the wait between two attempts to reopen a lost
 	// upstream stream (DefaultMaxBackoff).
 	MaxBackoff time.Duration
+	// ClaimEvery is how often, with several nodes on Redis, the node that
+	// follows a thread renews its claim to write it, and the others ask
+	// whether it is free (DefaultClaimEvery; well within --lease-ttl).
+	ClaimEvery time.Duration
 }
 
 // Defaults of Options.
 const (
 	DefaultIdleAfter  = 30 * time.Second
 	DefaultMaxBackoff = 5 * time.Second
+	DefaultClaimEvery = time.Second
 )
 
 // Edge is the upstream of a server in edge mode (server.Config.Upstream):
@@ -46,6 +52,8 @@ type Edge struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	open atomic.Int64 // upstream streams held
 
 	mu      sync.Mutex
 	follows map[string]*follower
@@ -78,6 +86,9 @@ func New(opts Options) (*Edge, error) {
 	}
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.ClaimEvery <= 0 {
+		opts.ClaimEvery = DefaultClaimEvery
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Edge{c: c, opts: opts, ctx: ctx, cancel: cancel, follows: map[string]*follower{}, runs: map[string]string{}}, nil
@@ -150,6 +161,22 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 	var lastRaw []byte // the upstream event appended last, as it sent it
 	var shut closer    // what the upstream has open
 	for ctx.Err() == nil {
+		// One node of a cluster follows a thread: the one that may write
+		// it. The others' clients get its events through the cluster.
+		sctx, stop, mine := e.writer(ctx, f.thread)
+		if !mine {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(e.opts.ClaimEvery):
+			}
+			continue
+		}
+		if f.since(e) == 0 {
+			// Taken over from another node (or new): where the thread
+			// stands is the cluster's.
+			lastRaw = nil
+		}
 		e.mu.Lock()
 		upLast := f.upLast
 		e.mu.Unlock()
@@ -164,7 +191,8 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 			}
 			return nil
 		}
-		_ = e.c.Stream(ctx, f.thread, 0, func(b []byte) error {
+		e.open.Add(1)
+		_ = e.c.Stream(sctx, f.thread, 0, func(b []byte) error {
 			ev, ok := read(b)
 			if !ok {
 				return nil // a notice of the upstream's, not an event of the thread
@@ -234,6 +262,8 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 			backoff = 100 * time.Millisecond
 			return nil
 		})
+		e.open.Add(-1)
+		stop()
 		if ctx.Err() != nil {
 			return
 		}
@@ -247,6 +277,44 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 		backoff = min(2*backoff, e.opts.MaxBackoff)
 	}
 }
+
+// writer returns a context for following thread while this node may
+// write it, kept by claiming it again every Options.ClaimEvery (it ends
+// when another node takes it); mine is false when another node holds it.
+func (e *Edge) writer(ctx context.Context, thread string) (_ context.Context, stop func(), mine bool) {
+	if _, mine, err := e.srv.ClaimWriter(thread); err != nil || !mine {
+		return nil, func() {}, false
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(e.opts.ClaimEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+				if _, mine, err := e.srv.ClaimWriter(thread); err == nil && !mine {
+					cancel() // another node writes it now
+					return
+				}
+			}
+		}
+	}()
+	return sctx, func() { cancel(); <-done }, true
+}
+
+// since is the upstream's seq of the last event f appended.
+func (f *follower) since(e *Edge) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return f.upLast
+}
+
+// OpenStreams is how many upstream streams this edge holds now.
+func (e *Edge) OpenStreams() int { return int(e.open.Load()) }
 
 // reap stops the followers of threads with no subscriber here and no run
 // under way upstream for Options.IdleAfter.

@@ -21,6 +21,23 @@ type Upstream interface {
 	Watch(threadID string)
 }
 
+// ClaimWriter takes, or keeps, the right to write thread id for this node
+// (with a Cluster, its lease, as Publish and Mirror take it; call it again
+// within the lease's life to keep it). mine is false while another node
+// holds it (holder names it). Without a Cluster every thread is this
+// node's.
+func (s *Server) ClaimWriter(id string) (holder string, mine bool, err error) {
+	c := s.cluster
+	if c == nil {
+		return "", true, nil
+	}
+	holder, err = s.claimToPublish(c, id)
+	if err != nil {
+		return "", false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return holder, holder == c.Node(), nil
+}
+
 // Watched reports whether thread id has subscribers on this server.
 func (s *Server) Watched(id string) bool {
 	t, _ := s.thread(id, false)
@@ -45,7 +62,9 @@ type MirrorResult struct {
 // Mirror appends events another server published on its copy of the
 // thread (edge mode: an upstream's event stream), each the JSON of a
 // protocol event with its seq and event_id, keeping both: a client can
-// move between this server and the other with its cursor. Events are
+// move between this server and the other with its cursor (with a
+// Cluster the ids are the cluster's, EPOCH-SEQ, on the same seqs, which a
+// bare-number cursor of the other server still finds). Events are
 // taken in order; one whose seq is not above the thread's last is
 // skipped as one already appended. With offset set, every seq is raised
 // by offset and the event renumbered in this server's own ids (epoch and
@@ -59,6 +78,17 @@ func (s *Server) Mirror(threadID string, events [][]byte, offset uint64) (Mirror
 	if err := ValidThreadID(threadID); err != nil {
 		return MirrorResult{}, err
 	}
+	if c := s.cluster; c != nil {
+		// One node writes a thread: the holder of its lease, as for a
+		// producer's batch.
+		holder, err := s.claimToPublish(c, threadID)
+		if err != nil {
+			return MirrorResult{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if holder != c.Node() {
+			return MirrorResult{}, fmt.Errorf("%w: node %s does", ErrNotTheWriter, holder)
+		}
+	}
 	t, err := s.lockThread(threadID)
 	if err != nil {
 		return MirrorResult{}, err
@@ -70,7 +100,9 @@ func (s *Server) Mirror(threadID string, events [][]byte, offset uint64) (Mirror
 		if err != nil {
 			return res, fmt.Errorf("server: mirrored event %d: %w", i, err)
 		}
-		if offset > 0 {
+		if offset > 0 || s.cluster != nil {
+			// With a Cluster the thread's ids are its epoch's (what the
+			// cluster's stream and its takeovers rest on): the seq stays.
 			if e, err = t.renumber(e, e.Seq+offset); err != nil {
 				return res, fmt.Errorf("server: mirrored event %d: %w", i, err)
 			}
