@@ -57,9 +57,17 @@ func (c *Client) request(ctx context.Context, method, path string, body []byte) 
 // Do sends a request and returns the answer's status and body (at most
 // 8 MiB).
 func (c *Client) Do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	return c.DoWith(ctx, method, path, body, nil)
+}
+
+// DoWith is Do with more headers (the caller's identity).
+func (c *Client) DoWith(ctx context.Context, method, path string, body []byte, extra http.Header) (int, []byte, error) {
 	req, err := c.request(ctx, method, path, body)
 	if err != nil {
 		return 0, nil, err
+	}
+	for k, v := range extra {
+		req.Header[k] = v
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

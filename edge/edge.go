@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 )
@@ -21,6 +22,10 @@ type Options struct {
 	URL string
 	// Header is sent with every upstream request (an API key: X-Api-Key).
 	Header http.Header
+	// IdentityHeader, when set, names the header that carries the
+	// caller's principal (its subject) with each command and state read
+	// forwarded, for an upstream that authorizes by it.
+	IdentityHeader string
 	// IdleAfter is how long a thread's upstream stream stays open with no
 	// subscriber here and no run under way (DefaultIdleAfter).
 	IdleAfter time.Duration
@@ -376,7 +381,7 @@ func (e *Edge) Forward(ctx context.Context, thread string, cmd *protocol.ClientC
 	if f := e.touch(thread, false); f == nil && e.srv == nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "the edge is not started"), true
 	}
-	status, b, err := e.c.Do(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/commands", body)
+	status, b, err := e.c.DoWith(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/commands", body, e.identity(ctx))
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "%v; retry later", err), true
 	}
@@ -471,7 +476,7 @@ func (e *Edge) runCancel(ctx context.Context, thread string, c *protocol.ClientC
 		e.mu.Unlock()
 	}
 	setCancelled(true)
-	status, b, err := e.c.Do(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/runs/"+url.PathEscape(run)+"/cancel?wait=false&action=interrupt", []byte("{}"))
+	status, b, err := e.c.DoWith(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/runs/"+url.PathEscape(run)+"/cancel?wait=false&action=interrupt", []byte("{}"), e.identity(ctx))
 	if err != nil || status >= 300 {
 		setCancelled(false)
 	}
@@ -495,5 +500,15 @@ func (e *Edge) runCancel(ctx context.Context, thread string, c *protocol.ClientC
 // State returns the upstream's answer to GET /threads/{id}/state, for the
 // transport to pass on.
 func (e *Edge) State(ctx context.Context, thread string) (status int, body []byte, err error) {
-	return e.c.Do(ctx, "GET", "/threads/"+url.PathEscape(thread)+"/state", nil)
+	return e.c.DoWith(ctx, "GET", "/threads/"+url.PathEscape(thread)+"/state", nil, e.identity(ctx))
+}
+
+// identity is the header that carries the caller's principal
+// (Options.IdentityHeader), or none.
+func (e *Edge) identity(ctx context.Context) http.Header {
+	p := auth.FromContext(ctx)
+	if e.opts.IdentityHeader == "" || p == nil {
+		return nil
+	}
+	return http.Header{http.CanonicalHeaderKey(e.opts.IdentityHeader): {p.Subject}}
 }

@@ -112,7 +112,8 @@ type config struct {
 	redisURL                                                         string
 	ingestStream, ingestGroup, ingestDeadLetter                      string
 	profiles, instanceAIAssistant                                    string
-	upstream, upstreamAPIKey                                         string
+	upstream, upstreamAPIKey, upstreamIdentity                       string
+	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
 	nodeID                                                           string
 	leaseTTL                                                         time.Duration
@@ -210,6 +211,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat); none by default")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
 	fs.StringVar(&c.upstreamAPIKey, "upstream-api-key", "", "with --upstream: sent to it as X-Api-Key")
+	fs.StringVar(&c.upstreamIdentity, "upstream-identity-header", "", "with --upstream and authentication: the header that carries the caller's principal (its subject) with each command forwarded")
+	fs.Func("upstream-header", "with --upstream: a header 'Name: value' sent with every request to it (repeatable)", func(v string) error {
+		if name, _, ok := strings.Cut(v, ":"); !ok || strings.TrimSpace(name) == "" {
+			return fmt.Errorf("%q is not Name: value", v)
+		}
+		c.upstreamHeaders = append(c.upstreamHeaders, v)
+		return nil
+	})
 	fs.StringVar(&c.instanceAIAssistant, "instance-ai-assistant", "demo", "with --profiles instance-ai: the assistant a chat message runs (a built-in, or a remote worker's)")
 	fs.StringVar(&c.ingestStream, "ingest-stream", "", "with --redis: a Redis stream producers XADD events to (fields thread and event); the nodes read it through one consumer group and append each event to its thread, once, in order; empty: none")
 	fs.StringVar(&c.ingestGroup, "ingest-group", redisstore.DefaultIngestGroup, "with --ingest-stream: the consumer group the nodes read it through")
@@ -360,11 +369,15 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 	var up *edge.Edge
 	if c.upstream != "" {
 		hdr := http.Header{}
+		for _, h := range c.upstreamHeaders {
+			name, value, _ := strings.Cut(h, ":")
+			hdr.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+		}
 		if c.upstreamAPIKey != "" {
 			hdr.Set("X-Api-Key", c.upstreamAPIKey)
 		}
 		var err error
-		if up, err = edge.New(edge.Options{URL: c.upstream, Header: hdr}); err != nil {
+		if up, err = edge.New(edge.Options{URL: c.upstream, Header: hdr, IdentityHeader: c.upstreamIdentity}); err != nil {
 			ln.Close()
 			return fmt.Errorf("--upstream: %w", err)
 		}
