@@ -66,7 +66,8 @@ type MirrorResult struct {
 // Cluster the ids are the cluster's, EPOCH-SEQ, on the same seqs, which a
 // bare-number cursor of the other server still finds). Events are
 // taken in order; one whose seq is not above the thread's last is
-// skipped as one already appended. With offset set, every seq is raised
+// skipped as one already appended, and one past the next announces the
+// gap to the thread's subscribers (events.missed). With offset set, every seq is raised
 // by offset and the event renumbered in this server's own ids (epoch and
 // seq): for an upstream whose numbering went back (it lost the thread),
 // so that the thread's stream goes on rising. Root lifecycle events set
@@ -109,6 +110,12 @@ func (s *Server) Mirror(threadID string, events [][]byte, offset uint64) (Mirror
 		}
 		if e.Seq <= t.seq {
 			continue
+		}
+		if t.seq > 0 && e.Seq > t.seq+1 {
+			// The other server no longer had the events in between (its
+			// buffer moved on while the stream was away): the thread's
+			// subscribers are told, as for any gap.
+			t.announceGap(t.seq, e.Seq)
 		}
 		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok {
 			t.setStatus(e.Namespace, l.Params.Data.Event, derefString(l.Params.Data.GraphName))

@@ -63,6 +63,19 @@ func TestMirrorKeepsTheUpstreamsSeqAndIDs(t *testing.T) {
 	res, err = srv.Mirror("m1", [][]byte{upstreamEvent(4, "e4"), upstreamEvent(5, "e5"), upstreamEvent(6, "e6"), upstreamEvent(9, "e9")}, 0)
 	require.NoError(t, err)
 	require.Equal(t, server.MirrorResult{Appended: 2, Last: 9}, res, "the overlap skipped, the gap kept")
+	var notice *server.Event
+	for _, e := range []int{6, 0, 9} { // 6, the gap's notice, 9
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		got, err := live.Next(ctx)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, uint64(e), got.Seq)
+		if e == 0 {
+			notice = got
+		}
+	}
+	require.Equal(t, "events.missed", notice.Method, "the gap is announced")
+	require.Contains(t, string(notice.JSON()), `"missed":2`)
 
 	c, err := server.ParseCursor("4")
 	require.NoError(t, err)
