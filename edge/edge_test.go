@@ -330,8 +330,9 @@ func TestEdgeOutlivesTheUpstream(t *testing.T) {
 // demo graphs (tools/langgraph-upstream/graph.mjs): every scenario
 // passes, those the upstream fails on its own included (a WebSocket late
 // joiner, two subscribers on one WebSocket thread, a run cancelled
-// mid-message). The fast-runs scenarios make 10 runs, not 50: the
-// upstream ends each about half a second after its last token.
+// mid-message). A scenario may take 2 minutes, not 30 s: the upstream
+// ends each run about half a second after its last token, and the
+// fast-runs scenarios make 50.
 func TestConformanceThroughTheEdge(t *testing.T) {
 	node, script := sdktest.Conformance(t)
 	up := lgtest.Start(t)
@@ -340,7 +341,7 @@ func TestConformanceThroughTheEdge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script, ts.URL)
-	cmd.Env = append(os.Environ(), "AGENTSTREAM_ECHO_ASSISTANT=echo", "AGENTSTREAM_INTERRUPT_ASSISTANT=demo", "CONFORMANCE_FAST_RUNS=10")
+	cmd.Env = append(os.Environ(), "AGENTSTREAM_ECHO_ASSISTANT=echo", "AGENTSTREAM_INTERRUPT_ASSISTANT=demo", "CONFORMANCE_SCENARIO_MS=120000")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "conformance: 14 passed, 0 failed", "%s", out)

@@ -26,10 +26,12 @@ if (!apiUrl) {
 // conversation in the values; the interrupting one asks for approval and,
 // approved, finishes its tool and sets values.approved).
 const ECHO = process.env.AGENTSTREAM_ECHO_ASSISTANT || "echo";
-// How many runs the fast-runs scenarios make (50): fewer for an assistant
-// whose runs take long to end (the LangGraph server ends each about half a
-// second after its last token).
+// How many runs the fast-runs scenarios make (50), and how long one
+// scenario may take (30 s): more for an upstream whose runs take long to
+// end (the LangGraph server ends each about half a second after its last
+// token).
 const FAST_RUNS = Number(process.env.CONFORMANCE_FAST_RUNS || 50);
+const SCENARIO_MS = Number(process.env.CONFORMANCE_SCENARIO_MS || 30000);
 const INTERRUPT = process.env.AGENTSTREAM_INTERRUPT_ASSISTANT || "demo";
 
 const apiKey = process.env.AGENTSTREAM_API_KEY || undefined;
@@ -319,7 +321,7 @@ const only = process.env.CONFORMANCE_ONLY;
 for (const [name, fn] of scenarios) {
   if (only && !name.includes(only)) continue;
   try {
-    await withTimeout(fn(), 30000, name);
+    await withTimeout(fn(), SCENARIO_MS, name);
     console.log(`ok   ${name}`);
     passed++;
   } catch (e) {
