@@ -28,11 +28,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startEdge runs agentstream in edge mode in front of upstream.
 func startEdge(t *testing.T, upstream string, opts edge.Options) (*httptest.Server, *edge.Edge) {
+	return startEdgeWith(t, server.Config{}, upstream, opts)
+}
+
+// startEdgeWith is startEdge with the server's config (an engine).
+func startEdgeWith(t *testing.T, cfg server.Config, upstream string, opts edge.Options) (*httptest.Server, *edge.Edge) {
 	t.Helper()
 	opts.URL = upstream
 	e, err := edge.New(opts)
 	require.NoError(t, err)
-	srv := server.New(server.Config{Upstream: e})
+	cfg.Upstream = e
+	srv := server.New(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, e.Start(ctx, srv))

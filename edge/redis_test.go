@@ -13,7 +13,6 @@ import (
 	"github.com/agentstream/agentstream/internal/redistest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
-	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,21 +30,7 @@ func TestEdgeNodesShareOneUpstreamStream(t *testing.T) {
 	node := func(name string) (*httptest.Server, *edge.Edge) {
 		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{Node: name, LeaseTTL: 2 * time.Second}})
 		require.NoError(t, err)
-		e, err := edge.New(edge.Options{URL: up.URL, ClaimEvery: 100 * time.Millisecond})
-		require.NoError(t, err)
-		srv := server.New(server.Config{Engine: eng, Upstream: e})
-		require.NoError(t, e.Start(ctx, srv))
-		h := transport.New(srv, transport.Options{UpstreamState: e.State})
-		ts := httptest.NewServer(h)
-		t.Cleanup(func() {
-			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = h.Shutdown(c)
-			ts.Close()
-			e.Close()
-			_ = srv.Close(c)
-		})
-		return ts, e
+		return startEdgeWith(t, server.Config{Engine: eng}, up.URL, edge.Options{ClaimEvery: 100 * time.Millisecond})
 	}
 	a, ea := node("a")
 	b, eb := node("b")
