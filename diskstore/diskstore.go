@@ -1,0 +1,495 @@
+package diskstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Options configure a store.
+type Options struct {
+	// Dir holds the store (created when missing).
+	Dir string
+	// BufferEvents and BufferBytes cap the in-memory replay buffer of each
+	// thread, the hot cache in front of the disk (the server's defaults
+	// when zero).
+	BufferEvents, BufferBytes int
+	// CommitEvery is the longest an event waits before its group commit
+	// (DefaultCommitEvery).
+	CommitEvery time.Duration
+	// MaxPending caps the events appended and not yet on disk; past it an
+	// append waits for the disk, up to QueueWait, then fails
+	// (DefaultMaxPending).
+	MaxPending int
+	// QueueWait bounds that wait (DefaultQueueWait).
+	QueueWait time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultCommitEvery = 2 * time.Millisecond
+	DefaultMaxPending  = 65536
+	DefaultQueueWait   = 2 * time.Second
+)
+
+// ErrBehind refuses an append while the disk is that far behind.
+var ErrBehind = errors.New("diskstore: the disk is behind (--data-dir); the event was not kept")
+
+// Engine keeps threads in one Pebble store: a server.Engine.
+type Engine struct {
+	db    *pebble.DB
+	opts  Options
+	log   *Log
+	state *State
+}
+
+// Open opens (or creates) the store under opts.Dir.
+func Open(opts Options) (*Engine, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("diskstore: no directory")
+	}
+	if opts.BufferEvents <= 0 {
+		opts.BufferEvents = server.DefaultBufferEvents
+	}
+	if opts.BufferBytes <= 0 {
+		opts.BufferBytes = server.DefaultBufferBytes
+	}
+	if opts.CommitEvery <= 0 {
+		opts.CommitEvery = DefaultCommitEvery
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.QueueWait <= 0 {
+		opts.QueueWait = DefaultQueueWait
+	}
+	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}})
+	if err != nil {
+		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
+	}
+	e := &Engine{db: db, opts: opts}
+	e.log = newLog(db, opts)
+	e.state = &State{db: db}
+	return e, nil
+}
+
+// quiet drops Pebble's informational log lines (its errors still reach
+// the calls that fail).
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)  {}
+func (quiet) Errorf(string, ...any) {}
+func (quiet) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("diskstore: pebble: "+format, args...))
+}
+
+// Stores implements server.Engine.
+func (e *Engine) Stores() server.EngineStores {
+	return server.EngineStores{Log: e.log, State: e.state}
+}
+
+// Start implements server.Engine: the store needs nothing of the server.
+func (e *Engine) Start(server.EngineHost) error { return nil }
+
+// Close writes what is pending and closes the store.
+func (e *Engine) Close() error {
+	e.log.close()
+	return e.db.Close()
+}
+
+// Keys: "e/" THREAD 0x00 SEQ(8, big endian) -> the event's JSON;
+// "h/" THREAD -> the thread's head (its last event's id);
+// "s/" THREAD 0x00 "v" -> values (JSON), "o" -> owner,
+// "c" SEQ(8) -> a checkpoint (JSON).
+func eventKey(thread string, seq uint64) []byte {
+	k := make([]byte, 0, 3+len(thread)+8)
+	k = append(append(append(k, 'e', '/'), thread...), 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func headKey(thread string) []byte { return append([]byte("h/"), thread...) }
+
+// Log is the event log: the in-memory buffer in front, the disk behind
+// it (server.DurableLog).
+type Log struct {
+	db   *pebble.DB
+	mem  *server.MemoryLog
+	opts Options
+
+	mu      sync.Mutex
+	pending []*pendingEvent
+	room    *sync.Cond // signalled when pending shrinks
+	wake    chan struct{}
+	err     error // the last write's failure (the disk full, read-only)
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type pendingEvent struct {
+	thread string
+	seq    uint64
+	id     string
+	json   []byte
+}
+
+func newLog(db *pebble.DB, opts Options) *Log {
+	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l.room = sync.NewCond(&l.mu)
+	go l.writer()
+	return l
+}
+
+// writer commits what is pending, a group at a time, each synced: an
+// event waits CommitEvery at most.
+func (l *Log) writer() {
+	defer close(l.done)
+	tick := time.NewTicker(l.opts.CommitEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			l.flush()
+			return
+		case <-tick.C:
+		case <-l.wake:
+		}
+		l.flush()
+	}
+}
+
+// flush writes the pending events in one synced batch.
+func (l *Log) flush() {
+	l.mu.Lock()
+	batch := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	b := l.db.NewBatch()
+	heads := map[string]string{}
+	for _, p := range batch {
+		_ = b.Set(eventKey(p.thread, p.seq), p.json, nil)
+		heads[p.thread] = p.id
+	}
+	for t, id := range heads {
+		_ = b.Set(headKey(t), []byte(id), nil)
+	}
+	err := b.Commit(pebble.Sync)
+	_ = b.Close()
+	l.mu.Lock()
+	l.err = err
+	l.room.Broadcast()
+	l.mu.Unlock()
+}
+
+func (l *Log) close() {
+	close(l.stop)
+	<-l.done
+}
+
+// Err is the last write's failure, nil once a write succeeds again.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Append implements server.EventLog: the event is in the buffer at once
+// and on disk within CommitEvery.
+func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error {
+	l.mu.Lock()
+	if len(l.pending) >= l.opts.MaxPending {
+		deadline := time.Now().Add(l.opts.QueueWait)
+		timer := time.AfterFunc(l.opts.QueueWait, func() { l.mu.Lock(); l.room.Broadcast(); l.mu.Unlock() })
+		for len(l.pending) >= l.opts.MaxPending && time.Now().Before(deadline) {
+			l.room.Wait()
+		}
+		timer.Stop()
+		if len(l.pending) >= l.opts.MaxPending {
+			err := l.err
+			l.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrBehind, err)
+			}
+			return ErrBehind
+		}
+	}
+	l.pending = append(l.pending, &pendingEvent{thread: thread, seq: e.Seq, id: e.EventID(), json: e.JSON()})
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return l.mem.Append(ctx, thread, e)
+}
+
+// After implements server.EventLog: the events after seq, from the disk
+// up to what the buffer holds, then from the buffer.
+func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	oldest, _ := l.mem.Oldest(ctx, thread)
+	if oldest == 0 || seq+1 < oldest {
+		// Older than the buffer: read the disk (what is pending is in the
+		// buffer, which ends the disk's part).
+		l.flushWait()
+		upTo := oldest // exclusive; 0: read everything on disk
+		more := true
+		err := l.disk(thread, seq, upTo, func(e *server.Event) bool {
+			more = fn(e)
+			seq = e.Seq
+			return more
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return l.mem.After(ctx, thread, seq, fn)
+}
+
+// flushWait writes what is pending now (a replay from the disk then sees
+// everything the buffer no longer holds).
+func (l *Log) flushWait() {
+	l.mu.Lock()
+	n := len(l.pending)
+	l.mu.Unlock()
+	if n > 0 {
+		l.flush()
+	}
+}
+
+// disk reads the thread's events after seq and below upTo (0: all).
+func (l *Log) disk(thread string, seq, upTo uint64, fn func(*server.Event) bool) error {
+	hi := eventKey(thread, ^uint64(0))
+	if upTo > 0 {
+		hi = eventKey(thread, upTo)
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(thread, seq+1), UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		e, err := server.DecodeEvent(append([]byte(nil), it.Value()...))
+		if err != nil {
+			return fmt.Errorf("diskstore: thread %s: %w", thread, err)
+		}
+		if !fn(e) {
+			return nil
+		}
+	}
+	return it.Error()
+}
+
+// Oldest implements server.EventLog: the oldest event on disk (or in the
+// buffer, before its first commit).
+func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(thread, 0), UpperBound: eventKey(thread, ^uint64(0))})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if it.First() {
+		k := it.Key()
+		return binary.BigEndian.Uint64(k[len(k)-8:]), nil
+	}
+	return l.mem.Oldest(ctx, thread)
+}
+
+// Len implements server.EventLog: what the buffer holds.
+func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
+
+// Release implements server.EventLog: the buffer lets the thread go; the
+// disk keeps it.
+func (l *Log) Release(thread string) { l.mem.Release(thread) }
+
+// Head implements server.DurableLog: the thread's last event's epoch and
+// seq.
+func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
+	l.flushWait()
+	v, closer, err := l.db.Get(headKey(thread))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	defer closer.Close()
+	c, err := server.ParseCursor(string(v))
+	if err != nil {
+		return "", 0, err
+	}
+	return c.Epoch, c.Seq, nil
+}
+
+// Cache implements server.DurableLog (for a cluster's other nodes: this
+// store has one node).
+func (l *Log) Cache(thread string, e *server.Event) { _ = l.mem.Append(context.Background(), thread, e) }
+
+// Stored implements server.DurableLog: what the disk holds after seq.
+func (l *Log) Stored(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	l.flushWait()
+	return l.disk(thread, seq, 0, fn)
+}
+
+// State keeps values, checkpoints and owners (server.StateStore), each
+// write synced.
+type State struct {
+	db *pebble.DB
+	mu sync.Mutex // ClaimOwner's read and write as one
+}
+
+func stateKey(thread, what string) []byte {
+	return append(append(append([]byte("s/"), thread...), 0), what...)
+}
+
+func (s *State) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// Exists implements server.StateStore.
+func (s *State) Exists(_ context.Context, thread string) (bool, error) {
+	prefix := stateKey(thread, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: append(append([]byte(nil), prefix...), 0xff)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	if it.First() {
+		return true, nil
+	}
+	_, ok, err := s.get(headKey(thread))
+	return ok, err
+}
+
+// Values implements server.StateStore.
+func (s *State) Values(_ context.Context, thread string) (map[string]any, bool, error) {
+	b, ok, err := s.get(stateKey(thread, "v"))
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+// SetValues implements server.StateStore.
+func (s *State) SetValues(_ context.Context, thread string, values map[string]any) error {
+	b, err := json.Marshal(values)
+	if err != nil {
+		return err
+	}
+	return s.db.Set(stateKey(thread, "v"), b, pebble.Sync)
+}
+
+// AddCheckpoint implements server.StateStore.
+func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.CheckpointRecord) error {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := uint64(0)
+	if list, err := s.checkpoints(thread); err == nil && len(list) > 0 {
+		n = list[0].n + 1
+	}
+	return s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.Sync)
+}
+
+type numbered struct {
+	n  uint64
+	cp server.CheckpointRecord
+}
+
+// checkpoints lists the thread's checkpoints, newest first.
+func (s *State) checkpoints(thread string) ([]numbered, error) {
+	prefix := stateKey(thread, "c")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: append(append([]byte(nil), prefix...), 0xff)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []numbered
+	for it.Last(); it.Valid(); it.Prev() {
+		k := it.Key()
+		var cp server.CheckpointRecord
+		if err := json.Unmarshal(it.Value(), &cp); err != nil {
+			return nil, err
+		}
+		out = append(out, numbered{binary.BigEndian.Uint64(k[len(k)-8:]), cp})
+	}
+	return out, it.Error()
+}
+
+// Checkpoints implements server.StateStore.
+func (s *State) Checkpoints(_ context.Context, thread string) ([]server.CheckpointRecord, error) {
+	list, err := s.checkpoints(thread)
+	out := make([]server.CheckpointRecord, len(list))
+	for i, n := range list {
+		out[i] = n.cp
+	}
+	return out, err
+}
+
+// Checkpoint implements server.StateStore.
+func (s *State) Checkpoint(_ context.Context, thread, id string) (server.CheckpointRecord, bool, error) {
+	list, err := s.checkpoints(thread)
+	for _, n := range list {
+		if n.cp.ID == id {
+			return n.cp, true, nil
+		}
+	}
+	return server.CheckpointRecord{}, false, err
+}
+
+// Owner implements server.StateStore.
+func (s *State) Owner(_ context.Context, thread string) (string, bool, error) {
+	b, ok, err := s.get(stateKey(thread, "o"))
+	return string(b), ok, err
+}
+
+// ClaimOwner implements server.StateStore.
+func (s *State) ClaimOwner(_ context.Context, thread, principal string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok, err := s.get(stateKey(thread, "o"))
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return string(b), nil
+	}
+	return principal, s.db.Set(stateKey(thread, "o"), []byte(principal), pebble.Sync)
+}
+
+// Delete implements server.StateStore: the thread's state, and its
+// events, go.
+func (s *State) Delete(_ context.Context, thread string) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, prefix := range [][]byte{stateKey(thread, ""), append(append([]byte("e/"), thread...), 0)} {
+		if err := b.DeleteRange(prefix, append(append([]byte(nil), prefix...), 0xff), nil); err != nil {
+			return err
+		}
+	}
+	_ = b.Delete(headKey(thread), nil)
+	return b.Commit(pebble.Sync)
+}

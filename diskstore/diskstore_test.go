@@ -1,0 +1,162 @@
+package diskstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/diskstore"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string) *server.Server {
+	t.Helper()
+	eng, err := diskstore.Open(diskstore.Options{Dir: dir})
+	require.NoError(t, err)
+	srv := server.New(server.Config{Engine: eng})
+	assistants.Register(srv)
+	return srv
+}
+
+// readAll reads a session's events until n came (notices aside).
+func readAll(t *testing.T, ss *server.Session, n int) []*server.Event {
+	t.Helper()
+	var out []*server.Event
+	for len(out) < n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		e, err := ss.Next(ctx)
+		cancel()
+		require.NoError(t, err, "after %d of %d", len(out), n)
+		if e.Seq > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// runEcho runs echo on thread to its end and returns the run's events.
+func runEcho(t *testing.T, srv *server.Server, thread, text string) []*server.Event {
+	t.Helper()
+	ss := srv.NewSession(thread)
+	defer ss.Close()
+	_, _, err := ss.Subscribe(channels.All, server.SeqCursor(srv.LastSeq(thread)))
+	require.NoError(t, err)
+	_, err = ss.Do(context.Background(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
+		Params: protocol.RunStartParams{AssistantID: "echo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}}}})
+	require.NoError(t, err)
+	var out []*server.Event
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		e, err := ss.Next(ctx)
+		cancel()
+		require.NoError(t, err)
+		if e.Seq == 0 {
+			continue
+		}
+		out = append(out, e)
+		if e.EndsRun() {
+			return out
+		}
+	}
+}
+
+// TestThreadsOutliveARestart: after a restart on the same directory a
+// thread's events replay from a cursor with the same ids and bytes, its
+// values and owner are there, and the next run continues the stream in
+// the same epoch.
+func TestThreadsOutliveARestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := open(t, dir)
+	alice := &auth.Principal{Subject: "alice"}
+	require.NoError(t, srv.Authorize(alice, "t1", true))
+	first := runEcho(t, srv, "t1", "kept on disk")
+	require.NoError(t, srv.Close(context.Background()))
+
+	srv = open(t, dir)
+	defer srv.Close(context.Background())
+	cut := first[2]
+	c, err := server.ParseCursor(cut.EventID())
+	require.NoError(t, err)
+	ss := srv.NewSession("t1")
+	defer ss.Close()
+	_, _, err = ss.Subscribe(channels.All, &c)
+	require.NoError(t, err)
+	again := readAll(t, ss, len(first)-3)
+	for i, e := range again {
+		require.Equal(t, first[i+3].EventID(), e.EventID(), "the same id")
+		require.Equal(t, string(first[i+3].JSON()), string(e.JSON()), "the same event")
+	}
+	st, ok, err := srv.State(context.Background(), "t1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NotEmpty(t, st.Values["messages"], "the values")
+	err = srv.Authorize(&auth.Principal{Subject: "bob"}, "t1", false)
+	require.True(t, errors.Is(err, server.ErrPermissionDenied), "alice still owns it: %v", err)
+
+	next := runEcho(t, srv, "t1", "and goes on")
+	last := first[len(first)-1]
+	require.Equal(t, last.Seq+1, next[0].Seq, "the stream continues")
+	require.Equal(t, last.Epoch(), next[0].Epoch(), "in the same epoch")
+}
+
+// TestALongThreadReplaysInFull: 100,000 events, more than the buffer
+// holds, replay in full and in order after a restart.
+func TestALongThreadReplaysInFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 events")
+	}
+	dir := t.TempDir()
+	srv := open(t, dir)
+	name := "tick"
+	for b := 0; b < 100; b++ {
+		batch := server.ProducerBatch{}
+		for i := 0; i < 1000; i++ {
+			batch.Events = append(batch.Events, protocol.ProducerEvent{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{
+				Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: map[string]any{"n": b*1000 + i}}}}})
+		}
+		_, err := srv.Publish(context.Background(), "long", batch)
+		require.NoError(t, err)
+	}
+	require.NoError(t, srv.Close(context.Background()))
+
+	srv = open(t, dir)
+	defer srv.Close(context.Background())
+	// Read as a client does: a replay larger than a connection's queue
+	// is cut, and the client resumes after the last event it got.
+	var got []*server.Event
+	for len(got) < 100000 {
+		ss := srv.NewSession("long")
+		_, _, err := ss.Subscribe(channels.All, server.SeqCursor(uint64(len(got))))
+		require.NoError(t, err)
+		for len(got) < 100000 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			e, err := ss.Next(ctx)
+			cancel()
+			var slow *server.SlowConsumerError
+			if errors.As(err, &slow) {
+				break
+			}
+			require.NoError(t, err)
+			if e.Seq > 0 {
+				got = append(got, e)
+			}
+		}
+		ss.Close()
+	}
+	for i, e := range got {
+		require.Equal(t, uint64(i+1), e.Seq)
+		if i%9999 == 0 {
+			require.Contains(t, string(e.JSON()), fmt.Sprintf(`"n":%d`, i))
+		}
+	}
+}

@@ -1,0 +1,23 @@
+// Package diskstore keeps threads on one machine's disk (`serve
+// --data-dir DIR`): each thread's events, its values, checkpoints and
+// owner, in an embedded Pebble store under DIR, so that they are all there
+// after a restart and the next run continues the same stream, in the same
+// epoch. The in-memory replay buffer stays in front of it as the hot
+// cache; events are written behind the live path in group commits.
+//
+// The store was chosen by measurement (2026-11-27, this 2-core VM, ext4,
+// an fsync per group commit, 100-byte events of random text, 1,000
+// threads appended round robin; tools/storebench):
+//
+//	                        Pebble          bbolt          SQLite (modernc, WAL)
+//	appends, 100 a commit   324k/s          45k/s          31k/s
+//	appends, 500 a commit   575k/s          79k/s          60k/s
+//	replay 100,000 events   16 ms           4 ms           60 ms
+//	bytes on disk per event 115             337            134
+//	open + 10,000 heads     141 ms          29 ms          40 ms
+//
+// The many-conversations workload (5,000 threads x 20 events/s = 100,000
+// events/s) is beyond what bbolt and SQLite commit here with an fsync per
+// batch; Pebble does it with room to spare and keeps an event in about
+// its own size.
+package diskstore
