@@ -44,10 +44,11 @@ var ErrBehind = errors.New("diskstore: the disk is behind (--data-dir); the even
 
 // Engine keeps threads in one Pebble store: a server.Engine.
 type Engine struct {
-	db    *pebble.DB
-	opts  Options
-	log   *Log
-	state *State
+	closeOnce sync.Once
+	db        *pebble.DB
+	opts      Options
+	log       *Log
+	state     *State
 }
 
 // Open opens (or creates) the store under opts.Dir.
@@ -74,11 +75,36 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
 	}
+	// A store not closed cleanly (a crash, kill -9, power lost) may have
+	// lost the last events it was told of: every thread goes on in a new
+	// epoch, so that no id names two events (a client that saw an id it
+	// lost gets the reset notice).
+	_, closer, err := db.Get(cleanKey)
+	crashed := errors.Is(err, pebble.ErrNotFound)
+	if err == nil {
+		closer.Close()
+	} else if !crashed {
+		db.Close()
+		return nil, fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err)
+	}
+	if err := db.Delete(cleanKey, pebble.Sync); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("diskstore: %s: %w", opts.Dir, err)
+	}
 	e := &Engine{db: db, opts: opts}
 	e.log = newLog(db, opts)
+	e.log.crashed = crashed
+	e.log.renewed = map[string]bool{}
 	e.state = &State{db: db}
 	return e, nil
 }
+
+// cleanKey marks a store closed cleanly (Close writes it, Open removes it).
+var cleanKey = []byte("m/clean")
+
+// Crashed reports whether the store was not closed cleanly before this
+// Open: its threads go on in new epochs.
+func (e *Engine) Crashed() bool { return e.log.crashed }
 
 // quiet drops Pebble's informational log lines (its errors still reach
 // the calls that fail).
@@ -98,10 +124,19 @@ func (e *Engine) Stores() server.EngineStores {
 // Start implements server.Engine: the store needs nothing of the server.
 func (e *Engine) Start(server.EngineHost) error { return nil }
 
-// Close writes what is pending and closes the store.
+// Close writes what is pending, marks the store closed cleanly, and
+// closes it.
 func (e *Engine) Close() error {
-	e.log.close()
-	return e.db.Close()
+	var err error
+	e.closeOnce.Do(func() {
+		e.log.close()
+		err = e.log.Err()
+		if err == nil {
+			err = e.db.Set(cleanKey, nil, pebble.Sync)
+		}
+		err = errors.Join(err, e.db.Close())
+	})
+	return err
 }
 
 // Keys: "e/" THREAD 0x00 SEQ(8, big endian) -> the event's JSON;
@@ -130,6 +165,9 @@ type Log struct {
 	err     error // the last write's failure (the disk full, read-only)
 	stop    chan struct{}
 	done    chan struct{}
+
+	crashed bool            // the store was not closed cleanly before
+	renewed map[string]bool // threads given a new epoch since (guarded by mu)
 }
 
 type pendingEvent struct {
@@ -326,12 +364,25 @@ func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
 	if err != nil {
 		return "", 0, err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.crashed && !l.renewed[thread] {
+		// The first time after a crash: a new epoch, kept, from which the
+		// thread's stream goes on.
+		l.renewed[thread] = true
+		c.Epoch = server.NewEpoch()
+		if err := l.db.Set(headKey(thread), []byte(c.String()), pebble.Sync); err != nil {
+			return "", 0, err
+		}
+	}
 	return c.Epoch, c.Seq, nil
 }
 
 // Cache implements server.DurableLog (for a cluster's other nodes: this
 // store has one node).
-func (l *Log) Cache(thread string, e *server.Event) { _ = l.mem.Append(context.Background(), thread, e) }
+func (l *Log) Cache(thread string, e *server.Event) {
+	_ = l.mem.Append(context.Background(), thread, e)
+}
 
 // Stored implements server.DurableLog: what the disk holds after seq.
 func (l *Log) Stored(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {

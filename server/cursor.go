@@ -65,6 +65,10 @@ func eventID(epoch string, seq uint64) string {
 // epochAlphabet spells epochs: lowercase letters and digits, no '-'.
 const epochAlphabet = "0123456789abcdefghijklmnopqrstuv"
 
+// NewEpoch returns a fresh stream epoch, for a store that starts a
+// thread's stream anew (after a crash that may have lost its tail).
+func NewEpoch() string { return newEpoch() }
+
 // newEpoch returns a fresh stream epoch: 8 characters, 40 random bits.
 func newEpoch() string {
 	r := rand.Uint64()

@@ -1,0 +1,73 @@
+package diskstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/stretchr/testify/require"
+)
+
+// TestACrashStartsANewEpoch: a store closed without its clean mark (a
+// crash) gives each thread a new epoch on its next use: the stream goes
+// on from the last event on disk under new ids, and a cursor of the old
+// epoch gets the reset notice, so no id can name two events.
+func TestACrashStartsANewEpoch(t *testing.T) {
+	dir := t.TempDir()
+	publish := func(srv *server.Server, n int) {
+		name := "tick"
+		b := server.ProducerBatch{}
+		for i := 0; i < n; i++ {
+			b.Events = append(b.Events, protocol.ProducerEvent{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{
+				Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: i}}}})
+		}
+		_, err := srv.Publish(context.Background(), "c1", b)
+		require.NoError(t, err)
+	}
+	eng, err := Open(Options{Dir: dir})
+	require.NoError(t, err)
+	srv := server.New(server.Config{Engine: eng})
+	publish(srv, 10)
+	oldEpoch, seq, err := eng.log.Head(context.Background(), "c1")
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), seq)
+	// The crash: what was committed stays, no clean mark is written (and
+	// the first server's Close, below, finds the store closed).
+	eng.closeOnce.Do(func() {
+		eng.log.close()
+		require.NoError(t, eng.db.Close())
+	})
+
+	eng2, err := Open(Options{Dir: dir})
+	require.NoError(t, err)
+	require.True(t, eng2.Crashed())
+	srv2 := server.New(server.Config{Engine: eng2})
+	defer srv2.Close(context.Background())
+	ss := srv2.NewSession("c1")
+	defer ss.Close()
+	old, err := server.ParseCursor(oldEpoch + "-10")
+	require.NoError(t, err)
+	_, _, err = ss.Subscribe(channels.All, &old)
+	require.NoError(t, err)
+	publish(srv2, 1)
+	var notice, next *server.Event
+	for next == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		e, err := ss.Next(ctx)
+		cancel()
+		require.NoError(t, err)
+		switch {
+		case e.Method == "events.missed":
+			notice = e
+		case e.Seq == 11:
+			next = e
+		}
+	}
+	require.NotNil(t, notice, "the old epoch's cursor gets the notice")
+	require.Contains(t, string(notice.JSON()), `"reset":true`)
+	require.NotEqual(t, oldEpoch, next.Epoch(), "the stream goes on in a new epoch")
+	require.NoError(t, srv.Close(context.Background()))
+}
