@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -30,6 +32,13 @@ type Options struct {
 	MaxPending int
 	// QueueWait bounds that wait (DefaultQueueWait).
 	QueueWait time.Duration
+	// MinFree is the free space, in bytes, below which the store takes no
+	// more events (DefaultMinFree): they are refused with ErrDiskFull and
+	// Ready says why, before the disk is full (a store that fails a write
+	// midway cannot be trusted), until space returns.
+	MinFree uint64
+	// FreeSpace reports the free space of Dir (statfs; tests replace it).
+	FreeSpace func() (uint64, error)
 }
 
 // Defaults of Options.
@@ -37,7 +46,12 @@ const (
 	DefaultCommitEvery = 2 * time.Millisecond
 	DefaultMaxPending  = 65536
 	DefaultQueueWait   = 2 * time.Second
+	DefaultMinFree     = 256 << 20
 )
+
+// ErrDiskFull refuses an event while the store's disk has less free
+// space than Options.MinFree.
+var ErrDiskFull = errors.New("diskstore: the disk is nearly full (--data-min-free); the event was not kept")
 
 // ErrBehind refuses an append while the disk is that far behind.
 var ErrBehind = errors.New("diskstore: the disk is behind (--data-dir); the event was not kept")
@@ -71,6 +85,22 @@ func Open(opts Options) (*Engine, error) {
 	if opts.QueueWait <= 0 {
 		opts.QueueWait = DefaultQueueWait
 	}
+	if opts.MinFree == 0 {
+		opts.MinFree = DefaultMinFree
+	}
+	if opts.FreeSpace == nil {
+		dir := opts.Dir
+		opts.FreeSpace = func() (uint64, error) {
+			var st syscall.Statfs_t
+			if err := syscall.Statfs(dir, &st); err != nil {
+				return 0, err
+			}
+			return st.Bavail * uint64(st.Bsize), nil
+		}
+	}
+	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("diskstore: %w", err)
+	}
 	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}})
 	if err != nil {
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
@@ -93,6 +123,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e := &Engine{db: db, opts: opts}
 	e.log = newLog(db, opts)
+	e.log.checkSpace()
 	e.log.crashed = crashed
 	e.log.renewed = map[string]bool{}
 	e.state = &State{db: db}
@@ -101,6 +132,14 @@ func Open(opts Options) (*Engine, error) {
 
 // cleanKey marks a store closed cleanly (Close writes it, Open removes it).
 var cleanKey = []byte("m/clean")
+
+// Ready reports why the store takes no events now (its disk nearly
+// full, a write that failed), for /readyz; nil when it does.
+func (e *Engine) Ready(context.Context) error {
+	e.log.mu.Lock()
+	defer e.log.mu.Unlock()
+	return errors.Join(e.log.full, e.log.err)
+}
 
 // Crashed reports whether the store was not closed cleanly before this
 // Open: its threads go on in new epochs.
@@ -168,6 +207,8 @@ type Log struct {
 
 	crashed bool            // the store was not closed cleanly before
 	renewed map[string]bool // threads given a new epoch since (guarded by mu)
+	full    error           // why the store takes no events now (guarded by mu)
+	checked time.Time       // the free space's last check (the writer's)
 }
 
 type pendingEvent struct {
@@ -197,6 +238,10 @@ func (l *Log) writer() {
 			l.flush()
 			return
 		case <-tick.C:
+			if time.Since(l.checked) >= time.Second {
+				l.checked = time.Now()
+				l.checkSpace()
+			}
 		case <-l.wake:
 		}
 		l.flush()
@@ -229,6 +274,22 @@ func (l *Log) flush() {
 	l.mu.Unlock()
 }
 
+// checkSpace reads the free space: below MinFree the store takes no
+// more events, above it again it does.
+func (l *Log) checkSpace() {
+	free, err := l.opts.FreeSpace()
+	var full error
+	switch {
+	case err != nil:
+		full = fmt.Errorf("%w: %v", ErrDiskFull, err)
+	case free < l.opts.MinFree:
+		full = fmt.Errorf("%w: %d bytes free under %s", ErrDiskFull, free, l.opts.Dir)
+	}
+	l.mu.Lock()
+	l.full = full
+	l.mu.Unlock()
+}
+
 func (l *Log) close() {
 	close(l.stop)
 	<-l.done
@@ -245,6 +306,11 @@ func (l *Log) Err() error {
 // and on disk within CommitEvery.
 func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error {
 	l.mu.Lock()
+	if l.full != nil {
+		err := l.full
+		l.mu.Unlock()
+		return err
+	}
 	if len(l.pending) >= l.opts.MaxPending {
 		deadline := time.Now().Add(l.opts.QueueWait)
 		timer := time.AfterFunc(l.opts.QueueWait, func() { l.mu.Lock(); l.room.Broadcast(); l.mu.Unlock() })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,4 +160,39 @@ func TestALongThreadReplaysInFull(t *testing.T) {
 			require.Contains(t, string(e.JSON()), fmt.Sprintf(`"n":%d`, i))
 		}
 	}
+}
+
+// TestANearlyFullDiskRefusesThenResumes: with less free space than
+// MinFree the store takes no events (a clear error, Ready says why) and
+// keeps what it had; once space returns it takes them again.
+func TestANearlyFullDiskRefusesThenResumes(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 40)
+	eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir(), MinFree: 1 << 30, FreeSpace: func() (uint64, error) { return free.Load(), nil }})
+	require.NoError(t, err)
+	srv := server.New(server.Config{Engine: eng})
+	defer srv.Close(context.Background())
+	name := "tick"
+	one := server.ProducerBatch{Events: []protocol.ProducerEvent{{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{
+		Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: 1}}}}}}
+	_, err = srv.Publish(context.Background(), "full", one)
+	require.NoError(t, err)
+	require.NoError(t, eng.Ready(context.Background()))
+
+	free.Store(1 << 20)
+	require.Eventually(t, func() bool { return eng.Ready(context.Background()) != nil }, 5*time.Second, 20*time.Millisecond)
+	require.ErrorIs(t, eng.Ready(context.Background()), diskstore.ErrDiskFull)
+	_, err = srv.Publish(context.Background(), "full", one)
+	require.ErrorContains(t, err, "nearly full")
+
+	free.Store(1 << 40)
+	require.Eventually(t, func() bool { return eng.Ready(context.Background()) == nil }, 5*time.Second, 20*time.Millisecond)
+	_, err = srv.Publish(context.Background(), "full", one)
+	require.NoError(t, err)
+	ss := srv.NewSession("full")
+	defer ss.Close()
+	_, _, err = ss.Subscribe(channels.All, server.SeqCursor(0))
+	require.NoError(t, err)
+	got := readAll(t, ss, 2)
+	require.Equal(t, []uint64{1, 2}, []uint64{got[0].Seq, got[1].Seq}, "what it had is intact, the refused event took no seq")
 }

@@ -115,6 +115,7 @@ type config struct {
 	profiles, instanceAIAssistant                                    string
 	upstream, upstreamAPIKey, upstreamIdentity                       string
 	dataDir                                                          string
+	dataMinFree                                                      int64
 	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
 	nodeID                                                           string
@@ -211,6 +212,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits, while Redis fails its writes or the write queue is full, before its event is refused and the run's emitter gets unavailable (the run then ends failed, which every client sees once Redis is back); the longest Redis outage a run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat); none by default")
+	fs.Int64Var(&c.dataMinFree, "data-min-free", diskstore.DefaultMinFree, "with --data-dir: the free space, in bytes, below which no more events are taken (refused, /readyz says why) until space returns")
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
 	fs.StringVar(&c.upstreamAPIKey, "upstream-api-key", "", "with --upstream: sent to it as X-Api-Key")
@@ -374,12 +376,20 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			ln.Close()
 			return errors.New("--data-dir and --redis: one engine or the other")
 		}
-		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes})
+		if c.dataMinFree < 0 {
+			ln.Close()
+			return errors.New("--data-min-free: not negative")
+		}
+		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree)})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--data-dir: %w", err)
 		}
 		cfg.Engine = engine
+		readyCheck = engine.Ready
+		if engine.Crashed() {
+			log.Warn().Str("data_dir", c.dataDir).Msg("the store was not closed cleanly: its threads go on in new epochs")
+		}
 		log.Info().Str("data_dir", c.dataDir).Msg("threads kept on disk")
 	}
 	var up *edge.Edge
