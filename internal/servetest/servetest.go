@@ -19,14 +19,14 @@ import (
 
 // Server is a server a test started.
 type Server struct {
-	t    testing.TB
-	addr string
-	opts transport.Options
-	cfg  server.Config
-	srv  *server.Server
-	hs   *http.Server
-	h    *transport.Handler
-	done chan struct{}
+	t      testing.TB
+	addr   string
+	opts   transport.Options
+	newCfg func() server.Config
+	srv    *server.Server
+	hs     *http.Server
+	h      *transport.Handler
+	done   chan struct{}
 }
 
 // Start starts a server with opts on a free loopback port; it stops when
@@ -39,7 +39,15 @@ func Start(t testing.TB, opts transport.Options) *Server {
 // StartConfig is [Start] with a core of cfg.
 func StartConfig(t testing.TB, cfg server.Config, opts transport.Options) *Server {
 	t.Helper()
-	s := &Server{t: t, opts: opts, cfg: cfg, addr: "127.0.0.1:0"}
+	return StartEach(t, func() server.Config { return cfg }, opts)
+}
+
+// StartEach is [Start] with a core of what cfg returns, called again at
+// each Start (a new engine on the same store, as a restarted process
+// opens it).
+func StartEach(t testing.TB, cfg func() server.Config, opts transport.Options) *Server {
+	t.Helper()
+	s := &Server{t: t, opts: opts, newCfg: cfg, addr: "127.0.0.1:0"}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
@@ -62,7 +70,7 @@ func (s *Server) Start() {
 	}
 	require.NoError(s.t, err)
 	s.addr = ln.Addr().String()
-	s.srv = server.New(s.cfg)
+	s.srv = server.New(s.newCfg())
 	assistants.Register(s.srv)
 	s.h = transport.New(s.srv, s.opts)
 	s.hs = &http.Server{Handler: s.h}
