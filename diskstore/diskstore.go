@@ -20,8 +20,9 @@ type Options struct {
 	// Dir holds the store (created when missing).
 	Dir string
 	// BufferEvents and BufferBytes cap the in-memory replay buffer of each
-	// thread, the hot cache in front of the disk (the server's defaults
-	// when zero).
+	// thread, the hot cache in front of the disk (DefaultBufferEvents and
+	// the server's DefaultBufferBytes when zero): older replays read the
+	// disk.
 	BufferEvents, BufferBytes int
 	// CommitEvery is the longest an event waits before its group commit
 	// (DefaultCommitEvery).
@@ -47,6 +48,10 @@ const (
 	DefaultMaxPending  = 65536
 	DefaultQueueWait   = 2 * time.Second
 	DefaultMinFree     = 256 << 20
+	// DefaultBufferEvents is the hot cache of a thread on disk: what a
+	// reconnect usually asks for (a replay of the last moments); the rest
+	// of its history is a disk read away.
+	DefaultBufferEvents = 128
 )
 
 // ErrDiskFull refuses an event while the store's disk has less free
@@ -71,7 +76,7 @@ func Open(opts Options) (*Engine, error) {
 		return nil, errors.New("diskstore: no directory")
 	}
 	if opts.BufferEvents <= 0 {
-		opts.BufferEvents = server.DefaultBufferEvents
+		opts.BufferEvents = DefaultBufferEvents
 	}
 	if opts.BufferBytes <= 0 {
 		opts.BufferBytes = server.DefaultBufferBytes
@@ -456,8 +461,10 @@ func (l *Log) Stored(ctx context.Context, thread string, seq uint64, fn func(*se
 	return l.disk(thread, seq, 0, fn)
 }
 
-// State keeps values, checkpoints and owners (server.StateStore), each
-// write synced.
+// State keeps values, checkpoints and owners (server.StateStore). Values
+// and checkpoints are written without waiting for the disk (the next group
+// commit of events syncs them, as the events around them); an owner's
+// claim is synced.
 type State struct {
 	db *pebble.DB
 	mu sync.Mutex // ClaimOwner's read and write as one
@@ -513,7 +520,7 @@ func (s *State) SetValues(_ context.Context, thread string, values map[string]an
 	if err != nil {
 		return err
 	}
-	return s.db.Set(stateKey(thread, "v"), b, pebble.Sync)
+	return s.db.Set(stateKey(thread, "v"), b, pebble.NoSync) // synced with the next group commit
 }
 
 // AddCheckpoint implements server.StateStore.
@@ -528,7 +535,7 @@ func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.Checkp
 	if list, err := s.checkpoints(thread); err == nil && len(list) > 0 {
 		n = list[0].n + 1
 	}
-	return s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.Sync)
+	return s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.NoSync)
 }
 
 type numbered struct {

@@ -116,6 +116,7 @@ type config struct {
 	upstream, upstreamAPIKey, upstreamIdentity                       string
 	dataDir                                                          string
 	dataMinFree                                                      int64
+	bufferEventsSet                                                  bool // --buffer-events was given
 	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
 	nodeID                                                           string
@@ -238,6 +239,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
+	fs.Visit(func(f *flag.Flag) { c.bufferEventsSet = c.bufferEventsSet || f.Name == "buffer-events" })
 	if err := c.check(); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
@@ -380,7 +382,13 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			ln.Close()
 			return errors.New("--data-min-free: not negative")
 		}
-		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree)})
+		// The hot cache of a thread on disk is small unless --buffer-events
+		// says otherwise: the rest of its history is a disk read away.
+		hot := 0
+		if c.bufferEventsSet {
+			hot = c.bufferEvents
+		}
+		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree)})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--data-dir: %w", err)
