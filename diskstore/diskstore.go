@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Options configure a store.
@@ -106,7 +109,14 @@ func Open(opts Options) (*Engine, error) {
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("diskstore: %w", err)
 	}
-	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}})
+	// A store another process holds is refused before Pebble opens it
+	// (its refusal leaves a goroutine of its own behind).
+	if err := notHeld(opts.Dir); err != nil {
+		return nil, err
+	}
+	// The plain file system: Pebble's default wraps it in a slow-disk
+	// monitor whose goroutine can outlive Close.
+	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}, FS: vfs.Default})
 	if err != nil {
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
 	}
@@ -149,6 +159,23 @@ func (e *Engine) Ready(context.Context) error {
 // Crashed reports whether the store was not closed cleanly before this
 // Open: its threads go on in new epochs.
 func (e *Engine) Crashed() bool { return e.log.crashed }
+
+// ErrInUse refuses a store another process has open.
+var ErrInUse = errors.New("diskstore: the store is in use by another process")
+
+// notHeld reports ErrInUse when another process holds dir's lock (the
+// LOCK file Pebble flocks).
+func notHeld(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("diskstore: %w", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("%w: %s", ErrInUse, dir)
+	}
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+}
 
 // quiet drops Pebble's informational log lines (its errors still reach
 // the calls that fail).
@@ -616,4 +643,66 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	}
 	_ = b.Delete(headKey(thread), nil)
 	return b.Commit(pebble.Sync)
+}
+
+// Stats is what a store holds.
+type Stats struct {
+	Threads, Events uint64
+	Bytes           uint64 // on disk
+}
+
+// Stats counts the store's threads and events and its bytes on disk.
+func (e *Engine) Stats() (Stats, error) {
+	var st Stats
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte("e/"), UpperBound: []byte("e0")})
+	if err != nil {
+		return st, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		st.Events++
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return st, err
+	}
+	hi, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte("h/"), UpperBound: []byte("h0")})
+	if err != nil {
+		return st, err
+	}
+	for hi.First(); hi.Valid(); hi.Next() {
+		st.Threads++
+	}
+	if err := errors.Join(hi.Error(), hi.Close()); err != nil {
+		return st, err
+	}
+	st.Bytes = e.db.Metrics().DiskSpaceUsage()
+	return st, nil
+}
+
+// Compact rewrites the whole store, dropping what deletes left behind.
+func (e *Engine) Compact(ctx context.Context) error {
+	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
+}
+
+// Export writes the thread's events as NDJSON, each without its seq and
+// event_id: a producer's batch (POST /threads/{id}/events) that another
+// server imports as it would any producer's events.
+func (e *Engine) Export(thread string, w io.Writer) (n int, err error) {
+	err = e.log.disk(thread, 0, 0, func(ev *server.Event) bool {
+		var m map[string]any
+		if err = json.Unmarshal(ev.JSON(), &m); err != nil {
+			return false
+		}
+		delete(m, "seq")
+		delete(m, "event_id")
+		var b []byte
+		if b, err = json.Marshal(m); err != nil {
+			return false
+		}
+		if _, err = w.Write(append(b, '\n')); err != nil {
+			return false
+		}
+		n++
+		return true
+	})
+	return n, err
 }

@@ -140,8 +140,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if len(args) > 0 && args[0] == "tail" {
 		return tail(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "data" {
+		return data(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags]   (-h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD   (-h for the flags)")
 		return 2
 	}
 	var c config
@@ -613,6 +616,59 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		through = c.Wire + " through " + c.Transport
 	}
 	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes from %s: %s\n", through, c.Subscribers, c.Count, c.Size, c.Source, r)
+	return 0
+}
+
+// data is `agentstream data`: what an operator does with a --data-dir
+// store while no server runs on it.
+func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentstream data", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("data-dir", os.Getenv("AGENTSTREAM_DATA_DIR"), "the store (serve --data-dir)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: agentstream data --data-dir DIR stats | compact | export THREAD")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rest := fs.Args()
+	if *dir == "" || len(rest) == 0 || (rest[0] == "export") != (len(rest) == 2) || len(rest) > 2 {
+		fs.Usage()
+		return 2
+	}
+	if _, err := os.Stat(*dir); err != nil {
+		fmt.Fprintln(stderr, "agentstream data:", err)
+		return 1
+	}
+	eng, err := diskstore.Open(diskstore.Options{Dir: *dir, MinFree: 1})
+	if err != nil {
+		fmt.Fprintf(stderr, "agentstream data: %v (is a server running on it?)\n", err)
+		return 1
+	}
+	defer eng.Close()
+	switch rest[0] {
+	case "stats":
+		st, err := eng.Stats()
+		if err != nil {
+			fmt.Fprintln(stderr, "agentstream data:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "threads %d\nevents %d\nbytes %d\n", st.Threads, st.Events, st.Bytes)
+	case "compact":
+		if err := eng.Compact(ctx); err != nil {
+			fmt.Fprintln(stderr, "agentstream data:", err)
+			return 1
+		}
+	case "export":
+		if _, err := eng.Export(rest[1], stdout); err != nil {
+			fmt.Fprintln(stderr, "agentstream data:", err)
+			return 1
+		}
+	default:
+		fs.Usage()
+		return 2
+	}
 	return 0
 }
 
