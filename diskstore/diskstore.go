@@ -229,13 +229,14 @@ type Log struct {
 	mem  *server.MemoryLog
 	opts Options
 
-	mu      sync.Mutex
-	pending []*pendingEvent
-	room    *sync.Cond // signalled when pending shrinks
-	wake    chan struct{}
-	err     error // the last write's failure (the disk full, read-only)
-	stop    chan struct{}
-	done    chan struct{}
+	flushing sync.Mutex // one flush at a time
+	mu       sync.Mutex
+	pending  []*pendingEvent
+	room     *sync.Cond // signalled when pending shrinks
+	wake     chan struct{}
+	err      error // the last write's failure (the disk full, read-only)
+	stop     chan struct{}
+	done     chan struct{}
 
 	crashed bool            // the store was not closed cleanly before
 	renewed map[string]bool // threads given a new epoch since (guarded by mu)
@@ -280,8 +281,12 @@ func (l *Log) writer() {
 	}
 }
 
-// flush writes the pending events in one synced batch.
+// flush writes the pending events in one synced batch; flushes run one at
+// a time, so that one that returns has seen every event appended before
+// it on disk.
 func (l *Log) flush() {
+	l.flushing.Lock()
+	defer l.flushing.Unlock()
 	l.mu.Lock()
 	batch := l.pending
 	l.pending = nil
@@ -390,16 +395,10 @@ func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*ser
 	return l.mem.After(ctx, thread, seq, fn)
 }
 
-// flushWait writes what is pending now (a replay from the disk then sees
-// everything the buffer no longer holds).
-func (l *Log) flushWait() {
-	l.mu.Lock()
-	n := len(l.pending)
-	l.mu.Unlock()
-	if n > 0 {
-		l.flush()
-	}
-}
+// flushWait returns once every event appended so far is on disk (a
+// replay from the disk then sees everything the buffer no longer holds):
+// it waits for a commit under way, and writes what is pending.
+func (l *Log) flushWait() { l.flush() }
 
 // disk reads the thread's events after seq and below upTo (0: all).
 func (l *Log) disk(thread string, seq, upTo uint64, fn func(*server.Event) bool) error {
