@@ -43,6 +43,14 @@ type Options struct {
 	MinFree uint64
 	// FreeSpace reports the free space of Dir (statfs; tests replace it).
 	FreeSpace func() (uint64, error)
+	// MaxEvents keeps at most this many of each thread's events, the
+	// oldest dropped first (DefaultMaxEvents; negative: no cap).
+	MaxEvents int64
+	// MaxAge drops events older than this (0: kept as long as their
+	// thread).
+	MaxAge time.Duration
+	// Now is the clock of MaxAge (time.Now; tests replace it).
+	Now func() time.Time
 }
 
 // Defaults of Options.
@@ -55,6 +63,8 @@ const (
 	// reconnect usually asks for (a replay of the last moments); the rest
 	// of its history is a disk read away.
 	DefaultBufferEvents = 128
+	// DefaultMaxEvents is each thread's history on disk: a million events.
+	DefaultMaxEvents = 1_000_000
 )
 
 // ErrDiskFull refuses an event while the store's disk has less free
@@ -95,6 +105,12 @@ func Open(opts Options) (*Engine, error) {
 	}
 	if opts.MinFree == 0 {
 		opts.MinFree = DefaultMinFree
+	}
+	if opts.MaxEvents == 0 {
+		opts.MaxEvents = DefaultMaxEvents
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.FreeSpace == nil {
 		dir := opts.Dir
@@ -238,10 +254,13 @@ type Log struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	crashed bool            // the store was not closed cleanly before
-	renewed map[string]bool // threads given a new epoch since (guarded by mu)
-	full    error           // why the store takes no events now (guarded by mu)
-	checked time.Time       // the free space's last check (the writer's)
+	crashed bool              // the store was not closed cleanly before
+	renewed map[string]bool   // threads given a new epoch since (guarded by mu)
+	full    error             // why the store takes no events now (guarded by mu)
+	checked time.Time         // the free space's last check (the writer's)
+	touched map[string]uint64 // threads written since the last retention pass: their last seq (guarded by mu)
+	floor   map[string]uint64 // the oldest seq the retention policy keeps of a thread (guarded by mu)
+	aged    time.Time         // the last pass over every thread for MaxAge (the writer's)
 }
 
 type pendingEvent struct {
@@ -252,7 +271,7 @@ type pendingEvent struct {
 }
 
 func newLog(db *pebble.DB, opts Options) *Log {
-	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts,
+	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, touched: map[string]uint64{}, floor: map[string]uint64{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
 	go l.writer()
@@ -274,6 +293,7 @@ func (l *Log) writer() {
 			if time.Since(l.checked) >= time.Second {
 				l.checked = time.Now()
 				l.checkSpace()
+				l.retain()
 			}
 		case <-l.wake:
 		}
@@ -306,9 +326,97 @@ func (l *Log) flush() {
 	err := b.Commit(pebble.Sync)
 	_ = b.Close()
 	l.mu.Lock()
+	if err == nil {
+		for _, p := range batch {
+			l.touched[p.thread] = p.seq
+		}
+	}
 	l.err = err
 	l.room.Broadcast()
 	l.mu.Unlock()
+}
+
+// retain applies the retention policy: each thread written since the
+// last pass keeps its last MaxEvents events; every minute, every thread
+// drops its events older than MaxAge. A replay from before what is kept
+// gets the missed-events notice.
+func (l *Log) retain() {
+	l.mu.Lock()
+	touched := l.touched
+	l.touched = map[string]uint64{}
+	l.mu.Unlock()
+	if l.opts.MaxEvents > 0 {
+		for thread, last := range touched {
+			if last > uint64(l.opts.MaxEvents) {
+				l.drop(thread, last-uint64(l.opts.MaxEvents)+1)
+			}
+		}
+	}
+	if l.opts.MaxAge <= 0 {
+		return
+	}
+	cutoff := uint64(l.opts.Now().Add(-l.opts.MaxAge).UnixMilli())
+	for thread := range touched {
+		l.dropOlder(thread, cutoff)
+	}
+	if !l.aged.IsZero() && time.Since(l.aged) < time.Minute {
+		return
+	}
+	// Every minute, the threads nobody writes too.
+	l.aged = time.Now()
+	heads, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("h/"), UpperBound: []byte("h0")})
+	if err != nil {
+		return
+	}
+	var threads []string
+	for heads.First(); heads.Valid(); heads.Next() {
+		threads = append(threads, string(heads.Key()[2:]))
+	}
+	_ = heads.Close()
+	for _, thread := range threads {
+		l.dropOlder(thread, cutoff)
+	}
+}
+
+// dropOlder drops the thread's events older than cutoff (Unix ms): those
+// before the first one young enough.
+func (l *Log) dropOlder(thread string, cutoff uint64) {
+	var keep uint64
+	_ = l.disk(thread, 0, 0, func(e *server.Event) bool {
+		if timestampOf(e.JSON()) >= cutoff {
+			keep = e.Seq
+			return false
+		}
+		keep = e.Seq + 1
+		return true
+	})
+	if keep > 0 {
+		l.drop(thread, keep)
+	}
+}
+
+// drop forgets the thread's events below seq keep, on disk and for
+// replays from the buffer.
+func (l *Log) drop(thread string, keep uint64) {
+	if err := l.db.DeleteRange(eventKey(thread, 0), eventKey(thread, keep), pebble.NoSync); err != nil {
+		return
+	}
+	l.mu.Lock()
+	if keep > l.floor[thread] {
+		l.floor[thread] = keep
+	}
+	l.mu.Unlock()
+}
+
+// timestampOf reads an event's params.timestamp (Unix ms).
+func timestampOf(b []byte) uint64 {
+	var ev struct {
+		Params struct {
+			Timestamp uint64 `json:"timestamp"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(b, &ev)
+	return ev.Params.Timestamp
 }
 
 // checkSpace reads the free space: below MinFree the store takes no
@@ -376,6 +484,11 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 // After implements server.EventLog: the events after seq, from the disk
 // up to what the buffer holds, then from the buffer.
 func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	l.mu.Lock()
+	if floor := l.floor[thread]; seq+1 < floor {
+		seq = floor - 1 // dropped by the retention policy, from the buffer too
+	}
+	l.mu.Unlock()
 	oldest, _ := l.mem.Oldest(ctx, thread)
 	if oldest == 0 || seq+1 < oldest {
 		// Older than the buffer: read the disk (what is pending is in the
@@ -435,7 +548,10 @@ func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
 		k := it.Key()
 		return binary.BigEndian.Uint64(k[len(k)-8:]), nil
 	}
-	return l.mem.Oldest(ctx, thread)
+	o, err := l.mem.Oldest(ctx, thread)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(o, l.floor[thread]), err
 }
 
 // Len implements server.EventLog: what the buffer holds.

@@ -196,3 +196,62 @@ func TestANearlyFullDiskRefusesThenResumes(t *testing.T) {
 	got := readAll(t, ss, 2)
 	require.Equal(t, []uint64{1, 2}, []uint64{got[0].Seq, got[1].Seq}, "what it had is intact, the refused event took no seq")
 }
+
+// TestRetention: a thread keeps its last MaxEvents events and none older
+// than MaxAge; a replay from before what is kept gets the missed-events
+// notice, then what is kept.
+func TestRetention(t *testing.T) {
+	now := time.Now()
+	eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir(), MaxEvents: 100, MaxAge: time.Hour, BufferEvents: 16, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	srv := server.New(server.Config{Engine: eng})
+	defer srv.Close(context.Background())
+	name := "tick"
+	publish := func(thread string, n int, ts time.Time) {
+		b := server.ProducerBatch{}
+		for i := 0; i < n; i++ {
+			b.Events = append(b.Events, protocol.ProducerEvent{Timestamp: uint64(ts.UnixMilli()), Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{
+				Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: i}}}})
+		}
+		_, err := srv.Publish(context.Background(), thread, b)
+		require.NoError(t, err)
+	}
+	publish("many", 300, now)
+	publish("aged", 10, now.Add(-2*time.Hour))
+	publish("aged", 5, now)
+	oldest := func(thread string) uint64 {
+		ss := srv.NewSession(thread)
+		defer ss.Close()
+		_, _, err := ss.Subscribe(channels.All, server.SeqCursor(0))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for {
+			e, err := ss.Next(ctx)
+			require.NoError(t, err)
+			if e.Seq > 0 {
+				return e.Seq
+			}
+		}
+	}
+	require.Eventually(t, func() bool { return oldest("many") == 201 }, 10*time.Second, 50*time.Millisecond, "the last 100 kept")
+	require.Eventually(t, func() bool { return oldest("aged") == 11 }, 10*time.Second, 50*time.Millisecond, "the old ones dropped")
+
+	ss := srv.NewSession("many")
+	defer ss.Close()
+	_, _, err = ss.Subscribe(channels.All, server.SeqCursor(50))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	first, err := ss.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "events.missed", first.Method, "a cursor from before what is kept")
+	for {
+		next, err := ss.Next(ctx)
+		require.NoError(t, err)
+		if next.Seq > 0 {
+			require.Equal(t, uint64(201), next.Seq, "then what is kept")
+			break
+		}
+	}
+}

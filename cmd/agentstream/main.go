@@ -115,7 +115,8 @@ type config struct {
 	profiles, instanceAIAssistant                                    string
 	upstream, upstreamAPIKey, upstreamIdentity                       string
 	dataDir                                                          string
-	dataMinFree                                                      int64
+	dataMinFree, dataMaxEvents                                       int64
+	dataMaxAge                                                       time.Duration
 	bufferEventsSet                                                  bool // --buffer-events was given
 	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
@@ -217,6 +218,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat); none by default")
 	fs.Int64Var(&c.dataMinFree, "data-min-free", diskstore.DefaultMinFree, "with --data-dir: the free space, in bytes, below which no more events are taken (refused, /readyz says why) until space returns")
+	fs.Int64Var(&c.dataMaxEvents, "data-max-events", diskstore.DefaultMaxEvents, "with --data-dir: each thread keeps at most this many events on disk, the oldest dropped first (-1: no cap)")
+	fs.DurationVar(&c.dataMaxAge, "data-max-age", 0, "with --data-dir: events older than this are dropped (0: kept as long as their thread, --thread-ttl)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
 	fs.StringVar(&c.upstreamAPIKey, "upstream-api-key", "", "with --upstream: sent to it as X-Api-Key")
@@ -391,7 +394,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		if c.bufferEventsSet {
 			hot = c.bufferEvents
 		}
-		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree)})
+		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
+			MaxEvents: c.dataMaxEvents, MaxAge: c.dataMaxAge})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--data-dir: %w", err)
