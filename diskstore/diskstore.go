@@ -254,13 +254,14 @@ type Log struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	crashed bool              // the store was not closed cleanly before
-	renewed map[string]bool   // threads given a new epoch since (guarded by mu)
-	full    error             // why the store takes no events now (guarded by mu)
-	checked time.Time         // the free space's last check (the writer's)
-	touched map[string]uint64 // threads written since the last retention pass: their last seq (guarded by mu)
-	floor   map[string]uint64 // the oldest seq the retention policy keeps of a thread (guarded by mu)
-	aged    time.Time         // the last pass over every thread for MaxAge (the writer's)
+	crashed   bool              // the store was not closed cleanly before
+	renewed   map[string]bool   // threads given a new epoch since (guarded by mu)
+	full      error             // why the store takes no events now (guarded by mu)
+	checked   time.Time         // the free space's last check (the writer's)
+	touched   map[string]uint64 // threads written since the last retention pass: their last seq (guarded by mu)
+	unwritten map[string]int    // a thread's events appended and not yet committed (guarded by mu)
+	floor     map[string]uint64 // the oldest seq the retention policy keeps of a thread (guarded by mu)
+	aged      time.Time         // the last pass over every thread for MaxAge (the writer's)
 }
 
 type pendingEvent struct {
@@ -271,7 +272,7 @@ type pendingEvent struct {
 }
 
 func newLog(db *pebble.DB, opts Options) *Log {
-	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, touched: map[string]uint64{}, floor: map[string]uint64{},
+	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, touched: map[string]uint64{}, floor: map[string]uint64{}, unwritten: map[string]int{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
 	go l.writer()
@@ -326,9 +327,12 @@ func (l *Log) flush() {
 	err := b.Commit(pebble.Sync)
 	_ = b.Close()
 	l.mu.Lock()
-	if err == nil {
-		for _, p := range batch {
+	for _, p := range batch {
+		if err == nil {
 			l.touched[p.thread] = p.seq
+		}
+		if l.unwritten[p.thread]--; l.unwritten[p.thread] <= 0 {
+			delete(l.unwritten, p.thread)
 		}
 	}
 	l.err = err
@@ -473,6 +477,7 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 		}
 	}
 	l.pending = append(l.pending, &pendingEvent{thread: thread, seq: e.Seq, id: e.EventID(), json: e.JSON()})
+	l.unwritten[thread]++
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -493,7 +498,7 @@ func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*ser
 	if oldest == 0 || seq+1 < oldest {
 		// Older than the buffer: read the disk (what is pending is in the
 		// buffer, which ends the disk's part).
-		l.flushWait()
+		l.flushWait(thread)
 		upTo := oldest // exclusive; 0: read everything on disk
 		more := true
 		err := l.disk(thread, seq, upTo, func(e *server.Event) bool {
@@ -508,10 +513,19 @@ func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*ser
 	return l.mem.After(ctx, thread, seq, fn)
 }
 
-// flushWait returns once every event appended so far is on disk (a
-// replay from the disk then sees everything the buffer no longer holds):
-// it waits for a commit under way, and writes what is pending.
-func (l *Log) flushWait() { l.flush() }
+// flushWait returns once every event of thread appended so far is on
+// disk (a replay from the disk then sees everything the buffer no longer
+// holds): when some are not, it waits for a commit under way and writes
+// what is pending. A thread with nothing unwritten costs no commit (a new
+// thread's Head, most replays).
+func (l *Log) flushWait(thread string) {
+	l.mu.Lock()
+	n := l.unwritten[thread]
+	l.mu.Unlock()
+	if n > 0 {
+		l.flush()
+	}
+}
 
 // disk reads the thread's events after seq and below upTo (0: all).
 func (l *Log) disk(thread string, seq, upTo uint64, fn func(*server.Event) bool) error {
@@ -564,7 +578,7 @@ func (l *Log) Release(thread string) { l.mem.Release(thread) }
 // Head implements server.DurableLog: the thread's last event's epoch and
 // seq.
 func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
-	l.flushWait()
+	l.flushWait(thread)
 	v, closer, err := l.db.Get(headKey(thread))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return "", 0, nil
@@ -599,7 +613,7 @@ func (l *Log) Cache(thread string, e *server.Event) {
 
 // Stored implements server.DurableLog: what the disk holds after seq.
 func (l *Log) Stored(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
-	l.flushWait()
+	l.flushWait(thread)
 	return l.disk(thread, seq, 0, fn)
 }
 

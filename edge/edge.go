@@ -177,24 +177,22 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 			}
 			continue
 		}
-		if f.since(e) == 0 {
+		e.mu.Lock()
+		upLast := f.upLast
+		e.mu.Unlock()
+		if upLast == 0 {
 			// Taken over from another node (or new): where the thread
 			// stands is the cluster's.
 			lastRaw = nil
 		}
-		e.mu.Lock()
-		upLast := f.upLast
-		e.mu.Unlock()
 		verifying := upLast > 0
 		var held [][]byte // events at or below upLast, until the check decides
 		appendAll := func(batch [][]byte, offset uint64) error {
 			if len(batch) == 0 {
 				return nil
 			}
-			if _, err := e.srv.Mirror(f.thread, batch, offset); err != nil {
-				return err
-			}
-			return nil
+			_, err := e.srv.Mirror(f.thread, batch, offset)
+			return err
 		}
 		e.open.Add(1)
 		_ = e.c.Stream(sctx, f.thread, 0, func(b []byte) error {
@@ -311,13 +309,6 @@ func (e *Edge) writer(ctx context.Context, thread string) (_ context.Context, st
 	return sctx, func() { cancel(); <-done }, true
 }
 
-// since is the upstream's seq of the last event f appended.
-func (f *follower) since(e *Edge) uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return f.upLast
-}
-
 // OpenStreams is how many upstream streams this edge holds now.
 func (e *Edge) OpenStreams() int { return int(e.open.Load()) }
 
@@ -363,7 +354,10 @@ func (e *Edge) reap() {
 // run.cancel, which the upstream lacks, to its run API; the subscription
 // commands and auth.refresh are the edge's own.
 func (e *Edge) Forward(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse, bool) {
-	var id uint64
+	id := uint64(0)
+	if cmd.Value != nil {
+		id = cmd.Value.GetID()
+	}
 	switch c := cmd.Value.(type) {
 	case *protocol.ClientCommandSubscriptionSubscribe, *protocol.ClientCommandSubscriptionUnsubscribe,
 		*protocol.ClientCommandSubscriptionReconnect, *protocol.ClientCommandAuthRefresh, nil:
@@ -371,15 +365,13 @@ func (e *Edge) Forward(ctx context.Context, thread string, cmd *protocol.ClientC
 	case *protocol.ClientCommandRunCancel:
 		resp, errResp := e.runCancel(ctx, thread, c)
 		return resp, errResp, true
-	case *protocol.ClientCommandRunStart:
-		id = c.ID
 	}
 	body, err := json.Marshal(cmd)
 	if err != nil {
 		return nil, protocol.NewError(&id, protocol.ErrorCodeInvalidArgument, "%v", err), true
 	}
-	if f := e.touch(thread, false); f == nil && e.srv == nil {
-		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "the edge is not started"), true
+	if e.touch(thread, false) == nil {
+		return nil, protocol.NewError(&id, protocol.ErrorCodeUnavailable, "the edge is not started, or closed"), true
 	}
 	status, b, err := e.c.DoWith(ctx, "POST", "/threads/"+url.PathEscape(thread)+"/commands", body, e.identity(ctx))
 	if err != nil {
@@ -437,14 +429,14 @@ func (e *Edge) touch(thread string, busy bool) *follower {
 // shift moves an upstream answer's applied_through_seq into the thread's
 // numbering here (they differ once the upstream's numbering went back).
 func (e *Edge) shift(thread string, resp *protocol.CommandResponse) {
-	e.mu.Lock()
-	f := e.follows[thread]
-	e.mu.Unlock()
-	if f == nil || resp.Meta == nil || resp.Meta.AppliedThroughSeq == nil {
+	if resp.Meta == nil || resp.Meta.AppliedThroughSeq == nil {
 		return
 	}
 	e.mu.Lock()
-	offset := f.offset
+	offset := uint64(0)
+	if f := e.follows[thread]; f != nil {
+		offset = f.offset
+	}
 	e.mu.Unlock()
 	if offset > 0 {
 		v := *resp.Meta.AppliedThroughSeq + offset

@@ -183,8 +183,7 @@ func (s *Server) claimToPublish(c Cluster, threadID string) (holder string, err 
 }
 
 func (s *Server) claimWith(c Cluster, threadID string, acquire func(string) (string, error)) (holder string, err error) {
-	lh, knows := c.(LeaseHolder)
-	held := knows && lh.Holds(threadID)
+	held := holds(c, threadID)
 	holder, err = acquire(threadID)
 	if err != nil {
 		return "", fmt.Errorf("cannot take the thread's run lease: %w", err)

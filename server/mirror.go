@@ -21,6 +21,13 @@ type Upstream interface {
 	Watch(threadID string)
 }
 
+// holds reports whether this node holds the thread's lease, as far as
+// the Cluster knows without asking its store.
+func holds(c Cluster, thread string) bool {
+	lh, ok := c.(LeaseHolder)
+	return ok && lh.Holds(thread)
+}
+
 // ClaimWriter takes, or keeps, the right to write thread id for this node
 // (with a Cluster, its lease, as Publish and Mirror take it; call it again
 // within the lease's life to keep it). mine is false while another node
@@ -79,9 +86,10 @@ func (s *Server) Mirror(threadID string, events [][]byte, offset uint64) (Mirror
 	if err := ValidThreadID(threadID); err != nil {
 		return MirrorResult{}, err
 	}
-	if c := s.cluster; c != nil {
+	if c := s.cluster; c != nil && !holds(c, threadID) {
 		// One node writes a thread: the holder of its lease, as for a
-		// producer's batch.
+		// producer's batch. A node that holds it (a follower renews it,
+		// ClaimWriter) appends without asking Redis for every event.
 		holder, err := s.claimToPublish(c, threadID)
 		if err != nil {
 			return MirrorResult{}, fmt.Errorf("%w: %v", ErrUnavailable, err)

@@ -323,27 +323,11 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 		if !h.threadOK(w, r) {
 			return
 		}
-		if kind != readRoute && !h.sameSite(w, r, kind) {
+		r, p, done, ok := h.admit(w, r, kind)
+		if !ok {
 			return
 		}
-		var p *auth.Principal
-		if h.auth != nil {
-			var ok bool
-			if p, ok = h.authenticate(w, r); !ok {
-				return
-			}
-		}
-		if kind != readRoute && kind != ingestRoute && !h.rateOK(w, r, kind, p) {
-			return
-		}
-		if kind == streamRoute {
-			var done func()
-			var ok bool
-			if r, done, ok = h.streamSlot(w, r, p); !ok {
-				return
-			}
-			defer done()
-		}
+		defer done()
 		if h.auth == nil {
 			next(w, r)
 			return
@@ -426,32 +410,42 @@ func (h *Handler) wireGuard(next http.Handler) http.Handler {
 // counted as the items are read).
 func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if kind != readRoute && !h.sameSite(w, r, kind) {
+		r, p, done, ok := h.admit(w, r, kind)
+		if !ok {
 			return
 		}
-		var p *auth.Principal
-		if h.auth != nil {
-			var ok bool
-			if p, ok = h.authenticate(w, r); !ok {
-				return
-			}
-		}
-		if kind != ingestRoute && kind != readRoute && !h.rateOK(w, r, kind, p) {
-			return
-		}
-		if kind == streamRoute {
-			var done func()
-			var ok bool
-			if r, done, ok = h.streamSlot(w, r, p); !ok {
-				return
-			}
-			defer done()
-		}
+		defer done()
 		if p != nil {
 			r = r.WithContext(auth.NewContext(r.Context(), p))
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// admit applies what every route of kind is under before its thread is
+// known: the same-site rules (but for reads), authentication (the
+// principal, nil with it off), the rate limits of streams and commands,
+// and a stream's slot of the principal's, which done gives back. ok is
+// false once it has answered the request itself.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, kind routeKind) (_ *http.Request, p *auth.Principal, done func(), ok bool) {
+	done = func() {}
+	if kind != readRoute && !h.sameSite(w, r, kind) {
+		return r, nil, done, false
+	}
+	if h.auth != nil {
+		if p, ok = h.authenticate(w, r); !ok {
+			return r, nil, done, false
+		}
+	}
+	if kind != readRoute && kind != ingestRoute && !h.rateOK(w, r, kind, p) {
+		return r, nil, done, false
+	}
+	if kind == streamRoute {
+		if r, done, ok = h.streamSlot(w, r, p); !ok {
+			return r, nil, func() {}, false
+		}
+	}
+	return r, p, done, true
 }
 
 // authorizeWire is the wires' check of a thread (wireGuard).
