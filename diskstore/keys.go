@@ -1,0 +1,178 @@
+package diskstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/klauspost/compress/zstd"
+)
+
+// The store's keys. Events are written twice, both times compressed: at
+// once into the commit log, in the order they came (one value per group
+// commit, so the disk's tree only ever appends there), and later, a
+// thread's run of them at a time, into that thread's chunks, which
+// replays read; a commit-log value is deleted once every event in it is
+// in a chunk.
+//
+//	"w/" COMMIT(8)             -> a group commit: its events (thread, seq, JSON)
+//	"c/" THREAD 0 FIRST(8)     -> a chunk: the thread's events FIRST.. (chunkHead, then JSON)
+//	"t/" TIME(8) THREAD 0 FIRST(8) -> the chunks in the order they were written: the chunk's size
+//	"h/" THREAD                -> the id of the thread's last event in a chunk
+//	"n/" THREAD                -> the id (new epoch, seq) from which a thread goes on after a crash
+//	"l/" THREAD                -> the oldest seq the retention policy keeps of the thread
+//	"x/" THREAD                -> a deleted thread: the last commit its events can be in
+//	"s/" THREAD 0 ...          -> values ("v"), owner ("o"), checkpoints ("c" N(8))
+//	"m/clean"                  -> the store was closed cleanly
+func commitKey(n uint64) []byte { return binary.BigEndian.AppendUint64([]byte("w/"), n) }
+
+func chunkPrefix(thread string) []byte {
+	return append(append([]byte("c/"), thread...), 0)
+}
+
+func chunkKey(thread string, first uint64) []byte {
+	return binary.BigEndian.AppendUint64(chunkPrefix(thread), first)
+}
+
+// chunkFirst reads a chunk key's first seq.
+func chunkFirst(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
+
+func indexKey(at uint64, thread string, first uint64) []byte {
+	k := binary.BigEndian.AppendUint64([]byte("t/"), at)
+	k = append(append(k, thread...), 0)
+	return binary.BigEndian.AppendUint64(k, first)
+}
+
+// parseIndexKey reads an index key's thread and first seq.
+func parseIndexKey(k []byte) (thread string, first uint64, ok bool) {
+	if len(k) < 2+8+1+8 {
+		return "", 0, false
+	}
+	return string(k[10 : len(k)-9]), binary.BigEndian.Uint64(k[len(k)-8:]), true
+}
+
+func headKey(thread string) []byte    { return append([]byte("h/"), thread...) }
+func renewKey(thread string) []byte   { return append([]byte("n/"), thread...) }
+func floorKey(thread string) []byte   { return append([]byte("l/"), thread...) }
+func deletedKey(thread string) []byte { return append([]byte("x/"), thread...) }
+
+// upper is the end of the keys starting with prefix.
+func upper(prefix []byte) []byte {
+	return append(append([]byte(nil), prefix...), 0xff)
+}
+
+// chunkHead is what a chunk says of itself before its compressed events:
+// enough for the retention policy to drop it without reading them.
+type chunkHead struct {
+	Written        uint64 // when it was written (Unix ms): its index key's TIME
+	Count          uint64
+	Last           uint64 // the last event's seq
+	Oldest, Newest uint64 // its events' timestamps (Unix ms)
+}
+
+func (h chunkHead) append(b []byte) []byte {
+	for _, v := range []uint64{h.Written, h.Count, h.Last, h.Oldest, h.Newest} {
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+var errCorrupt = errors.New("diskstore: a stored value does not decode")
+
+// readChunkHead reads a chunk value's head and returns the rest.
+func readChunkHead(b []byte) (chunkHead, []byte, error) {
+	var h chunkHead
+	for _, p := range []*uint64{&h.Written, &h.Count, &h.Last, &h.Oldest, &h.Newest} {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return h, nil, errCorrupt
+		}
+		*p, b = v, b[n:]
+	}
+	return h, b, nil
+}
+
+// codec compresses the store's values (zstd at its fastest: the events of
+// a commit or of a chunk repeat each other's field names, and keep a sixth
+// to a tenth of their size).
+type codec struct {
+	enc *zstd.Encoder
+	dec *zstd.Decoder
+}
+
+func newCodec() (*codec, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+	if err != nil {
+		enc.Close()
+		return nil, err
+	}
+	return &codec{enc: enc, dec: dec}, nil
+}
+
+func (c *codec) close() {
+	_ = c.enc.Close()
+	c.dec.Close()
+}
+
+// commitRecord appends an event of a group commit: its thread, seq and
+// JSON.
+func commitRecord(b []byte, thread string, e *server.Event) []byte {
+	b = binary.AppendUvarint(b, uint64(len(thread)))
+	b = append(b, thread...)
+	b = binary.AppendUvarint(b, e.Seq)
+	b = binary.AppendUvarint(b, uint64(len(e.JSON())))
+	return append(b, e.JSON()...)
+}
+
+// readCommit calls fn with each event of a decompressed group commit.
+func readCommit(b []byte, fn func(thread string, seq uint64, json []byte) error) error {
+	for len(b) > 0 {
+		var fields [3][]byte
+		var seq uint64
+		for i := range fields {
+			v, n := binary.Uvarint(b)
+			if n <= 0 {
+				return errCorrupt
+			}
+			b = b[n:]
+			if i == 1 {
+				seq = v
+				continue
+			}
+			if uint64(len(b)) < v {
+				return errCorrupt
+			}
+			fields[i], b = b[:v], b[v:]
+		}
+		if err := fn(string(fields[0]), seq, fields[2]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readChunk decodes a decompressed chunk's events, each a
+// length-prefixed JSON.
+func readChunk(b []byte, fn func(*server.Event) (bool, error)) (bool, error) {
+	for len(b) > 0 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < v {
+			return false, errCorrupt
+		}
+		e, err := server.DecodeEvent(b[n : n+int(v)])
+		if err != nil {
+			return false, fmt.Errorf("diskstore: %w", err)
+		}
+		b = b[n+int(v):]
+		more, err := fn(e)
+		if err != nil || !more {
+			return more, err
+		}
+	}
+	return true, nil
+}

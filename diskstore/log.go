@@ -1,0 +1,648 @@
+package diskstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Log is the event log: the in-memory buffer in front, the disk behind
+// it (server.DurableLog). An event is in the buffer at once, in the
+// commit log within CommitEvery (synced), and in its thread's chunks
+// once FoldEvents of them (or FoldBytes, or FoldAge) are committed; until
+// then the log keeps it in memory as its thread's tail, so that a replay
+// never waits for the disk.
+type Log struct {
+	db    *pebble.DB
+	mem   *server.MemoryLog
+	opts  Options
+	codec *codec
+
+	flushing sync.Mutex // one flush (or retention pass, or delete) at a time
+	mu       sync.Mutex
+	pending  []*pendingEvent // appended, not yet committed, in order
+	tails    map[string]*tail
+	due      map[string]bool // threads whose tails are to be folded at the next commit
+	room     *sync.Cond      // signalled when pending shrinks
+	wake     chan struct{}
+	err      error // the last write's failure (the disk full, read-only)
+	full     error // why the store takes no events now
+	stop     chan struct{}
+	done     chan struct{}
+
+	crashed bool              // the store was not closed cleanly before
+	renewed map[string]bool   // threads given a new epoch since
+	touched map[string]uint64 // threads committed since the last retention pass: their last seq
+	floor   map[string]uint64 // the oldest seq the retention policy keeps of a thread (loaded lazily)
+	bytes   map[string]int64  // a thread's chunks' bytes
+	total   int64             // all the chunks' bytes
+
+	// The writer's own.
+	commit  uint64 // the last group commit's number
+	checked time.Time
+	aged    time.Time
+	buf     []byte
+}
+
+// pendingEvent is an event appended and not yet in a chunk.
+type pendingEvent struct {
+	thread string
+	ev     *server.Event
+	commit uint64 // the group commit that holds it; 0 until then
+}
+
+// tail is a thread's events not yet in a chunk, in seq order (the
+// committed ones first).
+type tail struct {
+	events    []*pendingEvent
+	committed int       // how many of events are committed
+	bytes     int       // their JSON's size
+	since     time.Time // when the oldest was appended
+}
+
+func newLog(db *pebble.DB, opts Options, crashed bool) (*Log, error) {
+	c, err := newCodec()
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
+		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{}, touched: map[string]uint64{},
+		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l.room = sync.NewCond(&l.mu)
+	if err := l.recover(); err != nil {
+		c.close()
+		return nil, err
+	}
+	if err := l.countBytes(); err != nil {
+		c.close()
+		return nil, err
+	}
+	l.checkSpace()
+	go l.writer()
+	return l, nil
+}
+
+// recover folds what the commit log still holds (a store not closed
+// cleanly) into its threads' chunks: the events after each thread's last
+// chunk, but for those of a thread deleted since.
+func (l *Log) recover() error {
+	folded := map[string]uint64{}
+	foldedSeq := func(thread string) (uint64, error) {
+		if s, ok := folded[thread]; ok {
+			return s, nil
+		}
+		id, ok, err := l.get(headKey(thread))
+		if err != nil || !ok {
+			folded[thread] = 0
+			return 0, err
+		}
+		c, err := server.ParseCursor(string(id))
+		if err != nil {
+			return 0, err
+		}
+		folded[thread] = c.Seq
+		return c.Seq, nil
+	}
+	deleted := map[string]uint64{}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("x/"), UpperBound: []byte("x0")})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		deleted[string(it.Key()[2:])] = binary.BigEndian.Uint64(it.Value())
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	threads := map[string][]*server.Event{}
+	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("w/"), UpperBound: []byte("w0")})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		n := binary.BigEndian.Uint64(it.Key()[2:])
+		raw, err := l.codec.dec.DecodeAll(it.Value(), nil)
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("diskstore: commit %d: %w", n, err)
+		}
+		err = readCommit(raw, func(thread string, seq uint64, json []byte) error {
+			if d, ok := deleted[thread]; ok && n <= d {
+				return nil
+			}
+			last, err := foldedSeq(thread)
+			if err != nil || seq <= last {
+				return err
+			}
+			e, err := server.DecodeEvent(json)
+			if err != nil {
+				return err
+			}
+			folded[thread] = seq
+			threads[thread] = append(threads[thread], e)
+			return nil
+		})
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("diskstore: commit %d: %w", n, err)
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	now := uint64(l.opts.Now().UnixMilli())
+	for thread, evs := range threads {
+		for len(evs) > 0 {
+			n := min(len(evs), l.opts.FoldEvents)
+			l.writeChunk(b, thread, evs[:n], now)
+			evs = evs[n:]
+		}
+	}
+	_ = b.DeleteRange([]byte("w/"), []byte("w0"), nil)
+	_ = b.DeleteRange([]byte("x/"), []byte("x0"), nil)
+	return b.Commit(pebble.Sync)
+}
+
+// countBytes reads the chunks' sizes from their index.
+func (l *Log) countBytes() error {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("t/"), UpperBound: []byte("t0")})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		thread, _, ok := parseIndexKey(it.Key())
+		size, n := binary.Uvarint(it.Value())
+		if !ok || n <= 0 {
+			continue
+		}
+		l.bytes[thread] += int64(size)
+		l.total += int64(size)
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// writeChunk puts a chunk of the thread's events (consecutive, in order)
+// into b, with its index entry and the thread's folded head.
+func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []*server.Event, now uint64) int {
+	h := chunkHead{Written: now, Count: uint64(len(evs)), Last: evs[len(evs)-1].Seq,
+		Oldest: timestampOf(evs[0].JSON()), Newest: timestampOf(evs[len(evs)-1].JSON())}
+	raw := l.buf[:0]
+	for _, e := range evs {
+		raw = binary.AppendUvarint(raw, uint64(len(e.JSON())))
+		raw = append(raw, e.JSON()...)
+	}
+	l.buf = raw
+	v := l.codec.enc.EncodeAll(raw, h.append(nil))
+	_ = b.Set(chunkKey(thread, evs[0].Seq), v, nil)
+	_ = b.Set(indexKey(now, thread, evs[0].Seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
+	_ = b.Set(headKey(thread), []byte(evs[len(evs)-1].EventID()), nil)
+	return len(v)
+}
+
+// writer commits what is pending, a group at a time, each synced: an
+// event waits CommitEvery at most (less when MaxPending/4 wait).
+func (l *Log) writer() {
+	defer close(l.done)
+	tick := time.NewTicker(l.opts.CommitEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			l.flush()
+			return
+		case <-tick.C:
+			if time.Since(l.checked) >= time.Second {
+				l.checked = time.Now()
+				l.checkSpace()
+				l.retain()
+			}
+		case <-l.wake:
+		}
+		l.flush()
+	}
+}
+
+// fold is a thread's committed events to write as a chunk.
+type fold struct {
+	thread string
+	tail   *tail
+	events []*pendingEvent
+}
+
+// flush writes the pending events as one group commit, with the chunks
+// of the threads due, in one synced batch. A batch that fails is tried
+// again at the next commit (Append refuses once MaxPending wait).
+func (l *Log) flush() {
+	l.flushing.Lock()
+	defer l.flushing.Unlock()
+	l.mu.Lock()
+	batch := l.pending
+	l.pending = nil
+	var folds []fold
+	for thread := range l.due {
+		if t := l.tails[thread]; t != nil && t.committed > 0 {
+			folds = append(folds, fold{thread, t, t.events[:t.committed:t.committed]})
+		}
+	}
+	clear(l.due)
+	floors := make([]uint64, len(folds))
+	for i, f := range folds {
+		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
+	}
+	l.mu.Unlock()
+	if len(batch) == 0 && len(folds) == 0 {
+		return
+	}
+	b := l.db.NewBatch()
+	n := l.commit
+	if len(batch) > 0 {
+		n++
+		raw := l.buf[:0]
+		for _, p := range batch {
+			raw = commitRecord(raw, p.thread, p.ev)
+		}
+		l.buf = raw
+		_ = b.Set(commitKey(n), l.codec.enc.EncodeAll(raw, nil), nil)
+	}
+	now := uint64(l.opts.Now().UnixMilli())
+	sizes := make([]int, len(folds))
+	for i, f := range folds {
+		evs := make([]*server.Event, 0, len(f.events))
+		for _, p := range f.events {
+			if p.ev.Seq >= floors[i] { // those below are dropped by the retention policy already
+				evs = append(evs, p.ev)
+			}
+		}
+		if len(evs) > 0 {
+			for len(evs) > 0 {
+				n := min(len(evs), l.opts.FoldEvents)
+				sizes[i] += l.writeChunk(b, f.thread, evs[:n], now)
+				evs = evs[n:]
+			}
+		} else {
+			_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].ev.EventID()), nil)
+		}
+	}
+	err := b.Commit(pebble.Sync)
+	_ = b.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+	if err != nil {
+		l.pending = append(batch, l.pending...)
+		for _, f := range folds {
+			l.due[f.thread] = true
+		}
+		return
+	}
+	l.commit = n
+	for _, p := range batch {
+		p.commit = n
+		l.touched[p.thread] = p.ev.Seq
+		if t := l.tails[p.thread]; t != nil {
+			t.committed++
+			if t.committed >= l.opts.FoldEvents || t.bytes >= l.opts.FoldBytes {
+				l.due[p.thread] = true
+			}
+		}
+	}
+	for i, f := range folds {
+		l.bytes[f.thread] += int64(sizes[i])
+		l.total += int64(sizes[i])
+		if l.tails[f.thread] != f.tail {
+			continue // deleted meanwhile
+		}
+		t := f.tail
+		k := len(f.events)
+		for _, p := range t.events[:k] {
+			t.bytes -= len(p.ev.JSON())
+		}
+		t.events = append(t.events[:0:0], t.events[k:]...)
+		t.committed -= k
+		if len(t.events) == 0 {
+			delete(l.tails, f.thread)
+		} else {
+			t.since = time.Now()
+		}
+	}
+	l.room.Broadcast()
+}
+
+// foldAll writes every thread's tail as chunks and empties the commit
+// log (on Close, once the writer is stopped and everything committed).
+func (l *Log) foldAll() error {
+	l.mu.Lock()
+	for thread, t := range l.tails {
+		if t.committed > 0 {
+			l.due[thread] = true
+		}
+	}
+	l.mu.Unlock()
+	l.flush()
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return l.db.DeleteRange([]byte("w/"), []byte("w0"), pebble.Sync)
+}
+
+func (l *Log) close() {
+	close(l.stop)
+	<-l.done
+}
+
+func (l *Log) release() { l.codec.close() }
+
+// Err is the last write's failure, nil once a write succeeds again.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Log) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := l.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// floorOf returns the oldest seq kept of thread, read from the disk the
+// first time (l.mu held).
+func (l *Log) floorOf(thread string) uint64 {
+	f, ok := l.floor[thread]
+	if !ok {
+		if v, found, err := l.get(floorKey(thread)); err == nil && found && len(v) == 8 {
+			f = binary.BigEndian.Uint64(v)
+		}
+		l.floor[thread] = f
+	}
+	return f
+}
+
+// Append implements server.EventLog: the event is in the buffer at once
+// and on disk within CommitEvery.
+func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error {
+	l.mu.Lock()
+	if l.full != nil {
+		err := l.full
+		l.mu.Unlock()
+		return err
+	}
+	if len(l.pending) >= l.opts.MaxPending {
+		deadline := time.Now().Add(l.opts.QueueWait)
+		timer := time.AfterFunc(l.opts.QueueWait, func() { l.mu.Lock(); l.room.Broadcast(); l.mu.Unlock() })
+		for len(l.pending) >= l.opts.MaxPending && time.Now().Before(deadline) {
+			l.room.Wait()
+		}
+		timer.Stop()
+		if len(l.pending) >= l.opts.MaxPending {
+			err := l.err
+			l.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrBehind, err)
+			}
+			return ErrBehind
+		}
+	}
+	p := &pendingEvent{thread: thread, ev: e}
+	l.pending = append(l.pending, p)
+	t := l.tails[thread]
+	if t == nil {
+		t = &tail{since: time.Now()}
+		l.tails[thread] = t
+		l.floorOf(thread)
+	}
+	t.events = append(t.events, p)
+	t.bytes += len(e.JSON())
+	wake := len(l.pending) == l.opts.MaxPending/4
+	l.mu.Unlock()
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return l.mem.Append(ctx, thread, e)
+}
+
+// After implements server.EventLog: the events after seq from the
+// thread's chunks, then its tail, then the buffer.
+func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	l.mu.Lock()
+	if floor := l.floorOf(thread); seq+1 < floor {
+		seq = floor - 1 // dropped by the retention policy, from the buffer too
+	}
+	l.mu.Unlock()
+	if oldest, _ := l.mem.Oldest(ctx, thread); oldest > 0 && seq+1 >= oldest {
+		return l.mem.After(ctx, thread, seq, fn)
+	}
+	more, last, err := l.stored(thread, seq, fn)
+	if err != nil || !more {
+		return err
+	}
+	return l.mem.After(ctx, thread, last, fn)
+}
+
+// stored calls fn with the thread's events after seq from its chunks
+// and its tail; it returns whether fn wanted more and the last seq it
+// was given.
+func (l *Log) stored(thread string, seq uint64, fn func(*server.Event) bool) (bool, uint64, error) {
+	l.mu.Lock()
+	var tl []*pendingEvent
+	if t := l.tails[thread]; t != nil {
+		tl = append(tl, t.events...)
+	}
+	l.mu.Unlock()
+	var upTo uint64 // exclusive; 0: every chunk
+	if len(tl) > 0 {
+		upTo = tl[0].ev.Seq
+	}
+	more := true
+	if upTo == 0 || seq+1 < upTo {
+		err := l.chunks(thread, seq, upTo, func(e *server.Event) bool {
+			more = fn(e)
+			seq = e.Seq
+			return more
+		})
+		if err != nil || !more {
+			return more, seq, err
+		}
+	}
+	for _, p := range tl {
+		if p.ev.Seq <= seq {
+			continue
+		}
+		seq = p.ev.Seq
+		if !fn(p.ev) {
+			return false, seq, nil
+		}
+	}
+	return true, seq, nil
+}
+
+// chunks reads the thread's chunked events after seq and below upTo (0:
+// all).
+func (l *Log) chunks(thread string, seq, upTo uint64, fn func(*server.Event) bool) error {
+	prefix := chunkPrefix(thread)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	// The chunk holding seq+1 starts at or before it.
+	if !it.SeekLT(chunkKey(thread, seq+2)) {
+		it.First()
+	}
+	for ; it.Valid(); it.Next() {
+		if upTo > 0 && chunkFirst(it.Key()) >= upTo {
+			break
+		}
+		h, body, err := readChunkHead(it.Value())
+		if err != nil {
+			return err
+		}
+		if h.Last <= seq {
+			continue
+		}
+		raw, err := l.codec.dec.DecodeAll(body, nil)
+		if err != nil {
+			return fmt.Errorf("diskstore: thread %s: %w", thread, err)
+		}
+		more, err := readChunk(raw, func(e *server.Event) (bool, error) {
+			if e.Seq <= seq {
+				return true, nil
+			}
+			if upTo > 0 && e.Seq >= upTo {
+				return false, nil
+			}
+			return fn(e), nil
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// Oldest implements server.EventLog: the oldest event kept.
+func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
+	prefix := chunkPrefix(thread)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	var o uint64
+	l.mu.Lock()
+	floor := l.floorOf(thread)
+	if t := l.tails[thread]; t != nil && len(t.events) > 0 {
+		o = t.events[0].ev.Seq
+	}
+	l.mu.Unlock()
+	if it.First() {
+		o = chunkFirst(it.Key())
+	} else if o == 0 {
+		if o, err = l.mem.Oldest(ctx, thread); err != nil {
+			return 0, err
+		}
+	}
+	if o == 0 {
+		return 0, nil
+	}
+	return max(o, floor), nil
+}
+
+// Len implements server.EventLog: what the buffer holds.
+func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
+
+// Release implements server.EventLog: the buffer lets the thread go; the
+// disk keeps it.
+func (l *Log) Release(thread string) { l.mem.Release(thread) }
+
+// Head implements server.DurableLog: the thread's last event's epoch and
+// seq (or the new epoch it goes on in after a crash).
+func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
+	var id string
+	l.mu.Lock()
+	if t := l.tails[thread]; t != nil && len(t.events) > 0 {
+		id = t.events[len(t.events)-1].ev.EventID()
+	}
+	l.mu.Unlock()
+	if id == "" {
+		v, ok, err := l.get(headKey(thread))
+		if err != nil || !ok {
+			return "", 0, err
+		}
+		id = string(v)
+	}
+	c, err := server.ParseCursor(id)
+	if err != nil {
+		return "", 0, err
+	}
+	if v, ok, err := l.get(renewKey(thread)); err != nil {
+		return "", 0, err
+	} else if ok {
+		if r, err := server.ParseCursor(string(v)); err == nil && r.Seq >= c.Seq {
+			c = r
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.crashed && !l.renewed[thread] {
+		// The first time after a crash: a new epoch, kept, from which the
+		// thread's stream goes on.
+		l.renewed[thread] = true
+		c.Epoch = server.NewEpoch()
+		if err := l.db.Set(renewKey(thread), []byte(c.String()), pebble.Sync); err != nil {
+			return "", 0, err
+		}
+	}
+	return c.Epoch, c.Seq, nil
+}
+
+// Cache implements server.DurableLog (for a cluster's other nodes: this
+// store has one node).
+func (l *Log) Cache(thread string, e *server.Event) {
+	_ = l.mem.Append(context.Background(), thread, e)
+}
+
+// Stored implements server.DurableLog: what the store holds after seq.
+func (l *Log) Stored(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
+	l.mu.Lock()
+	if floor := l.floorOf(thread); seq+1 < floor {
+		seq = floor - 1
+	}
+	l.mu.Unlock()
+	_, _, err := l.stored(thread, seq, fn)
+	return err
+}
+
+// checkSpace reads the free space: below MinFree the store takes no
+// more events, above it again it does.
+func (l *Log) checkSpace() {
+	free, err := l.opts.FreeSpace()
+	var full error
+	switch {
+	case err != nil:
+		full = fmt.Errorf("%w: %v", ErrDiskFull, err)
+	case free < l.opts.MinFree:
+		full = fmt.Errorf("%w: %d bytes free under %s", ErrDiskFull, free, l.opts.Dir)
+	}
+	l.mu.Lock()
+	l.full = full
+	l.mu.Unlock()
+}

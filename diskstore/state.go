@@ -1,0 +1,299 @@
+package diskstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// State keeps values, checkpoints and owners (server.StateStore). Values
+// and checkpoints are written without waiting for the disk (the next group
+// commit of events syncs them, as the events around them); an owner's
+// claim is synced.
+type State struct {
+	db  *pebble.DB
+	log *Log
+	mu  sync.Mutex // ClaimOwner's read and write as one
+}
+
+func stateKey(thread, what string) []byte {
+	return append(append(append([]byte("s/"), thread...), 0), what...)
+}
+
+func (s *State) get(key []byte) ([]byte, bool, error) { return s.log.get(key) }
+
+// Exists implements server.StateStore.
+func (s *State) Exists(_ context.Context, thread string) (bool, error) {
+	prefix := stateKey(thread, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	if it.First() {
+		return true, nil
+	}
+	s.log.mu.Lock()
+	t := s.log.tails[thread]
+	s.log.mu.Unlock()
+	if t != nil {
+		return true, nil
+	}
+	_, ok, err := s.get(headKey(thread))
+	return ok, err
+}
+
+// Values implements server.StateStore.
+func (s *State) Values(_ context.Context, thread string) (map[string]any, bool, error) {
+	b, ok, err := s.get(stateKey(thread, "v"))
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+// SetValues implements server.StateStore.
+func (s *State) SetValues(_ context.Context, thread string, values map[string]any) error {
+	b, err := json.Marshal(values)
+	if err != nil {
+		return err
+	}
+	return s.db.Set(stateKey(thread, "v"), b, pebble.NoSync) // synced with the next group commit
+}
+
+// AddCheckpoint implements server.StateStore.
+func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.CheckpointRecord) error {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := uint64(0)
+	if list, err := s.checkpoints(thread); err == nil && len(list) > 0 {
+		n = list[0].n + 1
+	}
+	return s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.NoSync)
+}
+
+type numbered struct {
+	n  uint64
+	cp server.CheckpointRecord
+}
+
+// checkpoints lists the thread's checkpoints, newest first.
+func (s *State) checkpoints(thread string) ([]numbered, error) {
+	prefix := stateKey(thread, "c")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []numbered
+	for it.Last(); it.Valid(); it.Prev() {
+		k := it.Key()
+		var cp server.CheckpointRecord
+		if err := json.Unmarshal(it.Value(), &cp); err != nil {
+			return nil, err
+		}
+		out = append(out, numbered{binary.BigEndian.Uint64(k[len(k)-8:]), cp})
+	}
+	return out, it.Error()
+}
+
+// Checkpoints implements server.StateStore.
+func (s *State) Checkpoints(_ context.Context, thread string) ([]server.CheckpointRecord, error) {
+	list, err := s.checkpoints(thread)
+	out := make([]server.CheckpointRecord, len(list))
+	for i, n := range list {
+		out[i] = n.cp
+	}
+	return out, err
+}
+
+// Checkpoint implements server.StateStore.
+func (s *State) Checkpoint(_ context.Context, thread, id string) (server.CheckpointRecord, bool, error) {
+	list, err := s.checkpoints(thread)
+	for _, n := range list {
+		if n.cp.ID == id {
+			return n.cp, true, nil
+		}
+	}
+	return server.CheckpointRecord{}, false, err
+}
+
+// Owner implements server.StateStore.
+func (s *State) Owner(_ context.Context, thread string) (string, bool, error) {
+	b, ok, err := s.get(stateKey(thread, "o"))
+	return string(b), ok, err
+}
+
+// ClaimOwner implements server.StateStore.
+func (s *State) ClaimOwner(_ context.Context, thread, principal string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok, err := s.get(stateKey(thread, "o"))
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return string(b), nil
+	}
+	return principal, s.db.Set(stateKey(thread, "o"), []byte(principal), pebble.Sync)
+}
+
+// Delete implements server.StateStore: the thread's state and its events
+// go, the commit log's copies included (a marker tells a recovery to skip
+// those).
+func (s *State) Delete(_ context.Context, thread string) error {
+	l := s.log
+	l.flushing.Lock()
+	defer l.flushing.Unlock()
+	l.mu.Lock()
+	kept := l.pending[:0]
+	for _, p := range l.pending {
+		if p.thread != thread {
+			kept = append(kept, p)
+		}
+	}
+	clear(l.pending[len(kept):])
+	l.pending = kept
+	delete(l.tails, thread)
+	delete(l.due, thread)
+	delete(l.touched, thread)
+	delete(l.floor, thread)
+	freed := l.bytes[thread]
+	delete(l.bytes, thread)
+	l.total -= freed
+	last := l.commit
+	l.mu.Unlock()
+
+	b := s.db.NewBatch()
+	defer b.Close()
+	prefix := chunkPrefix(thread)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if h, _, err := readChunkHead(it.Value()); err == nil {
+			_ = b.Delete(indexKey(h.Written, thread, chunkFirst(it.Key())), nil)
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	for _, prefix := range [][]byte{stateKey(thread, ""), prefix} {
+		if err := b.DeleteRange(prefix, upper(prefix), nil); err != nil {
+			return err
+		}
+	}
+	for _, k := range [][]byte{headKey(thread), renewKey(thread), floorKey(thread)} {
+		_ = b.Delete(k, nil)
+	}
+	_ = b.Set(deletedKey(thread), binary.BigEndian.AppendUint64(nil, last), nil)
+	return b.Commit(pebble.Sync)
+}
+
+// Stats is what a store holds.
+type Stats struct {
+	Threads, Events uint64
+	Bytes           uint64 // on disk
+}
+
+// Stats counts the store's threads and events and its bytes on disk.
+func (e *Engine) Stats() (Stats, error) {
+	var st Stats
+	threads := map[string]bool{}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte("c/"), UpperBound: []byte("c0")})
+	if err != nil {
+		return st, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		thread := string(k[2 : len(k)-9])
+		floor := e.log.floorFor(thread)
+		h, body, err := readChunkHead(it.Value())
+		if err != nil {
+			_ = it.Close()
+			return st, err
+		}
+		threads[thread] = true
+		if first := chunkFirst(k); first >= floor {
+			st.Events += h.Count
+			continue
+		}
+		raw, err := e.log.codec.dec.DecodeAll(body, nil)
+		if err != nil {
+			_ = it.Close()
+			return st, err
+		}
+		_, _ = readChunk(raw, func(ev *server.Event) (bool, error) {
+			if ev.Seq >= floor {
+				st.Events++
+			}
+			return true, nil
+		})
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return st, err
+	}
+	e.log.mu.Lock()
+	for thread, t := range e.log.tails {
+		threads[thread] = true
+		st.Events += uint64(len(t.events))
+	}
+	e.log.mu.Unlock()
+	st.Threads = uint64(len(threads))
+	st.Bytes = e.db.Metrics().DiskSpaceUsage()
+	return st, nil
+}
+
+// floorFor is floorOf, locking.
+func (l *Log) floorFor(thread string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.floorOf(thread)
+}
+
+// Compact rewrites the whole store, dropping what deletes left behind.
+func (e *Engine) Compact(ctx context.Context) error {
+	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
+}
+
+// Export writes the thread's events as NDJSON, each without its seq and
+// event_id: a producer's batch (POST /threads/{id}/events) that another
+// server imports as it would any producer's events.
+func (e *Engine) Export(thread string, w io.Writer) (n int, err error) {
+	werr := e.log.Stored(context.Background(), thread, 0, func(ev *server.Event) bool {
+		var m map[string]any
+		if err = json.Unmarshal(ev.JSON(), &m); err != nil {
+			return false
+		}
+		delete(m, "seq")
+		delete(m, "event_id")
+		var b []byte
+		if b, err = json.Marshal(m); err != nil {
+			return false
+		}
+		if _, err = w.Write(append(b, '\n')); err != nil {
+			return false
+		}
+		n++
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
