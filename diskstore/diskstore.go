@@ -75,7 +75,7 @@ const (
 	// of its history is a disk read away.
 	DefaultBufferEvents = 64
 	// DefaultMaxEvents is each thread's history on disk: a million events.
-	DefaultMaxEvents = 1_000_000
+	DefaultMaxEvents  = 1_000_000
 	DefaultFoldEvents = 64
 	DefaultFoldBytes  = 64 << 10
 	DefaultFoldAge    = 10 * time.Second
