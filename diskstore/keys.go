@@ -102,7 +102,7 @@ type codec struct {
 }
 
 func newCodec() (*codec, error) {
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<18))
 	if err != nil {
 		return nil, err
 	}
@@ -121,12 +121,12 @@ func (c *codec) close() {
 
 // commitRecord appends an event of a group commit: its thread, seq and
 // JSON.
-func commitRecord(b []byte, thread string, e *server.Event) []byte {
+func commitRecord(b []byte, thread string, seq uint64, json []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(thread)))
 	b = append(b, thread...)
-	b = binary.AppendUvarint(b, e.Seq)
-	b = binary.AppendUvarint(b, uint64(len(e.JSON())))
-	return append(b, e.JSON()...)
+	b = binary.AppendUvarint(b, seq)
+	b = binary.AppendUvarint(b, uint64(len(json)))
+	return append(b, json...)
 }
 
 // readCommit calls fn with each event of a decompressed group commit.

@@ -26,7 +26,7 @@ type Log struct {
 
 	flushing sync.Mutex // one flush (or retention pass, or delete) at a time
 	mu       sync.Mutex
-	pending  []*pendingEvent // appended, not yet committed, in order
+	pending  []pendingEvent // appended, not yet committed, in order
 	tails    map[string]*tail
 	due      map[string]bool // threads whose tails are to be folded at the next commit
 	room     *sync.Cond      // signalled when pending shrinks
@@ -50,17 +50,26 @@ type Log struct {
 	buf     []byte
 }
 
-// pendingEvent is an event appended and not yet in a chunk.
+// pendingEvent is an event appended and not yet committed.
 type pendingEvent struct {
 	thread string
-	ev     *server.Event
+	seq    uint64
+	json   []byte
+}
+
+// record is what the log keeps of an event not yet in a chunk: its seq,
+// id and JSON (which the buffer shares), not the decoded event.
+type record struct {
+	seq    uint64
+	id     string
+	json   []byte
 	commit uint64 // the group commit that holds it; 0 until then
 }
 
 // tail is a thread's events not yet in a chunk, in seq order (the
 // committed ones first).
 type tail struct {
-	events    []*pendingEvent
+	events    []record
 	committed int       // how many of events are committed
 	bytes     int       // their JSON's size
 	since     time.Time // when the oldest was appended
@@ -121,7 +130,7 @@ func (l *Log) recover() error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
-	threads := map[string][]*server.Event{}
+	threads := map[string][]record{}
 	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("w/"), UpperBound: []byte("w0")})
 	if err != nil {
 		return err
@@ -146,7 +155,7 @@ func (l *Log) recover() error {
 				return err
 			}
 			folded[thread] = seq
-			threads[thread] = append(threads[thread], e)
+			threads[thread] = append(threads[thread], record{seq: seq, id: e.EventID(), json: json})
 			return nil
 		})
 		if err != nil {
@@ -192,19 +201,20 @@ func (l *Log) countBytes() error {
 
 // writeChunk puts a chunk of the thread's events (consecutive, in order)
 // into b, with its index entry and the thread's folded head.
-func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []*server.Event, now uint64) int {
-	h := chunkHead{Written: now, Count: uint64(len(evs)), Last: evs[len(evs)-1].Seq,
-		Oldest: timestampOf(evs[0].JSON()), Newest: timestampOf(evs[len(evs)-1].JSON())}
+func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint64) int {
+	first, last := evs[0], evs[len(evs)-1]
+	h := chunkHead{Written: now, Count: uint64(len(evs)), Last: last.seq,
+		Oldest: timestampOf(first.json), Newest: timestampOf(last.json)}
 	raw := l.buf[:0]
 	for _, e := range evs {
-		raw = binary.AppendUvarint(raw, uint64(len(e.JSON())))
-		raw = append(raw, e.JSON()...)
+		raw = binary.AppendUvarint(raw, uint64(len(e.json)))
+		raw = append(raw, e.json...)
 	}
 	l.buf = raw
 	v := l.codec.enc.EncodeAll(raw, h.append(nil))
-	_ = b.Set(chunkKey(thread, evs[0].Seq), v, nil)
-	_ = b.Set(indexKey(now, thread, evs[0].Seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
-	_ = b.Set(headKey(thread), []byte(evs[len(evs)-1].EventID()), nil)
+	_ = b.Set(chunkKey(thread, first.seq), v, nil)
+	_ = b.Set(indexKey(now, thread, first.seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
+	_ = b.Set(headKey(thread), []byte(last.id), nil)
 	return len(v)
 }
 
@@ -235,7 +245,7 @@ func (l *Log) writer() {
 type fold struct {
 	thread string
 	tail   *tail
-	events []*pendingEvent
+	events []record
 }
 
 // flush writes the pending events as one group commit, with the chunks
@@ -268,7 +278,7 @@ func (l *Log) flush() {
 		n++
 		raw := l.buf[:0]
 		for _, p := range batch {
-			raw = commitRecord(raw, p.thread, p.ev)
+			raw = commitRecord(raw, p.thread, p.seq, p.json)
 		}
 		l.buf = raw
 		_ = b.Set(commitKey(n), l.codec.enc.EncodeAll(raw, nil), nil)
@@ -276,11 +286,9 @@ func (l *Log) flush() {
 	now := uint64(l.opts.Now().UnixMilli())
 	sizes := make([]int, len(folds))
 	for i, f := range folds {
-		evs := make([]*server.Event, 0, len(f.events))
-		for _, p := range f.events {
-			if p.ev.Seq >= floors[i] { // those below are dropped by the retention policy already
-				evs = append(evs, p.ev)
-			}
+		evs := f.events
+		for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
+			evs = evs[1:]
 		}
 		if len(evs) > 0 {
 			for len(evs) > 0 {
@@ -289,7 +297,7 @@ func (l *Log) flush() {
 				evs = evs[n:]
 			}
 		} else {
-			_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].ev.EventID()), nil)
+			_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].id), nil)
 		}
 	}
 	err := b.Commit(pebble.Sync)
@@ -306,9 +314,9 @@ func (l *Log) flush() {
 	}
 	l.commit = n
 	for _, p := range batch {
-		p.commit = n
-		l.touched[p.thread] = p.ev.Seq
-		if t := l.tails[p.thread]; t != nil {
+		l.touched[p.thread] = p.seq
+		if t := l.tails[p.thread]; t != nil && t.committed < len(t.events) {
+			t.events[t.committed].commit = n
 			t.committed++
 			if t.committed >= l.opts.FoldEvents || t.bytes >= l.opts.FoldBytes {
 				l.due[p.thread] = true
@@ -324,7 +332,7 @@ func (l *Log) flush() {
 		t := f.tail
 		k := len(f.events)
 		for _, p := range t.events[:k] {
-			t.bytes -= len(p.ev.JSON())
+			t.bytes -= len(p.json)
 		}
 		t.events = append(t.events[:0:0], t.events[k:]...)
 		t.committed -= k
@@ -418,15 +426,14 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 			return ErrBehind
 		}
 	}
-	p := &pendingEvent{thread: thread, ev: e}
-	l.pending = append(l.pending, p)
+	l.pending = append(l.pending, pendingEvent{thread: thread, seq: e.Seq, json: e.JSON()})
 	t := l.tails[thread]
 	if t == nil {
 		t = &tail{since: time.Now()}
 		l.tails[thread] = t
 		l.floorOf(thread)
 	}
-	t.events = append(t.events, p)
+	t.events = append(t.events, record{seq: e.Seq, id: e.EventID(), json: e.JSON()})
 	t.bytes += len(e.JSON())
 	wake := len(l.pending) == l.opts.MaxPending/4
 	l.mu.Unlock()
@@ -462,14 +469,14 @@ func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*ser
 // was given.
 func (l *Log) stored(thread string, seq uint64, fn func(*server.Event) bool) (bool, uint64, error) {
 	l.mu.Lock()
-	var tl []*pendingEvent
+	var tl []record
 	if t := l.tails[thread]; t != nil {
 		tl = append(tl, t.events...)
 	}
 	l.mu.Unlock()
 	var upTo uint64 // exclusive; 0: every chunk
 	if len(tl) > 0 {
-		upTo = tl[0].ev.Seq
+		upTo = tl[0].seq
 	}
 	more := true
 	if upTo == 0 || seq+1 < upTo {
@@ -483,11 +490,15 @@ func (l *Log) stored(thread string, seq uint64, fn func(*server.Event) bool) (bo
 		}
 	}
 	for _, p := range tl {
-		if p.ev.Seq <= seq {
+		if p.seq <= seq {
 			continue
 		}
-		seq = p.ev.Seq
-		if !fn(p.ev) {
+		e, err := server.DecodeEvent(p.json)
+		if err != nil {
+			return false, seq, fmt.Errorf("diskstore: thread %s: %w", thread, err)
+		}
+		seq = p.seq
+		if !fn(e) {
 			return false, seq, nil
 		}
 	}
@@ -550,7 +561,7 @@ func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
 	l.mu.Lock()
 	floor := l.floorOf(thread)
 	if t := l.tails[thread]; t != nil && len(t.events) > 0 {
-		o = t.events[0].ev.Seq
+		o = t.events[0].seq
 	}
 	l.mu.Unlock()
 	if it.First() {
@@ -566,6 +577,10 @@ func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
 	return max(o, floor), nil
 }
 
+// Memory is the hot cache in front of the disk: the server counts it as
+// its replay buffers (their budget, the memory governor).
+func (l *Log) Memory() *server.MemoryLog { return l.mem }
+
 // Len implements server.EventLog: what the buffer holds.
 func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
 
@@ -579,7 +594,7 @@ func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
 	var id string
 	l.mu.Lock()
 	if t := l.tails[thread]; t != nil && len(t.events) > 0 {
-		id = t.events[len(t.events)-1].ev.EventID()
+		id = t.events[len(t.events)-1].id
 	}
 	l.mu.Unlock()
 	if id == "" {

@@ -154,16 +154,16 @@ func (l *Log) ageFloor(thread string, cutoff uint64) uint64 {
 		return keep
 	}
 	l.mu.Lock()
-	var tl []*pendingEvent
+	var tl []record
 	if t := l.tails[thread]; t != nil {
 		tl = append(tl, t.events...)
 	}
 	l.mu.Unlock()
 	for _, p := range tl {
-		if timestampOf(p.ev.JSON()) >= cutoff {
+		if timestampOf(p.json) >= cutoff {
 			break
 		}
-		keep = p.ev.Seq + 1
+		keep = p.seq + 1
 	}
 	return keep
 }
