@@ -36,10 +36,7 @@ func TestACrashStartsANewEpoch(t *testing.T) {
 	require.Equal(t, uint64(10), seq)
 	// The crash: what was committed stays, no clean mark is written (and
 	// the first server's Close, below, finds the store closed).
-	eng.closeOnce.Do(func() {
-		eng.log.close()
-		require.NoError(t, eng.db.Close())
-	})
+	crash(t, eng)
 
 	eng2, err := Open(Options{Dir: dir})
 	require.NoError(t, err)

@@ -122,6 +122,7 @@ func Open(opts Options) (*Engine, error) {
 	// lost the last events it was told of: every thread goes on in a new
 	// epoch, so that no id names two events (a client that saw an id it
 	// lost gets the reset notice).
+	// A new store has nothing to lose.
 	_, closer, err := db.Get(cleanKey)
 	crashed := errors.Is(err, pebble.ErrNotFound)
 	if err == nil {
@@ -129,6 +130,14 @@ func Open(opts Options) (*Engine, error) {
 	} else if !crashed {
 		db.Close()
 		return nil, fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err)
+	}
+	if crashed {
+		empty, err := isEmpty(db)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err)
+		}
+		crashed = !empty
 	}
 	if err := db.Delete(cleanKey, pebble.Sync); err != nil {
 		db.Close()
@@ -189,6 +198,16 @@ func withDefaults(opts Options) Options {
 		}
 	}
 	return opts
+}
+
+// isEmpty reports whether db holds no key.
+func isEmpty(db *pebble.DB) (bool, error) {
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return false, err
+	}
+	empty := !it.First()
+	return empty, errors.Join(it.Error(), it.Close())
 }
 
 // cleanKey marks a store closed cleanly (Close writes it, Open removes it).

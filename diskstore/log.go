@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -42,6 +43,9 @@ type Log struct {
 	floor   map[string]uint64 // the oldest seq the retention policy keeps of a thread (loaded lazily)
 	bytes   map[string]int64  // a thread's chunks' bytes
 	total   int64             // all the chunks' bytes
+
+	// Counters (Stats).
+	written, commits, failures, refusedFull, refusedBehind, chunksWritten, dropped atomic.Uint64
 
 	// The writer's own.
 	commit  uint64 // the last group commit's number
@@ -215,6 +219,7 @@ func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint6
 	_ = b.Set(chunkKey(thread, first.seq), v, nil)
 	_ = b.Set(indexKey(now, thread, first.seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
 	_ = b.Set(headKey(thread), []byte(last.id), nil)
+	l.chunksWritten.Add(1)
 	return len(v)
 }
 
@@ -306,6 +311,7 @@ func (l *Log) flush() {
 	defer l.mu.Unlock()
 	l.err = err
 	if err != nil {
+		l.failures.Add(1)
 		l.pending = append(batch, l.pending...)
 		for _, f := range folds {
 			l.due[f.thread] = true
@@ -313,6 +319,8 @@ func (l *Log) flush() {
 		return
 	}
 	l.commit = n
+	l.commits.Add(1)
+	l.written.Add(uint64(len(batch)))
 	for _, p := range batch {
 		l.touched[p.thread] = p.seq
 		if t := l.tails[p.thread]; t != nil && t.committed < len(t.events) {
@@ -408,6 +416,7 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 	if l.full != nil {
 		err := l.full
 		l.mu.Unlock()
+		l.refusedFull.Add(1)
 		return err
 	}
 	if len(l.pending) >= l.opts.MaxPending {
@@ -420,6 +429,7 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 		if len(l.pending) >= l.opts.MaxPending {
 			err := l.err
 			l.mu.Unlock()
+			l.refusedBehind.Add(1)
 			if err != nil {
 				return fmt.Errorf("%w: %v", ErrBehind, err)
 			}
@@ -434,6 +444,9 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 		l.floorOf(thread)
 	}
 	t.events = append(t.events, record{seq: e.Seq, id: e.EventID(), json: e.JSON()})
+	if l.crashed {
+		l.renewed[thread] = true // its stream goes on after the crash already
+	}
 	t.bytes += len(e.JSON())
 	wake := len(l.pending) == l.opts.MaxPending/4
 	l.mu.Unlock()

@@ -226,11 +226,13 @@ func (l *Log) drop(thread string, keep uint64) {
 		return
 	}
 	var freed int64
+	var events uint64
 	for it.First(); it.Valid(); it.Next() {
 		h, _, err := readChunkHead(it.Value())
 		if err != nil || h.Last >= keep {
 			break
 		}
+		events += h.Count
 		freed += int64(len(it.Value()))
 		_ = b.Delete(it.Key(), nil)
 		_ = b.Delete(indexKey(h.Written, thread, chunkFirst(it.Key())), nil)
@@ -242,6 +244,7 @@ func (l *Log) drop(thread string, keep uint64) {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return
 	}
+	l.dropped.Add(events)
 	l.mu.Lock()
 	l.floor[thread] = max(l.floor[thread], keep)
 	l.bytes[thread] -= freed

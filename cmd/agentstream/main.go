@@ -115,7 +115,7 @@ type config struct {
 	profiles, instanceAIAssistant                                    string
 	upstream, upstreamAPIKey, upstreamIdentity                       string
 	dataDir                                                          string
-	dataMinFree, dataMaxEvents                                       int64
+	dataMinFree, dataMaxEvents, dataMaxThreadBytes, dataMaxBytes     int64
 	dataMaxAge                                                       time.Duration
 	bufferEventsSet                                                  bool // --buffer-events was given
 	upstreamHeaders                                                  []string
@@ -219,6 +219,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat); none by default")
 	fs.Int64Var(&c.dataMinFree, "data-min-free", diskstore.DefaultMinFree, "with --data-dir: the free space, in bytes, below which no more events are taken (refused, /readyz says why) until space returns")
 	fs.Int64Var(&c.dataMaxEvents, "data-max-events", diskstore.DefaultMaxEvents, "with --data-dir: each thread keeps at most this many events on disk, the oldest dropped first (-1: no cap)")
+	fs.Int64Var(&c.dataMaxThreadBytes, "data-max-thread-bytes", 0, "with --data-dir: each thread keeps at most this many bytes of events on disk (compressed), the oldest dropped first (0: no cap)")
+	fs.Int64Var(&c.dataMaxBytes, "data-max-bytes", 0, "with --data-dir: all threads together keep at most this many bytes of events on disk (compressed), the oldest of any thread dropped first (0: no cap)")
 	fs.DurationVar(&c.dataMaxAge, "data-max-age", 0, "with --data-dir: events older than this are dropped (0: kept as long as their thread, --thread-ttl)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
@@ -384,9 +386,9 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			ln.Close()
 			return errors.New("--data-dir and --redis: one engine or the other")
 		}
-		if c.dataMinFree < 0 {
+		if c.dataMinFree < 0 || c.dataMaxThreadBytes < 0 || c.dataMaxBytes < 0 {
 			ln.Close()
-			return errors.New("--data-min-free: not negative")
+			return errors.New("--data-min-free, --data-max-thread-bytes, --data-max-bytes: not negative")
 		}
 		// The hot cache of a thread on disk is small unless --buffer-events
 		// says otherwise: the rest of its history is a disk read away.
@@ -395,12 +397,13 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			hot = c.bufferEvents
 		}
 		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
-			MaxEvents: c.dataMaxEvents, MaxAge: c.dataMaxAge})
+			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--data-dir: %w", err)
 		}
 		cfg.Engine = engine
+		registry.MustRegister(engine.Collectors()...)
 		readyCheck = engine.Ready
 		if engine.Crashed() {
 			log.Warn().Str("data_dir", c.dataDir).Msg("the store was not closed cleanly: its threads go on in new epochs")

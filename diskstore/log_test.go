@@ -1,0 +1,230 @@
+package diskstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/stretchr/testify/require"
+)
+
+// appendN appends n custom events to thread after seq from (epoch ep),
+// each with timestamp ts, and returns them.
+func appendN(t *testing.T, l *Log, thread, ep string, from uint64, n int, ts time.Time) []*server.Event {
+	t.Helper()
+	var out []*server.Event
+	for i := 0; i < n; i++ {
+		seq := from + uint64(i) + 1
+		b := fmt.Appendf(nil, `{"type":"event","method":"custom","event_id":"%s-%d","seq":%d,"params":{"namespace":[],"timestamp":%d,"data":{"name":"n","payload":"%s %d, some text to fill the event %d"}}}`,
+			ep, seq, seq, ts.UnixMilli(), thread, seq, seq)
+		e, err := server.DecodeEvent(b)
+		require.NoError(t, err)
+		require.NoError(t, l.Append(context.Background(), thread, e))
+		out = append(out, e)
+	}
+	return out
+}
+
+// replay reads what After gives after seq.
+func replay(t *testing.T, l *Log, thread string, seq uint64) []string {
+	t.Helper()
+	out := []string{}
+	require.NoError(t, l.After(context.Background(), thread, seq, func(e *server.Event) bool {
+		out = append(out, string(e.JSON()))
+		return true
+	}))
+	return out
+}
+
+func jsons(evs []*server.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = string(e.JSON())
+	}
+	return out
+}
+
+// count is how many keys start with prefix.
+func count(t *testing.T, db *pebble.DB, prefix string) int {
+	t.Helper()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: upper([]byte(prefix))})
+	require.NoError(t, err)
+	defer it.Close()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	return n
+}
+
+// TestReplayFromEveryCursor: a thread whose events are in chunks, in its
+// tail (committed or not) and in the hot cache replays from every cursor
+// the events after it, each once, in order; the same after a clean
+// restart, when they are all in chunks.
+func TestReplayFromEveryCursor(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, BufferEvents: 8, FoldEvents: 10, CommitEvery: time.Millisecond}
+	eng, err := Open(opts)
+	require.NoError(t, err)
+	l := eng.log
+	evs := appendN(t, l, "r", "ep1", 0, 95, time.Now())
+	require.Eventually(t, func() bool { return count(t, eng.db, "c/") >= 8 }, 5*time.Second, 5*time.Millisecond, "folded into chunks")
+	more := appendN(t, l, "r", "ep1", 95, 5, time.Now()) // in the tail, maybe not committed yet
+	evs = append(evs, more...)
+	want := jsons(evs)
+	for seq := 0; seq <= len(evs); seq++ {
+		require.Equal(t, want[seq:], replay(t, l, "r", uint64(seq)), "after %d", seq)
+	}
+	ep, last, err := l.Head(context.Background(), "r")
+	require.NoError(t, err)
+	require.Equal(t, "ep1", ep)
+	require.Equal(t, uint64(100), last)
+	require.NoError(t, eng.Close())
+
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.Zero(t, count(t, eng.db, "w/"), "a clean close leaves the commit log empty")
+	for seq := 0; seq <= len(evs); seq += 7 {
+		require.Equal(t, want[seq:], replay(t, eng.log, "r", uint64(seq)), "after %d, restarted", seq)
+	}
+	oldest, err := eng.log.Oldest(context.Background(), "r")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), oldest)
+	st, err := eng.Stats()
+	require.NoError(t, err)
+	require.Equal(t, uint64(100), st.Events)
+	require.Equal(t, uint64(1), st.Threads)
+}
+
+// crash stops the engine without its clean close: what was committed
+// stays, nothing is folded, no clean mark.
+func crash(t *testing.T, eng *Engine) {
+	t.Helper()
+	eng.closeOnce.Do(func() {
+		eng.log.close()
+		eng.log.release()
+		require.NoError(t, eng.db.Close())
+	})
+}
+
+// TestRecoveryFoldsTheCommitLog: events only in the commit log when the
+// store crashed are in their threads' chunks after the next Open, byte
+// for byte; a thread deleted before the crash does not come back from
+// it.
+func TestRecoveryFoldsTheCommitLog(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, FoldEvents: 1000, FoldAge: time.Hour}
+	eng, err := Open(opts)
+	require.NoError(t, err)
+	kept := appendN(t, eng.log, "kept", "ep1", 0, 30, time.Now())
+	appendN(t, eng.log, "gone", "ep1", 0, 5, time.Now())
+	require.Eventually(t, func() bool { return eng.Counters().Written == 35 }, 5*time.Second, 5*time.Millisecond)
+	require.Zero(t, count(t, eng.db, "c/"), "nothing folded yet")
+	require.NoError(t, eng.state.Delete(context.Background(), "gone"))
+	again := appendN(t, eng.log, "gone", "ep2", 0, 2, time.Now()) // the thread made again
+	require.Eventually(t, func() bool { return eng.Counters().Written == 37 }, 5*time.Second, 5*time.Millisecond)
+	crash(t, eng)
+
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.True(t, eng.Crashed())
+	require.Zero(t, count(t, eng.db, "w/"), "the commit log is folded")
+	require.Equal(t, jsons(kept), replay(t, eng.log, "kept", 0))
+	require.Equal(t, jsons(again), replay(t, eng.log, "gone", 0), "only what came after the delete")
+	ep, seq, err := eng.log.Head(context.Background(), "kept")
+	require.NoError(t, err)
+	require.Equal(t, uint64(30), seq)
+	require.NotEqual(t, "ep1", ep, "a new epoch after the crash")
+	ep2, _, err := eng.log.Head(context.Background(), "kept")
+	require.NoError(t, err)
+	require.Equal(t, ep, ep2, "chosen once")
+}
+
+// TestTheCommitLogEmptiesAsThreadsFold: once every event of a group
+// commit is in a chunk the commit is deleted, so the commit log holds
+// about FoldAge of events at most.
+func TestTheCommitLogEmptiesAsThreadsFold(t *testing.T) {
+	eng, err := Open(Options{Dir: t.TempDir(), FoldEvents: 10, FoldAge: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer eng.Close()
+	for i := 0; i < 5; i++ {
+		appendN(t, eng.log, fmt.Sprint("t", i), "ep", 0, 13, time.Now()) // 10 fold by count, 3 by age
+	}
+	require.Eventually(t, func() bool {
+		eng.log.mu.Lock()
+		n := len(eng.log.tails)
+		eng.log.mu.Unlock()
+		return n == 0 && count(t, eng.db, "w/") == 0
+	}, 10*time.Second, 20*time.Millisecond, "every tail folded, the commit log empty")
+	require.Equal(t, 10, count(t, eng.db, "c/"))
+}
+
+// TestRetentionByBytes: a thread keeps MaxThreadBytes of its newest
+// chunks; the store keeps MaxBytes, the oldest chunks of any thread
+// dropped first; what is dropped is gone from replays and from the
+// store's byte count.
+func TestRetentionByBytes(t *testing.T) {
+	t.Run("per thread", func(t *testing.T) {
+		eng, err := Open(Options{Dir: t.TempDir(), FoldEvents: 10, MaxThreadBytes: 2000})
+		require.NoError(t, err)
+		defer eng.Close()
+		evs := appendN(t, eng.log, "big", "ep", 0, 400, time.Now())
+		appendN(t, eng.log, "small", "ep", 0, 20, time.Now())
+		require.Eventually(t, func() bool {
+			o, err := eng.log.Oldest(context.Background(), "big")
+			return err == nil && o > 1
+		}, 10*time.Second, 20*time.Millisecond)
+		eng.log.mu.Lock()
+		big, small := eng.log.bytes["big"], eng.log.bytes["small"]
+		eng.log.mu.Unlock()
+		require.LessOrEqual(t, big, int64(2000))
+		require.Positive(t, big)
+		o, err := eng.log.Oldest(context.Background(), "big")
+		require.NoError(t, err)
+		require.Equal(t, jsons(evs[o-1:]), replay(t, eng.log, "big", 0), "from the oldest kept, all of it")
+		require.Len(t, replay(t, eng.log, "small", 0), 20, "another thread keeps its own")
+		require.Positive(t, small)
+		require.Positive(t, eng.Counters().Dropped)
+	})
+	t.Run("whole store", func(t *testing.T) {
+		// What two threads' chunks take, measured without a cap.
+		write := func(eng *Engine) (recent []*server.Event) {
+			appendN(t, eng.log, "old", "ep", 0, 60, time.Now())
+			require.Eventually(t, func() bool { return eng.Counters().Chunks >= 6 }, 5*time.Second, 5*time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // later chunks, later index keys
+			recent = appendN(t, eng.log, "new", "ep", 0, 30, time.Now())
+			require.Eventually(t, func() bool { return eng.Counters().Chunks >= 9 }, 5*time.Second, 5*time.Millisecond)
+			return recent
+		}
+		eng, err := Open(Options{Dir: t.TempDir(), FoldEvents: 10})
+		require.NoError(t, err)
+		write(eng)
+		all := eng.Counters().ChunkBytes
+		require.NoError(t, eng.Close())
+
+		limit := all * 3 / 4
+		dir := t.TempDir()
+		eng, err = Open(Options{Dir: dir, FoldEvents: 10, MaxBytes: limit})
+		require.NoError(t, err)
+		recent := write(eng)
+		require.Eventually(t, func() bool { return eng.Counters().ChunkBytes <= limit }, 10*time.Second, 20*time.Millisecond)
+		require.Equal(t, jsons(recent), replay(t, eng.log, "new", 0), "the newest thread whole")
+		o, err := eng.log.Oldest(context.Background(), "old")
+		require.NoError(t, err)
+		require.Greater(t, o, uint64(1), "the oldest chunks dropped")
+		require.NoError(t, eng.Close())
+		eng, err = Open(Options{Dir: dir, FoldEvents: 10, MaxBytes: limit})
+		require.NoError(t, err)
+		defer eng.Close()
+		require.LessOrEqual(t, eng.Counters().ChunkBytes, limit, "counted again from the index after a restart")
+		require.Positive(t, eng.Counters().ChunkBytes)
+		o2, err := eng.log.Oldest(context.Background(), "old")
+		require.NoError(t, err)
+		require.Equal(t, o, o2, "the floor outlives the restart")
+	})
+}

@@ -1,0 +1,51 @@
+package diskstore
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Counters is what a store has done since it opened.
+type Counters struct {
+	// Written events are in the commit log (synced); Commits counts the
+	// group commits that wrote them and Failures those the disk failed
+	// (tried again).
+	Written, Commits, Failures uint64
+	// RefusedFull and RefusedBehind count events refused to their
+	// publisher: the disk nearly full (MinFree), or MaxPending waiting
+	// past QueueWait.
+	RefusedFull, RefusedBehind uint64
+	// Chunks written; events Dropped by the retention policy (whole
+	// chunks).
+	Chunks, Dropped uint64
+	// Pending events wait for their commit; ChunkBytes is what the
+	// threads' chunks hold (compressed).
+	Pending    int
+	ChunkBytes int64
+}
+
+// Counters reads the store's counters.
+func (e *Engine) Counters() Counters {
+	l := e.log
+	l.mu.Lock()
+	pending, total := len(l.pending), l.total
+	l.mu.Unlock()
+	return Counters{Written: l.written.Load(), Commits: l.commits.Load(), Failures: l.failures.Load(),
+		RefusedFull: l.refusedFull.Load(), RefusedBehind: l.refusedBehind.Load(), Chunks: l.chunksWritten.Load(),
+		Dropped: l.dropped.Load(), Pending: pending, ChunkBytes: total}
+}
+
+// Collectors are the store's Prometheus metrics.
+func (e *Engine) Collectors() []prometheus.Collector {
+	counter := func(name, help string, f func(Counters) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(e.Counters())) })
+	}
+	return []prometheus.Collector{
+		counter("agentstream_data_events_written_total", "Events synced to the disk's commit log (--data-dir).", func(c Counters) uint64 { return c.Written }),
+		counter("agentstream_data_commits_total", "Group commits synced to the disk.", func(c Counters) uint64 { return c.Commits }),
+		counter("agentstream_data_commit_failures_total", "Group commits the disk failed (tried again at the next commit).", func(c Counters) uint64 { return c.Failures }),
+		counter("agentstream_data_events_refused_full_total", "Events refused to their publisher while the disk had less free space than --data-min-free.", func(c Counters) uint64 { return c.RefusedFull }),
+		counter("agentstream_data_events_refused_behind_total", "Events refused to their publisher because the disk was too far behind (its commits failing or slow).", func(c Counters) uint64 { return c.RefusedBehind }),
+		counter("agentstream_data_chunks_written_total", "Chunks of a thread's events written (what replays read).", func(c Counters) uint64 { return c.Chunks }),
+		counter("agentstream_data_events_dropped_total", "Events the retention policy dropped from the disk (--data-max-events, --data-max-thread-bytes, --data-max-bytes, --data-max-age).", func(c Counters) uint64 { return c.Dropped }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_events_pending", Help: "Events waiting for their group commit."}, func() float64 { return float64(e.Counters().Pending) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_chunk_bytes", Help: "What the threads' chunks hold on disk (compressed; --data-max-bytes caps it)."}, func() float64 { return float64(e.Counters().ChunkBytes) }),
+	}
+}
