@@ -18,7 +18,7 @@ func appendN(t *testing.T, l *Log, thread, ep string, from uint64, n int, ts tim
 	var out []*server.Event
 	for i := 0; i < n; i++ {
 		seq := from + uint64(i) + 1
-		b := fmt.Appendf(nil, `{"type":"event","method":"custom","event_id":"%s-%d","seq":%d,"params":{"namespace":[],"timestamp":%d,"data":{"name":"n","payload":"%s %d, some text to fill the event %d"}}}`,
+		b := fmt.Appendf(nil, `{"type":"event","event_id":"%s-%d","seq":%d,"method":"custom","params":{"namespace":[],"timestamp":%d,"data":{"name":"n","payload":"%s %d, some text to fill the event %d"}}}`,
 			ep, seq, seq, ts.UnixMilli(), thread, seq, seq)
 		e, err := server.DecodeEvent(b)
 		require.NoError(t, err)
