@@ -5,9 +5,20 @@
 // epoch. The in-memory replay buffer stays in front of it as the hot
 // cache; events are written behind the live path in group commits.
 //
+// An event is written twice, both times compressed with zstd: within
+// CommitEvery into the commit log, one value per group commit in arrival
+// order (synced: what a crash cannot lose), and later, a run of one
+// thread's events at a time, into that thread's chunks, which replays
+// read; a commit-log value is deleted once all its events are in chunks,
+// and until then a thread's unchunked events (its tail) stay in memory, so
+// no replay waits for the disk. The commit log only ever appends to the
+// tree and chunks hold 64 events each, so the tree's compactions have
+// little to rewrite: with one key per event, thread-major, they took a
+// tenth of the server's CPU and put 30-50 ms stalls into deliveries.
+//
 // The store was chosen by measurement (2026-11-27, this 2-core VM, ext4,
 // an fsync per group commit, 100-byte events of random text, 1,000
-// threads appended round robin; tools/storebench):
+// threads appended round robin, one key per event; tools/storebench):
 //
 //	                        Pebble          bbolt          SQLite (modernc, WAL)
 //	appends, 100 a commit   324k/s          45k/s          31k/s
@@ -18,6 +29,9 @@
 //
 // The many-conversations workload (5,000 threads x 20 events/s = 100,000
 // events/s) is beyond what bbolt and SQLite commit here with an fsync per
-// batch; Pebble does it with room to spare and keeps an event in about
-// its own size.
+// batch; Pebble does it with room to spare. With the commit log and
+// chunks (this package's benchmarks, same day and machine: go test
+// -bench . ./diskstore): 429k appends/s, 42 bytes on disk per event, a
+// 100,000-event thread replayed from disk (decoded) in 47 ms, a store of
+// 10,000 threads opened and every head read in 45 ms.
 package diskstore

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/diskstore"
 	"github.com/agentstream/agentstream/internal/gentest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -692,4 +693,31 @@ func TestInstanceAIKeepAlive(t *testing.T) {
 		}
 	}
 	t.Fatal("no keep-alive came")
+}
+
+// TestInstanceAIFullHistoryOnDisk: on the disk engine a stream without a
+// cursor replays the thread's whole history, longer than the hot cache
+// in memory, from the disk: no gone-events frame, the run from its
+// run-start to its run-finish.
+func TestInstanceAIFullHistoryOnDisk(t *testing.T) {
+	eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir(), BufferEvents: 4})
+	require.NoError(t, err)
+	ts, _ := start(t, server.Config{Engine: eng}, transport.Options{})
+	s := open(t, ts.URL+"/instance-ai/events/th9", nil)
+	code, _ := do(t, "POST", ts.URL+"/instance-ai/chat/th9", `{"message": "x"}`, nil)
+	require.Equal(t, 200, code)
+	frames := s.until("confirmation-request")
+	code, _ = do(t, "POST", ts.URL+"/instance-ai/confirm/"+frames[len(frames)-1].payload()["requestId"].(string), `{"approved": true}`, nil)
+	require.Equal(t, 200, code)
+	live := append(frames, s.until("run-finish")...)
+	require.Greater(t, len(live), 4, "more than the hot cache holds")
+	require.Less(t, eng.Stores().Log.Len("th9"), int(live[len(live)-1].id), "the hot cache holds less than the run")
+
+	again := open(t, ts.URL+"/instance-ai/events/th9", nil).until("run-finish")
+	require.Equal(t, "run-start", again[0].typ(), "from the first event, read from the disk")
+	require.Equal(t, len(live), len(again))
+	for i := range live {
+		require.Equal(t, live[i].id, again[i].id)
+		require.Equal(t, live[i].data, again[i].data)
+	}
 }
