@@ -37,6 +37,7 @@ type Log struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	closing bool              // foldAll: every due thread folds at once
 	crashed bool              // the store was not closed cleanly before
 	renewed map[string]bool   // threads given a new epoch since
 	touched map[string]uint64 // threads committed since the last retention pass: their last seq
@@ -246,6 +247,12 @@ func (l *Log) writer() {
 	}
 }
 
+// foldsPerCommit caps the chunks written with one group commit: a
+// thousand threads at the same rate come due together, and folding them
+// all at once held the writer (and, on one core, deliveries) for tens of
+// milliseconds.
+const foldsPerCommit = 16
+
 // fold is a thread's committed events to write as a chunk.
 type fold struct {
 	thread string
@@ -264,11 +271,14 @@ func (l *Log) flush() {
 	l.pending = nil
 	var folds []fold
 	for thread := range l.due {
+		if len(folds) == foldsPerCommit && !l.closing {
+			break // the rest at the next commits: threads that came due together do not stall one
+		}
+		delete(l.due, thread)
 		if t := l.tails[thread]; t != nil && t.committed > 0 {
 			folds = append(folds, fold{thread, t, t.events[:t.committed:t.committed]})
 		}
 	}
-	clear(l.due)
 	floors := make([]uint64, len(folds))
 	for i, f := range folds {
 		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
@@ -362,6 +372,7 @@ func (l *Log) foldAll() error {
 			l.due[thread] = true
 		}
 	}
+	l.closing = true
 	l.mu.Unlock()
 	l.flush()
 	if err := l.Err(); err != nil {
