@@ -196,7 +196,9 @@ func (gg *goGen) validateStruct(d *Decl, id string, fs []goField) {
 		if len(lines) == 0 {
 			continue
 		}
-		if ptr {
+		// An optional member's absence (a nil pointer, slice or map)
+		// is not checked.
+		if ptr || (gf.f.Optional && (strings.HasPrefix(gf.typ, "[]") || strings.HasPrefix(gf.typ, "map["))) {
 			body = append(body, fmt.Sprintf("if %s != nil {", expr))
 			body = append(body, lines...)
 			body = append(body, "}")

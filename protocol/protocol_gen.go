@@ -1094,9 +1094,11 @@ func (s TextContentBlock) Validate() error {
 			return cddlrt.At("index", err)
 		}
 	}
-	for i0, e0 := range s.Annotations {
-		if err := e0.Validate(); err != nil {
-			return cddlrt.At(cddlrt.Index("annotations", i0), err)
+	if s.Annotations != nil {
+		for i0, e0 := range s.Annotations {
+			if err := e0.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Index("annotations", i0), err)
+			}
 		}
 	}
 	return nil
@@ -9816,9 +9818,11 @@ func (s ReconnectResult) Validate() error {
 			return cddlrt.Invalid("missed_events", "JsUint", "must be <= 9007199254740991 but found %v", (*s.MissedEvents))
 		}
 	}
-	for i0, e0 := range s.CurrentNamespaces {
-		if err := e0.Validate(); err != nil {
-			return cddlrt.At(cddlrt.Index("current_namespaces", i0), err)
+	if s.CurrentNamespaces != nil {
+		for i0, e0 := range s.CurrentNamespaces {
+			if err := e0.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Index("current_namespaces", i0), err)
+			}
 		}
 	}
 	return nil
@@ -10012,9 +10016,11 @@ func (s AgentTreeNode) Validate() error {
 	if err := s.Status.Validate(); err != nil {
 		return cddlrt.At("status", err)
 	}
-	for i0, e0 := range s.Children {
-		if err := e0.Validate(); err != nil {
-			return cddlrt.At(cddlrt.Index("children", i0), err)
+	if s.Children != nil {
+		for i0, e0 := range s.Children {
+			if err := e0.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Index("children", i0), err)
+			}
 		}
 	}
 	return nil

@@ -1279,9 +1279,11 @@ func (s IaConfirmationPayload) Validate() error {
 			return cddlrt.At("inputType", err)
 		}
 	}
-	for i0, e0 := range s.Questions {
-		if err := e0.Validate(); err != nil {
-			return cddlrt.At(cddlrt.Index("questions", i0), err)
+	if s.Questions != nil {
+		for i0, e0 := range s.Questions {
+			if err := e0.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Index("questions", i0), err)
+			}
 		}
 	}
 	if s.Tasks != nil {

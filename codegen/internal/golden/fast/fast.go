@@ -916,9 +916,11 @@ func (NotedParamsData) CDDLMembers() *cddlrt.Members {
 // array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
 // also checks that required members are present.)
 func (s NotedParamsData) Validate() error {
-	for i0, e0 := range s.Items {
-		if err := e0.Validate(); err != nil {
-			return cddlrt.At(cddlrt.Index("items", i0), err)
+	if s.Items != nil {
+		for i0, e0 := range s.Items {
+			if err := e0.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Index("items", i0), err)
+			}
 		}
 	}
 	if s.Nothing != nil {

@@ -610,20 +610,24 @@ func (s Item) Validate() error {
 	if err := s.Kind.Validate(); err != nil {
 		return cddlrt.At("kind", err)
 	}
-	if len(s.Scores) < 1 {
-		return cddlrt.Invalid("scores", "Item", "must have at least 1 items, not %d", len(s.Scores))
-	}
-	if len(s.Scores) > 3 {
-		return cddlrt.Invalid("scores", "Item", "must have at most 3 items, not %d", len(s.Scores))
+	if s.Scores != nil {
+		if len(s.Scores) < 1 {
+			return cddlrt.Invalid("scores", "Item", "must have at least 1 items, not %d", len(s.Scores))
+		}
+		if len(s.Scores) > 3 {
+			return cddlrt.Invalid("scores", "Item", "must have at most 3 items, not %d", len(s.Scores))
+		}
 	}
 	if s.Parent != nil {
 		if err := s.Parent.Validate(); err != nil {
 			return cddlrt.At("parent", err)
 		}
 	}
-	for k0, e0 := range s.Meta {
-		if err := e0.Validate(); err != nil {
-			return cddlrt.At(cddlrt.Join("meta", fmt.Sprint(k0)), err)
+	if s.Meta != nil {
+		for k0, e0 := range s.Meta {
+			if err := e0.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Join("meta", fmt.Sprint(k0)), err)
+			}
 		}
 	}
 	if err := s.Flags.Validate(); err != nil {
