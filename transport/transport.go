@@ -11,6 +11,7 @@
 //	POST /minimal/stream                                      the minimal token stream, with Options.Profiles (package minimal)
 //	/jobs, /jobs/{job_id}/{envelopes,complete,stream}         the job stream, with Options.Profiles (package jobs)
 //	/instance-ai/{chat,confirm,events,threads}/...            Instance AI, with Options.Profiles (package instanceai)
+//	/v1/{chat/completions,responses,models}                   OpenAI-compatible, with Options.Profiles (package openai)
 //	GET  /healthz, /readyz                                    liveness and readiness
 //	GET  /metrics                                             Prometheus metrics
 //
@@ -38,6 +39,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/instanceai"
+	"github.com/agentstream/agentstream/transport/openai"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/slot"
 	"github.com/agentstream/agentstream/transport/jobs"
@@ -59,10 +61,13 @@ const (
 	// ProfileInstanceAI is n8n's Instance AI chat (seeds 000 and 002):
 	// /instance-ai routes (package instanceai).
 	ProfileInstanceAI = "instance-ai"
+	// ProfileOpenAI is the OpenAI-compatible wires: /v1/chat/completions,
+	// /v1/responses, /v1/models (package openai).
+	ProfileOpenAI = "openai"
 )
 
 // Profiles lists the wires Options.Profiles may name.
-var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI}
+var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI, ProfileOpenAI}
 
 // Options configure the handler.
 type Options struct {
@@ -160,6 +165,7 @@ type Handler struct {
 	minimal *minimal.Handler    // nil unless the minimal profile is on
 	jobs    *jobs.Handler       // nil unless the jobs profile is on
 	ia      *instanceai.Handler // nil unless the instance-ai profile is on
+	oai     *openai.Handler     // nil unless the openai profile is on
 	metrics *metrics
 	ready   atomic.Bool
 	maxBody int64
@@ -283,6 +289,15 @@ func New(srv *server.Server, opts Options) *Handler {
 				},
 				BodyTimeout: h.bodyTimeout, Streams: h.sse})
 			h.ia.Register(h.mux, h.wireGuard,
+				func(next http.Handler) http.Handler { return h.wireGuardAs(commandRoute, next) },
+				func(next http.Handler) http.Handler { return h.wireGuardAs(readRoute, next) })
+		case ProfileOpenAI:
+			h.oai = openai.New(srv, openai.Options{
+				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
+				},
+				BodyTimeout: h.bodyTimeout, Streams: h.sse})
+			h.oai.Register(h.mux, h.wireGuard,
 				func(next http.Handler) http.Handler { return h.wireGuardAs(commandRoute, next) },
 				func(next http.Handler) http.Handler { return h.wireGuardAs(readRoute, next) })
 		}
@@ -627,6 +642,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	}
 	if h.jobs != nil {
 		h.jobs.Shutdown()
+	}
+	if h.oai != nil {
+		h.oai.Shutdown()
 	}
 	if h.ia != nil {
 		h.ia.Shutdown()

@@ -1,0 +1,605 @@
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/sse"
+)
+
+// Options configure the handler; the transport supplies its checks.
+type Options struct {
+	// Authorize, when set, says whether the request may use the thread
+	// (creating it when create is set) and answers the request itself
+	// when it may not.
+	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
+	// Streams serves the streams (the transport's SSE handler, so that
+	// they are paced, counted and shut down with its own); a handler of
+	// its own when nil.
+	Streams *sse.Handler
+	// Heartbeat is how often a quiet stream gets a comment line (15 s).
+	Heartbeat time.Duration
+	// BodyTimeout bounds reading a request's body (10 s).
+	BodyTimeout time.Duration
+	// ReadTimeout bounds reading a thread's events for GET
+	// /v1/responses/{id} (5 s).
+	ReadTimeout time.Duration
+}
+
+// maxBody caps a request's body.
+const maxBody = 1 << 20
+
+// Handler serves the OpenAI-compatible routes.
+type Handler struct {
+	srv      *server.Server
+	opts     Options
+	shutdown func()
+}
+
+// New returns the handler on srv.
+func New(srv *server.Server, opts Options) *Handler {
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 15 * time.Second
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = 5 * time.Second
+	}
+	h := &Handler{srv: srv, opts: opts}
+	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
+	return h
+}
+
+// Shutdown ends the streams of a handler that serves them itself.
+func (h *Handler) Shutdown() { h.shutdown() }
+
+// Register mounts the routes on mux, wrapped by the transport's
+// authentication and limits: stream for what starts or reads a run (and
+// may stream it), command for cancel, read for the list of models.
+func (h *Handler) Register(mux *http.ServeMux, stream, command, read func(http.Handler) http.Handler) {
+	mux.Handle("POST /v1/chat/completions", stream(http.HandlerFunc(h.chatCompletions)))
+	mux.Handle("POST /v1/responses", stream(http.HandlerFunc(h.createResponse)))
+	mux.Handle("GET /v1/responses/{id}", stream(http.HandlerFunc(h.getResponse)))
+	mux.Handle("POST /v1/responses/{id}/cancel", command(http.HandlerFunc(h.cancelResponse)))
+	mux.Handle("GET /v1/models", read(http.HandlerFunc(h.models)))
+}
+
+// fail writes an error in OpenAI's shape.
+func fail(w http.ResponseWriter, status int, param string, format string, args ...any) {
+	typ, code := "invalid_request_error", ""
+	switch status {
+	case http.StatusUnauthorized:
+		typ, code = "authentication_error", "invalid_api_key"
+	case http.StatusForbidden:
+		typ, code = "permission_error", "forbidden"
+	case http.StatusNotFound:
+		code = "not_found"
+	case http.StatusConflict:
+		code = "conflict"
+	case http.StatusTooManyRequests:
+		typ, code = "rate_limit_error", "rate_limited"
+	case http.StatusServiceUnavailable, http.StatusInternalServerError:
+		typ, code = "server_error", "unavailable"
+	}
+	e := OaiError{Message: fmt.Sprintf(format, args...), Type: typ}
+	if param != "" {
+		e.Param = &param
+	}
+	if code != "" {
+		e.Code = &code
+	}
+	httpjson.Write(w, status, OaiErrorBody{Error: e})
+}
+
+// failCommand writes a command's error in OpenAI's shape.
+func failCommand(w http.ResponseWriter, err error) {
+	status, e := httpjson.CommandError(err)
+	fail(w, status, "", "%s", e.Message)
+}
+
+// readBody reads and strictly decodes a JSON body into v, a request of
+// rule.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any, rule string) bool {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		fail(w, http.StatusUnsupportedMediaType, "", "the body is JSON: Content-Type: application/json")
+		return false
+	}
+	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.opts.BodyTimeout, "request")
+	if errResp != nil {
+		fail(w, status, "", "%s", errResp.Message)
+		return false
+	}
+	if err := decodeRequest(body, v, rule); err != nil {
+		fail(w, http.StatusBadRequest, "", "%v", err)
+		return false
+	}
+	return true
+}
+
+// model checks that the model names an assistant.
+func (h *Handler) model(w http.ResponseWriter, model string) bool {
+	if !slices.Contains(h.srv.Assistants(), model) {
+		fail(w, http.StatusNotFound, "model", "the model %q does not exist: it names an assistant (GET /v1/models lists them)", model)
+		return false
+	}
+	return true
+}
+
+// authorize asks whether the request may use the thread.
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+	return h.opts.Authorize == nil || h.opts.Authorize(w, r, thread, create)
+}
+
+// newThread names a thread of its own for a completion or a response.
+func newThread() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "oai-" + hex.EncodeToString(b[:])
+}
+
+// start starts a run of assistant on the session's thread with input
+// messages and returns the seq of its first event.
+func start(ctx context.Context, ss *server.Session, assistant string, messages []any) (uint64, error) {
+	reject := protocol.MultitaskStrategyReject
+	resp, err := ss.Do(ctx, &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
+		Params: protocol.RunStartParams{AssistantID: assistant, Input: map[string]any{"messages": messages}, MultitaskStrategy: &reject}}})
+	if err != nil {
+		return 0, err
+	}
+	return appliedThrough(resp) + 1, nil
+}
+
+func appliedThrough(resp *protocol.CommandResponse) uint64 {
+	if resp != nil && resp.Meta != nil && resp.Meta.AppliedThroughSeq != nil {
+		return *resp.Meta.AppliedThroughSeq
+	}
+	return 0
+}
+
+// answer resumes the run of thread waiting on call (a tool call id or an
+// interrupt id) with output, and returns the seq of the first event
+// after it; found is false when nothing waits on call.
+func (h *Handler) answer(ctx context.Context, ss *server.Session, thread, call string, output any) (seq uint64, found bool, err error) {
+	st, known, err := h.srv.State(ctx, thread)
+	if err != nil || !known {
+		return 0, false, err
+	}
+	for _, in := range st.Interrupts {
+		named := ""
+		if m, ok := in.Payload.(map[string]any); ok {
+			named, _ = m["tool_call_id"].(string)
+		}
+		if in.ID != call && named != call {
+			continue
+		}
+		respond := &protocol.InputRespondOne{Namespace: protocol.Namespace(in.Namespace), InterruptID: in.ID, Response: output}
+		if respond.Namespace == nil {
+			respond.Namespace = protocol.Namespace{}
+		}
+		resp, err := ss.Do(ctx, &protocol.ClientCommand{Value: &protocol.ClientCommandInputRespond{ID: 1,
+			Params: protocol.InputRespondParams{Value: respond}}})
+		if err != nil {
+			return 0, true, err
+		}
+		return appliedThrough(resp) + 1, true, nil
+	}
+	return 0, false, nil
+}
+
+// outputValue is a tool's output as the run gets it: JSON when it
+// parses, else the text.
+func outputValue(s string) any {
+	var v any
+	if json.Unmarshal([]byte(s), &v) == nil {
+		return v
+	}
+	return s
+}
+
+// textOf reads a message's content: a string, or the text of its parts.
+func textOf(content any) string {
+	switch c := content.(type) {
+	case string:
+		return c
+	case []any:
+		var b strings.Builder
+		for _, p := range c {
+			if m, ok := p.(map[string]any); ok {
+				if s, ok := m["text"].(string); ok {
+					b.WriteString(s)
+				}
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// subscribe subscribes a new session of thread to the wires' channels
+// from after seq.
+func (h *Handler) subscribe(thread string, after uint64) (*server.Session, error) {
+	ss := h.srv.NewSession(thread)
+	if _, _, err := ss.Subscribe(channels.Filter{Channels: streamChannels, Depth: channels.Unlimited}, server.SeqCursor(after)); err != nil {
+		ss.Close()
+		return nil, err
+	}
+	return ss, nil
+}
+
+// ---------------------------------------------------------------- chat
+
+// chatCompletions serves POST /v1/chat/completions.
+func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req OaiChatRequest
+	if !h.readBody(w, r, &req, "OaiChatRequest") {
+		return
+	}
+	if err := req.Validate(); err != nil {
+		fail(w, http.StatusBadRequest, "messages", "%v", err)
+		return
+	}
+	if !h.model(w, req.Model) {
+		return
+	}
+	// The answer to a run's interrupt: the last message is a tool's
+	// output for a call of this wire.
+	last := req.Messages[len(req.Messages)-1]
+	var thread, call string
+	if last.Role == OaiChatMessageRoleTool && last.ToolCallID != nil {
+		var ok bool
+		if thread, call, ok = splitCallID(*last.ToolCallID); !ok || server.ValidThreadID(thread) != nil {
+			thread = ""
+		}
+	}
+	var messages []any
+	promptBytes := 0
+	for _, m := range req.Messages {
+		role := string(m.Role)
+		if role == "developer" {
+			role = "system"
+		}
+		text := textOf(m.Content)
+		promptBytes += len(text)
+		msg := map[string]any{"role": role, "content": text}
+		if m.ToolCallID != nil {
+			msg["tool_call_id"] = *m.ToolCallID
+		}
+		messages = append(messages, msg)
+	}
+	create := thread == ""
+	if create {
+		thread = newThread()
+	}
+	if !h.authorize(w, r, thread, create) {
+		return
+	}
+	ss := h.srv.NewSession(thread)
+	var first uint64
+	var err error
+	if create {
+		first, err = start(r.Context(), ss, req.Model, messages)
+	} else {
+		var found bool
+		first, found, err = h.answer(r.Context(), ss, thread, call, outputValue(textOf(last.Content)))
+		if err == nil && !found {
+			ss.Close()
+			fail(w, http.StatusConflict, "messages", "no run waits for tool call %s (answered already, or its run ended)", *last.ToolCallID)
+			return
+		}
+	}
+	ss.Close()
+	if err != nil {
+		failCommand(w, err)
+		return
+	}
+	sub, err := h.subscribe(thread, first-1)
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "%v", err)
+		return
+	}
+	c := newChat(thread, req.Model, promptBytes)
+	if req.Stream != nil && *req.Stream {
+		usage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage
+		h.opts.Streams.Serve(w, r, sub, sse.Wire{Frames: &chatFrames{c: c, usage: usage}, Heartbeat: ": keep-alive\n\n",
+			HeartbeatEvery: h.opts.Heartbeat, Header: chatHeaders(thread)})
+		return
+	}
+	defer sub.Close()
+	for !c.done {
+		e, err := sub.Next(r.Context())
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, "", "the run's events: %v", err)
+			return
+		}
+		c.feed(e)
+	}
+	if c.failed != "" {
+		fail(w, http.StatusInternalServerError, "", "the run failed: %s", c.failed)
+		return
+	}
+	w.Header().Set("Agentstream-Thread", thread)
+	httpjson.Write(w, http.StatusOK, c.completion())
+}
+
+// ----------------------------------------------------------- responses
+
+// createResponse serves POST /v1/responses.
+func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
+	var req OaiResponsesRequest
+	if !h.readBody(w, r, &req, "OaiResponsesRequest") {
+		return
+	}
+	if !h.model(w, req.Model) {
+		return
+	}
+	thread, create := "", true
+	var prev *string
+	if req.PreviousResponseID != nil && *req.PreviousResponseID != "" {
+		t, _, ok := parseResponseID(*req.PreviousResponseID)
+		if !ok {
+			fail(w, http.StatusBadRequest, "previous_response_id", "%q is not a response id of this server", *req.PreviousResponseID)
+			return
+		}
+		thread, create, prev = t, false, req.PreviousResponseID
+	}
+	var messages []any
+	var callOutput *OaiInputItem
+	inBytes := 0
+	if req.Instructions != nil && *req.Instructions != "" {
+		messages = append(messages, map[string]any{"role": "system", "content": *req.Instructions})
+		inBytes += len(*req.Instructions)
+	}
+	switch in := req.Input.(type) {
+	case string:
+		messages = append(messages, map[string]any{"role": "user", "content": in})
+		inBytes += len(in)
+	default:
+		b, _ := json.Marshal(in)
+		var items []OaiInputItem
+		if err := json.Unmarshal(b, &items); err != nil {
+			fail(w, http.StatusBadRequest, "input", "input: text or a list of items: %v", err)
+			return
+		}
+		for i := range items {
+			it := &items[i]
+			typ := ""
+			if it.Type != nil {
+				typ = *it.Type
+			}
+			switch {
+			case typ == "function_call_output":
+				if it.CallID == nil {
+					fail(w, http.StatusBadRequest, "input", "input[%d]: a function_call_output needs its call_id", i)
+					return
+				}
+				callOutput = it
+			case typ == "message" || (typ == "" && it.Role != nil):
+				role := "user"
+				if it.Role != nil {
+					role = string(*it.Role)
+				}
+				if role == "developer" {
+					role = "system"
+				}
+				text := textOf(it.Content)
+				inBytes += len(text)
+				messages = append(messages, map[string]any{"role": role, "content": text})
+			}
+		}
+	}
+	var call string
+	if callOutput != nil {
+		t, c, ok := splitCallID(*callOutput.CallID)
+		if !ok || (thread != "" && t != thread) {
+			fail(w, http.StatusBadRequest, "input", "call_id %q is not a call of previous_response_id's thread", *callOutput.CallID)
+			return
+		}
+		thread, create, call = t, false, c
+	} else if len(messages) == 0 {
+		fail(w, http.StatusBadRequest, "input", "input: no message and no function_call_output")
+		return
+	}
+	if create {
+		thread = newThread()
+	}
+	if !h.authorize(w, r, thread, create) {
+		return
+	}
+	ss := h.srv.NewSession(thread)
+	var first uint64
+	var err error
+	if callOutput != nil {
+		var found bool
+		first, found, err = h.answer(r.Context(), ss, thread, call, outputValue(textOf(callOutput.Output)))
+		if err == nil && !found {
+			ss.Close()
+			fail(w, http.StatusConflict, "input", "no run waits for call %s (answered already, or its run ended)", *callOutput.CallID)
+			return
+		}
+	} else {
+		first, err = start(r.Context(), ss, req.Model, messages)
+	}
+	ss.Close()
+	if err != nil {
+		failCommand(w, err)
+		return
+	}
+	resp := newResponse(thread, first, req.Model, prev, now(), inBytes)
+	h.serveResponse(w, r, resp, req.Stream != nil && *req.Stream, -1)
+}
+
+// serveResponse streams resp's events after sequence_number after, or
+// waits for its end and writes the object.
+func (h *Handler) serveResponse(w http.ResponseWriter, r *http.Request, resp *response, stream bool, after int64) {
+	_, startSeq, _ := parseResponseID(resp.id)
+	sub, err := h.subscribe(resp.thread, startSeq-1)
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "%v", err)
+		return
+	}
+	if stream {
+		h.opts.Streams.Serve(w, r, sub, sse.Wire{Frames: &responseFrames{r: resp, after: after}, Heartbeat: ": keep-alive\n\n",
+			HeartbeatEvery: h.opts.Heartbeat, Header: http.Header{"Agentstream-Thread": {resp.thread}}})
+		return
+	}
+	defer sub.Close()
+	for !resp.done {
+		e, err := sub.Next(r.Context())
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, "", "the run's events: %v", err)
+			return
+		}
+		resp.feed(e)
+	}
+	httpjson.Write(w, http.StatusOK, resp.object())
+}
+
+// lookup reads the response of the path: its thread, known and usable
+// by the request; it answers the request itself when not.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (*response, bool) {
+	id := r.PathValue("id")
+	thread, _, ok := parseResponseID(id)
+	if !ok {
+		fail(w, http.StatusNotFound, "id", "no response %q", id)
+		return nil, false
+	}
+	known, err := h.srv.HasThread(r.Context(), thread)
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "%v", err)
+		return nil, false
+	}
+	if !known {
+		fail(w, http.StatusNotFound, "id", "no response %q", id)
+		return nil, false
+	}
+	if !h.authorize(w, r, thread, false) {
+		return nil, false
+	}
+	_, seq, _ := parseResponseID(id)
+	return newResponse(thread, seq, "", nil, 0, 0), true
+}
+
+// snapshot feeds resp the events its thread holds now, up to its last.
+func (h *Handler) snapshot(ctx context.Context, resp *response) error {
+	_, startSeq, _ := parseResponseID(resp.id)
+	last := h.srv.LastSeq(resp.thread)
+	if last < startSeq {
+		return nil
+	}
+	sub, err := h.subscribe(resp.thread, startSeq-1)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(ctx, h.opts.ReadTimeout)
+	defer cancel()
+	for seen := uint64(0); seen < last && !resp.done; {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			return err
+		}
+		seen = max(seen, e.Seq)
+		resp.feed(e)
+	}
+	return nil
+}
+
+// getResponse serves GET /v1/responses/{id}: the response as it stands,
+// or with stream=true its stream again, after starting_after.
+func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {
+	resp, ok := h.lookup(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	if s := q.Get("stream"); s == "true" {
+		after := int64(-1)
+		if v := q.Get("starting_after"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 63)
+			if err != nil {
+				fail(w, http.StatusBadRequest, "starting_after", "starting_after: a sequence_number, not %q", v)
+				return
+			}
+			after = int64(n)
+		}
+		h.serveResponse(w, r, resp, true, after)
+		return
+	}
+	if err := h.snapshot(r.Context(), resp); err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "reading the response: %v", err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, resp.object())
+}
+
+// cancelResponse serves POST /v1/responses/{id}/cancel: the run under way
+// is cancelled and the response, ended, is the answer.
+func (h *Handler) cancelResponse(w http.ResponseWriter, r *http.Request) {
+	resp, ok := h.lookup(w, r)
+	if !ok {
+		return
+	}
+	if err := h.snapshot(r.Context(), resp); err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "reading the response: %v", err)
+		return
+	}
+	if !resp.done {
+		ss := h.srv.NewSession(resp.thread)
+		_, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1}})
+		ss.Close()
+		if err != nil {
+			failCommand(w, err)
+			return
+		}
+		// The run's end, as every reader of the response sees it.
+		_, startSeq, _ := parseResponseID(resp.id)
+		resp = newResponse(resp.thread, startSeq, "", nil, 0, 0)
+		sub, err := h.subscribe(resp.thread, startSeq-1)
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, "", "%v", err)
+			return
+		}
+		defer sub.Close()
+		ctx, cancel := context.WithTimeout(r.Context(), h.opts.ReadTimeout)
+		defer cancel()
+		for !resp.done {
+			e, err := sub.Next(ctx)
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					break // cancelled; its end not seen yet
+				}
+				fail(w, http.StatusServiceUnavailable, "", "%v", err)
+				return
+			}
+			resp.feed(e)
+		}
+	}
+	httpjson.Write(w, http.StatusOK, resp.object())
+}
+
+// models serves GET /v1/models: the assistants.
+func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
+	ids := h.srv.Assistants()
+	slices.Sort(ids)
+	out := OaiModelList{Data: []OaiModel{}}
+	for _, id := range ids {
+		out.Data = append(out.Data, OaiModel{ID: id})
+	}
+	httpjson.Write(w, http.StatusOK, out)
+}
