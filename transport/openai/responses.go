@@ -122,8 +122,12 @@ func (r *response) feed(e *server.Event) []OaiStreamEventVariant {
 		if r.created == 0 {
 			r.created = p.ts / 1000 // the same on every read of the stream
 		}
-		add(func(n uint64) OaiStreamEventVariant { return &OaiResponseCreated{SequenceNumber: n, Response: r.object()} })
-		add(func(n uint64) OaiStreamEventVariant { return &OaiResponseInProgress{SequenceNumber: n, Response: r.object()} })
+		add(func(n uint64) OaiStreamEventVariant {
+			return &OaiResponseCreated{SequenceNumber: n, Response: r.object()}
+		})
+		add(func(n uint64) OaiStreamEventVariant {
+			return &OaiResponseInProgress{SequenceNumber: n, Response: r.object()}
+		})
 	}
 	newItem := func(v OaiOutputItemVariant) *item {
 		it := &item{index: len(r.items), v: v}
@@ -242,17 +246,25 @@ func (r *response) feed(e *server.Event) []OaiStreamEventVariant {
 		}
 		r.finish(OaiResponseStatusIncomplete)
 		r.incomplete = &OaiIncompleteDetails{Reason: "interrupt"}
-		add(func(n uint64) OaiStreamEventVariant { return &OaiResponseIncomplete{SequenceNumber: n, Response: r.object()} })
+		add(func(n uint64) OaiStreamEventVariant {
+			return &OaiResponseIncomplete{SequenceNumber: n, Response: r.object()}
+		})
 	case partCompleted:
 		r.finish(OaiResponseStatusCompleted)
-		add(func(n uint64) OaiStreamEventVariant { return &OaiResponseCompleted{SequenceNumber: n, Response: r.object()} })
+		add(func(n uint64) OaiStreamEventVariant {
+			return &OaiResponseCompleted{SequenceNumber: n, Response: r.object()}
+		})
 	case partCancelled:
 		r.finish(OaiResponseStatusCancelled)
-		add(func(n uint64) OaiStreamEventVariant { return &OaiResponseCancelled{SequenceNumber: n, Response: r.object()} })
+		add(func(n uint64) OaiStreamEventVariant {
+			return &OaiResponseCancelled{SequenceNumber: n, Response: r.object()}
+		})
 	case partFailed:
 		r.finish(OaiResponseStatusFailed)
 		r.err = &OaiResponseError{Code: "server_error", Message: p.text}
-		add(func(n uint64) OaiStreamEventVariant { return &OaiResponseFailed{SequenceNumber: n, Response: r.object()} })
+		add(func(n uint64) OaiStreamEventVariant {
+			return &OaiResponseFailed{SequenceNumber: n, Response: r.object()}
+		})
 	}
 	return out
 }

@@ -14,8 +14,8 @@ import (
 type partKind int
 
 const (
-	partNone partKind = iota
-	partMessage // a root message starts (its id in block)
+	partNone    partKind = iota
+	partMessage          // a root message starts (its id in block)
 	partTextStart
 	partText
 	partTextEnd
