@@ -1165,7 +1165,8 @@ func (s OaiIncompleteDetails) Validate() error {
 	return nil
 }
 
-// OaiResponseUsage is generated from CDDL rule "OaiResponseUsage".
+// Estimates (see OaiUsage); input_tokens is 0 in a response read back
+// with GET: the input's size is known to the request that made it.
 type OaiResponseUsage struct {
 	InputTokens  OaiUint `json:"input_tokens" cbor:"input_tokens"`
 	OutputTokens OaiUint `json:"output_tokens" cbor:"output_tokens"`
