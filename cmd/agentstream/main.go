@@ -582,8 +582,22 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	perThread := fs.Int("subs-per-thread", 2, "with --threads: subscribers of each thread")
 	duration := fs.Duration("duration", 10*time.Second, "with --threads: how long each thread's run publishes")
 	idleWait := fs.Duration("idle-wait", 0, "with --threads: wait this long after the runs, connections closed, and read the server's RSS and live heap per thread again (the heap needs --pprof, and a short --idle-release to see buffers go)")
+	chat := fs.String("chat", "", "instead: runs of --model, each streamed to the client that started it, through openai (POST /v1/chat/completions; the server's --profiles openai) or sse (the protocol's stream and run.start): time to first token and server CPU per token")
+	model := fs.String("model", "echo", "with --chat: the assistant (echo streams the input's words)")
+	tokens := fs.Int("tokens", 200, "with --chat: words each run streams")
+	runs := fs.Int("runs", 200, "with --chat: runs in all")
+	concurrency := fs.Int("concurrency", 4, "with --chat: runs under way at once")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *chat != "" {
+		r, err := loadtest.RunChat(ctx, loadtest.ChatConfig{URL: c.URL, Via: *chat, Model: *model, Tokens: *tokens, Runs: *runs, Concurrency: *concurrency, ServerPID: c.ServerPID})
+		fmt.Fprintf(stdout, "chat through %s, %s: %s\n", *chat, *model, r)
+		if err != nil {
+			fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
+			return 1
+		}
+		return 0
 	}
 	c.SubscribeURLs = splitList(*subURLs)
 	for _, p := range splitList(*otherPIDs) {

@@ -126,3 +126,27 @@ func TestRunThroughTheOtherWires(t *testing.T) {
 	_, err := Run(context.Background(), Config{URL: ts.URL, Wire: WireJobs, Transport: "wire", Subscribers: 1, Count: 1, Timeout: 5 * time.Second})
 	require.ErrorContains(t, err, "a wire's events come from http")
 }
+
+// TestRunChat: the chat workload through both paths counts every token
+// of every run and reads a time to first token.
+func TestRunChat(t *testing.T) {
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	h := transport.New(srv, transport.Options{Profiles: []string{transport.ProfileOpenAI}})
+	ts := httptest.NewServer(h)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		_ = srv.Close(ctx)
+	}()
+	for _, via := range []string{ChatOpenAI, ChatSSE} {
+		r, err := RunChat(context.Background(), ChatConfig{URL: ts.URL, Via: via, Tokens: 50, Runs: 6, Concurrency: 2})
+		require.NoError(t, err, via)
+		require.Equal(t, 300, r.Tokens, via)
+		require.Positive(t, r.TTFTp50, via)
+	}
+	_, err := RunChat(context.Background(), ChatConfig{URL: ts.URL, Via: "carrier-pigeon", Tokens: 1, Runs: 1})
+	require.Error(t, err)
+}
