@@ -26,6 +26,7 @@ var docsShrink = []struct {
 	{regexp.MustCompile(`--threads \d+`), "--threads 10"},
 	{regexp.MustCompile(`--duration \S+`), "--duration 1s"},
 	{regexp.MustCompile(`--idle \d+`), "--idle 20"},
+	{regexp.MustCompile(`--runs \d+`), "--runs 20"},
 	{regexp.MustCompile(`--idle-wait \S+`), "--idle-wait 1s"},
 	{regexp.MustCompile(`(^|\s)-count \d+`), "${1}-count 1 -benchtime 1x"},
 }

@@ -103,7 +103,7 @@ func TestReadmeCommands(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 
-	ports := map[string]string{"2024": freePort(t), "2097": freePort(t), "2101": freePort(t), "2102": freePort(t), "6390": freePort(t)}
+	ports := map[string]string{"2024": freePort(t), "2097": freePort(t), "2101": freePort(t), "2102": freePort(t), "2103": freePort(t), "6390": freePort(t)}
 	var script strings.Builder
 	fmt.Fprintf(&script, `set -euo pipefail
 cd %q
@@ -201,6 +201,9 @@ MAIN_PID=
 		switch {
 		case strings.Contains(string(b), `"seqs":[`): // a producer's batch is answered with its seqs
 		case strings.HasPrefix(string(b), `{"runId":"run-`): // an Instance AI chat
+		case strings.HasPrefix(string(b), `{"object":"chat.completion"`): // an OpenAI chat completion
+			require.Contains(t, string(b), `"content":"hello from the openai wire"`, "the completion %d says the input back: %s", i, b)
+			require.Contains(t, string(b), `"finish_reason":"stop"`, "%s", b)
 		case strings.HasPrefix(string(b), `data: {"type":"stream_start"}`): // the minimal token stream
 			require.Contains(t, string(b), `data: {"type":"stream_end"}`, "the minimal stream %d ran to its end: %s", i, b)
 			require.Contains(t, string(b), `"type":"token"`, "the minimal stream %d has tokens: %s", i, b)
