@@ -73,11 +73,11 @@ func (h *Handler) Shutdown() { h.shutdown() }
 // authentication and limits: stream for what starts or reads a run (and
 // may stream it), command for cancel, read for the list of models.
 func (h *Handler) Register(mux *http.ServeMux, stream, command, read func(http.Handler) http.Handler) {
-	mux.Handle("POST /v1/chat/completions", stream(http.HandlerFunc(h.chatCompletions)))
-	mux.Handle("POST /v1/responses", stream(http.HandlerFunc(h.createResponse)))
-	mux.Handle("GET /v1/responses/{id}", stream(http.HandlerFunc(h.getResponse)))
-	mux.Handle("POST /v1/responses/{id}/cancel", command(http.HandlerFunc(h.cancelResponse)))
-	mux.Handle("GET /v1/models", read(http.HandlerFunc(h.models)))
+	mux.Handle("POST /v1/chat/completions", errorShape(stream(http.HandlerFunc(h.chatCompletions))))
+	mux.Handle("POST /v1/responses", errorShape(stream(http.HandlerFunc(h.createResponse))))
+	mux.Handle("GET /v1/responses/{id}", errorShape(stream(http.HandlerFunc(h.getResponse))))
+	mux.Handle("POST /v1/responses/{id}/cancel", errorShape(command(http.HandlerFunc(h.cancelResponse))))
+	mux.Handle("GET /v1/models", errorShape(read(http.HandlerFunc(h.models))))
 }
 
 // fail writes an error in OpenAI's shape.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/gentest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
@@ -518,3 +519,31 @@ func TestErrors(t *testing.T) {
 }
 
 var _ = jsonschema.Draft2020
+
+// TestCredentials: with authentication on, the transport's refusals in
+// front of the routes come in OpenAI's shape (401 without or with a
+// wrong key); another principal's response is refused; the owner reads
+// it.
+func TestCredentials(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"sk-alice": {Subject: "alice"}, "sk-bob": {Subject: "bob"}}})
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+	ts := start(t, server.Config{}, transport.Options{Auth: a})
+	body := `{"model": "echo", "input": "mine"}`
+	for _, key := range []string{"", "Bearer sk-nobody"} {
+		code, got := do(t, "POST", ts.URL+"/v1/responses", body, http.Header{"Authorization": {key}})
+		require.Equal(t, 401, code)
+		e := got["error"].(map[string]any)
+		require.Equal(t, "authentication_error", e["type"], "%v", got)
+		require.NotEmpty(t, e["message"])
+	}
+	code, got := do(t, "POST", ts.URL+"/v1/responses", body, http.Header{"Authorization": {"Bearer sk-alice"}})
+	require.Equal(t, 200, code, "%v", got)
+	id := got["id"].(string)
+	code, got = do(t, "GET", ts.URL+"/v1/responses/"+id, "", http.Header{"Authorization": {"Bearer sk-bob"}})
+	require.Contains(t, []int{403, 404}, code, "%v", got)
+	require.NotNil(t, got["error"], "%v", got)
+	code, got = do(t, "GET", ts.URL+"/v1/responses/"+id, "", http.Header{"Authorization": {"Bearer sk-alice"}})
+	require.Equal(t, 200, code)
+	require.Equal(t, "mine", got["output_text"])
+}
