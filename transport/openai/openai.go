@@ -321,13 +321,9 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sub.Close()
-	for !c.done {
-		e, err := sub.Next(r.Context())
-		if err != nil {
-			fail(w, http.StatusServiceUnavailable, "", "the run's events: %v", err)
-			return
-		}
-		c.feed(e)
+	if err := follow(r.Context(), sub, &c.done, func(e *server.Event) { c.feed(e) }); err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "the run's events: %v", err)
+		return
 	}
 	if c.failed != "" {
 		fail(w, http.StatusInternalServerError, "", "the run failed: %s", c.failed)
@@ -459,15 +455,23 @@ func (h *Handler) serveResponse(w http.ResponseWriter, r *http.Request, resp *re
 		return
 	}
 	defer sub.Close()
-	for !resp.done {
-		e, err := sub.Next(r.Context())
-		if err != nil {
-			fail(w, http.StatusServiceUnavailable, "", "the run's events: %v", err)
-			return
-		}
-		resp.feed(e)
+	if err := follow(r.Context(), sub, &resp.done, func(e *server.Event) { resp.feed(e) }); err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "the run's events: %v", err)
+		return
 	}
 	httpjson.Write(w, http.StatusOK, resp.object())
+}
+
+// follow feeds sub's events to feed until done is set.
+func follow(ctx context.Context, sub *server.Session, done *bool, feed func(*server.Event)) error {
+	for !*done {
+		e, err := sub.Next(ctx)
+		if err != nil {
+			return err
+		}
+		feed(e)
+	}
+	return nil
 }
 
 // lookup reads the response of the path: its thread, known and usable
@@ -578,16 +582,11 @@ func (h *Handler) cancelResponse(w http.ResponseWriter, r *http.Request) {
 		defer sub.Close()
 		ctx, cancel := context.WithTimeout(r.Context(), h.opts.ReadTimeout)
 		defer cancel()
-		for !resp.done {
-			e, err := sub.Next(ctx)
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) {
-					break // cancelled; its end not seen yet
-				}
-				fail(w, http.StatusServiceUnavailable, "", "%v", err)
-				return
-			}
-			resp.feed(e)
+		// Cancelled; a run whose end is not seen in time is answered as
+		// it stands.
+		if err := follow(ctx, sub, &resp.done, func(e *server.Event) { resp.feed(e) }); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			fail(w, http.StatusServiceUnavailable, "", "%v", err)
+			return
 		}
 	}
 	httpjson.Write(w, http.StatusOK, resp.object())
