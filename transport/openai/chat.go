@@ -161,6 +161,9 @@ func dataFrame(buf []byte, v any) []byte {
 }
 
 func (f *chatFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
+	if gone(e) {
+		return append(dataFrame(buf, OaiErrorBody{Error: OaiError{Message: errGone.Error(), Type: "server_error", Code: strPtr("history_gone")}}), "data: [DONE]\n\n"...), true
+	}
 	for _, ch := range f.c.feed(e) {
 		buf = f.frame(buf, ch)
 	}

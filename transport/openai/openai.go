@@ -469,6 +469,9 @@ func follow(ctx context.Context, sub *server.Session, done *bool, feed func(*ser
 		if err != nil {
 			return err
 		}
+		if gone(e) {
+			return errGone
+		}
 		feed(e)
 	}
 	return nil
@@ -517,6 +520,9 @@ func (h *Handler) snapshot(ctx context.Context, resp *response) error {
 		e, err := sub.Next(ctx)
 		if err != nil {
 			return err
+		}
+		if gone(e) {
+			return errGone
 		}
 		seen = max(seen, e.Seq)
 		resp.feed(e)

@@ -547,3 +547,20 @@ func TestCredentials(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Equal(t, "mine", got["output_text"])
 }
+
+// TestTrimmedHistory: a response whose first events the thread no longer
+// keeps is not renumbered from what is left: GET says 503 with why, and
+// its stream read again ends with an error event.
+func TestTrimmedHistory(t *testing.T) {
+	ts := start(t, server.Config{BufferEvents: 8}, transport.Options{})
+	code, got := do(t, "POST", ts.URL+"/v1/responses", `{"model": "echo", "input": "one two three four five six seven eight nine ten eleven twelve"}`, nil)
+	require.Equal(t, 200, code, "%v", got)
+	id := got["id"].(string)
+	code, got = do(t, "GET", ts.URL+"/v1/responses/"+id, "", nil)
+	require.Equal(t, 503, code, "%v", got)
+	require.Contains(t, got["error"].(map[string]any)["message"], "no longer kept")
+	evs := responseEvents(t, openStream(t, "GET", ts.URL+"/v1/responses/"+id+"?stream=true", ""))
+	require.Len(t, evs, 1)
+	require.Equal(t, "error", evs[0]["type"])
+	require.Equal(t, "history_gone", evs[0]["code"])
+}

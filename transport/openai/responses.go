@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -318,6 +319,11 @@ func eventFrame(buf []byte, v OaiStreamEventVariant) []byte {
 }
 
 func (f *responseFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
+	if gone(e) {
+		// Numbered from what is left, the events would not be the
+		// response's: the stream says so and ends.
+		return eventFrame(buf, &OaiStreamError{SequenceNumber: f.r.seq, Code: "history_gone", Message: errGone.Error()}), true
+	}
 	first := f.r.seq
 	evs := f.r.feed(e)
 	for i, v := range evs {
@@ -335,6 +341,13 @@ func (f *responseFrames) AppendEnd(buf []byte, err error) []byte {
 	}
 	return eventFrame(buf, &OaiStreamError{SequenceNumber: f.r.seq, Code: "stream_ended", Message: msg})
 }
+
+// errGone is what a response or completion whose first events the
+// thread no longer keeps answers.
+var errGone = errors.New("the response's first events are no longer kept (the thread's history was trimmed): it cannot be read again")
+
+// gone reports whether e is the notice of events no longer kept.
+func gone(e *server.Event) bool { return e.Seq == 0 && e.Method == "events.missed" }
 
 // now is the Unix time in seconds.
 func now() uint64 { return uint64(time.Now().Unix()) }
