@@ -144,8 +144,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if len(args) > 0 && args[0] == "data" {
 		return data(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "bare" {
+		return bare(ctx, args[1:], stderr)
+	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD   (-h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD | agentstream bare [--addr]   (-h for the flags)")
 		return 2
 	}
 	var c config
@@ -581,6 +584,9 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	threads := fs.Int("threads", 0, "instead: the many-conversations workload, this many threads (with --subs-per-thread, --rate per thread, --duration)")
 	perThread := fs.Int("subs-per-thread", 2, "with --threads: subscribers of each thread")
 	duration := fs.Duration("duration", 10*time.Second, "with --threads: how long each thread's run publishes")
+	bareURL := fs.String("bare-url", "", "with --threads: also run the workload against the bare reference server at this URL (agentstream bare), alternated with --url, --rounds times each, and print both with their ratios")
+	barePID := fs.Int("bare-pid", 0, "with --bare-url: the bare server's process id, for its CPU")
+	rounds := fs.Int("rounds", 3, "with --bare-url: alternated runs against each")
 	idleWait := fs.Duration("idle-wait", 0, "with --threads: wait this long after the runs, connections closed, and read the server's RSS and live heap per thread again (the heap needs --pprof, and a short --idle-release to see buffers go)")
 	chat := fs.String("chat", "", "instead: runs of --model, each streamed to the client that started it, through openai (POST /v1/chat/completions; the server's --profiles openai) or sse (the protocol's stream and run.start): time to first token and server CPU per token")
 	model := fs.String("model", "echo", "with --chat: the assistant (echo streams the input's words)")
@@ -607,6 +613,19 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		c.OtherPIDs = append(c.OtherPIDs, pid)
+	}
+	if *threads > 0 && *bareURL != "" {
+		many := loadtest.ManyConfig{URL: c.URL, Transport: c.Transport, Threads: *threads, SubsPerThread: *perThread,
+			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID}
+		cmp, err := loadtest.AgainstBare(ctx, many, *bareURL, *barePID, *rounds, func(name string, r loadtest.ManyResult) {
+			fmt.Fprintf(stdout, "%s: %s\n", name, r)
+		})
+		if err != nil {
+			fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
+			return 1
+		}
+		fmt.Fprintln(stdout, cmp)
+		return 0
 	}
 	if *threads > 0 {
 		r, err := loadtest.RunMany(ctx, loadtest.ManyConfig{URL: c.URL, Transport: c.Transport, Threads: *threads, SubsPerThread: *perThread,
@@ -637,6 +656,27 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		through = c.Wire + " through " + c.Transport
 	}
 	fmt.Fprintf(stdout, "%s, %d subscribers, %d events of %d bytes from %s: %s\n", through, c.Subscribers, c.Count, c.Size, c.Source, r)
+	return 0
+}
+
+// bare is `agentstream bare`: the reference server the many-conversations
+// workload is measured against (loadtest.Bare).
+func bare(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentstream bare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:2099", "listen address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream bare:", err)
+		return 1
+	}
+	if err := loadtest.ServeBare(ctx, ln); err != nil {
+		fmt.Fprintln(stderr, "agentstream bare:", err)
+		return 1
+	}
 	return 0
 }
 

@@ -150,3 +150,41 @@ func TestRunChat(t *testing.T) {
 	_, err := RunChat(context.Background(), ChatConfig{URL: ts.URL, Via: "carrier-pigeon", Tokens: 1, Runs: 1})
 	require.Error(t, err)
 }
+
+// TestBareReference: the bare reference serves the many-conversations
+// workload over WebSocket and SSE (every event to every watcher, its
+// latency read), and AgainstBare alternates it with agentstream.
+func TestBareReference(t *testing.T) {
+	b := NewBare()
+	bare := httptest.NewServer(b)
+	defer func() {
+		bare.Close()
+		b.Close()
+	}()
+	for _, tr := range []string{"ws", "sse"} {
+		r, err := RunMany(context.Background(), ManyConfig{URL: bare.URL, Transport: tr, Threads: 5, SubsPerThread: 2, Rate: 50, Duration: 400 * time.Millisecond, Size: 100})
+		require.NoError(t, err, tr)
+		require.Zero(t, r.Missing, tr)
+		require.Equal(t, int64(5*2*20), r.Deliveries, tr)
+		require.Positive(t, r.P50, tr)
+	}
+
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	h := transport.New(srv, transport.Options{})
+	ts := httptest.NewServer(h)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		_ = srv.Close(ctx)
+	}()
+	var names []string
+	c, err := AgainstBare(context.Background(), ManyConfig{URL: ts.URL, Transport: "ws", Threads: 4, SubsPerThread: 2, Rate: 50, Duration: 200 * time.Millisecond, Size: 100},
+		bare.URL, 0, 2, func(name string, r ManyResult) { names = append(names, name) })
+	require.NoError(t, err)
+	require.Equal(t, []string{"bare", "agentstream", "bare", "agentstream"}, names, "alternated")
+	require.Len(t, c.Bare, 2)
+	require.Contains(t, c.String(), "latency p99")
+}

@@ -1,7 +1,14 @@
 """The official openai Python SDK against agentstream's OpenAI-compatible
-wires (transport/openai's Go test runs it against a server it started,
-when the package is installed). Env: BASE_URL, API_KEY. Prints one line
-per scenario passed; exits 1 at the first failure."""
+wires, run by hand where `pip install openai` works (the test suite does
+not run it: its machines cannot reach PyPI, and nothing may skip in CI):
+
+    echo 'sk-alice alice' > /tmp/keys
+    go run ./cmd/agentstream serve --profiles openai --auth-api-keys-file /tmp/keys &
+    BASE_URL=http://127.0.0.1:2024/v1 API_KEY=sk-alice python3 tools/python/openai_sdk.py
+
+Prints one line per scenario passed; exits 1 at the first failure. The
+same scenarios run with the official Node SDK in transport/openai's
+TestOfficialSDK."""
 import json
 import os
 import sys

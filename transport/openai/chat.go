@@ -25,6 +25,7 @@ type chat struct {
 	failed            string // the run's error, when it failed
 	done              bool
 	promptBytes       int
+	from              uint64 // the first event of the completion's (those before are another's)
 }
 
 func newChat(thread, model string, promptBytes int) *chat {
@@ -38,7 +39,7 @@ func (c *chat) chunk(d OaiDelta, finish *OaiFinishReason) OaiChatChunk {
 
 // feed reads event e and returns the chunks it makes.
 func (c *chat) feed(e *server.Event) []OaiChatChunk {
-	if c.done {
+	if c.done || (e.Seq != 0 && e.Seq < c.from) {
 		return nil
 	}
 	p := c.run.next(e)

@@ -289,31 +289,32 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if !h.authorize(w, r, thread, create) {
 		return
 	}
-	ss := h.srv.NewSession(thread)
-	var first uint64
-	var err error
-	if create {
-		first, err = start(r.Context(), ss, req.Model, messages)
-	} else {
-		var found bool
-		first, found, err = h.answer(r.Context(), ss, thread, call, outputValue(textOf(last.Content)))
-		if err == nil && !found {
-			ss.Close()
-			fail(w, http.StatusConflict, "messages", "no run waits for tool call %s (answered already, or its run ended)", *last.ToolCallID)
-			return
-		}
-	}
-	ss.Close()
-	if err != nil {
-		failCommand(w, err)
-		return
-	}
-	sub, err := h.subscribe(thread, first-1)
+	// Subscribed before the run starts: its first events are read however
+	// soon the thread's buffer lets them go.
+	sub, err := h.subscribe(thread, h.srv.LastSeq(thread))
 	if err != nil {
 		fail(w, http.StatusServiceUnavailable, "", "%v", err)
 		return
 	}
+	var first uint64
+	if create {
+		first, err = start(r.Context(), sub, req.Model, messages)
+	} else {
+		var found bool
+		first, found, err = h.answer(r.Context(), sub, thread, call, outputValue(textOf(last.Content)))
+		if err == nil && !found {
+			sub.Close()
+			fail(w, http.StatusConflict, "messages", "no run waits for tool call %s (answered already, or its run ended)", *last.ToolCallID)
+			return
+		}
+	}
+	if err != nil {
+		sub.Close()
+		failCommand(w, err)
+		return
+	}
 	c := newChat(thread, req.Model, promptBytes)
+	c.from = first
 	if req.Stream != nil && *req.Stream {
 		usage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage
 		h.opts.Streams.Serve(w, r, sub, sse.Wire{Frames: &chatFrames{c: c, usage: usage}, Heartbeat: ": keep-alive\n\n",
@@ -417,37 +418,44 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	if !h.authorize(w, r, thread, create) {
 		return
 	}
-	ss := h.srv.NewSession(thread)
+	// Subscribed before the run starts (see chatCompletions).
+	sub, err := h.subscribe(thread, h.srv.LastSeq(thread))
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "%v", err)
+		return
+	}
 	var first uint64
-	var err error
 	if callOutput != nil {
 		var found bool
-		first, found, err = h.answer(r.Context(), ss, thread, call, outputValue(textOf(callOutput.Output)))
+		first, found, err = h.answer(r.Context(), sub, thread, call, outputValue(textOf(callOutput.Output)))
 		if err == nil && !found {
-			ss.Close()
+			sub.Close()
 			fail(w, http.StatusConflict, "input", "no run waits for call %s (answered already, or its run ended)", *callOutput.CallID)
 			return
 		}
 	} else {
-		first, err = start(r.Context(), ss, req.Model, messages)
+		first, err = start(r.Context(), sub, req.Model, messages)
 	}
-	ss.Close()
 	if err != nil {
+		sub.Close()
 		failCommand(w, err)
 		return
 	}
 	resp := newResponse(thread, first, req.Model, prev, now(), inBytes)
-	h.serveResponse(w, r, resp, req.Stream != nil && *req.Stream, -1)
+	h.serveResponse(w, r, resp, sub, req.Stream != nil && *req.Stream, -1)
 }
 
 // serveResponse streams resp's events after sequence_number after, or
-// waits for its end and writes the object.
-func (h *Handler) serveResponse(w http.ResponseWriter, r *http.Request, resp *response, stream bool, after int64) {
-	_, startSeq, _ := parseResponseID(resp.id)
-	sub, err := h.subscribe(resp.thread, startSeq-1)
-	if err != nil {
-		fail(w, http.StatusServiceUnavailable, "", "%v", err)
-		return
+// waits for its end and writes the object; sub reads the thread from the
+// response's start or before (nil: a subscription of its own).
+func (h *Handler) serveResponse(w http.ResponseWriter, r *http.Request, resp *response, sub *server.Session, stream bool, after int64) {
+	if sub == nil {
+		_, startSeq, _ := parseResponseID(resp.id)
+		var err error
+		if sub, err = h.subscribe(resp.thread, startSeq-1); err != nil {
+			fail(w, http.StatusServiceUnavailable, "", "%v", err)
+			return
+		}
 	}
 	if stream {
 		h.opts.Streams.Serve(w, r, sub, sse.Wire{Frames: &responseFrames{r: resp, after: after}, Heartbeat: ": keep-alive\n\n",
@@ -548,7 +556,7 @@ func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request) {
 			}
 			after = int64(n)
 		}
-		h.serveResponse(w, r, resp, true, after)
+		h.serveResponse(w, r, resp, nil, true, after)
 		return
 	}
 	if err := h.snapshot(r.Context(), resp); err != nil {

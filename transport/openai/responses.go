@@ -47,6 +47,7 @@ type response struct {
 	incomplete        *OaiIncompleteDetails
 	started, done     bool
 	inBytes, outBytes int
+	from              uint64 // its first event's seq
 }
 
 // item is an output item under way: its index and text so far.
@@ -58,7 +59,7 @@ type item struct {
 
 func newResponse(thread string, start uint64, model string, prev *string, created uint64, inBytes int) *response {
 	return &response{id: ResponseID(thread, start), thread: thread, model: model, prev: prev, created: created,
-		open: map[string]*item{}, status: OaiResponseStatusInProgress, inBytes: inBytes}
+		open: map[string]*item{}, status: OaiResponseStatusInProgress, inBytes: inBytes, from: start}
 }
 
 // object is the response as it stands.
@@ -106,8 +107,8 @@ func (r *response) itemNow(it *item) OaiOutputItemVariant {
 
 // feed reads event e and returns the stream events it makes, numbered.
 func (r *response) feed(e *server.Event) []OaiStreamEventVariant {
-	if r.done {
-		return nil
+	if r.done || (e.Seq != 0 && e.Seq < r.from) {
+		return nil // the end, or before the response's first event
 	}
 	p := r.run.next(e)
 	if r.model == "" && r.run.model != "" {

@@ -44,28 +44,3 @@ func TestOfficialSDK(t *testing.T) {
 	require.Equal(t, 8, strings.Count(string(out), "ok "), "%s", out)
 	t.Logf("%s", out)
 }
-
-// TestOfficialPythonSDK drives the official openai Python package
-// (tools/python/openai_sdk.py) the same way, where it is installed (pip
-// needs PyPI, which this project's machines cannot reach).
-func TestOfficialPythonSDK(t *testing.T) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
-	if exec.Command(python, "-c", "import openai").Run() != nil {
-		t.Skip("the openai Python package is not installed (pip install openai)")
-	}
-	script, _ := filepath.Abs("../../tools/python/openai_sdk.py")
-	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"sk-alice": {Subject: "alice"}}})
-	require.NoError(t, err)
-	t.Cleanup(a.Close)
-	ts := start(t, server.Config{}, transport.Options{Auth: a})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, script)
-	cmd.Env = append(os.Environ(), "BASE_URL="+ts.URL+"/v1", "API_KEY=sk-alice")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.Equal(t, 4, strings.Count(string(out), "ok "), "%s", out)
-}
