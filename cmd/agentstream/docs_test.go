@@ -27,6 +27,7 @@ var docsShrink = []struct {
 	{regexp.MustCompile(`--duration \S+`), "--duration 1s"},
 	{regexp.MustCompile(`--idle \d+`), "--idle 20"},
 	{regexp.MustCompile(`--runs \d+`), "--runs 20"},
+	{regexp.MustCompile(`--rounds \d+`), "--rounds 1"},
 	{regexp.MustCompile(`--idle-wait \S+`), "--idle-wait 1s"},
 	{regexp.MustCompile(`(^|\s)-count \d+`), "${1}-count 1 -benchtime 1x"},
 }
@@ -138,7 +139,7 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 		case strings.HasPrefix(line, "curl -N"):
 			line += ` -sSf --max-time 3 >"$DIR/stream.out" || [ $? -eq 28 ]`
 		}
-		if strings.Contains(line, `"$AS" serve`) {
+		if strings.Contains(line, `"$AS" serve`) || strings.Contains(line, `"$AS" bare`) {
 			cmd, after, _ := strings.Cut(line, "&") // the server in the background, in any case
 			cmd = strings.TrimSpace(cmd)
 			if !strings.Contains(cmd, "--addr") {

@@ -107,6 +107,10 @@ func (b *Bare) thread(id string) *bareThread {
 
 // ServeHTTP serves the routes the load tool uses.
 func (b *Bare) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	if len(parts) < 3 || parts[0] != "threads" {
 		http.NotFound(w, r)
