@@ -53,6 +53,8 @@ type Log struct {
 	checked time.Time
 	aged    time.Time
 	buf     []byte
+	enc     []byte         // a compressed value, before the batch copies it
+	spare   []pendingEvent // the pending slice of the last commit, for the next
 }
 
 // pendingEvent is an event appended and not yet committed.
@@ -216,7 +218,8 @@ func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint6
 		raw = append(raw, e.json...)
 	}
 	l.buf = raw
-	v := l.codec.enc.EncodeAll(raw, h.append(nil))
+	v := l.codec.enc.EncodeAll(raw, h.append(l.enc[:0])) // the batch copies it
+	l.enc = v
 	_ = b.Set(chunkKey(thread, first.seq), v, nil)
 	_ = b.Set(indexKey(now, thread, first.seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
 	_ = b.Set(headKey(thread), []byte(last.id), nil)
@@ -268,7 +271,8 @@ func (l *Log) flush() {
 	defer l.flushing.Unlock()
 	l.mu.Lock()
 	batch := l.pending
-	l.pending = nil
+	l.pending = l.spare[:0] // the slices swap: no growth per commit
+	l.spare = nil
 	var folds []fold
 	for thread := range l.due {
 		if len(folds) == foldsPerCommit && !l.closing {
@@ -296,7 +300,8 @@ func (l *Log) flush() {
 			raw = commitRecord(raw, p.thread, p.seq, p.json)
 		}
 		l.buf = raw
-		_ = b.Set(commitKey(n), l.codec.enc.EncodeAll(raw, nil), nil)
+		l.enc = l.codec.enc.EncodeAll(raw, l.enc[:0])
+		_ = b.Set(commitKey(n), l.enc, nil) // copied into the batch
 	}
 	now := uint64(l.opts.Now().UnixMilli())
 	sizes := make([]int, len(folds))
@@ -323,6 +328,7 @@ func (l *Log) flush() {
 	if err != nil {
 		l.failures.Add(1)
 		l.pending = append(batch, l.pending...)
+		l.spare = nil
 		for _, f := range folds {
 			l.due[f.thread] = true
 		}
@@ -352,7 +358,9 @@ func (l *Log) flush() {
 		for _, p := range t.events[:k] {
 			t.bytes -= len(p.json)
 		}
-		t.events = append(t.events[:0:0], t.events[k:]...)
+		rest := make([]record, len(t.events)-k, max(len(t.events)-k, l.opts.FoldEvents)+8)
+		copy(rest, t.events[k:])
+		t.events = rest
 		t.committed -= k
 		if len(t.events) == 0 {
 			delete(l.tails, f.thread)
@@ -360,6 +368,8 @@ func (l *Log) flush() {
 			t.since = time.Now()
 		}
 	}
+	clear(batch)
+	l.spare = batch[:0]
 	l.room.Broadcast()
 }
 
@@ -450,7 +460,7 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 	l.pending = append(l.pending, pendingEvent{thread: thread, seq: e.Seq, json: e.JSON()})
 	t := l.tails[thread]
 	if t == nil {
-		t = &tail{since: time.Now()}
+		t = &tail{since: time.Now(), events: make([]record, 0, l.opts.FoldEvents+8)}
 		l.tails[thread] = t
 		l.floorOf(thread)
 	}
