@@ -202,6 +202,47 @@ func (h *Handler) answer(ctx context.Context, ss *server.Session, thread, call s
 	return 0, false, nil
 }
 
+// toolOutput is a request's answer to the call a run waits on.
+type toolOutput struct {
+	call, wireID string // the call's id, and as the wire names it
+	value        any
+	param        string // the request's member that holds it
+}
+
+// begin subscribes to thread (create: a new one) and then starts a run of model with
+// messages, or, with answer, resumes the run waiting on its call; it
+// returns the subscription and the seq of the run's first event (or of
+// the first after the answer). It answers the request itself when it
+// cannot (ok false). The subscription comes first, so that the run's
+// first events are read however soon the thread's buffer lets them go.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, thread string, create bool, model string, messages []any, answer *toolOutput) (sub *server.Session, first uint64, ok bool) {
+	if !h.authorize(w, r, thread, create) {
+		return nil, 0, false
+	}
+	sub, err := h.subscribe(thread, h.srv.LastSeq(thread))
+	if err != nil {
+		fail(w, http.StatusServiceUnavailable, "", "%v", err)
+		return nil, 0, false
+	}
+	if answer == nil {
+		first, err = start(r.Context(), sub, model, messages)
+	} else {
+		var found bool
+		first, found, err = h.answer(r.Context(), sub, thread, answer.call, answer.value)
+		if err == nil && !found {
+			sub.Close()
+			fail(w, http.StatusConflict, answer.param, "no run waits for call %s (answered already, or its run ended)", answer.wireID)
+			return nil, 0, false
+		}
+	}
+	if err != nil {
+		sub.Close()
+		failCommand(w, err)
+		return nil, 0, false
+	}
+	return sub, first, true
+}
+
 // outputValue is a tool's output as the run gets it: JSON when it
 // parses, else the text.
 func outputValue(s string) any {
@@ -282,35 +323,15 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		messages = append(messages, msg)
 	}
+	var answer *toolOutput
 	create := thread == ""
 	if create {
 		thread = newThread()
-	}
-	if !h.authorize(w, r, thread, create) {
-		return
-	}
-	// Subscribed before the run starts: its first events are read however
-	// soon the thread's buffer lets them go.
-	sub, err := h.subscribe(thread, h.srv.LastSeq(thread))
-	if err != nil {
-		fail(w, http.StatusServiceUnavailable, "", "%v", err)
-		return
-	}
-	var first uint64
-	if create {
-		first, err = start(r.Context(), sub, req.Model, messages)
 	} else {
-		var found bool
-		first, found, err = h.answer(r.Context(), sub, thread, call, outputValue(textOf(last.Content)))
-		if err == nil && !found {
-			sub.Close()
-			fail(w, http.StatusConflict, "messages", "no run waits for tool call %s (answered already, or its run ended)", *last.ToolCallID)
-			return
-		}
+		answer = &toolOutput{call: call, wireID: *last.ToolCallID, value: outputValue(textOf(last.Content)), param: "messages"}
 	}
-	if err != nil {
-		sub.Close()
-		failCommand(w, err)
+	sub, first, ok := h.begin(w, r, thread, create, req.Model, messages, answer)
+	if !ok {
 		return
 	}
 	c := newChat(thread, req.Model, promptBytes)
@@ -415,30 +436,12 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	if create {
 		thread = newThread()
 	}
-	if !h.authorize(w, r, thread, create) {
-		return
-	}
-	// Subscribed before the run starts (see chatCompletions).
-	sub, err := h.subscribe(thread, h.srv.LastSeq(thread))
-	if err != nil {
-		fail(w, http.StatusServiceUnavailable, "", "%v", err)
-		return
-	}
-	var first uint64
+	var answer *toolOutput
 	if callOutput != nil {
-		var found bool
-		first, found, err = h.answer(r.Context(), sub, thread, call, outputValue(textOf(callOutput.Output)))
-		if err == nil && !found {
-			sub.Close()
-			fail(w, http.StatusConflict, "input", "no run waits for call %s (answered already, or its run ended)", *callOutput.CallID)
-			return
-		}
-	} else {
-		first, err = start(r.Context(), sub, req.Model, messages)
+		answer = &toolOutput{call: call, wireID: *callOutput.CallID, value: outputValue(textOf(callOutput.Output)), param: "input"}
 	}
-	if err != nil {
-		sub.Close()
-		failCommand(w, err)
+	sub, first, ok := h.begin(w, r, thread, create, req.Model, messages, answer)
+	if !ok {
 		return
 	}
 	resp := newResponse(thread, first, req.Model, prev, now(), inBytes)
