@@ -48,9 +48,14 @@ type bareWatcher interface {
 	write(event []byte) error
 }
 
-type wsWatcher struct{ c *websocket.Conn }
+type wsWatcher struct {
+	mu sync.Mutex // held while the subscribe's answer is written: events go after it
+	c  *websocket.Conn
+}
 
-func (w wsWatcher) write(event []byte) error {
+func (w *wsWatcher) write(event []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return w.c.Write(ctx, websocket.MessageText, event)
@@ -154,11 +159,17 @@ func (b *Bare) serveWS(w http.ResponseWriter, r *http.Request, thread string) {
 		c.Close(websocket.StatusPolicyViolation, "subscription.subscribe first")
 		return
 	}
+	// Watching from before the answer (a client that has it may start the
+	// run at once), the events held until the answer is written.
 	ans := fmt.Sprintf(`{"type":"success","id":%d,"result":{"subscription_id":"sub-1"}}`, cmd.ID)
-	if err := c.Write(r.Context(), websocket.MessageText, []byte(ans)); err != nil {
+	wt := &wsWatcher{c: c}
+	wt.mu.Lock()
+	b.watch(thread, wt)
+	err = c.Write(r.Context(), websocket.MessageText, []byte(ans))
+	wt.mu.Unlock()
+	if err != nil {
 		return
 	}
-	b.watch(thread, wsWatcher{c})
 	// Read until the client leaves (it sends nothing more).
 	for {
 		if _, _, err := c.Read(r.Context()); err != nil {
@@ -171,12 +182,16 @@ func (b *Bare) serveSSE(w http.ResponseWriter, r *http.Request, thread string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	if rc.Flush() != nil {
-		return
-	}
+	// Watching from before the head reaches the client (which may start
+	// the run once it has it), the events held until the head is out.
 	wt := &sseWatcher{w: w, rc: rc}
+	wt.mu.Lock()
 	b.watch(thread, wt)
-	<-r.Context().Done()
+	err := rc.Flush()
+	wt.mu.Unlock()
+	if err == nil {
+		<-r.Context().Done()
+	}
 	wt.close()
 }
 
