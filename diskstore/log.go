@@ -223,7 +223,6 @@ func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint6
 	_ = b.Set(chunkKey(thread, first.seq), v, nil)
 	_ = b.Set(indexKey(now, thread, first.seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
 	_ = b.Set(headKey(thread), []byte(last.id), nil)
-	l.chunksWritten.Add(1)
 	return len(v)
 }
 
@@ -305,6 +304,7 @@ func (l *Log) flush() {
 	}
 	now := uint64(l.opts.Now().UnixMilli())
 	sizes := make([]int, len(folds))
+	chunks := 0
 	for i, f := range folds {
 		evs := f.events
 		for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
@@ -314,6 +314,7 @@ func (l *Log) flush() {
 			for len(evs) > 0 {
 				n := min(len(evs), l.opts.FoldEvents)
 				sizes[i] += l.writeChunk(b, f.thread, evs[:n], now)
+				chunks++
 				evs = evs[n:]
 			}
 		} else {
@@ -336,6 +337,7 @@ func (l *Log) flush() {
 	}
 	l.commit = n
 	l.commits.Add(1)
+	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
 	l.written.Add(uint64(len(batch)))
 	for _, p := range batch {
 		l.touched[p.thread] = p.seq
