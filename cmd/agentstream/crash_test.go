@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -49,21 +50,11 @@ func TestKillDuringPublishOnDisk(t *testing.T) {
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		id := ""
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				id = line[4:]
-			case strings.HasPrefix(line, "data: ") && id != "":
-				mu.Lock()
-				seen[id], last = line[6:], id
-				mu.Unlock()
-				id = ""
-			}
-		}
+		eachFrame(resp.Body, func(id, data string) {
+			mu.Lock()
+			seen[id], last = data, id
+			mu.Unlock()
+		})
 	}()
 
 	// The producer: batches of 50 every 10 ms.
@@ -115,19 +106,7 @@ func TestKillDuringPublishOnDisk(t *testing.T) {
 	all, err := read(fctx, url2, "")
 	require.NoError(t, err)
 	stored := map[string]string{}
-	sc = bufio.NewScanner(all.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	id := ""
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			id = line[4:]
-		case strings.HasPrefix(line, "data: ") && id != "":
-			stored[id] = line[6:]
-			id = ""
-		}
-	}
+	eachFrame(all.Body, func(id, data string) { stored[id] = data })
 	all.Body.Close()
 	kept := 0
 	for id, data := range seen {
@@ -145,4 +124,22 @@ func TestKillDuringPublishOnDisk(t *testing.T) {
 	require.NoError(t, err)
 	defer pr.Body.Close()
 	require.Equal(t, 200, pr.StatusCode)
+}
+
+// eachFrame calls fn with the id and data of each SSE frame that has an
+// id, until r ends.
+func eachFrame(r io.Reader, fn func(id, data string)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	id := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id = line[4:]
+		case strings.HasPrefix(line, "data: ") && id != "":
+			fn(id, line[6:])
+			id = ""
+		}
+	}
 }

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -145,20 +146,11 @@ func RunChat(ctx context.Context, cfg ChatConfig) (ChatResult, error) {
 func chatOpenAI(ctx context.Context, client *http.Client, cfg ChatConfig, text string) (time.Duration, int, error) {
 	body, _ := json.Marshal(map[string]any{"model": cfg.Model, "stream": true, "messages": []any{map[string]any{"role": "user", "content": text}}})
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/v1/chat/completions", strings.NewReader(string(body)))
+	resp, err := postJSON(ctx, client, cfg.URL+"/v1/chat/completions", body)
 	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("chat completion: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("chat completion: %s: %s", resp.Status, b)
-	}
 	var ttft time.Duration
 	n := 0
 	sc := bufio.NewScanner(resp.Body)
@@ -202,35 +194,19 @@ func chatSSE(ctx context.Context, client *http.Client, cfg ChatConfig, text stri
 	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/stream", strings.NewReader(`{"channels": ["messages", "lifecycle"]}`))
+	resp, err := postJSON(ctx, client, cfg.URL+"/threads/"+thread+"/stream", []byte(`{"channels": ["messages", "lifecycle"]}`))
 	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("stream: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return 0, 0, fmt.Errorf("stream: %s", resp.Status)
-	}
 	cmd, _ := json.Marshal(map[string]any{"id": 1, "method": "run.start", "params": map[string]any{"assistant_id": cfg.Model,
 		"input": map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}}})
-	creq, err := http.NewRequestWithContext(ctx, "POST", cfg.URL+"/threads/"+thread+"/commands", strings.NewReader(string(cmd)))
+	cresp, err := postJSON(ctx, client, cfg.URL+"/threads/"+thread+"/commands", cmd)
 	if err != nil {
-		return 0, 0, err
-	}
-	creq.Header.Set("Content-Type", "application/json")
-	cresp, err := client.Do(creq)
-	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("run.start: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, cresp.Body)
 	cresp.Body.Close()
-	if cresp.StatusCode != 200 {
-		return 0, 0, fmt.Errorf("run.start: %s", cresp.Status)
-	}
 	var ttft time.Duration
 	n := 0
 	sc := bufio.NewScanner(resp.Body)
@@ -266,4 +242,24 @@ func chatSSE(ctx context.Context, client *http.Client, cfg ChatConfig, text stri
 		}
 	}
 	return 0, 0, fmt.Errorf("the stream ended before the run: %v", sc.Err())
+}
+
+// postJSON posts body and returns the response, or an error naming the
+// status (and the start of the body) when it is not 200.
+func postJSON(ctx context.Context, client *http.Client, url string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return resp, nil
 }

@@ -16,7 +16,7 @@
 // fails when they are stale.
 package openai
 
-//go:generate go run ../../cmd/cddlgen --quiet --lang go --package openai --out openai_gen.go ../../protocol/openai.cddl
+//go:generate go run ../../cmd/cddlgen --quiet --lang go --package openai --go-fast OaiStreamEvent --out openai_gen.go ../../protocol/openai.cddl
 //go:generate go run ../../cmd/cddlgen --quiet --lang jsonschema --root OaiChatChunk --out schema_chunk.json ../../protocol/openai.cddl
 //go:generate go run ../../cmd/cddlgen --quiet --lang jsonschema --root OaiStreamEvent --out schema_event.json ../../protocol/openai.cddl
 //go:generate go run ../../cmd/cddlgen --quiet --lang jsonschema --root OaiResponse --out schema_response.json ../../protocol/openai.cddl

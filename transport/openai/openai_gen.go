@@ -1062,6 +1062,71 @@ func (s *OaiResponse) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponse", oaiResponseLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponse) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	b = append(b, ",\"object\":\"response\""...)
+	b = append(b, ",\"created_at\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.CreatedAt))
+	b = append(b, ",\"model\":"...)
+	b = cddlrt.AppendString(b, s.Model)
+	b = append(b, ",\"status\":"...)
+	b = cddlrt.AppendString(b, string(s.Status))
+	b = append(b, ",\"output\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Output); err != nil {
+		return nil, err
+	}
+	b = append(b, ",\"output_text\":"...)
+	b = cddlrt.AppendString(b, s.OutputText)
+	b = append(b, ",\"error\":"...)
+	if s.Error == nil {
+		b = append(b, "null"...)
+	} else {
+		if b, err = s.Error.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, ",\"incomplete_details\":"...)
+	if s.IncompleteDetails == nil {
+		b = append(b, "null"...)
+	} else {
+		if b, err = s.IncompleteDetails.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, ",\"previous_response_id\":"...)
+	if s.PreviousResponseID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = cddlrt.AppendString(b, (*s.PreviousResponseID))
+	}
+	b = append(b, ",\"usage\":"...)
+	if s.Usage == nil {
+		b = append(b, "null"...)
+	} else {
+		if b, err = s.Usage.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, ",\"parallel_tool_calls\":"...)
+	b = cddlrt.AppendBool(b, bool(s.ParallelToolCalls))
+	b = append(b, ",\"tool_choice\":\"auto\""...)
+	b = append(b, ",\"tools\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Tools); err != nil {
+		return nil, err
+	}
+	b = append(b, ",\"metadata\":"...)
+	if b, err = s.Metadata.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiResponseMetadata is generated from CDDL rule "OaiResponseMetadata".
 type OaiResponseMetadata struct {
 }
@@ -1080,6 +1145,14 @@ func (OaiResponseMetadata) CDDLMembers() *cddlrt.Members {
 func (s OaiResponseMetadata) Validate() error {
 	_ = s
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseMetadata) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // "cancelled": POST /v1/responses/{id}/cancel ended its run.
@@ -1143,6 +1216,18 @@ func (s OaiResponseError) Validate() error {
 	return nil
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseError) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"code\":"...)
+	b = cddlrt.AppendString(b, s.Code)
+	b = append(b, ",\"message\":"...)
+	b = cddlrt.AppendString(b, s.Message)
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // reason "interrupt": the run waits for the output of the function_call
 // item still in_progress (see above).
 type OaiIncompleteDetails struct {
@@ -1163,6 +1248,16 @@ func (OaiIncompleteDetails) CDDLMembers() *cddlrt.Members {
 func (s OaiIncompleteDetails) Validate() error {
 	_ = s
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiIncompleteDetails) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"reason\":"...)
+	b = cddlrt.AppendString(b, s.Reason)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Estimates (see OaiUsage); input_tokens is 0 in a response read back
@@ -1195,6 +1290,20 @@ func (s OaiResponseUsage) Validate() error {
 		return cddlrt.Invalid("total_tokens", "OaiUint", "must be <= 9007199254740991 but found %v", s.TotalTokens)
 	}
 	return nil
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseUsage) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"input_tokens\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.InputTokens))
+	b = append(b, ",\"output_tokens\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputTokens))
+	b = append(b, ",\"total_tokens\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.TotalTokens))
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiOutputItem is generated from CDDL rule "OaiOutputItem".
@@ -1301,6 +1410,19 @@ func (u *OaiOutputItem) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *OaiOutputItem) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // OaiItemStatus is generated from CDDL rule "OaiItemStatus".
 type OaiItemStatus string
 
@@ -1402,6 +1524,25 @@ func (s *OaiMessageItem) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiMessageItem", oaiMessageItemLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiMessageItem) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"message\""...)
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	b = append(b, ",\"status\":"...)
+	b = cddlrt.AppendString(b, string(s.Status))
+	b = append(b, ",\"role\":\"assistant\""...)
+	b = append(b, ",\"content\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Content); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiOutputText is generated from CDDL rule "OaiOutputText".
 type OaiOutputText struct {
 	Text        string `json:"text" cbor:"text"`
@@ -1455,6 +1596,22 @@ func (s OaiOutputText) MarshalCBOR() ([]byte, error) {
 func (s *OaiOutputText) UnmarshalCBOR(data []byte) error {
 	type fields OaiOutputText
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiOutputText", oaiOutputTextLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiOutputText) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"output_text\""...)
+	b = append(b, ",\"text\":"...)
+	b = cddlrt.AppendString(b, s.Text)
+	b = append(b, ",\"annotations\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Annotations); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiReasoningItem is generated from CDDL rule "OaiReasoningItem".
@@ -1514,6 +1671,22 @@ func (s *OaiReasoningItem) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiReasoningItem", oaiReasoningItemLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiReasoningItem) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"reasoning\""...)
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	b = append(b, ",\"summary\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Summary); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiSummaryText is generated from CDDL rule "OaiSummaryText".
 type OaiSummaryText struct {
 	Text string `json:"text" cbor:"text"`
@@ -1564,6 +1737,17 @@ func (s OaiSummaryText) MarshalCBOR() ([]byte, error) {
 func (s *OaiSummaryText) UnmarshalCBOR(data []byte) error {
 	type fields OaiSummaryText
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiSummaryText", oaiSummaryTextLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiSummaryText) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"summary_text\""...)
+	b = append(b, ",\"text\":"...)
+	b = cddlrt.AppendString(b, s.Text)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiFunctionCallItem is generated from CDDL rule "OaiFunctionCallItem".
@@ -1624,6 +1808,25 @@ func (s *OaiFunctionCallItem) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiFunctionCallItem", oaiFunctionCallItemLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiFunctionCallItem) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"function_call\""...)
+	b = append(b, ",\"id\":"...)
+	b = cddlrt.AppendString(b, s.ID)
+	b = append(b, ",\"call_id\":"...)
+	b = cddlrt.AppendString(b, s.CallID)
+	b = append(b, ",\"name\":"...)
+	b = cddlrt.AppendString(b, s.Name)
+	b = append(b, ",\"arguments\":"...)
+	b = cddlrt.AppendString(b, s.Arguments)
+	b = append(b, ",\"status\":"...)
+	b = cddlrt.AppendString(b, string(s.Status))
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiStreamEvent is generated from CDDL rule "OaiStreamEvent".
 //
 // Its Value is one of *OaiResponseCreated, *OaiResponseInProgress, *OaiResponseCompleted, *OaiResponseFailed, *OaiResponseIncomplete, *OaiResponseCancelled, *OaiOutputItemAdded, *OaiOutputItemDone, *OaiContentPartAdded, *OaiContentPartDone, *OaiOutputTextDelta, *OaiOutputTextDone, *OaiSummaryPartAdded, *OaiSummaryPartDone, *OaiSummaryTextDelta, *OaiSummaryTextDone, *OaiArgumentsDelta, *OaiArgumentsDone, *OaiStreamError, chosen by member "type".
@@ -1641,6 +1844,8 @@ type OaiStreamEventVariant interface {
 	GetSequenceNumber() OaiUint
 	// SetSequenceNumber sets member "sequence_number".
 	SetSequenceNumber(v OaiUint)
+	// AppendJSON appends the variant as JSON to b.
+	AppendJSON(b []byte) ([]byte, error)
 }
 
 func (*OaiResponseCreated) isOaiStreamEvent() {}
@@ -1872,6 +2077,259 @@ func (u *OaiStreamEvent) UnmarshalCBOR(data []byte) error {
 	return nil
 }
 
+// NewOaiResponseCreated returns the "response.created" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiResponseCreated(response OaiResponse) *OaiResponseCreated {
+	return &OaiResponseCreated{Response: response}
+}
+
+// NewOaiResponseInProgress returns the "response.in_progress" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiResponseInProgress(response OaiResponse) *OaiResponseInProgress {
+	return &OaiResponseInProgress{Response: response}
+}
+
+// NewOaiResponseCompleted returns the "response.completed" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiResponseCompleted(response OaiResponse) *OaiResponseCompleted {
+	return &OaiResponseCompleted{Response: response}
+}
+
+// NewOaiResponseFailed returns the "response.failed" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiResponseFailed(response OaiResponse) *OaiResponseFailed {
+	return &OaiResponseFailed{Response: response}
+}
+
+// NewOaiResponseIncomplete returns the "response.incomplete" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiResponseIncomplete(response OaiResponse) *OaiResponseIncomplete {
+	return &OaiResponseIncomplete{Response: response}
+}
+
+// NewOaiResponseCancelled returns the "response.cancelled" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiResponseCancelled(response OaiResponse) *OaiResponseCancelled {
+	return &OaiResponseCancelled{Response: response}
+}
+
+// NewOaiOutputItemAdded returns the "response.output_item.added" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiOutputItemAdded(outputIndex uint64, item OaiOutputItem) *OaiOutputItemAdded {
+	return &OaiOutputItemAdded{OutputIndex: outputIndex, Item: item}
+}
+
+// NewOaiOutputItemDone returns the "response.output_item.done" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiOutputItemDone(outputIndex uint64, item OaiOutputItem) *OaiOutputItemDone {
+	return &OaiOutputItemDone{OutputIndex: outputIndex, Item: item}
+}
+
+// NewOaiContentPartAdded returns the "response.content_part.added" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiContentPartAdded(itemID string, outputIndex uint64, contentIndex uint64, part OaiOutputText) *OaiContentPartAdded {
+	return &OaiContentPartAdded{ItemID: itemID, OutputIndex: outputIndex, ContentIndex: contentIndex, Part: part}
+}
+
+// NewOaiContentPartDone returns the "response.content_part.done" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiContentPartDone(itemID string, outputIndex uint64, contentIndex uint64, part OaiOutputText) *OaiContentPartDone {
+	return &OaiContentPartDone{ItemID: itemID, OutputIndex: outputIndex, ContentIndex: contentIndex, Part: part}
+}
+
+// NewOaiOutputTextDelta returns the "response.output_text.delta" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiOutputTextDelta(itemID string, outputIndex uint64, contentIndex uint64, delta string, logprobs []any) *OaiOutputTextDelta {
+	return &OaiOutputTextDelta{ItemID: itemID, OutputIndex: outputIndex, ContentIndex: contentIndex, Delta: delta, Logprobs: logprobs}
+}
+
+// NewOaiOutputTextDone returns the "response.output_text.done" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiOutputTextDone(itemID string, outputIndex uint64, contentIndex uint64, text string, logprobs []any) *OaiOutputTextDone {
+	return &OaiOutputTextDone{ItemID: itemID, OutputIndex: outputIndex, ContentIndex: contentIndex, Text: text, Logprobs: logprobs}
+}
+
+// NewOaiSummaryPartAdded returns the "response.reasoning_summary_part.added" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiSummaryPartAdded(itemID string, outputIndex uint64, summaryIndex uint64, part OaiSummaryText) *OaiSummaryPartAdded {
+	return &OaiSummaryPartAdded{ItemID: itemID, OutputIndex: outputIndex, SummaryIndex: summaryIndex, Part: part}
+}
+
+// NewOaiSummaryPartDone returns the "response.reasoning_summary_part.done" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiSummaryPartDone(itemID string, outputIndex uint64, summaryIndex uint64, part OaiSummaryText) *OaiSummaryPartDone {
+	return &OaiSummaryPartDone{ItemID: itemID, OutputIndex: outputIndex, SummaryIndex: summaryIndex, Part: part}
+}
+
+// NewOaiSummaryTextDelta returns the "response.reasoning_summary_text.delta" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiSummaryTextDelta(itemID string, outputIndex uint64, summaryIndex uint64, delta string) *OaiSummaryTextDelta {
+	return &OaiSummaryTextDelta{ItemID: itemID, OutputIndex: outputIndex, SummaryIndex: summaryIndex, Delta: delta}
+}
+
+// NewOaiSummaryTextDone returns the "response.reasoning_summary_text.done" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiSummaryTextDone(itemID string, outputIndex uint64, summaryIndex uint64, text string) *OaiSummaryTextDone {
+	return &OaiSummaryTextDone{ItemID: itemID, OutputIndex: outputIndex, SummaryIndex: summaryIndex, Text: text}
+}
+
+// NewOaiArgumentsDelta returns the "response.function_call_arguments.delta" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiArgumentsDelta(itemID string, outputIndex uint64, delta string) *OaiArgumentsDelta {
+	return &OaiArgumentsDelta{ItemID: itemID, OutputIndex: outputIndex, Delta: delta}
+}
+
+// NewOaiArgumentsDone returns the "response.function_call_arguments.done" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiArgumentsDone(itemID string, outputIndex uint64, arguments string) *OaiArgumentsDone {
+	return &OaiArgumentsDone{ItemID: itemID, OutputIndex: outputIndex, Arguments: arguments}
+}
+
+// NewOaiStreamError returns the "error" variant holding the required members that
+// the union's setters do not set (cddlgen --go-fast).
+func NewOaiStreamError(code string, message string, param any) *OaiStreamError {
+	return &OaiStreamError{Code: code, Message: message, Param: param}
+}
+
+// OaiStreamEventRouting is what DecodeOaiStreamEventRouting reads of an encoded OaiStreamEvent: the members
+// its variants start with, up to the first that is not a scalar or an
+// array of text (cddlgen --go-fast). A member a variant does not have is
+// left zero. Its strings may share the decoded bytes' memory.
+type OaiStreamEventRouting struct {
+	// Type is the discriminator, member type.
+	Type string
+	// SequenceNumber is member sequence_number.
+	SequenceNumber uint64
+}
+
+// DecodeOaiStreamEventRouting sets r to the routing members of the OaiStreamEvent in b.
+// In the layout AppendJSON writes it allocates nothing but arrays, and
+// the strings it sets share b's memory: b must not be modified while
+// they are used. The fast path trusts that layout's member order: a
+// routed member written after the members the schema puts after it
+// is read as absent. Any other valid JSON is decoded in full with
+// UnmarshalJSON; an error is UnmarshalJSON's.
+func DecodeOaiStreamEventRouting(b []byte, r *OaiStreamEventRouting) error {
+	*r = OaiStreamEventRouting{}
+	if decodeOaiStreamEventRoutingFast(b, r) {
+		return nil
+	}
+	*r = OaiStreamEventRouting{}
+	return decodeOaiStreamEventRoutingSlow(b, r)
+}
+
+// decodeOaiStreamEventRoutingSlow decodes b in full and reads the routing members
+// of the result.
+func decodeOaiStreamEventRoutingSlow(b []byte, r *OaiStreamEventRouting) error {
+	var u OaiStreamEvent
+	if err := u.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	switch v := u.Value.(type) {
+	case *OaiResponseCreated:
+		r.Type = "response.created"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiResponseInProgress:
+		r.Type = "response.in_progress"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiResponseCompleted:
+		r.Type = "response.completed"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiResponseFailed:
+		r.Type = "response.failed"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiResponseIncomplete:
+		r.Type = "response.incomplete"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiResponseCancelled:
+		r.Type = "response.cancelled"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiOutputItemAdded:
+		r.Type = "response.output_item.added"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiOutputItemDone:
+		r.Type = "response.output_item.done"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiContentPartAdded:
+		r.Type = "response.content_part.added"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiContentPartDone:
+		r.Type = "response.content_part.done"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiOutputTextDelta:
+		r.Type = "response.output_text.delta"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiOutputTextDone:
+		r.Type = "response.output_text.done"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiSummaryPartAdded:
+		r.Type = "response.reasoning_summary_part.added"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiSummaryPartDone:
+		r.Type = "response.reasoning_summary_part.done"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiSummaryTextDelta:
+		r.Type = "response.reasoning_summary_text.delta"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiSummaryTextDone:
+		r.Type = "response.reasoning_summary_text.done"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiArgumentsDelta:
+		r.Type = "response.function_call_arguments.delta"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiArgumentsDone:
+		r.Type = "response.function_call_arguments.done"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	case *OaiStreamError:
+		r.Type = "error"
+		r.SequenceNumber = uint64(v.SequenceNumber)
+	default:
+		if m, ok, err := cddlrt.Probe(b, "type"); err == nil && ok {
+			r.Type = m
+		}
+	}
+	return nil
+}
+
+// decodeOaiStreamEventRoutingFast reads b in the layout AppendJSON writes; it
+// reports false for anything else.
+func decodeOaiStreamEventRoutingFast(b []byte, r *OaiStreamEventRouting) bool {
+	p := cddlrt.Scanner{B: b}
+	if !p.Lit("{") {
+		return false
+	}
+	first, ok := true, false
+	_ = first
+	if !p.Lit("\"type\":") {
+		return false
+	}
+	if r.Type, ok = p.Str(); !ok {
+		return false
+	}
+	if !p.Lit(",\"sequence_number\":") {
+		return false
+	}
+	if r.SequenceNumber, ok = p.Uint(); !ok {
+		return false
+	}
+	switch r.Type {
+	}
+	return true
+}
+
+// AppendJSON appends u as JSON to b: its variant's AppendJSON, or
+// MarshalJSON's output for a variant this code does not know.
+func (u *OaiStreamEvent) AppendJSON(b []byte) ([]byte, error) {
+	if a, ok := u.Value.(cddlrt.Appender); ok {
+		return a.AppendJSON(b)
+	}
+	j, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
 // OaiResponseCreated is generated from CDDL rule "OaiResponseCreated".
 type OaiResponseCreated struct {
 	SequenceNumber OaiUint     `json:"sequence_number" cbor:"sequence_number"`
@@ -1928,6 +2386,22 @@ func (s OaiResponseCreated) MarshalCBOR() ([]byte, error) {
 func (s *OaiResponseCreated) UnmarshalCBOR(data []byte) error {
 	type fields OaiResponseCreated
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponseCreated", oaiResponseCreatedLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseCreated) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.created\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"response\":"...)
+	if b, err = s.Response.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiResponseInProgress is generated from CDDL rule "OaiResponseInProgress".
@@ -1988,6 +2462,22 @@ func (s *OaiResponseInProgress) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponseInProgress", oaiResponseInProgressLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseInProgress) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.in_progress\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"response\":"...)
+	if b, err = s.Response.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiResponseCompleted is generated from CDDL rule "OaiResponseCompleted".
 type OaiResponseCompleted struct {
 	SequenceNumber OaiUint     `json:"sequence_number" cbor:"sequence_number"`
@@ -2044,6 +2534,22 @@ func (s OaiResponseCompleted) MarshalCBOR() ([]byte, error) {
 func (s *OaiResponseCompleted) UnmarshalCBOR(data []byte) error {
 	type fields OaiResponseCompleted
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponseCompleted", oaiResponseCompletedLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseCompleted) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.completed\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"response\":"...)
+	if b, err = s.Response.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiResponseFailed is generated from CDDL rule "OaiResponseFailed".
@@ -2104,6 +2610,22 @@ func (s *OaiResponseFailed) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponseFailed", oaiResponseFailedLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseFailed) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.failed\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"response\":"...)
+	if b, err = s.Response.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiResponseIncomplete is generated from CDDL rule "OaiResponseIncomplete".
 type OaiResponseIncomplete struct {
 	SequenceNumber OaiUint     `json:"sequence_number" cbor:"sequence_number"`
@@ -2160,6 +2682,22 @@ func (s OaiResponseIncomplete) MarshalCBOR() ([]byte, error) {
 func (s *OaiResponseIncomplete) UnmarshalCBOR(data []byte) error {
 	type fields OaiResponseIncomplete
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponseIncomplete", oaiResponseIncompleteLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseIncomplete) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.incomplete\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"response\":"...)
+	if b, err = s.Response.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // Not one of OpenAI's: the last event of a response whose run was
@@ -2221,6 +2759,22 @@ func (s *OaiResponseCancelled) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiResponseCancelled", oaiResponseCancelledLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiResponseCancelled) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.cancelled\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"response\":"...)
+	if b, err = s.Response.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiOutputItemAdded is generated from CDDL rule "OaiOutputItemAdded".
 type OaiOutputItemAdded struct {
 	SequenceNumber OaiUint       `json:"sequence_number" cbor:"sequence_number"`
@@ -2280,6 +2834,24 @@ func (s *OaiOutputItemAdded) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiOutputItemAdded", oaiOutputItemAddedLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiOutputItemAdded) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.output_item.added\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"item\":"...)
+	if b, err = s.Item.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiOutputItemDone is generated from CDDL rule "OaiOutputItemDone".
 type OaiOutputItemDone struct {
 	SequenceNumber OaiUint       `json:"sequence_number" cbor:"sequence_number"`
@@ -2337,6 +2909,24 @@ func (s OaiOutputItemDone) MarshalCBOR() ([]byte, error) {
 func (s *OaiOutputItemDone) UnmarshalCBOR(data []byte) error {
 	type fields OaiOutputItemDone
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiOutputItemDone", oaiOutputItemDoneLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiOutputItemDone) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.output_item.done\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"item\":"...)
+	if b, err = s.Item.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiContentPartAdded is generated from CDDL rule "OaiContentPartAdded".
@@ -2400,6 +2990,28 @@ func (s *OaiContentPartAdded) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiContentPartAdded", oaiContentPartAddedLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiContentPartAdded) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.content_part.added\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"content_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.ContentIndex))
+	b = append(b, ",\"part\":"...)
+	if b, err = s.Part.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiContentPartDone is generated from CDDL rule "OaiContentPartDone".
 type OaiContentPartDone struct {
 	SequenceNumber OaiUint       `json:"sequence_number" cbor:"sequence_number"`
@@ -2459,6 +3071,28 @@ func (s OaiContentPartDone) MarshalCBOR() ([]byte, error) {
 func (s *OaiContentPartDone) UnmarshalCBOR(data []byte) error {
 	type fields OaiContentPartDone
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiContentPartDone", oaiContentPartDoneLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiContentPartDone) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.content_part.done\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"content_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.ContentIndex))
+	b = append(b, ",\"part\":"...)
+	if b, err = s.Part.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiOutputTextDelta is generated from CDDL rule "OaiOutputTextDelta".
@@ -2523,6 +3157,30 @@ func (s *OaiOutputTextDelta) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiOutputTextDelta", oaiOutputTextDeltaLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiOutputTextDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.output_text.delta\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"content_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.ContentIndex))
+	b = append(b, ",\"delta\":"...)
+	b = cddlrt.AppendString(b, s.Delta)
+	b = append(b, ",\"logprobs\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Logprobs); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiOutputTextDone is generated from CDDL rule "OaiOutputTextDone".
 type OaiOutputTextDone struct {
 	SequenceNumber OaiUint `json:"sequence_number" cbor:"sequence_number"`
@@ -2583,6 +3241,30 @@ func (s OaiOutputTextDone) MarshalCBOR() ([]byte, error) {
 func (s *OaiOutputTextDone) UnmarshalCBOR(data []byte) error {
 	type fields OaiOutputTextDone
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiOutputTextDone", oaiOutputTextDoneLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiOutputTextDone) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.output_text.done\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"content_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.ContentIndex))
+	b = append(b, ",\"text\":"...)
+	b = cddlrt.AppendString(b, s.Text)
+	b = append(b, ",\"logprobs\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Logprobs); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiSummaryPartAdded is generated from CDDL rule "OaiSummaryPartAdded".
@@ -2646,6 +3328,28 @@ func (s *OaiSummaryPartAdded) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiSummaryPartAdded", oaiSummaryPartAddedLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiSummaryPartAdded) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.reasoning_summary_part.added\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"summary_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SummaryIndex))
+	b = append(b, ",\"part\":"...)
+	if b, err = s.Part.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiSummaryPartDone is generated from CDDL rule "OaiSummaryPartDone".
 type OaiSummaryPartDone struct {
 	SequenceNumber OaiUint        `json:"sequence_number" cbor:"sequence_number"`
@@ -2707,6 +3411,28 @@ func (s *OaiSummaryPartDone) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiSummaryPartDone", oaiSummaryPartDoneLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiSummaryPartDone) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"response.reasoning_summary_part.done\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"summary_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SummaryIndex))
+	b = append(b, ",\"part\":"...)
+	if b, err = s.Part.AppendJSON(b); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiSummaryTextDelta is generated from CDDL rule "OaiSummaryTextDelta".
 type OaiSummaryTextDelta struct {
 	SequenceNumber OaiUint `json:"sequence_number" cbor:"sequence_number"`
@@ -2763,6 +3489,25 @@ func (s OaiSummaryTextDelta) MarshalCBOR() ([]byte, error) {
 func (s *OaiSummaryTextDelta) UnmarshalCBOR(data []byte) error {
 	type fields OaiSummaryTextDelta
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiSummaryTextDelta", oaiSummaryTextDeltaLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiSummaryTextDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"response.reasoning_summary_text.delta\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"summary_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SummaryIndex))
+	b = append(b, ",\"delta\":"...)
+	b = cddlrt.AppendString(b, s.Delta)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiSummaryTextDone is generated from CDDL rule "OaiSummaryTextDone".
@@ -2823,6 +3568,25 @@ func (s *OaiSummaryTextDone) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiSummaryTextDone", oaiSummaryTextDoneLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiSummaryTextDone) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"response.reasoning_summary_text.done\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"summary_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SummaryIndex))
+	b = append(b, ",\"text\":"...)
+	b = cddlrt.AppendString(b, s.Text)
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // OaiArgumentsDelta is generated from CDDL rule "OaiArgumentsDelta".
 type OaiArgumentsDelta struct {
 	SequenceNumber OaiUint `json:"sequence_number" cbor:"sequence_number"`
@@ -2878,6 +3642,23 @@ func (s OaiArgumentsDelta) MarshalCBOR() ([]byte, error) {
 func (s *OaiArgumentsDelta) UnmarshalCBOR(data []byte) error {
 	type fields OaiArgumentsDelta
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiArgumentsDelta", oaiArgumentsDeltaLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiArgumentsDelta) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"response.function_call_arguments.delta\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"delta\":"...)
+	b = cddlrt.AppendString(b, s.Delta)
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiArgumentsDone is generated from CDDL rule "OaiArgumentsDone".
@@ -2937,6 +3718,23 @@ func (s *OaiArgumentsDone) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiArgumentsDone", oaiArgumentsDoneLiterals, nil, nil)
 }
 
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiArgumentsDone) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, ",\"type\":\"response.function_call_arguments.done\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"item_id\":"...)
+	b = cddlrt.AppendString(b, s.ItemID)
+	b = append(b, ",\"output_index\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.OutputIndex))
+	b = append(b, ",\"arguments\":"...)
+	b = cddlrt.AppendString(b, s.Arguments)
+	return cddlrt.CloseObject(b, start), nil
+}
+
 // A stream that cannot go on (a credential that expired, a slow reader
 // cut off, the server shutting down).
 type OaiStreamError struct {
@@ -2993,6 +3791,26 @@ func (s OaiStreamError) MarshalCBOR() ([]byte, error) {
 func (s *OaiStreamError) UnmarshalCBOR(data []byte) error {
 	type fields OaiStreamError
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "OaiStreamError", oaiStreamErrorLiterals, nil, nil)
+}
+
+// AppendJSON appends s as JSON to b: the JSON MarshalJSON writes, with the
+// members in the schema's order, written without reflection but for
+// members typed any (cddlgen --go-fast).
+func (s *OaiStreamError) AppendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	var err error
+	b = append(b, ",\"type\":\"error\""...)
+	b = append(b, ",\"sequence_number\":"...)
+	b = cddlrt.AppendUint(b, uint64(s.SequenceNumber))
+	b = append(b, ",\"code\":"...)
+	b = cddlrt.AppendString(b, s.Code)
+	b = append(b, ",\"message\":"...)
+	b = cddlrt.AppendString(b, s.Message)
+	b = append(b, ",\"param\":"...)
+	if b, err = cddlrt.AppendValue(b, s.Param); err != nil {
+		return nil, err
+	}
+	return cddlrt.CloseObject(b, start), nil
 }
 
 // OaiModelList is generated from CDDL rule "OaiModelList".

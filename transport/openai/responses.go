@@ -304,18 +304,14 @@ type responseFrames struct {
 }
 
 func eventFrame(buf []byte, v OaiStreamEventVariant) []byte {
-	b, err := json.Marshal(OaiStreamEvent{Value: v})
-	if err != nil {
-		return buf
-	}
-	var head struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(b, &head)
+	start := len(buf)
 	buf = append(buf, "event: "...)
-	buf = append(buf, head.Type...)
+	buf = append(buf, v.Type()...)
 	buf = append(buf, "\ndata: "...)
-	buf = append(buf, b...)
+	buf, err := v.AppendJSON(buf) // generated (cddlgen --go-fast): no reflection
+	if err != nil {
+		return buf[:start]
+	}
 	return append(buf, "\n\n"...)
 }
 
