@@ -1,6 +1,7 @@
 package assistants
 
 import (
+	"runtime"
 	"sync"
 	"time"
 )
@@ -127,6 +128,13 @@ func (s *scheduler) loop(wake chan struct{}) {
 			continue
 		}
 		for i, d := range ready {
+			if i > 0 {
+				// Let the writers of what the last tick published run
+				// before the next one publishes: on a busy core they would
+				// otherwise wait for every due run's event to be made, as
+				// a live agent's writers do not.
+				runtime.Gosched()
+			}
 			more := d.e.tick()
 			s.mu.Lock()
 			switch {

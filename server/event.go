@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -41,6 +42,7 @@ type Event struct {
 
 	id   string // the event_id, "EPOCH-SEQ"
 	json []byte
+	born time.Duration            // when this process made it, on liveClock's clock; 0: made elsewhere
 	cbor atomic.Pointer[cborForm] // made on first use
 	// views: what other wires made of the event (View), made on first use.
 	views atomic.Pointer[viewForm]
@@ -174,8 +176,23 @@ func buildEvent(d eventData, epoch string, seq uint64, ts uint64) (*Event, error
 	method := p.Method()
 	return &Event{
 		Seq: seq, id: id, Method: method, Channel: channels.ChannelOf(method), Name: d.name,
-		Namespace: d.namespace, Payload: p, json: b, Source: d.source,
+		Namespace: d.namespace, Payload: p, json: b, Source: d.source, born: time.Since(liveClock),
 	}, nil
+}
+
+// liveClock is the base of the monotonic clock events are stamped with
+// when they are made (Event.Age).
+var liveClock = time.Now()
+
+// Age is how long ago this process made the event, and false for an
+// event it did not make (read back from a replay buffer or a durable log,
+// or received from another node): the time a live event has spent on its
+// way to a subscriber, for the transports' delivery-latency metrics.
+func (e *Event) Age() (time.Duration, bool) {
+	if e.born == 0 {
+		return 0, false
+	}
+	return time.Since(liveClock) - e.born, true
 }
 
 // scratch holds the buffers events are encoded in before they are copied
@@ -228,7 +245,7 @@ func (e *Event) WithPayload() (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Event{Seq: e.Seq, Method: e.Method, Channel: e.Channel, Name: e.Name, Namespace: e.Namespace, Payload: p, id: e.id, json: e.json}, nil
+	return &Event{Seq: e.Seq, Method: e.Method, Channel: e.Channel, Name: e.Name, Namespace: e.Namespace, Payload: p, id: e.id, json: e.json, born: e.born}, nil
 }
 
 // DecodeEvent rebuilds an Event from the JSON the server published (its

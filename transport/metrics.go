@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/stages"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +14,7 @@ type metrics struct {
 	sseStreams   prometheus.Gauge
 	wsConns      prometheus.Gauge
 	delivered    func(int)
+	stage        func(string, time.Duration) // a sampled delivery latency (package stages)
 	commandTimes *prometheus.HistogramVec
 	refusals     *refusals
 	authFailures *prometheus.CounterVec
@@ -65,6 +67,19 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	delivered := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_events_delivered_total", Help: "Events written to SSE and WebSocket clients."})
 	writes := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_event_writes_total",
 		Help: "Socket writes that carried events; events_delivered_total over this is the events per write that pacing gathers."})
+	stageTimes := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentstream_delivery_latency_seconds",
+		Help:    "Time from a live event's publication on this node to its connection's writer taking it (stage queued) and to the write that carried it returning (stage written); one event in 16 is sampled.",
+		Buckets: prometheus.ExponentialBuckets(0.000005, 1.5, 36),
+	}, []string{"stage"})
+	queued, written := stageTimes.WithLabelValues(stages.Queued), stageTimes.WithLabelValues(stages.Written)
+	m.stage = func(stage string, d time.Duration) {
+		if stage == stages.Queued {
+			queued.Observe(d.Seconds())
+		} else {
+			written.Observe(d.Seconds())
+		}
+	}
 	m.delivered = func(n int) {
 		delivered.Add(float64(n))
 		writes.Inc()
@@ -74,7 +89,7 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	}
 	m.refusals = &refusals{srv: srv, n: map[string]uint64{}, desc: prometheus.NewDesc("agentstream_refusals_total",
 		"Requests, commands, connections and runs refused because of a limit, by limit.", []string{"limit"}, nil)}
-	reg.MustRegister(m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, delivered, writes,
+	reg.MustRegister(m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, stageTimes, delivered, writes,
 		counter("agentstream_events_published_total", "Events published on threads.", func(s server.MetricsSnapshot) uint64 { return s.EventsPublished }),
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_stream_gaps_total", "Holes in a thread's stream announced to live subscribers with events.missed (events another node published that the store lost).", func(s server.MetricsSnapshot) uint64 { return s.StreamGaps }),

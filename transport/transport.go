@@ -198,6 +198,8 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.SSE.OnDeliver = chainN(opts.SSE.OnDeliver, m.delivered)
 	opts.WS.OnConn = chain(opts.WS.OnConn, m.conn)
 	opts.WS.OnDeliver = chainN(opts.WS.OnDeliver, m.delivered)
+	opts.SSE.OnStage = chainStage(opts.SSE.OnStage, m.stage)
+	opts.WS.OnStage = chainStage(opts.WS.OnStage, m.stage)
 	if opts.SSE.BodyTimeout == 0 {
 		opts.SSE.BodyTimeout = opts.BodyTimeout // one setting for both routes that read a body
 	}
@@ -804,6 +806,13 @@ func chainS(a, b func(string)) func(string) {
 		return b
 	}
 	return func(s string) { a(s); b(s) }
+}
+
+func chainStage(a, b func(string, time.Duration)) func(string, time.Duration) {
+	if a == nil {
+		return b
+	}
+	return func(s string, d time.Duration) { a(s, d); b(s, d) }
 }
 
 func chainN(a, b func(int)) func(int) {

@@ -506,6 +506,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		mux.Handle("/", h)
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		handler = mux
 	}
 	hs := &http.Server{Handler: logRequests(handler, log), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}

@@ -105,6 +105,12 @@ func TestRunManyCountsEveryDelivery(t *testing.T) {
 		require.GreaterOrEqual(t, r.RSSPeak, r.RSSEnd, "the peak is at least what it is at the end")
 		require.Positive(t, r.RSSIdle, tr)
 		require.Contains(t, r.String(), "after --idle-wait")
+		// The server's own breakdown: the sampled events of this run
+		// (seq 16 of each thread: 6 threads, 2 subscribers each).
+		require.Equal(t, uint64(12), r.Stages.Samples, tr)
+		require.Positive(t, r.Stages.QueuedP50, tr)
+		require.GreaterOrEqual(t, r.Stages.WrittenP99, r.Stages.QueuedP50, tr)
+		require.Contains(t, r.String(), "server stages (12 sampled events)")
 	}
 }
 
@@ -167,6 +173,7 @@ func TestBareReference(t *testing.T) {
 		require.Zero(t, r.Missing, tr)
 		require.Equal(t, int64(5*2*20), r.Deliveries, tr)
 		require.Positive(t, r.P50, tr)
+		require.Zero(t, r.Stages.Samples, "the bare server has no stage histogram")
 	}
 
 	srv := server.New(server.Config{})

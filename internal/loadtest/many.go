@@ -71,6 +71,9 @@ type ManyResult struct {
 	// subscribers connected, at the end of the runs and after IdleWait.
 	HeapConnected, HeapEnd, HeapIdle int64
 	HeapBase                         int64 // before connecting
+	// Stages is the server's own breakdown of the delivery latency over
+	// the runs (empty for a server without the histogram).
+	Stages Stages
 }
 
 func (r ManyResult) String() string {
@@ -83,6 +86,9 @@ func (r ManyResult) String() string {
 		if r.HeapIdle > 0 {
 			heap += fmt.Sprintf(", %.1f KB per thread idle (no connection; the baseline before connecting subtracted)", float64(r.HeapIdle-r.HeapBase)/1024/float64(r.Threads))
 		}
+	}
+	if st := r.Stages.String(); st != "" {
+		heap += "; " + st
 	}
 	return heap2(r, heap)
 }
@@ -208,6 +214,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	res.HeapConnected, _ = liveHeap(cfg.URL)
 
 	// Start every run, cfg.Start requests at a time.
+	stages0, haveStages := readStages(cfg.URL)
 	cpu0, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self0 := selfCPU()
 	begin := time.Now()
@@ -263,6 +270,11 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	}
 	cpu1, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self1 := selfCPU()
+	if haveStages {
+		if stages1, ok := readStages(cfg.URL); ok {
+			res.Stages = stages1.since(stages0)
+		}
+	}
 	res.RSSEnd, _ = rssBytes(cfg.ServerPID)
 	res.RSSPeak, _ = statusBytes(cfg.ServerPID, "VmHWM:")
 	res.HeapEnd, _ = liveHeap(cfg.URL)

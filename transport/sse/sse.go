@@ -40,6 +40,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
 	"github.com/agentstream/agentstream/transport/internal/slot"
+	"github.com/agentstream/agentstream/transport/internal/stages"
 )
 
 // DefaultWriteInterval is Options.WriteInterval's default.
@@ -78,6 +79,9 @@ type Options struct {
 	OnStream func() (done func())
 	// OnDeliver, when set, counts the events written.
 	OnDeliver func(n int)
+	// OnStage, when set, receives the sampled delivery latencies of live
+	// events (package stages).
+	OnStage func(stage string, d time.Duration)
 	// OnRefuse, when set, counts a refusal because of the named limit.
 	OnRefuse func(limit string)
 	// BodyTimeout bounds reading a POST stream's body (10s): 408 past it.
@@ -316,12 +320,13 @@ const heartbeatComment = ": heartbeat\n\n"
 
 // appendReady appends up to MaxBatch ready events as frames; endErr is
 // set when nothing is ready because the subscription ended.
-func (h *Handler) appendReady(buf []byte, sub *server.Session, wire *Wire) (_ []byte, n int, endErr error, wireEnd bool) {
+func (h *Handler) appendReady(buf []byte, sub *server.Session, wire *Wire, sampled *stages.Batch) (_ []byte, n int, endErr error, wireEnd bool) {
 	for n < h.opts.MaxBatch {
 		e, ok, err := sub.TryNext()
 		if !ok {
 			return buf, n, err, false
 		}
+		sampled.Taken(e)
 		n++
 		if wire == nil {
 			buf = appendFrame(buf, e)

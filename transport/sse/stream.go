@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/pace"
+	"github.com/agentstream/agentstream/transport/internal/stages"
 	"github.com/agentstream/agentstream/transport/internal/takeover"
 )
 
@@ -126,12 +127,13 @@ func (s *stream) pending() bool {
 func (s *stream) write() bool {
 	bp := pace.GetBuffer()
 	defer pace.PutBuffer(bp)
+	sampled := stages.Batch{Observe: s.h.opts.OnStage}
 	for {
 		buf := append((*bp)[:0], make([]byte, chunkRoom)...)
 		if s.first.Swap(false) {
 			buf = append(buf, s.wire.First...)
 		}
-		buf, n, endErr, wireEnd := s.h.appendReady(buf, s.session, s.wire)
+		buf, n, endErr, wireEnd := s.h.appendReady(buf, s.session, s.wire, &sampled)
 		if s.beatDue.Swap(false) && len(buf) == chunkRoom {
 			buf = append(buf, s.beat...)
 		}
@@ -153,6 +155,7 @@ func (s *stream) write() bool {
 			s.out.end()
 			return false
 		}
+		sampled.Written()
 		if n > 0 && s.h.opts.OnDeliver != nil {
 			s.h.opts.OnDeliver(n)
 		}

@@ -45,6 +45,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
 	"github.com/agentstream/agentstream/transport/internal/slot"
+	"github.com/agentstream/agentstream/transport/internal/stages"
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
@@ -114,6 +115,9 @@ type Options struct {
 	OnConn func() (done func())
 	// OnDeliver, when set, counts the events written.
 	OnDeliver func(n int)
+	// OnStage, when set, receives the sampled delivery latencies of live
+	// events (package stages).
+	OnStage func(stage string, d time.Duration)
 	// OnRefuse, when set, counts a refusal because of the named limit.
 	OnRefuse func(limit string)
 	// Auth, when set, checks auth.refresh's credentials, and commands are
@@ -358,6 +362,7 @@ func (c *connection) message() bool {
 // writeReady writes every ready event in batches; it reports false when the
 // connection must end (a write failed, or a subscriber fell too far behind).
 func (c *connection) writeReady() bool {
+	sampled := stages.Batch{Observe: c.h.opts.OnStage}
 	for {
 		n := 0
 		c.wmu.Lock() // a batch is one write: responses wait for it
@@ -391,6 +396,7 @@ func (c *connection) writeReady() bool {
 				}
 				break
 			}
+			sampled.Taken(e)
 			op, b := byte(wsframe.OpText), e.JSON()
 			if c.cbor {
 				var cerr error
@@ -412,6 +418,7 @@ func (c *connection) writeReady() bool {
 			c.conn.CloseNow() // a peer that cannot take a batch in time is dropped
 			return false
 		}
+		sampled.Written()
 		if c.h.opts.OnDeliver != nil && n > 0 {
 			c.h.opts.OnDeliver(n)
 		}
