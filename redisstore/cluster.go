@@ -206,9 +206,48 @@ if v == ARGV[1] then
 end
 return 0`)
 
-func (c *Cluster) leaseKey(thread string) string { return c.e.key(thread, "lease") }
+// On one Redis a thread's lease is PREFIX:{THREAD}:lease and the running
+// set, which the reaper reads, is PREFIX:running. A script that takes a
+// lease also records the thread in the running set, and on a Redis
+// Cluster both keys must be on one slot: there the threads are spread
+// over runBuckets buckets, each with its own running set, and a thread's
+// lease lives with its bucket's (PREFIX:{run:B}:lease:THREAD and
+// PREFIX:{run:B}:running); the reaper reads every bucket's set.
 
-func (c *Cluster) runningKey() string { return c.e.prefix + ":running" }
+// runBuckets is the number of running sets on a Redis Cluster: enough to
+// spread them over the masters of a large cluster.
+const runBuckets = 64
+
+func (c *Cluster) sharded() bool { return c.e.c.Mode() == rueidis.ClientModeCluster }
+
+func (c *Cluster) bucket(thread string) uint16 { return slotOf(thread) % runBuckets }
+
+func (c *Cluster) leaseKey(thread string) string {
+	if c.sharded() {
+		return fmt.Sprintf("%s:{run:%d}:lease:%s", c.e.prefix, c.bucket(thread), thread)
+	}
+	return c.e.key(thread, "lease")
+}
+
+// runningKey is the running set thread is recorded in.
+func (c *Cluster) runningKey(thread string) string {
+	if c.sharded() {
+		return fmt.Sprintf("%s:{run:%d}:running", c.e.prefix, c.bucket(thread))
+	}
+	return c.e.prefix + ":running"
+}
+
+// runningKeys is every running set.
+func (c *Cluster) runningKeys() []string {
+	if !c.sharded() {
+		return []string{c.e.prefix + ":running"}
+	}
+	keys := make([]string, runBuckets)
+	for b := range keys {
+		keys[b] = fmt.Sprintf("%s:{run:%d}:running", c.e.prefix, b)
+	}
+	return keys
+}
 
 // keyTTL is how long a lease key lives unrenewed: LeaseTTL less a reap
 // interval, so that a dead node's runs fail within LeaseTTL.
@@ -260,7 +299,7 @@ func (c *Cluster) AcquireToPublish(thread string) (string, error) {
 func (c *Cluster) acquire(thread, purpose string) (string, error) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	keys, args := []string{c.leaseKey(thread), c.runningKey()}, []string{c.opts.Node, c.ttlArg(), thread, purpose}
+	keys, args := []string{c.leaseKey(thread), c.runningKey(thread)}, []string{c.opts.Node, c.ttlArg(), thread, purpose}
 	holder, err := acquireScript.Exec(ctx, c.e.c, keys, args).ToString()
 	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && ctx.Err() == nil {
 		// A connection that died with a restarted Redis fails its first
@@ -308,7 +347,7 @@ func (c *Cluster) Holder(thread string) (string, error) {
 func (c *Cluster) release(thread string) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	c.fail(releaseScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread), c.runningKey()}, []string{c.opts.Node, thread}).Error())
+	c.fail(releaseScript.Exec(ctx, c.e.c, []string{c.leaseKey(thread), c.runningKey(thread)}, []string{c.opts.Node, thread}).Error())
 }
 
 // loop renews and gives up leases, and looks for runs of dead nodes.
@@ -369,7 +408,7 @@ func (c *Cluster) renew() {
 			if active[th] {
 				purpose = "run"
 			}
-			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, c.ttlArg(), th, purpose}}
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey(th)}, Args: []string{c.opts.Node, c.ttlArg(), th, purpose}}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.keyTTL()/3)
 		for j, r := range renewScript.ExecMulti(ctx, c.e.c, stmts...) {
@@ -396,7 +435,7 @@ func (c *Cluster) renew() {
 		part := drop[i:min(i+1000, len(drop))]
 		stmts := make([]rueidis.LuaExec, len(part))
 		for j, th := range part {
-			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey()}, Args: []string{c.opts.Node, th}}
+			stmts[j] = rueidis.LuaExec{Keys: []string{c.leaseKey(th), c.runningKey(th)}, Args: []string{c.opts.Node, th}}
 		}
 		ctx, cancel := c.ctx()
 		for _, r := range releaseScript.ExecMulti(ctx, c.e.c, stmts...) {
@@ -417,8 +456,22 @@ func (c *Cluster) reap() {
 	}
 	asked := time.Now()
 	ctx, cancel := c.ctx()
-	expired, err := c.e.c.Do(ctx, c.e.c.B().Zrangebyscore().Key(c.runningKey()).Min("-inf").Max(fmt.Sprint(time.Now().UnixMilli())).
-		Limit(0, 1000).Build()).AsStrSlice()
+	sets := c.runningKeys()
+	reads := make(rueidis.Commands, len(sets))
+	now := fmt.Sprint(time.Now().UnixMilli())
+	for i, k := range sets {
+		reads[i] = c.e.c.B().Zrangebyscore().Key(k).Min("-inf").Max(now).Limit(0, 1000).Build()
+	}
+	var expired []string
+	var err error
+	for _, r := range c.e.c.DoMulti(ctx, reads...) {
+		ths, rerr := r.AsStrSlice()
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		expired = append(expired, ths...)
+	}
 	cancel()
 	c.unreachable(err)
 	c.fail(err)

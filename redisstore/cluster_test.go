@@ -130,8 +130,14 @@ func inOrderOnce(t *testing.T, evs []sseEvent) {
 // client of B that drops reconnects to C with its cursor and loses
 // nothing, repeats nothing.
 func TestThreeNodes(t *testing.T) {
-	rs := redistest.Start(t)
-	a, b, c := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	threeNodes(t, redistest.Start(t).URL())
+}
+
+// threeNodes: clients on B (SSE) and C (WebSocket) get every event of a
+// run on A, in order, once; a late joiner and a client resuming on
+// another node get the same.
+func threeNodes(t *testing.T, url string) {
+	a, b, c := startClusterNode(t, url), startClusterNode(t, url), startClusterNode(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -523,11 +523,10 @@ func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 		retry := l.send(q, batch)
 		if len(retry) == 0 {
 			if failed {
-				// Redis may be another instance now (restarted): the
-				// threads written from now on record it (tail.go).
-				ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReadTimeout)
-				_, _, _ = l.e.refreshRunID(ctx)
-				cancel()
+				// Redis may be another instance now (restarted, a
+				// replica promoted): the threads written from now on
+				// record it (tail.go).
+				l.e.ridGen.Add(1)
 			}
 			q.setFailing(false)
 			break
@@ -605,7 +604,6 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		q.ridGen = g
 		clear(q.expired) // every thread records the new instance with its next events
 	}
-	rid := l.e.runID()
 	for _, en := range batch {
 		k := l.e.key(en.thread, "events")
 		// Approximate trimming (whole nodes of the stream, cheap) for the
@@ -634,11 +632,7 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 			q.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build(),
 				c.B().Pexpire().Key(l.e.key(en.thread, "state")).Milliseconds(ttl).Build())
-			if rid != "" {
-				w := l.e.key(en.thread, "writer")
-				cmds = append(cmds, c.B().Hset().Key(w).FieldValue().FieldValue("rid", rid).Build(),
-					c.B().Pexpire().Key(w).Milliseconds(ttl).Build())
-			}
+			cmds = append(cmds, c.B().Eval().Script(recordWriterScript).Numkeys(1).Key(l.e.key(en.thread, "writer")).Arg(itoa(uint64(ttl))).Build())
 		}
 	}
 	if len(q.expired) > 4*maxBatch {

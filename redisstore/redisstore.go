@@ -59,7 +59,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -75,10 +77,9 @@ type Engine struct {
 	c      rueidis.Client
 	prefix string
 	ttl    time.Duration
-	opts   Options                // New's
-	parts  parts                  // what Stores made and Start started
-	rid    atomic.Pointer[string] // the run id of the Redis last asked (tail.go)
-	ridGen atomic.Uint64          // counts the changes of rid
+	opts   Options       // New's
+	parts  parts         // what Stores made and Start started
+	ridGen atomic.Uint64 // counts the writes that recovered: every thread records its instance again (tail.go)
 }
 
 // Open connects to the Redis at rawURL: redis://[user:password@]HOST:PORT/DB
@@ -97,9 +98,19 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 	q := u.Query()
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
+	// A Redis Cluster is named by several seed nodes, comma separated:
+	// the client learns the rest from them.
+	seeds := strings.Split(u.Host, ",")
+	u.Host = seeds[0]
 	opt, err := rueidis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("redis URL: %w", err)
+	}
+	for _, s := range seeds[1:] {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, fmt.Errorf("redis URL: seed %q: %w", s, err)
+		}
+		opt.InitAddress = append(opt.InitAddress, s)
 	}
 	opt.DisableCache = true // no client-side caching: the engine reads what it wrote
 	opt.Dialer.Timeout = 5 * time.Second
@@ -115,7 +126,6 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 		ttl = DefaultTTL
 	}
 	e := &Engine{c: c, prefix: prefix, ttl: ttl}
-	_, _, _ = e.refreshRunID(ctx) // unknown until a write recovers, else: writers then record none
 	return e, nil
 }
 

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -16,53 +15,43 @@ import (
 // the thread over reads the stream's head from Redis and would give those
 // ids to other events. So each writer records, in the thread's :writer
 // hash, the run id of the Redis instance it writes to (INFO's run_id,
-// new at every start of redis-server); a node taking a thread over
-// compares it with the instance it talks to now (ClaimTail), and when they
+// new at every start of redis-server, read by a script on the instance
+// itself: on a cluster, the master of the thread's slot, which a failover
+// changes); a node taking a thread over compares it with the instance
+// that holds the thread now (ClaimTail), and when they
 // differ the thread goes on in a new epoch, which every later writer
 // shares: its ids can name no event of the old one, and a cursor of the
 // old epoch gets the reset notice.
 
-// runID is the run id of the Redis the engine last asked, "" before it
-// could ask.
-func (e *Engine) runID() string {
-	if p := e.rid.Load(); p != nil {
-		return *p
-	}
-	return ""
-}
+// instanceID is the Lua that reads the run id of the Redis instance a
+// script runs on (the master of the thread's slot on a cluster) into rid:
+// nil for one that does not say.
+const instanceID = `local rid = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+`
 
-// refreshRunID asks Redis for its run id (INFO server) and reports
-// whether it changed.
-func (e *Engine) refreshRunID(ctx context.Context) (string, bool, error) {
-	info, err := e.c.Do(ctx, e.c.B().Info().Section("server").Build()).ToString()
-	if err != nil {
-		return "", false, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			id := strings.TrimSpace(v)
-			old := e.rid.Swap(&id)
-			changed := old == nil || *old != id
-			if changed {
-				e.ridGen.Add(1)
-			}
-			return id, changed, nil
-		}
-	}
-	return "", false, nil
-}
+// recordWriterScript: KEYS[1] a thread's :writer hash, ARGV[1] its TTL
+// (ms): records the instance the thread's events are written to now. A
+// writer sends it with a thread's events once per renewal interval, and
+// for every thread again after Redis could not be reached.
+var recordWriterScript = instanceID + `if rid then redis.call('HSET', KEYS[1], 'rid', rid) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`
 
-// claimTailScript: KEYS[1] the thread's :writer hash; ARGV the current
-// run id, a fresh epoch, the key's TTL (ms). When the hash names the
-// current instance, the epoch a takeover set under it ("" if none);
-// otherwise it records the instance and the fresh epoch and returns that.
-var claimTailScript = rueidis.NewLuaScript(`
-if redis.call('HGET', KEYS[1], 'rid') == ARGV[1] then
+// claimTailScript: KEYS[1] the thread's :writer hash; ARGV a fresh
+// epoch, the key's TTL (ms). When the hash names the instance the script
+// runs on, the epoch a takeover set under it ("" if none); otherwise it
+// records the instance and the fresh epoch and returns that. An instance
+// that does not say its run id: "" (nothing to compare).
+var claimTailScript = rueidis.NewLuaScript(instanceID + `
+if not rid then
+  return ''
+end
+if redis.call('HGET', KEYS[1], 'rid') == rid then
   return redis.call('HGET', KEYS[1], 'epoch') or ''
 end
-redis.call('HSET', KEYS[1], 'rid', ARGV[1], 'epoch', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return ARGV[2]
+redis.call('HSET', KEYS[1], 'rid', rid, 'epoch', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return ARGV[1]
 `)
 
 // ClaimTail implements server.TailClaimer: a node that takes over writing
@@ -73,15 +62,7 @@ return ARGV[2]
 func (l *Log) ClaimTail(ctx context.Context, thread, proposed string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
 	defer cancel()
-	rid, _, err := l.e.refreshRunID(ctx)
-	if err != nil {
-		l.fail(err)
-		return "", err
-	}
-	if rid == "" {
-		return "", nil // a Redis that does not say: nothing to compare
-	}
-	epoch, err := claimTailScript.Exec(ctx, l.e.c, []string{l.e.key(thread, "writer")}, []string{rid, proposed, itoa(uint64(l.e.ttlMillis()))}).ToString()
+	epoch, err := claimTailScript.Exec(ctx, l.e.c, []string{l.e.key(thread, "writer")}, []string{proposed, itoa(uint64(l.e.ttlMillis()))}).ToString()
 	if err != nil {
 		l.fail(err)
 		return "", err

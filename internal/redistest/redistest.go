@@ -34,6 +34,8 @@ type Options struct {
 	// slow it answers before writing the file, for up to two seconds.
 	// Losing a stream's tail is tested by restoring an older copy.)
 	AppendOnly bool
+	// cluster starts the server with cluster mode on (StartCluster).
+	cluster bool
 }
 
 // Start starts redis-server on a free loopback port, with no persistence
@@ -76,6 +78,9 @@ func (s *Server) start() {
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", s.dir, "--protected-mode", "yes", "--appendonly", "no"}
 	if s.opts.AppendOnly {
 		args = append(args[:len(args)-1], "yes", "--appendfsync", "always")
+	}
+	if s.opts.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000")
 	}
 	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {

@@ -1,0 +1,99 @@
+package redistest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Cluster is a Redis Cluster a test started: masters, each with its
+// replicas, on free loopback ports.
+type Cluster struct {
+	// Nodes are every node, masters first as redis-cli assigned them
+	// when the cluster was made (a failover changes who is master: see
+	// Masters).
+	Nodes []*Server
+	t     testing.TB
+}
+
+// StartCluster starts masters × (1 + replicas) redis-servers with
+// cluster mode on, joins them with `redis-cli --cluster create` and waits
+// until the cluster says it is ok. Without redis-server or redis-cli on
+// PATH the test is skipped with a message naming it (failed under
+// AGENTSTREAM_REQUIRE_REDIS=1).
+func StartCluster(t testing.TB, masters, replicas int) *Cluster {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if os.Getenv("AGENTSTREAM_REQUIRE_REDIS") == "1" {
+			t.Fatal("redis-cli is not on PATH (apt-get install redis-tools)")
+		}
+		t.Skip("redis-cli is not on PATH (apt-get install redis-tools): skipping the Redis Cluster tests")
+	}
+	c := &Cluster{t: t}
+	n := masters * (1 + replicas)
+	addrs := make([]string, 0, n)
+	for range n {
+		s := StartWith(t, Options{cluster: true})
+		c.Nodes = append(c.Nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
+	out, err := exec.Command(cli, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range c.Nodes {
+		for !c.ok(cli, s.Addr) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster did not become ok on %s", s.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// ok reports whether the node at addr says the cluster is ok and knows
+// every node.
+func (c *Cluster) ok(cli, addr string) bool {
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(cli, "-h", host, "-p", port, "cluster", "info").Output()
+	if err != nil {
+		return false
+	}
+	info := string(out)
+	return strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(c.Nodes)))
+}
+
+// URL is the cluster's redis:// URL: every node as a seed, comma
+// separated.
+func (c *Cluster) URL() string {
+	addrs := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		addrs[i] = s.Addr
+	}
+	return "redis://" + strings.Join(addrs, ",")
+}
+
+// Masters is the nodes that are masters now (as their own INFO says).
+func (c *Cluster) Masters() []*Server {
+	var out []*Server
+	for _, s := range c.Nodes {
+		if s.cmd == nil {
+			continue
+		}
+		host, port, _ := net.SplitHostPort(s.Addr)
+		b, err := exec.Command("redis-cli", "-h", host, "-p", port, "info", "replication").Output()
+		if err == nil && strings.Contains(string(b), "role:master") {
+			out = append(out, s)
+		}
+	}
+	return out
+}

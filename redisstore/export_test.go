@@ -1,0 +1,4 @@
+package redisstore
+
+// SlotOf is slotOf, for the external tests.
+var SlotOf = slotOf
