@@ -243,8 +243,11 @@ func command(t *testing.T, n *clusterNode, thread, body string) (int, map[string
 // (multitask_strategy, input.respond, run.cancel), and once the run is
 // over the lease goes and another node can run the thread.
 func TestRunsFollowTheirLease(t *testing.T) {
-	rs := redistest.Start(t)
-	a, b, c := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	runsFollowTheirLease(t, redistest.Start(t).URL())
+}
+
+func runsFollowTheirLease(t *testing.T, url string) {
+	a, b, c := startClusterNode(t, url), startClusterNode(t, url), startClusterNode(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	onC := openSSE(t, ctx, c.ts.URL, "d", "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +23,10 @@ func tick(p, n int) string {
 
 func redisClient(t *testing.T, url string) rueidis.Client {
 	t.Helper()
-	opt, err := rueidis.ParseURL(url)
+	seeds := strings.Split(strings.TrimPrefix(url, "redis://"), ",") // a cluster's seeds, as --redis takes them
+	opt, err := rueidis.ParseURL("redis://" + seeds[0])
 	require.NoError(t, err)
+	opt.InitAddress = append(opt.InitAddress, seeds[1:]...)
 	c, err := rueidis.NewClient(opt)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -111,10 +114,13 @@ func groupDone(t *testing.T, c rueidis.Client) {
 // at a time; entries that are not valid go to the dead-letter stream with
 // their reason, and are acknowledged.
 func TestIngestAppendsOnceInOrder(t *testing.T) {
-	rs := redistest.Start(t)
-	c := redisClient(t, rs.URL())
-	_, inA := ingestNode(t, rs.URL(), "a")
-	_, inB := ingestNode(t, rs.URL(), "b")
+	ingestAppendsOnceInOrder(t, redistest.Start(t).URL())
+}
+
+func ingestAppendsOnceInOrder(t *testing.T, url string) {
+	c := redisClient(t, url)
+	_, inA := ingestNode(t, url, "a")
+	_, inB := ingestNode(t, url, "b")
 	require.Eventually(t, func() bool { return inA.Stats().Reader || inB.Stats().Reader }, 5*time.Second, 10*time.Millisecond)
 
 	const perThread = 400

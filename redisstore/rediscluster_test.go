@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/ssetest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/stretchr/testify/require"
 )
@@ -20,6 +22,26 @@ import (
 func TestThreeNodesOnACluster(t *testing.T) {
 	rc := redistest.StartCluster(t, 3, 0)
 	threeNodes(t, rc.URL())
+}
+
+// TestRunsFollowTheirLeaseOnACluster: leases, forwarded commands, and a
+// dead node's run failed by the reaper, whose running sets are spread
+// over the masters.
+func TestRunsFollowTheirLeaseOnACluster(t *testing.T) {
+	runsFollowTheirLease(t, redistest.StartCluster(t, 3, 0).URL())
+}
+
+// TestIngestOnACluster: producers' entries read through the consumer
+// group by one node at a time, appended to threads on every shard once,
+// in order.
+func TestIngestOnACluster(t *testing.T) {
+	ingestAppendsOnceInOrder(t, redistest.StartCluster(t, 3, 0).URL())
+}
+
+// TestWorkersOnACluster: remote workers' directory and runs forwarded to
+// the node of their worker.
+func TestWorkersOnACluster(t *testing.T) {
+	workersAcrossNodes(t, redistest.StartCluster(t, 3, 0).URL())
 }
 
 // TestThreadsOnEveryShard: runs on node A of threads whose keys fall on
@@ -66,11 +88,11 @@ func TestThreadsOnEveryShard(t *testing.T) {
 }
 
 // masterOf is the address of the master that holds key's slot: the one
-// that answers a GET of it rather than redirect it (MOVED).
+// that answers an EXISTS of it rather than redirect it (MOVED).
 func masterOf(t *testing.T, rc *redistest.Cluster, key string) string {
 	t.Helper()
 	for _, s := range rc.Masters() {
-		if _, err := rawRedisLine(s.Addr, "GET", key); err == nil {
+		if _, err := rawRedisLine(s.Addr, "EXISTS", key); err == nil {
 			return s.Addr
 		} else if !strings.Contains(err.Error(), "MOVED") {
 			require.NoError(t, err)
@@ -89,4 +111,137 @@ func TestSlotsAsRedisComputesThem(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, strings.TrimPrefix(want, ":"), fmt.Sprint(redisstore.SlotOf(key)), key)
 	}
+}
+
+// frameLog is what one SSE client read: each event's JSON by its id, the
+// ids in order, and the gaps the server announced (events.missed).
+type frameLog struct {
+	data   map[string]string
+	ids    []string
+	seqs   []uint64
+	missed [][2]uint64 // since, first available
+	conns  int         // connections it took
+}
+
+// logOf reads frames (on the test's goroutine: it may fail the test).
+func logOf(t *testing.T, frames []ssetest.Frame) *frameLog {
+	t.Helper()
+	l := &frameLog{data: map[string]string{}}
+	for _, f := range frames {
+		switch {
+		case f.ID != "":
+			require.NotContains(t, l.data, f.ID, "an id delivered twice")
+			l.data[f.ID] = f.Data
+			l.ids = append(l.ids, f.ID)
+			l.seqs = append(l.seqs, seqOf(t, f.Data))
+		case f.Event == "events.missed":
+			var m struct {
+				Params struct {
+					Data struct {
+						Since             uint64 `json:"since"`
+						FirstAvailableSeq uint64 `json:"first_available_seq"`
+					} `json:"data"`
+				}
+			}
+			require.NoError(t, json.Unmarshal([]byte(f.Data), &m))
+			l.missed = append(l.missed, [2]uint64{m.Params.Data.Since, m.Params.Data.FirstAvailableSeq})
+		}
+	}
+	return l
+}
+
+// followToEnd reads a thread's stream on url as an SSE client does: through
+// connections that end (the server unavailable while Redis fails over),
+// each opened again with the last id read, until the root agent ends.
+func followToEnd(ctx context.Context, url, thread string) (frames []ssetest.Frame, conns int) {
+	ssetest.Follow(ctx, func(conn int) (context.Context, context.CancelFunc, string) {
+		conns = conn
+		c, cancel := context.WithCancel(ctx)
+		return c, cancel, url + "/threads/" + thread + "/stream"
+	}, func(_ int, f ssetest.Frame) bool {
+		frames = append(frames, f)
+		return !rootDone(f.Event, f.Data)
+	})
+	return frames, conns
+}
+
+// complete checks that l has every event once, in order, but for gaps
+// it was told of.
+func (l *frameLog) complete(t *testing.T, who string) {
+	t.Helper()
+	require.NotEmpty(t, l.seqs, who)
+	require.Equal(t, uint64(1), l.seqs[0], who)
+	for i := 1; i < len(l.seqs); i++ {
+		prev, cur := l.seqs[i-1], l.seqs[i]
+		if cur == prev+1 {
+			continue
+		}
+		require.Greater(t, cur, prev, "%s: in order", who)
+		announced := false
+		for _, m := range l.missed {
+			announced = announced || (m[0] <= prev && m[1] >= cur)
+		}
+		require.True(t, announced, "%s: a gap after %d (next %d) that was not announced: %v", who, prev, cur, l.missed)
+	}
+}
+
+// TestMasterFailover: the master that holds a thread's keys is killed
+// while a run on node A publishes into it; its replica is promoted. The
+// run ends, and the clients on A and on B, and a client that replays the
+// thread on B afterwards, each have every event once, in order, or a gap
+// they were told of; no id ever names two different events.
+func TestMasterFailover(t *testing.T) {
+	rc := redistest.StartCluster(t, 3, 1)
+	a, b := startClusterNode(t, rc.URL()), startClusterNode(t, rc.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	const thread = "failover"
+	var wg sync.WaitGroup
+	var framesA, framesB []ssetest.Frame
+	var connsA, connsB int
+	wg.Add(2)
+	go func() { defer wg.Done(); framesA, connsA = followToEnd(ctx, a.ts.URL, thread) }()
+	go func() { defer wg.Done(); framesB, connsB = followToEnd(ctx, b.ts.URL, thread) }()
+	time.Sleep(300 * time.Millisecond)
+	r, err := http.Post(a.ts.URL+"/threads/"+thread+"/commands", "application/json",
+		strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 2000, "rate": 500}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+
+	time.Sleep(1500 * time.Millisecond)
+	master := masterOf(t, rc, "agentstream:{"+thread+"}:events")
+	for _, s := range rc.Nodes {
+		if s.Addr == master {
+			s.Stop() // killed, as a crash would
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range rc.Masters() {
+			if _, err := rawRedisLine(s.Addr, "EXISTS", "agentstream:{"+thread+"}:events"); err == nil || !strings.Contains(err.Error(), "MOVED") {
+				return s.Addr != master
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "a replica took over the thread's slot")
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "the clients read to the run's end")
+	logA, logB := logOf(t, framesA), logOf(t, framesB)
+
+	logA.complete(t, "the client on A")
+	logB.complete(t, "the client on B")
+	frames, _ := followToEnd(ctx, b.ts.URL, thread)
+	replay := logOf(t, frames)
+	replay.complete(t, "a replay on B after the run")
+	require.GreaterOrEqual(t, replay.seqs[len(replay.seqs)-1], uint64(2002), "the run ended after its 2,000 events")
+	for _, other := range []*frameLog{logB, replay} {
+		for id, data := range other.data {
+			if seen, ok := logA.data[id]; ok {
+				require.JSONEq(t, seen, data, "id %s names one event", id)
+			}
+		}
+	}
+	t.Logf("events: A %d in %d connections, B %d in %d, replay %d; gaps announced: A %v, B %v, replay %v",
+		len(logA.ids), connsA, len(logB.ids), connsB, len(replay.ids), logA.missed, logB.missed, replay.missed)
 }

@@ -129,9 +129,31 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 	return e, nil
 }
 
-// Ping reports whether Redis answers (for readiness).
+// Ping reports whether Redis answers (for readiness). On a Redis
+// Cluster it asks every node the client knows and reports an error only
+// when none answers: a shard failing over makes its own threads' commands
+// fail and retry until its replica takes over, and does not make the
+// whole server unavailable (which would end every stream of every
+// thread); a dead node stays in the client's map until it refreshes it.
 func (e *Engine) Ping(ctx context.Context) error {
-	return e.c.Do(ctx, e.c.B().Ping().Build()).Error()
+	if e.c.Mode() != rueidis.ClientModeCluster {
+		return e.c.Do(ctx, e.c.B().Ping().Build()).Error()
+	}
+	nodes := e.c.Nodes()
+	errs := make(chan error, len(nodes))
+	for _, n := range nodes {
+		go func() { errs <- n.Do(ctx, n.B().Ping().Build()).Error() }()
+	}
+	var err error
+	for range nodes {
+		if err = <-errs; err == nil {
+			return nil
+		}
+	}
+	if err == nil {
+		err = errors.New("no node of the cluster is known")
+	}
+	return err
 }
 
 func (e *Engine) key(thread, what string) string {

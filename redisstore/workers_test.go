@@ -65,8 +65,11 @@ func text(evs []map[string]any) string {
 // B reach the worker on A. An assistant no node's worker serves is
 // refused; a node whose worker goes away stops being picked.
 func TestWorkersAcrossNodes(t *testing.T) {
-	rs := redistest.Start(t)
-	a, b, c := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	workersAcrossNodes(t, redistest.Start(t).URL())
+}
+
+func workersAcrossNodes(t *testing.T, url string) {
+	a, b, c := startClusterNode(t, url), startClusterNode(t, url), startClusterNode(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 

@@ -57,7 +57,29 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// A replica that has not finished its first sync with its master
+	// would not take over from it (its data counts as too old).
+	for _, s := range c.Nodes {
+		for !c.synced(cli, s.Addr) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the replica %s did not sync with its master", s.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return c
+}
+
+// synced reports whether the node at addr is a master or a replica whose
+// link with its master is up.
+func (c *Cluster) synced(cli, addr string) bool {
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(cli, "-h", host, "-p", port, "info", "replication").Output()
+	if err != nil {
+		return false
+	}
+	info := string(out)
+	return strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")
 }
 
 // ok reports whether the node at addr says the cluster is ok and knows
