@@ -85,7 +85,7 @@ func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	ports := map[string]string{}
-	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2123", "6390"} {
+	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2123", "6390", "7001", "7002", "7003"} {
 		ports[p] = freePort(t)
 	}
 	var s strings.Builder

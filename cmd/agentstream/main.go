@@ -241,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.ingestGroup, "ingest-group", redisstore.DefaultIngestGroup, "with --ingest-stream: the consumer group the nodes read it through")
 	fs.StringVar(&c.ingestDeadLetter, "ingest-dead-letter", "", "with --ingest-stream: the stream refused entries go to, with their reason (default: the ingest stream's name + \":dead\")")
 	fs.DurationVar(&c.ingestMaxWait, "ingest-max-wait", redisstore.DefaultIngestMaxWait, "with --ingest-stream: how long an entry waits for its thread (written by another node's run, or Redis away) before it goes to the dead-letter stream")
-	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); empty: in memory")
+	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); a Redis Cluster: its seed nodes, redis://HOST:PORT,HOST:PORT,...; empty: in memory")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
 	if err := applyEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
