@@ -581,6 +581,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.ServerPID, "pid", 0, "server process id, for CPU and memory figures")
 	fs.StringVar(&c.Source, "source", loadtest.SourceFirehose, "what publishes the events: firehose (the built-in assistant), worker (a remote worker this tool runs) or http (batches this tool posts to /threads/{id}/events)")
 	subURLs := fs.String("sub-urls", "", "comma-separated base URLs of the nodes the subscribers connect to, spread over them (runs start at --url); default --url")
+	sourceAddrs := fs.String("source-addrs", "", "comma-separated local addresses the subscribers connect from, spread over them (127.0.0.2,127.0.0.3,...: each gives another range of ephemeral ports, for more than about 28,000 connections to one server); default: the system's choice")
 	otherPIDs := fs.String("other-pids", "", "comma-separated ids of more processes whose CPU counts as the server's (other nodes, redis-server)")
 	threads := fs.Int("threads", 0, "instead: the many-conversations workload, this many threads (with --subs-per-thread, --rate per thread, --duration)")
 	perThread := fs.Int("subs-per-thread", 2, "with --threads: subscribers of each thread")
@@ -607,6 +608,13 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	c.SubscribeURLs = splitList(*subURLs)
+	c.SourceAddrs = splitList(*sourceAddrs)
+	for _, a := range c.SourceAddrs {
+		if net.ParseIP(a) == nil {
+			fmt.Fprintf(stderr, "agentstream load: --source-addrs: %q is not an IP address\n", termsafe.String(a))
+			return 2
+		}
+	}
 	for _, p := range splitList(*otherPIDs) {
 		pid, err := strconv.Atoi(p)
 		if err != nil {
@@ -639,7 +647,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if *idle > 0 {
-		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID, *settle)
+		per, err := loadtest.IdleMemory(ctx, c.URL, c.Transport, *idle, c.ServerPID, *settle, c.SourceAddrs...)
 		if err != nil {
 			fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
 			return 1

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -53,6 +54,28 @@ type Config struct {
 	// OtherPIDs are more processes whose CPU counts as the server's (the
 	// other nodes, redis-server).
 	OtherPIDs []int
+	// SourceAddrs, when set, are the local addresses subscribers connect
+	// from (subscriber i from SourceAddrs[i % len]): loopback addresses
+	// 127.0.0.2, 127.0.0.3, ... each give another range of ephemeral
+	// ports, for more connections to one server than one address has.
+	SourceAddrs []string
+}
+
+// clients are the HTTP clients of each source address (Config.client).
+var clients sync.Map // string → *http.Client
+
+// client is the HTTP client subscriber i connects with.
+func (c Config) client(i int) *http.Client {
+	if len(c.SourceAddrs) == 0 {
+		return http.DefaultClient
+	}
+	src := c.SourceAddrs[i%len(c.SourceAddrs)]
+	if hc, ok := clients.Load(src); ok {
+		return hc.(*http.Client)
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 30 * time.Second}
+	hc, _ := clients.LoadOrStore(src, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 16}})
+	return hc.(*http.Client)
 }
 
 // subURL is where subscriber i connects.
@@ -299,7 +322,7 @@ func wireSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEve
 // readSSE counts the data lines of an event stream (a job stream's
 // snapshot aside) until Count came, then stays connected until ctx ends.
 func readSSE(ctx context.Context, cfg Config, req *http.Request, i, sampleEvery int, st *stats, ready, done func()) error {
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := cfg.client(i).Do(req)
 	if err != nil {
 		return err
 	}
@@ -332,7 +355,7 @@ func readSSE(ctx context.Context, cfg Config, req *http.Request, i, sampleEvery 
 
 func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery int, st *stats, ready, done func()) error {
 	url := "ws" + strings.TrimPrefix(cfg.subURL(i), "http") + "/threads/" + thread + "/stream"
-	c, _, err := websocket.Dial(ctx, url, nil)
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: cfg.client(i)})
 	if err != nil {
 		return err
 	}
@@ -379,9 +402,10 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 }
 
 // IdleMemory opens n idle connections (each subscribed, with no events),
-// waits settle, and returns the server's resident memory growth per
-// connection.
-func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle time.Duration) (perConn int64, err error) {
+// from the source addresses given (none: the default one), at most 256
+// being opened at a time, waits settle, and returns the server's
+// resident memory growth per connection.
+func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle time.Duration, sources ...string) (perConn int64, err error) {
 	// Warm up first, so one-time costs (compiling schemas, first pools) are
 	// not counted against the connections.
 	if _, err := Run(ctx, Config{URL: url, Transport: transport, Subscribers: 10, Count: 10, Size: 100}); err != nil {
@@ -398,17 +422,26 @@ func IdleMemory(ctx context.Context, url, transport string, n, pid int, settle t
 	var wg sync.WaitGroup
 	ready := make(chan struct{}, n)
 	errs := make(chan error, n)
-	cfg := Config{URL: url, Count: 1 << 30}
+	cfg := Config{URL: url, Count: 1 << 30, SourceAddrs: sources}
 	var st stats
+	opening := make(chan struct{}, 256) // a listen backlog is not flooded
 	for i := 0; i < n; i++ {
+		select {
+		case opening <- struct{}{}:
+		case <-ctx.Done():
+		}
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			var once sync.Once
+			opened := func() { once.Do(func() { <-opening }) }
+			defer opened()
+			up := func() { opened(); ready <- struct{}{} }
 			var err error
 			if transport == "ws" {
-				err = wsSubscriber(ctx, cfg, thread, i, 1, &st, signal(ready), func() {})
+				err = wsSubscriber(ctx, cfg, thread, i, 1, &st, up, func() {})
 			} else {
-				err = sseSubscriber(ctx, cfg, thread, i, 1, &st, signal(ready), func() {})
+				err = sseSubscriber(ctx, cfg, thread, i, 1, &st, up, func() {})
 			}
 			if err != nil && ctx.Err() == nil {
 				errs <- err

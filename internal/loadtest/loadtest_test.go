@@ -2,9 +2,12 @@ package loadtest
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,4 +197,38 @@ func TestBareReference(t *testing.T) {
 	require.Equal(t, []string{"bare", "agentstream", "bare", "agentstream"}, names, "alternated")
 	require.Len(t, c.Bare, 2)
 	require.Contains(t, c.String(), "latency p99")
+}
+
+// TestIdleMemoryFromSeveralSourceAddresses: idle connections opened from
+// the source addresses given (each is seen by the server as its peer),
+// every one subscribed, and the server's resident memory per connection
+// read.
+func TestIdleMemoryFromSeveralSourceAddresses(t *testing.T) {
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	h := transport.New(srv, transport.Options{})
+	var mu sync.Mutex
+	peers := map[string]int{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		peers[host]++
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	defer func() {
+		_ = h.Shutdown(context.Background())
+		ts.Close()
+		_ = srv.Close(context.Background())
+	}()
+	for _, tr := range []string{"ws", "sse"} {
+		clear(peers)
+		_, err := IdleMemory(context.Background(), ts.URL, tr, 60, os.Getpid(), 10*time.Millisecond, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+		require.NoError(t, err, tr)
+		mu.Lock()
+		for _, src := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+			require.Equal(t, 20, peers[src], "%s: the idle connections from %s", tr, src)
+		}
+		mu.Unlock()
+	}
 }
