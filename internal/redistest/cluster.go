@@ -73,25 +73,26 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 // synced reports whether the node at addr is a master or a replica whose
 // link with its master is up.
 func (c *Cluster) synced(cli, addr string) bool {
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(cli, "-h", host, "-p", port, "info", "replication").Output()
-	if err != nil {
-		return false
-	}
-	info := string(out)
+	info := ask(cli, addr, "info", "replication")
 	return strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")
 }
 
 // ok reports whether the node at addr says the cluster is ok and knows
 // every node.
 func (c *Cluster) ok(cli, addr string) bool {
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(cli, "-h", host, "-p", port, "cluster", "info").Output()
-	if err != nil {
-		return false
-	}
-	info := string(out)
+	info := ask(cli, addr, "cluster", "info")
 	return strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(c.Nodes)))
+}
+
+// ask is redis-cli's answer to a command sent to the node at addr, ""
+// when it cannot be had.
+func ask(cli, addr string, args ...string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(cli, append([]string{"-h", host, "-p", port}, args...)...).Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
 }
 
 // URL is the cluster's redis:// URL: every node as a seed, comma
@@ -111,9 +112,7 @@ func (c *Cluster) Masters() []*Server {
 		if s.cmd == nil {
 			continue
 		}
-		host, port, _ := net.SplitHostPort(s.Addr)
-		b, err := exec.Command("redis-cli", "-h", host, "-p", port, "info", "replication").Output()
-		if err == nil && strings.Contains(string(b), "role:master") {
+		if strings.Contains(ask("redis-cli", s.Addr, "info", "replication"), "role:master") {
 			out = append(out, s)
 		}
 	}
