@@ -118,3 +118,41 @@ func (c *Cluster) Masters() []*Server {
 	}
 	return out
 }
+
+// NodeID is the cluster's id of the node at s.
+func (c *Cluster) NodeID(s *Server) string {
+	return strings.TrimSpace(ask("redis-cli", s.Addr, "cluster", "myid"))
+}
+
+// MoveSlot moves one slot from the master from to the master to, as
+// a resharding does, step by step: the slot is marked importing on to and
+// migrating on from, then, after pause (commands for the slot's keys are
+// answered ASK meanwhile, once a key has moved), its keys are migrated
+// and the slot is given to to on every master.
+func (c *Cluster) MoveSlot(slot int, from, to *Server, pause time.Duration) {
+	c.t.Helper()
+	s := fmt.Sprint(slot)
+	fromID, toID := c.NodeID(from), c.NodeID(to)
+	must := func(addr string, args ...string) string {
+		c.t.Helper()
+		out := ask("redis-cli", addr, args...)
+		if strings.HasPrefix(out, "ERR") || out == "" {
+			c.t.Fatalf("redis-cli %v on %s: %q", args, addr, out)
+		}
+		return out
+	}
+	must(to.Addr, "cluster", "setslot", s, "importing", fromID)
+	must(from.Addr, "cluster", "setslot", s, "migrating", toID)
+	time.Sleep(pause)
+	_, port, _ := net.SplitHostPort(to.Addr)
+	for {
+		keys := strings.Fields(ask("redis-cli", from.Addr, "cluster", "getkeysinslot", s, "100"))
+		if len(keys) == 0 {
+			break
+		}
+		must(from.Addr, append([]string{"migrate", "127.0.0.1", port, "", "0", "5000", "KEYS"}, keys...)...)
+	}
+	for _, m := range c.Masters() {
+		must(m.Addr, "cluster", "setslot", s, "node", toID)
+	}
+}
