@@ -14,6 +14,14 @@
 // process needs without them. The buffers hold JSON only (no pointers to
 // follow), so the more frequent collections this brings cost little.
 //
+// The headroom is also at most what the process allocated in the last
+// ChurnWindow (10 s; never under MinHeadroom): a server that allocates
+// little, as one holding many idle connections does, keeps little room
+// for garbage it does not make, and the runtime returns the rest of the
+// memory it had grown to (the connections' handshakes) to the system.
+// Under load the window's allocations are far above GOGC's headroom,
+// which then applies as before, so collections are no more frequent.
+//
 // With a memory target (Options.Target, `serve --memory-target`) it also
 // holds the process's memory to it, as Redis's maxmemory does: the
 // runtime's soft memory limit is set to the target, and after each
@@ -41,6 +49,9 @@ type Options struct {
 	// MinHeadroom is the least the heap may grow between collections
 	// (default 16 MiB), so that a small heap is not collected constantly.
 	MinHeadroom int64
+	// ChurnWindow bounds the headroom by what the process allocated in
+	// that long (default 10 s; see the package doc).
+	ChurnWindow time.Duration
 	// Target, when more than 0, is the memory the process is held to
 	// (see the package doc); the soft memory limit is set to it unless a
 	// lower one is set.
@@ -66,6 +77,8 @@ type Governor struct {
 	base     int // the GOGC in effect when it started, applied to the rest of the heap
 	samples  []metrics.Sample
 	cycles   uint64
+	allocs   []int64 // bytes allocated so far, one reading per Interval over ChurnWindow (a ring)
+	next     int     // where the next reading goes in allocs
 	percent  atomic.Int32
 	stop     chan struct{}
 	done     chan struct{}
@@ -81,10 +94,15 @@ func Start(buffers Buffers, opts Options) *Governor {
 	if opts.MinHeadroom <= 0 {
 		opts.MinHeadroom = 16 << 20
 	}
+	if opts.ChurnWindow <= 0 {
+		opts.ChurnWindow = 10 * time.Second
+	}
 	g := &Governor{buffers: buffers, budget: buffers.BufferLimit(), opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
 		samples: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"},
 			{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
-			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}}
+			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+			{Name: "/gc/heap/allocs:bytes"}},
+		allocs: make([]int64, 0, max(int(opts.ChurnWindow/opts.Interval), 1)+1)}
 	g.oldLimit = debug.SetMemoryLimit(-1) // reads it
 	if opts.Target > 0 && opts.Target < g.oldLimit {
 		debug.SetMemoryLimit(opts.Target)
@@ -138,8 +156,25 @@ func (g *Governor) loop() {
 	}
 }
 
+// churn records the bytes allocated so far (one reading per Interval)
+// and returns what was allocated over the last ChurnWindow, or -1 until a
+// whole window was read.
+func (g *Governor) churn(allocated int64) int64 {
+	if len(g.allocs) < cap(g.allocs) {
+		g.allocs = append(g.allocs, allocated)
+		return -1
+	}
+	oldest := g.allocs[g.next] // the reading a whole window ago
+	g.allocs[g.next] = allocated
+	g.next = (g.next + 1) % len(g.allocs)
+	return allocated - oldest
+}
+
 // adjust sets GOGC, and with a target the buffers' budget, from the
-// heap of the last collection, once per collection.
+// heap of the last collection and the allocations of the last
+// ChurnWindow: GOGC at every reading (an idle process collects no more,
+// and its heap's goal is what the runtime returns memory to the system
+// against), the budget once per collection.
 func (g *Governor) adjust() {
 	metrics.Read(g.samples)
 	for _, s := range g.samples {
@@ -149,24 +184,25 @@ func (g *Governor) adjust() {
 	}
 	v := func(i int) int64 { return int64(g.samples[i].Value.Uint64()) }
 	cycles, live := uint64(v(0)), v(1)
-	if cycles == g.cycles {
-		return
-	}
-	g.cycles = cycles
+	churn := g.churn(v(6))
 	buffered := g.buffers.BufferedBytes()
-	if g.base > 0 {
-		p := GCPercent(g.base, live, buffered, g.opts.MinHeadroom)
+	if g.base > 0 && cycles > 0 {
+		p := GCPercent(g.base, live, buffered, g.opts.MinHeadroom, churn)
 		if p != g.Percent() {
 			debug.SetGCPercent(p)
 			g.percent.Store(int32(p))
 		}
 	}
+	if cycles == g.cycles {
+		return
+	}
+	g.cycles = cycles
 	if g.opts.Target > 0 {
 		// What the process holds that a collection cannot give back: the
 		// live heap, and besides objects the allocator's unused slots,
 		// stacks and the runtime's own (free pages it can return).
 		other := max(v(2)-v(3)-v(4)-v(5), 0)
-		headroom := headroom(max(g.base, 0), live, buffered, g.opts.MinHeadroom)
+		headroom := headroom(max(g.base, 0), live, buffered, g.opts.MinHeadroom, churn)
 		cur := g.buffers.BufferLimit()
 		if next := BufferLimit(g.opts.Target, g.budget, cur, live+other+headroom, buffered); next != cur {
 			g.buffers.SetBufferLimit(next)
@@ -197,18 +233,24 @@ func BufferLimit(target, budget, cur, need, buffered int64) int64 {
 
 // GCPercent is the GOGC that gives a heap of live bytes, buffered of them
 // replay buffers, a headroom of base percent of the rest (at least
-// minHeadroom): between 1 and base.
-func GCPercent(base int, live, buffered, minHeadroom int64) int {
+// minHeadroom), and at most churn bytes (what was allocated over the
+// churn window; less than 0: not known yet): between 1 and base.
+func GCPercent(base int, live, buffered, minHeadroom, churn int64) int {
 	if live <= 0 || base <= 0 {
 		return base
 	}
-	h := headroom(base, live, buffered, minHeadroom)
+	h := headroom(base, live, buffered, minHeadroom, churn)
 	return int(min(max(h*100/live, 1), int64(base)))
 }
 
 // headroom is how much the heap may grow before the next collection: base
-// percent of what is live outside the buffers, at least minHeadroom.
-func headroom(base int, live, buffered, minHeadroom int64) int64 {
+// percent of what is live outside the buffers, at most churn (when 0 or
+// more), at least minHeadroom.
+func headroom(base int, live, buffered, minHeadroom, churn int64) int64 {
 	buffered = min(max(buffered, 0), live)
-	return max((live-buffered)*int64(base)/100, minHeadroom)
+	h := (live - buffered) * int64(base) / 100
+	if churn >= 0 {
+		h = min(h, churn)
+	}
+	return max(h, minHeadroom)
 }

@@ -17,21 +17,26 @@ func TestGCPercent(t *testing.T) {
 		name                    string
 		base                    int
 		live, buffered, minHead int64
+		churn                   int64
 		want                    int
 	}{
-		{"no buffers: GOGC as given", 100, 400 * mib, 0, 16 * mib, 100},
-		{"buffers half the heap", 100, 400 * mib, 200 * mib, 16 * mib, 50},
-		{"buffers most of the heap: the rest's headroom", 100, 400 * mib, 360 * mib, 16 * mib, 10},
-		{"the least headroom holds", 100, 400 * mib, 400 * mib, 16 * mib, 4},
-		{"never under 1", 100, 400 * mib, 400 * mib, 1, 1},
-		{"a base of 50 applies to the rest", 50, 400 * mib, 200 * mib, 16 * mib, 25},
-		{"a small heap keeps its base", 100, 8 * mib, 6 * mib, 16 * mib, 100},
-		{"buffers counted over the live heap are capped", 100, 100 * mib, 300 * mib, 16 * mib, 16},
-		{"GOGC off stays off", -1, 400 * mib, 200 * mib, 16 * mib, -1},
-		{"no heap yet", 100, 0, 0, 16 * mib, 100},
+		{"no buffers: GOGC as given", 100, 400 * mib, 0, 16 * mib, -1, 100},
+		{"buffers half the heap", 100, 400 * mib, 200 * mib, 16 * mib, -1, 50},
+		{"buffers most of the heap: the rest's headroom", 100, 400 * mib, 360 * mib, 16 * mib, -1, 10},
+		{"the least headroom holds", 100, 400 * mib, 400 * mib, 16 * mib, -1, 4},
+		{"never under 1", 100, 400 * mib, 400 * mib, 1, -1, 1},
+		{"a base of 50 applies to the rest", 50, 400 * mib, 200 * mib, 16 * mib, -1, 25},
+		{"a small heap keeps its base", 100, 8 * mib, 6 * mib, 16 * mib, -1, 100},
+		{"buffers counted over the live heap are capped", 100, 100 * mib, 300 * mib, 16 * mib, -1, 16},
+		{"GOGC off stays off", -1, 400 * mib, 200 * mib, 16 * mib, 0, -1},
+		{"no heap yet", 100, 0, 0, 16 * mib, 0, 100},
+		{"allocating more than GOGC's headroom: GOGC's", 100, 400 * mib, 0, 16 * mib, 1000 * mib, 100},
+		{"allocating less: the headroom is what was allocated", 100, 400 * mib, 0, 16 * mib, 100 * mib, 25},
+		{"hardly allocating (idle connections): the least headroom", 100, 400 * mib, 0, 16 * mib, 1 * mib, 4},
+		{"nothing allocated in the window", 100, 400 * mib, 200 * mib, 16 * mib, 0, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			require.Equal(t, c.want, GCPercent(c.base, c.live, c.buffered, c.minHead))
+			require.Equal(t, c.want, GCPercent(c.base, c.live, c.buffered, c.minHead, c.churn))
 		})
 	}
 }
@@ -160,4 +165,43 @@ func TestGovernorHoldsTheTarget(t *testing.T) {
 	g.Stop()
 	require.Equal(t, oldLimit, debug.SetMemoryLimit(-1), "Stop put the limit back")
 	require.Equal(t, int64(128<<20), b.BufferLimit(), "and the budget")
+}
+
+var sink []byte
+
+// TestGovernorKeepsLittleHeadroomWhenLittleIsAllocated: with 64 MiB live
+// (none of it buffers) and nothing allocated over the churn window, the
+// headroom is the least one (GOGC about 4 MiB over 64); allocating fast
+// brings GOGC's own back.
+func TestGovernorKeepsLittleHeadroomWhenLittleIsAllocated(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	held := make([][]byte, 64)
+	for i := range held {
+		held[i] = make([]byte, 1<<20)
+	}
+	g := Start(&fakeBuffers{limit: 1 << 30}, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20, ChurnWindow: 100 * time.Millisecond})
+	defer g.Stop()
+	runtime.GC()
+	require.Eventually(t, func() bool { return g.Percent() <= 10 }, 10*time.Second, 10*time.Millisecond,
+		"idle: about the least headroom over the live heap (GOGC %d)", g.Percent())
+
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				sink = make([]byte, 1<<20)
+			}
+		}
+	}()
+	require.Eventually(t, func() bool { return g.Percent() == 100 }, 10*time.Second, 10*time.Millisecond,
+		"allocating fast: GOGC's headroom (GOGC %d)", g.Percent())
+	close(stop)
+	<-done
+	runtime.KeepAlive(held)
 }
