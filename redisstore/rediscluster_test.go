@@ -228,13 +228,23 @@ func TestMasterFailover(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "a replica took over the thread's slot")
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "the clients read to the run's end")
-	logA, logB := logOf(t, framesA), logOf(t, framesB)
+	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
+	t.Logf("events: A %d in %d connections, B %d in %d, replay %d; gaps announced: A %v, B %v, replay %v",
+		len(logA.ids), connsA, len(logB.ids), connsB, len(replay.ids), logA.missed, logB.missed, replay.missed)
+}
 
+// everyEventOnce checks what the clients on A and B read of a run of
+// 2,000 events, and a replay on url after it: each has every event once,
+// in order, or a gap it was told of; the run reached its end; no id
+// names two different events.
+func everyEventOnce(t *testing.T, ctx context.Context, url, thread string, framesA, framesB []ssetest.Frame) (logA, logB, replay *frameLog) {
+	t.Helper()
+	logA, logB = logOf(t, framesA), logOf(t, framesB)
 	logA.complete(t, "the client on A")
 	logB.complete(t, "the client on B")
-	frames, _ := followToEnd(ctx, b.ts.URL, thread)
-	replay := logOf(t, frames)
-	replay.complete(t, "a replay on B after the run")
+	frames, _ := followToEnd(ctx, url, thread)
+	replay = logOf(t, frames)
+	replay.complete(t, "a replay after the run")
 	require.GreaterOrEqual(t, replay.seqs[len(replay.seqs)-1], uint64(2002), "the run ended after its 2,000 events")
 	for _, other := range []*frameLog{logB, replay} {
 		for id, data := range other.data {
@@ -243,8 +253,7 @@ func TestMasterFailover(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("events: A %d in %d connections, B %d in %d, replay %d; gaps announced: A %v, B %v, replay %v",
-		len(logA.ids), connsA, len(logB.ids), connsB, len(replay.ids), logA.missed, logB.missed, replay.missed)
+	return logA, logB, replay
 }
 
 // TestResharding: the slot of a thread's keys is moved to another master
@@ -300,19 +309,6 @@ func TestResharding(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "the clients read to the run's end")
 
-	logA, logB := logOf(t, framesA), logOf(t, framesB)
-	logA.complete(t, "the client on A")
-	logB.complete(t, "the client on B")
-	frames, _ := followToEnd(ctx, b.ts.URL, thread)
-	replay := logOf(t, frames)
-	replay.complete(t, "a replay on B after the run")
-	require.GreaterOrEqual(t, replay.seqs[len(replay.seqs)-1], uint64(2002), "the run ended after its 2,000 events")
-	for _, other := range []*frameLog{logB, replay} {
-		for id, data := range other.data {
-			if seen, ok := logA.data[id]; ok {
-				require.JSONEq(t, seen, data, "id %s names one event", id)
-			}
-		}
-	}
+	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
 	t.Logf("the slot moved in %v, with %d events written; events: A %d, B %d, replay %d; gaps announced: A %v, B %v, replay %v", moved, written, len(logA.ids), len(logB.ids), len(replay.ids), logA.missed, logB.missed, replay.missed)
 }
