@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -85,8 +87,11 @@ func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	ports := map[string]string{}
-	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2123", "6390", "7001", "7002", "7003"} {
+	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2123", "6390"} {
 		ports[p] = freePort(t)
+	}
+	for _, p := range []string{"7001", "7002", "7003"} { // a Redis Cluster's nodes: their bus ports too
+		_, ports[p], _ = net.SplitHostPort(redistest.ClusterAddr(t))
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, `set -euo pipefail

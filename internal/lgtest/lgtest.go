@@ -6,8 +6,11 @@
 package lgtest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -46,18 +49,42 @@ func Start(t testing.TB) *Upstream {
 		}
 		t.Skip("node or tools/langgraph-upstream is not installed (npm ci --prefix tools/langgraph-upstream)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	logDir := t.TempDir()
+	for attempt := 1; ; attempt++ {
+		port, err := quietPort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &Upstream{URL: "http://127.0.0.1:" + port, port: port, dir: dir, log: filepath.Join(logDir, fmt.Sprintf("langgraph-%d.log", attempt))}
+		err = u.Restart()
+		if err == nil {
+			return u
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatal(err)
+		}
 	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	u := &Upstream{URL: "http://127.0.0.1:" + port, port: port, dir: dir, log: filepath.Join(t.TempDir(), "langgraph.log")}
-	if err := u.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	return u
 }
+
+// quietPort is a free loopback port below the kernel's ephemeral range
+// (32768 and up here): the server takes seconds to start listening, and a
+// port from that range (a listener on port 0's) may meanwhile become
+// another test's connection's or listener's.
+func quietPort() (string, error) {
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			l.Close()
+			return strconv.Itoa(port), nil
+		}
+	}
+	return "", errors.New("no free port between 20000 and 32000")
+}
+
+// errPortTaken is Restart's error when the port was taken before the
+// server could listen on it.
+var errPortTaken = errors.New("the port was taken")
 
 // Restart starts the server again on the same port (after Kill); it
 // comes back with no threads (its store is in memory).
@@ -80,6 +107,10 @@ func (u *Upstream) Restart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
+		if b, _ := os.ReadFile(u.log); bytes.Contains(b, []byte("EADDRINUSE")) {
+			u.Kill()
+			return fmt.Errorf("langgraphjs dev on %s: %w:\n%s", u.URL, errPortTaken, b)
+		}
 		if resp, err := http.Get(u.URL + "/ok"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

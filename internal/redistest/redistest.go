@@ -5,6 +5,7 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -57,12 +58,17 @@ func StartWith(t testing.TB, opts Options) *Server {
 		}
 		t.Skip("redis-server is not on PATH (apt-get install redis-server): skipping the Redis engine's tests")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addr string
+	if opts.cluster {
+		addr = ClusterAddr(t)
+	} else {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	s := &Server{Addr: addr, t: t, bin: bin, opts: opts, dir: t.TempDir()}
 	s.start()
 	t.Cleanup(s.Stop)
@@ -149,4 +155,29 @@ func ping(addr string) error {
 		return fmt.Errorf("redis answered %q", line)
 	}
 	return nil
+}
+
+// ClusterAddr is a free loopback address for a cluster node: its port
+// and the cluster bus's (the port + 10,000) both free and both below the
+// kernel's ephemeral range (32768 and up here), where a listener on port
+// 0 or an outgoing connection of another test could take them, and where
+// a port over 55535 would put the bus port out of range.
+func ClusterAddr(t testing.TB) string {
+	t.Helper()
+	for range 200 {
+		port := 20000 + rand.IntN(2700)
+		a, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
+		a.Close()
+		if err != nil {
+			continue
+		}
+		b.Close()
+		return fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	t.Fatal("no free port pair for a cluster node between 20000 and 32700")
+	return ""
 }
