@@ -204,18 +204,7 @@ func TestMasterFailover(t *testing.T) {
 	defer cancel()
 
 	const thread = "failover"
-	var wg sync.WaitGroup
-	var framesA, framesB []ssetest.Frame
-	var connsA, connsB int
-	wg.Add(2)
-	go func() { defer wg.Done(); framesA, connsA = followToEnd(ctx, a.ts.URL, thread) }()
-	go func() { defer wg.Done(); framesB, connsB = followToEnd(ctx, b.ts.URL, thread) }()
-	time.Sleep(300 * time.Millisecond)
-	r, err := http.Post(a.ts.URL+"/threads/"+thread+"/commands", "application/json",
-		strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 2000, "rate": 500}}}`))
-	require.NoError(t, err)
-	r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
+	read := followedRun(t, ctx, a, b, thread)
 
 	time.Sleep(1500 * time.Millisecond)
 	master := masterOf(t, rc, "agentstream:{"+thread+"}:events")
@@ -232,11 +221,34 @@ func TestMasterFailover(t *testing.T) {
 		}
 		return false
 	}, 30*time.Second, 100*time.Millisecond, "a replica took over the thread's slot")
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "the clients read to the run's end")
+	framesA, framesB, connsA, connsB := read()
 	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
 	t.Logf("events: A %d in %d connections, B %d in %d, replay %d; gaps announced: A %v, B %v, replay %v",
 		len(logA.ids), connsA, len(logB.ids), connsB, len(replay.ids), logA.missed, logB.missed, replay.missed)
+}
+
+// followedRun has SSE clients follow thread on nodes a and b, as SSE
+// clients do (followToEnd), and starts a run of 2,000 firehose events at
+// 500/s on a; read waits for both clients to read to the run's end.
+func followedRun(t *testing.T, ctx context.Context, a, b *clusterNode, thread string) (read func() (framesA, framesB []ssetest.Frame, connsA, connsB int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var framesA, framesB []ssetest.Frame
+	var connsA, connsB int
+	wg.Add(2)
+	go func() { defer wg.Done(); framesA, connsA = followToEnd(ctx, a.ts.URL, thread) }()
+	go func() { defer wg.Done(); framesB, connsB = followToEnd(ctx, b.ts.URL, thread) }()
+	time.Sleep(300 * time.Millisecond) // the subscriptions take effect
+	r, err := http.Post(a.ts.URL+"/threads/"+thread+"/commands", "application/json",
+		strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 2000, "rate": 500}}}`))
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	return func() ([]ssetest.Frame, []ssetest.Frame, int, int) {
+		wg.Wait()
+		require.NoError(t, ctx.Err(), "the clients read to the run's end")
+		return framesA, framesB, connsA, connsB
+	}
 }
 
 // everyEventOnce checks what the clients on A and B read of a run of
@@ -275,17 +287,7 @@ func TestResharding(t *testing.T) {
 
 	const thread = "reshard"
 	key := "agentstream:{" + thread + "}:events"
-	var wg sync.WaitGroup
-	var framesA, framesB []ssetest.Frame
-	wg.Add(2)
-	go func() { defer wg.Done(); framesA, _ = followToEnd(ctx, a.ts.URL, thread) }()
-	go func() { defer wg.Done(); framesB, _ = followToEnd(ctx, b.ts.URL, thread) }()
-	time.Sleep(300 * time.Millisecond)
-	r, err := http.Post(a.ts.URL+"/threads/"+thread+"/commands", "application/json",
-		strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 2000, "rate": 500}}}`))
-	require.NoError(t, err)
-	r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
+	read := followedRun(t, ctx, a, b, thread)
 
 	time.Sleep(time.Second)
 	from := masterOf(t, rc, key)
@@ -312,8 +314,7 @@ func TestResharding(t *testing.T) {
 	_, err = fmt.Sscanf(xlen, ":%d", &written)
 	require.NoError(t, err, xlen)
 	require.Less(t, written, 2000, "the run still publishes after the move: the move happened during it")
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "the clients read to the run's end")
+	framesA, framesB, _, _ := read()
 
 	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
 	t.Logf("the slot moved in %v, with %d events written; events: A %d, B %d, replay %d; gaps announced: A %v, B %v, replay %v", moved, written, len(logA.ids), len(logB.ids), len(replay.ids), logA.missed, logB.missed, replay.missed)

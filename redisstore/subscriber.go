@@ -117,10 +117,8 @@ func (s *subscriber) node(addr string) *nodeSub {
 	}
 	n := &nodeSub{s: s, addr: addr, chans: map[string]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	s.nodes[addr] = n
-	if addr != "" && s.slots != nil {
-		// The slots are known: this is a new master, started at once
-		// (those of the first reading are started by start).
-		go n.start()
+	if addr != "" {
+		go n.start() // a master's connection starts at once (start waits for those of the first reading)
 	}
 	return n
 }
@@ -167,12 +165,11 @@ func (s *subscriber) refresh() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	first := s.slots == nil
 	s.slots = slots
 	for ch, old := range s.chans {
 		addr := slots[slotOf(ch)]
-		if addr == old && !(first && old == "") {
-			continue
+		if addr == old && old != "" {
+			continue // "" is subscribed nowhere yet
 		}
 		if n := s.nodes[old]; n != nil && old != addr {
 			n.change(ch, false)
@@ -405,7 +402,8 @@ func (n *nodeSub) subscribe(dc rueidis.DedicatedClient, chans []string) bool {
 	if n.addr != "" {
 		bySlot := map[uint16][]string{}
 		for _, ch := range chans {
-			bySlot[slotOf(ch)] = append(bySlot[slotOf(ch)], ch)
+			slot := slotOf(ch)
+			bySlot[slot] = append(bySlot[slot], ch)
 		}
 		groups = groups[:0]
 		for _, g := range bySlot {

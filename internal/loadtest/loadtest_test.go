@@ -24,10 +24,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // until the test ends.
 func startServer(t *testing.T, profiles ...string) *httptest.Server {
 	t.Helper()
+	return startServerWrapped(t, nil, profiles...)
+}
+
+// startServerWrapped is startServer with the handler seen through wrap
+// (when not nil).
+func startServerWrapped(t *testing.T, wrap func(http.Handler) http.Handler, profiles ...string) *httptest.Server {
+	t.Helper()
 	srv := server.New(server.Config{})
 	assistants.Register(srv)
 	h := transport.New(srv, transport.Options{Profiles: profiles})
-	ts := httptest.NewServer(h)
+	var handler http.Handler = h
+	if wrap != nil {
+		handler = wrap(h)
+	}
+	ts := httptest.NewServer(handler)
 	t.Cleanup(func() {
 		_ = h.Shutdown(context.Background())
 		ts.Close()
@@ -139,17 +150,7 @@ func TestRunThroughTheOtherWires(t *testing.T) {
 // TestRunChat: the chat workload through both paths counts every token
 // of every run and reads a time to first token.
 func TestRunChat(t *testing.T) {
-	srv := server.New(server.Config{})
-	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{Profiles: []string{transport.ProfileOpenAI}})
-	ts := httptest.NewServer(h)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Shutdown(ctx)
-		ts.Close()
-		_ = srv.Close(ctx)
-	}()
+	ts := startServer(t, transport.ProfileOpenAI)
 	for _, via := range []string{ChatOpenAI, ChatSSE} {
 		r, err := RunChat(context.Background(), ChatConfig{URL: ts.URL, Via: via, Tokens: 50, Runs: 6, Concurrency: 2})
 		require.NoError(t, err, via)
@@ -179,17 +180,7 @@ func TestBareReference(t *testing.T) {
 		require.Zero(t, r.Stages.Samples, "the bare server has no stage histogram")
 	}
 
-	srv := server.New(server.Config{})
-	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{})
-	ts := httptest.NewServer(h)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Shutdown(ctx)
-		ts.Close()
-		_ = srv.Close(ctx)
-	}()
+	ts := startServer(t)
 	var names []string
 	c, err := AgainstBare(context.Background(), ManyConfig{URL: ts.URL, Transport: "ws", Threads: 4, SubsPerThread: 2, Rate: 50, Duration: 200 * time.Millisecond, Size: 100},
 		bare.URL, 0, 2, func(name string, r ManyResult) { names = append(names, name) })
@@ -204,23 +195,17 @@ func TestBareReference(t *testing.T) {
 // every one subscribed, and the server's resident memory per connection
 // read.
 func TestIdleMemoryFromSeveralSourceAddresses(t *testing.T) {
-	srv := server.New(server.Config{})
-	assistants.Register(srv)
-	h := transport.New(srv, transport.Options{})
 	var mu sync.Mutex
 	peers := map[string]int{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		mu.Lock()
-		peers[host]++
-		mu.Unlock()
-		h.ServeHTTP(w, r)
-	}))
-	defer func() {
-		_ = h.Shutdown(context.Background())
-		ts.Close()
-		_ = srv.Close(context.Background())
-	}()
+	ts := startServerWrapped(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			mu.Lock()
+			peers[host]++
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		})
+	})
 	for _, tr := range []string{"ws", "sse"} {
 		clear(peers)
 		_, err := IdleMemory(context.Background(), ts.URL, tr, 60, os.Getpid(), 10*time.Millisecond, "127.0.0.2", "127.0.0.3", "127.0.0.4")
