@@ -22,6 +22,15 @@
 // Under load the window's allocations are far above GOGC's headroom,
 // which then applies as before, so collections are no more frequent.
 //
+// A process that goes quiet after a burst (a thousand connections opened
+// at once, then nothing) would keep the burst's garbage and the stacks of
+// its goroutines until the runtime's two-minute forced collection: when
+// less than a sixteenth of MinHeadroom was allocated in the last second
+// and what a collection would free (the objects allocated since the last
+// one, the stacks of goroutines that ended) is over MinHeadroom and a
+// quarter of the live heap, the Governor collects once (at most once per
+// ChurnWindow).
+//
 // With a memory target (Options.Target, `serve --memory-target`) it also
 // holds the process's memory to it, as Redis's maxmemory does: the
 // runtime's soft memory limit is set to the target, and after each
@@ -35,6 +44,7 @@ package memgov
 
 import (
 	"math"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -79,6 +89,8 @@ type Governor struct {
 	cycles   uint64
 	allocs   []int64 // bytes allocated so far, one reading per Interval over ChurnWindow (a ring)
 	next     int     // where the next reading goes in allocs
+	idleGC   time.Time // when it last collected a quiet process
+	idleGCs  atomic.Int64
 	percent  atomic.Int32
 	stop     chan struct{}
 	done     chan struct{}
@@ -101,7 +113,8 @@ func Start(buffers Buffers, opts Options) *Governor {
 		samples: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"},
 			{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
 			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
-			{Name: "/gc/heap/allocs:bytes"}},
+			{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"},
+			{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/stack/starting-size:bytes"}},
 		allocs: make([]int64, 0, max(int(opts.ChurnWindow/opts.Interval), 1)+1)}
 	g.oldLimit = debug.SetMemoryLimit(-1) // reads it
 	if opts.Target > 0 && opts.Target < g.oldLimit {
@@ -170,6 +183,31 @@ func (g *Governor) churn(allocated int64) int64 {
 	return allocated - oldest
 }
 
+// allocatedOver is what was allocated over the last d (its readings),
+// or -1 until that many readings were taken.
+func (g *Governor) allocatedOver(d time.Duration) int64 {
+	k := max(int(d/g.opts.Interval), 1)
+	n := len(g.allocs)
+	if n <= k {
+		return -1
+	}
+	last := (g.next - 1 + n) % n // the reading just taken (next is 0 while the ring fills)
+	return g.allocs[last] - g.allocs[(last-k+n)%n]
+}
+
+// QuietCollections is how many collections it ran for a quiet process.
+func (g *Governor) QuietCollections() int64 { return g.idleGCs.Load() }
+
+// QuietCollect reports whether a process that allocated recent bytes over
+// the last second (less than 0: not known yet), and would free freeable
+// bytes of its heap and stacks in a collection, with live bytes live at
+// the last one, should collect now: it is quiet (less than a sixteenth
+// of minHeadroom allocated), and there is more to free than minHeadroom
+// and a quarter of the live heap.
+func QuietCollect(recent, freeable, live, minHeadroom int64) bool {
+	return recent >= 0 && recent < minHeadroom/16 && freeable > max(minHeadroom, live/4)
+}
+
 // adjust sets GOGC, and with a target the buffers' budget, from the
 // heap of the last collection and the allocations of the last
 // ChurnWindow: GOGC at every reading (an idle process collects no more,
@@ -185,6 +223,15 @@ func (g *Governor) adjust() {
 	v := func(i int) int64 { return int64(g.samples[i].Value.Uint64()) }
 	cycles, live := uint64(v(0)), v(1)
 	churn := g.churn(v(6))
+	if g.base > 0 && cycles > 0 && time.Since(g.idleGC) >= g.opts.ChurnWindow {
+		freeable := v(5) - live + max(v(7)-v(8)*v(9), 0)
+		if QuietCollect(g.allocatedOver(min(time.Second, g.opts.ChurnWindow)), freeable, live, g.opts.MinHeadroom) {
+			runtime.GC()
+			g.idleGC = time.Now()
+			g.idleGCs.Add(1)
+			return // read again after the collection, at the next reading
+		}
+	}
 	buffered := g.buffers.BufferedBytes()
 	if g.base > 0 && cycles > 0 {
 		p := GCPercent(g.base, live, buffered, g.opts.MinHeadroom, churn)

@@ -3,6 +3,7 @@ package memgov
 import (
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -204,4 +205,67 @@ func TestGovernorKeepsLittleHeadroomWhenLittleIsAllocated(t *testing.T) {
 	close(stop)
 	<-done
 	runtime.KeepAlive(held)
+}
+
+func TestQuietCollect(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		recent, freeable, live int64
+		want                   bool
+	}{
+		{recent: 0, freeable: 100 * mib, live: 100 * mib, want: true},
+		{recent: -1, freeable: 100 * mib, live: 100 * mib, want: false},  // not known yet
+		{recent: mib, freeable: 100 * mib, live: 100 * mib, want: false}, // allocating: the runtime collects by itself
+		{recent: 0, freeable: 10 * mib, live: 10 * mib, want: false},     // less than MinHeadroom to free
+		{recent: 0, freeable: 20 * mib, live: 100 * mib, want: false},    // less than a quarter of the live heap
+		{recent: 0, freeable: 26 * mib, live: 100 * mib, want: true},     // more than both
+		{recent: mib/16 - 1, freeable: 17 * mib, live: 0, want: true},    // under a sixteenth of MinHeadroom
+	} {
+		require.Equal(t, c.want, QuietCollect(c.recent, c.freeable, c.live, 16*mib), "%+v", c)
+	}
+}
+
+// TestGovernorCollectsAQuietProcess: a burst of goroutines ends, and the
+// process goes quiet; the runtime keeps the stacks of ended goroutines
+// for new ones until a collection. The Governor collects once, which
+// gives them back, and not again while there is nothing to free.
+func TestGovernorCollectsAQuietProcess(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	// A live heap whose headroom the goroutines' own allocations do not
+	// fill: no collection comes by itself.
+	held := make([][]byte, 32)
+	for i := range held {
+		held[i] = make([]byte, 1<<20)
+	}
+	defer runtime.KeepAlive(held)
+	runtime.GC()
+	g := Start(&fakeBuffers{limit: 1 << 30}, Options{Interval: 10 * time.Millisecond, MinHeadroom: 4 << 20, ChurnWindow: 2 * time.Second})
+	defer g.Stop()
+
+	release := make(chan struct{})
+	var started, wg sync.WaitGroup
+	for range 6000 { // under the race detector's 8,128
+		started.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started.Done()
+			<-release
+		}()
+	}
+	started.Wait()
+	stacks := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
+	metrics.Read(stacks)
+	grown := stacks[0].Value.Uint64()
+	require.Greater(t, grown, uint64(10<<20))
+	close(release)
+	wg.Wait()
+
+	require.Eventually(t, func() bool { return g.QuietCollections() == 1 }, 10*time.Second, 10*time.Millisecond, "a quiet process is collected")
+	metrics.Read(stacks)
+	require.Less(t, stacks[0].Value.Uint64(), grown/4, "and the stacks are given back")
+	time.Sleep(2500 * time.Millisecond) // more than a ChurnWindow
+	require.EqualValues(t, 1, g.QuietCollections(), "nothing more to free: no more collections")
 }

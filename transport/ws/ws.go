@@ -42,6 +42,7 @@ import (
 	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/idlepark"
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/shallow"
 	"github.com/agentstream/agentstream/transport/internal/slot"
@@ -175,7 +176,8 @@ type Handler struct {
 	conns   map[*connection]struct{} // open connections, for pings and Shutdown
 	connsHW compact.Tracker          // their high-water mark, to give the map's memory back
 	pinger  *time.Timer              // armed while connections are open
-	wg      sync.WaitGroup           // open connections' goroutines
+	wg      sync.WaitGroup           // open connections (each Done as it ends)
+	idle    idlepark.Poller          // waits for the connections parked between messages
 }
 
 // New returns a handler for srv.
@@ -251,7 +253,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(h.opts.ReadLimit)
-	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread), principal: auth.FromContext(r.Context())}
+	c := &connection{h: h, conn: conn, cbor: conn.Subprotocol() == CBORSubprotocol, session: h.srv.NewSession(thread), principal: auth.FromContext(r.Context()), release: release}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	conn.SetParking(&h.idle, c.serve)
 	if c.principal != nil {
 		c.session.ExpireAt(c.principal.Expires)
 	}
@@ -273,18 +277,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
-		defer release()
-		if h.opts.OnConn != nil {
-			defer h.opts.OnConn()()
-		}
-		c.serve()
-		h.mu.Lock()
-		delete(h.conns, c)
-		h.conns = compact.Shrink(h.conns, &h.connsHW)
-		h.mu.Unlock()
-	}()
+	if h.opts.OnConn != nil {
+		c.onEnd = h.opts.OnConn()
+	}
+	go c.serve()
 }
 
 // ping pings every open connection and drops those that sent nothing
@@ -304,17 +300,22 @@ func (h *Handler) ping() {
 	h.pinger.Reset(h.opts.PingInterval)
 }
 
-// connection is one WebSocket: a long-lived goroutine that waits for
-// messages and answers control frames, a short-lived one per command, and
-// a writer of its session's events that runs only while events wait,
-// paced by the handler's pacer; the handler's timer pings it. The session
-// (server.Session) merges the connection's subscriptions into one stream.
+// connection is one WebSocket: a reader goroutine while it has input
+// (it answers control frames; between messages the connection is parked
+// on the handler's poller with no goroutine), a short-lived one per
+// command, and a writer of its session's events that runs only while
+// events wait, paced by the handler's pacer; the handler's timer pings it.
+// The session (server.Session) merges the connection's subscriptions into
+// one stream.
 type connection struct {
 	h       *Handler
 	conn    *wsframe.Conn
 	cbor    bool
 	session *server.Session
 	ctx     context.Context
+	cancel  context.CancelFunc
+	release func() // the principal's stream slot
+	onEnd   func() // Options.OnConn's
 	writer  *pace.Writer
 	wmu     sync.Mutex // serialises batches: a response waits for the events being written
 
@@ -325,24 +326,42 @@ type connection struct {
 	principal *auth.Principal // who the connection acts as (auth on); owned by the reader
 }
 
+// serve reads and carries out the connection's commands until it ends,
+// or until nothing is left to read: the connection is then parked, with
+// no goroutine, and serve runs again on a new one when the socket is
+// readable or the connection is being closed.
 func (c *connection) serve() {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.ctx = ctx
-	defer func() {
-		cancel()
-		// A write under way finishes first (bounded by the write timeout):
-		// a close frame sent while a batch was open is in that batch.
-		c.writer.Stop()
-		c.conn.CloseNow()
-		c.session.Detach()
-	}()
 	var err error
 	for err = c.conn.AwaitMessage(); err == nil && c.message(); err = c.conn.AwaitMessage() {
+	}
+	if errors.Is(err, wsframe.ErrParked) {
+		return
 	}
 	if errors.Is(err, wsframe.ErrTooBig) || errors.Is(err, wsframe.ErrProtocol) {
 		c.h.refuse("websocket_frame")
 		c.conn.Drain()
 	}
+	c.end()
+}
+
+// end closes the connection and lets its session and its slots go.
+func (c *connection) end() {
+	c.cancel()
+	// A write under way finishes first (bounded by the write timeout): a
+	// close frame sent while a batch was open is in that batch.
+	c.writer.Stop()
+	c.conn.CloseNow()
+	c.session.Detach()
+	c.release()
+	if c.onEnd != nil {
+		c.onEnd()
+	}
+	h := c.h
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.conns = compact.Shrink(h.conns, &h.connsHW)
+	h.mu.Unlock()
+	h.wg.Done()
 }
 
 // message has the library read the message whose first frame is at the

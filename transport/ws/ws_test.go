@@ -28,6 +28,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // serve runs a WebSocket handler for /threads/{id}/stream on loopback.
 func serve(t *testing.T, opts Options) string {
 	t.Helper()
+	base, _ := serveHandler(t, opts)
+	return base
+}
+
+// serveHandler is serve, returning the handler too.
+func serveHandler(t *testing.T, opts Options) (string, *Handler) {
+	t.Helper()
 	srv := server.New(server.Config{})
 	h := New(srv, opts)
 	mux := http.NewServeMux()
@@ -40,7 +47,7 @@ func serve(t *testing.T, opts Options) string {
 		ts.Close()
 		require.NoError(t, srv.Close(ctx))
 	})
-	return ts.URL
+	return ts.URL, h
 }
 
 // clientFrame is a masked client frame (RFC 6455 section 5.3).
@@ -260,4 +267,68 @@ func TestCommandRateLimit(t *testing.T) {
 	}
 	require.Equal(t, []string{"error no_such_run", "error no_such_run", "error no_such_run", "error rate_limited", "error rate_limited"}, codes,
 		"a burst of 3 is carried out (no run yet), then the rest is refused")
+}
+
+// TestIdleConnectionsAreParked: connections with nothing to read have no
+// goroutine (they are parked on the handler's poller), answer pings and
+// commands as before, and end when their peers leave.
+func TestIdleConnectionsAreParked(t *testing.T) {
+	base, h := serveHandler(t, Options{PingInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 40
+	type client struct {
+		c    *websocket.Conn
+		msgs chan string
+	}
+	clients := make([]client, n)
+	for i := range clients {
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+fmt.Sprintf("/threads/idle-%d/stream", i%4), nil)
+		require.NoError(t, err)
+		msgs := make(chan string, 16)
+		go func() { // reads, and so answers pings, as a client does
+			defer close(msgs)
+			for {
+				_, b, err := c.Read(ctx)
+				if err != nil {
+					return
+				}
+				msgs <- string(b)
+			}
+		}()
+		clients[i] = client{c, msgs}
+	}
+	ask := func(cl client, id int) {
+		t.Helper()
+		require.NoError(t, cl.c.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"id": %d, "method": "agent.getTree", "params": {}}`, id)))
+		select {
+		case m, ok := <-cl.msgs:
+			require.True(t, ok, "the connection was dropped")
+			require.Contains(t, m, fmt.Sprintf(`"id":%d`, id))
+		case <-ctx.Done():
+			t.Fatal("no answer")
+		}
+	}
+	for i, cl := range clients {
+		ask(cl, i)
+	}
+	require.Eventually(t, func() bool { return h.idle.Parked() == n }, 5*time.Second, 5*time.Millisecond, "every idle connection parked")
+	time.Sleep(500 * time.Millisecond) // five pings, each answered by a pong that resumes the connection
+	for i, cl := range clients {
+		ask(cl, n+i) // still served
+	}
+	require.Eventually(t, func() bool { return h.idle.Parked() == n }, 5*time.Second, 5*time.Millisecond, "parked again")
+
+	for _, cl := range clients[:n/2] {
+		cl.c.CloseNow() // the peer leaves without a closing handshake
+	}
+	require.Eventually(t, func() bool {
+		h.mu.Lock()
+		open := len(h.conns)
+		h.mu.Unlock()
+		return open == n/2 && h.idle.Parked() == n/2
+	}, 5*time.Second, 5*time.Millisecond, "a parked connection whose peer left ends")
+	for _, cl := range clients[n/2:] {
+		cl.c.CloseNow()
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentstream/agentstream/transport/internal/pace"
@@ -105,6 +106,48 @@ func (b *batchConn) control(opcode byte, payload []byte, timeout time.Duration) 
 	b.arm(timeout)
 	_, err := b.Conn.Write(AppendFrame(f[:0], opcode, payload))
 	return err
+}
+
+// errWouldBlock: the socket would not take a write without waiting.
+var errWouldBlock = errors.New("wsframe: the write would wait")
+
+// tryControl sends an empty control frame without waiting: into the open
+// batch, or straight to the socket rc when it takes the frame at once. It
+// reports false, having sent nothing, when that would wait (the batch's
+// lock is held by a write under way, or the socket's buffer is full): the
+// caller then sends it with control on a goroutine of its own.
+func (b *batchConn) tryControl(opcode byte, rc syscall.RawConn) bool {
+	if !b.mu.TryLock() {
+		return false
+	}
+	if b.closed {
+		b.mu.Unlock()
+		return true // nothing follows a close frame
+	}
+	if b.buf != nil {
+		*b.buf = AppendFrame(*b.buf, opcode, nil)
+		b.mu.Unlock()
+		return true
+	}
+	f := AppendFrame(make([]byte, 0, 2), opcode, nil)
+	n, err := writeNow(rc, f)
+	switch {
+	case err != nil && n == 0:
+		b.mu.Unlock()
+		return !errors.Is(err, errWouldBlock) // a failed socket: its reader finds out
+	case n < len(f):
+		// Part of the frame went out: the rest must follow before
+		// anything else, so the lock goes with it (a sync.Mutex may be
+		// unlocked by another goroutine).
+		go func() {
+			defer b.mu.Unlock()
+			b.arm(b.timeout)
+			_, _ = b.Conn.Write(f[n:])
+		}()
+		return true
+	}
+	b.mu.Unlock()
+	return true
 }
 
 // AppendFrame appends a server's frame: header, then the payload.

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentstream/agentstream/transport/internal/idlepark"
 	"github.com/coder/websocket"
 )
 
@@ -27,9 +28,11 @@ const (
 // goroutine.
 type Conn struct {
 	ws           *websocket.Conn
-	raw          *batchConn      // gathers a batch of frames into one write
-	br           *bufio.Reader   // the library's reader, peeked between messages
-	rc           syscall.RawConn // the socket, waited on between messages (nil: wait in br)
+	raw          *batchConn       // gathers a batch of frames into one write
+	br           *bufio.Reader    // the library's reader, peeked between messages
+	rc           syscall.RawConn  // the socket, waited on between messages (nil: wait in br)
+	park         *idlepark.Socket // parks the socket between messages (nil: wait on a goroutine)
+	resumed      bool             // the reader was resumed from parking; owned by the reader
 	writeTimeout time.Duration
 	closeTimeout time.Duration
 
@@ -56,6 +59,20 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 	return &Conn{ws: ws, raw: bw.conn, br: bw.br, rc: rawConnOf(bw.conn.Conn), writeTimeout: writeTimeout, closeTimeout: CloseTimeout}, nil
 }
 
+// SetParking lets AwaitMessage park the connection on p while nothing is
+// received, with no goroutine of its own (it returns ErrParked); resume
+// runs, on a new goroutine, once the socket is readable or the connection
+// is being closed, and must call AwaitMessage again. Call it before the
+// first AwaitMessage.
+func (c *Conn) SetParking(p *idlepark.Poller, resume func()) {
+	if c.rc != nil {
+		c.park = p.Socket(c.rc, func() {
+			c.resumed = true
+			resume()
+		})
+	}
+}
+
 // Subprotocol is the subprotocol the handshake chose.
 func (c *Conn) Subprotocol() string { return c.ws.Subprotocol() }
 
@@ -75,10 +92,16 @@ func (c *Conn) Read(ctx context.Context) (websocket.MessageType, []byte, error) 
 // Close runs the closing handshake through the library, waiting for the
 // peer's answer (up to 5 s): for a connection refused right after it
 // opened, before AwaitMessage ever runs.
-func (c *Conn) Close(code websocket.StatusCode, reason string) error { return c.ws.Close(code, reason) }
+func (c *Conn) Close(code websocket.StatusCode, reason string) error {
+	c.park.Wake(true)
+	return c.ws.Close(code, reason)
+}
 
 // CloseNow closes the connection without a closing handshake.
-func (c *Conn) CloseNow() { _ = c.ws.CloseNow() }
+func (c *Conn) CloseNow() {
+	c.park.Wake(true) // before the socket closes: its reader must see the end
+	_ = c.ws.CloseNow()
+}
 
 // Begin opens a batch: frames appended until Flush go out in one write.
 func (c *Conn) Begin() { c.raw.begin() }
@@ -110,14 +133,17 @@ func (c *Conn) InputPending() bool {
 
 // Ping sends a ping, unless the peer sent nothing (not even the pong)
 // since the previous one: Ping then reports false, and the caller drops
-// the connection. The ping is written on a goroutine of its own, so Ping
-// never blocks.
+// the connection. Ping never blocks: a ping the socket does not take at
+// once is written on a goroutine of its own (an idle connection's is
+// not: a server pinging many idle connections starts no goroutine each).
 func (c *Conn) Ping() bool {
 	if c.pinged.Load() && !c.alive.Load() {
 		return false
 	}
 	c.alive.Store(false)
 	c.pinged.Store(true)
-	go func() { _ = c.raw.control(OpPing, nil, c.writeTimeout) }()
+	if !c.raw.tryControl(OpPing, c.rc) {
+		go func() { _ = c.raw.control(OpPing, nil, c.writeTimeout) }()
+	}
 	return true
 }

@@ -34,6 +34,10 @@ var (
 	// ErrTooBig ends a connection whose peer declared a frame over the
 	// read limit; it was answered with 1009.
 	ErrTooBig = errors.New("wsframe: a frame over the read limit")
+	// ErrParked does not end the connection: AwaitMessage parked it (see
+	// SetParking), and the caller's goroutine returns; the resume function
+	// calls AwaitMessage again on a goroutine of its own.
+	ErrParked = errors.New("wsframe: parked until the socket is readable")
 )
 
 // AwaitMessage returns once a data frame is at the head of the input,
@@ -43,8 +47,14 @@ var (
 func (c *Conn) AwaitMessage() error {
 	for {
 		if c.br.Buffered() == 0 {
-			// Everything received so far is read: the connection waits.
+			// Everything received so far is read: the connection waits,
+			// parked without a goroutine when it can be.
 			c.idle.Store(true)
+			if c.resumed {
+				c.resumed = false // readable: read it (a parked socket is resumed once it is)
+			} else if c.park.Park() {
+				return ErrParked
+			}
 			if c.rc != nil {
 				if err := waitReadable(c.rc); err != nil {
 					return err
@@ -163,4 +173,5 @@ func (c *Conn) CloseWith(code websocket.StatusCode, reason string) {
 		return
 	}
 	_ = c.raw.SetReadDeadline(time.Now().Add(c.closeTimeout))
+	c.park.Wake(true) // a parked reader waits for the answer, or the deadline, itself
 }

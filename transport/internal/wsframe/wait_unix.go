@@ -51,3 +51,23 @@ func socketReadable(rc syscall.RawConn) bool {
 	})
 	return readable
 }
+
+// writeNow writes p to the socket without waiting: what the socket's
+// buffer takes at once. It returns errWouldBlock when it takes nothing.
+func writeNow(rc syscall.RawConn, p []byte) (int, error) {
+	if rc == nil {
+		return 0, errWouldBlock
+	}
+	var n int
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		n, werr = syscall.Write(int(fd), p)
+		return true // never wait for the socket to become writable
+	}); err != nil {
+		return 0, err
+	}
+	if werr == syscall.EAGAIN || werr == syscall.EWOULDBLOCK {
+		return 0, errWouldBlock
+	}
+	return max(n, 0), werr
+}

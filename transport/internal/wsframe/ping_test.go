@@ -1,0 +1,89 @@
+package wsframe
+
+import (
+	"errors"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tcpPair is a loopback TCP connection: the server's end and the client's.
+func tcpPair(t *testing.T) (srv, cli net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		got <- c
+	}()
+	cli, err = net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	srv = <-got
+	require.NotNil(t, srv)
+	t.Cleanup(func() { srv.Close(); cli.Close() })
+	return srv, cli
+}
+
+func readExactly(t *testing.T, c net.Conn, n int) []byte {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	b := make([]byte, n)
+	_, err := c.Read(b)
+	require.NoError(t, err)
+	return b
+}
+
+func nothingToRead(t *testing.T, c net.Conn) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "nothing on the wire: %v", err)
+}
+
+// TestPingWithoutWaiting: a ping goes straight to an idle socket, into an
+// open batch, and is refused (for the caller to send on a goroutine) when
+// a write holds the connection or the socket's buffer is full.
+func TestPingWithoutWaiting(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("writes without waiting need a unix socket")
+	}
+	srv, cli := tcpPair(t)
+	rc := rawConnOf(srv)
+	b := &batchConn{Conn: srv, timeout: time.Second}
+
+	require.True(t, b.tryControl(OpPing, rc), "an idle socket takes it at once")
+	require.Equal(t, []byte{0x80 | OpPing, 0}, readExactly(t, cli, 2))
+
+	b.begin()
+	require.True(t, b.tryControl(OpPing, rc), "into the open batch")
+	nothingToRead(t, cli)
+	require.NoError(t, b.flush(time.Second))
+	require.Equal(t, []byte{0x80 | OpPing, 0}, readExactly(t, cli, 2))
+
+	b.mu.Lock() // a write under way
+	require.False(t, b.tryControl(OpPing, rc))
+	b.mu.Unlock()
+
+	// Fill the socket: the peer reads nothing.
+	require.NoError(t, srv.(*net.TCPConn).SetWriteBuffer(4096))
+	chunk := make([]byte, 64<<10)
+	for {
+		_, err := writeNow(rc, chunk)
+		if errors.Is(err, errWouldBlock) {
+			break
+		}
+		require.NoError(t, err)
+	}
+	require.False(t, b.tryControl(OpPing, rc), "a full socket: sent nothing, the caller goes on a goroutine")
+
+	b.mu.Lock()
+	b.closed = true // a close frame went out
+	b.mu.Unlock()
+	require.True(t, b.tryControl(OpPing, rc), "after a close frame there is nothing to send")
+}
