@@ -87,8 +87,8 @@ type Governor struct {
 	base     int // the GOGC in effect when it started, applied to the rest of the heap
 	samples  []metrics.Sample
 	cycles   uint64
-	allocs   []int64 // bytes allocated so far, one reading per Interval over ChurnWindow (a ring)
-	next     int     // where the next reading goes in allocs
+	allocs   []int64   // bytes allocated so far, one reading per Interval over ChurnWindow (a ring)
+	next     int       // where the next reading goes in allocs
 	idleGC   time.Time // when it last collected a quiet process
 	idleGCs  atomic.Int64
 	percent  atomic.Int32
