@@ -23,13 +23,13 @@
 // which then applies as before, so collections are no more frequent.
 //
 // A process that goes quiet after a burst (a thousand connections opened
-// at once, then nothing) would keep the burst's garbage and the stacks of
-// its goroutines until the runtime's two-minute forced collection: when
-// less than a sixteenth of MinHeadroom was allocated in the last second
-// and what a collection would free (the objects allocated since the last
-// one, the stacks of goroutines that ended) is over MinHeadroom and a
-// quarter of the live heap, the Governor collects once (at most once per
-// ChurnWindow).
+// at once, then nothing) would keep the burst's garbage, the stacks of its
+// ended goroutines and its free pages until the runtime's two-minute
+// forced collection and its slow scavenger: when less than a sixteenth of
+// MinHeadroom was allocated in the last second and what a collection
+// would free is over MinHeadroom and a quarter of the live heap, the
+// Governor collects once and returns the freed memory to the system (at
+// most once per ChurnWindow).
 //
 // With a memory target (Options.Target, `serve --memory-target`) it also
 // holds the process's memory to it, as Redis's maxmemory does: the
@@ -44,7 +44,6 @@ package memgov
 
 import (
 	"math"
-	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -224,9 +223,11 @@ func (g *Governor) adjust() {
 	cycles, live := uint64(v(0)), v(1)
 	churn := g.churn(v(6))
 	if g.base > 0 && cycles > 0 && time.Since(g.idleGC) >= g.opts.ChurnWindow {
-		freeable := v(5) - live + max(v(7)-v(8)*v(9), 0)
+		// Garbage, stacks of ended goroutines, and free pages the runtime
+		// has not returned yet.
+		freeable := v(5) - live + max(v(7)-v(8)*v(9), 0) + v(4)
 		if QuietCollect(g.allocatedOver(min(time.Second, g.opts.ChurnWindow)), freeable, live, g.opts.MinHeadroom) {
-			runtime.GC()
+			debug.FreeOSMemory() // a collection, and the memory it frees back to the system now
 			g.idleGC = time.Now()
 			g.idleGCs.Add(1)
 			return // read again after the collection, at the next reading

@@ -1,6 +1,7 @@
 package idlepark
 
 import (
+	"runtime"
 	"syscall"
 )
 
@@ -55,7 +56,7 @@ func (l *loop) close() {
 
 func (l *loop) run(p *Poller) {
 	defer l.close()
-	events := make([]syscall.EpollEvent, 128)
+	events := make([]syscall.EpollEvent, 64)
 	var ready []readiness
 	for {
 		n, err := syscall.EpollWait(l.epfd, events, -1)
@@ -79,5 +80,10 @@ func (l *loop) run(p *Poller) {
 		if stopping {
 			return
 		}
+		// Let the goroutines just started run before starting more: a
+		// burst of readiness (every connection's pong) then needs a few
+		// goroutines at a time, not one per connection, and the runtime
+		// keeps a stack for as many goroutines as ever ran at once.
+		runtime.Gosched()
 	}
 }
