@@ -273,7 +273,8 @@ func TestCommandRateLimit(t *testing.T) {
 // goroutine (they are parked on the handler's poller), answer pings and
 // commands as before, and end when their peers leave.
 func TestIdleConnectionsAreParked(t *testing.T) {
-	base, h := serveHandler(t, Options{PingInterval: 100 * time.Millisecond})
+	// Pings come long after the last write's deadline passed.
+	base, h := serveHandler(t, Options{PingInterval: 100 * time.Millisecond, WriteTimeout: 30 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const n = 40
@@ -310,7 +311,19 @@ func TestIdleConnectionsAreParked(t *testing.T) {
 		}
 	}
 	for i, cl := range clients {
-		ask(cl, i)
+		if i%2 == 0 {
+			ask(cl, i)
+			continue
+		}
+		// Half of them subscribed, as watchers are.
+		require.NoError(t, cl.c.Write(ctx, websocket.MessageText, fmt.Appendf(nil, `{"id": %d, "method": "subscription.subscribe", "params": {"channels": ["custom:firehose"]}}`, i)))
+		select {
+		case m, ok := <-cl.msgs:
+			require.True(t, ok, "the connection was dropped")
+			require.Contains(t, m, fmt.Sprintf(`"id":%d`, i))
+		case <-ctx.Done():
+			t.Fatal("no answer")
+		}
 	}
 	require.Eventually(t, func() bool { return h.idle.Parked() == n }, 5*time.Second, 5*time.Millisecond, "every idle connection parked")
 	time.Sleep(500 * time.Millisecond) // five pings, each answered by a pong that resumes the connection

@@ -60,6 +60,12 @@ func TestPingWithoutWaiting(t *testing.T) {
 	require.True(t, b.tryControl(OpPing, rc), "an idle socket takes it at once")
 	require.Equal(t, []byte{0x80 | OpPing, 0}, readExactly(t, cli, 2))
 
+	// The last write's deadline has passed, as it has on a connection idle
+	// for longer than the write timeout.
+	require.NoError(t, srv.SetWriteDeadline(time.Now().Add(-time.Second)))
+	require.True(t, b.tryControl(OpPing, rc))
+	require.Equal(t, []byte{0x80 | OpPing, 0}, readExactly(t, cli, 2), "sent all the same")
+
 	b.begin()
 	require.True(t, b.tryControl(OpPing, rc), "into the open batch")
 	nothingToRead(t, cli)

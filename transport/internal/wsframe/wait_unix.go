@@ -60,9 +60,11 @@ func writeNow(rc syscall.RawConn, p []byte) (int, error) {
 	}
 	var n int
 	var werr error
-	if err := rc.Write(func(fd uintptr) bool {
+	// Control, not Write: Write refuses once the last write's deadline
+	// has passed, as it has on an idle connection. The caller serialises
+	// the connection's writes.
+	if err := rc.Control(func(fd uintptr) {
 		n, werr = syscall.Write(int(fd), p)
-		return true // never wait for the socket to become writable
 	}); err != nil {
 		return 0, err
 	}
