@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"strings"
@@ -207,20 +208,7 @@ func TestMasterFailover(t *testing.T) {
 	read := followedRun(t, ctx, a, b, thread)
 
 	time.Sleep(1500 * time.Millisecond)
-	master := masterOf(t, rc, "agentstream:{"+thread+"}:events")
-	for _, s := range rc.Nodes {
-		if s.Addr == master {
-			s.Stop() // killed, as a crash would
-		}
-	}
-	require.Eventually(t, func() bool {
-		for _, s := range rc.Masters() {
-			if _, err := rawRedisLine(s.Addr, "EXISTS", "agentstream:{"+thread+"}:events"); err == nil || !strings.Contains(err.Error(), "MOVED") {
-				return s.Addr != master
-			}
-		}
-		return false
-	}, 30*time.Second, 100*time.Millisecond, "a replica took over the thread's slot")
+	killMasterOf(t, rc, "agentstream:{"+thread+"}:events")
 	framesA, framesB, connsA, connsB := read()
 	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
 	t.Logf("events: A %d in %d connections, B %d in %d, replay %d; gaps announced: A %v, B %v, replay %v",
@@ -290,6 +278,44 @@ func TestResharding(t *testing.T) {
 	read := followedRun(t, ctx, a, b, thread)
 
 	time.Sleep(time.Second)
+	moved, written := moveSlotOf(t, rc, key)
+	framesA, framesB, _, _ := read()
+
+	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
+	t.Logf("the slot moved in %v, with %d events written; events: A %d, B %d, replay %d; gaps announced: A %v, B %v, replay %v", moved, written, len(logA.ids), len(logB.ids), len(replay.ids), logA.missed, logB.missed, replay.missed)
+}
+
+// killMasterOf kills the master that holds key, as a crash would, and
+// waits until one of its replicas serves the key's slot; it returns the
+// killed node.
+func killMasterOf(t *testing.T, rc *redistest.Cluster, key string) *redistest.Server {
+	t.Helper()
+	master := masterOf(t, rc, key)
+	var killed *redistest.Server
+	for _, s := range rc.Nodes {
+		if s.Addr == master {
+			s.Stop()
+			killed = s
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range rc.Masters() {
+			if _, err := rawRedisLine(s.Addr, "EXISTS", key); err == nil || !strings.Contains(err.Error(), "MOVED") {
+				return s.Addr != master
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "a replica took over the slot of %s", key)
+	return killed
+}
+
+// moveSlotOf moves the slot of key from its master to another, as a
+// resharding does (MoveSlot, with 300 ms of ASK), while a run writes to
+// it: it checks the key ends on the new master with fewer than the run's
+// 2,000 events written (the move happened during the run), and returns
+// how long the move took and how many events were written by then.
+func moveSlotOf(t *testing.T, rc *redistest.Cluster, key string) (time.Duration, int) {
+	t.Helper()
 	from := masterOf(t, rc, key)
 	var src, dst *redistest.Server
 	for _, s := range rc.Masters() {
@@ -307,15 +333,47 @@ func TestResharding(t *testing.T) {
 	moving := time.Now()
 	rc.MoveSlot(n, src, dst, 300*time.Millisecond)
 	moved := time.Since(moving).Round(time.Millisecond)
-	require.Equal(t, dst.Addr, masterOf(t, rc, key), "the thread's keys moved")
+	require.Equal(t, dst.Addr, masterOf(t, rc, key), "the keys of %s moved", key)
 	xlen, err := rawRedisLine(dst.Addr, "XLEN", key)
 	require.NoError(t, err)
 	var written int
 	_, err = fmt.Sscanf(xlen, ":%d", &written)
 	require.NoError(t, err, xlen)
 	require.Less(t, written, 2000, "the run still publishes after the move: the move happened during it")
-	framesA, framesB, _, _ := read()
+	return moved, written
+}
 
-	logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, thread, framesA, framesB)
-	t.Logf("the slot moved in %v, with %d events written; events: A %d, B %d, replay %d; gaps announced: A %v, B %v, replay %v", moved, written, len(logA.ids), len(logB.ids), len(replay.ids), logA.missed, logB.missed, replay.missed)
+var clusterRounds = flag.Int("cluster.rounds", 1, "rounds of faults TestClusterFaultRounds runs (a longer soak: 20)")
+
+// TestClusterFaultRounds: round after round on one cluster (3 masters, 3
+// replicas, two nodes), two runs at once, one on each node, each followed
+// on both: the second run's slot is moved to another master, then the
+// master of the first run's thread is killed (its replica takes over);
+// then the killed node is started again, rejoins as a replica and syncs,
+// so that the next round can kill a master again. Every client, and a
+// replay after each run, has every event once or an announced gap, and
+// no id names two events. One round by default; -cluster.rounds N for a
+// soak.
+func TestClusterFaultRounds(t *testing.T) {
+	rc := redistest.StartCluster(t, 3, 1)
+	opts := redisstore.Options{URL: rc.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: 3 * time.Second}}
+	a, b := startClusterNodeWith(t, opts), startClusterNodeWith(t, opts)
+	for round := range *clusterRounds {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		killedThread, movedThread := fmt.Sprintf("rounds-%d-failover", round), fmt.Sprintf("rounds-%d-moved", round)
+		readKilled := followedRun(t, ctx, a, b, killedThread)
+		readMoved := followedRun(t, ctx, b, a, movedThread)
+		time.Sleep(time.Second)
+		moved, written := moveSlotOf(t, rc, "agentstream:{"+movedThread+"}:events")
+		killed := killMasterOf(t, rc, "agentstream:{"+killedThread+"}:events")
+		framesA, framesB, _, _ := readKilled()
+		logA, logB, replay := everyEventOnce(t, ctx, b.ts.URL, killedThread, framesA, framesB)
+		t.Logf("round %d: after a failover: A %d events, B %d, replay %d; gaps %v %v %v", round, len(logA.ids), len(logB.ids), len(replay.ids), logA.missed, logB.missed, replay.missed)
+		framesB, framesA, _, _ = readMoved()
+		logB, logA, replay = everyEventOnce(t, ctx, a.ts.URL, movedThread, framesB, framesA)
+		t.Logf("round %d: a slot moved in %v with %d events written: B %d events, A %d, replay %d; gaps %v %v %v", round, moved, written, len(logB.ids), len(logA.ids), len(replay.ids), logB.missed, logA.missed, replay.missed)
+		cancel()
+		killed.Restart()
+		rc.Await(30 * time.Second)
+	}
 }

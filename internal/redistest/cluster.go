@@ -48,26 +48,34 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, s := range c.Nodes {
-		for !c.ok(cli, s.Addr) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the cluster did not become ok on %s", s.Addr)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	// A replica that has not finished its first sync with its master
-	// would not take over from it (its data counts as too old).
-	for _, s := range c.Nodes {
-		for !c.synced(cli, s.Addr) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the replica %s did not sync with its master", s.Addr)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	c.Await(30 * time.Second)
 	return c
+}
+
+// Await waits, up to timeout, until every running node says the cluster
+// is ok and every replica's link with its master is up: a replica that
+// has not finished its first sync would not take over from its master
+// (its data counts as too old), and a master restarted after its failover
+// rejoins as a replica that must sync first.
+func (c *Cluster) Await(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, s := range c.Nodes {
+		for s.cmd != nil && !c.ok("redis-cli", s.Addr) {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("the cluster did not become ok on %s", s.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, s := range c.Nodes {
+		for s.cmd != nil && !c.synced("redis-cli", s.Addr) {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("the replica %s did not sync with its master", s.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 // synced reports whether the node at addr is a master or a replica whose
