@@ -8,30 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/transport/internal/wstest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// pair is a loopback TCP connection: the server's end and the client's.
-func pair(t *testing.T) (srv, cli net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	cli, err = net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	srv = <-accepted
-	require.NotNil(t, srv)
-	t.Cleanup(func() { srv.Close(); cli.Close() })
-	return srv, cli
-}
 
 func rawOf(t *testing.T, c net.Conn) syscall.RawConn {
 	rc, err := c.(syscall.Conn).SyscallConn()
@@ -79,14 +61,21 @@ func requireNoLoop(t *testing.T, p *Poller) {
 	}, 5*time.Second, 5*time.Millisecond, "the waiter ends when nothing is parked")
 }
 
-func TestParkedSocketResumesOnInput(t *testing.T) {
+// parkable is a loopback connection whose server end is a Socket of p,
+// resumed through c (Linux only: the test is skipped elsewhere).
+func parkable(t *testing.T, p *Poller) (srv, cli net.Conn, c *counter, s *Socket) {
+	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("idlepark parks only on Linux (epoll)")
 	}
+	srv, cli = wstest.LoopbackPair(t)
+	c = newCounter()
+	return srv, cli, c, p.Socket(rawOf(t, srv), c.resume)
+}
+
+func TestParkedSocketResumesOnInput(t *testing.T) {
 	var p Poller
-	srv, cli := pair(t)
-	c := newCounter()
-	s := p.Socket(rawOf(t, srv), c.resume)
+	srv, cli, c, s := parkable(t, &p)
 	require.True(t, s.Park())
 	require.False(t, s.Park(), "already parked")
 	require.Equal(t, 1, p.Parked())
@@ -116,13 +105,8 @@ func TestParkedSocketResumesOnInput(t *testing.T) {
 }
 
 func TestWakeResumesOnceAndFinalWakeStopsParking(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("idlepark parks only on Linux (epoll)")
-	}
 	var p Poller
-	srv, cli := pair(t)
-	c := newCounter()
-	s := p.Socket(rawOf(t, srv), c.resume)
+	srv, cli, c, s := parkable(t, &p)
 	require.True(t, s.Park())
 	require.True(t, s.Wake(false))
 	c.await(t, "woken")
@@ -148,7 +132,7 @@ func TestWakeResumesOnceAndFinalWakeStopsParking(t *testing.T) {
 
 func TestClosedSocketIsNotParked(t *testing.T) {
 	var p Poller
-	srv, _ := pair(t)
+	srv, _ := wstest.LoopbackPair(t)
 	rc := rawOf(t, srv)
 	require.NoError(t, srv.Close())
 	c := newCounter()
@@ -169,7 +153,7 @@ func TestManySocketsEachResumeOnce(t *testing.T) {
 	const n = 200
 	srvs, clis, counters, socks := make([]net.Conn, n), make([]net.Conn, n), make([]*counter, n), make([]*Socket, n)
 	for i := range n {
-		srvs[i], clis[i] = pair(t)
+		srvs[i], clis[i] = wstest.LoopbackPair(t)
 		counters[i] = newCounter()
 		socks[i] = p.Socket(rawOf(t, srvs[i]), counters[i].resume)
 	}

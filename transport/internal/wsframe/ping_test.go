@@ -7,27 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/transport/internal/wstest"
 	"github.com/stretchr/testify/require"
 )
-
-// tcpPair is a loopback TCP connection: the server's end and the client's.
-func tcpPair(t *testing.T) (srv, cli net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	got := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		got <- c
-	}()
-	cli, err = net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	srv = <-got
-	require.NotNil(t, srv)
-	t.Cleanup(func() { srv.Close(); cli.Close() })
-	return srv, cli
-}
 
 func readExactly(t *testing.T, c net.Conn, n int) []byte {
 	t.Helper()
@@ -53,7 +35,7 @@ func TestPingWithoutWaiting(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("writes without waiting need a unix socket")
 	}
-	srv, cli := tcpPair(t)
+	srv, cli := wstest.LoopbackPair(t)
 	rc := rawConnOf(srv)
 	b := &batchConn{Conn: srv, timeout: time.Second}
 

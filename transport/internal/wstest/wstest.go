@@ -7,6 +7,8 @@ import (
 	"bufio"
 	"encoding/binary"
 	"io"
+	"net"
+	"testing"
 )
 
 // ReadFrame decodes one server frame (unmasked). A frame with reserved
@@ -69,4 +71,29 @@ func ClientFrame(fin bool, opcode byte, payload []byte, mask bool) []byte {
 		f = append(f, c^key[i%4])
 	}
 	return f
+}
+
+// LoopbackPair is a connected loopback TCP pair: the accepting end and
+// the dialling one, both closed when the test ends.
+func LoopbackPair(t testing.TB) (accepted, dialled net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		got <- c
+	}()
+	dialled, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accepted = <-got; accepted == nil {
+		t.Fatal("no connection accepted")
+	}
+	t.Cleanup(func() { accepted.Close(); dialled.Close() })
+	return accepted, dialled
 }
