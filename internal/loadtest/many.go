@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -128,15 +127,6 @@ func liveHeap(url string) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// selfCPU is this process's user+system CPU time.
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // RunMany measures the many-conversations workload: it connects every
