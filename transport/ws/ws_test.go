@@ -274,7 +274,7 @@ func TestCommandRateLimit(t *testing.T) {
 // commands as before, and end when their peers leave.
 func TestIdleConnectionsAreParked(t *testing.T) {
 	// Pings come long after the last write's deadline passed.
-	base, h := serveHandler(t, Options{PingInterval: 100 * time.Millisecond, WriteTimeout: 30 * time.Millisecond})
+	base, h := serveHandler(t, Options{PingInterval: 150 * time.Millisecond, WriteTimeout: 30 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const n = 40
@@ -320,7 +320,7 @@ func TestIdleConnectionsAreParked(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool { return h.idle.Parked() == n }, 5*time.Second, 5*time.Millisecond, "every idle connection parked")
-	time.Sleep(500 * time.Millisecond) // five pings, each answered by a pong that resumes the connection
+	time.Sleep(750 * time.Millisecond) // five pings, each answered by a pong that resumes the connection
 	for i, cl := range clients {
 		ask(cl, n+i) // still served
 	}
