@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentstream/agentstream/internal/quietport"
 )
 
 // Upstream is a running LangGraph server.
@@ -51,10 +51,11 @@ func Start(t testing.TB) *Upstream {
 	}
 	logDir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		port, err := quietPort()
+		p, err := quietport.Free(12000)
 		if err != nil {
 			t.Fatal(err)
 		}
+		port := strconv.Itoa(p) // below the ephemeral range: the server takes seconds to listen
 		u := &Upstream{URL: "http://127.0.0.1:" + port, port: port, dir: dir, log: filepath.Join(logDir, fmt.Sprintf("langgraph-%d.log", attempt))}
 		err = u.Restart()
 		if err == nil {
@@ -64,22 +65,6 @@ func Start(t testing.TB) *Upstream {
 			t.Fatal(err)
 		}
 	}
-}
-
-// quietPort is a free loopback port below the kernel's ephemeral range
-// (32768 and up here): the server takes seconds to start listening, and a
-// port from that range (a listener on port 0's) may meanwhile become
-// another test's connection's or listener's.
-func quietPort() (string, error) {
-	for range 100 {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err == nil {
-			l.Close()
-			return strconv.Itoa(port), nil
-		}
-	}
-	return "", errors.New("no free port between 20000 and 32000")
 }
 
 // errPortTaken is Restart's error when the port was taken before the

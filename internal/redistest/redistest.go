@@ -5,7 +5,6 @@ package redistest
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentstream/agentstream/internal/quietport"
 )
 
 // Server is a redis-server a test started.
@@ -159,25 +160,13 @@ func ping(addr string) error {
 
 // ClusterAddr is a free loopback address for a cluster node: its port
 // and the cluster bus's (the port + 10,000) both free and both below the
-// kernel's ephemeral range (32768 and up here), where a listener on port
-// 0 or an outgoing connection of another test could take them, and where
-// a port over 55535 would put the bus port out of range.
+// kernel's ephemeral range (quietport), where a port over 55535 would put
+// the bus port out of range.
 func ClusterAddr(t testing.TB) string {
 	t.Helper()
-	for range 200 {
-		port := 20000 + rand.IntN(2700)
-		a, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
-		a.Close()
-		if err != nil {
-			continue
-		}
-		b.Close()
-		return fmt.Sprintf("127.0.0.1:%d", port)
+	port, err := quietport.Free(2700, 10000)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port pair for a cluster node between 20000 and 32700")
-	return ""
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }

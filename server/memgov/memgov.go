@@ -76,6 +76,28 @@ type Buffers interface {
 	SetBufferLimit(n int64)
 }
 
+// The runtime metrics a Governor reads, by their index in sampleNames.
+const (
+	sCycles = iota
+	sLive
+	sTotal
+	sReleased
+	sFree
+	sObjects
+	sAllocs
+	sStacks
+	sGoroutines
+	sStackStart
+)
+
+var sampleNames = [...]string{
+	sCycles: "/gc/cycles/total:gc-cycles", sLive: "/gc/heap/live:bytes",
+	sTotal: "/memory/classes/total:bytes", sReleased: "/memory/classes/heap/released:bytes",
+	sFree: "/memory/classes/heap/free:bytes", sObjects: "/memory/classes/heap/objects:bytes",
+	sAllocs: "/gc/heap/allocs:bytes", sStacks: "/memory/classes/heap/stacks:bytes",
+	sGoroutines: "/sched/goroutines:goroutines", sStackStart: "/gc/stack/starting-size:bytes",
+}
+
 // Governor adjusts GOGC after each collection and, with a target, the
 // buffers' budget; see the package doc. Its goroutine runs until Stop.
 type Governor struct {
@@ -109,12 +131,11 @@ func Start(buffers Buffers, opts Options) *Governor {
 		opts.ChurnWindow = 10 * time.Second
 	}
 	g := &Governor{buffers: buffers, budget: buffers.BufferLimit(), opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
-		samples: []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"},
-			{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
-			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
-			{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"},
-			{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/stack/starting-size:bytes"}},
+		samples: make([]metrics.Sample, len(sampleNames)),
 		allocs: make([]int64, 0, max(int(opts.ChurnWindow/opts.Interval), 1)+1)}
+	for i, name := range sampleNames {
+		g.samples[i].Name = name
+	}
 	g.oldLimit = debug.SetMemoryLimit(-1) // reads it
 	if opts.Target > 0 && opts.Target < g.oldLimit {
 		debug.SetMemoryLimit(opts.Target)
@@ -220,12 +241,12 @@ func (g *Governor) adjust() {
 		}
 	}
 	v := func(i int) int64 { return int64(g.samples[i].Value.Uint64()) }
-	cycles, live := uint64(v(0)), v(1)
-	churn := g.churn(v(6))
+	cycles, live := uint64(v(sCycles)), v(sLive)
+	churn := g.churn(v(sAllocs))
 	if g.base > 0 && cycles > 0 && time.Since(g.idleGC) >= g.opts.ChurnWindow {
 		// Garbage, stacks of ended goroutines, and free pages the runtime
 		// has not returned yet.
-		freeable := v(5) - live + max(v(7)-v(8)*v(9), 0) + v(4)
+		freeable := v(sObjects) - live + max(v(sStacks)-v(sGoroutines)*v(sStackStart), 0) + v(sFree)
 		if QuietCollect(g.allocatedOver(min(time.Second, g.opts.ChurnWindow)), freeable, live, g.opts.MinHeadroom) {
 			debug.FreeOSMemory() // a collection, and the memory it frees back to the system now
 			g.idleGC = time.Now()
@@ -249,7 +270,7 @@ func (g *Governor) adjust() {
 		// What the process holds that a collection cannot give back: the
 		// live heap, and besides objects the allocator's unused slots,
 		// stacks and the runtime's own (free pages it can return).
-		other := max(v(2)-v(3)-v(4)-v(5), 0)
+		other := max(v(sTotal)-v(sReleased)-v(sFree)-v(sObjects), 0)
 		headroom := headroom(max(g.base, 0), live, buffered, g.opts.MinHeadroom, churn)
 		cur := g.buffers.BufferLimit()
 		if next := BufferLimit(g.opts.Target, g.budget, cur, live+other+headroom, buffered); next != cur {

@@ -47,13 +47,7 @@ func TestGCPercent(t *testing.T) {
 // collection; Stop puts the old GOGC back and ends its goroutine.
 func TestGovernorLowersGOGCForBuffersAndPutsItBack(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	old := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(old)
-
-	buffers := make([][]byte, 64)
-	for i := range buffers {
-		buffers[i] = make([]byte, 1<<20)
-	}
+	buffers := liveMiB(t, 64)
 	g := Start(&fakeBuffers{held: 64 << 20, limit: 1 << 30}, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20})
 	require.Equal(t, 100, g.Percent())
 	require.Eventually(t, func() bool {
@@ -135,14 +129,8 @@ func TestBufferLimit(t *testing.T) {
 // comes back up; Stop puts back the limit and the budget.
 func TestGovernorHoldsTheTarget(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	oldGC := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(oldGC)
 	oldLimit := debug.SetMemoryLimit(-1)
-
-	held := make([][]byte, 96)
-	for i := range held {
-		held[i] = make([]byte, 1<<20)
-	}
+	held := liveMiB(t, 96)
 	b := &fakeBuffers{held: 96 << 20, limit: 128 << 20}
 	g := Start(b, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20, Target: 64 << 20})
 	defer g.Stop()
@@ -170,18 +158,25 @@ func TestGovernorHoldsTheTarget(t *testing.T) {
 
 var sink []byte
 
+// liveMiB sets GOGC to 100 for the test (put back after it) and returns
+// n MiB for it to keep live (runtime.KeepAlive).
+func liveMiB(t *testing.T, n int) [][]byte {
+	old := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+	held := make([][]byte, n)
+	for i := range held {
+		held[i] = make([]byte, 1<<20)
+	}
+	return held
+}
+
 // TestGovernorKeepsLittleHeadroomWhenLittleIsAllocated: with 64 MiB live
 // (none of it buffers) and nothing allocated over the churn window, the
 // headroom is the least one (GOGC about 4 MiB over 64); allocating fast
 // brings GOGC's own back.
 func TestGovernorKeepsLittleHeadroomWhenLittleIsAllocated(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	old := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(old)
-	held := make([][]byte, 64)
-	for i := range held {
-		held[i] = make([]byte, 1<<20)
-	}
+	held := liveMiB(t, 64)
 	g := Start(&fakeBuffers{limit: 1 << 30}, Options{Interval: 5 * time.Millisecond, MinHeadroom: 4 << 20, ChurnWindow: 100 * time.Millisecond})
 	defer g.Stop()
 	runtime.GC()
@@ -231,14 +226,9 @@ func TestQuietCollect(t *testing.T) {
 // gives them back, and not again while there is nothing to free.
 func TestGovernorCollectsAQuietProcess(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	old := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(old)
 	// A live heap whose headroom the goroutines' own allocations do not
 	// fill: no collection comes by itself.
-	held := make([][]byte, 32)
-	for i := range held {
-		held[i] = make([]byte, 1<<20)
-	}
+	held := liveMiB(t, 32)
 	defer runtime.KeepAlive(held)
 	runtime.GC()
 	g := Start(&fakeBuffers{limit: 1 << 30}, Options{Interval: 10 * time.Millisecond, MinHeadroom: 4 << 20, ChurnWindow: 2 * time.Second})

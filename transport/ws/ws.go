@@ -365,17 +365,24 @@ func (c *connection) end() {
 }
 
 // message has the library read the message whose first frame is at the
-// head of the input, then carries out the command, on a goroutine of its
-// own so that the connection's long-lived goroutine keeps a small stack.
-// It reports false when the connection must end.
+// head of the input, then carries out the command. A connection that
+// waits with a goroutine of its own between messages (one that cannot be
+// parked) does it on a short-lived goroutine, so that its long-lived one
+// keeps a small stack; a parked connection's reader ends when it parks,
+// and its stack with it. It reports false when the connection must end.
 func (c *connection) message() bool {
-	return shallow.Run(func() bool {
-		typ, data, err := c.conn.Read(context.Background())
-		if err != nil {
-			return false // closed by the library (1009 for a frame too big, 1002 ...), or the socket failed
-		}
-		return c.command(typ, data)
-	})
+	if c.conn.Parks() {
+		return c.readCommand()
+	}
+	return shallow.Run(c.readCommand)
+}
+
+func (c *connection) readCommand() bool {
+	typ, data, err := c.conn.Read(context.Background())
+	if err != nil {
+		return false // closed by the library (1009 for a frame too big, 1002 ...), or the socket failed
+	}
+	return c.command(typ, data)
 }
 
 // writeReady writes every ready event in batches; it reports false when the

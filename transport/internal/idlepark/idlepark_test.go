@@ -2,7 +2,6 @@ package idlepark
 
 import (
 	"net"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -65,7 +64,7 @@ func requireNoLoop(t *testing.T, p *Poller) {
 // resumed through c (Linux only: the test is skipped elsewhere).
 func parkable(t *testing.T, p *Poller) (srv, cli net.Conn, c *counter, s *Socket) {
 	t.Helper()
-	if runtime.GOOS != "linux" {
+	if !Supported {
 		t.Skip("idlepark parks only on Linux (epoll)")
 	}
 	srv, cli = wstest.LoopbackPair(t)
@@ -146,7 +145,7 @@ func TestClosedSocketIsNotParked(t *testing.T) {
 // order, the waiter started again after it ended, and each socket resumed
 // once per Park.
 func TestManySocketsEachResumeOnce(t *testing.T) {
-	if runtime.GOOS != "linux" {
+	if !Supported {
 		t.Skip("idlepark parks only on Linux (epoll)")
 	}
 	var p Poller

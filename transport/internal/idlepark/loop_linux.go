@@ -5,6 +5,9 @@ import (
 	"syscall"
 )
 
+// Supported: this platform parks sockets (epoll).
+const Supported = true
+
 // loop is the waiter: an epoll instance, and a pipe that tells it to end.
 type loop struct {
 	epfd   int

@@ -4,6 +4,9 @@ package idlepark
 
 import "errors"
 
+// Supported: this platform does not park sockets (Park reports false).
+const Supported = false
+
 type loop struct{}
 
 func startLoop(*Poller) (*loop, error) { return nil, errors.New("idlepark: no epoll on this platform") }

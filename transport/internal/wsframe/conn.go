@@ -65,13 +65,17 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 // is being closed, and must call AwaitMessage again. Call it before the
 // first AwaitMessage.
 func (c *Conn) SetParking(p *idlepark.Poller, resume func()) {
-	if c.rc != nil {
+	if c.rc != nil && idlepark.Supported {
 		c.park = p.Socket(c.rc, func() {
 			c.resumed = true
 			resume()
 		})
 	}
 }
+
+// Parks reports whether AwaitMessage parks the connection between
+// messages (SetParking was called, on a platform that parks).
+func (c *Conn) Parks() bool { return c.park != nil }
 
 // Subprotocol is the subprotocol the handshake chose.
 func (c *Conn) Subprotocol() string { return c.ws.Subprotocol() }
