@@ -132,7 +132,7 @@ func Start(buffers Buffers, opts Options) *Governor {
 	}
 	g := &Governor{buffers: buffers, budget: buffers.BufferLimit(), opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
 		samples: make([]metrics.Sample, len(sampleNames)),
-		allocs: make([]int64, 0, max(int(opts.ChurnWindow/opts.Interval), 1)+1)}
+		allocs:  make([]int64, 0, max(int(opts.ChurnWindow/opts.Interval), 1)+1)}
 	for i, name := range sampleNames {
 		g.samples[i].Name = name
 	}
