@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentstream/agentstream/diskstore/internal/aiosync"
 	"os"
 	"path/filepath"
 	"sync"
@@ -95,6 +96,7 @@ type Engine struct {
 	opts      Options
 	log       *Log
 	state     *State
+	syncer    *aiosync.Syncer // nil where the kernel has no AIO: Pebble syncs as it does by itself
 }
 
 // Open opens (or creates) the store under opts.Dir. A store not closed
@@ -113,10 +115,23 @@ func Open(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	// The plain file system: Pebble's default wraps it in a slow-disk
-	// monitor whose goroutine can outlive Close.
-	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}, FS: vfs.Default})
+	// monitor whose goroutine can outlive Close. Its syncs go through the
+	// kernel's AIO where there is one, so that a slow disk does not hold
+	// the processor the live path runs on (package aiosync).
+	fs := vfs.Default
+	syncer, err := aiosync.New(aiosync.DefaultDepth)
+	if err == nil {
+		fs = aiosync.FS(fs, syncer)
+	}
+	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}, FS: fs})
 	if err != nil {
+		closeSyncer(syncer)
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
+	}
+	fail := func(err error) (*Engine, error) {
+		db.Close()
+		closeSyncer(syncer)
+		return nil, err
 	}
 	// A store not closed cleanly (a crash, kill -9, power lost) may have
 	// lost the last events it was told of: every thread goes on in a new
@@ -128,29 +143,33 @@ func Open(opts Options) (*Engine, error) {
 	if err == nil {
 		closer.Close()
 	} else if !crashed {
-		db.Close()
-		return nil, fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err)
+		return fail(fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err))
 	}
 	if crashed {
 		empty, err := isEmpty(db)
 		if err != nil {
-			db.Close()
-			return nil, fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err)
+			return fail(fmt.Errorf("diskstore: reading %s: %w", opts.Dir, err))
 		}
 		crashed = !empty
 	}
 	if err := db.Delete(cleanKey, pebble.Sync); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("diskstore: %s: %w", opts.Dir, err)
+		return fail(fmt.Errorf("diskstore: %s: %w", opts.Dir, err))
 	}
 	l, err := newLog(db, opts, crashed)
 	if err != nil {
-		db.Close()
-		return nil, err
+		return fail(err)
 	}
-	e := &Engine{db: db, opts: opts, log: l}
+	e := &Engine{db: db, opts: opts, log: l, syncer: syncer}
 	e.state = &State{db: db, log: l}
 	return e, nil
+}
+
+// closeSyncer stops the store's syncer, if it has one (once its Pebble
+// is closed: nothing syncs any more).
+func closeSyncer(s *aiosync.Syncer) {
+	if s != nil {
+		s.Close()
+	}
 }
 
 func withDefaults(opts Options) Options {
@@ -275,6 +294,7 @@ func (e *Engine) Close() error {
 		}
 		e.log.release()
 		err = errors.Join(err, e.db.Close())
+		closeSyncer(e.syncer)
 	})
 	return err
 }

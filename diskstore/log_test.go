@@ -108,6 +108,7 @@ func crash(t *testing.T, eng *Engine) {
 		eng.log.close()
 		eng.log.release()
 		require.NoError(t, eng.db.Close())
+		closeSyncer(eng.syncer)
 	})
 }
 
@@ -123,6 +124,9 @@ func TestRecoveryFoldsTheCommitLog(t *testing.T) {
 	kept := appendN(t, eng.log, "kept", "ep1", 0, 30, time.Now())
 	appendN(t, eng.log, "gone", "ep1", 0, 5, time.Now())
 	require.Eventually(t, func() bool { return eng.Counters().Written == 35 }, 5*time.Second, 5*time.Millisecond)
+	c := eng.Counters()
+	require.Positive(t, c.AsyncSyncs, "the commits' syncs go through the kernel's AIO (Linux)")
+	require.Zero(t, c.BlockingSyncs)
 	require.Zero(t, count(t, eng.db, "c/"), "nothing folded yet")
 	require.NoError(t, eng.state.Delete(context.Background(), "gone"))
 	again := appendN(t, eng.log, "gone", "ep2", 0, 2, time.Now()) // the thread made again
