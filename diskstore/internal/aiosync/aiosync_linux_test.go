@@ -181,6 +181,6 @@ func TestPebbleOnFS(t *testing.T) {
 
 type quietLogger struct{}
 
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Infof(string, ...any)              {}
+func (quietLogger) Errorf(string, ...any)             {}
 func (quietLogger) Fatalf(format string, args ...any) { panic(format) }
