@@ -10,15 +10,24 @@
 // times (syscalls dominate it) and so does the latency of a busy server.
 //
 // The interval adapts: while the process uses nearly all the CPU it may
-// (the server is behind), it doubles, up to MaxInterval, so that each
-// write carries more events and the same CPU delivers more; once there is
-// CPU to spare again it halves back to the configured one. Throughput then
+// and is behind, it doubles, up to MaxInterval, so that each write
+// carries more events and the same CPU delivers more; once there is CPU
+// to spare again it halves back to the configured one. Throughput then
 // rises under overload and latency stays bounded by about MaxInterval plus
-// the scheduling delay, instead of queues growing.
+// the scheduling delay, instead of queues growing. Behind, for the first
+// step, means that goroutines wait to run a quarter of the configured
+// interval or more (the runtime's scheduling latency, 99th percentile),
+// that writes are being gathered already (a good share of kicks find
+// their connection written to within the interval), or that the CPU has
+// been at its limit for a second. A process near its CPU limit that keeps
+// up (a collection's burst of CPU, say, with many quiet conversations
+// whose events come further apart than the interval) keeps the interval:
+// a longer one would gather nothing and only delay every event.
 package pace
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +44,16 @@ const (
 	busyWindows = 3
 	idleBelow   = 0.6
 )
+
+// overloadWindows is how many windows in a row above busyAbove have the
+// interval double even with no sign of being behind: a second at the
+// limit is overload, whatever the signs say.
+const overloadWindows = 10
+
+// gatherShare is the share of kicks in a window that, having found their
+// connection written to within the interval (and so waited for it), has
+// the interval double on its own: writes are being gathered.
+const gatherShare = 0.25
 
 // DefaultInterval is the transports' default interval: short enough to
 // be invisible in a stream of tokens, long enough that a connection
@@ -55,8 +74,13 @@ type Pacer struct {
 	// The adaptive interval (nanoseconds), and when it was last adapted
 	// (on the pacer's clock).
 	cur, adapted atomic.Int64
-	cpu          cpuGauge // guarded by mu
-	busy         int      // windows in a row above busyAbove, guarded by mu
+	cpu          cpuGauge   // guarded by mu
+	sched        schedGauge // guarded by mu
+	busy         int        // windows in a row above busyAbove, guarded by mu
+
+	// Kicks since the last adaptation, and those of them that waited for
+	// the interval.
+	kicks, waited atomic.Uint64
 
 	mu    sync.Mutex
 	due   []*Writer
@@ -93,12 +117,18 @@ func (p *Pacer) adapt() {
 	since := now - time.Duration(p.adapted.Load())
 	p.adapted.Store(int64(now))
 	use, ok := p.cpu.use()
+	kicks, waited := p.kicks.Swap(0), p.waited.Swap(0)
+	gathered := 0.0
+	if kicks > 0 {
+		gathered = float64(waited) / float64(kicks)
+	}
+	waits := p.sched.p99()
 	switch {
 	case !ok:
 	case since > 10*adaptEvery && use < idleBelow:
 		p.cur.Store(int64(p.interval)) // quiet for a while: no pacing left over from a past overload
 	default:
-		p.setFrom(use)
+		p.setFrom(use, waits >= p.interval/4 || gathered >= gatherShare)
 	}
 }
 
@@ -115,9 +145,11 @@ func (p *Pacer) maybeAdapt(now time.Duration) {
 }
 
 // setFrom moves the interval one step given the CPU use of the last
-// window (a share of the cores the process may use). The caller holds
-// p.mu.
-func (p *Pacer) setFrom(use float64) {
+// window (a share of the cores the process may use) and whether it was
+// behind in it (see the package comment); once above the configured
+// interval, a busy process doubles it without more signs. The caller
+// holds p.mu.
+func (p *Pacer) setFrom(use float64, behind bool) {
 	cur := time.Duration(p.cur.Load())
 	if use > busyAbove {
 		p.busy++
@@ -125,11 +157,52 @@ func (p *Pacer) setFrom(use float64) {
 		p.busy = 0
 	}
 	switch {
-	case p.busy >= busyWindows && cur < MaxInterval:
+	case p.busy >= busyWindows && (behind || cur > p.interval || p.busy >= overloadWindows) && cur < MaxInterval:
 		p.cur.Store(int64(min(2*cur, MaxInterval)))
 	case use < idleBelow && cur > p.interval:
 		p.cur.Store(int64(max(cur/2, p.interval)))
 	}
+}
+
+// schedGauge reads the runtime's scheduling latencies (how long
+// goroutines waited to run) between two reads.
+type schedGauge struct {
+	sample [1]metrics.Sample
+	last   []uint64 // the histogram's counts at the last read
+}
+
+// p99 is the 99th percentile of the scheduling latencies since the last
+// read (0 at the first read, or with none).
+func (g *schedGauge) p99() time.Duration {
+	if g.sample[0].Name == "" {
+		g.sample[0].Name = "/sched/latencies:seconds"
+	}
+	metrics.Read(g.sample[:])
+	if g.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := g.sample[0].Value.Float64Histogram()
+	first := len(g.last) != len(h.Counts)
+	if first {
+		g.last = make([]uint64, len(h.Counts))
+	}
+	var total uint64
+	for i, c := range h.Counts {
+		total += c - g.last[i]
+	}
+	defer copy(g.last, h.Counts)
+	if first || total == 0 {
+		return 0
+	}
+	need := total - total/100 // the 99th percentile's rank
+	var seen uint64
+	for i, c := range h.Counts {
+		seen += c - g.last[i]
+		if seen >= need {
+			return time.Duration(max(h.Buckets[i], 0) * float64(time.Second)) // the bucket's lower bound (the first is -Inf)
+		}
+	}
+	return 0
 }
 
 // cpuGauge measures the process's CPU use between two reads, as a share
@@ -226,9 +299,11 @@ func (w *Writer) Kick() {
 		w.mu.Unlock()
 		return
 	}
+	w.p.kicks.Add(1)
 	if w.wrote && w.p.interval > 0 && now-w.last < w.p.Current() {
 		w.waiting = true
 		w.mu.Unlock()
+		w.p.waited.Add(1)
 		w.p.wait(w)
 		return
 	}

@@ -70,6 +70,23 @@ func TestBusyConnectionWaitsAndGathers(t *testing.T) {
 	assert.False(t, c.overlap.Load())
 }
 
+// TestKicksThatWaitAreCounted: what the interval's adaptation reads to
+// know whether writes are being gathered.
+func TestKicksThatWaitAreCounted(t *testing.T) {
+	p := New(time.Hour)
+	p.adapted.Store(int64(time.Hour)) // no adaptation (which resets the counts) during the test
+	c := &conn{}
+	w := p.NewWriter(c.write, c.pending)
+	c.publish(w, 1)
+	require.Eventually(t, func() bool { return c.written.Load() == 1 }, 5*time.Second, time.Millisecond)
+	c.publish(w, 3) // the first waits for the interval, the others find it waiting
+	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{p.kicks.Load(), p.waited.Load()}, "kicks that reached the pacer, and those that waited")
+	w.Stop()
+	p.mu.Lock()
+	p.timer.Stop()
+	p.mu.Unlock()
+}
+
 func TestNoPacing(t *testing.T) {
 	p := New(0)
 	c := &conn{}
@@ -202,26 +219,49 @@ func TestHoldGoesOnWhileBusyUpToItsBound(t *testing.T) {
 	w.Stop()
 }
 
-// TestIntervalAdaptsToCPUUse: a process using all its CPU (a server
-// behind) doubles the interval up to MaxInterval; one with CPU to spare
-// brings it back to the configured one.
+// TestIntervalAdaptsToCPUUse: a process using all its CPU and behind
+// doubles the interval up to MaxInterval; one with CPU to spare brings it
+// back to the configured one; one that keeps up keeps it, however busy.
 func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	p := New(5 * time.Millisecond)
 	require.Equal(t, 5*time.Millisecond, p.Current())
 	for range busyWindows - 1 {
-		p.setFrom(1)
+		p.setFrom(1, true)
 	}
-	p.setFrom(0.8)
-	p.setFrom(1)
+	p.setFrom(0.8, true)
+	p.setFrom(1, true)
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a burst is not overload")
+	for range overloadWindows - 2 { // with the window above: one short of overload
+		p.setFrom(1, false)
+	}
+	require.Equal(t, 5*time.Millisecond, p.Current(), "busy but keeping up: a longer interval would only delay events")
+	p.setFrom(0.5, false)
+	for range busyWindows {
+		p.setFrom(1, false)
+	}
+	require.Equal(t, 5*time.Millisecond, p.Current())
+	p.setFrom(1, true)
+	require.Equal(t, 10*time.Millisecond, p.Current(), "busy for windows on end, and now behind: doubled")
+	p.setFrom(1, false)
+	require.Equal(t, 20*time.Millisecond, p.Current(), "paced up already: busy is enough")
+	for range 10 {
+		p.setFrom(0.1, false)
+	}
+	require.Equal(t, 5*time.Millisecond, p.Current())
+	for range overloadWindows - 1 {
+		p.setFrom(1, false)
+	}
+	require.Equal(t, 5*time.Millisecond, p.Current())
+	p.setFrom(1, false)
+	require.Equal(t, 10*time.Millisecond, p.Current(), "at the limit for a second: overload, doubled without other signs")
 	for range 30 {
-		p.setFrom(1)
+		p.setFrom(1, true)
 	}
 	require.Equal(t, MaxInterval, p.Current(), "behind: the interval grows to its bound, and no further")
-	p.setFrom(0.75)
+	p.setFrom(0.75, true)
 	require.Equal(t, MaxInterval, p.Current(), "between the thresholds nothing changes")
 	for range 10 {
-		p.setFrom(0.1)
+		p.setFrom(0.1, true)
 	}
 	require.Equal(t, 5*time.Millisecond, p.Current(), "CPU to spare: back to the configured interval, and no lower")
 	off := New(Off)
@@ -232,7 +272,7 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 
 	// After a quiet while, a kick finds the interval back where it was set.
 	for range 30 {
-		p.setFrom(1)
+		p.setFrom(1, true)
 	}
 	p.cpu.use()                                   // the gauge's first read, as if
 	p.cpu.wall = p.cpu.wall.Add(-20 * adaptEvery) // two seconds ago
@@ -241,6 +281,26 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	w.Kick()
 	w.Stop()
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a quiet process resets the interval")
+}
+
+// TestSchedGaugeSeesGoroutinesWaiting: on one processor, goroutines that
+// each hold it for 2 ms make the others wait to run; the gauge's 99th
+// percentile shows it (and reads nothing at its first read).
+func TestSchedGaugeSeesGoroutinesWaiting(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var g schedGauge
+	require.Zero(t, g.p99(), "the first read has nothing to compare with")
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for start := time.Now(); time.Since(start) < 2*time.Millisecond; {
+			}
+		}()
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, g.p99(), 5*time.Millisecond, "20 goroutines of 2 ms each on one processor: the last waited over 30 ms")
 }
 
 // TestCPUGaugeReadsTheProcess: CPU the process spends between two reads
