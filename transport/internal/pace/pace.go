@@ -12,9 +12,10 @@
 // The interval adapts: while the process uses nearly all the CPU it may
 // and is behind, it doubles, up to MaxInterval, so that each write
 // carries more events and the same CPU delivers more; once there is CPU
-// to spare again it halves back to the configured one. Throughput then
-// rises under overload and latency stays bounded by about MaxInterval plus
-// the scheduling delay, instead of queues growing. Behind, for the first
+// to spare again, or the process is neither at its limit nor behind, it
+// halves back to the configured one. Throughput then rises under
+// overload and latency stays bounded by about MaxInterval plus the
+// scheduling delay, instead of queues growing. Behind, for the first
 // step, means that goroutines wait to run a quarter of the configured
 // interval or more (the runtime's scheduling latency, 99th percentile),
 // that writes are being gathered already (a good share of kicks find
@@ -146,8 +147,9 @@ func (p *Pacer) maybeAdapt(now time.Duration) {
 
 // setFrom moves the interval one step given the CPU use of the last
 // window (a share of the cores the process may use) and whether it was
-// behind in it (see the package comment); once above the configured
-// interval, a busy process doubles it without more signs. The caller
+// behind in it (see the package comment). Once above the configured
+// interval, a busy process doubles it without more signs, and one neither
+// busy nor behind halves it (as does one with CPU to spare). The caller
 // holds p.mu.
 func (p *Pacer) setFrom(use float64, behind bool) {
 	cur := time.Duration(p.cur.Load())
@@ -159,7 +161,7 @@ func (p *Pacer) setFrom(use float64, behind bool) {
 	switch {
 	case p.busy >= busyWindows && (behind || cur > p.interval || p.busy >= overloadWindows) && cur < MaxInterval:
 		p.cur.Store(int64(min(2*cur, MaxInterval)))
-	case use < idleBelow && cur > p.interval:
+	case (use < idleBelow || use <= busyAbove && !behind) && cur > p.interval:
 		p.cur.Store(int64(max(cur/2, p.interval)))
 	}
 }

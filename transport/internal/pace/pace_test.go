@@ -264,7 +264,9 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	}
 	require.Equal(t, MaxInterval, p.Current(), "behind: the interval grows to its bound, and no further")
 	p.setFrom(0.75, true)
-	require.Equal(t, MaxInterval, p.Current(), "between the thresholds nothing changes")
+	require.Equal(t, MaxInterval, p.Current(), "between the thresholds and still behind: nothing changes")
+	p.setFrom(0.75, false)
+	require.Equal(t, MaxInterval/2, p.Current(), "between the thresholds and keeping up: halved")
 	for range 10 {
 		p.setFrom(0.1, true)
 	}
