@@ -58,7 +58,10 @@ type Syncer struct {
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]chan error
-	closed  bool
+	stopped bool // closed, or the reaper could not go on: no more AIO
+
+	closeOnce sync.Once
+	closeErr  error
 
 	async, blocked atomic.Uint64 // syncs made through AIO; made as blocking calls (refused, or after Close)
 	done           chan struct{}
@@ -111,7 +114,7 @@ func (s *Syncer) Sync(fd uintptr, dataOnly bool) error {
 	s.slots <- struct{}{}
 	defer func() { <-s.slots }()
 	s.mu.Lock()
-	if s.closed {
+	if s.stopped {
 		s.mu.Unlock()
 		return s.blocking(fd, dataOnly)
 	}
@@ -159,7 +162,8 @@ func (s *Syncer) reap(depth int) {
 	var zero unix.Timespec
 	for {
 		if _, err := s.event.Read(buf[:]); err != nil {
-			return // closed
+			s.abandon(err)
+			return // closed (or broken: later syncs are blocking calls)
 		}
 		for {
 			n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(s.ctx), 0, uintptr(len(events)),
@@ -191,27 +195,42 @@ func (s *Syncer) reap(depth int) {
 	}
 }
 
+// abandon stops taking syncs once the reaper cannot go on, and answers
+// the ones still waiting with err (after Close there are none: Close
+// waits for them first).
+func (s *Syncer) abandon(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	for id, ch := range s.waiting {
+		delete(s.waiting, id)
+		ch <- fmt.Errorf("aiosync: completions lost: %w", err)
+	}
+}
+
 // Close waits for the syncs in flight, then releases the AIO context and
 // stops the reaping goroutine. Syncs called after Close are blocking
 // calls.
 func (s *Syncer) Close() error {
-	s.mu.Lock()
-	if s.closed {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
 		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	for i := 0; i < cap(s.slots); i++ { // every slot back: nothing in flight
-		s.slots <- struct{}{}
-	}
-	err := s.event.Close()
-	<-s.done
-	if _, _, e := unix.Syscall(unix.SYS_IO_DESTROY, uintptr(s.ctx), 0, 0); e != 0 && err == nil {
-		err = fmt.Errorf("aiosync: io_destroy: %w", e)
-	}
-	for range cap(s.slots) {
-		<-s.slots
-	}
-	return err
+		for range cap(s.slots) { // every slot back: nothing in flight
+			s.slots <- struct{}{}
+		}
+		err := s.event.Close()
+		if errors.Is(err, os.ErrClosed) {
+			err = nil // closed already
+		}
+		<-s.done
+		if _, _, e := unix.Syscall(unix.SYS_IO_DESTROY, uintptr(s.ctx), 0, 0); e != 0 && err == nil {
+			err = fmt.Errorf("aiosync: io_destroy: %w", e)
+		}
+		for range cap(s.slots) {
+			<-s.slots
+		}
+		s.closeErr = err
+	})
+	return s.closeErr
 }

@@ -105,6 +105,21 @@ func TestAfterClose(t *testing.T) {
 	require.Equal(t, [2]uint64{1, 1}, [2]uint64{async, blocking})
 }
 
+// A reaper that cannot read its completions any more (its eventfd
+// gone) stops the Syncer taking syncs: they are blocking calls from then
+// on, and none waits forever.
+func TestReaperGone(t *testing.T) {
+	s, err := New(2)
+	require.NoError(t, err)
+	f := writeFile(t, t.TempDir(), 10)
+	require.NoError(t, s.event.Close())
+	<-s.done
+	require.NoError(t, s.Sync(f.Fd(), true))
+	async, blocking := s.Counts()
+	require.Equal(t, [2]uint64{0, 1}, [2]uint64{async, blocking})
+	require.NoError(t, s.Close())
+}
+
 // The point of the package: while the disk works, the goroutine waiting
 // for it is parked (in a channel receive), not in a system call holding
 // its processor (a goroutine may be seen in the short io_submit call that
