@@ -108,6 +108,7 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 	secret := regexp.MustCompile(`(> |-file )secret\b`)
 	addr := regexp.MustCompile(`--addr 127\.0\.0\.1:(\d+)`)
 	redisPort := regexp.MustCompile(`redis-server --port (\d+)`)
+	portRef := regexp.MustCompile(`(:|--port )(\d+)\b`)
 	out := regexp.MustCompile(`--out (\S+)`)
 	gens := 0
 	var cmds []string // a line's commands joined by && one by one, as a person runs them
@@ -125,10 +126,16 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 		line = strings.ReplaceAll(line, "$BIN", `"$AS"`)
 		line = strings.ReplaceAll(line, "localhost:", "127.0.0.1:")
 		line = secret.ReplaceAllString(line, `${1}"$$DIR/secret"`)
-		for from, to := range ports {
-			line = strings.ReplaceAll(line, ":"+from, ":"+to)
-			line = strings.ReplaceAll(line, "--port "+from, "--port "+to)
-		}
+		// One pass over whole port numbers: replacing one port after
+		// another (in a map's random order) could rewrite the digits of a
+		// port already replaced (":7001" → ":20978", then ":2097" → ...).
+		line = portRef.ReplaceAllStringFunc(line, func(m string) string {
+			sub := portRef.FindStringSubmatch(m)
+			if to, ok := ports[sub[2]]; ok {
+				return sub[1] + to
+			}
+			return m
+		})
 		for _, sh := range docsShrink {
 			line = sh.re.ReplaceAllString(line, sh.to)
 		}
