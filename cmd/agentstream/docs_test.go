@@ -82,6 +82,23 @@ func TestDocsCommands(t *testing.T) {
 	require.GreaterOrEqual(t, ran, 8, "the docs' command blocks were found")
 }
 
+// portRef is a port in a command: after a colon or --port.
+var portRef = regexp.MustCompile(`(:|--port )(\d+)\b`)
+
+// replacePorts puts each port of a page's command that ports maps in its
+// place, in one pass over whole numbers: replacing one port after
+// another (in a map's random order) could rewrite the digits of a port
+// already replaced (":7001" → ":20978", then ":2097" → ...).
+func replacePorts(line string, ports map[string]string) string {
+	return portRef.ReplaceAllStringFunc(line, func(m string) string {
+		sub := portRef.FindStringSubmatch(m)
+		if to, ok := ports[sub[2]]; ok {
+			return sub[1] + to
+		}
+		return m
+	})
+}
+
 // docsScript turns one block of a docs page into a bash script.
 func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
@@ -108,7 +125,6 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 	secret := regexp.MustCompile(`(> |-file )secret\b`)
 	addr := regexp.MustCompile(`--addr 127\.0\.0\.1:(\d+)`)
 	redisPort := regexp.MustCompile(`redis-server --port (\d+)`)
-	portRef := regexp.MustCompile(`(:|--port )(\d+)\b`)
 	out := regexp.MustCompile(`--out (\S+)`)
 	gens := 0
 	var cmds []string // a line's commands joined by && one by one, as a person runs them
@@ -126,16 +142,7 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 		line = strings.ReplaceAll(line, "$BIN", `"$AS"`)
 		line = strings.ReplaceAll(line, "localhost:", "127.0.0.1:")
 		line = secret.ReplaceAllString(line, `${1}"$$DIR/secret"`)
-		// One pass over whole port numbers: replacing one port after
-		// another (in a map's random order) could rewrite the digits of a
-		// port already replaced (":7001" → ":20978", then ":2097" → ...).
-		line = portRef.ReplaceAllStringFunc(line, func(m string) string {
-			sub := portRef.FindStringSubmatch(m)
-			if to, ok := ports[sub[2]]; ok {
-				return sub[1] + to
-			}
-			return m
-		})
+		line = replacePorts(line, ports)
 		for _, sh := range docsShrink {
 			line = sh.re.ReplaceAllString(line, sh.to)
 		}

@@ -133,10 +133,7 @@ MAIN_PID=
 				cmd = strings.ReplaceAll(cmd, "/tmp/secret", `"$DIR/secret"`)
 				cmd = strings.ReplaceAll(cmd, "localhost:2024", "127.0.0.1:2024")
 				cmd = strings.ReplaceAll(cmd, "bindings/", root+"/bindings/") // the examples of the checkout
-				for from, to := range ports {
-					cmd = strings.ReplaceAll(cmd, ":"+from, ":"+to)
-					cmd = strings.ReplaceAll(cmd, "--port "+from, "--port "+to)
-				}
+				cmd = replacePorts(cmd, ports)
 				cmd = placeholder.ReplaceAllString(cmd, `"'"$(pending_interrupt)"'"`)
 				background := strings.HasSuffix(cmd, "&")
 				cmd = strings.TrimSpace(strings.TrimSuffix(cmd, "&"))
