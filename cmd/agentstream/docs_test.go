@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,7 @@ func TestDocsCommands(t *testing.T) {
 				defer cancel()
 				run := exec.CommandContext(ctx, "bash", "-c", script)
 				run.Dir = root
+				killGroupOnCancel(run)
 				got, err := run.CombinedOutput()
 				require.NoError(t, err, "the block as a script:\n%s\noutput:\n%s", script, got)
 				require.Contains(t, string(got), "BLOCK-OK", "the block as a script:\n%s", script)
@@ -80,6 +82,16 @@ func TestDocsCommands(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, ran, 8, "the docs' command blocks were found")
+}
+
+// killGroupOnCancel has cmd run in a process group of its own and kills
+// the whole group when its context ends: a script killed on its timeout
+// must not leave the servers it started in the background running (its
+// EXIT trap does not run on SIGKILL).
+func killGroupOnCancel(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 }
 
 // portRef is a port in a command: after a colon or --port.

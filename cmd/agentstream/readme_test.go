@@ -186,6 +186,7 @@ MAIN_PID=
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run := exec.CommandContext(ctx, "bash", "-c", script.String())
+	killGroupOnCancel(run)
 	run.Dir = dir
 	got, err := run.CombinedOutput()
 	require.NoError(t, err, "%s", got)
