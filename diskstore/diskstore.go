@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentstream/agentstream/diskstore/internal/aiosync"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/agentstream/agentstream/diskstore/internal/aiosync"
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -119,18 +119,18 @@ func Open(opts Options) (*Engine, error) {
 	// kernel's AIO where there is one, so that a slow disk does not hold
 	// the processor the live path runs on (package aiosync).
 	fs := vfs.Default
-	syncer, err := aiosync.New(aiosync.DefaultDepth)
+	syncer, err := aiosync.New(aiosync.DefaultDepth) // nil where there is none
 	if err == nil {
 		fs = aiosync.FS(fs, syncer)
 	}
 	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}, FS: fs})
 	if err != nil {
-		closeSyncer(syncer)
+		syncer.Close()
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
 	}
 	fail := func(err error) (*Engine, error) {
 		db.Close()
-		closeSyncer(syncer)
+		syncer.Close()
 		return nil, err
 	}
 	// A store not closed cleanly (a crash, kill -9, power lost) may have
@@ -162,14 +162,6 @@ func Open(opts Options) (*Engine, error) {
 	e := &Engine{db: db, opts: opts, log: l, syncer: syncer}
 	e.state = &State{db: db, log: l}
 	return e, nil
-}
-
-// closeSyncer stops the store's syncer, if it has one (once its Pebble
-// is closed: nothing syncs any more).
-func closeSyncer(s *aiosync.Syncer) {
-	if s != nil {
-		s.Close()
-	}
 }
 
 func withDefaults(opts Options) Options {
@@ -294,7 +286,7 @@ func (e *Engine) Close() error {
 		}
 		e.log.release()
 		err = errors.Join(err, e.db.Close())
-		closeSyncer(e.syncer)
+		e.syncer.Close()
 	})
 	return err
 }

@@ -108,7 +108,7 @@ func crash(t *testing.T, eng *Engine) {
 		eng.log.close()
 		eng.log.release()
 		require.NoError(t, eng.db.Close())
-		closeSyncer(eng.syncer)
+		eng.syncer.Close()
 	})
 }
 

@@ -31,10 +31,7 @@ func (e *Engine) Counters() Counters {
 	l.mu.Lock()
 	pending, total := len(l.pending), l.total
 	l.mu.Unlock()
-	var async, blocking uint64
-	if e.syncer != nil {
-		async, blocking = e.syncer.Counts()
-	}
+	async, blocking := e.syncer.Counts()
 	return Counters{AsyncSyncs: async, BlockingSyncs: blocking, Written: l.written.Load(), Commits: l.commits.Load(), Failures: l.failures.Load(),
 		RefusedFull: l.refusedFull.Load(), RefusedBehind: l.refusedBehind.Load(), Chunks: l.chunksWritten.Load(),
 		Dropped: l.dropped.Load(), Pending: pending, ChunkBytes: total}
@@ -45,6 +42,11 @@ func (e *Engine) Collectors() []prometheus.Collector {
 	counter := func(name, help string, f func(Counters) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(e.Counters())) })
 	}
+	syncs := func(how string, f func(Counters) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agentstream_data_syncs_total",
+			Help:        "The store's file syncs, by how they were made: async (the kernel's AIO, the caller parked) or blocking (AIO refused them).",
+			ConstLabels: prometheus.Labels{"how": how}}, func() float64 { return float64(f(e.Counters())) })
+	}
 	return []prometheus.Collector{
 		counter("agentstream_data_events_written_total", "Events synced to the disk's commit log (--data-dir).", func(c Counters) uint64 { return c.Written }),
 		counter("agentstream_data_commits_total", "Group commits synced to the disk.", func(c Counters) uint64 { return c.Commits }),
@@ -53,8 +55,8 @@ func (e *Engine) Collectors() []prometheus.Collector {
 		counter("agentstream_data_events_refused_behind_total", "Events refused to their publisher because the disk was too far behind (its commits failing or slow).", func(c Counters) uint64 { return c.RefusedBehind }),
 		counter("agentstream_data_chunks_written_total", "Chunks of a thread's events written (what replays read).", func(c Counters) uint64 { return c.Chunks }),
 		counter("agentstream_data_events_dropped_total", "Events the retention policy dropped from the disk (--data-max-events, --data-max-thread-bytes, --data-max-bytes, --data-max-age).", func(c Counters) uint64 { return c.Dropped }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agentstream_data_syncs_total", Help: "The store's file syncs, by how they were made: async (the kernel's AIO, the caller parked) or blocking (AIO refused them).", ConstLabels: prometheus.Labels{"how": "async"}}, func() float64 { return float64(e.Counters().AsyncSyncs) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agentstream_data_syncs_total", Help: "The store's file syncs, by how they were made: async (the kernel's AIO, the caller parked) or blocking (AIO refused them).", ConstLabels: prometheus.Labels{"how": "blocking"}}, func() float64 { return float64(e.Counters().BlockingSyncs) }),
+		syncs("async", func(c Counters) uint64 { return c.AsyncSyncs }),
+		syncs("blocking", func(c Counters) uint64 { return c.BlockingSyncs }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_events_pending", Help: "Events waiting for their group commit."}, func() float64 { return float64(e.Counters().Pending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_chunk_bytes", Help: "What the threads' chunks hold on disk (compressed; --data-max-bytes caps it)."}, func() float64 { return float64(e.Counters().ChunkBytes) }),
 	}

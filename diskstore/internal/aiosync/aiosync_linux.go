@@ -105,8 +105,13 @@ func New(depth int) (*Syncer, error) {
 
 // Counts reports how many syncs went through AIO and how many were made
 // as blocking calls instead (the kernel refused the operation for that
-// file, or the Syncer was closed).
-func (s *Syncer) Counts() (async, blocking uint64) { return s.async.Load(), s.blocked.Load() }
+// file, or the Syncer was closed); none for a nil Syncer.
+func (s *Syncer) Counts() (async, blocking uint64) {
+	if s == nil {
+		return 0, 0
+	}
+	return s.async.Load(), s.blocked.Load()
+}
 
 // Sync makes the file fd's data durable (fdatasync when dataOnly, else
 // fsync), parking the calling goroutine while the kernel works.
@@ -208,10 +213,13 @@ func (s *Syncer) abandon(err error) {
 	}
 }
 
-// Close waits for the syncs in flight, then releases the AIO context and
+// Close (of a nil Syncer too) waits for the syncs in flight, then releases the AIO context and
 // stops the reaping goroutine. Syncs called after Close are blocking
 // calls.
 func (s *Syncer) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.stopped = true

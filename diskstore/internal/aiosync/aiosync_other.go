@@ -22,5 +22,5 @@ func (s *Syncer) Sync(fd uintptr, dataOnly bool) error {
 	return errors.New("aiosync: no native AIO on this system")
 }
 
-// Close does nothing.
+// Close does nothing (a nil Syncer included).
 func (s *Syncer) Close() error { return nil }

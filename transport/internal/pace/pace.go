@@ -79,14 +79,15 @@ type Pacer struct {
 	sched        schedGauge // guarded by mu
 	busy         int        // windows in a row above busyAbove, guarded by mu
 
-	// Kicks since the last adaptation, and those of them that waited for
-	// the interval.
-	kicks, waited atomic.Uint64
+	// Kicks since the last adaptation; waited counts those of them that
+	// waited for the interval (guarded by mu, which wait holds anyway).
+	kicks atomic.Uint64
 
-	mu    sync.Mutex
-	due   []*Writer
-	timer *time.Timer
-	armed bool
+	mu     sync.Mutex
+	waited uint64
+	due    []*Writer
+	timer  *time.Timer
+	armed  bool
 }
 
 // New returns a pacer with the given interval; 0 or less turns pacing off
@@ -118,7 +119,8 @@ func (p *Pacer) adapt() {
 	since := now - time.Duration(p.adapted.Load())
 	p.adapted.Store(int64(now))
 	use, ok := p.cpu.use()
-	kicks, waited := p.kicks.Swap(0), p.waited.Swap(0)
+	kicks, waited := p.kicks.Swap(0), p.waited
+	p.waited = 0
 	gathered := 0.0
 	if kicks > 0 {
 		gathered = float64(waited) / float64(kicks)
@@ -237,6 +239,7 @@ func (p *Pacer) now() time.Duration { return time.Since(p.epoch) }
 func (p *Pacer) wait(w *Writer) {
 	p.mu.Lock()
 	p.due = append(p.due, w)
+	p.waited++
 	if !p.armed {
 		p.armed = true
 		if p.timer == nil {
@@ -301,13 +304,14 @@ func (w *Writer) Kick() {
 		w.mu.Unlock()
 		return
 	}
-	w.p.kicks.Add(1)
-	if w.wrote && w.p.interval > 0 && now-w.last < w.p.Current() {
-		w.waiting = true
-		w.mu.Unlock()
-		w.p.waited.Add(1)
-		w.p.wait(w)
-		return
+	if w.p.interval > 0 {
+		w.p.kicks.Add(1) // what the interval's adaptation reads (none without pacing)
+		if w.wrote && now-w.last < w.p.Current() {
+			w.waiting = true
+			w.mu.Unlock()
+			w.p.wait(w)
+			return
+		}
 	}
 	w.startLocked()
 }

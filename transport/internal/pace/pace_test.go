@@ -85,7 +85,10 @@ func TestKicksThatWaitAreCounted(t *testing.T) {
 	c.publish(w, 1)
 	require.Eventually(t, func() bool { return c.written.Load() == 1 }, 5*time.Second, time.Millisecond)
 	c.publish(w, 3) // the first waits for the interval, the others find it waiting
-	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{p.kicks.Load(), p.waited.Load()}, "kicks that reached the pacer, and those that waited")
+	p.mu.Lock()
+	waited := p.waited
+	p.mu.Unlock()
+	assert.Equal(t, [2]uint64{2, 1}, [2]uint64{p.kicks.Load(), waited}, "kicks that reached the pacer, and those that waited")
 	w.Stop()
 	p.mu.Lock()
 	p.timer.Stop()
