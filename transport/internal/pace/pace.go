@@ -15,15 +15,18 @@
 // to spare again, or the process is neither at its limit nor behind, it
 // halves back to the configured one. Throughput then rises under
 // overload and latency stays bounded by about MaxInterval plus the
-// scheduling delay, instead of queues growing. Behind, for the first
-// step, means that goroutines wait to run a quarter of the configured
-// interval or more (the runtime's scheduling latency, 99th percentile),
-// that writes are being gathered already (a good share of kicks find
-// their connection written to within the interval), or that the CPU has
-// been at its limit for a second. A process near its CPU limit that keeps
-// up (a collection's burst of CPU, say, with many quiet conversations
-// whose events come further apart than the interval) keeps the interval:
-// a longer one would gather nothing and only delay every event.
+// scheduling delay, instead of queues growing. At its limit means over
+// 90% of the CPU time the process could have had (see cpuGauge),
+// averaged over the last three 100-ms windows: a single window's figure
+// swings with a collection or with what the machine does besides. Behind, for the first step, means that goroutines wait to run a
+// quarter of the configured interval or more (the runtime's scheduling
+// latency, 99th percentile), that writes are being gathered already (a
+// good share of kicks find their connection written to within the
+// interval), or that the CPU has been at its limit, on average, for a
+// second. A process near its CPU limit that keeps up (a collection's
+// burst of CPU, say, with many quiet conversations whose events come
+// further apart than the interval) keeps the interval: a longer one would
+// gather nothing and only delay every event.
 package pace
 
 import (
@@ -37,18 +40,19 @@ import (
 // MaxInterval bounds the adaptive interval.
 const MaxInterval = 400 * time.Millisecond
 
-// The CPU use (a share of GOMAXPROCS cores) above which, for busyWindows
-// windows in a row, the interval doubles, and under which it halves: a
-// burst does not slow a server that keeps up.
+// The CPU use (a share of GOMAXPROCS cores), averaged over the last
+// busyWindows windows, above which the interval doubles (a burst does not
+// slow a server that keeps up); and the use of one window under which it
+// halves at once.
 const (
 	busyAbove   = 0.9
 	busyWindows = 3
 	idleBelow   = 0.6
 )
 
-// overloadWindows is how many windows in a row above busyAbove have the
-// interval double even with no sign of being behind: a second at the
-// limit is overload, whatever the signs say.
+// overloadWindows is how many windows whose average use is above
+// busyAbove have the interval double even with no sign of being behind: a
+// second at the limit is overload, whatever the signs say.
 const overloadWindows = 10
 
 // gatherShare is the share of kicks in a window that, having found their
@@ -77,7 +81,7 @@ type Pacer struct {
 	cur, adapted atomic.Int64
 	cpu          cpuGauge   // guarded by mu
 	sched        schedGauge // guarded by mu
-	busy         int        // windows in a row above busyAbove, guarded by mu
+	uses         useHistory // the last windows' CPU use, guarded by mu
 
 	// Kicks since the last adaptation; waited counts those of them that
 	// waited for the interval (guarded by mu, which wait holds anyway).
@@ -130,6 +134,7 @@ func (p *Pacer) adapt() {
 	case !ok:
 	case since > 10*adaptEvery && use < idleBelow:
 		p.cur.Store(int64(p.interval)) // quiet for a while: no pacing left over from a past overload
+		p.uses = useHistory{}
 	default:
 		p.setFrom(use, waits >= p.interval/4 || gathered >= gatherShare)
 	}
@@ -151,21 +156,44 @@ func (p *Pacer) maybeAdapt(now time.Duration) {
 // window (a share of the cores the process may use) and whether it was
 // behind in it (see the package comment). Once above the configured
 // interval, a busy process doubles it without more signs, and one neither
-// busy nor behind halves it (as does one with CPU to spare). The caller
-// holds p.mu.
+// busy nor behind halves it (as does a window with CPU to spare). The
+// caller holds p.mu.
 func (p *Pacer) setFrom(use float64, behind bool) {
 	cur := time.Duration(p.cur.Load())
-	if use > busyAbove {
-		p.busy++
-	} else {
-		p.busy = 0
-	}
+	p.uses.add(use)
+	busy := p.uses.over(busyWindows, busyAbove)
 	switch {
-	case p.busy >= busyWindows && (behind || cur > p.interval || p.busy >= overloadWindows) && cur < MaxInterval:
+	case busy && (behind || cur > p.interval || p.uses.over(overloadWindows, busyAbove)) && cur < MaxInterval:
 		p.cur.Store(int64(min(2*cur, MaxInterval)))
-	case (use < idleBelow || use <= busyAbove && !behind) && cur > p.interval:
+	case (use < idleBelow || !busy && !behind) && cur > p.interval:
 		p.cur.Store(int64(max(cur/2, p.interval)))
 	}
+}
+
+// useHistory keeps the CPU use of the last overloadWindows windows.
+type useHistory struct {
+	use  [overloadWindows]float64
+	n    int // windows recorded, up to len(use)
+	next int // where the next one goes
+}
+
+func (h *useHistory) add(use float64) {
+	h.use[h.next] = use
+	h.next = (h.next + 1) % len(h.use)
+	h.n = min(h.n+1, len(h.use))
+}
+
+// over reports whether the last k windows (all of them recorded) used
+// more than limit on average.
+func (h *useHistory) over(k int, limit float64) bool {
+	if h.n < k {
+		return false
+	}
+	sum := 0.0
+	for i := 1; i <= k; i++ {
+		sum += h.use[(h.next-i+len(h.use))%len(h.use)]
+	}
+	return sum/float64(k) > limit
 }
 
 // schedGauge reads the runtime's scheduling latencies (how long
@@ -210,24 +238,48 @@ func (g *schedGauge) p99() time.Duration {
 }
 
 // cpuGauge measures the process's CPU use between two reads, as a share
-// of GOMAXPROCS cores.
+// of the CPU time it could have had: GOMAXPROCS cores, or, once it uses
+// at least half of them (mainFor), its own time and what its cores left
+// idle. On cores with no idle time left, a process that is their main
+// user is at its limit even though its own figure is lower: the rest went
+// to the kernel's work for it, to the hypervisor (steal time) or to other
+// processes, and it could not have had more.
 type cpuGauge struct {
 	cpu  time.Duration // user+system time at the last read
-	wall time.Time
+	idle time.Duration // its cores' idle time at the last read
+	// whether the last read knew the idle time
+	idleOK bool
+	wall   time.Time
 }
+
+// mainFor is the share of GOMAXPROCS cores above which the process counts
+// its cores' idle time as all it could have had more.
+const mainFor = 0.5
 
 func (g *cpuGauge) use() (float64, bool) {
 	cpu, ok := processCPU()
 	if !ok {
 		return 0, false
 	}
+	idle, idleOK := coresIdle()
 	now := time.Now()
-	prevCPU, prevWall := g.cpu, g.wall
-	g.cpu, g.wall = cpu, now
-	if prevWall.IsZero() || !now.After(prevWall) {
+	prev := *g
+	g.cpu, g.idle, g.idleOK, g.wall = cpu, idle, idleOK, now
+	if prev.wall.IsZero() || !now.After(prev.wall) {
 		return 0, false
 	}
-	return float64(cpu-prevCPU) / float64(now.Sub(prevWall)) / float64(runtime.GOMAXPROCS(0)), true
+	return cpuUse(cpu-prev.cpu, now.Sub(prev.wall)*time.Duration(runtime.GOMAXPROCS(0)), idle-prev.idle, idleOK && prev.idleOK), true
+}
+
+// cpuUse is the share of capacity (GOMAXPROCS cores over the window) that
+// used took, or, for a process using at least mainFor of it whose cores'
+// idle time is known, of its own time and that idle time.
+func cpuUse(used, capacity, idle time.Duration, idleKnown bool) float64 {
+	share := float64(used) / float64(capacity)
+	if !idleKnown || share < mainFor || idle < 0 {
+		return share
+	}
+	return float64(used) / float64(min(capacity, used+idle))
 }
 
 // Epoch is the base of the pacer's monotonic clock.

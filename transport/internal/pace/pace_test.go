@@ -231,49 +231,48 @@ func TestHoldGoesOnWhileBusyUpToItsBound(t *testing.T) {
 // doubles the interval up to MaxInterval; one with CPU to spare brings it
 // back to the configured one; one that keeps up keeps it, however busy.
 func TestIntervalAdaptsToCPUUse(t *testing.T) {
+	windows := func(p *Pacer, n int, use float64, behind bool) {
+		for range n {
+			p.setFrom(use, behind)
+		}
+	}
 	p := New(5 * time.Millisecond)
 	require.Equal(t, 5*time.Millisecond, p.Current())
-	for range busyWindows - 1 {
-		p.setFrom(1, true)
-	}
-	p.setFrom(0.8, true)
-	p.setFrom(1, true)
+	windows(p, overloadWindows, 0.5, true)
+	windows(p, 2, 1, true)
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a burst is not overload")
-	for range overloadWindows - 2 { // with the window above: one short of overload
-		p.setFrom(1, false)
-	}
+
+	p = New(5 * time.Millisecond)
+	windows(p, overloadWindows-1, 1, false)
 	require.Equal(t, 5*time.Millisecond, p.Current(), "busy but keeping up: a longer interval would only delay events")
-	p.setFrom(0.5, false)
-	for range busyWindows {
-		p.setFrom(1, false)
-	}
-	require.Equal(t, 5*time.Millisecond, p.Current())
-	p.setFrom(1, true)
-	require.Equal(t, 10*time.Millisecond, p.Current(), "busy for windows on end, and now behind: doubled")
-	p.setFrom(1, false)
-	require.Equal(t, 20*time.Millisecond, p.Current(), "paced up already: busy is enough")
-	for range 10 {
-		p.setFrom(0.1, false)
-	}
-	require.Equal(t, 5*time.Millisecond, p.Current())
-	for range overloadWindows - 1 {
-		p.setFrom(1, false)
-	}
-	require.Equal(t, 5*time.Millisecond, p.Current())
-	p.setFrom(1, false)
+	windows(p, 1, 1, false)
 	require.Equal(t, 10*time.Millisecond, p.Current(), "at the limit for a second: overload, doubled without other signs")
-	for range 30 {
-		p.setFrom(1, true)
-	}
+
+	p = New(5 * time.Millisecond)
+	windows(p, overloadWindows-1, 1, false)
+	windows(p, 1, 0.75, false)
+	require.Equal(t, 10*time.Millisecond, p.Current(), "a second at the limit on average, one window under it: overload still")
+	windows(p, 1, 1, false)
+	require.Equal(t, 20*time.Millisecond, p.Current(), "paced up already: busy is enough")
+
+	p = New(5 * time.Millisecond)
+	windows(p, busyWindows-1, 1, true)
+	require.Equal(t, 5*time.Millisecond, p.Current())
+	windows(p, 1, 1, true)
+	require.Equal(t, 10*time.Millisecond, p.Current(), "busy for windows on end, and behind: doubled")
+	windows(p, 30, 1, true)
 	require.Equal(t, MaxInterval, p.Current(), "behind: the interval grows to its bound, and no further")
-	p.setFrom(0.75, true)
-	require.Equal(t, MaxInterval, p.Current(), "between the thresholds and still behind: nothing changes")
-	p.setFrom(0.75, false)
-	require.Equal(t, MaxInterval/2, p.Current(), "between the thresholds and keeping up: halved")
-	for range 10 {
-		p.setFrom(0.1, true)
-	}
+	windows(p, 1, 0.8, false)
+	require.Equal(t, MaxInterval, p.Current(), "one window under the limit while busy on average: nothing changes")
+	windows(p, 1, 0.75, false)
+	require.Equal(t, MaxInterval/2, p.Current(), "between the thresholds on average and keeping up: halved")
+	windows(p, 1, 0.75, true)
+	require.Equal(t, MaxInterval/2, p.Current(), "between the thresholds and still behind: nothing changes")
+	windows(p, 10, 0.1, true)
 	require.Equal(t, 5*time.Millisecond, p.Current(), "CPU to spare: back to the configured interval, and no lower")
+	windows(p, 30, 1, true)
+	windows(p, 1, 0.3, false)
+	require.Equal(t, MaxInterval/2, p.Current(), "one window with CPU to spare halves at once")
 	off := New(Off)
 	off.mu.Lock()
 	off.adapt()
@@ -291,6 +290,8 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	w.Kick()
 	w.Stop()
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a quiet process resets the interval")
+	windows(p, busyWindows-1, 1, true)
+	require.Equal(t, 5*time.Millisecond, p.Current(), "and forgets the busy windows before the quiet")
 }
 
 // TestSchedGaugeSeesGoroutinesWaiting: on one processor, goroutines that
@@ -376,4 +377,25 @@ func TestHoldRunEndHoldsLonger(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), RunEndHold, "held for RunEndHold at least")
 	assert.Equal(t, int64(1), c.writes.Load(), "one write after the hold")
 	w.Stop()
+}
+
+// TestCPUUseCountsWhatItCouldHaveHad: a process that is its cores' main
+// user and leaves them no idle time is at its limit, whatever its own
+// figure; one using little of them is not, however busy the cores are.
+func TestCPUUseCountsWhatItCouldHaveHad(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name                 string
+		used, capacity, idle time.Duration
+		idleKnown            bool
+		want                 float64
+	}{
+		{"alone on its core, a tenth stolen by the hypervisor", 86 * ms, 100 * ms, 0, true, 1},
+		{"alone with time to spare", 70 * ms, 100 * ms, 30 * ms, true, 0.7},
+		{"a small user of cores another process keeps busy", 2 * ms, 100 * ms, 0, true, 0.02},
+		{"under a quota: idle cores it may not use", 190 * ms, 200 * ms, 500 * ms, true, 0.95},
+		{"idle time unknown", 86 * ms, 100 * ms, 0, false, 0.86},
+	} {
+		require.InDelta(t, c.want, cpuUse(c.used, c.capacity, c.idle, c.idleKnown), 1e-9, c.name)
+	}
 }
