@@ -18,7 +18,8 @@
 // scheduling delay, instead of queues growing. At its limit means over
 // 90% of the CPU time the process could have had (see cpuGauge),
 // averaged over the last three 100-ms windows: a single window's figure
-// swings with a collection or with what the machine does besides. Behind, for the first step, means that goroutines wait to run a
+// swings with a collection or with what the machine does besides.
+// Behind, for the first step, means that goroutines wait to run a
 // quarter of the configured interval or more (the runtime's scheduling
 // latency, 99th percentile), that writes are being gathered already (a
 // good share of kicks find their connection written to within the
