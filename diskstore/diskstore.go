@@ -123,7 +123,12 @@ func Open(opts Options) (*Engine, error) {
 	if err == nil {
 		fs = aiosync.FS(fs, syncer)
 	}
-	db, err := pebble.Open(opts.Dir, &pebble.Options{Logger: quiet{}, FS: fs})
+	po := &pebble.Options{Logger: quiet{}, FS: fs}
+	// The values are compressed already (codec): Pebble's own block
+	// compression would only spend CPU on them in every flush and
+	// compaction.
+	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
 		syncer.Close()
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)

@@ -144,7 +144,7 @@ func (l *Log) recover() error {
 	}
 	for it.First(); it.Valid(); it.Next() {
 		n := binary.BigEndian.Uint64(it.Key()[2:])
-		raw, err := l.codec.dec.DecodeAll(it.Value(), nil)
+		raw, err := l.codec.decodeCommit(it.Value())
 		if err != nil {
 			_ = it.Close()
 			return fmt.Errorf("diskstore: commit %d: %w", n, err)
@@ -299,7 +299,7 @@ func (l *Log) flush() {
 			raw = commitRecord(raw, p.thread, p.seq, p.json)
 		}
 		l.buf = raw
-		l.enc = l.codec.enc.EncodeAll(raw, l.enc[:0])
+		l.enc = l.codec.encodeCommit(l.enc[:0], raw)
 		_ = b.Set(commitKey(n), l.enc, nil) // copied into the batch
 	}
 	now := uint64(l.opts.Now().UnixMilli())

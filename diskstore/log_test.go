@@ -3,6 +3,7 @@ package diskstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -147,6 +148,58 @@ func TestRecoveryFoldsTheCommitLog(t *testing.T) {
 	ep2, _, err := eng.log.Head(context.Background(), "kept")
 	require.NoError(t, err)
 	require.Equal(t, ep, ep2, "chosen once")
+}
+
+// TestCommitsOfEitherFormatAreRead: commits are S2 now and were zstd
+// before; after a crash a store holding the earlier kind recovers them
+// the same, and a value of neither kind is an error, not a guess.
+func TestCommitsOfEitherFormatAreRead(t *testing.T) {
+	c, err := newCodec()
+	require.NoError(t, err)
+	defer c.close()
+	raw := commitRecord(commitRecord(nil, "a", 1, []byte(`{"x":1}`)), "b", 7, []byte(`{"y":"two"}`))
+	s2v := c.encodeCommit([]byte("kept"), raw)
+	require.Equal(t, "kept", string(s2v[:4]), "appended to what dst held")
+	require.Equal(t, byte(s2Commit), s2v[4])
+	got, err := c.decodeCommit(s2v[4:])
+	require.NoError(t, err)
+	require.Equal(t, raw, got)
+	got, err = c.decodeCommit(c.enc.EncodeAll(raw, nil))
+	require.NoError(t, err)
+	require.Equal(t, raw, got, "a commit written before, in zstd")
+	_, err = c.decodeCommit([]byte{0x7b, 1, 2})
+	require.Error(t, err)
+	_, err = c.decodeCommit(nil)
+	require.Error(t, err)
+
+	// A store that crashed with zstd commits in its log (as an earlier
+	// version left it) recovers their events.
+	dir := t.TempDir()
+	opts := Options{Dir: dir, FoldEvents: 1000, FoldAge: time.Hour}
+	eng, err := Open(opts)
+	require.NoError(t, err)
+	evs := appendN(t, eng.log, "old", "ep1", 0, 20, time.Now())
+	require.Eventually(t, func() bool { return eng.Counters().Written == 20 }, 5*time.Second, 5*time.Millisecond)
+	crash(t, eng)
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte("w/"), UpperBound: []byte("w0")})
+	require.NoError(t, err)
+	rewritten := 0
+	for it.First(); it.Valid(); it.Next() {
+		raw, err := c.decodeCommit(it.Value())
+		require.NoError(t, err)
+		require.NoError(t, db.Set(slices.Clone(it.Key()), c.enc.EncodeAll(raw, nil), pebble.Sync))
+		rewritten++
+	}
+	require.NoError(t, it.Close())
+	require.NoError(t, db.Close())
+	require.Positive(t, rewritten)
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.True(t, eng.Crashed())
+	require.Equal(t, jsons(evs), replay(t, eng.log, "old", 0))
 }
 
 // TestTheCommitLogEmptiesAsThreadsFold: once every event of a group
