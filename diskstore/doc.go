@@ -9,13 +9,14 @@
 // into the commit log, one value per group commit in arrival order
 // (synced: what a crash cannot lose; S2, since it is read back only after
 // a crash), and later, a run of one thread's events at a time, into that
-// thread's chunks (zstd, a quarter smaller than S2 would be), which
-// replays read; a commit-log value is deleted once all its events are in chunks,
-// and until then a thread's unchunked events (its tail) stay in memory, so
-// no replay waits for the disk. The commit log only ever appends to the
-// tree and chunks hold 64 events each, so the tree's compactions have
-// little to rewrite: with one key per event, thread-major, they took a
-// tenth of the server's CPU and put 30-50 ms stalls into deliveries.
+// thread's chunks (zstd, about a quarter smaller than S2 would be),
+// which replays read; a commit-log value is deleted once all its events
+// are in chunks, and until then a thread's unchunked events (its tail)
+// stay in memory, so no replay waits for the disk. The commit log only
+// ever appends to the tree and chunks hold 64 events each, so the tree's
+// compactions have little to rewrite: with one key per event,
+// thread-major, they took a tenth of the server's CPU and put 30-50 ms
+// stalls into deliveries.
 //
 // The store was chosen by measurement (2026-11-27, this 2-core VM, ext4,
 // an fsync per group commit, 100-byte events of random text, 1,000
