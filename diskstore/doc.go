@@ -41,8 +41,8 @@
 // (BenchmarkAppendCPU, 5,000 threads, on one core: taskset -c 0 go test
 // -run X -bench AppendCPU -benchtime 1000000x ./diskstore): 5.7-6.7 µs
 // per event appended, against 1.3 for the in-memory engine's buffer
-// (2026-11-28; 6.7-7.5 µs with zstd commits, four alternated pairs). Half
-// of what is left is compression; a 16 MiB memtable (Pebble's default is
-// 4) would save about 0.5 µs more, the commits then mostly deleted before
-// they are flushed, for up to 32 MiB more memory: not taken.
+// (2026-11-28; 6.7-7.5 µs with zstd commits, four alternated pairs),
+// then 5.5 with a 16 MiB memtable instead of Pebble's 4 (6.2-6.3 without,
+// three alternated pairs), the commits then mostly deleted before they
+// are flushed. Half of what is left is compression.
 package diskstore
