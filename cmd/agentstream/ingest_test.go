@@ -235,8 +235,21 @@ func (g *ingestRig) killReaderMidway(t *testing.T) string {
 				reader = base
 			}
 		}
-		return reader != ""
-	}, 60*time.Second, 5*time.Millisecond, "a node reads the stream")
+		if reader == "" {
+			return false
+		}
+		// Killed while it holds entries: between two batches it holds
+		// none, and the test would not see a takeover of pending ones.
+		// Stopped first, so that it cannot acknowledge what it holds
+		// between the look and the kill.
+		p := g.nodes[reader].Process
+		require.NoError(t, p.Signal(syscall.SIGSTOP))
+		if _, pending, _ := ingestGroup(t, g.c); pending > 0 {
+			return true
+		}
+		require.NoError(t, p.Signal(syscall.SIGCONT))
+		return false
+	}, 60*time.Second, time.Millisecond, "a node reads the stream, holding entries")
 	require.NoError(t, g.nodes[reader].Process.Signal(syscall.SIGKILL))
 	delete(g.nodes, reader)
 	return reader
