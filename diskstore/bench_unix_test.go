@@ -5,10 +5,10 @@ package diskstore
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/server"
 )
 
@@ -40,7 +40,7 @@ func BenchmarkAppendCPU(b *testing.B) {
 				names[t] = fmt.Sprintf("thread-%05d-of-the-benchmark", t)
 				evs[t] = benchEvents(b, names[t], 0, per)
 			}
-			start := processCPU()
+			start := loadtest.SelfCPU()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t := i % threads
@@ -57,16 +57,7 @@ func BenchmarkAppendCPU(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/event")
+			b.ReportMetric((loadtest.SelfCPU()-start)*1e9/float64(b.N), "cpu-ns/event")
 		})
 	}
-}
-
-// processCPU is the process's user and system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

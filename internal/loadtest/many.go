@@ -206,7 +206,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	// Start every run, cfg.Start requests at a time.
 	stages0, haveStages := readStages(cfg.URL)
 	cpu0, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
-	self0 := selfCPU()
+	self0 := SelfCPU()
 	begin := time.Now()
 	body := fmt.Sprintf(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": %d, "rate": %g, "size": %d}}}`, count, cfg.Rate, cfg.Size)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Start}}
@@ -259,7 +259,7 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	case <-ctx.Done():
 	}
 	cpu1, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
-	self1 := selfCPU()
+	self1 := SelfCPU()
 	if haveStages {
 		if stages1, ok := readStages(cfg.URL); ok {
 			res.Stages = stages1.since(stages0)

@@ -2,6 +2,6 @@
 
 package loadtest
 
-// selfCPU is 0 where getrusage is missing: the client's CPU is not
+// SelfCPU is 0 where getrusage is missing: the client's CPU is not
 // reported there.
-func selfCPU() float64 { return 0 }
+func SelfCPU() float64 { return 0 }

@@ -4,8 +4,8 @@ package loadtest
 
 import "syscall"
 
-// selfCPU is this process's user+system CPU time.
-func selfCPU() float64 {
+// SelfCPU is this process's user+system CPU time, in seconds.
+func SelfCPU() float64 {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
