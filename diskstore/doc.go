@@ -6,14 +6,20 @@
 // cache; events are written behind the live path in group commits.
 //
 // An event is written twice, both times compressed: within CommitEvery
-// into the commit log, one value per group commit in arrival order
+// into the commit log, one record per group commit in arrival order
 // (synced: what a crash cannot lose; S2, since it is read back only after
 // a crash), and later, a run of one thread's events at a time, into that
 // thread's chunks (zstd, about a quarter smaller than S2 would be),
-// which replays read; a commit-log value is deleted once all its events
-// are in chunks, and until then a thread's unchunked events (its tail)
-// stay in memory, so no replay waits for the disk. The commit log only
-// ever appends to the tree and chunks hold 64 events each, so the tree's
+// which replays read. Until its events are in chunks a thread keeps them
+// in memory (its tail), so no replay waits for the disk. The commit log
+// is not in the tree: it is a directory of plain segment files
+// (internal/commitlog), each commit appended and synced through the
+// kernel's AIO, a segment let go of (and written over as a later one)
+// once all its events are in chunks and the tree is synced, so that an
+// event the tree holds for seconds does not pass through its
+// write-ahead log, memtable, flushes and compactions. The chunks are
+// written to the tree without a sync: the commit log holds their events
+// until the tree is synced. Chunks hold 64 events each, so the tree's
 // compactions have little to rewrite: with one key per event,
 // thread-major, they took a tenth of the server's CPU and put 30-50 ms
 // stalls into deliveries.
@@ -39,10 +45,11 @@
 //
 // What the disk costs in CPU at the workload's saturation point
 // (BenchmarkAppendCPU, 5,000 threads, on one core: taskset -c 0 go test
-// -run X -bench AppendCPU -benchtime 1000000x ./diskstore): 5.7-6.7 µs
-// per event appended, against 1.3 for the in-memory engine's buffer
-// (2026-11-28; 6.7-7.5 µs with zstd commits, four alternated pairs),
-// then 5.5 with a 16 MiB memtable instead of Pebble's 4 (6.2-6.3 without,
-// three alternated pairs), the commits then mostly deleted before they
-// are flushed. Half of what is left is compression.
+// -run X -bench AppendCPU -benchtime 1000000x ./diskstore), against 1.3
+// µs per event for the in-memory engine's buffer: 6.7-7.5 µs per event
+// appended with zstd commits in the tree; 5.7-6.7 with S2 commits (four
+// alternated pairs, 2026-11-28); 5.5 with a 16 MiB memtable (6.2-6.3
+// with Pebble's 4); 4.3-4.7 with the commit log in files of its own
+// (4.8-5.4 with it in the tree, three alternated pairs, 2026-11-28, later).
+// What is left is mostly the chunks' zstd, the commits' S2 and copying.
 package diskstore

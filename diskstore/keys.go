@@ -13,14 +13,15 @@ import (
 )
 
 // The store's keys. Events are written twice, both times compressed: at
-// once into the commit log, in the order they came (one value per group
-// commit, so the disk's tree only ever appends there; S2, which is fast,
+// once into the commit log, in the order they came (one record per group
+// commit, in files of its own: package commitlog; S2, which is fast,
 // since a commit lives only seconds), and later, a thread's run of them
 // at a time, into that thread's chunks (zstd, which is smaller), which
-// replays read; a commit-log value is deleted once every event in it is
-// in a chunk.
+// replays read; the commit log lets go of a segment once every event in
+// it is in a chunk. A store an earlier version left may hold commits in
+// the tree ("w/"), which the next Open folds and deletes.
 //
-//	"w/" COMMIT(8)             -> a group commit: its events (thread, seq, JSON)
+//	"w/" COMMIT(8)             -> (earlier versions) a group commit: its events (thread, seq, JSON)
 //	"c/" THREAD 0 FIRST(8)     -> a chunk: the thread's events FIRST.. (chunkHead, then JSON)
 //	"t/" TIME(8) THREAD 0 FIRST(8) -> the chunks in the order they were written: the chunk's size
 //	"h/" THREAD                -> the id of the thread's last event in a chunk
@@ -29,8 +30,6 @@ import (
 //	"x/" THREAD                -> a deleted thread: the last commit its events can be in
 //	"s/" THREAD 0 ...          -> values ("v"), owner ("o"), checkpoints ("c" N(8))
 //	"m/clean"                  -> the store was closed cleanly
-func commitKey(n uint64) []byte { return binary.BigEndian.AppendUint64([]byte("w/"), n) }
-
 func chunkPrefix(thread string) []byte {
 	return append(append([]byte("c/"), thread...), 0)
 }

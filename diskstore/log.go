@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/diskstore/internal/commitlog"
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -21,6 +22,7 @@ import (
 // never waits for the disk.
 type Log struct {
 	db    *pebble.DB
+	wal   *commitlog.Log // the group commits, the writer's (or l.flushing's)
 	mem   *server.MemoryLog
 	opts  Options
 	codec *codec
@@ -82,12 +84,12 @@ type tail struct {
 	since     time.Time // when the oldest was appended
 }
 
-func newLog(db *pebble.DB, opts Options, crashed bool) (*Log, error) {
+func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log, error) {
 	c, err := newCodec()
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{db: db, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
+	l := &Log{db: db, wal: wal, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
 		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{}, touched: map[string]uint64{},
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -107,7 +109,8 @@ func newLog(db *pebble.DB, opts Options, crashed bool) (*Log, error) {
 
 // recover folds what the commit log still holds (a store not closed
 // cleanly) into its threads' chunks: the events after each thread's last
-// chunk, but for those of a thread deleted since.
+// chunk, but for those of a thread deleted since. A store an earlier
+// version left has its commits in the tree ("w/"), read first.
 func (l *Log) recover() error {
 	folded := map[string]uint64{}
 	foldedSeq := func(thread string) (uint64, error) {
@@ -138,15 +141,9 @@ func (l *Log) recover() error {
 		return err
 	}
 	threads := map[string][]record{}
-	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("w/"), UpperBound: []byte("w0")})
-	if err != nil {
-		return err
-	}
-	for it.First(); it.Valid(); it.Next() {
-		n := binary.BigEndian.Uint64(it.Key()[2:])
-		raw, err := l.codec.decodeCommit(it.Value())
+	commit := func(n uint64, value []byte) error {
+		raw, err := l.codec.decodeCommit(value)
 		if err != nil {
-			_ = it.Close()
 			return fmt.Errorf("diskstore: commit %d: %w", n, err)
 		}
 		err = readCommit(raw, func(thread string, seq uint64, json []byte) error {
@@ -166,11 +163,24 @@ func (l *Log) recover() error {
 			return nil
 		})
 		if err != nil {
-			_ = it.Close()
 			return fmt.Errorf("diskstore: commit %d: %w", n, err)
+		}
+		return nil
+	}
+	it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("w/"), UpperBound: []byte("w0")})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if err := commit(binary.BigEndian.Uint64(it.Key()[2:]), it.Value()); err != nil {
+			_ = it.Close()
+			return err
 		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	if err := l.wal.Replay(commit); err != nil {
 		return err
 	}
 	b := l.db.NewBatch()
@@ -184,8 +194,15 @@ func (l *Log) recover() error {
 		}
 	}
 	_ = b.DeleteRange([]byte("w/"), []byte("w0"), nil)
-	_ = b.DeleteRange([]byte("x/"), []byte("x0"), nil)
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	// The commits are in chunks, durably: the log goes, then the marks
+	// of deleted threads, which a crash between the two still needs.
+	if err := l.wal.Clear(); err != nil {
+		return err
+	}
+	return l.db.DeleteRange([]byte("x/"), []byte("x0"), pebble.Sync)
 }
 
 // countBytes reads the chunks' sizes from their index.
@@ -290,8 +307,8 @@ func (l *Log) flush() {
 	if len(batch) == 0 && len(folds) == 0 {
 		return
 	}
-	b := l.db.NewBatch()
 	n := l.commit
+	var werr, ferr error
 	if len(batch) > 0 {
 		n++
 		raw := l.buf[:0]
@@ -300,44 +317,52 @@ func (l *Log) flush() {
 		}
 		l.buf = raw
 		l.enc = l.codec.encodeCommit(l.enc[:0], raw)
-		_ = b.Set(commitKey(n), l.enc, nil) // copied into the batch
+		werr = l.wal.Append(n, l.enc)
 	}
-	now := uint64(l.opts.Now().UnixMilli())
 	sizes := make([]int, len(folds))
 	chunks := 0
-	for i, f := range folds {
-		evs := f.events
-		for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
-			evs = evs[1:]
-		}
-		if len(evs) > 0 {
-			for len(evs) > 0 {
-				n := min(len(evs), l.opts.FoldEvents)
-				sizes[i] += l.writeChunk(b, f.thread, evs[:n], now)
-				chunks++
-				evs = evs[n:]
+	if werr == nil && len(folds) > 0 {
+		// The folds' events are in the commit log already, which keeps
+		// them until the tree is synced (retain): no sync here.
+		b := l.db.NewBatch()
+		now := uint64(l.opts.Now().UnixMilli())
+		for i, f := range folds {
+			evs := f.events
+			for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
+				evs = evs[1:]
 			}
-		} else {
-			_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].id), nil)
+			if len(evs) > 0 {
+				for len(evs) > 0 {
+					n := min(len(evs), l.opts.FoldEvents)
+					sizes[i] += l.writeChunk(b, f.thread, evs[:n], now)
+					chunks++
+					evs = evs[n:]
+				}
+			} else {
+				_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].id), nil)
+			}
 		}
+		ferr = b.Commit(pebble.NoSync)
+		_ = b.Close()
 	}
-	err := b.Commit(pebble.Sync)
-	_ = b.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.err = err
-	if err != nil {
+	l.err = errors.Join(werr, ferr)
+	if l.err != nil {
 		l.failures.Add(1)
+		for _, f := range folds {
+			l.due[f.thread] = true // tried again at the next commit
+		}
+	}
+	if werr != nil {
 		l.pending = append(batch, l.pending...)
 		l.spare = nil
-		for _, f := range folds {
-			l.due[f.thread] = true
-		}
 		return
 	}
 	l.commit = n
-	l.commits.Add(1)
-	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
+	if len(batch) > 0 {
+		l.commits.Add(1)
+	}
 	l.written.Add(uint64(len(batch)))
 	for _, p := range batch {
 		l.touched[p.thread] = p.seq
@@ -349,6 +374,13 @@ func (l *Log) flush() {
 			}
 		}
 	}
+	clear(batch)
+	l.spare = batch[:0]
+	l.room.Broadcast()
+	if ferr != nil {
+		return
+	}
+	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
 	for i, f := range folds {
 		l.bytes[f.thread] += int64(sizes[i])
 		l.total += int64(sizes[i])
@@ -360,9 +392,15 @@ func (l *Log) flush() {
 		for _, p := range t.events[:k] {
 			t.bytes -= len(p.json)
 		}
-		rest := make([]record, len(t.events)-k, max(len(t.events)-k, l.opts.FoldEvents)+8)
-		copy(rest, t.events[k:])
-		t.events = rest
+		if rest := len(t.events) - k; cap(t.events) <= 2*(l.opts.FoldEvents+8) {
+			// The rest moves to the front (nothing outside l.mu holds
+			// the slice: the fold's own view is written).
+			copy(t.events, t.events[k:])
+			clear(t.events[rest:])
+			t.events = t.events[:rest]
+		} else {
+			t.events = append(make([]record, 0, max(rest, l.opts.FoldEvents)+8), t.events[k:]...)
+		}
 		t.committed -= k
 		if len(t.events) == 0 {
 			delete(l.tails, f.thread)
@@ -370,13 +408,11 @@ func (l *Log) flush() {
 			t.since = time.Now()
 		}
 	}
-	clear(batch)
-	l.spare = batch[:0]
-	l.room.Broadcast()
 }
 
 // foldAll writes every thread's tail as chunks and empties the commit
-// log (on Close, once the writer is stopped and everything committed).
+// log (on Close, once the writer is stopped and everything committed):
+// the tree is synced first, since folds do not sync it.
 func (l *Log) foldAll() error {
 	l.mu.Lock()
 	for thread, t := range l.tails {
@@ -390,7 +426,10 @@ func (l *Log) foldAll() error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	return l.db.DeleteRange([]byte("w/"), []byte("w0"), pebble.Sync)
+	if err := l.db.LogData(nil, pebble.Sync); err != nil {
+		return err
+	}
+	return l.wal.Clear()
 }
 
 func (l *Log) close() {
@@ -398,7 +437,12 @@ func (l *Log) close() {
 	<-l.done
 }
 
-func (l *Log) release() { l.codec.close() }
+// release lets go of the codec and closes the commit log's file (what
+// it holds stays: a crash leaves it for the next Open).
+func (l *Log) release() {
+	l.codec.close()
+	_ = l.wal.Close()
+}
 
 // Err is the last write's failure, nil once a write succeeds again.
 func (l *Log) Err() error {

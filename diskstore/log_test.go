@@ -2,11 +2,14 @@ package diskstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"slices"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/diskstore/internal/commitlog"
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
@@ -47,6 +50,9 @@ func jsons(evs []*server.Event) []string {
 	}
 	return out
 }
+
+// commitKey is where an earlier version kept group commit n.
+func commitKey(n uint64) []byte { return binary.BigEndian.AppendUint64([]byte("w/"), n) }
 
 // count is how many keys start with prefix.
 func count(t *testing.T, db *pebble.DB, prefix string) int {
@@ -138,7 +144,8 @@ func TestRecoveryFoldsTheCommitLog(t *testing.T) {
 	require.NoError(t, err)
 	defer eng.Close()
 	require.True(t, eng.Crashed())
-	require.Zero(t, count(t, eng.db, "w/"), "the commit log is folded")
+	require.Zero(t, eng.log.wal.Segments(), "the commit log is folded")
+	require.Zero(t, eng.log.wal.Bytes())
 	require.Equal(t, jsons(kept), replay(t, eng.log, "kept", 0))
 	require.Equal(t, jsons(again), replay(t, eng.log, "gone", 0), "only what came after the delete")
 	ep, seq, err := eng.log.Head(context.Background(), "kept")
@@ -148,6 +155,41 @@ func TestRecoveryFoldsTheCommitLog(t *testing.T) {
 	ep2, _, err := eng.log.Head(context.Background(), "kept")
 	require.NoError(t, err)
 	require.Equal(t, ep, ep2, "chosen once")
+}
+
+// TestACommitCutShortIsLostAlone: power lost while a group commit was
+// being written (its record cut short on the disk): the next Open
+// recovers every event before it, the thread goes on from the last of
+// them in a new epoch.
+func TestACommitCutShortIsLostAlone(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir, FoldEvents: 1000, FoldAge: time.Hour}
+	eng, err := Open(opts)
+	require.NoError(t, err)
+	evs := appendN(t, eng.log, "cut", "ep1", 0, 10, time.Now())
+	require.Eventually(t, func() bool { return eng.Counters().Written == 10 }, 5*time.Second, 5*time.Millisecond)
+	evs = append(evs, appendN(t, eng.log, "cut", "ep1", 10, 5, time.Now())...)
+	require.Eventually(t, func() bool { return eng.Counters().Written == 15 }, 5*time.Second, 5*time.Millisecond)
+	crash(t, eng)
+	segs, err := filepath.Glob(filepath.Join(dir, commitDir, "*.log"))
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	info, err := os.Stat(segs[0])
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(segs[0], info.Size()-3))
+
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.True(t, eng.Crashed())
+	got := replay(t, eng.log, "cut", 0)
+	require.GreaterOrEqual(t, len(got), 10, "the commits before the cut one are kept")
+	require.Less(t, len(got), 15, "the cut commit is lost")
+	require.Equal(t, jsons(evs[:len(got)]), got)
+	ep, seq, err := eng.log.Head(context.Background(), "cut")
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(got)), seq)
+	require.NotEqual(t, "ep1", ep)
 }
 
 // TestCommitsOfEitherFormatAreRead: commits are S2 now and were zstd
@@ -172,8 +214,8 @@ func TestCommitsOfEitherFormatAreRead(t *testing.T) {
 	_, err = c.decodeCommit(nil)
 	require.Error(t, err)
 
-	// A store that crashed with zstd commits in its log (as an earlier
-	// version left it) recovers their events.
+	// A store an earlier version left crashed, with its commits in the
+	// tree ("w/") and in zstd, recovers their events.
 	dir := t.TempDir()
 	opts := Options{Dir: dir, FoldEvents: 1000, FoldAge: time.Hour}
 	eng, err := Open(opts)
@@ -181,19 +223,20 @@ func TestCommitsOfEitherFormatAreRead(t *testing.T) {
 	evs := appendN(t, eng.log, "old", "ep1", 0, 20, time.Now())
 	require.Eventually(t, func() bool { return eng.Counters().Written == 20 }, 5*time.Second, 5*time.Millisecond)
 	crash(t, eng)
+	wal, err := commitlog.Open(filepath.Join(dir, commitDir), nil, 0)
+	require.NoError(t, err)
 	db, err := pebble.Open(dir, &pebble.Options{Logger: quiet{}})
 	require.NoError(t, err)
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte("w/"), UpperBound: []byte("w0")})
-	require.NoError(t, err)
 	rewritten := 0
-	for it.First(); it.Valid(); it.Next() {
-		raw, err := c.decodeCommit(it.Value())
+	require.NoError(t, wal.Replay(func(n uint64, value []byte) error {
+		raw, err := c.decodeCommit(value)
 		require.NoError(t, err)
-		require.NoError(t, db.Set(slices.Clone(it.Key()), c.enc.EncodeAll(raw, nil), pebble.Sync))
 		rewritten++
-	}
-	require.NoError(t, it.Close())
+		return db.Set(commitKey(n), c.enc.EncodeAll(raw, nil), pebble.Sync)
+	}))
+	require.NoError(t, wal.Close())
 	require.NoError(t, db.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, commitDir)))
 	require.Positive(t, rewritten)
 	eng, err = Open(opts)
 	require.NoError(t, err)
@@ -216,7 +259,7 @@ func TestTheCommitLogEmptiesAsThreadsFold(t *testing.T) {
 		eng.log.mu.Lock()
 		n := len(eng.log.tails)
 		eng.log.mu.Unlock()
-		return n == 0 && count(t, eng.db, "w/") == 0
+		return n == 0 && eng.log.wal.Segments() == 0
 	}, 10*time.Second, 20*time.Millisecond, "every tail folded, the commit log empty")
 	require.Equal(t, 10, count(t, eng.db, "c/"))
 }

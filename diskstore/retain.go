@@ -11,13 +11,13 @@ import (
 )
 
 // retain runs each second in the writer: the threads whose tails are old
-// enough are folded at the next commit, the commit log loses what every
-// thread has in chunks, and the retention policy drops what it no longer
-// keeps: each thread committed since the last pass keeps its last
-// MaxEvents events, MaxThreadBytes of them, none older than MaxAge (every
-// minute, every thread); the whole store keeps MaxBytes, the oldest chunks
-// of any thread dropped first. A replay from before what is kept gets the
-// missed-events notice.
+// enough are folded at the next commit, the commit log lets go of the
+// segments whose events every thread has in chunks, and the retention
+// policy drops what it no longer keeps: each thread committed since the
+// last pass keeps its last MaxEvents events, MaxThreadBytes of them, none
+// older than MaxAge (every minute, every thread); the whole store keeps
+// MaxBytes, the oldest chunks of any thread dropped first. A replay from
+// before what is kept gets the missed-events notice.
 func (l *Log) retain() {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
@@ -35,7 +35,13 @@ func (l *Log) retain() {
 	touched := l.touched
 	l.touched = map[string]uint64{}
 	l.mu.Unlock()
-	_ = l.db.DeleteRange(commitKey(0), commitKey(wm), pebble.NoSync)
+	if l.wal.CanRelease(wm) {
+		// The chunks holding those commits' events were written without
+		// a sync: the tree's log is synced before the commits go.
+		if err := l.db.LogData(nil, pebble.Sync); err == nil {
+			_ = l.wal.Release(wm)
+		}
+	}
 
 	keep := map[string]uint64{}
 	raise := func(thread string, seq uint64) {

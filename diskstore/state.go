@@ -255,7 +255,7 @@ func (e *Engine) Stats() (Stats, error) {
 	}
 	e.log.mu.Unlock()
 	st.Threads = uint64(len(threads))
-	st.Bytes = e.db.Metrics().DiskSpaceUsage()
+	st.Bytes = e.db.Metrics().DiskSpaceUsage() + uint64(e.log.wal.Bytes())
 	return st, nil
 }
 
