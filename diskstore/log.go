@@ -30,6 +30,7 @@ type Log struct {
 	flushing sync.Mutex // one flush (or retention pass, or delete) at a time
 	mu       sync.Mutex
 	pending  []pendingEvent // appended, not yet committed, in order
+	inflight int            // events the writer is committing (out of pending meanwhile)
 	tails    map[string]*tail
 	due      map[string]bool // threads whose tails are to be folded at the next commit
 	room     *sync.Cond      // signalled when pending shrinks
@@ -289,6 +290,7 @@ func (l *Log) flush() {
 	batch := l.pending
 	l.pending = l.spare[:0] // the slices swap: no growth per commit
 	l.spare = nil
+	l.inflight = len(batch)
 	var folds []fold
 	for thread := range l.due {
 		if len(folds) == foldsPerCommit && !l.closing {
@@ -347,6 +349,7 @@ func (l *Log) flush() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.inflight = 0
 	l.err = errors.Join(werr, ferr)
 	if l.err != nil {
 		l.failures.Add(1)
@@ -476,6 +479,10 @@ func (l *Log) floorOf(thread string) uint64 {
 	return f
 }
 
+// waiting is how many events are appended and not yet committed: pending
+// and those the writer is committing (l.mu held).
+func (l *Log) waiting() int { return len(l.pending) + l.inflight }
+
 // Append implements server.EventLog: the event is in the buffer at once
 // and on disk within CommitEvery.
 func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error {
@@ -486,14 +493,14 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 		l.refusedFull.Add(1)
 		return err
 	}
-	if len(l.pending) >= l.opts.MaxPending {
+	if l.waiting() >= l.opts.MaxPending {
 		deadline := time.Now().Add(l.opts.QueueWait)
 		timer := time.AfterFunc(l.opts.QueueWait, func() { l.mu.Lock(); l.room.Broadcast(); l.mu.Unlock() })
-		for len(l.pending) >= l.opts.MaxPending && time.Now().Before(deadline) {
+		for l.waiting() >= l.opts.MaxPending && time.Now().Before(deadline) {
 			l.room.Wait()
 		}
 		timer.Stop()
-		if len(l.pending) >= l.opts.MaxPending {
+		if l.waiting() >= l.opts.MaxPending {
 			err := l.err
 			l.mu.Unlock()
 			l.refusedBehind.Add(1)

@@ -21,18 +21,23 @@ func appendN(t *testing.T, l *Log, thread, ep string, from uint64, n int, ts tim
 	t.Helper()
 	var out []*server.Event
 	for i := 0; i < n; i++ {
-		seq := from + uint64(i) + 1
-		b := fmt.Appendf(nil, `{"type":"event","event_id":"%s-%d","seq":%d,"method":"custom","params":{"namespace":[],"timestamp":%d,"data":{"name":"n","payload":"%s %d, some text to fill the event %d"}}}`,
-			ep, seq, seq, ts.UnixMilli(), thread, seq, seq)
-		e, err := server.DecodeEvent(b)
-		require.NoError(t, err)
+		e := testEvent(t, thread, ep, from+uint64(i)+1, ts)
 		require.NoError(t, l.Append(context.Background(), thread, e))
 		out = append(out, e)
 	}
 	return out
 }
 
-// replay reads what After gives after seq.
+// testEvent is a custom event of thread with the seq and timestamp given.
+func testEvent(t *testing.T, thread, ep string, seq uint64, ts time.Time) *server.Event {
+	t.Helper()
+	b := fmt.Appendf(nil, `{"type":"event","event_id":"%s-%d","seq":%d,"method":"custom","params":{"namespace":[],"timestamp":%d,"data":{"name":"n","payload":"%s %d, some text to fill the event %d"}}}`,
+		ep, seq, seq, ts.UnixMilli(), thread, seq, seq)
+	e, err := server.DecodeEvent(b)
+	require.NoError(t, err)
+	return e
+}
+
 func replay(t *testing.T, l *Log, thread string, seq uint64) []string {
 	t.Helper()
 	out := []string{}

@@ -29,7 +29,7 @@ type Counters struct {
 func (e *Engine) Counters() Counters {
 	l := e.log
 	l.mu.Lock()
-	pending, total := len(l.pending), l.total
+	pending, total := l.waiting(), l.total
 	l.mu.Unlock()
 	async, blocking := e.syncer.Counts()
 	return Counters{AsyncSyncs: async, BlockingSyncs: blocking, Written: l.written.Load(), Commits: l.commits.Load(), Failures: l.failures.Load(),

@@ -1,0 +1,95 @@
+package diskstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tmpfs mounts a tmpfs of size bytes for the test (unmounted at its end).
+func tmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Skipf("needs root to mount a tmpfs (a disk that fills up): %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// fill writes a file under dir until the disk has no room left.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	block := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(block); err != nil {
+			require.True(t, errors.Is(err, syscall.ENOSPC), "%v", err)
+			break
+		}
+	}
+	for {
+		if _, err := f.Write(block[:512]); err != nil {
+			break
+		}
+	}
+	return path
+}
+
+// TestADiskThatFillsUp: a real disk (a tmpfs) filled to the last byte
+// while a thread is written, with MinFree not there to refuse first: the
+// group commits fail and are tried again, /readyz says why, appends are
+// refused once MaxPending wait (nothing grows without bound), what was
+// stored stays; once space returns every accepted event is committed,
+// and after a restart all of them are there, byte for byte, and none of
+// those refused.
+func TestADiskThatFillsUp(t *testing.T) {
+	mnt := tmpfs(t, 32<<20)
+	dir := filepath.Join(mnt, "store")
+	const maxPending = 2000
+	opts := Options{Dir: dir, MinFree: 1, QueueWait: 100 * time.Millisecond, MaxPending: maxPending}
+	eng, err := Open(opts)
+	require.NoError(t, err)
+	evs := appendN(t, eng.log, "a", "ep", 0, 100, time.Now())
+	require.Eventually(t, func() bool { return eng.Counters().Written == 100 }, 5*time.Second, 5*time.Millisecond)
+	filler := fill(t, mnt)
+
+	var refusal error
+	for seq := uint64(101); seq < 20000 && refusal == nil; seq++ {
+		e := testEvent(t, "a", "ep", seq, time.Now())
+		if refusal = eng.log.Append(context.Background(), "a", e); refusal == nil {
+			evs = append(evs, e)
+		}
+	}
+	require.ErrorIs(t, refusal, ErrBehind)
+	require.ErrorContains(t, refusal, "no space left on device")
+	require.ErrorContains(t, eng.Ready(context.Background()), "no space left on device")
+	c := eng.Counters()
+	require.LessOrEqual(t, len(evs)-int(c.Written), maxPending, "no more wait for the disk than MaxPending")
+	require.Positive(t, c.Failures)
+	require.Positive(t, c.RefusedBehind)
+	require.LessOrEqual(t, c.Pending, maxPending)
+
+	require.NoError(t, os.Remove(filler))
+	require.Eventually(t, func() bool {
+		return eng.Ready(context.Background()) == nil && eng.Counters().Written == uint64(len(evs))
+	}, 10*time.Second, 10*time.Millisecond, "every accepted event committed once space returns")
+	evs = append(evs, appendN(t, eng.log, "a", "ep", uint64(len(evs)), 10, time.Now())...)
+	require.NoError(t, eng.Close())
+
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.False(t, eng.Crashed())
+	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
+}
