@@ -43,7 +43,9 @@ type Log struct {
 	closing bool              // foldAll: every due thread folds at once
 	crashed bool              // the store was not closed cleanly before
 	renewed map[string]bool   // threads given a new epoch since
-	touched map[string]uint64 // threads committed since the last retention pass: their last seq
+	touched []*tail           // tails committed to since the last retention pass
+	round   uint64            // the retention passes so far
+	free    [][]record        // emptied tails' slices, for new tails
 	floor   map[string]uint64 // the oldest seq the retention policy keeps of a thread (loaded lazily)
 	bytes   map[string]int64  // a thread's chunks' bytes
 	total   int64             // all the chunks' bytes
@@ -65,6 +67,7 @@ type pendingEvent struct {
 	thread string
 	seq    uint64
 	json   []byte
+	tail   *tail // the thread's: a tail with events not yet committed stays in tails
 }
 
 // record is what the log keeps of an event not yet in a chunk: its seq,
@@ -79,10 +82,13 @@ type record struct {
 // tail is a thread's events not yet in a chunk, in seq order (the
 // committed ones first).
 type tail struct {
+	thread    string
 	events    []record
 	committed int       // how many of events are committed
 	bytes     int       // their JSON's size
 	since     time.Time // when the oldest was appended
+	last      uint64    // the last committed seq
+	round     uint64    // the retention pass it was last listed in touched for
 }
 
 func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log, error) {
@@ -91,7 +97,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 		return nil, err
 	}
 	l := &Log{db: db, wal: wal, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
-		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{}, touched: map[string]uint64{},
+		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{},
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
@@ -368,8 +374,13 @@ func (l *Log) flush() {
 	}
 	l.written.Add(uint64(len(batch)))
 	for _, p := range batch {
-		l.touched[p.thread] = p.seq
-		if t := l.tails[p.thread]; t != nil && t.committed < len(t.events) {
+		t := p.tail
+		if t.round != l.round+1 {
+			t.round = l.round + 1
+			l.touched = append(l.touched, t)
+		}
+		t.last = p.seq
+		if t.committed < len(t.events) {
 			t.events[t.committed].commit = n
 			t.committed++
 			if t.committed >= l.opts.FoldEvents || t.bytes >= l.opts.FoldBytes {
@@ -395,18 +406,22 @@ func (l *Log) flush() {
 		for _, p := range t.events[:k] {
 			t.bytes -= len(p.json)
 		}
-		if rest := len(t.events) - k; cap(t.events) <= 2*(l.opts.FoldEvents+8) {
+		if rest := len(t.events) - k; cap(t.events) == l.opts.FoldEvents+8 {
 			// The rest moves to the front (nothing outside l.mu holds
 			// the slice: the fold's own view is written).
 			copy(t.events, t.events[k:])
 			clear(t.events[rest:])
 			t.events = t.events[:rest]
 		} else {
-			t.events = append(make([]record, 0, max(rest, l.opts.FoldEvents)+8), t.events[k:]...)
+			t.events = append(l.newEvents(), t.events[k:]...)
 		}
 		t.committed -= k
 		if len(t.events) == 0 {
 			delete(l.tails, f.thread)
+			if cap(t.events) == l.opts.FoldEvents+8 && len(l.free) < maxFree {
+				l.free = append(l.free, t.events)
+			}
+			t.events = nil
 		} else {
 			t.since = time.Now()
 		}
@@ -479,6 +494,20 @@ func (l *Log) floorOf(thread string) uint64 {
 	return f
 }
 
+// maxFree caps the emptied tails' slices kept for new ones.
+const maxFree = 1024
+
+// newEvents is an empty slice for a tail's events, an emptied tail's when
+// there is one (l.mu held).
+func (l *Log) newEvents() []record {
+	if k := len(l.free); k > 0 {
+		ev := l.free[k-1]
+		l.free = l.free[:k-1]
+		return ev
+	}
+	return make([]record, 0, l.opts.FoldEvents+8)
+}
+
 // waiting is how many events are appended and not yet committed: pending
 // and those the writer is committing (l.mu held).
 func (l *Log) waiting() int { return len(l.pending) + l.inflight }
@@ -510,13 +539,13 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 			return ErrBehind
 		}
 	}
-	l.pending = append(l.pending, pendingEvent{thread: thread, seq: e.Seq, json: e.JSON()})
 	t := l.tails[thread]
 	if t == nil {
-		t = &tail{since: time.Now(), events: make([]record, 0, l.opts.FoldEvents+8)}
+		t = &tail{thread: thread, since: time.Now(), events: l.newEvents()}
 		l.tails[thread] = t
 		l.floorOf(thread)
 	}
+	l.pending = append(l.pending, pendingEvent{thread: thread, seq: e.Seq, json: e.JSON(), tail: t})
 	t.events = append(t.events, record{seq: e.Seq, id: e.EventID(), json: e.JSON()})
 	if l.crashed {
 		l.renewed[thread] = true // its stream goes on after the crash already

@@ -32,8 +32,12 @@ func (l *Log) retain() {
 			wm = min(wm, t.events[0].commit)
 		}
 	}
-	touched := l.touched
-	l.touched = map[string]uint64{}
+	touched := make(map[string]uint64, len(l.touched))
+	for _, t := range l.touched {
+		touched[t.thread] = t.last
+	}
+	l.touched = l.touched[:0]
+	l.round++
 	l.mu.Unlock()
 	if l.wal.CanRelease(wm) {
 		// The chunks holding those commits' events were written without

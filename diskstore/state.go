@@ -170,7 +170,14 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	l.pending = kept
 	delete(l.tails, thread)
 	delete(l.due, thread)
-	delete(l.touched, thread)
+	others := l.touched[:0]
+	for _, t := range l.touched {
+		if t.thread != thread {
+			others = append(others, t)
+		}
+	}
+	clear(l.touched[len(others):])
+	l.touched = others
 	delete(l.floor, thread)
 	freed := l.bytes[thread]
 	delete(l.bytes, thread)
