@@ -260,11 +260,13 @@ func TestTheCommitLogEmptiesAsThreadsFold(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		appendN(t, eng.log, fmt.Sprint("t", i), "ep", 0, 13, time.Now()) // 10 fold by count, 3 by age
 	}
+	require.Eventually(t, func() bool { return eng.Counters().Written == 65 }, 5*time.Second, 5*time.Millisecond)
+	require.Positive(t, eng.Counters().CommitLogBytes)
 	require.Eventually(t, func() bool {
 		eng.log.mu.Lock()
 		n := len(eng.log.tails)
 		eng.log.mu.Unlock()
-		return n == 0 && eng.log.wal.Segments() == 0
+		return n == 0 && eng.log.wal.Segments() == 0 && eng.Counters().CommitLogBytes == 0
 	}, 10*time.Second, 20*time.Millisecond, "every tail folded, the commit log empty")
 	require.Equal(t, 10, count(t, eng.db, "c/"))
 }

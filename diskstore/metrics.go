@@ -16,9 +16,10 @@ type Counters struct {
 	// chunks).
 	Chunks, Dropped uint64
 	// Pending events wait for their commit; ChunkBytes is what the
-	// threads' chunks hold (compressed).
-	Pending    int
-	ChunkBytes int64
+	// threads' chunks hold (compressed); CommitLogBytes what the commit
+	// log's files take.
+	Pending                    int
+	ChunkBytes, CommitLogBytes int64
 	// AsyncSyncs are the store's syncs the kernel's AIO made while their
 	// goroutine was parked; BlockingSyncs those made as blocking calls
 	// (AIO refused them). Both zero where there is no AIO.
@@ -34,7 +35,7 @@ func (e *Engine) Counters() Counters {
 	async, blocking := e.syncer.Counts()
 	return Counters{AsyncSyncs: async, BlockingSyncs: blocking, Written: l.written.Load(), Commits: l.commits.Load(), Failures: l.failures.Load(),
 		RefusedFull: l.refusedFull.Load(), RefusedBehind: l.refusedBehind.Load(), Chunks: l.chunksWritten.Load(),
-		Dropped: l.dropped.Load(), Pending: pending, ChunkBytes: total}
+		Dropped: l.dropped.Load(), Pending: pending, ChunkBytes: total, CommitLogBytes: l.wal.Bytes()}
 }
 
 // Collectors are the store's Prometheus metrics.
@@ -59,5 +60,6 @@ func (e *Engine) Collectors() []prometheus.Collector {
 		syncs("blocking", func(c Counters) uint64 { return c.BlockingSyncs }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_events_pending", Help: "Events waiting for their group commit."}, func() float64 { return float64(e.Counters().Pending) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_chunk_bytes", Help: "What the threads' chunks hold on disk (compressed; --data-max-bytes caps it)."}, func() float64 { return float64(e.Counters().ChunkBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_commit_log_bytes", Help: "What the commit log's segment files take on disk (the group commits whose events are not all in chunks yet)."}, func() float64 { return float64(e.Counters().CommitLogBytes) }),
 	}
 }
