@@ -2,10 +2,10 @@ package diskstore
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"time"
 
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -262,13 +262,14 @@ func (l *Log) drop(thread string, keep uint64) {
 	l.mu.Unlock()
 }
 
-// timestampOf reads an event's params.timestamp (Unix ms).
+// timestampOf reads an event's params.timestamp (Unix ms) with the
+// protocol's routing decoder, which scans for the members it needs
+// (json.Unmarshal of the whole event, twice a chunk, was a tenth of a
+// fold's CPU).
 func timestampOf(b []byte) uint64 {
-	var ev struct {
-		Params struct {
-			Timestamp uint64 `json:"timestamp"`
-		} `json:"params"`
+	var r protocol.ServerEventRouting
+	if protocol.DecodeServerEventRouting(b, &r) != nil {
+		return 0
 	}
-	_ = json.Unmarshal(b, &ev)
-	return ev.Params.Timestamp
+	return r.ParamsTimestamp
 }
