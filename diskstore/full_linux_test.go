@@ -61,7 +61,7 @@ func TestADiskThatFillsUp(t *testing.T) {
 	eng, err := Open(opts)
 	require.NoError(t, err)
 	evs := appendN(t, eng.log, "a", "ep", 0, 100, time.Now())
-	require.Eventually(t, func() bool { return eng.Counters().Written == 100 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 100)
 	filler := fill(t, mnt)
 
 	var refusal error

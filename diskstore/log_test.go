@@ -56,6 +56,12 @@ func jsons(evs []*server.Event) []string {
 	return out
 }
 
+// waitWritten waits until the store has committed n events.
+func waitWritten(t *testing.T, eng *Engine, n uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return eng.Counters().Written == n }, 5*time.Second, 5*time.Millisecond)
+}
+
 // commitKey is where an earlier version kept group commit n.
 func commitKey(n uint64) []byte { return binary.BigEndian.AppendUint64([]byte("w/"), n) }
 
@@ -135,14 +141,14 @@ func TestRecoveryFoldsTheCommitLog(t *testing.T) {
 	require.NoError(t, err)
 	kept := appendN(t, eng.log, "kept", "ep1", 0, 30, time.Now())
 	appendN(t, eng.log, "gone", "ep1", 0, 5, time.Now())
-	require.Eventually(t, func() bool { return eng.Counters().Written == 35 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 35)
 	c := eng.Counters()
 	require.Positive(t, c.AsyncSyncs, "the commits' syncs go through the kernel's AIO (Linux)")
 	require.Zero(t, c.BlockingSyncs)
 	require.Zero(t, count(t, eng.db, "c/"), "nothing folded yet")
 	require.NoError(t, eng.state.Delete(context.Background(), "gone"))
 	again := appendN(t, eng.log, "gone", "ep2", 0, 2, time.Now()) // the thread made again
-	require.Eventually(t, func() bool { return eng.Counters().Written == 37 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 37)
 	crash(t, eng)
 
 	eng, err = Open(opts)
@@ -172,9 +178,9 @@ func TestACommitCutShortIsLostAlone(t *testing.T) {
 	eng, err := Open(opts)
 	require.NoError(t, err)
 	evs := appendN(t, eng.log, "cut", "ep1", 0, 10, time.Now())
-	require.Eventually(t, func() bool { return eng.Counters().Written == 10 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 10)
 	evs = append(evs, appendN(t, eng.log, "cut", "ep1", 10, 5, time.Now())...)
-	require.Eventually(t, func() bool { return eng.Counters().Written == 15 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 15)
 	crash(t, eng)
 	segs, err := filepath.Glob(filepath.Join(dir, commitDir, "*.log"))
 	require.NoError(t, err)
@@ -226,7 +232,7 @@ func TestCommitsOfEitherFormatAreRead(t *testing.T) {
 	eng, err := Open(opts)
 	require.NoError(t, err)
 	evs := appendN(t, eng.log, "old", "ep1", 0, 20, time.Now())
-	require.Eventually(t, func() bool { return eng.Counters().Written == 20 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 20)
 	crash(t, eng)
 	wal, err := commitlog.Open(filepath.Join(dir, commitDir), nil, 0)
 	require.NoError(t, err)
@@ -260,7 +266,7 @@ func TestTheCommitLogEmptiesAsThreadsFold(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		appendN(t, eng.log, fmt.Sprint("t", i), "ep", 0, 13, time.Now()) // 10 fold by count, 3 by age
 	}
-	require.Eventually(t, func() bool { return eng.Counters().Written == 65 }, 5*time.Second, 5*time.Millisecond)
+	waitWritten(t, eng, 65)
 	require.Positive(t, eng.Counters().CommitLogBytes)
 	require.Eventually(t, func() bool {
 		eng.log.mu.Lock()

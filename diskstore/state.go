@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/agentstream/agentstream/server"
@@ -160,24 +161,10 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
 	l.mu.Lock()
-	kept := l.pending[:0]
-	for _, p := range l.pending {
-		if p.thread != thread {
-			kept = append(kept, p)
-		}
-	}
-	clear(l.pending[len(kept):])
-	l.pending = kept
+	l.pending = slices.DeleteFunc(l.pending, func(p pendingEvent) bool { return p.thread == thread })
 	delete(l.tails, thread)
 	delete(l.due, thread)
-	others := l.touched[:0]
-	for _, t := range l.touched {
-		if t.thread != thread {
-			others = append(others, t)
-		}
-	}
-	clear(l.touched[len(others):])
-	l.touched = others
+	l.touched = slices.DeleteFunc(l.touched, func(t *tail) bool { return t.thread == thread })
 	delete(l.floor, thread)
 	freed := l.bytes[thread]
 	delete(l.bytes, thread)
