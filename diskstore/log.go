@@ -50,6 +50,10 @@ type Log struct {
 	bytes   map[string]int64  // a thread's chunks' bytes
 	total   int64             // all the chunks' bytes
 
+	// unsynced: the tree has writes made without a sync (values,
+	// checkpoints) that the next commit syncs.
+	unsynced atomic.Bool
+
 	// Counters (Stats).
 	written, commits, failures, refusedFull, refusedBehind, chunksWritten, dropped atomic.Uint64
 
@@ -312,7 +316,11 @@ func (l *Log) flush() {
 		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
 	}
 	l.mu.Unlock()
+	unsynced := l.unsynced.Swap(false)
 	if len(batch) == 0 && len(folds) == 0 {
+		if unsynced {
+			l.syncTree()
+		}
 		return
 	}
 	n := l.commit
@@ -350,8 +358,21 @@ func (l *Log) flush() {
 				_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].id), nil)
 			}
 		}
-		ferr = b.Commit(pebble.NoSync)
+		opts := pebble.NoSync
+		if unsynced {
+			opts = pebble.Sync
+		}
+		ferr = b.Commit(opts)
 		_ = b.Close()
+		if ferr != nil && unsynced {
+			l.unsynced.Store(true)
+		}
+	} else if werr == nil && unsynced {
+		if ferr = l.db.LogData(nil, pebble.Sync); ferr != nil {
+			l.unsynced.Store(true)
+		}
+	} else if unsynced {
+		l.unsynced.Store(true)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -426,6 +447,20 @@ func (l *Log) flush() {
 			t.since = time.Now()
 		}
 	}
+}
+
+// syncTree syncs the tree's log, for the writes made without a sync
+// (values, checkpoints); a failure is kept for /readyz and the sync
+// tried again at the next commit.
+func (l *Log) syncTree() {
+	err := l.db.LogData(nil, pebble.Sync)
+	if err != nil {
+		l.unsynced.Store(true)
+		l.failures.Add(1)
+	}
+	l.mu.Lock()
+	l.err = err
+	l.mu.Unlock()
 }
 
 // foldAll writes every thread's tail as chunks and empties the commit

@@ -345,3 +345,22 @@ func TestRetentionByBytes(t *testing.T) {
 		require.Equal(t, o, o2, "the floor outlives the restart")
 	})
 }
+
+// TestValuesAreSyncedWithTheNextCommit: values and checkpoints are
+// written to the tree without a sync; the writer syncs the tree within a
+// commit interval, with no event to commit too.
+func TestValuesAreSyncedWithTheNextCommit(t *testing.T) {
+	eng, err := Open(Options{Dir: t.TempDir(), CommitEvery: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer eng.Close()
+	time.Sleep(100 * time.Millisecond) // Open's own syncs are done
+	syncs := func() uint64 { c := eng.Counters(); return c.AsyncSyncs + c.BlockingSyncs }
+	before := syncs()
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, before, syncs(), "an idle store does not sync")
+	require.NoError(t, eng.state.SetValues(context.Background(), "v", map[string]any{"n": 1}))
+	require.Eventually(t, func() bool { return syncs() > before && !eng.log.unsynced.Load() }, 5*time.Second, 5*time.Millisecond)
+	before = syncs()
+	require.NoError(t, eng.state.AddCheckpoint(context.Background(), "v", server.CheckpointRecord{}))
+	require.Eventually(t, func() bool { return syncs() > before && !eng.log.unsynced.Load() }, 5*time.Second, 5*time.Millisecond)
+}

@@ -69,7 +69,11 @@ func (s *State) SetValues(_ context.Context, thread string, values map[string]an
 	if err != nil {
 		return err
 	}
-	return s.db.Set(stateKey(thread, "v"), b, pebble.NoSync) // synced with the next group commit
+	if err := s.db.Set(stateKey(thread, "v"), b, pebble.NoSync); err != nil {
+		return err
+	}
+	s.log.unsynced.Store(true) // synced with the next group commit
+	return nil
 }
 
 // AddCheckpoint implements server.StateStore.
@@ -84,7 +88,11 @@ func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.Checkp
 	if list, err := s.checkpoints(thread); err == nil && len(list) > 0 {
 		n = list[0].n + 1
 	}
-	return s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.NoSync)
+	if err := s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.NoSync); err != nil {
+		return err
+	}
+	s.log.unsynced.Store(true) // synced with the next group commit
+	return nil
 }
 
 type numbered struct {
