@@ -87,6 +87,13 @@ const (
 // space than Options.MinFree.
 var ErrDiskFull = errors.New("diskstore: the disk is nearly full (--data-min-free); the event was not kept")
 
+// ErrNotWritable refuses a write of a thread's state (values,
+// checkpoints, owner, a delete) while the store takes no events: its disk
+// nearly full, or its last group commit failed. The tree under the store
+// treats a failed write to its own log as fatal, so it is written to only
+// while the disk takes writes.
+var ErrNotWritable = errors.New("diskstore: the store takes no writes now")
+
 // ErrBehind refuses an append while the disk is that far behind.
 var ErrBehind = errors.New("diskstore: the disk is behind (--data-dir); the event was not kept")
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
 )
 
@@ -78,6 +79,14 @@ func TestADiskThatFillsUp(t *testing.T) {
 	require.LessOrEqual(t, len(evs)-int(c.Written), maxPending, "no more wait for the disk than MaxPending")
 	require.Positive(t, c.Failures)
 	require.Positive(t, c.RefusedBehind)
+	// A thread's state is not written either (the tree under the store
+	// would stop the process on a failed write to its own log).
+	ctx := context.Background()
+	require.ErrorIs(t, eng.state.SetValues(ctx, "a", map[string]any{"n": 1}), ErrNotWritable)
+	require.ErrorIs(t, eng.state.AddCheckpoint(ctx, "a", server.CheckpointRecord{ID: "cp1"}), ErrNotWritable)
+	_, err = eng.state.ClaimOwner(ctx, "b", "alice")
+	require.ErrorIs(t, err, ErrNotWritable)
+	require.ErrorIs(t, eng.state.Delete(ctx, "a"), ErrNotWritable)
 	require.LessOrEqual(t, c.Pending, maxPending)
 
 	require.NoError(t, os.Remove(filler))
@@ -85,6 +94,10 @@ func TestADiskThatFillsUp(t *testing.T) {
 		return eng.Ready(context.Background()) == nil && eng.Counters().Written == uint64(len(evs))
 	}, 10*time.Second, 10*time.Millisecond, "every accepted event committed once space returns")
 	evs = append(evs, appendN(t, eng.log, "a", "ep", uint64(len(evs)), 10, time.Now())...)
+	require.NoError(t, eng.state.SetValues(ctx, "a", map[string]any{"n": 2}))
+	owner, err := eng.state.ClaimOwner(ctx, "b", "alice")
+	require.NoError(t, err)
+	require.Equal(t, "alice", owner)
 	require.NoError(t, eng.Close())
 
 	eng, err = Open(opts)
@@ -92,4 +105,8 @@ func TestADiskThatFillsUp(t *testing.T) {
 	defer eng.Close()
 	require.False(t, eng.Crashed())
 	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
+	v, ok, err := eng.state.Values(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, map[string]any{"n": float64(2)}, v)
 }

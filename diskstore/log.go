@@ -303,6 +303,9 @@ func (l *Log) flush() {
 	l.inflight = len(batch)
 	var folds []fold
 	for thread := range l.due {
+		if l.full != nil {
+			break // the tree takes no writes while the disk is nearly full
+		}
 		if len(folds) == foldsPerCommit && !l.closing {
 			break // the rest at the next commits: threads that came due together do not stall one
 		}
@@ -318,8 +321,10 @@ func (l *Log) flush() {
 	l.mu.Unlock()
 	unsynced := l.unsynced.Swap(false)
 	if len(batch) == 0 && len(folds) == 0 {
-		if unsynced {
+		if unsynced && l.checkWritable() == nil {
 			l.syncTree()
+		} else if unsynced {
+			l.unsynced.Store(true)
 		}
 		return
 	}
@@ -495,6 +500,26 @@ func (l *Log) close() {
 func (l *Log) release() {
 	l.codec.close()
 	_ = l.wal.Close()
+}
+
+// writable reports why the store writes nothing to the tree now (l.mu
+// held): the disk nearly full, or the last group commit failed (retried
+// until it succeeds); nil when it writes.
+func (l *Log) writable() error {
+	switch {
+	case l.full != nil:
+		return fmt.Errorf("%w: %w", ErrNotWritable, l.full)
+	case l.err != nil:
+		return fmt.Errorf("%w: %w", ErrNotWritable, l.err)
+	}
+	return nil
+}
+
+// checkWritable is writable, locking.
+func (l *Log) checkWritable() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writable()
 }
 
 // Err is the last write's failure, nil once a write succeeds again.
@@ -771,6 +796,9 @@ func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
 	if l.crashed && !l.renewed[thread] {
 		// The first time after a crash: a new epoch, kept, from which the
 		// thread's stream goes on.
+		if err := l.writable(); err != nil {
+			return "", 0, err
+		}
 		l.renewed[thread] = true
 		c.Epoch = server.NewEpoch()
 		if err := l.db.Set(renewKey(thread), []byte(c.String()), pebble.Sync); err != nil {

@@ -38,7 +38,11 @@ func (l *Log) retain() {
 	}
 	l.touched = l.touched[:0]
 	l.round++
+	unwritable := l.writable()
 	l.mu.Unlock()
+	if unwritable != nil {
+		return // the commit log and the retention policy wait for the disk
+	}
 	if l.wal.CanRelease(wm) {
 		// The chunks holding those commits' events were written without
 		// a sync: the tree's log is synced before the commits go.

@@ -69,6 +69,9 @@ func (s *State) SetValues(_ context.Context, thread string, values map[string]an
 	if err != nil {
 		return err
 	}
+	if err := s.log.checkWritable(); err != nil {
+		return err
+	}
 	if err := s.db.Set(stateKey(thread, "v"), b, pebble.NoSync); err != nil {
 		return err
 	}
@@ -80,6 +83,9 @@ func (s *State) SetValues(_ context.Context, thread string, values map[string]an
 func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.CheckpointRecord) error {
 	b, err := json.Marshal(cp)
 	if err != nil {
+		return err
+	}
+	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -158,6 +164,9 @@ func (s *State) ClaimOwner(_ context.Context, thread, principal string) (string,
 	if ok {
 		return string(b), nil
 	}
+	if err := s.log.checkWritable(); err != nil {
+		return "", err
+	}
 	return principal, s.db.Set(stateKey(thread, "o"), []byte(principal), pebble.Sync)
 }
 
@@ -169,6 +178,10 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
 	l.mu.Lock()
+	if err := l.writable(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
 	l.pending = slices.DeleteFunc(l.pending, func(p pendingEvent) bool { return p.thread == thread })
 	delete(l.tails, thread)
 	delete(l.due, thread)
