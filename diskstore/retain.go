@@ -32,17 +32,17 @@ func (l *Log) retain() {
 			wm = min(wm, t.events[0].commit)
 		}
 	}
+	if l.writable() != nil {
+		l.mu.Unlock()
+		return // the commit log and the retention policy wait for the disk
+	}
 	touched := make(map[string]uint64, len(l.touched))
 	for _, t := range l.touched {
 		touched[t.thread] = t.last
 	}
 	l.touched = l.touched[:0]
 	l.round++
-	unwritable := l.writable()
 	l.mu.Unlock()
-	if unwritable != nil {
-		return // the commit log and the retention policy wait for the disk
-	}
 	if l.wal.CanRelease(wm) {
 		// The chunks holding those commits' events were written without
 		// a sync: the tree's log is synced before the commits go.
