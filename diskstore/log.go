@@ -318,12 +318,13 @@ func (l *Log) flush() {
 	for i, f := range folds {
 		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
 	}
+	writable := l.writable() == nil
 	l.mu.Unlock()
+	// Values and checkpoints written to the tree without a sync since the
+	// last commit are synced with this one.
 	unsynced := l.unsynced.Swap(false)
-	if len(batch) == 0 && len(folds) == 0 {
-		if unsynced && l.checkWritable() == nil {
-			l.syncTree()
-		} else if unsynced {
+	if len(batch) == 0 && len(folds) == 0 && (!unsynced || !writable) {
+		if unsynced {
 			l.unsynced.Store(true)
 		}
 		return
@@ -363,21 +364,16 @@ func (l *Log) flush() {
 				_ = b.Set(headKey(f.thread), []byte(f.events[len(f.events)-1].id), nil)
 			}
 		}
-		opts := pebble.NoSync
-		if unsynced {
-			opts = pebble.Sync
-		}
-		ferr = b.Commit(opts)
+		ferr = b.Commit(pebble.NoSync)
 		_ = b.Close()
-		if ferr != nil && unsynced {
+	}
+	if unsynced {
+		if werr == nil && ferr == nil {
+			ferr = l.db.LogData(nil, pebble.Sync)
+		}
+		if werr != nil || ferr != nil {
 			l.unsynced.Store(true)
 		}
-	} else if werr == nil && unsynced {
-		if ferr = l.db.LogData(nil, pebble.Sync); ferr != nil {
-			l.unsynced.Store(true)
-		}
-	} else if unsynced {
-		l.unsynced.Store(true)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -452,20 +448,6 @@ func (l *Log) flush() {
 			t.since = time.Now()
 		}
 	}
-}
-
-// syncTree syncs the tree's log, for the writes made without a sync
-// (values, checkpoints); a failure is kept for /readyz and the sync
-// tried again at the next commit.
-func (l *Log) syncTree() {
-	err := l.db.LogData(nil, pebble.Sync)
-	if err != nil {
-		l.unsynced.Store(true)
-		l.failures.Add(1)
-	}
-	l.mu.Lock()
-	l.err = err
-	l.mu.Unlock()
 }
 
 // foldAll writes every thread's tail as chunks and empties the commit

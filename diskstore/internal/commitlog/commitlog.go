@@ -73,6 +73,24 @@ type segment struct {
 	size        int64
 }
 
+// empty reports whether the segment holds no commit.
+func (s segment) empty() bool { return s.last < s.first }
+
+// below reports whether every commit the segment holds is below n (an
+// empty one: whether it starts below n).
+func (s segment) below(n uint64) bool {
+	if s.empty() {
+		return s.first < n
+	}
+	return s.last < n
+}
+
+// curBelow reports whether the segment being written holds commits, all
+// below n.
+func (l *Log) curBelow(n uint64) bool {
+	return l.cur != nil && !l.curSeg.empty() && l.curSeg.below(n)
+}
+
 // spareSuffix names a released file kept to be written over: not a
 // segment, so that Open removes it instead of replaying it.
 const spareSuffix = ".free"
@@ -298,7 +316,7 @@ func (l *Log) closeCurrent() error {
 // starts a new one). One released file of a full segment's size is kept,
 // to be written over.
 func (l *Log) Release(n uint64) error {
-	if l.cur != nil && l.curSeg.last < n && l.curSeg.last >= l.curSeg.first {
+	if l.curBelow(n) {
 		if err := l.closeCurrent(); err != nil {
 			return err
 		}
@@ -306,7 +324,7 @@ func (l *Log) Release(n uint64) error {
 	var errs []error
 	kept := l.segs[:0]
 	for _, s := range l.segs {
-		if s.last >= n || (s.last < s.first && s.first >= n) {
+		if !s.below(n) {
 			kept = append(kept, s)
 			continue
 		}
@@ -332,11 +350,11 @@ func (l *Log) Release(n uint64) error {
 
 // CanRelease reports whether Release(n) would let a segment go.
 func (l *Log) CanRelease(n uint64) bool {
-	if l.cur != nil && l.curSeg.last < n && l.curSeg.last >= l.curSeg.first {
+	if l.curBelow(n) {
 		return true
 	}
 	for _, s := range l.segs {
-		if s.last < n && (s.last >= s.first || s.first < n) {
+		if s.below(n) {
 			return true
 		}
 	}
