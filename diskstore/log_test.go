@@ -364,3 +364,29 @@ func TestValuesAreSyncedWithTheNextCommit(t *testing.T) {
 	require.NoError(t, eng.state.AddCheckpoint(context.Background(), "v", server.CheckpointRecord{}))
 	require.Eventually(t, func() bool { return syncs() > before && !eng.log.unsynced.Load() }, 5*time.Second, 5*time.Millisecond)
 }
+
+// TestDueThreadsFoldFasterThanTheyComeDue: threads that come due together
+// are folded a quarter at a time (at least foldsPerCommit), so that a
+// server committing less often than CommitEvery (a saturated core) does
+// not leave them growing for many commits; a fixed cap of foldsPerCommit
+// took 25 commits here.
+func TestDueThreadsFoldFasterThanTheyComeDue(t *testing.T) {
+	eng, err := Open(Options{Dir: t.TempDir(), FoldEvents: 4, CommitEvery: time.Hour})
+	require.NoError(t, err)
+	defer eng.Close()
+	const threads = 400
+	for i := 0; i < threads; i++ {
+		appendN(t, eng.log, fmt.Sprint("t", i), "ep", 0, 4, time.Now())
+	}
+	eng.log.flush() // the commit: every thread is due
+	require.Equal(t, uint64(threads*4), eng.Counters().Written)
+	require.Zero(t, eng.Counters().Chunks)
+	eng.log.flush()
+	require.Equal(t, uint64(threads/4), eng.Counters().Chunks, "a quarter of those due with the next commit")
+	commits := 1
+	for eng.Counters().Chunks < threads {
+		eng.log.flush()
+		commits++
+		require.LessOrEqual(t, commits, 12, "the due threads folded within a dozen commits")
+	}
+}
