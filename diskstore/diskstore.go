@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -64,6 +65,13 @@ type Options struct {
 	// (DefaultFoldEvents, DefaultFoldBytes, DefaultFoldAge).
 	FoldEvents, FoldBytes int
 	FoldAge               time.Duration
+	// Busy says whether the process has no CPU to spare; the store asks
+	// once a second, and folds chunks with S2 rather than zstd until it
+	// says no again (Engine.Compact rewrites them as zstd). The default
+	// (nil) reads the process's CPU time over the last second against
+	// GOMAXPROCS cores: nine tenths of them or more is busy. Tests replace
+	// it.
+	Busy func() bool
 }
 
 // Defaults of Options.
@@ -226,6 +234,9 @@ func withDefaults(opts Options) Options {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Busy == nil {
+		opts.Busy = cpuBusy()
+	}
 	if opts.FreeSpace == nil {
 		dir := opts.Dir
 		opts.FreeSpace = func() (uint64, error) {
@@ -321,4 +332,30 @@ func (e *Engine) Close() error {
 		e.syncer.Close()
 	})
 	return err
+}
+
+// cpuBusy is Options.Busy's default: whether the process used nine tenths
+// or more of GOMAXPROCS cores since it was last asked.
+func cpuBusy() func() bool { return busyMeter(processCPU, time.Now, runtime.GOMAXPROCS(0)) }
+
+// busyMeter says, each time it is called, whether cpu (the process's CPU
+// time) grew by nine tenths or more of procs times the wall time since the
+// last call.
+func busyMeter(cpu func() time.Duration, clock func() time.Time, procs int) func() bool {
+	lastWall, lastCPU := clock(), cpu()
+	return func() bool {
+		now, c := clock(), cpu()
+		wall, used := now.Sub(lastWall), c-lastCPU
+		lastWall, lastCPU = now, c
+		return wall > 0 && float64(used) >= 0.9*float64(wall)*float64(procs)
+	}
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -16,8 +16,8 @@ import (
 // once into the commit log, in the order they came (one record per group
 // commit, in files of its own: package commitlog; S2, which is fast,
 // since a commit lives only seconds), and later, a thread's run of them
-// at a time, into that thread's chunks (zstd, which is smaller), which
-// replays read; the commit log lets go of a segment once every event in
+// at a time, into that thread's chunks (zstd, which is smaller; S2 while
+// the process has no CPU to spare, until Compact), which replays read; the commit log lets go of a segment once every event in
 // it is in a chunk. A store an earlier version left may hold commits in
 // the tree ("w/"), which the next Open folds and deletes.
 //
@@ -98,43 +98,51 @@ func readChunkHead(b []byte) (chunkHead, []byte, error) {
 
 // codec compresses the store's values. Chunks are zstd at its fastest:
 // the events of a chunk repeat each other's field names, and keep a sixth
-// to a tenth of their size. Commits are S2 (a marker byte, then an S2
-// block): they are read only after a crash, and S2 took about 1 µs off
-// the 6.7-7.5 µs of CPU the store spent per event (BenchmarkAppendCPU),
-// for about a quarter more bytes than zstd. A store written before holds
-// zstd commits, which decodeCommit still reads.
+// to a tenth of their size. While the process has no CPU to spare
+// (Options.Busy) chunks are S2 instead, at a sixth of zstd's CPU for 1.5
+// to 2.3 times its bytes (2026-11-28, 64 events of 250 bytes: 8-13 µs
+// against 46-68 µs a chunk); Engine.Compact rewrites them as zstd.
+// Commits are S2: they are read only after a crash. Both are a marker
+// byte, then an S2 block; a zstd value begins with zstd's magic number
+// (and a store written before holds zstd commits): decodeValue reads
+// either.
 type codec struct {
 	enc *zstd.Encoder
 	dec *zstd.Decoder
 }
 
-// s2Commit marks a commit compressed with S2 (a zstd frame begins with
+// s2Value marks a value compressed with S2 (a zstd frame begins with
 // its magic number, 0x28 B5 2F FD).
-const s2Commit = 0x02
+const s2Value = 0x02
 
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
 // encodeCommit appends the compressed group commit raw to dst.
-func (c *codec) encodeCommit(dst, raw []byte) []byte {
+func (c *codec) encodeCommit(dst, raw []byte) []byte { return c.encode(dst, raw, true) }
+
+// encode appends raw compressed to dst: with S2 when fast, else zstd.
+func (c *codec) encode(dst, raw []byte, fast bool) []byte {
 	m := s2.MaxEncodedLen(len(raw))
-	if m < 0 {
-		return c.enc.EncodeAll(raw, dst) // over 4 GiB: past what an S2 block holds
+	if !fast || m < 0 { // over 4 GiB: past what an S2 block holds
+		return c.enc.EncodeAll(raw, dst)
 	}
-	dst = slices.Grow(append(dst, s2Commit), m)
+	dst = slices.Grow(append(dst, s2Value), m)
 	n := len(dst)
 	return dst[:n+len(s2.Encode(dst[n:n+m], raw))]
 }
 
-// decodeCommit reads a commit written by encodeCommit, or by a store
-// before it (zstd).
-func (c *codec) decodeCommit(v []byte) ([]byte, error) {
+// isFast says whether a value written by encode is S2.
+func isFast(v []byte) bool { return len(v) > 0 && v[0] == s2Value }
+
+// decodeValue reads a value written by encode (a chunk or a commit).
+func (c *codec) decodeValue(v []byte) ([]byte, error) {
 	switch {
-	case len(v) > 0 && v[0] == s2Commit:
+	case isFast(v):
 		return s2.Decode(nil, v[1:])
 	case bytes.HasPrefix(v, zstdMagic):
 		return c.dec.DecodeAll(v, nil)
 	}
-	return nil, errors.New("diskstore: a commit of an unknown format")
+	return nil, errors.New("diskstore: a value of an unknown format")
 }
 
 func newCodec() (*codec, error) {

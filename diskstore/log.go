@@ -55,8 +55,12 @@ type Log struct {
 	// checkpoints) that the next commit syncs.
 	unsynced atomic.Bool
 
+	// fast: the process has no CPU to spare (Options.Busy, asked once a
+	// second): chunks are S2, not zstd.
+	fast atomic.Bool
+
 	// Counters (Stats).
-	written, commits, failures, refusedFull, refusedBehind, chunksWritten, dropped atomic.Uint64
+	written, commits, failures, refusedFull, refusedBehind, chunksWritten, fastChunks, dropped atomic.Uint64
 
 	// The writer's own.
 	commit  uint64 // the last group commit's number
@@ -154,7 +158,7 @@ func (l *Log) recover() error {
 	}
 	threads := map[string][]record{}
 	commit := func(n uint64, value []byte) error {
-		raw, err := l.codec.decodeCommit(value)
+		raw, err := l.codec.decodeValue(value)
 		if err != nil {
 			return fmt.Errorf("diskstore: commit %d: %w", n, err)
 		}
@@ -201,7 +205,7 @@ func (l *Log) recover() error {
 	for thread, evs := range threads {
 		for len(evs) > 0 {
 			n := min(len(evs), l.opts.FoldEvents)
-			l.writeChunk(b, thread, evs[:n], now)
+			l.writeChunk(b, thread, evs[:n], now, false)
 			evs = evs[n:]
 		}
 	}
@@ -236,8 +240,9 @@ func (l *Log) countBytes() error {
 }
 
 // writeChunk puts a chunk of the thread's events (consecutive, in order)
-// into b, with its index entry and the thread's folded head.
-func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint64) int {
+// into b, with its index entry and the thread's folded head: S2 when
+// fast (the process busy), else zstd.
+func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint64, fast bool) int {
 	first, last := evs[0], evs[len(evs)-1]
 	h := chunkHead{Written: now, Count: uint64(len(evs)), Last: last.seq,
 		Oldest: timestampOf(first.json), Newest: timestampOf(last.json)}
@@ -247,7 +252,7 @@ func (l *Log) writeChunk(b *pebble.Batch, thread string, evs []record, now uint6
 		raw = append(raw, e.json...)
 	}
 	l.buf = raw
-	v := l.codec.enc.EncodeAll(raw, h.append(l.enc[:0])) // the batch copies it
+	v := l.codec.encode(h.append(l.enc[:0]), raw, fast) // the batch copies it
 	l.enc = v
 	_ = b.Set(chunkKey(thread, first.seq), v, nil)
 	_ = b.Set(indexKey(now, thread, first.seq), binary.AppendUvarint(nil, uint64(len(v))), nil)
@@ -269,6 +274,7 @@ func (l *Log) writer() {
 		case <-tick.C:
 			if time.Since(l.checked) >= time.Second {
 				l.checked = time.Now()
+				l.fast.Store(l.opts.Busy())
 				l.checkSpace()
 				l.retain()
 			}
@@ -348,7 +354,7 @@ func (l *Log) flush() {
 		werr = l.wal.Append(n, l.enc)
 	}
 	sizes := make([]int, len(folds))
-	chunks := 0
+	chunks, fast := 0, l.fast.Load()
 	if werr == nil && len(folds) > 0 {
 		// The folds' events are in the commit log already, which keeps
 		// them until the tree is synced (retain): no sync here.
@@ -362,7 +368,7 @@ func (l *Log) flush() {
 			if len(evs) > 0 {
 				for len(evs) > 0 {
 					n := min(len(evs), l.opts.FoldEvents)
-					sizes[i] += l.writeChunk(b, f.thread, evs[:n], now)
+					sizes[i] += l.writeChunk(b, f.thread, evs[:n], now, fast)
 					chunks++
 					evs = evs[n:]
 					runtime.Gosched() // deliveries run between two chunks
@@ -424,6 +430,9 @@ func (l *Log) flush() {
 		return
 	}
 	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
+	if fast {
+		l.fastChunks.Add(uint64(chunks))
+	}
 	for i, f := range folds {
 		l.bytes[f.thread] += int64(sizes[i])
 		l.total += int64(sizes[i])
@@ -694,7 +703,7 @@ func (l *Log) chunks(thread string, seq, upTo uint64, fn func(*server.Event) boo
 		if h.Last <= seq {
 			continue
 		}
-		raw, err := l.codec.dec.DecodeAll(body, nil)
+		raw, err := l.codec.decodeValue(body)
 		if err != nil {
 			return fmt.Errorf("diskstore: thread %s: %w", thread, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,16 +214,16 @@ func TestCommitsOfEitherFormatAreRead(t *testing.T) {
 	raw := commitRecord(commitRecord(nil, "a", 1, []byte(`{"x":1}`)), "b", 7, []byte(`{"y":"two"}`))
 	s2v := c.encodeCommit([]byte("kept"), raw)
 	require.Equal(t, "kept", string(s2v[:4]), "appended to what dst held")
-	require.Equal(t, byte(s2Commit), s2v[4])
-	got, err := c.decodeCommit(s2v[4:])
+	require.Equal(t, byte(s2Value), s2v[4])
+	got, err := c.decodeValue(s2v[4:])
 	require.NoError(t, err)
 	require.Equal(t, raw, got)
-	got, err = c.decodeCommit(c.enc.EncodeAll(raw, nil))
+	got, err = c.decodeValue(c.enc.EncodeAll(raw, nil))
 	require.NoError(t, err)
 	require.Equal(t, raw, got, "a commit written before, in zstd")
-	_, err = c.decodeCommit([]byte{0x7b, 1, 2})
+	_, err = c.decodeValue([]byte{0x7b, 1, 2})
 	require.Error(t, err)
-	_, err = c.decodeCommit(nil)
+	_, err = c.decodeValue(nil)
 	require.Error(t, err)
 
 	// A store an earlier version left crashed, with its commits in the
@@ -240,7 +241,7 @@ func TestCommitsOfEitherFormatAreRead(t *testing.T) {
 	require.NoError(t, err)
 	rewritten := 0
 	require.NoError(t, wal.Replay(func(n uint64, value []byte) error {
-		raw, err := c.decodeCommit(value)
+		raw, err := c.decodeValue(value)
 		require.NoError(t, err)
 		rewritten++
 		return db.Set(commitKey(n), c.enc.EncodeAll(raw, nil), pebble.Sync)
@@ -389,4 +390,98 @@ func TestDueThreadsFoldFasterThanTheyComeDue(t *testing.T) {
 		commits++
 		require.LessOrEqual(t, commits, 12, "the due threads folded within a dozen commits")
 	}
+}
+
+// TestBusyFoldsFastChunks: while the process is busy chunks are S2, after
+// it zstd; every event replays the same from either, before and after
+// Compact rewrites the S2 ones as zstd (smaller), and after a restart;
+// the index's sizes and the store's byte count follow the rewrite.
+func TestBusyFoldsFastChunks(t *testing.T) {
+	dir := t.TempDir()
+	var busy atomic.Bool
+	busy.Store(true)
+	opts := Options{Dir: dir, FoldEvents: 10, Busy: busy.Load}
+	eng, err := Open(opts)
+	require.NoError(t, err)
+	require.Eventually(t, eng.log.fast.Load, 5*time.Second, 10*time.Millisecond, "the writer asks Busy once a second")
+	evs := appendN(t, eng.log, "a", "ep", 0, 20, time.Now())
+	require.Eventually(t, func() bool { return eng.Counters().Chunks == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, uint64(2), eng.Counters().FastChunks)
+	require.Equal(t, []bool{true, true}, chunkFormats(t, eng))
+	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
+
+	busy.Store(false)
+	require.Eventually(t, func() bool { return !eng.log.fast.Load() }, 5*time.Second, 10*time.Millisecond)
+	evs = append(evs, appendN(t, eng.log, "a", "ep", 20, 10, time.Now())...)
+	require.Eventually(t, func() bool { return eng.Counters().Chunks == 3 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, uint64(2), eng.Counters().FastChunks)
+	require.Equal(t, []bool{true, true, false}, chunkFormats(t, eng))
+	before := eng.Counters().ChunkBytes
+	require.Equal(t, before, indexedBytes(t, eng))
+
+	n, err := eng.log.recompress(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.NoError(t, eng.Compact(context.Background()))
+	require.Equal(t, []bool{false, false, false}, chunkFormats(t, eng))
+	after := eng.Counters().ChunkBytes
+	require.Less(t, after, before, "zstd keeps less than S2")
+	require.Equal(t, after, indexedBytes(t, eng))
+	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
+	require.NoError(t, eng.Close())
+
+	opts.Busy = nil
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.Equal(t, after, eng.Counters().ChunkBytes, "counted again from the disk")
+	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
+}
+
+// chunkFormats says, chunk by chunk in key order, whether it is S2.
+func chunkFormats(t *testing.T, eng *Engine) []bool {
+	t.Helper()
+	it, err := eng.db.NewIter(&pebble.IterOptions{LowerBound: []byte("c/"), UpperBound: upper([]byte("c/"))})
+	require.NoError(t, err)
+	defer it.Close()
+	var out []bool
+	for it.First(); it.Valid(); it.Next() {
+		_, body, err := readChunkHead(it.Value())
+		require.NoError(t, err)
+		out = append(out, isFast(body))
+	}
+	return out
+}
+
+// indexedBytes adds up the chunk sizes the index holds.
+func indexedBytes(t *testing.T, eng *Engine) int64 {
+	t.Helper()
+	it, err := eng.db.NewIter(&pebble.IterOptions{LowerBound: []byte("t/"), UpperBound: upper([]byte("t/"))})
+	require.NoError(t, err)
+	defer it.Close()
+	var n int64
+	for it.First(); it.Valid(); it.Next() {
+		v, k := binary.Uvarint(it.Value())
+		require.Positive(t, k)
+		n += int64(v)
+	}
+	return n
+}
+
+// TestBusyMeter: busy is nine tenths of the cores' time or more since the
+// last call.
+func TestBusyMeter(t *testing.T) {
+	var cpu time.Duration
+	now := time.Unix(1000, 0)
+	busy := busyMeter(func() time.Duration { return cpu }, func() time.Time { return now }, 2)
+	now, cpu = now.Add(time.Second), cpu+1800*time.Millisecond
+	require.True(t, busy(), "1.8 s of 2 cores' second")
+	now, cpu = now.Add(time.Second), cpu+1700*time.Millisecond
+	require.False(t, busy(), "1.7 s of 2")
+	now, cpu = now.Add(time.Second), cpu+1900*time.Millisecond
+	require.True(t, busy())
+	require.False(t, busy(), "no time passed")
+	idle := cpuBusy()
+	time.Sleep(50 * time.Millisecond)
+	require.False(t, idle(), "a process that sleeps meanwhile is not busy")
 }

@@ -12,9 +12,10 @@ type Counters struct {
 	// publisher: the disk nearly full (MinFree), or MaxPending waiting
 	// past QueueWait.
 	RefusedFull, RefusedBehind uint64
-	// Chunks written; events Dropped by the retention policy (whole
+	// Chunks written, FastChunks of them with S2 while the process was
+	// busy (Options.Busy); events Dropped by the retention policy (whole
 	// chunks).
-	Chunks, Dropped uint64
+	Chunks, FastChunks, Dropped uint64
 	// Pending events wait for their commit; ChunkBytes is what the
 	// threads' chunks hold (compressed); CommitLogBytes what the commit
 	// log's files take.
@@ -34,7 +35,7 @@ func (e *Engine) Counters() Counters {
 	l.mu.Unlock()
 	async, blocking := e.syncer.Counts()
 	return Counters{AsyncSyncs: async, BlockingSyncs: blocking, Written: l.written.Load(), Commits: l.commits.Load(), Failures: l.failures.Load(),
-		RefusedFull: l.refusedFull.Load(), RefusedBehind: l.refusedBehind.Load(), Chunks: l.chunksWritten.Load(),
+		RefusedFull: l.refusedFull.Load(), RefusedBehind: l.refusedBehind.Load(), Chunks: l.chunksWritten.Load(), FastChunks: l.fastChunks.Load(),
 		Dropped: l.dropped.Load(), Pending: pending, ChunkBytes: total, CommitLogBytes: l.wal.Bytes()}
 }
 
@@ -55,6 +56,7 @@ func (e *Engine) Collectors() []prometheus.Collector {
 		counter("agentstream_data_events_refused_full_total", "Events refused to their publisher while the disk had less free space than --data-min-free.", func(c Counters) uint64 { return c.RefusedFull }),
 		counter("agentstream_data_events_refused_behind_total", "Events refused to their publisher because the disk was too far behind (its commits failing or slow).", func(c Counters) uint64 { return c.RefusedBehind }),
 		counter("agentstream_data_chunks_written_total", "Chunks of a thread's events written (what replays read).", func(c Counters) uint64 { return c.Chunks }),
+		counter("agentstream_data_fast_chunks_total", "Chunks compressed with S2 rather than zstd because the process had no CPU to spare (more bytes on disk; data compact rewrites them).", func(c Counters) uint64 { return c.FastChunks }),
 		counter("agentstream_data_events_dropped_total", "Events the retention policy dropped from the disk (--data-max-events, --data-max-thread-bytes, --data-max-bytes, --data-max-age).", func(c Counters) uint64 { return c.Dropped }),
 		syncs("async", func(c Counters) uint64 { return c.AsyncSyncs }),
 		syncs("blocking", func(c Counters) uint64 { return c.BlockingSyncs }),

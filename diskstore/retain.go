@@ -154,7 +154,7 @@ func (l *Log) ageFloor(thread string, cutoff uint64) uint64 {
 		if h.Oldest >= cutoff {
 			return keep
 		}
-		raw, err := l.codec.dec.DecodeAll(body, nil)
+		raw, err := l.codec.decodeValue(body)
 		if err != nil {
 			return keep
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -248,7 +249,7 @@ func (e *Engine) Stats() (Stats, error) {
 			st.Events += h.Count
 			continue
 		}
-		raw, err := e.log.codec.dec.DecodeAll(body, nil)
+		raw, err := e.log.codec.decodeValue(body)
 		if err != nil {
 			_ = it.Close()
 			return st, err
@@ -281,9 +282,82 @@ func (l *Log) floorFor(thread string) uint64 {
 	return l.floorOf(thread)
 }
 
-// Compact rewrites the whole store, dropping what deletes left behind.
+// Compact rewrites the chunks folded with S2 while the process was busy
+// as zstd, then the whole store, dropping what deletes left behind.
 func (e *Engine) Compact(ctx context.Context) error {
+	if _, err := e.log.recompress(ctx); err != nil {
+		return err
+	}
 	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
+}
+
+// recompress rewrites the chunks written with S2 as zstd, with their
+// index entries' sizes and the threads' byte counts, and says how many
+// it rewrote. It holds l.flushing: no fold, retention pass or delete
+// meanwhile.
+func (l *Log) recompress(ctx context.Context) (int, error) {
+	l.flushing.Lock()
+	defer l.flushing.Unlock()
+	if err := l.checkWritable(); err != nil {
+		return 0, err
+	}
+	prefix := []byte("c/")
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	n := 0
+	b := l.db.NewBatch()
+	defer func() { _ = b.Close() }() // the last one
+	grown := map[string]int64{}
+	commit := func() error {
+		if b.Empty() {
+			return nil
+		}
+		err := b.Commit(pebble.Sync)
+		_ = b.Close()
+		b = l.db.NewBatch()
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		for thread, d := range grown {
+			l.bytes[thread] += d
+			l.total += d
+		}
+		l.mu.Unlock()
+		clear(grown)
+		return nil
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		k, v := it.Key(), it.Value()
+		h, body, err := readChunkHead(v)
+		if err != nil || !isFast(body) {
+			continue
+		}
+		raw, err := l.codec.decodeValue(body)
+		if err != nil {
+			return n, fmt.Errorf("diskstore: chunk %q: %w", k, err)
+		}
+		nv := l.codec.encode(h.append(nil), raw, false)
+		thread, first := string(k[len(prefix):len(k)-9]), chunkFirst(k)
+		_ = b.Set(k, nv, nil)
+		_ = b.Set(indexKey(h.Written, thread, first), binary.AppendUvarint(nil, uint64(len(nv))), nil)
+		grown[thread] += int64(len(nv) - len(v))
+		if n++; n%256 == 0 {
+			if err := commit(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return n, err
+	}
+	return n, commit()
 }
 
 // Export writes the thread's events as NDJSON, each without its seq and
