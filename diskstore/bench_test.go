@@ -35,36 +35,46 @@ func benchEvents(b *testing.B, thread string, from uint64, n int) []*server.Even
 
 // BenchmarkAppend: 1,000 threads appended round robin (the
 // many-conversations workload's shape), through group commits and folds;
-// reports events/s and the bytes on disk per event.
+// reports events/s and the bytes on disk per event, with chunks in zstd
+// (the process with CPU to spare) and in S2 (busy: Options.Busy).
 func BenchmarkAppend(b *testing.B) {
 	const threads = 1000
-	eng, err := Open(Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
+	for _, busy := range []bool{false, true} {
+		name := map[bool]string{false: "zstd", true: "s2"}[busy]
+		b.Run(name, func(b *testing.B) {
+			opts := Options{Dir: b.TempDir(), Busy: func() bool { return busy }}
+			eng, err := Open(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for busy && !eng.log.fast.Load() { // the writer asks once a second
+				time.Sleep(10 * time.Millisecond)
+			}
+			per := b.N/threads + 1
+			evs := make([][]*server.Event, threads)
+			for t := range evs {
+				evs[t] = benchEvents(b, fmt.Sprint("t", t), 0, per)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := i % threads
+				if err := eng.log.Append(context.Background(), fmt.Sprint("t", t), evs[t][i/threads]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := eng.Close(); err != nil { // everything synced and folded
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			eng2, err := Open(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eng2.Close()
+			b.ReportMetric(float64(eng2.Counters().ChunkBytes)/float64(b.N), "chunk-bytes/event")
+		})
 	}
-	per := b.N/threads + 1
-	evs := make([][]*server.Event, threads)
-	for t := range evs {
-		evs[t] = benchEvents(b, fmt.Sprint("t", t), 0, per)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t := i % threads
-		if err := eng.log.Append(context.Background(), fmt.Sprint("t", t), evs[t][i/threads]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := eng.Close(); err != nil { // everything synced and folded
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	eng2, err := Open(Options{Dir: eng.opts.Dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer eng2.Close()
-	b.ReportMetric(float64(eng2.Counters().ChunkBytes)/float64(b.N), "chunk-bytes/event")
 }
 
 // BenchmarkReplay100k: a thread of 100,000 events replayed in full from

@@ -16,20 +16,25 @@ import (
 // commits and folds on the writer, Pebble's flushes and compactions) per
 // event appended to 5,000 threads round robin, against the in-memory
 // engine's log doing the same: the disk engine's cost at the
-// many-conversations workload's saturation point. Appends pause briefly
+// many-conversations workload's saturation point, with chunks in zstd
+// and, as a busy process folds them, in S2 (disk-busy). Appends pause briefly
 // every 50 events, as a server's live path does between publishes, so
 // that group commits stay the size they are in a server. Run it on one
 // core (taskset -c 0) for the figure a one-core server sees.
 func BenchmarkAppendCPU(b *testing.B) {
 	const threads = 5000
-	for _, engine := range []string{"disk", "memory"} {
+	for _, engine := range []string{"disk", "disk-busy", "memory"} {
 		b.Run(engine, func(b *testing.B) {
 			var log server.EventLog = server.NewMemoryLog(server.DefaultBufferEvents, 0)
 			var eng *Engine
-			if engine == "disk" {
+			if engine != "memory" {
+				busy := engine == "disk-busy" // chunks in S2, not zstd
 				var err error
-				if eng, err = Open(Options{Dir: b.TempDir()}); err != nil {
+				if eng, err = Open(Options{Dir: b.TempDir(), Busy: func() bool { return busy }}); err != nil {
 					b.Fatal(err)
+				}
+				for busy && !eng.log.fast.Load() { // the writer asks once a second
+					time.Sleep(10 * time.Millisecond)
 				}
 				log = eng.log
 			}
