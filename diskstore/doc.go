@@ -10,11 +10,11 @@
 // (synced: what a crash cannot lose; S2, since it is read back only after
 // a crash), and later, a run of one thread's events at a time, into that
 // thread's chunks (zstd; S2 while the process has no CPU to spare, which
-// Engine.Compact rewrites as zstd), which replays read. Until its events are in chunks a thread keeps them
-// in memory (its tail), so no replay waits for the disk. The commit log
-// is not in the tree: it is a directory of plain segment files
-// (internal/commitlog), each commit appended and synced through the
-// kernel's AIO, a segment let go of (and written over as a later one)
+// Engine.Compact rewrites as zstd), which replays read. Until its events
+// are in chunks a thread keeps them in memory (its tail), so no replay
+// waits for the disk. The commit log is not in the tree: it is a
+// directory of plain segment files (internal/commitlog), each commit
+// appended and synced through the kernel's AIO, a segment let go of (and written over as a later one)
 // once all its events are in chunks and the tree is synced, so that an
 // event the tree holds for seconds does not pass through its
 // write-ahead log, memtable, flushes and compactions. The chunks are

@@ -17,8 +17,9 @@ import (
 // commit, in files of its own: package commitlog; S2, which is fast,
 // since a commit lives only seconds), and later, a thread's run of them
 // at a time, into that thread's chunks (zstd, which is smaller; S2 while
-// the process has no CPU to spare, until Compact), which replays read; the commit log lets go of a segment once every event in
-// it is in a chunk. A store an earlier version left may hold commits in
+// the process has no CPU to spare, until Compact), which replays read;
+// the commit log lets go of a segment once every event in it is in a
+// chunk. A store an earlier version left may hold commits in
 // the tree ("w/"), which the next Open folds and deletes.
 //
 //	"w/" COMMIT(8)             -> (earlier versions) a group commit: its events (thread, seq, JSON)
@@ -99,7 +100,7 @@ func readChunkHead(b []byte) (chunkHead, []byte, error) {
 // codec compresses the store's values. Chunks are zstd at its fastest:
 // the events of a chunk repeat each other's field names, and keep a sixth
 // to a tenth of their size. While the process has no CPU to spare
-// (Options.Busy) chunks are S2 instead, at a sixth of zstd's CPU for 1.5
+// (Options.Busy) chunks are S2 instead, at a fifth of zstd's CPU for 1.3
 // to 2.3 times its bytes (2026-11-28, 64 events of 250 bytes: 8-13 µs
 // against 46-68 µs a chunk); Engine.Compact rewrites them as zstd.
 // Commits are S2: they are read only after a crash. Both are a marker
@@ -123,7 +124,7 @@ func (c *codec) encodeCommit(dst, raw []byte) []byte { return c.encode(dst, raw,
 // encode appends raw compressed to dst: with S2 when fast, else zstd.
 func (c *codec) encode(dst, raw []byte, fast bool) []byte {
 	m := s2.MaxEncodedLen(len(raw))
-	if !fast || m < 0 { // over 4 GiB: past what an S2 block holds
+	if !fast || m < 0 { // m < 0: over 4 GiB, past what an S2 block holds
 		return c.enc.EncodeAll(raw, dst)
 	}
 	dst = slices.Grow(append(dst, s2Value), m)
