@@ -14,11 +14,12 @@
 // are in chunks a thread keeps them in memory (its tail), so no replay
 // waits for the disk. The commit log is not in the tree: it is a
 // directory of plain segment files (internal/commitlog), each commit
-// appended and synced through the kernel's AIO, a segment let go of (and written over as a later one)
-// once all its events are in chunks and the tree is synced, so that an
-// event the tree holds for seconds does not pass through its
-// write-ahead log, memtable, flushes and compactions. The chunks are
-// written to the tree without a sync: the commit log holds their events
+// appended and synced through the kernel's AIO, a segment let go of
+// (and written over as a later one) once all its events are in chunks
+// and the tree is synced, so that an event the tree holds for seconds
+// does not pass through its write-ahead log, memtable, flushes and
+// compactions. The chunks are written to the tree without a sync: the
+// commit log holds their events
 // until the tree is synced. Chunks hold 64 events each, so the tree's
 // compactions have little to rewrite: with one key per event,
 // thread-major, they took a tenth of the server's CPU and put 30-50 ms
