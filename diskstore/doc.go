@@ -19,9 +19,9 @@
 // and the tree is synced, so that an event the tree holds for seconds
 // does not pass through its write-ahead log, memtable, flushes and
 // compactions. The chunks are written to the tree without a sync: the
-// commit log holds their events
-// until the tree is synced. Chunks hold 64 events each, so the tree's
-// compactions have little to rewrite: with one key per event,
+// commit log holds their events until the tree is synced. Chunks hold 64
+// events each, so the tree's compactions have little to rewrite: with
+// one key per event,
 // thread-major, they took a tenth of the server's CPU and put 30-50 ms
 // stalls into deliveries.
 //
