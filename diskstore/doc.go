@@ -9,8 +9,8 @@
 // into the commit log, one record per group commit in arrival order
 // (synced: what a crash cannot lose; S2, since it is read back only after
 // a crash), and later, a run of one thread's events at a time, into that
-// thread's chunks (zstd; S2 while the process has no CPU to spare, which
-// Engine.Compact rewrites as zstd), which replays read. Until its events
+// thread's chunks (zstd; S2 while the process has no CPU to spare,
+// rewritten as zstd once it has), which replays read. Until its events
 // are in chunks a thread keeps them in memory (its tail), so no replay
 // waits for the disk. The commit log is not in the tree: it is a
 // directory of plain segment files (internal/commitlog), each commit

@@ -17,7 +17,7 @@ import (
 // commit, in files of its own: package commitlog; S2, which is fast,
 // since a commit lives only seconds), and later, a thread's run of them
 // at a time, into that thread's chunks (zstd, which is smaller; S2 while
-// the process has no CPU to spare, until Compact), which replays read;
+// the process has no CPU to spare, rewritten later), which replays read;
 // the commit log lets go of a segment once every event in it is in a
 // chunk. A store an earlier version left may hold commits in
 // the tree ("w/"), which the next Open folds and deletes.
@@ -102,7 +102,8 @@ func readChunkHead(b []byte) (chunkHead, []byte, error) {
 // to a tenth of their size. While the process has no CPU to spare
 // (Options.Busy) chunks are S2 instead, at a fifth of zstd's CPU for 1.3
 // to 2.3 times its bytes (2026-11-28, 64 events of 250 bytes: 8-13 µs
-// against 46-68 µs a chunk); Engine.Compact rewrites them as zstd.
+// against 46-68 µs a chunk), rewritten as zstd once it has CPU again
+// (recompressSome) or by Engine.Compact.
 // Commits are S2: they are read only after a crash. Both are a marker
 // byte, then an S2 block; a zstd value begins with zstd's magic number
 // (and a store written before holds zstd commits): decodeValue reads

@@ -58,6 +58,11 @@ type Log struct {
 	// fast: the process has no CPU to spare (Options.Busy, asked once a
 	// second): chunks are S2, not zstd.
 	fast atomic.Bool
+	// fastFrom is where, in the index, the chunks written with S2 since
+	// this store opened begin that are not rewritten as zstd yet (nil:
+	// none), fastTo the time the last was written (l.flushing held).
+	fastFrom []byte
+	fastTo   uint64
 
 	// Counters (Stats).
 	written, commits, failures, refusedFull, refusedBehind, chunksWritten, fastChunks, dropped atomic.Uint64
@@ -277,6 +282,9 @@ func (l *Log) writer() {
 				l.fast.Store(l.opts.Busy())
 				l.checkSpace()
 				l.retain()
+				if !l.fast.Load() {
+					l.recompressSome()
+				}
 			}
 		case <-l.wake:
 		}
@@ -354,12 +362,11 @@ func (l *Log) flush() {
 		werr = l.wal.Append(n, l.enc)
 	}
 	sizes := make([]int, len(folds))
-	chunks, fast := 0, l.fast.Load()
+	chunks, fast, now := 0, l.fast.Load(), uint64(l.opts.Now().UnixMilli())
 	if werr == nil && len(folds) > 0 {
 		// The folds' events are in the commit log already, which keeps
 		// them until the tree is synced (retain): no sync here.
 		b := l.db.NewBatch()
-		now := uint64(l.opts.Now().UnixMilli())
 		for i, f := range folds {
 			evs := f.events
 			for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
@@ -429,10 +436,14 @@ func (l *Log) flush() {
 	if ferr != nil {
 		return
 	}
-	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
-	if fast {
-		l.fastChunks.Add(uint64(chunks))
+	if fast && chunks > 0 {
+		l.fastChunks.Add(uint64(chunks)) // before the chunks: never more fast chunks than chunks
+		if l.fastFrom == nil {
+			l.fastFrom = binary.BigEndian.AppendUint64([]byte("t/"), now)
+		}
+		l.fastTo = now
 	}
+	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
 	for i, f := range folds {
 		l.bytes[f.thread] += int64(sizes[i])
 		l.total += int64(sizes[i])

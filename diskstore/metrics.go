@@ -56,7 +56,7 @@ func (e *Engine) Collectors() []prometheus.Collector {
 		counter("agentstream_data_events_refused_full_total", "Events refused to their publisher while the disk had less free space than --data-min-free.", func(c Counters) uint64 { return c.RefusedFull }),
 		counter("agentstream_data_events_refused_behind_total", "Events refused to their publisher because the disk was too far behind (its commits failing or slow).", func(c Counters) uint64 { return c.RefusedBehind }),
 		counter("agentstream_data_chunks_written_total", "Chunks of a thread's events written (what replays read).", func(c Counters) uint64 { return c.Chunks }),
-		counter("agentstream_data_fast_chunks_total", "Chunks compressed with S2 rather than zstd because the process had no CPU to spare (more bytes on disk; data compact rewrites them).", func(c Counters) uint64 { return c.FastChunks }),
+		counter("agentstream_data_fast_chunks_total", "Chunks compressed with S2 rather than zstd because the process had no CPU to spare (more bytes on disk until rewritten as zstd, once it has).", func(c Counters) uint64 { return c.FastChunks }),
 		counter("agentstream_data_events_dropped_total", "Events the retention policy dropped from the disk (--data-max-events, --data-max-thread-bytes, --data-max-bytes, --data-max-age).", func(c Counters) uint64 { return c.Dropped }),
 		syncs("async", func(c Counters) uint64 { return c.AsyncSyncs }),
 		syncs("blocking", func(c Counters) uint64 { return c.BlockingSyncs }),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -283,31 +284,61 @@ func (l *Log) floorFor(thread string) uint64 {
 }
 
 // Compact rewrites the chunks folded with S2 while the process was busy
-// as zstd, then the whole store, dropping what deletes left behind.
+// as zstd (those the running store had not rewritten yet, and any an
+// earlier run left), then the whole store, dropping what deletes left
+// behind.
 func (e *Engine) Compact(ctx context.Context) error {
-	if _, err := e.log.recompress(ctx); err != nil {
+	l := e.log
+	l.flushing.Lock()
+	_, _, err := l.recompress(ctx, []byte("t/"), upper([]byte("t/")), 0)
+	if err == nil {
+		l.fastFrom = nil
+	}
+	l.flushing.Unlock()
+	if err != nil {
 		return err
 	}
 	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
 }
 
-// recompress rewrites the chunks written with S2 as zstd, with their
-// index entries' sizes and the threads' byte counts, and says how many
-// it rewrote. It holds l.flushing: no fold, retention pass or delete
-// meanwhile.
-func (l *Log) recompress(ctx context.Context) (int, error) {
+// recompressPerPass bounds the index entries one background pass visits
+// (a pass a second, when the process has CPU to spare): about 10 ms of
+// zstd at most.
+const recompressPerPass = 256
+
+// recompressSome goes on rewriting the S2 chunks written since the store
+// opened as zstd, recompressPerPass index entries at a time (the writer,
+// once a second while the process is not busy).
+func (l *Log) recompressSome() {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
-	if err := l.checkWritable(); err != nil {
-		return 0, err
+	if l.fastFrom == nil {
+		return
 	}
-	prefix := []byte("c/")
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	to := binary.BigEndian.AppendUint64([]byte("t/"), l.fastTo+1)
+	_, next, err := l.recompress(context.Background(), l.fastFrom, to, recompressPerPass)
+	if err == nil {
+		l.fastFrom = next // nil: every one rewritten, until the next busy second
+	}
+}
+
+// recompress rewrites the chunks written with S2 as zstd, with their
+// index entries' sizes and the threads' byte counts, walking the index
+// (the chunks in the order they were written) from key from to key to,
+// at most budget entries of it (0: no bound); it says how many it
+// rewrote and the index key to go on from (nil: it reached to). The
+// writes are not synced: a rewrite a crash loses leaves the S2 chunk,
+// as readable. l.flushing held: no fold, retention pass or delete
+// meanwhile.
+func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n int, next []byte, err error) {
+	if err := l.checkWritable(); err != nil {
+		return 0, from, err
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
 	if err != nil {
-		return 0, err
+		return 0, from, err
 	}
 	defer it.Close()
-	n := 0
 	b := l.db.NewBatch()
 	defer func() { _ = b.Close() }() // the last one
 	grown := map[string]int64{}
@@ -315,7 +346,7 @@ func (l *Log) recompress(ctx context.Context) (int, error) {
 		if b.Empty() {
 			return nil
 		}
-		err := b.Commit(pebble.Sync)
+		err := b.Commit(pebble.NoSync)
 		_ = b.Close()
 		b = l.db.NewBatch()
 		if err != nil {
@@ -330,34 +361,50 @@ func (l *Log) recompress(ctx context.Context) (int, error) {
 		clear(grown)
 		return nil
 	}
+	visited := 0
 	for it.First(); it.Valid(); it.Next() {
-		if err := ctx.Err(); err != nil {
-			return n, err
+		if budget > 0 && visited == budget {
+			next = append([]byte(nil), it.Key()...)
+			break
 		}
-		k, v := it.Key(), it.Value()
+		visited++
+		if err := ctx.Err(); err != nil {
+			return n, it.Key(), err
+		}
+		thread, first, ok := parseIndexKey(it.Key())
+		if !ok {
+			continue
+		}
+		v, found, err := l.get(chunkKey(thread, first))
+		if err != nil {
+			return n, it.Key(), err
+		}
+		if !found {
+			continue // dropped meanwhile: its index entry goes with the next retention pass
+		}
 		h, body, err := readChunkHead(v)
 		if err != nil || !isFast(body) {
 			continue
 		}
 		raw, err := l.codec.decodeValue(body)
 		if err != nil {
-			return n, fmt.Errorf("diskstore: chunk %q: %w", k, err)
+			return n, it.Key(), fmt.Errorf("diskstore: thread %s, chunk %d: %w", thread, first, err)
 		}
 		nv := l.codec.encode(h.append(nil), raw, false)
-		thread, first := string(k[len(prefix):len(k)-9]), chunkFirst(k)
-		_ = b.Set(k, nv, nil)
-		_ = b.Set(indexKey(h.Written, thread, first), binary.AppendUvarint(nil, uint64(len(nv))), nil)
+		_ = b.Set(chunkKey(thread, first), nv, nil)
+		_ = b.Set(it.Key(), binary.AppendUvarint(nil, uint64(len(nv))), nil)
 		grown[thread] += int64(len(nv) - len(v))
 		if n++; n%256 == 0 {
 			if err := commit(); err != nil {
-				return n, err
+				return n, it.Key(), err
 			}
 		}
+		runtime.Gosched() // deliveries run between two chunks
 	}
 	if err := it.Error(); err != nil {
-		return n, err
+		return n, from, err
 	}
-	return n, commit()
+	return n, next, commit()
 }
 
 // Export writes the thread's events as NDJSON, each without its seq and
