@@ -326,7 +326,8 @@ func (l *Log) recompressSome() {
 // index entries' sizes and the threads' byte counts, walking the index
 // (the chunks in the order they were written) from key from to key to,
 // at most budget entries of it (0: no bound); it says how many it
-// rewrote and the index key to go on from (nil: it reached to). The
+// rewrote and the index key to go on from (nil: it reached to; from
+// again after an error: what was rewritten is skipped next time). The
 // writes are not synced: a rewrite a crash loses leaves the S2 chunk,
 // as readable. l.flushing held: no fold, retention pass or delete
 // meanwhile.
@@ -369,7 +370,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		visited++
 		if err := ctx.Err(); err != nil {
-			return n, it.Key(), err
+			return n, from, err
 		}
 		thread, first, ok := parseIndexKey(it.Key())
 		if !ok {
@@ -377,7 +378,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		v, found, err := l.get(chunkKey(thread, first))
 		if err != nil {
-			return n, it.Key(), err
+			return n, from, err
 		}
 		if !found {
 			continue // dropped meanwhile: its index entry goes with the next retention pass
@@ -388,7 +389,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		raw, err := l.codec.decodeValue(body)
 		if err != nil {
-			return n, it.Key(), fmt.Errorf("diskstore: thread %s, chunk %d: %w", thread, first, err)
+			return n, from, fmt.Errorf("diskstore: thread %s, chunk %d: %w", thread, first, err)
 		}
 		nv := l.codec.encode(h.append(nil), raw, false)
 		_ = b.Set(chunkKey(thread, first), nv, nil)
@@ -396,7 +397,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		grown[thread] += int64(len(nv) - len(v))
 		if n++; n%256 == 0 {
 			if err := commit(); err != nil {
-				return n, it.Key(), err
+				return n, from, err
 			}
 		}
 		runtime.Gosched() // deliveries run between two chunks
