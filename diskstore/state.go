@@ -381,7 +381,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 			return n, from, err
 		}
 		if !found {
-			continue // dropped meanwhile: its index entry goes with the next retention pass
+			continue // dropped meanwhile
 		}
 		h, body, err := readChunkHead(v)
 		if err != nil || !isFast(body) {
