@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -58,11 +59,12 @@ type Log struct {
 	// fast: the process has no CPU to spare (Options.Busy, asked once a
 	// second): chunks are S2, not zstd.
 	fast atomic.Bool
-	// fastFrom is where, in the index, the chunks written with S2 since
-	// this store opened begin that are not rewritten as zstd yet (nil:
-	// none), fastTo the time the last was written (l.flushing held).
-	fastFrom []byte
-	fastTo   uint64
+	// fastFrom and fastEnd bound the part of the index (the chunks in the
+	// order they were written) that may hold S2 chunks not rewritten as
+	// zstd yet (fastFrom nil: none). A store opens with the whole index
+	// (a store closed or killed while busy left some); each busy commit
+	// extends it (l.flushing held).
+	fastFrom, fastEnd []byte
 
 	// Counters (Stats).
 	written, commits, failures, refusedFull, refusedBehind, chunksWritten, fastChunks, dropped atomic.Uint64
@@ -115,6 +117,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
+	l.fastFrom, l.fastEnd = []byte("t/"), upper([]byte("t/")) // walked once, when there is CPU to spare
 	if err := l.recover(); err != nil {
 		c.close()
 		return nil, err
@@ -441,7 +444,9 @@ func (l *Log) flush() {
 		if l.fastFrom == nil {
 			l.fastFrom = binary.BigEndian.AppendUint64([]byte("t/"), now)
 		}
-		l.fastTo = now
+		if end := binary.BigEndian.AppendUint64([]byte("t/"), now+1); bytes.Compare(end, l.fastEnd) > 0 {
+			l.fastEnd = end
+		}
 	}
 	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
 	for i, f := range folds {

@@ -395,8 +395,8 @@ func TestDueThreadsFoldFasterThanTheyComeDue(t *testing.T) {
 
 // TestBusyFoldsFastChunks: while the process is busy chunks are S2;
 // once it is not, the writer rewrites them as zstd (smaller) in the
-// background and folds new ones in zstd; Compact rewrites those an
-// earlier run left. Every event replays the same throughout and after a
+// background and folds new ones in zstd; those an earlier run left are
+// rewritten by Compact, or by a run with CPU to spare. Every event replays the same throughout and after a
 // restart, and the index's sizes and the store's byte count follow each
 // rewrite.
 func TestBusyFoldsFastChunks(t *testing.T) {
@@ -426,22 +426,35 @@ func TestBusyFoldsFastChunks(t *testing.T) {
 	require.Equal(t, uint64(2), eng.Counters().FastChunks)
 	require.Equal(t, []bool{false, false, false}, chunkFormats(t, eng))
 
-	// Busy again, then closed before a quiet second: the next run has an
-	// S2 chunk it did not write, which Compact rewrites.
+	// Busy again, then closed before a quiet second: the next run finds
+	// an S2 chunk it did not write. Busy all along, it keeps it until
+	// Compact rewrites it.
 	busy.Store(true)
 	require.Eventually(t, eng.log.fast.Load, 5*time.Second, 10*time.Millisecond)
 	evs = append(evs, appendN(t, eng.log, "a", "ep", 30, 10, time.Now())...)
 	require.NoError(t, eng.Close())
-	opts.Busy = func() bool { return false }
 	eng, err = Open(opts)
 	require.NoError(t, err)
-	defer eng.Close()
 	require.Equal(t, []bool{false, false, false, true}, chunkFormats(t, eng))
 	before := eng.Counters().ChunkBytes
 	require.Equal(t, before, indexedBytes(t, eng), "counted again from the disk")
 	require.NoError(t, eng.Compact(context.Background()))
 	require.Equal(t, []bool{false, false, false, false}, chunkFormats(t, eng))
 	require.Less(t, eng.Counters().ChunkBytes, before)
+	require.Equal(t, eng.Counters().ChunkBytes, indexedBytes(t, eng))
+	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
+
+	// Once more an S2 chunk left behind; a run with CPU to spare walks
+	// the whole index once and rewrites it.
+	require.Eventually(t, eng.log.fast.Load, 5*time.Second, 10*time.Millisecond)
+	evs = append(evs, appendN(t, eng.log, "a", "ep", 40, 10, time.Now())...)
+	require.NoError(t, eng.Close())
+	busy.Store(false)
+	eng, err = Open(opts)
+	require.NoError(t, err)
+	defer eng.Close()
+	require.Eventually(t, func() bool { return slices.Equal(chunkFormats(t, eng), []bool{false, false, false, false, false}) },
+		5*time.Second, 10*time.Millisecond, "what an earlier run left rewritten too")
 	require.Equal(t, eng.Counters().ChunkBytes, indexedBytes(t, eng))
 	require.Equal(t, jsons(evs), replay(t, eng.log, "a", 0))
 }

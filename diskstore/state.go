@@ -306,17 +306,17 @@ func (e *Engine) Compact(ctx context.Context) error {
 // zstd at most.
 const recompressPerPass = 256
 
-// recompressSome goes on rewriting the S2 chunks written since the store
-// opened as zstd, recompressPerPass index entries at a time (the writer,
-// once a second while the process is not busy).
+// recompressSome goes on rewriting the S2 chunks as zstd,
+// recompressPerPass index entries at a time (the writer, once a second
+// while the process is not busy): the whole index once after the store
+// opens, then from the first chunk written while busy.
 func (l *Log) recompressSome() {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
 	if l.fastFrom == nil {
 		return
 	}
-	to := binary.BigEndian.AppendUint64([]byte("t/"), l.fastTo+1)
-	_, next, err := l.recompress(context.Background(), l.fastFrom, to, recompressPerPass)
+	_, next, err := l.recompress(context.Background(), l.fastFrom, l.fastEnd, recompressPerPass)
 	if err == nil {
 		l.fastFrom = next // nil: every one rewritten, until the next busy second
 	}
