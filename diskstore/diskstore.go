@@ -68,10 +68,10 @@ type Options struct {
 	// Busy says whether the process has no CPU to spare; the store asks
 	// once a second, and folds chunks with S2 rather than zstd until it
 	// says no again, then rewrites them as zstd in the background (and
-	// those a closed store left; Engine.Compact does it at once). The default
-	// (nil) reads the process's CPU time over the last second against
-	// GOMAXPROCS cores: nine tenths of them or more is busy. Tests replace
-	// it.
+	// those a closed store left; Engine.Compact does it at once). The
+	// default (nil) reads the process's CPU time over the last second
+	// against GOMAXPROCS cores: nine tenths of them or more is busy.
+	// Tests replace it.
 	Busy func() bool
 }
 

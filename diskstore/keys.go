@@ -42,8 +42,12 @@ func chunkKey(thread string, first uint64) []byte {
 // chunkFirst reads a chunk key's first seq.
 func chunkFirst(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
 
+// indexFrom is where the index's entries of chunks written at time at
+// (Unix ms) and later begin.
+func indexFrom(at uint64) []byte { return binary.BigEndian.AppendUint64([]byte("t/"), at) }
+
 func indexKey(at uint64, thread string, first uint64) []byte {
-	k := binary.BigEndian.AppendUint64([]byte("t/"), at)
+	k := indexFrom(at)
 	k = append(append(k, thread...), 0)
 	return binary.BigEndian.AppendUint64(k, first)
 }

@@ -117,7 +117,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
-	l.fastFrom, l.fastEnd = []byte("t/"), upper([]byte("t/")) // walked once, when there is CPU to spare
+	l.fastFrom, l.fastEnd = indexFrom(0), upper([]byte("t/")) // walked once, when there is CPU to spare
 	if err := l.recover(); err != nil {
 		c.close()
 		return nil, err
@@ -442,9 +442,9 @@ func (l *Log) flush() {
 	if fast && chunks > 0 {
 		l.fastChunks.Add(uint64(chunks)) // before the chunks: never more fast chunks than chunks
 		if l.fastFrom == nil {
-			l.fastFrom = binary.BigEndian.AppendUint64([]byte("t/"), now)
+			l.fastFrom = indexFrom(now)
 		}
-		if end := binary.BigEndian.AppendUint64([]byte("t/"), now+1); bytes.Compare(end, l.fastEnd) > 0 {
+		if end := indexFrom(now + 1); bytes.Compare(end, l.fastEnd) > 0 {
 			l.fastEnd = end
 		}
 	}

@@ -290,7 +290,7 @@ func (l *Log) floorFor(thread string) uint64 {
 func (e *Engine) Compact(ctx context.Context) error {
 	l := e.log
 	l.flushing.Lock()
-	_, _, err := l.recompress(ctx, []byte("t/"), upper([]byte("t/")), 0)
+	_, _, err := l.recompress(ctx, indexFrom(0), upper([]byte("t/")), 0)
 	if err == nil {
 		l.fastFrom = nil
 	}
