@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/agentstream/agentstream/diskstore/internal/aiosync"
 	"github.com/agentstream/agentstream/diskstore/internal/commitlog"
+	"github.com/agentstream/agentstream/internal/cpuuse"
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -69,9 +69,9 @@ type Options struct {
 	// once a second, and folds chunks with S2 rather than zstd until it
 	// says no again, then rewrites them as zstd in the background (and
 	// those a closed store left; Engine.Compact does it at once). The
-	// default (nil) reads the process's CPU time over the last second
-	// against GOMAXPROCS cores: nine tenths of them or more is busy.
-	// Tests replace it.
+	// default (nil) reads the process's CPU use over the last second:
+	// nine tenths or more of what it could have had is busy (see
+	// cpuuse.Gauge). Tests replace it.
 	Busy func() bool
 }
 
@@ -336,27 +336,18 @@ func (e *Engine) Close() error {
 }
 
 // cpuBusy is Options.Busy's default: whether the process used nine tenths
-// or more of GOMAXPROCS cores since it was last asked.
-func cpuBusy() func() bool { return busyMeter(processCPU, time.Now, runtime.GOMAXPROCS(0)) }
-
-// busyMeter says, each time it is called, whether cpu (the process's CPU
-// time) grew by nine tenths or more of procs times the wall time since the
-// last call.
-func busyMeter(cpu func() time.Duration, clock func() time.Time, procs int) func() bool {
-	lastWall, lastCPU := clock(), cpu()
+// or more of the CPU time it could have had since it was last asked (its
+// cores' time, or, as its cores' main user, its own and what they left
+// idle: cpuuse.Gauge, as the writers' pacer reads it).
+func cpuBusy() func() bool {
+	var g cpuuse.Gauge
+	g.Use() // the first read: nothing to compare with yet
 	return func() bool {
-		now, c := clock(), cpu()
-		wall, used := now.Sub(lastWall), c-lastCPU
-		lastWall, lastCPU = now, c
-		return wall > 0 && float64(used) >= 0.9*float64(wall)*float64(procs)
+		use, ok := g.Use()
+		return ok && use >= busyAbove
 	}
 }
 
-// processCPU is the CPU time the process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// busyAbove is the share of the CPU time the process could have had from
+// which it has none to spare.
+const busyAbove = 0.9

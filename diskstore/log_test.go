@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -489,20 +491,23 @@ func indexedBytes(t *testing.T, eng *Engine) int64 {
 	return n
 }
 
-// TestBusyMeter: busy is nine tenths of the cores' time or more since the
-// last call.
-func TestBusyMeter(t *testing.T) {
-	var cpu time.Duration
-	now := time.Unix(1000, 0)
-	busy := busyMeter(func() time.Duration { return cpu }, func() time.Time { return now }, 2)
-	now, cpu = now.Add(time.Second), cpu+1800*time.Millisecond
-	require.True(t, busy(), "1.8 s of 2 cores' second")
-	now, cpu = now.Add(time.Second), cpu+1700*time.Millisecond
-	require.False(t, busy(), "1.7 s of 2")
-	now, cpu = now.Add(time.Second), cpu+1900*time.Millisecond
-	require.True(t, busy())
-	require.False(t, busy(), "no time passed")
-	idle := cpuBusy()
+// TestCPUBusy: the default Busy says a process that sleeps between two
+// questions is not busy, and one that spins on every core it may use for
+// the second is (cpuuse.Gauge's share, nine tenths or more).
+func TestCPUBusy(t *testing.T) {
+	busy := cpuBusy()
 	time.Sleep(50 * time.Millisecond)
-	require.False(t, idle(), "a process that sleeps meanwhile is not busy")
+	require.False(t, busy(), "a process that sleeps meanwhile is not busy")
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for !stop.Load() {
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	require.True(t, busy(), "every core it may use, spinning")
 }

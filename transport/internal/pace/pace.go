@@ -16,7 +16,7 @@
 // halves back to the configured one. Throughput then rises under
 // overload and latency stays bounded by about MaxInterval plus the
 // scheduling delay, instead of queues growing. At its limit means over
-// 90% of the CPU time the process could have had (see cpuGauge),
+// 90% of the CPU time the process could have had (see cpuuse.Gauge),
 // averaged over the last three 100-ms windows: a single window's figure
 // swings with a collection or with what the machine does besides.
 // Behind, for the first step, means that goroutines wait to run a
@@ -31,11 +31,12 @@
 package pace
 
 import (
-	"runtime"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentstream/agentstream/internal/cpuuse"
 )
 
 // MaxInterval bounds the adaptive interval.
@@ -80,9 +81,9 @@ type Pacer struct {
 	// The adaptive interval (nanoseconds), and when it was last adapted
 	// (on the pacer's clock).
 	cur, adapted atomic.Int64
-	cpu          cpuGauge   // guarded by mu
-	sched        schedGauge // guarded by mu
-	uses         useHistory // the last windows' CPU use, guarded by mu
+	cpu          cpuuse.Gauge // guarded by mu
+	sched        schedGauge   // guarded by mu
+	uses         useHistory   // the last windows' CPU use, guarded by mu
 
 	// Kicks since the last adaptation; waited counts those of them that
 	// waited for the interval (guarded by mu, which wait holds anyway).
@@ -123,7 +124,7 @@ func (p *Pacer) adapt() {
 	}
 	since := now - time.Duration(p.adapted.Load())
 	p.adapted.Store(int64(now))
-	use, ok := p.cpu.use()
+	use, ok := p.cpu.Use()
 	kicks, waited := p.kicks.Swap(0), p.waited
 	p.waited = 0
 	gathered := 0.0
@@ -236,51 +237,6 @@ func (g *schedGauge) p99() time.Duration {
 		}
 	}
 	return 0
-}
-
-// cpuGauge measures the process's CPU use between two reads, as a share
-// of the CPU time it could have had: GOMAXPROCS cores, or, once it uses
-// at least half of them (mainFor), its own time and what its cores left
-// idle. On cores with no idle time left, a process that is their main
-// user is at its limit even though its own figure is lower: the rest went
-// to the kernel's work for it, to the hypervisor (steal time) or to other
-// processes, and it could not have had more.
-type cpuGauge struct {
-	cpu  time.Duration // user+system time at the last read
-	idle time.Duration // its cores' idle time at the last read
-	// whether the last read knew the idle time
-	idleOK bool
-	wall   time.Time
-}
-
-// mainFor is the share of GOMAXPROCS cores above which the process counts
-// its cores' idle time as all it could have had more.
-const mainFor = 0.5
-
-func (g *cpuGauge) use() (float64, bool) {
-	cpu, ok := processCPU()
-	if !ok {
-		return 0, false
-	}
-	idle, idleOK := coresIdle()
-	now := time.Now()
-	prev := *g
-	g.cpu, g.idle, g.idleOK, g.wall = cpu, idle, idleOK, now
-	if prev.wall.IsZero() || !now.After(prev.wall) {
-		return 0, false
-	}
-	return cpuUse(cpu-prev.cpu, now.Sub(prev.wall)*time.Duration(runtime.GOMAXPROCS(0)), idle-prev.idle, idleOK && prev.idleOK), true
-}
-
-// cpuUse is the share of capacity (GOMAXPROCS cores over the window) that
-// used took, or, for a process using at least mainFor of it whose cores'
-// idle time is known, of its own time and that idle time.
-func cpuUse(used, capacity, idle time.Duration, idleKnown bool) float64 {
-	share := float64(used) / float64(capacity)
-	if !idleKnown || share < mainFor || idle < 0 {
-		return share
-	}
-	return float64(used) / float64(min(capacity, used+idle))
 }
 
 // Epoch is the base of the pacer's monotonic clock.

@@ -1,4 +1,4 @@
-package pace
+package cpuuse
 
 import (
 	"testing"
@@ -21,10 +21,10 @@ cpu9 1 0 1 1000 1000 0 0 0 0 0
 	_, ok = idleOf(stat, func(cpu int) bool { return cpu == 5 })
 	require.False(t, ok, "none of its cores listed")
 
-	first, ok := coresIdle()
+	first, ok := CoresIdle()
 	require.True(t, ok, "this machine's /proc/stat")
 	time.Sleep(50 * time.Millisecond)
-	second, ok := coresIdle()
+	second, ok := CoresIdle()
 	require.True(t, ok)
 	require.GreaterOrEqual(t, second, first, "idle time only grows")
 }

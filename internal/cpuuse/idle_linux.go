@@ -1,4 +1,4 @@
-package pace
+package cpuuse
 
 import (
 	"bytes"
@@ -13,9 +13,9 @@ import (
 // architecture Go runs on).
 const userHZ = 100
 
-// coresIdle is the idle time (idle and waiting for I/O) of the cores the
+// CoresIdle is the idle time (idle and waiting for I/O) of the cores the
 // process may run on, from /proc/stat.
-func coresIdle() (time.Duration, bool) {
+func CoresIdle() (time.Duration, bool) {
 	var mask unix.CPUSet
 	if unix.SchedGetaffinity(0, &mask) != nil {
 		return 0, false

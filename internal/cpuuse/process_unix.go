@@ -1,14 +1,15 @@
 //go:build unix
 
-package pace
+package cpuuse
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the process's user+system CPU time.
-func processCPU() (time.Duration, bool) {
+// Process is the process's user+system CPU time (false where it cannot
+// be read).
+func Process() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0, false
