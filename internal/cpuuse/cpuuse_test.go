@@ -32,23 +32,35 @@ func TestCPUGaugeReadsTheProcess(t *testing.T) {
 	require.Less(t, spent(idle, start), 20*time.Millisecond, "a sleep's is not")
 }
 
-// TestCPUUseCountsWhatItCouldHaveHad: a process that is its cores' main
-// user and leaves them no idle time is at its limit, whatever its own
-// figure; one using little of them is not, however busy the cores are.
-func TestCPUUseCountsWhatItCouldHaveHad(t *testing.T) {
+// TestShareCountsWhatItCouldHaveHad: a process that wanted its cores
+// (used or waited for half of them or more) and leaves them no idle time
+// is at its limit, whatever its own figure; one using little of them and
+// hardly waiting is not, however busy the cores are.
+func TestShareCountsWhatItCouldHaveHad(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
-		name                 string
-		used, capacity, idle time.Duration
-		idleKnown            bool
-		want                 float64
+		name string
+		w    Window
+		want float64
 	}{
-		{"alone on its core, a tenth stolen by the hypervisor", 86 * ms, 100 * ms, 0, true, 1},
-		{"alone with time to spare", 70 * ms, 100 * ms, 30 * ms, true, 0.7},
-		{"a small user of cores another process keeps busy", 2 * ms, 100 * ms, 0, true, 0.02},
-		{"under a quota: idle cores it may not use", 190 * ms, 200 * ms, 500 * ms, true, 0.95},
-		{"idle time unknown", 86 * ms, 100 * ms, 0, false, 0.86},
+		{"alone on its core, a tenth stolen by the hypervisor", Window{Used: 86 * ms, Capacity: 100 * ms, IdleKnown: true}, 1},
+		{"alone with time to spare", Window{Used: 70 * ms, Capacity: 100 * ms, Idle: 30 * ms, IdleKnown: true}, 0.7},
+		{"a small user of cores another process keeps busy", Window{Used: 2 * ms, Waited: 3 * ms, Capacity: 100 * ms, IdleKnown: true}, 0.02},
+		{"sharing its core with a busy process: it waited as long as it ran", Window{Used: 45 * ms, Waited: 50 * ms, Capacity: 100 * ms, IdleKnown: true}, 1},
+		{"the same, with time to spare", Window{Used: 45 * ms, Waited: 10 * ms, Capacity: 100 * ms, Idle: 20 * ms, IdleKnown: true}, 45.0 / 65},
+		{"under a quota: idle cores it may not use", Window{Used: 190 * ms, Capacity: 200 * ms, Idle: 500 * ms, IdleKnown: true}, 0.95},
+		{"idle time unknown", Window{Used: 86 * ms, Waited: 50 * ms, Capacity: 100 * ms}, 0.86},
 	} {
-		require.InDelta(t, c.want, Share(c.used, c.capacity, c.idle, c.idleKnown), 1e-9, c.name)
+		require.InDelta(t, c.want, Share(c.w), 1e-9, c.name)
+	}
+}
+
+// BenchmarkGaugeUse is one read of the gauge (the pacer reads it every
+// 100 ms at most, the disk store once a second).
+func BenchmarkGaugeUse(b *testing.B) {
+	var g Gauge
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Use()
 	}
 }
