@@ -77,7 +77,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultCommitEvery = 2 * time.Millisecond
+	DefaultCommitEvery = 10 * time.Millisecond
 	DefaultMaxPending  = 65536
 	DefaultQueueWait   = 2 * time.Second
 	DefaultMinFree     = 256 << 20

@@ -116,7 +116,7 @@ type config struct {
 	upstream, upstreamAPIKey, upstreamIdentity                       string
 	dataDir                                                          string
 	dataMinFree, dataMaxEvents, dataMaxThreadBytes, dataMaxBytes     int64
-	dataMaxAge                                                       time.Duration
+	dataMaxAge, dataCommitEvery                                      time.Duration
 	bufferEventsSet                                                  bool // --buffer-events was given
 	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
@@ -224,6 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.Int64Var(&c.dataMaxEvents, "data-max-events", diskstore.DefaultMaxEvents, "with --data-dir: each thread keeps at most this many events on disk, the oldest dropped first (-1: no cap)")
 	fs.Int64Var(&c.dataMaxThreadBytes, "data-max-thread-bytes", 0, "with --data-dir: each thread keeps at most this many bytes of events on disk (compressed), the oldest dropped first (0: no cap)")
 	fs.Int64Var(&c.dataMaxBytes, "data-max-bytes", 0, "with --data-dir: all threads together keep at most this many bytes of events on disk (compressed), the oldest of any thread dropped first (0: no cap)")
+	fs.DurationVar(&c.dataCommitEvery, "data-commit-every", diskstore.DefaultCommitEvery, "with --data-dir: the longest an event waits for its group commit, one synced write of every event since the last; a crash (kill -9, power lost) loses at most this much (shorter: more syncs, more disk traffic beside the live path)")
 	fs.DurationVar(&c.dataMaxAge, "data-max-age", 0, "with --data-dir: events older than this are dropped (0: kept as long as their thread, --thread-ttl)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
@@ -400,7 +401,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			hot = c.bufferEvents
 		}
 		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
-			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge})
+			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--data-dir: %w", err)
@@ -807,6 +808,9 @@ func (c config) check() error {
 	if c.redisWriters > 256 {
 		return fmt.Errorf("--redis-writers must be at most 256")
 	}
+	if c.dataCommitEvery > time.Second {
+		return fmt.Errorf("--data-commit-every must be at most 1s")
+	}
 	for _, p := range splitList(c.profiles) {
 		if !slices.Contains(transport.Profiles, p) {
 			return fmt.Errorf("--profiles: unknown wire %q (known: %s)", p, strings.Join(transport.Profiles, ", "))
@@ -832,6 +836,7 @@ func (c config) check() error {
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
+		{"--data-commit-every", int64(c.dataCommitEvery)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)

@@ -139,6 +139,8 @@ func TestZeroLimitsAreRefused(t *testing.T) {
 		{"--heartbeat", "0s", "--heartbeat must be more than 0"},
 		{"--memory-limit", "-1", "--memory-limit must be 0 (none) or more"},
 		{"--memory-target", "-1", "--memory-target must be 0 (none) or more"},
+		{"--data-commit-every", "0", "--data-commit-every must be more than 0"},
+		{"--data-commit-every", "2s", "--data-commit-every must be at most 1s"},
 	} {
 		var stderr bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), []string{"serve", tc.flag, tc.value}, io.Discard, &stderr, nil), tc.flag+" "+tc.value)
