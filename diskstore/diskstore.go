@@ -336,9 +336,8 @@ func (e *Engine) Close() error {
 }
 
 // cpuBusy is Options.Busy's default: whether the process used nine tenths
-// or more of the CPU time it could have had since it was last asked (its
-// cores' time, or, as its cores' main user, its own and what they left
-// idle: cpuuse.Gauge, as the writers' pacer reads it).
+// or more of the CPU time it could have had since it was last asked
+// (cpuuse.Gauge, as the writers' pacer reads it).
 func cpuBusy() func() bool {
 	var g cpuuse.Gauge
 	g.Use() // the first read: nothing to compare with yet

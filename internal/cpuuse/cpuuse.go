@@ -1,7 +1,7 @@
 // Package cpuuse owns how the process reads its own CPU use: its CPU time
-// (getrusage), the idle time of the cores it may run on (/proc/stat), and
-// the Gauge that turns two reads into a share of the CPU time it could
-// have had. The writers' pacer and the disk store's choice of codec both
+// (getrusage), the idle time of the cores it may run on (/proc/stat), the
+// time its threads waited for a CPU (schedstat), and the Gauge that turns
+// two reads into a share of the CPU time it could have had. The writers' pacer and the disk store's choice of codec both
 // ask it whether the process has CPU to spare.
 package cpuuse
 
