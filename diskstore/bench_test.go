@@ -42,14 +42,8 @@ func BenchmarkAppend(b *testing.B) {
 	for _, busy := range []bool{false, true} {
 		name := map[bool]string{false: "zstd", true: "s2"}[busy]
 		b.Run(name, func(b *testing.B) {
-			opts := Options{Dir: b.TempDir(), Busy: func() bool { return busy }}
-			eng, err := Open(opts)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for busy && !eng.log.fast.Load() { // the writer asks once a second
-				time.Sleep(10 * time.Millisecond)
-			}
+			eng := openBusy(b, b.TempDir(), busy)
+			opts := eng.opts
 			per := b.N/threads + 1
 			evs := make([][]*server.Event, threads)
 			for t := range evs {
@@ -75,6 +69,20 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(eng2.Counters().ChunkBytes)/float64(b.N), "chunk-bytes/event")
 		})
 	}
+}
+
+// openBusy opens a store in dir whose Options.Busy always answers busy,
+// and returns once its writer has asked (once a second): its chunks are
+// S2 from the first when busy, zstd when not.
+func openBusy(b *testing.B, dir string, busy bool) *Engine {
+	eng, err := Open(Options{Dir: dir, Busy: func() bool { return busy }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for busy && !eng.log.fast.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return eng
 }
 
 // BenchmarkReplay100k: a thread of 100,000 events replayed in full from

@@ -28,14 +28,7 @@ func BenchmarkAppendCPU(b *testing.B) {
 			var log server.EventLog = server.NewMemoryLog(server.DefaultBufferEvents, 0)
 			var eng *Engine
 			if engine != "memory" {
-				busy := engine == "disk-busy" // chunks in S2, not zstd
-				var err error
-				if eng, err = Open(Options{Dir: b.TempDir(), Busy: func() bool { return busy }}); err != nil {
-					b.Fatal(err)
-				}
-				for busy && !eng.log.fast.Load() { // the writer asks once a second
-					time.Sleep(10 * time.Millisecond)
-				}
+				eng = openBusy(b, b.TempDir(), engine == "disk-busy") // chunks in S2, not zstd
 				log = eng.log
 			}
 			per := b.N/threads + 1

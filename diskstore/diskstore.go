@@ -343,10 +343,6 @@ func cpuBusy() func() bool {
 	g.Use() // the first read: nothing to compare with yet
 	return func() bool {
 		use, ok := g.Use()
-		return ok && use >= busyAbove
+		return ok && use >= cpuuse.Busy
 	}
 }
-
-// busyAbove is the share of the CPU time the process could have had from
-// which it has none to spare.
-const busyAbove = 0.9

@@ -46,6 +46,9 @@ func chunkFirst(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) 
 // (Unix ms) and later begin.
 func indexFrom(at uint64) []byte { return binary.BigEndian.AppendUint64([]byte("t/"), at) }
 
+// wholeIndex bounds every entry of the index.
+func wholeIndex() (from, to []byte) { return []byte("t/"), []byte("t0") }
+
 func indexKey(at uint64, thread string, first uint64) []byte {
 	k := indexFrom(at)
 	k = append(append(k, thread...), 0)

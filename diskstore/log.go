@@ -117,7 +117,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
-	l.fastFrom, l.fastEnd = indexFrom(0), upper([]byte("t/")) // walked once, when there is CPU to spare
+	l.fastFrom, l.fastEnd = wholeIndex() // walked once, when there is CPU to spare
 	if err := l.recover(); err != nil {
 		c.close()
 		return nil, err
@@ -229,9 +229,17 @@ func (l *Log) recover() error {
 	return l.db.DeleteRange([]byte("x/"), []byte("x0"), pebble.Sync)
 }
 
+// addBytes counts d more bytes of the thread's chunks (fewer when
+// negative), in the thread's figure and the store's. l.mu held.
+func (l *Log) addBytes(thread string, d int64) {
+	l.bytes[thread] += d
+	l.total += d
+}
+
 // countBytes reads the chunks' sizes from their index.
 func (l *Log) countBytes() error {
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("t/"), UpperBound: []byte("t0")})
+	from, to := wholeIndex()
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
 	if err != nil {
 		return err
 	}
@@ -241,8 +249,7 @@ func (l *Log) countBytes() error {
 		if !ok || n <= 0 {
 			continue
 		}
-		l.bytes[thread] += int64(size)
-		l.total += int64(size)
+		l.addBytes(thread, int64(size))
 	}
 	return errors.Join(it.Error(), it.Close())
 }
@@ -450,8 +457,7 @@ func (l *Log) flush() {
 	}
 	l.chunksWritten.Add(uint64(chunks)) // counted once on disk, with their bytes
 	for i, f := range folds {
-		l.bytes[f.thread] += int64(sizes[i])
-		l.total += int64(sizes[i])
+		l.addBytes(f.thread, int64(sizes[i]))
 		if l.tails[f.thread] != f.tail {
 			continue // deleted meanwhile
 		}

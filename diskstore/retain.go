@@ -193,7 +193,8 @@ func (l *Log) storeFloors(chosen map[string]uint64) map[string]uint64 {
 		return nil
 	}
 	out := map[string]uint64{}
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte("t/"), UpperBound: []byte("t0")})
+	from, to := wholeIndex()
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
 	if err != nil {
 		return nil
 	}
@@ -261,8 +262,7 @@ func (l *Log) drop(thread string, keep uint64) {
 	l.dropped.Add(events)
 	l.mu.Lock()
 	l.floor[thread] = max(l.floor[thread], keep)
-	l.bytes[thread] -= freed
-	l.total -= freed
+	l.addBytes(thread, -freed)
 	l.mu.Unlock()
 }
 

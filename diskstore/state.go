@@ -290,7 +290,8 @@ func (l *Log) floorFor(thread string) uint64 {
 func (e *Engine) Compact(ctx context.Context) error {
 	l := e.log
 	l.flushing.Lock()
-	_, _, err := l.recompress(ctx, indexFrom(0), upper([]byte("t/")), 0)
+	from, to := wholeIndex()
+	_, err := l.recompress(ctx, from, to, 0)
 	if err == nil {
 		l.fastFrom = nil
 	}
@@ -300,6 +301,9 @@ func (e *Engine) Compact(ctx context.Context) error {
 	}
 	return e.db.Compact(ctx, []byte{0}, []byte{0xff}, true)
 }
+
+// recompressBatch is how many rewritten chunks one unsynced batch holds.
+const recompressBatch = 256
 
 // recompressPerPass bounds the index entries one background pass visits
 // (a pass a second, when the process has CPU to spare): about 10 ms of
@@ -316,7 +320,7 @@ func (l *Log) recompressSome() {
 	if l.fastFrom == nil {
 		return
 	}
-	_, next, err := l.recompress(context.Background(), l.fastFrom, l.fastEnd, recompressPerPass)
+	next, err := l.recompress(context.Background(), l.fastFrom, l.fastEnd, recompressPerPass)
 	if err == nil {
 		l.fastFrom = next // nil: every one rewritten, until the next busy second
 	}
@@ -325,19 +329,19 @@ func (l *Log) recompressSome() {
 // recompress rewrites the chunks written with S2 as zstd, with their
 // index entries' sizes and the threads' byte counts, walking the index
 // (the chunks in the order they were written) from key from to key to,
-// at most budget entries of it (0: no bound); it says how many it
-// rewrote and the index key to go on from (nil: it reached to; from
-// again after an error: what was rewritten is skipped next time). The
+// at most budget entries of it (0: no bound); it says the index key to
+// go on from (nil: it reached to; from again after an error: what was
+// rewritten is skipped next time). The
 // writes are not synced: a rewrite a crash loses leaves the S2 chunk,
 // as readable. l.flushing held: no fold, retention pass or delete
 // meanwhile.
-func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n int, next []byte, err error) {
+func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (next []byte, err error) {
 	if err := l.checkWritable(); err != nil {
-		return 0, from, err
+		return from, err
 	}
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
 	if err != nil {
-		return 0, from, err
+		return from, err
 	}
 	defer it.Close()
 	b := l.db.NewBatch()
@@ -355,14 +359,13 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		l.mu.Lock()
 		for thread, d := range grown {
-			l.bytes[thread] += d
-			l.total += d
+			l.addBytes(thread, d)
 		}
 		l.mu.Unlock()
 		clear(grown)
 		return nil
 	}
-	visited := 0
+	visited, rewritten := 0, 0
 	for it.First(); it.Valid(); it.Next() {
 		if budget > 0 && visited == budget {
 			next = append([]byte(nil), it.Key()...)
@@ -370,7 +373,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		visited++
 		if err := ctx.Err(); err != nil {
-			return n, from, err
+			return from, err
 		}
 		thread, first, ok := parseIndexKey(it.Key())
 		if !ok {
@@ -378,7 +381,7 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		v, found, err := l.get(chunkKey(thread, first))
 		if err != nil {
-			return n, from, err
+			return from, err
 		}
 		if !found {
 			continue // dropped meanwhile
@@ -389,23 +392,23 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (n in
 		}
 		raw, err := l.codec.decodeValue(body)
 		if err != nil {
-			return n, from, fmt.Errorf("diskstore: thread %s, chunk %d: %w", thread, first, err)
+			return from, fmt.Errorf("diskstore: thread %s, chunk %d: %w", thread, first, err)
 		}
 		nv := l.codec.encode(h.append(nil), raw, false)
 		_ = b.Set(chunkKey(thread, first), nv, nil)
 		_ = b.Set(it.Key(), binary.AppendUvarint(nil, uint64(len(nv))), nil)
 		grown[thread] += int64(len(nv) - len(v))
-		if n++; n%256 == 0 {
+		if rewritten++; rewritten%recompressBatch == 0 {
 			if err := commit(); err != nil {
-				return n, from, err
+				return from, err
 			}
 		}
 		runtime.Gosched() // deliveries run between two chunks
 	}
 	if err := it.Error(); err != nil {
-		return n, from, err
+		return from, err
 	}
-	return n, next, commit()
+	return next, commit()
 }
 
 // Export writes the thread's events as NDJSON, each without its seq and

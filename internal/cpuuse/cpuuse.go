@@ -30,6 +30,10 @@ type Gauge struct {
 	wall             time.Time
 }
 
+// Busy is the share of what it could have had (Gauge.Use) from which
+// the process has no CPU to spare.
+const Busy = 0.9
+
 // MainFor is the share of GOMAXPROCS cores the process must have used or
 // waited for before it counts its cores' idle time as all it could have
 // had more.

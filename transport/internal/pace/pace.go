@@ -42,12 +42,12 @@ import (
 // MaxInterval bounds the adaptive interval.
 const MaxInterval = 400 * time.Millisecond
 
-// The CPU use (a share of GOMAXPROCS cores), averaged over the last
+// The CPU use (cpuuse.Gauge's share), averaged over the last
 // busyWindows windows, above which the interval doubles (a burst does not
 // slow a server that keeps up); and the use of one window under which it
 // halves at once.
 const (
-	busyAbove   = 0.9
+	busyAbove   = cpuuse.Busy
 	busyWindows = 3
 	idleBelow   = 0.6
 )
