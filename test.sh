@@ -31,7 +31,7 @@ go vet ./...
 # One line per package, the output of each failed test, and a last line
 # naming every skipped test and why (redis-server, Chromium, ../shared);
 # AGENTSTREAM_REQUIRE_ALL=1 (as .ci/run sets) makes any skip fail the run.
-go build -o "${TMPDIR:-/tmp}/agentstream-testsummary" ./internal/testsummary
+go build -o "${TMPDIR:-/tmp}/agentstream-testsummary" ./internal/testkit/testsummary
 set +e
 go test -race -count=1 -timeout 20m -json ./... | "${TMPDIR:-/tmp}/agentstream-testsummary"
 codes=("${PIPESTATUS[@]}")

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/sdktest"
-	"github.com/agentstream/agentstream/internal/servetest"
-	"github.com/agentstream/agentstream/internal/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"

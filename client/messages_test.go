@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"

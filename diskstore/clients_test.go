@@ -8,8 +8,8 @@ import (
 
 	"github.com/agentstream/agentstream/client"
 	"github.com/agentstream/agentstream/diskstore"
-	"github.com/agentstream/agentstream/internal/sdktest"
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"

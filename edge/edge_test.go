@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/edge"
-	"github.com/agentstream/agentstream/internal/lgtest"
-	"github.com/agentstream/agentstream/internal/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/lgtest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"

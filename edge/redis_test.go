@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/edge"
-	"github.com/agentstream/agentstream/internal/lgtest"
-	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/lgtest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"

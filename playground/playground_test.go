@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"

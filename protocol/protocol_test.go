@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/agentstream/agentstream/internal/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/gentest"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 )

@@ -19,9 +19,9 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/redistest"
-	"github.com/agentstream/agentstream/internal/sdktest"
-	"github.com/agentstream/agentstream/internal/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/channels"
-	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/redistest"
-	"github.com/agentstream/agentstream/internal/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/stretchr/testify/require"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
 )

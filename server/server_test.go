@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/coder/websocket"

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/agentstream/agentstream/transport"
 )
 

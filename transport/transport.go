@@ -40,7 +40,7 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/instanceai"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
-	"github.com/agentstream/agentstream/transport/internal/slot"
+	"github.com/agentstream/agentstream/transport/internal/longlived"
 	"github.com/agentstream/agentstream/transport/jobs"
 	"github.com/agentstream/agentstream/transport/minimal"
 	"github.com/agentstream/agentstream/transport/openai"
@@ -375,7 +375,7 @@ func (h *Handler) streamSlot(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
 		return r, nil, false
 	}
-	ctx, sl := slot.With(r.Context(), release)
+	ctx, sl := longlived.WithSlot(r.Context(), release)
 	return r.WithContext(ctx), sl.Done, true
 }
 

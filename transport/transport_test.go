@@ -21,7 +21,7 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
-	"github.com/agentstream/agentstream/internal/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"

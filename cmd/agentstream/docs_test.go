@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/stretchr/testify/require"
 )
 

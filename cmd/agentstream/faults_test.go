@@ -18,8 +18,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentstream/agentstream/internal/redistest"
-	"github.com/agentstream/agentstream/internal/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 )
 
 // faultFrame is one SSE frame a fault-test client read; conn counts the

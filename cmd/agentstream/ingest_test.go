@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )

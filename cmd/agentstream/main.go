@@ -10,7 +10,7 @@
 //
 // serve runs the server (in memory, or on Redis with --redis); tail follows
 // a thread in the terminal, as a person reads it; load measures a running
-// server over loopback (see internal/loadtest); token mints an HS256 JWT
+// server over loopback (see its package internal/loadtest); token mints an HS256 JWT
 // for a server run with --auth-hs256-secret-file (for development).
 //
 // Every flag can also be set with an environment variable: --addr is
@@ -40,9 +40,9 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/cmd/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/diskstore"
 	"github.com/agentstream/agentstream/edge"
-	"github.com/agentstream/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/internal/termsafe"
 	"github.com/agentstream/agentstream/playground"
 	"github.com/agentstream/agentstream/protocol"

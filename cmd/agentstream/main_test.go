@@ -28,8 +28,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/redistest"
-	"github.com/agentstream/agentstream/internal/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/coder/websocket"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/servetest"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/inproc"

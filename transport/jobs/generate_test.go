@@ -3,7 +3,7 @@ package jobs_test
 import (
 	"testing"
 
-	"github.com/agentstream/agentstream/internal/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/gentest"
 )
 
 // TestGeneratedFilesAreFresh: doc.go's go:generate lines (the Go types

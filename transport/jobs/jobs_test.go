@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/gentest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/jobs"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/redistest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/internal/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/gentest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"

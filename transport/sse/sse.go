@@ -35,11 +35,9 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
-	"github.com/agentstream/agentstream/transport/internal/eventstream"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/internal/longlived"
 	"github.com/agentstream/agentstream/transport/internal/pace"
-	"github.com/agentstream/agentstream/transport/internal/shallow"
-	"github.com/agentstream/agentstream/transport/internal/slot"
 	"github.com/agentstream/agentstream/transport/internal/stages"
 )
 
@@ -193,7 +191,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// Validating the body grows the stack; the stream may stay on this
 		// goroutine for hours.
-		errResp = shallow.Run(func() *protocol.ErrorResponse {
+		errResp = longlived.Shallow(func() *protocol.ErrorResponse {
 			var e *protocol.ErrorResponse
 			f, cursor, e = h.fromBody(body)
 			return e
@@ -212,7 +210,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		cursor = c
 	}
 	if r.Method == http.MethodHead { // the headers a stream would have, and no stream
-		eventstream.SetHeaders(w.Header())
+		setStreamHeaders(w.Header())
 		w.WriteHeader(http.StatusOK)
 		return
 	}
@@ -276,7 +274,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Sess
 	if p := auth.FromContext(r.Context()); p != nil {
 		sub.ExpireAt(p.Expires) // the stream ends with an error event then
 	}
-	eventstream.SetHeaders(w.Header())
+	setStreamHeaders(w.Header())
 	h.mu.Lock()
 	if h.closing { // the response ends at once
 		h.mu.Unlock()
@@ -287,7 +285,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Sess
 	h.wg.Add(1)
 	h.mu.Unlock()
 	if out, ok := h.takeOver(w, r); ok {
-		release := slot.Keep(r.Context()) // the principal's stream slot lasts as long as the stream
+		release := longlived.KeepSlot(r.Context()) // the principal's stream slot lasts as long as the stream
 		go func() {
 			defer release()
 			newStream(h, sub, out, wire).run(out.Wait)
@@ -471,4 +469,13 @@ func Shared(srv *server.Server, h *Handler) (_ *Handler, shutdown func()) {
 		defer cancel()
 		_ = own.Shutdown(ctx)
 	}
+}
+
+// setStreamHeaders sets the headers of every event stream, the protocol's
+// and the other wires': not cached, not buffered by a proxy.
+func setStreamHeaders(hdr http.Header) {
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("Connection", "keep-alive")
+	hdr.Set("X-Accel-Buffering", "no")
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentstream/agentstream/internal/testkit/wstest"
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
-	"github.com/agentstream/agentstream/transport/internal/wstest"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
 )

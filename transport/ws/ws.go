@@ -43,9 +43,8 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/idlepark"
+	"github.com/agentstream/agentstream/transport/internal/longlived"
 	"github.com/agentstream/agentstream/transport/internal/pace"
-	"github.com/agentstream/agentstream/transport/internal/shallow"
-	"github.com/agentstream/agentstream/transport/internal/slot"
 	"github.com/agentstream/agentstream/transport/internal/stages"
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
 	"github.com/coder/websocket"
@@ -232,7 +231,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(b)
 		return
 	}
-	release := slot.Keep(r.Context()) // the principal's stream slot lasts as long as the connection
+	release := longlived.KeepSlot(r.Context()) // the principal's stream slot lasts as long as the connection
 	conn, err := wsframe.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:   []string{CBORSubprotocol, JSONSubprotocol},
 		OriginPatterns: h.opts.OriginPatterns,
@@ -374,7 +373,7 @@ func (c *connection) message() bool {
 	if c.conn.Parks() {
 		return c.readCommand()
 	}
-	return shallow.Run(c.readCommand)
+	return longlived.Shallow(c.readCommand)
 }
 
 func (c *connection) readCommand() bool {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/internal/testkit/wstest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
-	"github.com/agentstream/agentstream/transport/internal/wstest"
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/transport/internal/wstest"
+	"github.com/agentstream/agentstream/internal/testkit/wstest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/transport/internal/wstest"
+	"github.com/agentstream/agentstream/internal/testkit/wstest"
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/quietport"
+	"github.com/agentstream/agentstream/internal/testkit/quietport"
 )
 
 // Upstream is a running LangGraph server.

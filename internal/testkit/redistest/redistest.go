@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentstream/agentstream/internal/quietport"
+	"github.com/agentstream/agentstream/internal/testkit/quietport"
 )
 
 // Server is a redis-server a test started.

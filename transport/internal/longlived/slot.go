@@ -1,8 +1,4 @@
-// Package slot hands a counted resource (a principal's stream slot) from
-// the route that took it to the handler that keeps it: an SSE stream is
-// over when its handler returns, a WebSocket only when its connection
-// ends, on a goroutine of its own.
-package slot
+package longlived
 
 import (
 	"context"
@@ -18,16 +14,16 @@ type Slot struct {
 
 type key struct{}
 
-// With returns ctx carrying a slot that release gives back.
-func With(ctx context.Context, release func()) (context.Context, *Slot) {
+// WithSlot returns ctx carrying a slot that release gives back.
+func WithSlot(ctx context.Context, release func()) (context.Context, *Slot) {
 	s := &Slot{release: release}
 	return context.WithValue(ctx, key{}, s), s
 }
 
-// Keep takes over the slot of ctx (if any): the caller must call the
+// KeepSlot takes over the slot of ctx (if any): the caller must call the
 // function it returns when the resource ends, and Done no longer releases
 // it.
-func Keep(ctx context.Context) func() {
+func KeepSlot(ctx context.Context) func() {
 	s, _ := ctx.Value(key{}).(*Slot)
 	if s == nil {
 		return func() {}

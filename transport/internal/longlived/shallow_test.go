@@ -1,4 +1,4 @@
-package shallow
+package longlived
 
 import (
 	"runtime"
@@ -23,11 +23,11 @@ func deep(n int) int {
 }
 
 func TestRunReturnsTheResultFromAnotherGoroutine(t *testing.T) {
-	got := Run(func() int { return deep(64) })
+	got := Shallow(func() int { return deep(64) })
 	require.Equal(t, deep(64), got)
 	// The caller's goroutine is not the one that ran f.
 	var callerBuf, calleeBuf [64]byte
 	caller := string(callerBuf[:runtime.Stack(callerBuf[:], false)])
-	callee := Run(func() string { return string(calleeBuf[:runtime.Stack(calleeBuf[:], false)]) })
+	callee := Shallow(func() string { return string(calleeBuf[:runtime.Stack(calleeBuf[:], false)]) })
 	require.NotEqual(t, caller[:20], callee[:20], "goroutine ids differ")
 }
