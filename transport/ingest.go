@@ -126,7 +126,7 @@ func (h *Handler) readBatch(w http.ResponseWriter, r *http.Request, what, items 
 	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.ingest.MaxBatchBytes, h.bodyTimeout, what)
 	if errResp != nil {
 		if refusal != "" {
-			h.metrics.refuse(refusal)
+			h.metrics.Refused(refusal)
 		}
 		httpjson.Write(w, status, errResp)
 		return nil, false
@@ -140,7 +140,7 @@ func (h *Handler) readBatch(w http.ResponseWriter, r *http.Request, what, items 
 	// Counted before the items are read: a client over its rate costs
 	// the split only.
 	if !h.ingestLimiter.AllowN(clientKey(r, auth.FromContext(r.Context())), len(split), time.Now()) {
-		h.metrics.refuse("ingest_rate")
+		h.metrics.Refused("ingest_rate")
 		w.Header().Set("Retry-After", "1")
 		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; --ingest-rate, --ingest-burst); nothing appended, wait and retry", h.ingest.Rate, items, h.ingest.Burst))
 		return nil, false
@@ -154,7 +154,7 @@ func (h *Handler) refuseBatch(w http.ResponseWriter, errResp *protocol.ErrorResp
 	status := http.StatusBadRequest
 	if errResp.Code == protocol.ErrorCodeResourceExhausted {
 		status = http.StatusRequestEntityTooLarge
-		h.metrics.refuse("ingest_events")
+		h.metrics.Refused("ingest_events")
 	}
 	httpjson.Write(w, status, errResp)
 }

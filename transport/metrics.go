@@ -9,11 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the Prometheus series the handler exports.
+// metrics are the Prometheus series the handler exports. They are the
+// wire.Observer every stream handler and wire reports to.
 type metrics struct {
 	sseStreams   prometheus.Gauge
 	wsConns      prometheus.Gauge
-	delivered    func(int)
+	deliver      func(int)
 	stage        func(string, time.Duration) // a sampled delivery latency (package stages)
 	commandTimes *prometheus.HistogramVec
 	refusals     *refusals
@@ -46,8 +47,8 @@ func (r *refusals) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// refuse counts one refusal because of limit.
-func (m *metrics) refuse(limit string) {
+// Refused counts one refusal because of limit.
+func (m *metrics) Refused(limit string) {
 	m.refusals.mu.Lock()
 	m.refusals.n[limit]++
 	m.refusals.mu.Unlock()
@@ -80,7 +81,7 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 			written.Observe(d.Seconds())
 		}
 	}
-	m.delivered = func(n int) {
+	m.deliver = func(n int) {
 		delivered.Add(float64(n))
 		writes.Inc()
 	}
@@ -111,19 +112,25 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	return m
 }
 
-// authRefused counts a request or command refused by authentication or
+// AuthRefused counts a request or command refused by authentication or
 // authorization.
-func (m *metrics) authRefused(reason string) { m.authFailures.WithLabelValues(reason).Inc() }
+func (m *metrics) AuthRefused(reason string) { m.authFailures.WithLabelValues(reason).Inc() }
 
-func (m *metrics) stream() func() {
-	m.sseStreams.Inc()
-	return m.sseStreams.Dec
+// Opened counts an open SSE stream ("sse") or WebSocket ("websocket").
+func (m *metrics) Opened(kind string) func() {
+	g := m.sseStreams
+	if kind == "websocket" {
+		g = m.wsConns
+	}
+	g.Inc()
+	return g.Dec
 }
 
-func (m *metrics) conn() func() {
-	m.wsConns.Inc()
-	return m.wsConns.Dec
-}
+// Delivered counts n events written in one write.
+func (m *metrics) Delivered(n int) { m.deliver(n) }
+
+// Stage observes a sampled delivery latency.
+func (m *metrics) Stage(stage string, d time.Duration) { m.stage(stage, d) }
 
 func (m *metrics) command(method, outcome string, d time.Duration) {
 	m.commandTimes.WithLabelValues(method, outcome).Observe(d.Seconds())

@@ -15,8 +15,13 @@
 //	GET  /healthz, /readyz                                    liveness and readiness
 //	GET  /metrics                                             Prometheus metrics
 //
-// The subpackages sse, ws and inproc own each transport; this package owns
-// the routing, the commands and state endpoints, the metrics, and, when
+// Every set of routes is a wire (package wire): the protocol's own, the
+// workers', and each profile's; New registers the enabled wires' routes in
+// one loop, each behind the guard of its kind, and hands every wire one
+// wire.Context. The subpackages sse, ws and inproc own each transport of
+// the protocol (sse also serves the other wires' streams); this package
+// owns the routing, the guards, the commands and state endpoints, the
+// metrics (the wire.Observer of every stream), and, when
 // Options.Auth is set, the authentication of every request: each route
 // under /threads/{id} authenticates the request's credential and asks the
 // server whether its principal may use the thread (server.Authorize)
@@ -45,6 +50,7 @@ import (
 	"github.com/agentstream/agentstream/transport/minimal"
 	"github.com/agentstream/agentstream/transport/openai"
 	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -68,6 +74,21 @@ const (
 
 // Profiles lists the wires Options.Profiles may name.
 var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI, ProfileOpenAI}
+
+// profileWire builds the wire a profile names on the transport's context.
+func profileWire(name string, c wire.Context, opts *Options) wire.Wire {
+	switch name {
+	case ProfileMinimal:
+		return minimal.New(c)
+	case ProfileJobs:
+		return jobs.New(c)
+	case ProfileInstanceAI:
+		return instanceai.New(c, instanceai.Options{Assistant: opts.InstanceAIAssistant})
+	case ProfileOpenAI:
+		return openai.New(c, openai.Options{})
+	}
+	return nil
+}
 
 // Options configure the handler.
 type Options struct {
@@ -162,10 +183,6 @@ type Handler struct {
 	mux     *http.ServeMux
 	sse     *sse.Handler
 	ws      *ws.Handler
-	minimal *minimal.Handler    // nil unless the minimal profile is on
-	jobs    *jobs.Handler       // nil unless the jobs profile is on
-	ia      *instanceai.Handler // nil unless the instance-ai profile is on
-	oai     *openai.Handler     // nil unless the openai profile is on
 	metrics *metrics
 	ready   atomic.Bool
 	maxBody int64
@@ -194,17 +211,11 @@ func New(srv *server.Server, opts Options) *Handler {
 		reg = prometheus.NewRegistry()
 	}
 	m := newMetrics(reg, srv)
-	opts.SSE.OnStream = chain(opts.SSE.OnStream, m.stream)
-	opts.SSE.OnDeliver = chainN(opts.SSE.OnDeliver, m.delivered)
-	opts.WS.OnConn = chain(opts.WS.OnConn, m.conn)
-	opts.WS.OnDeliver = chainN(opts.WS.OnDeliver, m.delivered)
-	opts.SSE.OnStage = chainStage(opts.SSE.OnStage, m.stage)
-	opts.WS.OnStage = chainStage(opts.WS.OnStage, m.stage)
+	opts.SSE.Observer = wire.Join(opts.SSE.Observer, m)
+	opts.WS.Observer = wire.Join(opts.WS.Observer, m)
 	if opts.SSE.BodyTimeout == 0 {
 		opts.SSE.BodyTimeout = opts.BodyTimeout // one setting for both routes that read a body
 	}
-	opts.SSE.OnRefuse = chainS(opts.SSE.OnRefuse, m.refuse)
-	opts.WS.OnRefuse = chainS(opts.WS.OnRefuse, m.refuse)
 	opts.WS.Auth = opts.Auth
 	if opts.WS.Decode == (protocol.DecodeLimits{}) {
 		opts.WS.Decode = opts.Decode
@@ -212,7 +223,6 @@ func New(srv *server.Server, opts Options) *Handler {
 	if opts.SSE.Decode == (protocol.DecodeLimits{}) {
 		opts.SSE.Decode = opts.Decode
 	}
-	opts.WS.OnAuthRefuse = m.authRefused
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
 		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState}
 	if h.maxBody <= 0 {
@@ -246,7 +256,7 @@ func New(srv *server.Server, opts Options) *Handler {
 		opts.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
 	}
 	h.streams = &streamQuota{max: opts.MaxStreamsPerPrincipal, open: map[string]int{}}
-	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { m.refuse("command_" + limit) }}
+	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { m.Refused("command_" + limit) }}
 	h.ingest = opts.Ingest.withDefaults()
 	h.ingestLimiter = keyrate.New(h.ingest.Rate, h.ingest.Burst)
 	interval := func(name, help string, f func() time.Duration) prometheus.Collector {
@@ -257,51 +267,27 @@ func New(srv *server.Server, opts Options) *Handler {
 		interval("agentstream_websocket_write_interval_seconds", "The least time between two writes of one WebSocket now (it grows while the server is behind).", h.ws.WriteInterval),
 	)
 	h.ready.Store(true)
-	for _, p := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
-		h.mux.Handle("POST "+p, h.guard(h.sse.ServeHTTP, streamRoute))
-		h.mux.Handle("GET "+p, h.guard(h.streamGET, streamRoute))
+	c := wire.Context{
+		Server: srv,
+		Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
+			return h.authorize(w, auth.FromContext(r.Context()), thread, create)
+		},
+		ReadBatch:     h.readBatch,
+		MaxEventBytes: h.ingest.MaxEventBytes,
+		BodyTimeout:   h.bodyTimeout,
+		Heartbeat:     wire.DefaultHeartbeat,
+		Streams:       h.sse,
+		Observer:      m,
 	}
-	h.mux.Handle("POST /threads/{id}/commands", h.guard(h.command, commandRoute))
-	h.mux.Handle("POST /threads/{id}/events", h.guard(h.publish, ingestRoute))
-	h.mux.Handle("GET /threads/{id}/state", h.guard(h.state, readRoute))
-	h.mux.Handle("GET /workers/connect", h.workerGuard(h.workerConnect))
-	h.mux.Handle("POST /workers/{worker}/runs/{run}", h.workerGuard(h.workerBatch))
-	h.mux.Handle("POST /workers/{worker}/heartbeat", h.workerGuard(h.workerHeartbeat))
-	h.mux.Handle("DELETE /workers/{worker}", h.workerGuard(h.workerLeave))
+	wires := []wire.Wire{protocolWire{h}, workerWire{h}}
 	for _, p := range opts.Profiles {
-		switch p {
-		case ProfileMinimal:
-			h.minimal = minimal.New(srv, minimal.Options{Authorize: h.authorizeWire, Heartbeat: 15 * time.Second, BodyTimeout: h.bodyTimeout, Streams: h.sse})
-			h.mux.Handle("POST /minimal/stream", h.wireGuard(h.minimal))
-		case ProfileJobs:
-			h.jobs = jobs.New(srv, jobs.Options{
-				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
-					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
-				},
-				ReadBatch: func(w http.ResponseWriter, r *http.Request) ([][]byte, bool) {
-					return h.readBatch(w, r, "batch of envelopes", "envelopes")
-				},
-				MaxEventBytes: h.ingest.MaxEventBytes, BodyTimeout: h.bodyTimeout, Streams: h.sse,
-			})
-			h.jobs.Register(h.mux, h.wireGuard, func(next http.Handler) http.Handler { return h.wireGuardAs(ingestRoute, next) })
-		case ProfileInstanceAI:
-			h.ia = instanceai.New(srv, instanceai.Options{Assistant: opts.InstanceAIAssistant,
-				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
-					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
-				},
-				BodyTimeout: h.bodyTimeout, Streams: h.sse})
-			h.ia.Register(h.mux, h.wireGuard,
-				func(next http.Handler) http.Handler { return h.wireGuardAs(commandRoute, next) },
-				func(next http.Handler) http.Handler { return h.wireGuardAs(readRoute, next) })
-		case ProfileOpenAI:
-			h.oai = openai.New(srv, openai.Options{
-				Authorize: func(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
-					return h.authorize(w, auth.FromContext(r.Context()), thread, create)
-				},
-				BodyTimeout: h.bodyTimeout, Streams: h.sse})
-			h.oai.Register(h.mux, h.wireGuard,
-				func(next http.Handler) http.Handler { return h.wireGuardAs(commandRoute, next) },
-				func(next http.Handler) http.Handler { return h.wireGuardAs(readRoute, next) })
+		if w := profileWire(p, c, &opts); w != nil {
+			wires = append(wires, w)
+		}
+	}
+	for _, w := range wires {
+		for _, rt := range w.Routes() {
+			h.mux.Handle(rt.Method+" "+rt.Pattern, h.route(rt))
 		}
 	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -316,6 +302,26 @@ func New(srv *server.Server, opts Options) *Handler {
 		h.mux.Handle("GET /playground/", opts.Playground)
 	}
 	return h
+}
+
+// protocolWire is the protocol's own routes: its streams (SSE, and the
+// WebSocket on GET with an upgrade), commands, producer ingest and state,
+// each under /threads/{id}.
+type protocolWire struct{ h *Handler }
+
+func (p protocolWire) Routes() []wire.Route {
+	h := p.h
+	var rs []wire.Route
+	for _, path := range []string{"/threads/{id}/stream", "/threads/{id}/stream/events"} {
+		rs = append(rs,
+			wire.Route{Method: "POST", Pattern: path, Kind: wire.StreamRoute, PathThread: true, Handler: h.sse},
+			wire.Route{Method: "GET", Pattern: path, Kind: wire.StreamRoute, PathThread: true, Handler: http.HandlerFunc(h.streamGET)})
+	}
+	return append(rs,
+		wire.Route{Method: "POST", Pattern: "/threads/{id}/commands", Kind: wire.CommandRoute, PathThread: true, Handler: http.HandlerFunc(h.command)},
+		wire.Route{Method: "POST", Pattern: "/threads/{id}/events", Kind: wire.IngestRoute, PathThread: true, Handler: http.HandlerFunc(h.publish)},
+		wire.Route{Method: "GET", Pattern: "/threads/{id}/state", Kind: wire.ReadRoute, PathThread: true, Handler: http.HandlerFunc(h.state)},
+	)
 }
 
 // MetricsHandler serves /metrics, /healthz and /readyz with no
@@ -335,7 +341,7 @@ func (h *Handler) MetricsHandler() http.Handler {
 // thread (create) claims an unknown thread for the principal; a read of an
 // unknown thread is 404. With authentication off it checks the thread id
 // only.
-func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
+func (h *Handler) guard(next http.HandlerFunc, kind wire.Kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.threadOK(w, r) {
 			return
@@ -349,13 +355,13 @@ func (h *Handler) guard(next http.HandlerFunc, kind routeKind) http.Handler {
 			next(w, r)
 			return
 		}
-		if kind == ingestRoute && !p.Admin && !p.Producer {
+		if kind == wire.IngestRoute && !p.Admin && !p.Producer {
 			// Before Authorize, which would claim a new thread for it.
-			h.metrics.authRefused("permission_denied")
+			h.metrics.AuthRefused("permission_denied")
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not publish events: a producer's credential is needed (a JWT with role producer, an API key listed with producer)", p.Subject))
 			return
 		}
-		if !h.authorize(w, p, r.PathValue("id"), kind != readRoute) {
+		if !h.authorize(w, p, r.PathValue("id"), kind != wire.ReadRoute) {
 			return
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
@@ -371,7 +377,7 @@ func (h *Handler) streamSlot(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	}
 	release, ok := h.streams.take(p.Subject)
 	if !ok {
-		h.metrics.refuse("principal_streams")
+		h.metrics.Refused("principal_streams")
 		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "principal %q has %d streams and WebSockets open, its most (--max-streams-per-principal)", p.Subject, h.streams.max))
 		return r, nil, false
 	}
@@ -391,41 +397,59 @@ func (h *Handler) authorize(w http.ResponseWriter, p *auth.Principal, threadID s
 	if err == nil {
 		return true
 	}
-	status, code := http.StatusForbidden, protocol.ErrorCodePermissionDenied
+	code := protocol.ErrorCodePermissionDenied
 	switch {
 	case errors.Is(err, server.ErrNoSuchThread):
-		status, code = http.StatusNotFound, protocol.ErrorCodeNoSuchThread
+		code = protocol.ErrorCodeNoSuchThread
 	case errors.Is(err, server.ErrTooManyThreads):
-		h.metrics.refuse(string(server.LimitThreads))
-		status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+		h.metrics.Refused(string(server.LimitThreads))
+		code = protocol.ErrorCodeResourceExhausted
 	case errors.Is(err, server.ErrQuota):
-		status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+		code = protocol.ErrorCodeResourceExhausted
 	case errors.Is(err, server.ErrPermissionDenied):
-		h.metrics.authRefused("permission_denied")
+		h.metrics.AuthRefused("permission_denied")
 	case errors.Is(err, server.ErrUnavailable):
-		status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
+		code = protocol.ErrorCodeUnavailable
 	default:
-		status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
+		// An error the store gave that names no refusal: unknown_error,
+		// but 503 (retry), not StatusOf's 500.
+		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
+		return false
 	}
-	httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
+	httpjson.Write(w, httpjson.StatusOf(code), protocol.NewError(nil, code, "%v", err))
 	return false
 }
 
-// wireGuard admits a request of one of the other wires' routes, which
-// name their thread in the body or make one (transport/minimal): the
-// same-site rules, authentication, the rate limits and the principal's
-// stream slots of a stream route. The wire asks authorize for the thread
-// once it knows it; the principal goes on in the request's context.
-func (h *Handler) wireGuard(next http.Handler) http.Handler {
-	return h.wireGuardAs(streamRoute, next)
+// route puts a wire's route behind the guard of its kind: a route whose
+// path names its thread is checked and authorized for it (guard); a
+// worker's needs a producer (workerGuard); any other (a wire's that names
+// its thread in the body or makes one) is admitted under its kind's rules
+// and asks wire.Context.Thread once it knows its thread (wireGuard).
+func (h *Handler) route(rt wire.Route) http.Handler {
+	var g http.Handler
+	switch {
+	case rt.Kind == wire.WorkerRoute:
+		g = h.workerGuard(rt.Handler.ServeHTTP)
+	case rt.PathThread:
+		g = h.guard(rt.Handler.ServeHTTP, rt.Kind)
+	default:
+		g = h.wireGuard(rt.Kind, rt.Handler)
+	}
+	if rt.Outer != nil {
+		g = rt.Outer(g)
+	}
+	return g
 }
 
-// wireGuardAs is wireGuard under the rules of routes of kind: a stream's
-// (the principal's stream slots, the stream rate), a command's (the
-// command rate), a read's (neither, nor the same-site rules), or a
-// producer's (ingestRoute: NDJSON bodies allowed, the producer rate,
-// counted as the items are read).
-func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
+// wireGuard admits a request of one of the other wires' routes, which
+// name their thread in the body or make one (transport/minimal), under
+// the rules of routes of kind: a stream's (the principal's stream slots,
+// the stream rate), a command's (the command rate), a read's (neither, nor
+// the same-site rules), or a producer's (IngestRoute: NDJSON bodies
+// allowed, the producer rate, counted as the items are read). The wire
+// asks authorize for the thread once it knows it; the principal goes on
+// in the request's context.
+func (h *Handler) wireGuard(kind wire.Kind, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, p, done, ok := h.admit(w, r, kind)
 		if !ok {
@@ -444,9 +468,9 @@ func (h *Handler) wireGuardAs(kind routeKind, next http.Handler) http.Handler {
 // principal, nil with it off), the rate limits of streams and commands,
 // and a stream's slot of the principal's, which done gives back. ok is
 // false once it has answered the request itself.
-func (h *Handler) admit(w http.ResponseWriter, r *http.Request, kind routeKind) (_ *http.Request, p *auth.Principal, done func(), ok bool) {
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, kind wire.Kind) (_ *http.Request, p *auth.Principal, done func(), ok bool) {
 	done = func() {}
-	if kind != readRoute && !h.sameSite(w, r, kind) {
+	if kind != wire.ReadRoute && !h.sameSite(w, r, kind) {
 		return r, nil, done, false
 	}
 	if h.auth != nil {
@@ -454,37 +478,16 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, kind routeKind) 
 			return r, nil, done, false
 		}
 	}
-	if kind != readRoute && kind != ingestRoute && !h.rateOK(w, r, kind, p) {
+	if kind != wire.ReadRoute && kind != wire.IngestRoute && !h.rateOK(w, r, kind, p) {
 		return r, nil, done, false
 	}
-	if kind == streamRoute {
+	if kind == wire.StreamRoute {
 		if r, done, ok = h.streamSlot(w, r, p); !ok {
 			return r, nil, func() {}, false
 		}
 	}
 	return r, p, done, true
 }
-
-// authorizeWire is the wires' check of a thread (wireGuard).
-func (h *Handler) authorizeWire(w http.ResponseWriter, r *http.Request, threadID string) bool {
-	return h.authorize(w, auth.FromContext(r.Context()), threadID, true)
-}
-
-// routeKind sorts the thread routes by what they may do, for the rules
-// they are under.
-type routeKind int
-
-const (
-	// readRoute reads a thread (its state) and creates nothing.
-	readRoute routeKind = iota
-	// streamRoute opens a stream, creating the thread if it is new.
-	streamRoute
-	// commandRoute carries out a command.
-	commandRoute
-	// ingestRoute appends a producer's events, creating the thread if it
-	// is new.
-	ingestRoute
-)
 
 // sameSite applies the rules of every route that changes or creates
 // state, so that a web page of another site cannot use them through a
@@ -496,18 +499,18 @@ const (
 // with no body at all (Instance AI's cancel): a cross-site page's request
 // without a body still carries its Origin. WebSocket handshakes are checked by the WebSocket handler's own
 // origin patterns.
-func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKind) bool {
+func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind wire.Kind) bool {
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return true
 	}
 	o := r.Header.Get("Origin")
 	if o != "" && !sameOrigin(o, r.Host) && !allowedOrigin(h.corsOrigins, o) {
-		h.metrics.refuse("origin")
+		h.metrics.Refused("origin")
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not use this route (--allowed-origins)", o))
 		return false
 	}
 	if o == "" && r.Header.Get("Sec-Fetch-Site") == "cross-site" && !allowedOrigin(h.corsOrigins, "*") {
-		h.metrics.refuse("origin")
+		h.metrics.Refused("origin")
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "a cross-site request without an Origin may not use this route"))
 		return false
 	}
@@ -515,20 +518,20 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKin
 		return true
 	}
 	ct := r.Header.Get("Content-Type")
-	if (kind == streamRoute || kind == commandRoute) && ct == "" && r.ContentLength == 0 {
+	if (kind == wire.StreamRoute || kind == wire.CommandRoute) && ct == "" && r.ContentLength == 0 {
 		return true
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
-	if kind == ingestRoute && mt == ndjsonType {
+	if kind == wire.IngestRoute && mt == ndjsonType {
 		return true
 	}
 	if mt != "application/json" {
-		h.metrics.refuse("content_type")
+		h.metrics.Refused("content_type")
 		what := "a command's"
 		switch kind {
-		case streamRoute:
+		case wire.StreamRoute:
 			what = "a stream request's"
-		case ingestRoute:
+		case wire.IngestRoute:
 			what = "a batch of events' (or application/x-ndjson)"
 		}
 		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s Content-Type must be application/json, not %q", what, ct))
@@ -539,17 +542,17 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind routeKin
 
 // rateOK takes a token from the client's bucket for the route: its
 // principal's with authentication on, its IP address's without.
-func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind routeKind, p *auth.Principal) bool {
+func (h *Handler) rateOK(w http.ResponseWriter, r *http.Request, kind wire.Kind, p *auth.Principal) bool {
 	client := clientKey(r, p)
 	lim, limit, flags := h.limiter, "http_command_rate", "--http-command-rate, --http-command-burst"
 	what := "commands"
-	if kind == streamRoute {
+	if kind == wire.StreamRoute {
 		lim, limit, flags, what = h.streamLimiter, "http_stream_rate", "--http-stream-rate, --http-stream-burst", "streams"
 	}
 	if lim.Allow(client, time.Now()) {
 		return true
 	}
-	h.metrics.refuse(limit)
+	h.metrics.Refused(limit)
 	w.Header().Set("Retry-After", "1")
 	httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "more than %g %s a second from this client (bursts of %d; %s); wait and retry", float64(lim.Rate), what, lim.Burst, flags))
 	return false
@@ -569,7 +572,7 @@ func clientKey(r *http.Request, p *auth.Principal) string {
 func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Principal, bool) {
 	ip := remoteIP(r.RemoteAddr)
 	if h.authFailures.Exhausted(ip, time.Now()) {
-		h.metrics.refuse("auth_failure_rate")
+		h.metrics.Refused("auth_failure_rate")
 		w.Header().Set("Retry-After", "1")
 		httpjson.Write(w, http.StatusTooManyRequests, protocol.NewError(nil, protocol.ErrorCodeRateLimited, "too many failed authentications from this address (--auth-failure-rate %g/s, bursts of %d); wait and retry", float64(h.authFailures.Rate), h.authFailures.Burst))
 		return nil, false
@@ -588,7 +591,7 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Pr
 			reason = "expired"
 		}
 	}
-	h.metrics.authRefused(reason)
+	h.metrics.AuthRefused(reason)
 	w.Header().Set("WWW-Authenticate", challenge)
 	httpjson.Write(w, http.StatusUnauthorized, protocol.NewError(nil, protocol.ErrorCodeUnauthenticated, "%v", err))
 	return nil, false
@@ -602,7 +605,7 @@ func (h *Handler) adminOnly(next http.Handler) http.Handler {
 			return
 		}
 		if !p.Admin {
-			h.metrics.authRefused("permission_denied")
+			h.metrics.AuthRefused("permission_denied")
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q is not an admin: /metrics is for admins (or serve it on --metrics-addr)", p.Subject))
 			return
 		}
@@ -612,7 +615,7 @@ func (h *Handler) adminOnly(next http.Handler) http.Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(h.hosts) > 0 && !allowedHost(h.hosts, r.Host) {
-		h.metrics.refuse("host")
+		h.metrics.Refused("host")
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "host %q is not served here (--allowed-hosts)", r.Host))
 		return
 	}
@@ -625,7 +628,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // threadOK answers 400 for a request whose path names no valid thread.
 func (h *Handler) threadOK(w http.ResponseWriter, r *http.Request) bool {
 	if err := server.ValidThreadID(r.PathValue("id")); err != nil {
-		h.metrics.refuse(string(server.LimitThreadID))
+		h.metrics.Refused(string(server.LimitThreadID))
 		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return false
 	}
@@ -639,18 +642,6 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	var sseErr error
 	done := make(chan struct{})
 	go func() { sseErr = h.sse.Shutdown(ctx); close(done) }()
-	if h.minimal != nil {
-		h.minimal.Shutdown()
-	}
-	if h.jobs != nil {
-		h.jobs.Shutdown()
-	}
-	if h.oai != nil {
-		h.oai.Shutdown()
-	}
-	if h.ia != nil {
-		h.ia.Shutdown()
-	}
 	wsErr := h.ws.Shutdown(ctx)
 	<-done
 	return errors.Join(sseErr, wsErr)
@@ -681,33 +672,13 @@ func (h *Handler) streamGET(w http.ResponseWriter, r *http.Request) {
 	h.sse.ServeHTTP(w, r)
 }
 
-// statusOf maps a protocol error to an HTTP status.
-func statusOf(code protocol.ErrorCode) int {
-	switch code {
-	case protocol.ErrorCodeNoSuchRun, protocol.ErrorCodeNoSuchSubscription, protocol.ErrorCodeNoSuchNamespace,
-		protocol.ErrorCodeNoSuchInterrupt, protocol.ErrorCodeNoSuchCheckpoint, protocol.ErrorCodeNoSuchThread:
-		return http.StatusNotFound
-	case protocol.ErrorCodePermissionDenied:
-		return http.StatusForbidden
-	case protocol.ErrorCodeRateLimited, protocol.ErrorCodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case protocol.ErrorCodeUnknownError:
-		return http.StatusInternalServerError
-	case protocol.ErrorCodeUnavailable:
-		return http.StatusServiceUnavailable
-	case protocol.ErrorCodeUnauthenticated:
-		return http.StatusUnauthorized
-	}
-	return http.StatusBadRequest
-}
-
 // command serves POST /threads/{id}/commands.
 func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	body, status, refusal, errResp := httpjson.ReadBody(w, r, h.maxBody, h.bodyTimeout, "command")
 	if errResp != nil {
 		if refusal != "" {
-			h.metrics.refuse(refusal)
+			h.metrics.Refused(refusal)
 		}
 		httpjson.Write(w, status, errResp)
 		return
@@ -726,7 +697,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 		errResp = protocol.ErrorResponseOf(&id, err)
 	}
 	h.metrics.command(method, string(errResp.Code), time.Since(start))
-	httpjson.Write(w, statusOf(errResp.Code), errResp)
+	httpjson.Write(w, httpjson.StatusOf(errResp.Code), errResp)
 }
 
 // state serves GET /threads/{id}/state in the shape of LangGraph's thread
@@ -789,35 +760,4 @@ func nonNil(ns []string) []string {
 		return []string{}
 	}
 	return ns
-}
-
-func chain(a, b func() func()) func() func() {
-	if a == nil {
-		return b
-	}
-	return func() func() {
-		da, db := a(), b()
-		return func() { db(); da() }
-	}
-}
-
-func chainS(a, b func(string)) func(string) {
-	if a == nil {
-		return b
-	}
-	return func(s string) { a(s); b(s) }
-}
-
-func chainStage(a, b func(string, time.Duration)) func(string, time.Duration) {
-	if a == nil {
-		return b
-	}
-	return func(s string, d time.Duration) { a(s, d); b(s, d) }
-}
-
-func chainN(a, b func(int)) func(int) {
-	if a == nil {
-		return b
-	}
-	return func(n int) { a(n); b(n) }
 }

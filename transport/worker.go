@@ -14,6 +14,7 @@ import (
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
+	"github.com/agentstream/agentstream/transport/wire"
 )
 
 // The worker wire over HTTP (protocol/worker.cddl). Plain HTTP because a
@@ -43,7 +44,7 @@ const (
 // admin's credential. The principal goes on in the request's context.
 func (h *Handler) workerGuard(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.sameSite(w, r, ingestRoute) {
+		if !h.sameSite(w, r, wire.IngestRoute) {
 			return
 		}
 		if h.auth == nil {
@@ -55,12 +56,25 @@ func (h *Handler) workerGuard(next http.HandlerFunc) http.Handler {
 			return
 		}
 		if !p.Admin && !p.Producer {
-			h.metrics.authRefused("permission_denied")
+			h.metrics.AuthRefused("permission_denied")
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not serve assistants: a producer's credential is needed (a JWT with role producer, an API key listed with producer)", p.Subject))
 			return
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
 	})
+}
+
+// workerWire is the remote workers' routes.
+type workerWire struct{ h *Handler }
+
+func (ww workerWire) Routes() []wire.Route {
+	h := ww.h
+	return []wire.Route{
+		{Method: "GET", Pattern: "/workers/connect", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerConnect)},
+		{Method: "POST", Pattern: "/workers/{worker}/runs/{run}", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerBatch)},
+		{Method: "POST", Pattern: "/workers/{worker}/heartbeat", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerHeartbeat)},
+		{Method: "DELETE", Pattern: "/workers/{worker}", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerLeave)},
+	}
 }
 
 // owner is the name a worker's calls are checked against: its principal.
@@ -112,7 +126,7 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
 		switch {
 		case errors.Is(err, server.ErrTooManyWorkers):
-			h.metrics.refuse(string(server.LimitWorkers))
+			h.metrics.Refused(string(server.LimitWorkers))
 			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
 		case errors.Is(err, server.ErrNoSuchWorker):
 			status, code = http.StatusForbidden, protocol.ErrorCodePermissionDenied

@@ -14,29 +14,17 @@ import (
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
-	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 )
 
 // DefaultAssistant answers the chat unless Options.Assistant names
 // another: the built-in demo, so that the wire works on a first start.
 const DefaultAssistant = "demo"
 
-// Options configure the handler; the transport supplies its checks.
+// Options are the wire's own settings (its Context has the transport's).
 type Options struct {
 	// Assistant is the assistant a chat message runs (DefaultAssistant).
 	Assistant string
-	// Authorize, when set, says whether the request may use the thread
-	// (creating it when create is set) and answers the request itself
-	// when it may not.
-	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
-	// Heartbeat is how often a quiet stream gets a comment line (15 s).
-	Heartbeat time.Duration
-	// Streams serves the event streams (the transport's SSE handler, so
-	// that they are paced, counted and shut down with its own); a handler
-	// of its own when nil.
-	Streams *sse.Handler
-	// BodyTimeout bounds reading a request's body (10 s).
-	BodyTimeout time.Duration
 	// SnapshotTimeout bounds reading a thread's events for its messages
 	// and status (5 s).
 	SnapshotTimeout time.Duration
@@ -47,60 +35,45 @@ const maxBody = 1 << 20
 
 // Handler serves the Instance AI routes.
 type Handler struct {
-	srv      *server.Server
-	opts     Options
-	shutdown func() // ends the streams of a Streams of the handler's own
+	wire.Context
+	opts Options
 }
 
-// New returns the Instance AI handler on srv.
-func New(srv *server.Server, opts Options) *Handler {
+// New returns the Instance AI handler on c.Server, its streams served by
+// c.Streams.
+func New(c wire.Context, opts Options) *Handler {
 	if opts.Assistant == "" {
 		opts.Assistant = DefaultAssistant
-	}
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 15 * time.Second
-	}
-	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = 10 * time.Second
 	}
 	if opts.SnapshotTimeout <= 0 {
 		opts.SnapshotTimeout = 5 * time.Second
 	}
-	h := &Handler{srv: srv, opts: opts}
-	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
-	return h
+	return &Handler{Context: c.WithDefaults(), opts: opts}
 }
 
-// Shutdown ends the streams of a handler that serves them itself
-// (Options.Streams nil); the transport's SSE handler ends the others.
-func (h *Handler) Shutdown() { h.shutdown() }
-
-// Register mounts the routes on mux, wrapped by the transport's
-// authentication and limits: stream for the event stream, command for
-// what changes a thread, read for what reads one.
-func (h *Handler) Register(mux *http.ServeMux, stream, command, read func(http.Handler) http.Handler) {
-	mux.Handle("POST /instance-ai/chat/{threadId}", command(http.HandlerFunc(h.chat)))
-	mux.Handle("POST /instance-ai/chat/{threadId}/cancel", command(http.HandlerFunc(h.cancel)))
-	mux.Handle("POST /instance-ai/confirm/{requestId}", command(http.HandlerFunc(h.confirm)))
-	mux.Handle("GET /instance-ai/events/{threadId}", stream(http.HandlerFunc(h.events)))
-	mux.Handle("GET /instance-ai/threads/{threadId}/messages", read(http.HandlerFunc(h.messages)))
-	mux.Handle("GET /instance-ai/threads/{threadId}/status", read(http.HandlerFunc(h.status)))
+// Routes are Instance AI's routes: the event stream, the commands that
+// change a thread, the reads of one.
+func (h *Handler) Routes() []wire.Route {
+	return []wire.Route{
+		{Method: "POST", Pattern: "/instance-ai/chat/{threadId}", Kind: wire.CommandRoute, Handler: http.HandlerFunc(h.chat)},
+		{Method: "POST", Pattern: "/instance-ai/chat/{threadId}/cancel", Kind: wire.CommandRoute, Handler: http.HandlerFunc(h.cancel)},
+		{Method: "POST", Pattern: "/instance-ai/confirm/{requestId}", Kind: wire.CommandRoute, Handler: http.HandlerFunc(h.confirm)},
+		{Method: "GET", Pattern: "/instance-ai/events/{threadId}", Kind: wire.StreamRoute, Handler: http.HandlerFunc(h.events)},
+		{Method: "GET", Pattern: "/instance-ai/threads/{threadId}/messages", Kind: wire.ReadRoute, Handler: http.HandlerFunc(h.messages)},
+		{Method: "GET", Pattern: "/instance-ai/threads/{threadId}/status", Kind: wire.ReadRoute, Handler: http.HandlerFunc(h.status)},
+	}
 }
 
 // thread reads the thread of the path and asks whether the request may
 // use it; it answers the request itself when not.
 func (h *Handler) thread(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
-	if err := server.ValidThreadID(thread); err != nil {
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "threadId: %v", err))
-		return false
-	}
-	return h.opts.Authorize == nil || h.opts.Authorize(w, r, thread, create)
+	return h.Thread(w, r, "threadId", thread, create)
 }
 
 // exists answers whether the thread is known (a read of an unknown thread
 // gets the empty answer), or answers 503 itself.
 func (h *Handler) exists(w http.ResponseWriter, r *http.Request, thread string) (known, ok bool) {
-	known, err := h.srv.HasThread(r.Context(), thread)
+	known, err := h.Server.HasThread(r.Context(), thread)
 	if err != nil {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return false, false
@@ -110,7 +83,7 @@ func (h *Handler) exists(w http.ResponseWriter, r *http.Request, thread string) 
 
 // readBody reads and strictly decodes a JSON body into v.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.opts.BodyTimeout, "request")
+	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
 	if errResp != nil {
 		httpjson.Write(w, status, errResp)
 		return false
@@ -131,7 +104,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	if !h.thread(w, r, thread, true) || !h.readBody(w, r, &req) {
 		return
 	}
-	if st, ok, err := h.srv.State(r.Context(), thread); err != nil {
+	if st, ok, err := h.Server.State(r.Context(), thread); err != nil {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	} else if ok && st.Status != "idle" {
@@ -140,7 +113,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusConflict, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s): cancel it or wait for its run-finish", thread, st.Status))
 		return
 	}
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	defer ss.Close()
 	reject := protocol.MultitaskStrategyReject
 	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": req.Message}}}
@@ -164,7 +137,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	name := UserMessageEvent
 	ev := protocol.ProducerEvent{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{Namespace: protocol.Namespace{},
 		Data: protocol.CustomData{Name: &name, Payload: userMessage{RunID: runID, Text: req.Message}}}}}
-	if _, err := h.srv.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{ev}}); err != nil {
+	if _, err := h.Server.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{ev}}); err != nil {
 		w.Header().Set("Agentstream-Warning", fmt.Sprintf("the message was not kept for the thread's history: %v", err))
 	}
 	httpjson.Write(w, http.StatusOK, IaChatStarted{RunID: runID})
@@ -189,7 +162,7 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	if !h.thread(w, r, thread, false) {
 		return
 	}
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	defer ss.Close()
 	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1}})
 	if err != nil {
@@ -217,7 +190,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) {
 	if !h.thread(w, r, thread, false) || !h.readBody(w, r, &req) {
 		return
 	}
-	st, known, err := h.srv.State(r.Context(), thread)
+	st, known, err := h.Server.State(r.Context(), thread)
 	if err != nil {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
@@ -237,7 +210,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) {
 	for k, v := range req.Extra {
 		answer[k] = v
 	}
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	defer ss.Close()
 	respond := &protocol.InputRespondOne{Namespace: protocol.Namespace(ns), InterruptID: interruptID, Response: answer}
 	if respond.Namespace == nil {
@@ -274,7 +247,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	// Every event the server keeps is read, those up to the cursor too:
 	// an event's runId and agentId come from the run-start before it.
 	if _, _, err := ss.Subscribe(channels.Filter{Channels: streamChannels, Depth: channels.Unlimited}, server.SeqCursor(0)); err != nil {
@@ -282,14 +255,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
-	wire := sse.Wire{Frames: &frames{tr: newTranslator(thread), after: after}, Heartbeat: ": keep-alive\n\n", HeartbeatEvery: h.opts.Heartbeat}
-	if last := h.srv.LastSeq(thread); after > last {
+	st := wire.Stream{Frames: &frames{tr: newTranslator(thread), after: after}, Heartbeat: ": keep-alive\n\n", HeartbeatEvery: h.Heartbeat}
+	if last := h.Server.LastSeq(thread); after > last {
 		// From before a restart that lost the thread's history, or from
 		// another server: what this one has is sent from the start.
-		wire.First = gap(nil, fmt.Sprintf("event %d is past this thread's last (%d): its history is sent again from the start", after, last))
-		wire.Frames.(*frames).after = 0
+		st.First = gap(nil, fmt.Sprintf("event %d is past this thread's last (%d): its history is sent again from the start", after, last))
+		st.Frames.(*frames).after = 0
 	}
-	h.opts.Streams.Serve(w, r, ss, wire)
+	h.Streams.Serve(w, r, ss, st)
 }
 
 // gap appends an error frame without an id: events the client asked for
@@ -345,12 +318,12 @@ func missed(e *server.Event) (protocol.EventsMissedData, bool) {
 // snapshot reads the thread's events the server keeps, up to its last
 // one, into a conversation; next is the id after the last one read.
 func (h *Handler) snapshot(ctx context.Context, thread string) (c *conversation, next uint64, err error) {
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	defer ss.Close()
 	if _, _, err := ss.Subscribe(channels.Filter{Depth: channels.Unlimited}, server.SeqCursor(0)); err != nil {
 		return nil, 0, err
 	}
-	last := h.srv.LastSeq(thread)
+	last := h.Server.LastSeq(thread)
 	ctx, cancel := context.WithTimeout(ctx, h.opts.SnapshotTimeout)
 	defer cancel()
 	c, tr, seen := newConversation(), newTranslator(thread), uint64(0)
@@ -393,7 +366,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
 	}
 	out := IaThreadStatus{BackgroundTasks: []IaBackgroundTask{}}
 	if c != nil {
-		st, _, err := h.srv.State(r.Context(), thread)
+		st, _, err := h.Server.State(r.Context(), thread)
 		if err != nil {
 			httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 			return

@@ -21,6 +21,8 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/instanceai"
+	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -670,13 +672,15 @@ func TestInstanceAIAuth(t *testing.T) {
 // TestInstanceAIKeepAlive: a quiet stream gets comment lines.
 func TestInstanceAIKeepAlive(t *testing.T) {
 	srv := server.New(server.Config{})
-	h := instanceai.New(srv, instanceai.Options{Heartbeat: 30 * time.Millisecond})
+	streams := sse.New(srv, sse.Options{})
+	h := instanceai.New(wire.Context{Server: srv, Streams: streams, Heartbeat: 30 * time.Millisecond}, instanceai.Options{})
 	mux := http.NewServeMux()
-	same := func(next http.Handler) http.Handler { return next }
-	h.Register(mux, same, same, same)
+	wire.Mount(mux, h)
 	ts := httptest.NewServer(mux)
 	defer func() {
-		h.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = streams.Shutdown(ctx)
 		ts.Close()
 		_ = srv.Close(context.Background())
 	}()

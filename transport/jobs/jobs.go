@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
@@ -17,7 +16,7 @@ import (
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
-	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 )
 
 // EventName names the custom events that hold a job's envelopes.
@@ -26,85 +25,30 @@ const EventName = "node_stream_event"
 // Thread is the thread of job id.
 func Thread(jobID string) string { return "job:" + jobID }
 
-// Options configure the handler; the transport supplies its checks.
-type Options struct {
-	// Authorize, when set, says whether the request may use the thread
-	// (creating it when create is set) and answers the request itself
-	// when it may not.
-	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
-	// ReadBatch reads a body of items (a JSON array or NDJSON) within the
-	// producer limits, and answers the request itself when it cannot.
-	ReadBatch func(w http.ResponseWriter, r *http.Request) ([][]byte, bool)
-	// MaxEventBytes refuses a larger envelope.
-	MaxEventBytes int
-	// Heartbeat is how often a quiet stream gets `:keep-alive` (15 s).
-	Heartbeat time.Duration
-	// Streams serves the streams (the transport's SSE handler, so that
-	// they are paced, counted and shut down with its own); a handler of
-	// its own when nil.
-	Streams *sse.Handler
-	// BodyTimeout bounds reading a small body (10 s).
-	BodyTimeout time.Duration
-}
-
 // Handler serves the job stream's routes.
 type Handler struct {
-	srv      *server.Server
-	opts     Options
-	shutdown func() // ends the streams of a Streams of the handler's own
+	wire.Context
 }
 
-// New returns the job stream's handler on srv.
-func New(srv *server.Server, opts Options) *Handler {
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 15 * time.Second
+// New returns the job stream's handler on c.Server, its streams served by
+// c.Streams.
+func New(c wire.Context) *Handler { return &Handler{Context: c.WithDefaults()} }
+
+// Routes are the job stream's routes: the creation of a job and its
+// stream are streams' routes, what producers send an ingest's.
+func (h *Handler) Routes() []wire.Route {
+	return []wire.Route{
+		{Method: "POST", Pattern: "/jobs", Kind: wire.StreamRoute, Handler: http.HandlerFunc(h.create)},
+		{Method: "POST", Pattern: "/jobs/{job_id}/envelopes", Kind: wire.IngestRoute, Handler: http.HandlerFunc(h.envelopes)},
+		{Method: "POST", Pattern: "/jobs/{job_id}/complete", Kind: wire.IngestRoute, Handler: http.HandlerFunc(h.complete)},
+		{Method: "GET", Pattern: "/jobs/{job_id}/stream", Kind: wire.StreamRoute, Handler: http.HandlerFunc(h.stream)},
 	}
-	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = 10 * time.Second
-	}
-	if opts.MaxEventBytes <= 0 {
-		opts.MaxEventBytes = 1 << 20
-	}
-	if opts.ReadBatch == nil {
-		opts.ReadBatch = func(w http.ResponseWriter, r *http.Request) ([][]byte, bool) {
-			body, status, _, errResp := httpjson.ReadBody(w, r, 4<<20, opts.BodyTimeout, "batch of envelopes")
-			if errResp != nil {
-				httpjson.Write(w, status, errResp)
-				return nil, false
-			}
-			items, errResp := protocol.SplitBatch(body, r.Header.Get("Content-Type") == "application/x-ndjson", 1000)
-			if errResp != nil {
-				httpjson.Write(w, http.StatusBadRequest, errResp)
-				return nil, false
-			}
-			return items, true
-		}
-	}
-	h := &Handler{srv: srv, opts: opts}
-	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
-	return h
 }
 
-// Shutdown ends the streams of a handler that serves them itself
-// (Options.Streams nil); the transport's SSE handler ends the others.
-func (h *Handler) Shutdown() { h.shutdown() }
-
-// Register mounts the routes on mux, wrapped by the transport's
-// authentication and limits: stream for the stream and the creation of a
-// job, produce for what producers send.
-func (h *Handler) Register(mux *http.ServeMux, stream, produce func(http.Handler) http.Handler) {
-	mux.Handle("POST /jobs", stream(http.HandlerFunc(h.create)))
-	mux.Handle("POST /jobs/{job_id}/envelopes", produce(http.HandlerFunc(h.envelopes)))
-	mux.Handle("POST /jobs/{job_id}/complete", produce(http.HandlerFunc(h.complete)))
-	mux.Handle("GET /jobs/{job_id}/stream", stream(http.HandlerFunc(h.stream)))
-}
-
+// authorize checks the job's thread id and asks whether the request may
+// use the thread.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
-	if err := server.ValidThreadID(thread); err != nil {
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "job_id: %v", err))
-		return false
-	}
-	return h.opts.Authorize == nil || h.opts.Authorize(w, r, thread, create)
+	return h.Thread(w, r, "job_id", thread, create)
 }
 
 // producer answers 403 unless the caller may publish (a producer's or an
@@ -121,7 +65,7 @@ func producer(w http.ResponseWriter, r *http.Request) bool {
 // create serves POST /jobs.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	var req JobCreateRequest
-	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.opts.BodyTimeout, "request")
+	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.BodyTimeout, "request")
 	if errResp != nil {
 		httpjson.Write(w, status, errResp)
 		return
@@ -165,14 +109,14 @@ func (h *Handler) envelopes(w http.ResponseWriter, r *http.Request) {
 	if !producer(w, r) || !h.authorize(w, r, thread, true) {
 		return
 	}
-	items, ok := h.opts.ReadBatch(w, r)
+	items, ok := h.ReadBatch(w, r, "batch of envelopes", "envelopes")
 	if !ok {
 		return
 	}
 	b := server.ProducerBatch{Events: make([]protocol.ProducerEvent, 0, len(items))}
 	for i, item := range items {
-		if len(item) > h.opts.MaxEventBytes {
-			httpjson.Write(w, http.StatusRequestEntityTooLarge, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "[%d]: an envelope is at most %d bytes", i, h.opts.MaxEventBytes))
+		if len(item) > h.MaxEventBytes {
+			httpjson.Write(w, http.StatusRequestEntityTooLarge, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "[%d]: an envelope is at most %d bytes", i, h.MaxEventBytes))
 			return
 		}
 		ev, err := envelopeEvent(item)
@@ -182,7 +126,7 @@ func (h *Handler) envelopes(w http.ResponseWriter, r *http.Request) {
 		}
 		b.Events = append(b.Events, ev)
 	}
-	res, err := h.srv.Publish(r.Context(), thread, b)
+	res, err := h.Server.Publish(r.Context(), thread, b)
 	if err != nil {
 		status := http.StatusServiceUnavailable
 		if errors.Is(err, server.ErrNotTheWriter) {
@@ -266,7 +210,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 	if !producer(w, r) || !h.authorize(w, r, thread, true) {
 		return
 	}
-	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.opts.BodyTimeout, "request")
+	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.BodyTimeout, "request")
 	if errResp != nil {
 		httpjson.Write(w, status, errResp)
 		return
@@ -276,7 +220,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return
 	}
-	if _, err := h.srv.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{ev}}); err != nil {
+	if _, err := h.Server.Publish(r.Context(), thread, server.ProducerBatch{Events: []protocol.ProducerEvent{ev}}); err != nil {
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
@@ -303,15 +247,15 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 			cursor = server.SeqCursor(n)
 		}
 	}
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	f := channels.Filter{Channels: []string{"custom:" + EventName, channels.Lifecycle}}
 	if _, _, err := ss.Subscribe(f, cursor); err != nil {
 		ss.Close()
 		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v", err))
 		return
 	}
-	h.opts.Streams.Serve(w, r, ss, sse.Wire{Frames: &frames{terminal: terminal}, First: []byte("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n"),
-		Heartbeat: ":keep-alive\n\n", HeartbeatEvery: h.opts.Heartbeat})
+	h.Streams.Serve(w, r, ss, wire.Stream{Frames: &frames{terminal: terminal}, First: []byte("event: snapshot\nid: 0\ndata: {\"result\":{\"stream\":{}}}\n\n"),
+		Heartbeat: ":keep-alive\n\n", HeartbeatEvery: h.Heartbeat})
 }
 
 // frames makes a job stream's frames: append per envelope, complete at

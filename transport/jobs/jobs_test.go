@@ -17,6 +17,8 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/jobs"
+	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -232,13 +234,15 @@ func TestJobWindow(t *testing.T) {
 // TestJobKeepAlive: a quiet stream gets `:keep-alive` lines.
 func TestJobKeepAlive(t *testing.T) {
 	srv := server.New(server.Config{})
-	h := jobs.New(srv, jobs.Options{Heartbeat: 30 * time.Millisecond})
+	streams := sse.New(srv, sse.Options{})
+	h := jobs.New(wire.Context{Server: srv, Streams: streams, Heartbeat: 30 * time.Millisecond})
 	mux := http.NewServeMux()
-	none := func(next http.Handler) http.Handler { return next }
-	h.Register(mux, none, none)
+	wire.Mount(mux, h)
 	ts := httptest.NewServer(mux)
 	defer func() {
-		h.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = streams.Shutdown(ctx)
 		ts.Close()
 		_ = srv.Close(context.Background())
 	}()

@@ -7,59 +7,32 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
-	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 )
-
-// Options configure the handler.
-type Options struct {
-	// Authorize, when set, says whether the request may run on the thread
-	// (creating it), and answers the request itself when it may not.
-	Authorize func(w http.ResponseWriter, r *http.Request, threadID string) bool
-	// Heartbeat is how often a quiet stream gets a comment line (15 s).
-	Heartbeat time.Duration
-	// Streams serves the streams (the transport's SSE handler, so that
-	// they are paced, counted and shut down with its own); a handler of
-	// its own when nil.
-	Streams *sse.Handler
-	// BodyTimeout bounds reading the request's body (10 s).
-	BodyTimeout time.Duration
-}
 
 // maxBody caps a request's body.
 const maxBody = 1 << 20
 
 // Handler serves POST /minimal/stream.
 type Handler struct {
-	srv      *server.Server
-	opts     Options
-	shutdown func() // ends the streams of a Streams of the handler's own
+	wire.Context
 }
 
-// New returns the handler of the minimal token stream on srv.
-func New(srv *server.Server, opts Options) *Handler {
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 15 * time.Second
-	}
-	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = 10 * time.Second
-	}
-	h := &Handler{srv: srv, opts: opts}
-	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
-	return h
-}
+// New returns the handler of the minimal token stream on c.Server, its
+// streams served by c.Streams.
+func New(c wire.Context) *Handler { return &Handler{Context: c.WithDefaults()} }
 
-// Shutdown ends the streams of a handler that serves them itself
-// (Options.Streams nil; the transport's SSE handler ends the others),
-// each with an error frame saying why; the runs go on until the server
-// closes.
-func (h *Handler) Shutdown() { h.shutdown() }
+// Routes are the wire's one route: a stream (it starts a run and streams
+// it), whose thread is in the body.
+func (h *Handler) Routes() []wire.Route {
+	return []wire.Route{{Method: "POST", Pattern: "/minimal/stream", Kind: wire.StreamRoute, Handler: h}}
+}
 
 // ServeHTTP starts the run and streams its frames until it ends.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -67,7 +40,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the body is JSON: Content-Type: application/json"))
 		return
 	}
-	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.opts.BodyTimeout, "request")
+	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
 	if errResp != nil {
 		httpjson.Write(w, status, errResp)
 		return
@@ -85,15 +58,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = rand.Read(b[:])
 		thread = "min_" + hex.EncodeToString(b[:])
 	}
-	if err := server.ValidThreadID(thread); err != nil {
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread_id: %v", err))
-		return
-	}
-	if h.opts.Authorize != nil && !h.opts.Authorize(w, r, thread) {
+	if !h.Thread(w, r, "thread_id", thread, true) {
 		return
 	}
 
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	reject := protocol.MultitaskStrategyReject
 	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": req.Message}}}
 	resp, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1,
@@ -117,8 +86,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	h.opts.Streams.Serve(w, r, ss, sse.Wire{Frames: frames{thread: thread}, First: frame(nil, &MinimalStreamStart{}),
-		Heartbeat: ": keep-alive\n\n", HeartbeatEvery: h.opts.Heartbeat, Header: http.Header{"Agentstream-Thread": {thread}}})
+	h.Streams.Serve(w, r, ss, wire.Stream{Frames: frames{thread: thread}, First: frame(nil, &MinimalStreamStart{}),
+		Heartbeat: ": keep-alive\n\n", HeartbeatEvery: h.Heartbeat, Header: http.Header{"Agentstream-Thread": {thread}}})
 }
 
 // frame appends v as a data-only frame.

@@ -19,6 +19,8 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/minimal"
+	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -265,7 +267,7 @@ func TestMinimalRefusals(t *testing.T) {
 func TestMinimalKeepAlive(t *testing.T) {
 	srv := server.New(server.Config{})
 	srv.Register("workflow", server.AssistantFunc(workflow))
-	ts := httptest.NewServer(minimal.New(srv, minimal.Options{Heartbeat: 30 * time.Millisecond}))
+	ts := httptest.NewServer(minimal.New(wire.Context{Server: srv, Streams: sse.New(srv, sse.Options{}), Heartbeat: 30 * time.Millisecond}))
 	defer func() {
 		ts.Close()
 		_ = srv.Close(context.Background())

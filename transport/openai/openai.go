@@ -18,23 +18,11 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
-	"github.com/agentstream/agentstream/transport/sse"
+	"github.com/agentstream/agentstream/transport/wire"
 )
 
-// Options configure the handler; the transport supplies its checks.
+// Options are the wire's own settings (its Context has the transport's).
 type Options struct {
-	// Authorize, when set, says whether the request may use the thread
-	// (creating it when create is set) and answers the request itself
-	// when it may not.
-	Authorize func(w http.ResponseWriter, r *http.Request, threadID string, create bool) bool
-	// Streams serves the streams (the transport's SSE handler, so that
-	// they are paced, counted and shut down with its own); a handler of
-	// its own when nil.
-	Streams *sse.Handler
-	// Heartbeat is how often a quiet stream gets a comment line (15 s).
-	Heartbeat time.Duration
-	// BodyTimeout bounds reading a request's body (10 s).
-	BodyTimeout time.Duration
 	// ReadTimeout bounds reading a thread's events for GET
 	// /v1/responses/{id} (5 s).
 	ReadTimeout time.Duration
@@ -45,39 +33,33 @@ const maxBody = 1 << 20
 
 // Handler serves the OpenAI-compatible routes.
 type Handler struct {
-	srv      *server.Server
-	opts     Options
-	shutdown func()
+	wire.Context
+	opts Options
 }
 
-// New returns the handler on srv.
-func New(srv *server.Server, opts Options) *Handler {
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 15 * time.Second
-	}
-	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = 10 * time.Second
-	}
+// New returns the handler on c.Server, its streams served by c.Streams.
+func New(c wire.Context, opts Options) *Handler {
 	if opts.ReadTimeout <= 0 {
 		opts.ReadTimeout = 5 * time.Second
 	}
-	h := &Handler{srv: srv, opts: opts}
-	h.opts.Streams, h.shutdown = sse.Shared(srv, opts.Streams)
-	return h
+	return &Handler{Context: c.WithDefaults(), opts: opts}
 }
 
-// Shutdown ends the streams of a handler that serves them itself.
-func (h *Handler) Shutdown() { h.shutdown() }
-
-// Register mounts the routes on mux, wrapped by the transport's
-// authentication and limits: stream for what starts or reads a run (and
-// may stream it), command for cancel, read for the list of models.
-func (h *Handler) Register(mux *http.ServeMux, stream, command, read func(http.Handler) http.Handler) {
-	mux.Handle("POST /v1/chat/completions", errorShape(stream(http.HandlerFunc(h.chatCompletions))))
-	mux.Handle("POST /v1/responses", errorShape(stream(http.HandlerFunc(h.createResponse))))
-	mux.Handle("GET /v1/responses/{id}", errorShape(stream(http.HandlerFunc(h.getResponse))))
-	mux.Handle("POST /v1/responses/{id}/cancel", errorShape(command(http.HandlerFunc(h.cancelResponse))))
-	mux.Handle("GET /v1/models", errorShape(read(http.HandlerFunc(h.models))))
+// Routes are the OpenAI-compatible routes: what starts or reads a run
+// (and may stream it) is a stream's route, cancel a command's, the list
+// of models a read's. The transport's refusals in front of them are
+// reshaped as OpenAI's error object.
+func (h *Handler) Routes() []wire.Route {
+	route := func(method, pattern string, kind wire.Kind, f http.HandlerFunc) wire.Route {
+		return wire.Route{Method: method, Pattern: pattern, Kind: kind, Handler: f, Outer: errorShape}
+	}
+	return []wire.Route{
+		route("POST", "/v1/chat/completions", wire.StreamRoute, h.chatCompletions),
+		route("POST", "/v1/responses", wire.StreamRoute, h.createResponse),
+		route("GET", "/v1/responses/{id}", wire.StreamRoute, h.getResponse),
+		route("POST", "/v1/responses/{id}/cancel", wire.CommandRoute, h.cancelResponse),
+		route("GET", "/v1/models", wire.ReadRoute, h.models),
+	}
 }
 
 // fail writes an error in OpenAI's shape.
@@ -120,7 +102,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any, rule s
 		fail(w, http.StatusUnsupportedMediaType, "", "the body is JSON: Content-Type: application/json")
 		return false
 	}
-	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.opts.BodyTimeout, "request")
+	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
 	if errResp != nil {
 		fail(w, status, "", "%s", errResp.Message)
 		return false
@@ -134,7 +116,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any, rule s
 
 // model checks that the model names an assistant.
 func (h *Handler) model(w http.ResponseWriter, model string) bool {
-	if !slices.Contains(h.srv.Assistants(), model) {
+	if !slices.Contains(h.Server.Assistants(), model) {
 		fail(w, http.StatusNotFound, "model", "the model %q does not exist: it names an assistant (GET /v1/models lists them)", model)
 		return false
 	}
@@ -143,7 +125,7 @@ func (h *Handler) model(w http.ResponseWriter, model string) bool {
 
 // authorize asks whether the request may use the thread.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, thread string, create bool) bool {
-	return h.opts.Authorize == nil || h.opts.Authorize(w, r, thread, create)
+	return h.Allowed(w, r, thread, create)
 }
 
 // newThread names a thread of its own for a completion or a response.
@@ -176,7 +158,7 @@ func appliedThrough(resp *protocol.CommandResponse) uint64 {
 // interrupt id) with output, and returns the seq of the first event
 // after it; found is false when nothing waits on call.
 func (h *Handler) answer(ctx context.Context, ss *server.Session, thread, call string, output any) (seq uint64, found bool, err error) {
-	st, known, err := h.srv.State(ctx, thread)
+	st, known, err := h.Server.State(ctx, thread)
 	if err != nil || !known {
 		return 0, false, err
 	}
@@ -219,7 +201,7 @@ func (h *Handler) begin(w http.ResponseWriter, r *http.Request, thread string, c
 	if !h.authorize(w, r, thread, create) {
 		return nil, 0, false
 	}
-	sub, err := h.subscribe(thread, h.srv.LastSeq(thread))
+	sub, err := h.subscribe(thread, h.Server.LastSeq(thread))
 	if err != nil {
 		fail(w, http.StatusServiceUnavailable, "", "%v", err)
 		return nil, 0, false
@@ -275,7 +257,7 @@ func textOf(content any) string {
 // subscribe subscribes a new session of thread to the wires' channels
 // from after seq.
 func (h *Handler) subscribe(thread string, after uint64) (*server.Session, error) {
-	ss := h.srv.NewSession(thread)
+	ss := h.Server.NewSession(thread)
 	if _, _, err := ss.Subscribe(channels.Filter{Channels: streamChannels, Depth: channels.Unlimited}, server.SeqCursor(after)); err != nil {
 		ss.Close()
 		return nil, err
@@ -338,8 +320,8 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	c.from = first
 	if req.Stream != nil && *req.Stream {
 		usage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage
-		h.opts.Streams.Serve(w, r, sub, sse.Wire{Frames: &chatFrames{c: c, usage: usage}, Heartbeat: ": keep-alive\n\n",
-			HeartbeatEvery: h.opts.Heartbeat, Header: chatHeaders(thread)})
+		h.Streams.Serve(w, r, sub, wire.Stream{Frames: &chatFrames{c: c, usage: usage}, Heartbeat: ": keep-alive\n\n",
+			HeartbeatEvery: h.Heartbeat, Header: chatHeaders(thread)})
 		return
 	}
 	defer sub.Close()
@@ -461,8 +443,8 @@ func (h *Handler) serveResponse(w http.ResponseWriter, r *http.Request, resp *re
 		}
 	}
 	if stream {
-		h.opts.Streams.Serve(w, r, sub, sse.Wire{Frames: &responseFrames{r: resp, after: after}, Heartbeat: ": keep-alive\n\n",
-			HeartbeatEvery: h.opts.Heartbeat, Header: http.Header{"Agentstream-Thread": {resp.thread}}})
+		h.Streams.Serve(w, r, sub, wire.Stream{Frames: &responseFrames{r: resp, after: after}, Heartbeat: ": keep-alive\n\n",
+			HeartbeatEvery: h.Heartbeat, Header: http.Header{"Agentstream-Thread": {resp.thread}}})
 		return
 	}
 	defer sub.Close()
@@ -497,7 +479,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (*response, boo
 		fail(w, http.StatusNotFound, "id", "no response %q", id)
 		return nil, false
 	}
-	known, err := h.srv.HasThread(r.Context(), thread)
+	known, err := h.Server.HasThread(r.Context(), thread)
 	if err != nil {
 		fail(w, http.StatusServiceUnavailable, "", "%v", err)
 		return nil, false
@@ -516,7 +498,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (*response, boo
 // snapshot feeds resp the events its thread holds now, up to its last.
 func (h *Handler) snapshot(ctx context.Context, resp *response) error {
 	_, startSeq, _ := parseResponseID(resp.id)
-	last := h.srv.LastSeq(resp.thread)
+	last := h.Server.LastSeq(resp.thread)
 	if last < startSeq {
 		return nil
 	}
@@ -581,7 +563,7 @@ func (h *Handler) cancelResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !resp.done {
-		ss := h.srv.NewSession(resp.thread)
+		ss := h.Server.NewSession(resp.thread)
 		_, err := ss.Do(r.Context(), &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1}})
 		ss.Close()
 		if err != nil {
@@ -611,7 +593,7 @@ func (h *Handler) cancelResponse(w http.ResponseWriter, r *http.Request) {
 
 // models serves GET /v1/models: the assistants.
 func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
-	ids := h.srv.Assistants()
+	ids := h.Server.Assistants()
 	slices.Sort(ids)
 	out := OaiModelList{Data: []OaiModel{}}
 	for _, id := range ids {

@@ -39,6 +39,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/longlived"
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/stages"
+	"github.com/agentstream/agentstream/transport/wire"
 )
 
 // DefaultWriteInterval is Options.WriteInterval's default.
@@ -72,16 +73,10 @@ type Options struct {
 	// By default an HTTP/1.1 stream is taken over from net/http once its
 	// response starts (see Handler).
 	KeepHandler bool
-	// OnStream, when set, is called as a stream opens, and the function it
-	// returns as it closes (for metrics).
-	OnStream func() (done func())
-	// OnDeliver, when set, counts the events written.
-	OnDeliver func(n int)
-	// OnStage, when set, receives the sampled delivery latencies of live
-	// events (package stages).
-	OnStage func(stage string, d time.Duration)
-	// OnRefuse, when set, counts a refusal because of the named limit.
-	OnRefuse func(limit string)
+	// Observer hears the streams open and close ("sse"), the events
+	// written, the sampled delivery latencies of live events (package
+	// stages) and the refusals, for metrics (wire.NopObserver when nil).
+	Observer wire.Observer
 	// BodyTimeout bounds reading a POST stream's body (10s): 408 past it.
 	BodyTimeout time.Duration
 	// Decode bounds the nesting and the number of values of a POST
@@ -107,6 +102,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 10 * time.Second
+	}
+	if o.Observer == nil {
+		o.Observer = wire.NopObserver{}
 	}
 	return o
 }
@@ -229,48 +227,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.serve(w, r, sub, nil)
 }
 
-// Frames makes another wire's frames of a session's events, for
-// Handler.Serve.
-type Frames interface {
-	// Append appends event e as the wire's frames (nothing for an event
-	// the wire leaves out); end says the stream ends after them.
-	Append(buf []byte, e *server.Event) (_ []byte, end bool)
-	// AppendEnd appends what the stream says as it ends because of err:
-	// the session's end (a slow consumer, an expired credential), or nil
-	// when the server shuts down.
-	AppendEnd(buf []byte, err error) []byte
-}
-
-// Wire is how Serve writes another wire's stream.
-type Wire struct {
-	Frames Frames
-	// First is written right after the response head (a job stream's
-	// snapshot, a token stream's start).
-	First []byte
-	// Heartbeat is the comment frame a quiet stream gets (": heartbeat"
-	// when empty), every HeartbeatEvery (the handler's Options.Heartbeat
-	// when zero).
-	Heartbeat      string
-	HeartbeatEvery time.Duration
-	// Header holds more response headers.
-	Header http.Header
-}
-
-// Serve streams session sub's events to the response as wire.Frames
-// makes frames of them, with everything the handler's own streams have:
-// the takeover of an HTTP/1.1 connection, paced batches, heartbeats, the
-// end of a credential, the cut-off of a slow consumer, shutdown, metrics.
-// It takes sub: the stream closes it as it ends. The caller has checked
-// the request; it may return before the stream ends.
-func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, sub *server.Session, wire Wire) {
-	for k, v := range wire.Header {
+// Serve streams another wire's stream (wire.Streams): session sub's
+// events as st.Frames makes frames of them, with everything the
+// handler's own streams have.
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, sub *server.Session, st wire.Stream) {
+	for k, v := range st.Header {
 		w.Header()[k] = v
 	}
-	h.serve(w, r, sub, &wire)
+	h.serve(w, r, sub, &st)
 }
 
 // serve streams sub to the response: the protocol's frames, or wire's.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Session, wire *Wire) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Session, st *wire.Stream) {
 	if p := auth.FromContext(r.Context()); p != nil {
 		sub.ExpireAt(p.Expires) // the stream ends with an error event then
 	}
@@ -288,7 +256,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Sess
 		release := longlived.KeepSlot(r.Context()) // the principal's stream slot lasts as long as the stream
 		go func() {
 			defer release()
-			newStream(h, sub, out, wire).run(out.Wait)
+			newStream(h, sub, out, st).run(out.Wait)
 		}()
 		return
 	}
@@ -300,7 +268,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Sess
 		return
 	}
 	out := &handlerSink{w: w, rc: rc, timeout: h.opts.WriteTimeout, done: make(chan struct{})}
-	newStream(h, sub, out, wire).run(func() {
+	newStream(h, sub, out, st).run(func() {
 		select {
 		case <-r.Context().Done(): // the client went
 		case <-out.done: // the writer ended the response
@@ -309,16 +277,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sub *server.Sess
 }
 
 func (h *Handler) refuse(limit string) {
-	if h.opts.OnRefuse != nil {
-		h.opts.OnRefuse(limit)
-	}
+	h.opts.Observer.Refused(limit)
 }
 
 const heartbeatComment = ": heartbeat\n\n"
 
 // appendReady appends up to MaxBatch ready events as frames; endErr is
 // set when nothing is ready because the subscription ended.
-func (h *Handler) appendReady(buf []byte, sub *server.Session, wire *Wire, sampled *stages.Batch) (_ []byte, n int, endErr error, wireEnd bool) {
+func (h *Handler) appendReady(buf []byte, sub *server.Session, st *wire.Stream, sampled *stages.Batch) (_ []byte, n int, endErr error, wireEnd bool) {
 	for n < h.opts.MaxBatch {
 		e, ok, err := sub.TryNext()
 		if !ok {
@@ -326,9 +292,9 @@ func (h *Handler) appendReady(buf []byte, sub *server.Session, wire *Wire, sampl
 		}
 		sampled.Taken(e)
 		n++
-		if wire == nil {
+		if st == nil {
 			buf = appendFrame(buf, e)
-		} else if buf, wireEnd = wire.Frames.Append(buf, e); wireEnd {
+		} else if buf, wireEnd = st.Frames.Append(buf, e); wireEnd {
 			return buf, n, nil, true
 		}
 	}
@@ -453,22 +419,6 @@ func lastEventID(r *http.Request) (*server.Cursor, *protocol.ErrorResponse) {
 // writeError answers with an ErrorResponse body.
 func writeError(w http.ResponseWriter, status int, e *protocol.ErrorResponse) {
 	httpjson.Write(w, status, e)
-}
-
-// Shared returns the handler another wire's streams go through: h, or,
-// when h is nil, one of srv's own with the default options. shutdown ends
-// the streams of that own handler (it does nothing for h, whose owner
-// shuts it down).
-func Shared(srv *server.Server, h *Handler) (_ *Handler, shutdown func()) {
-	if h != nil {
-		return h, func() {}
-	}
-	own := New(srv, Options{})
-	return own, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = own.Shutdown(ctx)
-	}
 }
 
 // setStreamHeaders sets the headers of every event stream, the protocol's

@@ -16,6 +16,7 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -27,7 +28,18 @@ type fixture struct {
 	url  string
 	h    *Handler
 	srv  *server.Server
-	open atomic.Int64 // streams open, from OnStream
+	open atomic.Int64 // streams open, from the Observer
+}
+
+// openCounter counts the streams open.
+type openCounter struct {
+	wire.NopObserver
+	open *atomic.Int64
+}
+
+func (o openCounter) Opened(string) func() {
+	o.open.Add(1)
+	return func() { o.open.Add(-1) }
 }
 
 // serve runs the SSE handler and a commands endpoint on loopback.
@@ -35,10 +47,7 @@ func serve(t *testing.T, opts Options) *fixture {
 	t.Helper()
 	f := &fixture{srv: server.New(server.Config{})}
 	assistants.Register(f.srv)
-	opts.OnStream = func() func() {
-		f.open.Add(1)
-		return func() { f.open.Add(-1) }
-	}
+	opts.Observer = openCounter{open: &f.open}
 	f.h = New(f.srv, opts)
 	mux := http.NewServeMux()
 	mux.Handle("POST /threads/{id}/stream", f.h)

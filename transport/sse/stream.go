@@ -11,6 +11,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/stages"
 	"github.com/agentstream/agentstream/transport/internal/takeover"
+	"github.com/agentstream/agentstream/transport/wire"
 )
 
 // chunkRoom is the room left in front of a batch for its chunk header.
@@ -35,7 +36,7 @@ type stream struct {
 	session *server.Session
 	out     sink
 	writer  *pace.Writer
-	wire    *Wire         // another wire's frames; nil: the protocol's
+	wire    *wire.Stream  // another wire's frames; nil: the protocol's
 	first   atomic.Bool   // wire.First is still to be written
 	beat    string        // the heartbeat comment
 	every   time.Duration // how quiet a stream gets it
@@ -51,15 +52,15 @@ type stream struct {
 
 // newStream starts the clock of a stream whose response head has just
 // gone out.
-func newStream(h *Handler, session *server.Session, out sink, wire *Wire) *stream {
-	s := &stream{h: h, session: session, out: out, wire: wire, beat: heartbeatComment, every: h.opts.Heartbeat}
-	if wire != nil {
-		s.first.Store(len(wire.First) > 0)
-		if wire.Heartbeat != "" {
-			s.beat = wire.Heartbeat
+func newStream(h *Handler, session *server.Session, out sink, st *wire.Stream) *stream {
+	s := &stream{h: h, session: session, out: out, wire: st, beat: heartbeatComment, every: h.opts.Heartbeat}
+	if st != nil {
+		s.first.Store(len(st.First) > 0)
+		if st.Heartbeat != "" {
+			s.beat = st.Heartbeat
 		}
-		if wire.HeartbeatEvery > 0 {
-			s.every = wire.HeartbeatEvery
+		if st.HeartbeatEvery > 0 {
+			s.every = st.HeartbeatEvery
 		}
 	}
 	s.writer = h.pacer.NewWriter(s.write, s.pending)
@@ -74,9 +75,7 @@ func (s *stream) run(wait func()) {
 	defer s.h.wg.Done()
 	s.h.open.Add(1)
 	defer s.h.open.Add(-1)
-	if s.h.opts.OnStream != nil {
-		defer s.h.opts.OnStream()()
-	}
+	defer s.h.opts.Observer.Opened("sse")()
 	stopShutdown := context.AfterFunc(s.h.ctx, func() {
 		s.ending.Store(true)
 		s.writer.Kick()
@@ -127,7 +126,7 @@ func (s *stream) pending() bool {
 func (s *stream) write() bool {
 	bp := pace.GetBuffer()
 	defer pace.PutBuffer(bp)
-	sampled := stages.Batch{Observe: s.h.opts.OnStage}
+	sampled := stages.Batch{Observe: s.h.opts.Observer.Stage}
 	for {
 		buf := append((*bp)[:0], make([]byte, chunkRoom)...)
 		if s.first.Swap(false) {
@@ -156,8 +155,8 @@ func (s *stream) write() bool {
 			return false
 		}
 		sampled.Written()
-		if n > 0 && s.h.opts.OnDeliver != nil {
-			s.h.opts.OnDeliver(n)
+		if n > 0 {
+			s.h.opts.Observer.Delivered(n)
 		}
 		if n < s.h.opts.MaxBatch {
 			return true

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/transport/wire"
+
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/stretchr/testify/require"
@@ -27,9 +29,9 @@ type reply struct {
 // all but the burst (and what the rate refills meanwhile) are answered
 // rate_limited, and a rate-limited frame's answer carries its id.
 func TestEveryFramePaysBeforeDecoding(t *testing.T) {
-	var mu sync.Mutex
-	refused := map[string]int{}
-	base := serve(t, Options{CommandRate: 100, CommandBurst: 200, OnRefuse: func(l string) { mu.Lock(); refused[l]++; mu.Unlock() }})
+	rc := &refusals{refused: map[string]int{}}
+	mu, refused := &rc.mu, rc.refused
+	base := serve(t, Options{CommandRate: 100, CommandBurst: 200, Observer: rc})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/threads/r/stream", nil)
@@ -127,3 +129,12 @@ func TestCBORAmplificationFrame(t *testing.T) {
 		require.Contains(t, m.Message, "more than 10000 values")
 	}
 }
+
+// refusals counts the refusals by limit.
+type refusals struct {
+	wire.NopObserver
+	mu      sync.Mutex
+	refused map[string]int
+}
+
+func (r *refusals) Refused(limit string) { r.mu.Lock(); r.refused[limit]++; r.mu.Unlock() }

@@ -47,6 +47,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/pace"
 	"github.com/agentstream/agentstream/transport/internal/stages"
 	"github.com/agentstream/agentstream/transport/internal/wsframe"
+	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/coder/websocket"
 	"github.com/fxamacker/cbor/v2"
 )
@@ -110,24 +111,17 @@ type Options struct {
 	// that long writes at once, a busy one sends what arrived meanwhile in
 	// one write. NoPacing (any negative value): no pacing.
 	WriteInterval time.Duration
-	// OnConn, when set, is called as a connection opens, and the function
-	// it returns as it closes (for metrics).
-	OnConn func() (done func())
-	// OnDeliver, when set, counts the events written.
-	OnDeliver func(n int)
-	// OnStage, when set, receives the sampled delivery latencies of live
-	// events (package stages).
-	OnStage func(stage string, d time.Duration)
-	// OnRefuse, when set, counts a refusal because of the named limit.
-	OnRefuse func(limit string)
+	// Observer hears the connections open and close ("websocket"), the
+	// events written, the sampled delivery latencies of live events
+	// (package stages), the refusals and the commands refused by
+	// authentication (reason invalid_credential or expired) or
+	// authorization (permission_denied), for metrics (wire.NopObserver
+	// when nil).
+	Observer wire.Observer
 	// Auth, when set, checks auth.refresh's credentials, and commands are
 	// authorized one by one (server.Authorize) as the principal the
 	// request's context carries (auth.FromContext).
 	Auth *auth.Authenticator
-	// OnAuthRefuse, when set, counts a command refused by authentication
-	// (reason invalid_credential or expired) or authorization
-	// (permission_denied).
-	OnAuthRefuse func(reason string)
 }
 
 // CloseCredentialExpired is the close code of a connection whose
@@ -136,6 +130,9 @@ type Options struct {
 const CloseCredentialExpired websocket.StatusCode = 4000 + http.StatusUnauthorized
 
 func (o Options) withDefaults() Options {
+	if o.Observer == nil {
+		o.Observer = wire.NopObserver{}
+	}
 	if o.ReadLimit <= 0 {
 		o.ReadLimit = 1 << 20
 	}
@@ -276,9 +273,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	if h.opts.OnConn != nil {
-		c.onEnd = h.opts.OnConn()
-	}
+	c.onEnd = h.opts.Observer.Opened("websocket")
 	go c.serve()
 }
 
@@ -314,7 +309,7 @@ type connection struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	release func() // the principal's stream slot
-	onEnd   func() // Options.OnConn's
+	onEnd   func() // what Options.Observer.Opened returned
 	writer  *pace.Writer
 	wmu     sync.Mutex // serialises batches: a response waits for the events being written
 
@@ -387,7 +382,7 @@ func (c *connection) readCommand() bool {
 // writeReady writes every ready event in batches; it reports false when the
 // connection must end (a write failed, or a subscriber fell too far behind).
 func (c *connection) writeReady() bool {
-	sampled := stages.Batch{Observe: c.h.opts.OnStage}
+	sampled := stages.Batch{Observe: c.h.opts.Observer.Stage}
 	for {
 		n := 0
 		c.wmu.Lock() // a batch is one write: responses wait for it
@@ -444,8 +439,8 @@ func (c *connection) writeReady() bool {
 			return false
 		}
 		sampled.Written()
-		if c.h.opts.OnDeliver != nil && n > 0 {
-			c.h.opts.OnDeliver(n)
+		if n > 0 {
+			c.h.opts.Observer.Delivered(n)
 		}
 		if n < c.h.opts.MaxBatch {
 			return true
@@ -487,9 +482,7 @@ func (c *connection) bytesBurst() float64 {
 }
 
 func (h *Handler) refuse(limit string) {
-	if h.opts.OnRefuse != nil {
-		h.opts.OnRefuse(limit)
-	}
+	h.opts.Observer.Refused(limit)
 }
 
 func (c *connection) command(typ websocket.MessageType, data []byte) bool {
@@ -564,9 +557,7 @@ func (c *connection) refresh(id uint64, token string) any {
 }
 
 func (h *Handler) authRefuse(reason string) {
-	if h.opts.OnAuthRefuse != nil {
-		h.opts.OnAuthRefuse(reason)
-	}
+	h.opts.Observer.AuthRefused(reason)
 }
 
 // sendError sends an ErrorResponse, as send does.

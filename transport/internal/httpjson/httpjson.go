@@ -54,36 +54,42 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Du
 	return nil, http.StatusBadRequest, "", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "reading the %s: %v", what, err)
 }
 
-// StatusOf is the HTTP status of a command's refusal, for the wires that
-// answer a command over plain HTTP: the server's refusal of a second run on
-// a busy thread (multitask strategy reject, the one invalid_argument that
-// is a conflict; the wires' tests hold it to its wording) is 409.
-func StatusOf(e *protocol.ErrorResponse) int {
-	switch e.Code {
-	case protocol.ErrorCodeInvalidArgument:
-		if strings.Contains(e.Message, "has an active run") {
-			return http.StatusConflict
-		}
+// StatusOf is the HTTP status of an error code: the one table every
+// route that answers a refusal over plain HTTP uses.
+func StatusOf(code protocol.ErrorCode) int {
+	switch code {
+	case protocol.ErrorCodeInvalidArgument, protocol.ErrorCodeUnknownCommand, protocol.ErrorCodeNotSupported:
 		return http.StatusBadRequest
+	case protocol.ErrorCodeUnauthenticated:
+		return http.StatusUnauthorized
 	case protocol.ErrorCodePermissionDenied:
 		return http.StatusForbidden
-	case protocol.ErrorCodeNoSuchThread:
+	case protocol.ErrorCodeNoSuchThread, protocol.ErrorCodeNoSuchRun, protocol.ErrorCodeNoSuchSubscription,
+		protocol.ErrorCodeNoSuchNamespace, protocol.ErrorCodeNoSuchInterrupt, protocol.ErrorCodeNoSuchCheckpoint:
 		return http.StatusNotFound
-	case protocol.ErrorCodeResourceExhausted, protocol.ErrorCodeRateLimited:
+	case protocol.ErrorCodeRateLimited, protocol.ErrorCodeResourceExhausted:
 		return http.StatusTooManyRequests
 	case protocol.ErrorCodeUnavailable:
 		return http.StatusServiceUnavailable
 	}
-	return http.StatusInternalServerError
+	return http.StatusInternalServerError // unknown_error, and any code newer than this table
 }
 
 // CommandError is err (from server.Session.Do) as an ErrorResponse
-// without an id, and its HTTP status.
+// without an id, and its HTTP status for the other wires, which start
+// runs over plain HTTP: StatusOf its code, but 409 for the server's
+// refusal of a second run on a busy thread (multitask strategy reject,
+// the one invalid_argument that is a conflict; the wires' tests hold it
+// to its wording). The protocol's own command route answers it 400, as
+// StatusOf does.
 func CommandError(err error) (int, *protocol.ErrorResponse) {
 	var e *protocol.ErrorResponse
 	if !errors.As(err, &e) {
 		e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
 	}
 	e.ID = nil
-	return StatusOf(e), e
+	if e.Code == protocol.ErrorCodeInvalidArgument && strings.Contains(e.Message, "has an active run") {
+		return http.StatusConflict, e
+	}
+	return StatusOf(e.Code), e
 }

@@ -1,10 +1,12 @@
 package httpjson
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,4 +21,29 @@ func TestWrite(t *testing.T) {
 	Write(rec, http.StatusOK, func() {}) // does not encode
 	require.Equal(t, http.StatusInternalServerError, rec.Code)
 	require.Contains(t, rec.Body.String(), `"unknown_error"`)
+}
+
+// TestStatusOfEveryCode: each of the protocol's error codes has its
+// status, and only a busy thread's refused run start is a conflict.
+func TestStatusOfEveryCode(t *testing.T) {
+	want := map[protocol.ErrorCode]int{
+		protocol.ErrorCodeInvalidArgument: 400, protocol.ErrorCodeUnknownCommand: 400, protocol.ErrorCodeNotSupported: 400,
+		protocol.ErrorCodeUnauthenticated: 401, protocol.ErrorCodePermissionDenied: 403,
+		protocol.ErrorCodeNoSuchThread: 404, protocol.ErrorCodeNoSuchRun: 404, protocol.ErrorCodeNoSuchSubscription: 404,
+		protocol.ErrorCodeNoSuchNamespace: 404, protocol.ErrorCodeNoSuchInterrupt: 404, protocol.ErrorCodeNoSuchCheckpoint: 404,
+		protocol.ErrorCodeRateLimited: 429, protocol.ErrorCodeResourceExhausted: 429,
+		protocol.ErrorCodeUnavailable: 503, protocol.ErrorCodeUnknownError: 500,
+		protocol.ErrorCode("newer_than_this_table"): 500,
+	}
+	for code, status := range want {
+		require.Equal(t, status, StatusOf(code), code)
+	}
+	status, e := CommandError(protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread t has an active run (r1) and multitask_strategy is reject"))
+	require.Equal(t, 409, status)
+	require.Nil(t, e.ID)
+	status, _ = CommandError(protocol.NewError(nil, protocol.ErrorCodeNoSuchRun, "no run r2"))
+	require.Equal(t, 404, status)
+	status, e = CommandError(errors.New("disk on fire"))
+	require.Equal(t, 500, status)
+	require.Equal(t, protocol.ErrorCodeUnknownError, e.Code)
 }
