@@ -100,7 +100,7 @@ func (s *Server) hasHistory(ctx context.Context, threadID string) (bool, error) 
 			return true, nil
 		}
 	}
-	if d, ok := s.cfg.Log.(DurableLog); ok {
+	if d := s.durable; d != nil {
 		epoch, _, err := d.Head(ctx, threadID)
 		if err != nil {
 			return false, storeError(err)

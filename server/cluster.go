@@ -19,9 +19,11 @@ import (
 // thread's run reach that node wherever they arrive (an engine's
 // EngineStores.Cluster).
 // Implementations renew the leases of the threads that have a run here
-// (Server.RunActive) and give up the others, and when a node holding a
-// lease dies they call Server.FailLostRun on a node that follows the
-// thread (Server.RemoteRuns).
+// (EngineHost.RunActive) and give up the others, and when a node holding
+// a lease dies they call EngineHost.FailLostRun on a node that follows
+// the thread (EngineHost.RemoteRuns); a forwarded command is carried out
+// with EngineHost.DoForwarded, a forwarded state read with
+// EngineHost.RunState.
 type Cluster interface {
 	// Node names this node.
 	Node() string
@@ -318,8 +320,8 @@ func (s *Server) takeOver(threadID string) error {
 	if err := s.catchUp(threadID); err != nil {
 		return err
 	}
-	tc, ok := s.cfg.Log.(TailClaimer)
-	if !ok {
+	tc := s.tails
+	if tc == nil {
 		return nil
 	}
 	epoch, err := tc.ClaimTail(context.Background(), threadID, newEpoch())
@@ -358,8 +360,8 @@ const tailEvents = 4096
 // among them it answers assumeOpen, and with an empty stream false. ok
 // is false when the log could not be read. The caller holds t.mu.
 func (t *thread) tailRunOpen(assumeOpen bool) (open, ok bool) {
-	d, durable := t.srv.cfg.Log.(DurableLog)
-	if !durable || t.acked == 0 {
+	d := t.srv.durable
+	if d == nil || t.acked == 0 {
 		return false, true
 	}
 	from := uint64(0)

@@ -31,8 +31,8 @@ func (s *Server) ingest(threadID string, e *Event) {
 	if e.Seq <= t.seq {
 		return
 	}
-	d, durable := s.cfg.Log.(DurableLog)
-	if durable && e.Seq > t.seq+1 {
+	d := s.durable
+	if d != nil && e.Seq > t.seq+1 {
 		_ = d.Stored(context.Background(), threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
 			if prev.Seq >= e.Seq {
 				return false
@@ -76,8 +76,8 @@ func (s *Server) catchUp(threadID string) error {
 	if t == nil {
 		return nil
 	}
-	d, ok := s.cfg.Log.(DurableLog)
-	if !ok {
+	d := s.durable
+	if d == nil {
 		return nil
 	}
 	epoch, head, err := d.Head(context.Background(), threadID)

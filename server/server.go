@@ -242,6 +242,10 @@ type Server struct {
 	// writeThrough: the log is a WriteThroughLog; events reach
 	// subscribers when its store holds them (Server.written).
 	writeThrough bool
+	// durable and tails are the log as a DurableLog and a TailClaimer
+	// (nil when it is not one), asserted once in New.
+	durable DurableLog
+	tails   TailClaimer
 
 	mu         sync.Mutex
 	threads    map[string]*thread
@@ -344,6 +348,9 @@ func New(cfg Config) *Server {
 		stop:          make(chan struct{}),
 	}
 	s.runs = keyrate.New(float64(s.cfg.MaxRunsPerMinute)/60, s.cfg.MaxRunsPerMinute)
+	// The log's capabilities, detected once.
+	s.durable, _ = s.cfg.Log.(DurableLog)
+	s.tails, _ = s.cfg.Log.(TailClaimer)
 	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
 		s.writeThrough = wt.WritesThrough()
 		wt.OnWritten(s.written)
@@ -533,8 +540,8 @@ type streamHead struct {
 }
 
 func (s *Server) head(id string) streamHead {
-	d, ok := s.cfg.Log.(DurableLog)
-	if !ok {
+	d := s.durable
+	if d == nil {
 		return streamHead{}
 	}
 	epoch, seq, err := d.Head(context.Background(), id)
