@@ -20,37 +20,12 @@
 // does not pass through its write-ahead log, memtable, flushes and
 // compactions. The chunks are written to the tree without a sync: the
 // commit log holds their events until the tree is synced. Chunks hold 64
-// events each, so the tree's compactions have little to rewrite: with
-// one key per event,
-// thread-major, they took a tenth of the server's CPU and put 30-50 ms
-// stalls into deliveries.
+// events each, so the tree's compactions have little to rewrite (with
+// one key per event they took a large share of the server's CPU and
+// stalled deliveries).
 //
-// The store was chosen by measurement (2026-11-27, this 2-core VM, ext4,
-// an fsync per group commit, 100-byte events of random text, 1,000
-// threads appended round robin, one key per event; tools/storebench):
-//
-//	                        Pebble          bbolt          SQLite (modernc, WAL)
-//	appends, 100 a commit   324k/s          45k/s          31k/s
-//	appends, 500 a commit   575k/s          79k/s          60k/s
-//	replay 100,000 events   16 ms           4 ms           60 ms
-//	bytes on disk per event 115             337            134
-//	open + 10,000 heads     141 ms          29 ms          40 ms
-//
-// The many-conversations workload (5,000 threads x 20 events/s = 100,000
-// events/s) is beyond what bbolt and SQLite commit here with an fsync per
-// batch; Pebble does it with room to spare. With the commit log and
-// chunks (this package's benchmarks, same day and machine: go test
-// -bench . ./diskstore): 429k appends/s, 42 bytes on disk per event, a
-// 100,000-event thread replayed from disk (decoded) in 47 ms, a store of
-// 10,000 threads opened and every head read in 45 ms.
-//
-// What the disk costs in CPU at the workload's saturation point
-// (BenchmarkAppendCPU, 5,000 threads, on one core: taskset -c 0 go test
-// -run X -bench AppendCPU -benchtime 1000000x ./diskstore), against 1.3
-// µs per event for the in-memory engine's buffer: 6.7-7.5 µs per event
-// appended with zstd commits in the tree; 5.7-6.7 with S2 commits (four
-// alternated pairs, 2026-11-28); 5.5 with a 16 MiB memtable (6.2-6.3
-// with Pebble's 4); 4.3-4.7 with the commit log in files of its own
-// (4.8-5.4 with it in the tree, three alternated pairs, 2026-11-28, later).
-// What is left is mostly the chunks' zstd, the commits' S2 and copying.
+// Pebble was chosen against bbolt and SQLite by measurement, and what the
+// disk costs in CPU is measured by this package's benchmarks
+// (BenchmarkAppend, BenchmarkAppendCPU): the figures are in
+// docs/durability.md.
 package diskstore

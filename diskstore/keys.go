@@ -107,9 +107,9 @@ func readChunkHead(b []byte) (chunkHead, []byte, error) {
 // codec compresses the store's values. Chunks are zstd at its fastest:
 // the events of a chunk repeat each other's field names, and keep a sixth
 // to a tenth of their size. While the process has no CPU to spare
-// (Options.Busy) chunks are S2 instead, at a fifth of zstd's CPU for 1.3
-// to 2.3 times its bytes (2026-11-28, 64 events of 250 bytes: 8-13 µs
-// against 46-68 µs a chunk), rewritten as zstd once it has CPU again
+// (Options.Busy) chunks are S2 instead, at a fraction of zstd's CPU for
+// more bytes (docs/durability.md has the figures), rewritten as zstd once
+// it has CPU again
 // (recompressSome) or by Engine.Compact.
 // Commits are S2: they are read only after a crash. Both are a marker
 // byte, then an S2 block; a zstd value begins with zstd's magic number

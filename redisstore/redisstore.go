@@ -38,14 +38,10 @@
 // unless written again, which is how idle threads are evicted from Redis;
 // a node forgetting a thread (--thread-ttl) drops only its memory.
 //
-// The client is github.com/redis/rueidis, chosen by measurement
-// (tools/redisbench, this machine, a local redis-server 7.0): appending
-// and publishing an event (XADD + PUBLISH) from 64 goroutines, rueidis
-// did 96,700-100,400 a second at 9.7-10.1 µs of client CPU each, against
-// 42,600-43,600 and 22.3-23.1 µs for github.com/redis/go-redis/v9; from 4
-// goroutines 48,000-73,000 against 37,700-38,400. Its automatic
-// pipelining of concurrent commands is what the engine's many threads
-// publishing at once need.
+// The client is github.com/redis/rueidis, chosen against go-redis by
+// measurement (tools/redisbench; the figures are in docs/redis.md): its
+// automatic pipelining of concurrent commands is what the engine's many
+// threads publishing at once need.
 //
 // # Caveats
 //
