@@ -57,7 +57,7 @@ func TestAuthorizeOwnershipAndGrants(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Hour)
 	mu.Unlock()
-	s.SweepNow()
+	servetest.Sweep(s)
 	require.Equal(t, "", servetest.Owner(t, s, "team-1"))
 	require.NoError(t, s.Authorize(bob, "team-1", true))
 	require.Equal(t, "bob", servetest.Owner(t, s, "team-1"))

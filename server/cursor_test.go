@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
@@ -138,7 +139,7 @@ func TestCursorAcrossAnEvictedThread(t *testing.T) {
 	old := inStream(collect(t, w, rootEnded))
 	w.Close()
 	clock.Advance(61 * time.Minute)
-	s.SweepNow()
+	servetest.Sweep(s)
 	require.Equal(t, 0, s.Threads())
 
 	w, _, _ = s.Subscribe("t", all, nil)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
@@ -149,12 +150,12 @@ func TestIdleThreadsAreForgottenAfterTheirTTL(t *testing.T) {
 	require.True(t, ss.Unsubscribe(id))
 	w.Close()
 	advance(30 * time.Minute)
-	s.SweepNow()
+	servetest.Sweep(s)
 	require.Equal(t, 1, s.Threads(), "idle, but not for an hour")
 	_, ok, _ := s.State(context.Background(), "t")
 	require.True(t, ok)
 	advance(31 * time.Minute)
-	s.SweepNow()
+	servetest.Sweep(s)
 	require.Equal(t, 0, s.Threads())
 	_, ok, _ = s.State(context.Background(), "t")
 	require.False(t, ok, "its state is gone too")

@@ -13,6 +13,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/internal/keyrate"
+	"github.com/agentstream/agentstream/internal/testkit/hooks"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -359,7 +360,7 @@ func New(cfg Config) *Server {
 	s.janitor.Add(2)
 	// Idle threads' buffers and expired dropped sessions; remote workers
 	// whose lease ran out, checked four times a lease.
-	go s.every(sweepInterval(s.cfg.IdleRelease), s.SweepNow)
+	go s.every(sweepInterval(s.cfg.IdleRelease), s.sweep)
 	go s.every(max(s.cfg.WorkerLease/4, 10*time.Millisecond), func() { s.workers.expire(s.cfg.Now()) })
 	if cfg.Engine != nil {
 		if err := cfg.Engine.Start(host{s}); err != nil {
@@ -743,11 +744,14 @@ func sweepInterval(idle time.Duration) time.Duration {
 	return iv
 }
 
-// SweepNow releases the replay buffers of threads idle for longer than
+func init() { hooks.Sweep = func(srv any) { srv.(*Server).sweep() } }
+
+// sweep releases the replay buffers of threads idle for longer than
 // IdleRelease, forgets threads idle for longer than ThreadTTL (their state
-// too) and dropped sessions past their grace period. The
-// server does it by itself periodically; tests call it directly.
-func (s *Server) SweepNow() {
+// too) and dropped sessions past their grace period. The server does it by
+// itself periodically; tests call it directly (hooks.Sweep from other
+// packages').
+func (s *Server) sweep() {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	threads := s.threadList()

@@ -383,7 +383,7 @@ func TestWebSocketCommandsAreAuthorizedOneByOne(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
-	srv.SweepNow()
+	servetest.Sweep(srv)
 	require.Equal(t, "", servetest.Owner(t, srv, "x"), "forgotten")
 	status, _, _ := call(t, ts, "commands", "x", func(h http.Header, _ url.Values) { h.Set("X-Api-Key", "k-bob") })
 	require.Equal(t, 200, status)

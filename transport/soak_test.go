@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/internal/testkit/servetest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/coder/websocket"
@@ -187,7 +188,7 @@ func TestSoak(t *testing.T) {
 		// clients had gone was the soak's rare failure.)
 		require.Eventually(t, func() bool {
 			skew.Add(int64(2 * time.Hour))
-			srv.SweepNow()
+			servetest.Sweep(srv)
 			return srv.Threads() == 0
 		}, 10*time.Second, 10*time.Millisecond, "every thread is forgotten")
 	}

@@ -12,10 +12,15 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/internal/testkit/hooks"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
 )
+
+// Sweep runs srv's periodic sweep at once: the replay buffers of idle
+// threads released, idle threads and expired dropped sessions forgotten.
+func Sweep(srv *server.Server) { hooks.Sweep(srv) }
 
 // Server is a server a test started.
 type Server struct {
