@@ -66,7 +66,7 @@ type ClusterOptions struct {
 type Cluster struct {
 	e    *Engine
 	opts ClusterOptions
-	srv  server.EngineHost
+	srv  server.RunHost
 	sub  *subscriber
 
 	mu      sync.Mutex
@@ -89,7 +89,7 @@ type Cluster struct {
 var _ server.Cluster = (*Cluster)(nil)
 
 // Cluster returns the engine's run sharing for this node: a server's
-// Cluster, started with the server's EngineHost and closed with it (the
+// Cluster, started with the server's RunHost and closed with it (the
 // engine New makes does both).
 func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 	if opts.Node == "" {
@@ -112,7 +112,7 @@ func (e *Engine) Cluster(opts ClusterOptions) *Cluster {
 }
 
 // Start connects and starts renewing leases for the server srv.
-func (c *Cluster) Start(srv server.EngineHost) {
+func (c *Cluster) Start(srv server.RunHost) {
 	c.srv = srv
 	c.sub.start()
 	go c.loop()

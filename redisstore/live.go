@@ -30,7 +30,7 @@ import (
 type Live struct {
 	e    *Engine
 	sub  *subscriber
-	srv  server.EngineHost
+	srv  server.IngestHost
 	stop chan struct{}
 	done chan struct{}
 }
@@ -42,7 +42,7 @@ const CatchUpEvery = time.Second
 var _ server.Watcher = (*Live)(nil)
 
 // Live returns a follower of threads: a server's Watcher, started with
-// the server's EngineHost and closed after the server (the engine New
+// the server's IngestHost and closed after the server (the engine New
 // makes does both). onErr, when set, hears of connection losses.
 func (e *Engine) Live(onErr func(error)) *Live {
 	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{})}
@@ -58,7 +58,7 @@ func (e *Engine) Live(onErr func(error)) *Live {
 }
 
 // Start connects and hands events to the server srv.
-func (l *Live) Start(srv server.EngineHost) {
+func (l *Live) Start(srv server.IngestHost) {
 	l.srv = srv
 	l.sub.start()
 	go l.sweep()

@@ -50,9 +50,22 @@ type EngineStores struct {
 
 // EngineHost is how an engine reaches the server it was started for
 // (Engine.Start): the events, commands and failures that come from other
-// nodes or from the engine's store. It is not part of Server's API. Its
-// methods are safe for concurrent use.
+// nodes or from the engine's store, by concern: IngestHost for the log's
+// side (another node's events), RunHost for the cluster's (leases, runs,
+// forwarded commands), and the store's health. It is not part of
+// Server's API. Its methods are safe for concurrent use.
 type EngineHost interface {
+	IngestHost
+	RunHost
+	// SetUnavailable says the engine's store cannot be reached (err) or
+	// is back (nil): streams end, and commands and subscriptions are
+	// refused as unavailable while it is gone.
+	SetUnavailable(err error)
+}
+
+// IngestHost is what an engine's log side calls: it delivers what other
+// nodes published.
+type IngestHost interface {
 	// Ingest delivers an event another node published on the thread to
 	// this node's subscribers, in sequence order, each once; events
 	// missing before it are read from the durable log first. A thread
@@ -63,6 +76,15 @@ type EngineHost interface {
 	// subscription to it was being made). An error says the log could not
 	// be read.
 	CatchUp(thread string) error
+	// RemoteRuns lists the threads this node follows whose run, on
+	// another node, has started and not ended (those to catch up on, and
+	// to fail when their node is lost).
+	RemoteRuns() []string
+}
+
+// RunHost is what an engine's Cluster calls: the runs of this node and of
+// the nodes it follows.
+type RunHost interface {
 	// DoForwarded carries out a command another node forwarded here, the
 	// node that runs the thread's runs.
 	DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error)
@@ -72,8 +94,7 @@ type EngineHost interface {
 	// RunState is this node's run of the thread, for a state read on
 	// another node.
 	RunState(thread string) (status string, interrupts []PendingInterrupt)
-	// RemoteRuns lists the threads this node follows whose run, on
-	// another node, has started and not ended.
+	// RemoteRuns: as IngestHost's.
 	RemoteRuns() []string
 	// FailLostRun ends, for every node's clients, the run of a node that
 	// died, unless the stream shows it ended or this node received one of
@@ -87,10 +108,6 @@ type EngineHost interface {
 	// serve, how many more runs they take at once (less the runs waiting
 	// for one of them: it may be below zero), for a WorkerDirectory.
 	WorkerRoom() map[string]int
-	// SetUnavailable says the engine's store cannot be reached (err) or
-	// is back (nil): streams end, and commands and subscriptions are
-	// refused as unavailable while it is gone.
-	SetUnavailable(err error)
 }
 
 // host is the EngineHost of a Server.
