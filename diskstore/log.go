@@ -778,11 +778,11 @@ func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
 func (l *Log) Memory() *server.MemoryLog { return l.mem }
 
 // Len implements server.EventLog: what the buffer holds.
-func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
+func (l *Log) Len(ctx context.Context, thread string) int { return l.mem.Len(ctx, thread) }
 
 // Release implements server.EventLog: the buffer lets the thread go; the
 // disk keeps it.
-func (l *Log) Release(thread string) { l.mem.Release(thread) }
+func (l *Log) Release(ctx context.Context, thread string) { l.mem.Release(ctx, thread) }
 
 // Head implements server.DurableLog: the thread's last event's epoch and
 // seq (or the new epoch it goes on in after a crash).
@@ -830,8 +830,8 @@ func (l *Log) Head(ctx context.Context, thread string) (string, uint64, error) {
 
 // Cache implements server.DurableLog (for a cluster's other nodes: this
 // store has one node).
-func (l *Log) Cache(thread string, e *server.Event) {
-	_ = l.mem.Append(context.Background(), thread, e)
+func (l *Log) Cache(ctx context.Context, thread string, e *server.Event) {
+	_ = l.mem.Append(ctx, thread, e)
 }
 
 // Stored implements server.DurableLog: what the store holds after seq.

@@ -714,7 +714,7 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 			q.refused[th] = true
 			// Memory holds them too, and the ids will name other events:
 			// the thread's events are read from Redis from now on.
-			l.mem.Release(th)
+			l.mem.Release(context.Background(), th)
 		}
 		kept := q.pending[:0]
 		for _, en := range q.pending {
@@ -1000,17 +1000,17 @@ func (l *Log) Flushed(thread string) bool {
 
 // Cache implements server.DurableLog: an event another node wrote is kept
 // in memory only.
-func (l *Log) Cache(thread string, e *server.Event) {
-	_ = l.mem.Append(context.Background(), thread, e)
+func (l *Log) Cache(ctx context.Context, thread string, e *server.Event) {
+	_ = l.mem.Append(ctx, thread, e)
 }
 
 // Len implements server.EventLog: the events held in memory.
-func (l *Log) Len(thread string) int { return l.mem.Len(thread) }
+func (l *Log) Len(ctx context.Context, thread string) int { return l.mem.Len(ctx, thread) }
 
 // Release implements server.EventLog: the thread went idle, so its
 // events leave memory; the stream keeps them.
-func (l *Log) Release(thread string) {
-	l.mem.Release(thread)
+func (l *Log) Release(ctx context.Context, thread string) {
+	l.mem.Release(ctx, thread)
 	q := l.queue(thread)
 	q.mu.Lock()
 	delete(q.trims, thread)

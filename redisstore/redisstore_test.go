@@ -205,8 +205,8 @@ func TestLogReadsRedisBeyondMemory(t *testing.T) {
 	require.Zero(t, a.log.Stats().Dropped)
 	require.Less(t, a.log.Stats().Batches, a.log.Stats().Written, "pipelined: fewer round trips than events")
 
-	a.log.Release("f") // memory lets the thread go
-	require.Zero(t, a.log.Len("f"))
+	a.log.Release(context.Background(), "f") // memory lets the thread go
+	require.Zero(t, a.log.Len(context.Background(), "f"))
 	oldest, err := a.log.Oldest(context.Background(), "f")
 	require.NoError(t, err)
 	require.Greater(t, oldest, uint64(1), "trimmed")
@@ -547,7 +547,7 @@ func TestStreamTrimmedByBytes(t *testing.T) {
 	require.GreaterOrEqual(t, kept, maxBytes*15/16-len(last.JSON()), "%d events kept", len(entries))
 	require.Less(t, len(entries), 60, "trimmed by bytes long before the count cap")
 
-	a.log.Release("big")
+	a.log.Release(context.Background(), "big")
 	notices, events := readAll(t, a.srv, "big", &server.Cursor{Seq: 1})
 	require.Equal(t, "events.missed", notices[0].Method)
 	require.Len(t, events, len(entries))
@@ -600,7 +600,7 @@ func TestReplayThatCannotBeReadFailsTheSubscription(t *testing.T) {
 	n := startNodeWith(t, l, server.NewMemoryState())
 	evs := runToEnd(t, n.srv, "gap", "firehose", map[string]any{"count": 20.0})
 	require.Eventually(t, func() bool { return l.Flushed("gap") }, 5*time.Second, 10*time.Millisecond)
-	l.Release("gap") // memory forgets the thread's events; the stream keeps them
+	l.Release(context.Background(), "gap") // memory forgets the thread's events; the stream keeps them
 
 	got := 0
 	ss, replayed, err := n.srv.Subscribe("gap", channels.All, nil)
@@ -646,7 +646,7 @@ func TestTrimKeepsAnotherWritersHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(first)+len(second)+len(third)), n, "every event of the three runs is kept")
 
-	b.log.Release("h") // replay from the stream, not from b's memory
+	b.log.Release(context.Background(), "h") // replay from the stream, not from b's memory
 	cursor := first[49]
 	notices, events := readAll(t, b.srv, "h", &server.Cursor{Epoch: cursor.Epoch(), Seq: cursor.Seq})
 	for _, n := range notices {

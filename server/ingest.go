@@ -57,7 +57,7 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 		t.announceGap(t.acked, e.Seq)
 	}
 	if d != nil {
-		d.Cache(t.id, e)
+		d.Cache(context.Background(), t.id, e)
 	}
 	t.seq, t.acked = e.Seq, e.Seq
 	t.lastActive = t.srv.cfg.Now()
@@ -127,7 +127,7 @@ func (t *thread) follow(epoch string, seq uint64) {
 // holds t.mu.
 func (t *thread) restart() {
 	const base = 0
-	t.srv.cfg.Log.Release(t.id)
+	t.srv.cfg.Log.Release(context.Background(), t.id)
 	since := t.acked
 	t.seq, t.acked = base, base
 	t.tree = map[string]*treeNode{}

@@ -246,7 +246,7 @@ func (l *MemoryLog) oldest(thread string) uint64 {
 }
 
 // Len implements EventLog.
-func (l *MemoryLog) Len(thread string) int {
+func (l *MemoryLog) Len(_ context.Context, thread string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := l.threads[thread]; t != nil {
@@ -256,7 +256,7 @@ func (l *MemoryLog) Len(thread string) int {
 }
 
 // Release implements EventLog.
-func (l *MemoryLog) Release(thread string) {
+func (l *MemoryLog) Release(_ context.Context, thread string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := l.threads[thread]; t != nil {

@@ -768,7 +768,7 @@ func (s *Server) sweep() {
 		if forget {
 			t.evicted = true
 		} else if t.idle(now.Add(-s.cfg.IdleRelease)) {
-			s.cfg.Log.Release(t.id)
+			s.cfg.Log.Release(context.Background(), t.id)
 		}
 		t.mu.Unlock()
 		if forget {
@@ -782,7 +782,7 @@ func (s *Server) sweep() {
 				s.threads = compact.Shrink(s.threads, &s.threadsHW)
 			}
 			s.mu.Unlock()
-			s.cfg.Log.Release(t.id)
+			s.cfg.Log.Release(context.Background(), t.id)
 			_ = s.cfg.State.Delete(context.Background(), t.id) // what it cannot delete, the store expires (Redis) or keeps
 		}
 	}
@@ -817,7 +817,7 @@ func (s *Server) bufferedEvents(id string) int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return s.cfg.Log.Len(id)
+	return s.cfg.Log.Len(context.Background(), id)
 }
 
 // errorResponse builds a protocol error for a command.

@@ -61,8 +61,8 @@ type CheckpointRecord struct {
 // order, within its caps. The server calls it with the thread's lock held,
 // so calls for one thread never overlap; a shared log (Redis streams) lets
 // a node replay what another published. The in-memory one is
-// [NewMemoryLog]. The methods that can reach a store take the context of
-// what they serve and return its error: a replay that cannot be read
+// [NewMemoryLog]. Every method takes the context of what it serves; those
+// that can reach a store return its error: a replay that cannot be read
 // fails the subscription (unavailable), an append that is not kept fails
 // the emitter.
 type EventLog interface {
@@ -76,9 +76,9 @@ type EventLog interface {
 	// Oldest is the sequence number of the oldest event kept, 0 for none.
 	Oldest(ctx context.Context, thread string) (uint64, error)
 	// Len is how many events the thread has kept.
-	Len(thread string) int
+	Len(ctx context.Context, thread string) int
 	// Release drops the thread's events (the thread went idle).
-	Release(thread string)
+	Release(ctx context.Context, thread string)
 }
 
 func randomID(prefix string) string {
@@ -99,7 +99,7 @@ type DurableLog interface {
 	Head(ctx context.Context, thread string) (epoch string, seq uint64, err error)
 	// Cache keeps an event another node published (and wrote) for local
 	// replays, without writing it again.
-	Cache(thread string, e *Event)
+	Cache(ctx context.Context, thread string, e *Event)
 	// Stored calls fn for the events the store itself holds after seq
 	// (what other nodes wrote included), oldest first, until fn returns
 	// false; an error says the store could not be read to the end.

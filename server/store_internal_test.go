@@ -35,10 +35,10 @@ func TestMemoryLogTotalBudgetDropsTheColdestFirst(t *testing.T) {
 		l.Append(context.Background(), "c", ev(seq))
 	}
 	// 12 + 10 + 5 passed 25: b, the least recently active, went whole.
-	require.Equal(t, 0, l.Len("b"))
+	require.Equal(t, 0, l.Len(context.Background(), "b"))
 	require.Equal(t, uint64(0), oldestOf(l, "b"))
-	require.Equal(t, 12, l.Len("a"))
-	require.Equal(t, 5, l.Len("c"))
+	require.Equal(t, 12, l.Len(context.Background(), "a"))
+	require.Equal(t, 5, l.Len(context.Background(), "c"))
 	require.Equal(t, uint64(10), l.Trimmed())
 	require.Equal(t, 17*one, l.Used())
 
@@ -46,14 +46,14 @@ func TestMemoryLogTotalBudgetDropsTheColdestFirst(t *testing.T) {
 	for seq := uint64(106); seq <= 140; seq++ {
 		l.Append(context.Background(), "c", ev(seq))
 	}
-	require.Equal(t, 0, l.Len("a"))
-	require.Equal(t, 25, l.Len("c"))
+	require.Equal(t, 0, l.Len(context.Background(), "a"))
+	require.Equal(t, 25, l.Len(context.Background(), "c"))
 	require.Equal(t, uint64(116), oldestOf(l, "c"))
 	require.LessOrEqual(t, l.Used(), 25*one)
 
-	l.Release("c")
+	l.Release(context.Background(), "c")
 	require.Zero(t, l.Used())
-	require.Zero(t, l.Len("c"))
+	require.Zero(t, l.Len(context.Background(), "c"))
 }
 
 // TestBufferedEventCost measures what a buffered event keeps on the heap
@@ -158,13 +158,13 @@ func TestMemoryLogLowerBudgetDropsAtOnce(t *testing.T) {
 	per := l.Used() / 3
 	l.SetTotalBytes(2 * per)
 	require.Equal(t, int64(2*per), l.TotalBytes())
-	require.Zero(t, l.Len("a"), "the coldest went")
-	require.Equal(t, 10, l.Len("b"))
-	require.Equal(t, 10, l.Len("c"))
+	require.Zero(t, l.Len(context.Background(), "a"), "the coldest went")
+	require.Equal(t, 10, l.Len(context.Background(), "b"))
+	require.Equal(t, 10, l.Len(context.Background(), "c"))
 	require.Equal(t, uint64(10), l.Trimmed())
 	l.SetTotalBytes(1)
-	require.Zero(t, l.Len("b"))
-	require.Equal(t, 10, l.Len("c"), "the hottest waits for its next append")
+	require.Zero(t, l.Len(context.Background(), "b"))
+	require.Equal(t, 10, l.Len(context.Background(), "c"), "the hottest waits for its next append")
 	require.Equal(t, per, l.Used())
 }
 

@@ -715,7 +715,7 @@ func TestInstanceAIFullHistoryOnDisk(t *testing.T) {
 	require.Equal(t, 200, code)
 	live := append(frames, s.until("run-finish")...)
 	require.Greater(t, len(live), 4, "more than the hot cache holds")
-	require.Less(t, eng.Stores().Log.Len("th9"), int(live[len(live)-1].id), "the hot cache holds less than the run")
+	require.Less(t, eng.Stores().Log.Len(context.Background(), "th9"), int(live[len(live)-1].id), "the hot cache holds less than the run")
 
 	again := open(t, ts.URL+"/instance-ai/events/th9", nil).until("run-finish")
 	require.Equal(t, "run-start", again[0].typ(), "from the first event, read from the disk")
