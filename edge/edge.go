@@ -153,7 +153,7 @@ func (e *Edge) followLocked(thread string) *follower {
 }
 
 // follow holds f's upstream stream until its context ends: each event is
-// appended to the thread (server.Mirror). A lost stream is reopened,
+// appended to the thread (server.Mirrors.Append). A lost stream is reopened,
 // waiting longer after each failure, from the start of what the upstream
 // keeps: the events up to the last one appended are checked against it
 // (the same bytes under the same seq: the upstream's numbering holds, and
@@ -191,7 +191,7 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 			if len(batch) == 0 {
 				return nil
 			}
-			_, err := e.srv.Mirror(f.thread, batch, offset)
+			_, err := e.srv.Mirrors().Append(f.thread, batch, offset)
 			return err
 		}
 		e.open.Add(1)
@@ -285,7 +285,7 @@ func (e *Edge) follow(ctx context.Context, f *follower) {
 // write it, kept by claiming it again every Options.ClaimEvery (it ends
 // when another node takes it); mine is false when another node holds it.
 func (e *Edge) writer(ctx context.Context, thread string) (_ context.Context, stop func(), mine bool) {
-	if _, mine, err := e.srv.ClaimWriter(thread); err != nil || !mine {
+	if _, mine, err := e.srv.Mirrors().ClaimWriter(thread); err != nil || !mine {
 		return nil, func() {}, false
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -299,7 +299,7 @@ func (e *Edge) writer(ctx context.Context, thread string) (_ context.Context, st
 			case <-sctx.Done():
 				return
 			case <-tick.C:
-				if _, mine, err := e.srv.ClaimWriter(thread); err == nil && !mine {
+				if _, mine, err := e.srv.Mirrors().ClaimWriter(thread); err == nil && !mine {
 					cancel() // another node writes it now
 					return
 				}
@@ -333,7 +333,7 @@ func (e *Edge) reap() {
 		}
 		e.mu.Unlock()
 		for _, f := range idle {
-			if e.srv.Watched(f.thread) {
+			if e.srv.Mirrors().Watched(f.thread) {
 				e.mu.Lock()
 				f.lastUsed = time.Now()
 				e.mu.Unlock()

@@ -1,7 +1,7 @@
 // Package server is agentstream's core: threads, runs, event streams and
 // the command dispatcher behind every transport, producers' batches
 // ([Server.Publish]) and the remote workers that serve assistants from
-// other processes ([Server.ConnectWorker], worker.go).
+// other processes ([Server.Workers], worker.go).
 //
 // # Model
 //

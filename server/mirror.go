@@ -15,7 +15,7 @@ type Upstream interface {
 	// commands, auth.refresh). Its error is an ErrorResponse.
 	Forward(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, handled bool)
 	// Watch says a client subscribed to the thread here: the upstream's
-	// stream of it is followed (Mirror) while it has subscribers or a run.
+	// stream of it is followed (Mirrors.Append) while it has subscribers or a run.
 	// It is called with the thread locked: it must not block nor call
 	// the server.
 	Watch(threadID string)
@@ -28,12 +28,22 @@ func holds(c Cluster, thread string) bool {
 	return ok && lh.Holds(thread)
 }
 
+// Mirrors are what edge mode uses to keep this server's copy of another
+// server's threads (Server.Mirrors): who writes a thread, whether anyone
+// watches it here, and the appending of the other server's events with
+// their own seqs and ids.
+type Mirrors struct{ s *Server }
+
+// Mirrors are the server's mirrored threads (edge mode).
+func (s *Server) Mirrors() Mirrors { return Mirrors{s} }
+
 // ClaimWriter takes, or keeps, the right to write thread id for this node
-// (with a Cluster, its lease, as Publish and Mirror take it; call it again
+// (with a Cluster, its lease, as Publish and Append take it; call it again
 // within the lease's life to keep it). mine is false while another node
 // holds it (holder names it). Without a Cluster every thread is this
 // node's.
-func (s *Server) ClaimWriter(id string) (holder string, mine bool, err error) {
+func (m Mirrors) ClaimWriter(id string) (holder string, mine bool, err error) {
+	s := m.s
 	c := s.cluster
 	if c == nil {
 		return "", true, nil
@@ -46,7 +56,8 @@ func (s *Server) ClaimWriter(id string) (holder string, mine bool, err error) {
 }
 
 // Watched reports whether thread id has subscribers on this server.
-func (s *Server) Watched(id string) bool {
+func (m Mirrors) Watched(id string) bool {
+	s := m.s
 	t, _ := s.thread(id, false)
 	if t == nil {
 		return false
@@ -56,7 +67,7 @@ func (s *Server) Watched(id string) bool {
 	return len(t.sessions) > 0
 }
 
-// MirrorResult is what Mirror appended.
+// MirrorResult is what Mirrors.Append appended.
 type MirrorResult struct {
 	// Appended counts the events appended; the others were at or below
 	// the thread's last sequence number already (a resumed stream's
@@ -66,7 +77,7 @@ type MirrorResult struct {
 	Last uint64
 }
 
-// Mirror appends events another server published on its copy of the
+// Append appends events another server published on its copy of the
 // thread (edge mode: an upstream's event stream), each the JSON of a
 // protocol event with its seq and event_id, keeping both: a client can
 // move between this server and the other with its cursor (with a
@@ -79,7 +90,8 @@ type MirrorResult struct {
 // seq): for an upstream whose numbering went back (it lost the thread),
 // so that the thread's stream goes on rising. Root lifecycle events set
 // the thread's status, as a producer's do.
-func (s *Server) Mirror(threadID string, events [][]byte, offset uint64) (MirrorResult, error) {
+func (m Mirrors) Append(threadID string, events [][]byte, offset uint64) (MirrorResult, error) {
+	s := m.s
 	if err := s.Unavailable(); err != nil {
 		return MirrorResult{}, err
 	}

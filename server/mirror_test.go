@@ -50,7 +50,7 @@ func TestMirrorKeepsTheUpstreamsSeqAndIDs(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		batch = append(batch, upstreamEvent(i, fmt.Sprint("e", i)))
 	}
-	res, err := srv.Mirror("m1", batch, 0)
+	res, err := srv.Mirrors().Append("m1", batch, 0)
 	require.NoError(t, err)
 	require.Equal(t, server.MirrorResult{Appended: 5, Last: 5}, res)
 	got := readN(t, live, 5)
@@ -60,7 +60,7 @@ func TestMirrorKeepsTheUpstreamsSeqAndIDs(t *testing.T) {
 		require.Equal(t, string(batch[i]), string(e.JSON()), "the upstream's bytes")
 	}
 
-	res, err = srv.Mirror("m1", [][]byte{upstreamEvent(4, "e4"), upstreamEvent(5, "e5"), upstreamEvent(6, "e6"), upstreamEvent(9, "e9")}, 0)
+	res, err = srv.Mirrors().Append("m1", [][]byte{upstreamEvent(4, "e4"), upstreamEvent(5, "e5"), upstreamEvent(6, "e6"), upstreamEvent(9, "e9")}, 0)
 	require.NoError(t, err)
 	require.Equal(t, server.MirrorResult{Appended: 2, Last: 9}, res, "the overlap skipped, the gap kept")
 	var notice *server.Event
@@ -90,7 +90,7 @@ func TestMirrorKeepsTheUpstreamsSeqAndIDs(t *testing.T) {
 	require.Equal(t, []uint64{5, 6, 9}, seqs, "resumed after the bare-number id")
 
 	// The upstream lost the thread and numbers from 1 again: renumbered.
-	res, err = srv.Mirror("m1", [][]byte{upstreamEvent(1, "again")}, 9)
+	res, err = srv.Mirrors().Append("m1", [][]byte{upstreamEvent(1, "again")}, 9)
 	require.NoError(t, err)
 	require.Equal(t, uint64(10), res.Last)
 	e := readN(t, late, 1)[0]
@@ -99,6 +99,6 @@ func TestMirrorKeepsTheUpstreamsSeqAndIDs(t *testing.T) {
 	require.Contains(t, string(e.JSON()), `"seq":10`)
 	require.Contains(t, string(e.JSON()), `"again"`)
 
-	_, err = srv.Mirror("m1", [][]byte{[]byte(`{"type":"event"}`)}, 0)
+	_, err = srv.Mirrors().Append("m1", [][]byte{[]byte(`{"type":"event"}`)}, 0)
 	require.Error(t, err, "an event without seq and id")
 }

@@ -255,7 +255,7 @@ type Server struct {
 	queued     atomic.Int64     // bytes queued to open sessions (QueueTotalBytes)
 	queuing    atomic.Int64     // open sessions with something queued
 	assistants map[string]Assistant
-	workers    *workerHub              // remote workers and the runs they serve
+	workers    *Workers              // remote workers and the runs they serve
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,
 	detachedHW compact.Tracker         // so that the sweeper gives their memory back

@@ -64,7 +64,7 @@ type WorkerHello struct {
 
 // Worker is a connected worker, as its connection sees it.
 type Worker struct {
-	hub        *workerHub
+	hub        *Workers
 	id         string
 	owner      string
 	assistants []string
@@ -113,7 +113,11 @@ type remoteRun struct {
 	lostCh chan struct{}
 }
 
-type workerHub struct {
+// Workers are the remote workers connected to this server
+// (Server.Workers): the worker wire's transport registers a worker
+// (Connect), renews its lease (Alive), applies its batches (Publish) and
+// lets it go (Disconnect).
+type Workers struct {
 	s       *Server
 	mu      sync.Mutex
 	workers map[string]*Worker
@@ -122,12 +126,12 @@ type workerHub struct {
 	served  map[string]map[string]struct{} // per assistant: the ids of the workers serving it
 }
 
-func newWorkerHub(s *Server) *workerHub {
-	return &workerHub{s: s, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]struct{}{}}
+func newWorkerHub(s *Server) *Workers {
+	return &Workers{s: s, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]struct{}{}}
 }
 
 // counts returns the workers registered and the runs waiting for one.
-func (hub *workerHub) counts() (workers, queued int) {
+func (hub *Workers) counts() (workers, queued int) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	for _, runs := range hub.waiting {
@@ -136,13 +140,16 @@ func (hub *workerHub) counts() (workers, queued int) {
 	return len(hub.workers), queued
 }
 
-// ConnectWorker registers a worker (or takes back one of the same id and
+// Workers are the server's remote workers.
+func (s *Server) Workers() *Workers { return s.workers }
+
+// Connect registers a worker (or takes back one of the same id and
 // owner), for the connection that reads its Messages. Its lease starts now.
-func (s *Server) ConnectWorker(h WorkerHello) (*Worker, error) {
+func (hub *Workers) Connect(h WorkerHello) (*Worker, error) {
+	s := hub.s
 	if err := s.Unavailable(); err != nil {
 		return nil, err
 	}
-	hub := s.workers
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	now := s.cfg.Now()
@@ -182,17 +189,17 @@ func (s *Server) ConnectWorker(h WorkerHello) (*Worker, error) {
 	return w, nil
 }
 
-// WorkerLease is how long a worker may send nothing before it is lost.
-func (s *Server) WorkerLease() time.Duration { return s.cfg.WorkerLease }
+// Lease is how long a worker may send nothing before it is lost.
+func (hub *Workers) Lease() time.Duration { return hub.s.cfg.WorkerLease }
 
-// WorkerAlive renews a worker's lease (a heartbeat).
-func (s *Server) WorkerAlive(workerID, owner string) error {
-	_, err := s.workers.live(workerID, owner)
+// Alive renews a worker's lease (a heartbeat).
+func (hub *Workers) Alive(workerID, owner string) error {
+	_, err := hub.live(workerID, owner)
 	return err
 }
 
 // live renews and returns the worker. The caller must not hold hub.mu.
-func (hub *workerHub) live(workerID, owner string) (*Worker, error) {
+func (hub *Workers) live(workerID, owner string) (*Worker, error) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	w, ok := hub.workers[workerID]
@@ -204,7 +211,7 @@ func (hub *workerHub) live(workerID, owner string) (*Worker, error) {
 }
 
 // serves reports whether a connected worker serves assistant id.
-func (hub *workerHub) serves(id string) bool {
+func (hub *Workers) serves(id string) bool {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	return len(hub.served[id]) > 0
@@ -212,14 +219,14 @@ func (hub *workerHub) serves(id string) bool {
 
 // queueFull reports whether assistant id has MaxQueuedWorkerRuns runs
 // waiting for a free worker.
-func (hub *workerHub) queueFull(id string) bool {
+func (hub *Workers) queueFull(id string) bool {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	return len(hub.waiting[id]) >= hub.s.cfg.MaxQueuedWorkerRuns
 }
 
 // served lists the assistants connected workers serve.
-func (hub *workerHub) assistantIDs() []string {
+func (hub *Workers) assistantIDs() []string {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	out := make([]string, 0, len(hub.served))
@@ -234,7 +241,7 @@ func (hub *workerHub) assistantIDs() []string {
 // dispatchLocked hands waiting runs to workers with room, oldest first.
 // It runs whenever a run waits or a worker gains room, so a run waits only
 // while no worker of its assistant has room.
-func (hub *workerHub) dispatchLocked() {
+func (hub *Workers) dispatchLocked() {
 	for a, runs := range hub.waiting {
 		for len(runs) > 0 {
 			w := hub.pickLocked(a)
@@ -257,7 +264,7 @@ func (hub *workerHub) dispatchLocked() {
 
 // room is, per assistant served here, how many more runs its workers take
 // at once, less the runs waiting for one (EngineHost.WorkerRoom).
-func (hub *workerHub) room() map[string]int {
+func (hub *Workers) room() map[string]int {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	out := make(map[string]int, len(hub.served))
@@ -275,7 +282,7 @@ func (hub *workerHub) room() map[string]int {
 
 // pickLocked chooses the worker for a run of assistant a: among those
 // serving it with room, the least busy, in turn among equals.
-func (hub *workerHub) pickLocked(a string) *Worker {
+func (hub *Workers) pickLocked(a string) *Worker {
 	ids := make([]string, 0, len(hub.served[a]))
 	for id := range hub.served[a] {
 		ids = append(ids, id)
@@ -301,7 +308,7 @@ func (hub *workerHub) pickLocked(a string) *Worker {
 	return best
 }
 
-func (hub *workerHub) assignLocked(w *Worker, rr *remoteRun) {
+func (hub *Workers) assignLocked(w *Worker, rr *remoteRun) {
 	r := rr.rc.r
 	w.runs[r.id] = rr
 	rr.worker = w
@@ -314,7 +321,7 @@ func (hub *workerHub) assignLocked(w *Worker, rr *remoteRun) {
 
 // sendLocked queues msg for the worker's connection; a worker whose queue
 // is full is lost (it does not read what it is sent).
-func (hub *workerHub) sendLocked(w *Worker, msg protocol.WorkerMessageVariant) bool {
+func (hub *Workers) sendLocked(w *Worker, msg protocol.WorkerMessageVariant) bool {
 	if w.lost {
 		return false
 	}
@@ -329,7 +336,7 @@ func (hub *workerHub) sendLocked(w *Worker, msg protocol.WorkerMessageVariant) b
 }
 
 // send is sendLocked for a caller without hub.mu.
-func (hub *workerHub) send(w *Worker, msg protocol.WorkerMessageVariant) {
+func (hub *Workers) send(w *Worker, msg protocol.WorkerMessageVariant) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	hub.sendLocked(w, msg)
@@ -337,7 +344,7 @@ func (hub *workerHub) send(w *Worker, msg protocol.WorkerMessageVariant) {
 
 // loseLocked forgets worker w: each of its runs fails with why, and the
 // runs waiting for an assistant nobody serves any more fail too.
-func (hub *workerHub) loseLocked(w *Worker, why error) {
+func (hub *Workers) loseLocked(w *Worker, why error) {
 	if w.lost {
 		return
 	}
@@ -364,7 +371,7 @@ func (hub *workerHub) loseLocked(w *Worker, why error) {
 }
 
 // expire loses the workers whose lease ran out.
-func (hub *workerHub) expire(now time.Time) {
+func (hub *Workers) expire(now time.Time) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	lease := hub.s.cfg.WorkerLease
@@ -377,7 +384,7 @@ func (hub *workerHub) expire(now time.Time) {
 }
 
 // closeAll loses every worker, the server closing: their streams end.
-func (hub *workerHub) closeAll() {
+func (hub *Workers) closeAll() {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	for _, w := range hub.workers {
@@ -385,10 +392,9 @@ func (hub *workerHub) closeAll() {
 	}
 }
 
-// DisconnectWorker loses a worker at once (it said goodbye, or the server
+// Disconnect loses a worker at once (it said goodbye, or the server
 // refuses it any more): its runs fail.
-func (s *Server) DisconnectWorker(workerID, owner string, why string) error {
-	hub := s.workers
+func (hub *Workers) Disconnect(workerID, owner string, why string) error {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	w, ok := hub.workers[workerID]
@@ -403,7 +409,7 @@ func (s *Server) DisconnectWorker(workerID, owner string, why string) error {
 // remoteAssistant stands in, in the server, for the workers serving an
 // assistant id.
 type remoteAssistant struct {
-	hub *workerHub
+	hub *Workers
 	id  string
 }
 
@@ -458,7 +464,7 @@ func (a remoteAssistant) Run(ctx context.Context, rc *RunContext) error {
 	}
 }
 
-func (hub *workerHub) lostReason(rr *remoteRun) error {
+func (hub *Workers) lostReason(rr *remoteRun) error {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	return rr.lostBy
@@ -466,7 +472,7 @@ func (hub *workerHub) lostReason(rr *remoteRun) error {
 
 // release takes a run that ended off its worker (or off the waiting list)
 // and gives its place to a waiting one.
-func (hub *workerHub) release(rr *remoteRun) {
+func (hub *Workers) release(rr *remoteRun) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	if w := rr.worker; w != nil && w.runs != nil {
@@ -499,12 +505,12 @@ type WorkerOp struct {
 // applied): the message says which and why.
 var ErrWorkerOp = errors.New("server: refused")
 
-// WorkerPublish applies a worker's batch to one of its runs, in order:
+// Publish applies a worker's batch to one of its runs, in order:
 // events are published in the run's name, an interrupt is raised, the end
 // ends the run. It renews the worker's lease and returns the seq of each
 // event published.
-func (s *Server) WorkerPublish(workerID, owner, runID string, b WorkerBatch) (*protocol.WorkerBatchResult, error) {
-	hub := s.workers
+func (hub *Workers) Publish(workerID, owner, runID string, b WorkerBatch) (*protocol.WorkerBatchResult, error) {
+	s := hub.s
 	hub.mu.Lock()
 	w, ok := hub.workers[workerID]
 	if !ok || w.owner != owner {

@@ -121,7 +121,7 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: at most 256 bytes", WorkerHeader))
 		return
 	}
-	wk, err := h.srv.ConnectWorker(server.WorkerHello{ID: id, Owner: owner(r), Assistants: assistants, MaxRuns: maxRuns})
+	wk, err := h.srv.Workers().Connect(server.WorkerHello{ID: id, Owner: owner(r), Assistants: assistants, MaxRuns: maxRuns})
 	if err != nil {
 		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
 		switch {
@@ -139,7 +139,7 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	lease := h.srv.WorkerLease()
+	lease := h.srv.Workers().Lease()
 	heartbeat := max(lease/3, 10*time.Millisecond)
 	write := func(m protocol.WorkerMessageVariant) bool {
 		b, err := json.Marshal(protocol.WorkerMessage{Value: m})
@@ -181,7 +181,7 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 
 // workerHeartbeat serves POST /workers/{worker}/heartbeat.
 func (h *Handler) workerHeartbeat(w http.ResponseWriter, r *http.Request) {
-	if err := h.srv.WorkerAlive(r.PathValue("worker"), owner(r)); err != nil {
+	if err := h.srv.Workers().Alive(r.PathValue("worker"), owner(r)); err != nil {
 		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return
 	}
@@ -192,7 +192,7 @@ func (h *Handler) workerHeartbeat(w http.ResponseWriter, r *http.Request) {
 // so, and its runs fail at once (worker lost: it stopped) instead of when
 // its lease runs out; its assistants' next runs go to other workers.
 func (h *Handler) workerLeave(w http.ResponseWriter, r *http.Request) {
-	if err := h.srv.DisconnectWorker(r.PathValue("worker"), owner(r), "the worker stopped"); err != nil {
+	if err := h.srv.Workers().Disconnect(r.PathValue("worker"), owner(r), "the worker stopped"); err != nil {
 		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return
 	}
@@ -221,7 +221,7 @@ func (h *Handler) workerBatch(w http.ResponseWriter, r *http.Request) {
 		h.refuseBatch(w, errResp)
 		return
 	}
-	res, err := h.srv.WorkerPublish(r.PathValue("worker"), owner(r), r.PathValue("run"), server.WorkerBatch{Seq: seq, Ops: ops})
+	res, err := h.srv.Workers().Publish(r.PathValue("worker"), owner(r), r.PathValue("run"), server.WorkerBatch{Seq: seq, Ops: ops})
 	if err != nil {
 		status, code := http.StatusBadRequest, protocol.ErrorCodeInvalidArgument
 		switch {
