@@ -81,11 +81,8 @@ type Session struct {
 	closed     bool   // nothing more is queued; err says why
 	err        error
 	notify     SessionNotify
-	// subscribedAt is when the last subscription was added (see
-	// SessionNotify.JoinWindow).
-	subscribedAt time.Time
-	ready        chan struct{} // wakes Next when no notify function is set
-	expiry       *time.Timer   // ends the session when its credential expires
+	ready      chan struct{} // wakes Next when no notify function is set
+	expiry     *time.Timer   // ends the session when its credential expires
 }
 
 // queued is an entry of a session's queue. key orders it: 2*seq for an
@@ -119,27 +116,22 @@ type termEntry struct {
 	refs   int
 }
 
-// SessionNotify tells a transport when to read a session. Both functions
-// run on the goroutine that queued events (a publisher, or a command) and
-// must not block.
+// SessionNotify tells a transport when to read a session, and what was
+// queued, so that a transport that paces its writes can decide when to
+// write (the session knows nothing of pacing). The functions run on the
+// goroutine that queued events (a publisher, or a command) and must not
+// block.
 type SessionNotify struct {
 	// Ready is called when events may be waiting or the session ended.
 	Ready func()
-	// Replayed, when set, is called instead of Ready when a subscription
-	// is added (with a replay or without one). A transport that paces its
-	// writes holds the next write for an interval, so that subscribes
-	// sent together are answered with one merged stream. runEnded says
-	// what is queued holds the end of a run (its root lifecycle,
-	// completed or failed): a client may act on it (the SDK closes its
-	// projections), so the hold may be longer. A live event that ends a
-	// run within JoinWindow of the session's last subscribe is announced
-	// the same way: the client's other subscribes, sent with that one, may
-	// not have been read yet, and their replays hold what came before
-	// the end.
-	Replayed func(runEnded bool)
-	// JoinWindow is how long after a subscribe a live run end is
-	// announced through Replayed (0: never).
-	JoinWindow time.Duration
+	// Subscribed, when set, is called instead of Ready when a
+	// subscription is added (with a replay or without one). runEnded says
+	// what it queued holds the end of a run (its root lifecycle,
+	// completed or failed).
+	Subscribed func(runEnded bool)
+	// RunEnded, when set, is called instead of Ready when a live event
+	// that ends a run is queued.
+	RunEnded func()
 }
 
 // detachedSub remembers a subscription of a dropped session.
@@ -406,10 +398,8 @@ func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 		ss.lastQueued = e.Seq
 	}
 	n := ss.notify.Ready
-	if ss.notify.Replayed != nil && ss.notify.JoinWindow > 0 && e.Seq != 0 && e.EndsRun() &&
-		ss.srv.cfg.Now().Sub(ss.subscribedAt) < ss.notify.JoinWindow {
-		replayed := ss.notify.Replayed
-		n = func() { replayed(true) }
+	if ss.notify.RunEnded != nil && e.Seq != 0 && e.EndsRun() {
+		n = ss.notify.RunEnded
 	}
 	ss.mu.Unlock()
 	ss.signal(n)
@@ -488,15 +478,14 @@ func (ss *Session) cutForTotal() {
 // queued: merge then reports true. The caller holds the thread's lock.
 func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 	ss.mu.Lock()
-	ss.subscribedAt = ss.srv.cfg.Now()
 	if len(replay) == 0 { // nothing to merge: only the live cursor moves
 		if head > ss.lastQueued {
 			ss.lastQueued = head
 		}
-		replayed := ss.notify.Replayed
+		subscribed := ss.notify.Subscribed
 		ss.mu.Unlock()
-		if replayed != nil {
-			replayed(false) // the client's other subscribes may follow
+		if subscribed != nil {
+			subscribed(false) // the client's other subscribes may follow
 		}
 		return false
 	}
@@ -534,9 +523,9 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 	}
 	ss.q, ss.qhead = out, 0
 	n := ss.notify.Ready
-	if ss.notify.Replayed != nil {
-		replayed := ss.notify.Replayed
-		n = func() { replayed(runEnded) }
+	if ss.notify.Subscribed != nil {
+		subscribed := ss.notify.Subscribed
+		n = func() { subscribed(runEnded) }
 	}
 	if cutOff {
 		ss.closeLocked(&SlowConsumerError{LastSeq: last, QueueSize: ss.srv.cfg.QueueBytes})

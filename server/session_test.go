@@ -198,11 +198,11 @@ func TestSessionNotifyHooks(t *testing.T) {
 	ss := s.NewSession("t")
 	defer ss.Close()
 	var ready, replayed atomic.Int32
-	ss.SetNotify(server.SessionNotify{Ready: func() { ready.Add(1) }, Replayed: func(bool) { replayed.Add(1) }})
+	ss.SetNotify(server.SessionNotify{Ready: func() { ready.Add(1) }, Subscribed: func(bool) { replayed.Add(1) }})
 	require.Equal(t, int32(0), ready.Load(), "nothing waits yet")
 	_, _, err := ss.Subscribe(channels.All, nil)
 	require.NoError(t, err)
-	require.Equal(t, int32(1), replayed.Load(), "a replay calls Replayed, not Ready")
+	require.Equal(t, int32(1), replayed.Load(), "a replay calls Subscribed, not Ready")
 	require.Equal(t, int32(0), ready.Load())
 	last := s.LastSeq("t")
 	start(t, s, "t", "echo", userInput("again"))
@@ -218,6 +218,37 @@ func TestSessionNotifyHooks(t *testing.T) {
 		}
 	}, 10*time.Second, time.Millisecond)
 	require.Greater(t, ready.Load(), int32(1), "live events call Ready")
+}
+
+// TestSessionNotifyRunEnded: with RunEnded set, a live event that ends a
+// run calls it instead of Ready; the run's other events call Ready.
+func TestSessionNotifyRunEnded(t *testing.T) {
+	s := newServer(t, server.Config{})
+	ss := s.NewSession("t")
+	defer ss.Close()
+	_, _, err := ss.Subscribe(channels.All, nil)
+	require.NoError(t, err)
+	var ready, ended atomic.Int32
+	ss.SetNotify(server.SessionNotify{Ready: func() { ready.Add(1) }, RunEnded: func() { ended.Add(1) }})
+	start(t, s, "t", "echo", userInput("hi"))
+	var ends int32
+	require.Eventually(t, func() bool {
+		for {
+			e, ok, _ := ss.TryNext()
+			if !ok {
+				return false
+			}
+			if rootEnded(e) {
+				ends++
+				return true
+			}
+		}
+	}, 10*time.Second, time.Millisecond)
+	require.Equal(t, int32(1), ends)
+	// The session calls it once it has queued the event, which TryNext may
+	// have read first.
+	require.Eventually(t, func() bool { return ended.Load() == 1 }, 5*time.Second, time.Millisecond, "the run's end called RunEnded")
+	require.Greater(t, ready.Load(), int32(0), "its other events called Ready")
 }
 
 // The protocol: "the first replayed values event is the current full

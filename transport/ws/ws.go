@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -257,13 +258,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.writer = h.pacer.NewWriter(c.writeReady, c.session.Pending)
 	c.writer.SetHoldWhile(conn.InputPending) // subscribes sent together, read slowly, still go together
-	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Replayed: func(runEnded bool) {
-		if runEnded {
-			c.writer.HoldRunEnd()
-		} else {
-			c.writer.Hold()
-		}
-	}, JoinWindow: pace.RunEndHold})
+	c.session.SetNotify(server.SessionNotify{Ready: c.writer.Kick, Subscribed: c.subscribed, RunEnded: c.runEnded})
 	h.conns[c] = struct{}{}
 	h.connsHW.Grew(len(h.conns))
 	if h.pinger == nil {
@@ -318,6 +313,37 @@ type connection struct {
 	bucketAt time.Time // when they were last filled
 
 	principal *auth.Principal // who the connection acts as (auth on); owned by the reader
+
+	// subscribedAt is when a subscription was last added, on the pacer's
+	// clock (time since its Epoch, at least 1; 0: never): a run's end
+	// within pace.RunEndHold of it is held as a replay's is (runEnded).
+	subscribedAt atomic.Int64
+}
+
+// subscribed holds the next write when a subscription is added, so that
+// subscribes sent together are answered with one merged stream; longer
+// when what it queued holds the end of a run, which a client may act on
+// (the SDK closes its projections) before its other subscribes are read.
+func (c *connection) subscribed(runEnded bool) {
+	c.subscribedAt.Store(max(int64(time.Since(c.h.pacer.Epoch())), 1))
+	if runEnded {
+		c.writer.HoldRunEnd()
+	} else {
+		c.writer.Hold()
+	}
+}
+
+// runEnded is told of a live event that ends a run: within
+// pace.RunEndHold of the last subscribe it is held as a replay's end is
+// (the client's other subscribes, sent with that one, may not have been
+// read yet, and their replays hold what came before the end); otherwise
+// it is written as any event.
+func (c *connection) runEnded() {
+	if at := c.subscribedAt.Load(); at != 0 && time.Duration(int64(time.Since(c.h.pacer.Epoch()))-at) < pace.RunEndHold {
+		c.writer.HoldRunEnd()
+		return
+	}
+	c.writer.Kick()
 }
 
 // serve reads and carries out the connection's commands until it ends,
