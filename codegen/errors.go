@@ -53,7 +53,7 @@ func (l ErrorList) err() error {
 // `file:line:col: message`, followed by its source line and a caret under
 // the column. Errors of other kinds are rendered with their Error method.
 func FormatError(err error, src []byte) string {
-	list, ok := asErrorList(err)
+	list, ok := AsErrorList(err)
 	if !ok {
 		return err.Error()
 	}
@@ -78,9 +78,9 @@ func FormatError(err error, src []byte) string {
 	return b.String()
 }
 
-// asErrorList returns the schema errors err holds, one or a list; ok is
+// AsErrorList returns the schema errors err holds, one or a list; ok is
 // false for an error of another kind.
-func asErrorList(err error) (ErrorList, bool) {
+func AsErrorList(err error) (ErrorList, bool) {
 	var list ErrorList
 	var one *Error
 	switch {

@@ -1,11 +1,12 @@
 // Command cddlgen generates Go, JSON Schema, TypeScript or Python from a
-// CDDL (RFC 8610) schema; see package codegen for what it generates.
+// CDDL (RFC 8610) schema; see package codegen for what it generates and
+// package cli for the command line.
 //
 // Usage:
 //
 //	cddlgen [--lang go|jsonschema|ts|python] [--out FILE] [--package NAME]
 //	        [--field-case preserve|snake|camel] [--open-unions] [--inline-leaves]
-//	        [--root RULE] [--check] [--quiet] schema.cddl
+//	        [--root RULE] [--check] [--quiet] schema.cddl [more.cddl ...]
 //
 // With --check it writes nothing and exits 1, printing a diff, when the
 // file named by --out differs from what would be generated.
@@ -14,9 +15,9 @@ package main
 import (
 	"os"
 
-	"github.com/agentstream/agentstream/codegen"
+	"github.com/agentstream/agentstream/cmd/cddlgen/cli"
 )
 
 func main() {
-	os.Exit(codegen.Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentstream/agentstream/codegen"
+	"github.com/agentstream/agentstream/cmd/cddlgen/cli"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +38,7 @@ func Fresh(t *testing.T, docFile string, want int) {
 		}
 		lines++
 		var stdout, stderr bytes.Buffer
-		code := codegen.Main(append([]string{"--check"}, strings.Fields(args)...), &stdout, &stderr)
+		code := cli.Main(append([]string{"--check"}, strings.Fields(args)...), &stdout, &stderr)
 		require.Equal(t, 0, code, "stale output; run go generate in this package\n%s%s", stderr.String(), stdout.String())
 	}
 	require.NoError(t, sc.Err())

@@ -1,4 +1,9 @@
-package codegen
+// Package cli is the cddlgen command: its flags, the reading of several
+// schema files as one specification, --check with a diff, and errors
+// shown at their file, line and column. Package codegen does the work;
+// cmd/cddlgen runs Main, and the tests that check generated files are
+// fresh run it in-process.
+package cli
 
 import (
 	"bytes"
@@ -13,6 +18,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen"
 )
 
 // Main runs the cddlgen command with its arguments (without the program
@@ -25,11 +32,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	return RunCLI(o, stdout, stderr)
+	return Run(o, stdout, stderr)
 }
 
 // ParseArgs reads cddlgen's command line. Usage goes to usage.
-func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
+func ParseArgs(args []string, usage io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("cddlgen", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	lang := fs.String("lang", "go", "target: go, jsonschema, ts or python")
@@ -52,28 +59,28 @@ func ParseArgs(args []string, usage io.Writer) (CLIOptions, error) {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return CLIOptions{}, err
+		return Options{}, err
 	}
 	if fs.NArg() < 1 {
 		fs.Usage()
-		return CLIOptions{}, errors.New("want a schema file")
+		return Options{}, errors.New("want a schema file")
 	}
-	l, err := ParseLang(*lang)
+	l, err := codegen.ParseLang(*lang)
 	if err != nil {
-		return CLIOptions{}, err
+		return Options{}, err
 	}
-	fc, err := ParseFieldCase(*fieldCase)
+	fc, err := codegen.ParseFieldCase(*fieldCase)
 	if err != nil {
-		return CLIOptions{}, err
+		return Options{}, err
 	}
-	return CLIOptions{
+	return Options{
 		Input: fs.Arg(0), More: fs.Args()[1:], Output: *out, Check: *check, Quiet: *quiet, ExplainAny: *explain,
-		Options: Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast), GoRoutes: routes.m, GoFieldNames: fieldNames.m},
+		Options: codegen.Options{Lang: l, Package: *pkg, FieldCase: fc, OpenUnions: *open, InlineLeaves: *inline, Root: *root, GoFast: splitComma(*fast), GoRoutes: routes.m, GoFieldNames: fieldNames.m},
 	}, nil
 }
 
-// CLIOptions is what the cddlgen command was asked to do.
-type CLIOptions struct {
+// Options are what the cddlgen command was asked to do.
+type Options struct {
 	Input string // the schema file
 	// More are further schema files, read after Input as one
 	// specification (RFC 8610 has no import: several files are one
@@ -85,13 +92,13 @@ type CLIOptions struct {
 	// ExplainAny prints the rules whose Go types fall back to any instead
 	// of generating.
 	ExplainAny bool
-	Options
+	codegen.Options
 }
 
-// RunCLI runs cddlgen and returns its exit status: 0 on success, 1 when the
+// Run runs cddlgen and returns its exit status: 0 on success, 1 when the
 // schema has errors or --check found a stale file, 2 on a usage or I/O error.
 // Errors print as `file:line:col: message` with the source line and a caret.
-func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
+func Run(o Options, stdout, stderr io.Writer) int {
 	files, err := readSources(append([]string{o.Input}, o.More...))
 	if err != nil {
 		fmt.Fprintln(stderr, "cddlgen:", err)
@@ -110,7 +117,7 @@ func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
 	if o.ExplainAny {
 		return explainAny(o, src, stdout, stderr)
 	}
-	out, warnings, err := Compile(o.Input, src, o.Options)
+	out, warnings, err := codegen.Compile(o.Input, src, o.Options)
 	if err != nil {
 		fmt.Fprint(stderr, files.formatError(err))
 		return 1
@@ -136,7 +143,7 @@ func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
 			return 0
 		}
 		fmt.Fprintf(stderr, "cddlgen: %s is stale; regenerate it from %s\n", o.Output, o.Input)
-		fmt.Fprint(stdout, Diff(o.Output+" (on disk)", o.Output+" (generated)", cur, out))
+		fmt.Fprint(stdout, codegen.Diff(o.Output+" (on disk)", o.Output+" (generated)", cur, out))
 		return 1
 	}
 	if o.Output == "" {
@@ -151,59 +158,20 @@ func RunCLI(o CLIOptions, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// Diff returns a unified-style diff of two texts: the common head and tail
-// are kept as context and the differing middle is shown as removed and
-// added lines. It is meant for people reading a --check failure.
-func Diff(nameA, nameB string, a, b []byte) string {
-	la := strings.SplitAfter(string(a), "\n")
-	lb := strings.SplitAfter(string(b), "\n")
-	pre := 0
-	for pre < len(la) && pre < len(lb) && la[pre] == lb[pre] {
-		pre++
-	}
-	suf := 0
-	for suf < len(la)-pre && suf < len(lb)-pre && la[len(la)-1-suf] == lb[len(lb)-1-suf] {
-		suf++
-	}
-	var out strings.Builder
-	fmt.Fprintf(&out, "--- %s\n+++ %s\n", nameA, nameB)
-	ctx := 3
-	start := max(pre-ctx, 0)
-	endA, endB := len(la)-suf, len(lb)-suf
-	tailA := min(endA+ctx, len(la))
-	fmt.Fprintf(&out, "@@ -%d,%d +%d,%d @@\n", start+1, tailA-start, start+1, min(endB+ctx, len(lb))-start)
-	line := func(prefix, s string) {
-		out.WriteString(prefix + strings.TrimSuffix(s, "\n") + "\n")
-	}
-	for _, s := range la[start:pre] {
-		line(" ", s)
-	}
-	for _, s := range la[pre:endA] {
-		line("-", s)
-	}
-	for _, s := range lb[pre:endB] {
-		line("+", s)
-	}
-	for _, s := range la[endA:tailA] {
-		line(" ", s)
-	}
-	return out.String()
-}
-
 // explainAny prints where the Go output of a schema falls back to any.
-func explainAny(o CLIOptions, src []byte, stdout, stderr io.Writer) int {
-	s, err := Parse(o.Input, src)
+func explainAny(o Options, src []byte, stdout, stderr io.Writer) int {
+	s, err := codegen.Parse(o.Input, src)
 	if err == nil {
-		var res *Resolved
-		if res, err = Resolve(s); err == nil {
-			uses, rules, err := ExplainAny(Lower(res), o.Options)
+		var res *codegen.Resolved
+		if res, err = codegen.Resolve(s); err == nil {
+			uses, rules, err := codegen.ExplainAny(codegen.Lower(res), o.Options)
 			if err != nil {
 				fmt.Fprintln(stderr, "cddlgen:", err)
 				return 1
 			}
 			schemaSays := 0
 			for _, u := range uses {
-				if len(u.Reasons) == 1 && u.Reasons[0] == AnyInSchema {
+				if len(u.Reasons) == 1 && u.Reasons[0] == codegen.AnyInSchema {
 					schemaSays++
 				}
 			}
@@ -215,7 +183,7 @@ func explainAny(o CLIOptions, src []byte, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
-	fmt.Fprint(stderr, FormatError(err, src))
+	fmt.Fprint(stderr, codegen.FormatError(err, src))
 	return 1
 }
 
@@ -324,7 +292,7 @@ func (f *sources) locate(line int) (string, int) {
 // formatError formats err (found in the joined text) with each error in
 // the file and at the line it is in.
 func (f *sources) formatError(err error) string {
-	list, ok := asErrorList(err)
+	list, ok := codegen.AsErrorList(err)
 	if !ok {
 		return err.Error()
 	}
@@ -334,7 +302,7 @@ func (f *sources) formatError(err error) string {
 		local := *e
 		local.File, local.Pos.Line = name, line
 		i := slices.Index(f.names, name)
-		b.WriteString(FormatError(&local, f.srcs[i]))
+		b.WriteString(codegen.FormatError(&local, f.srcs[i]))
 	}
 	return b.String()
 }

@@ -1,19 +1,19 @@
-package codegen
+package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/agentstream/agentstream/codegen"
 	"github.com/stretchr/testify/require"
 )
 
-func runCLI(t *testing.T, o CLIOptions) (int, string, string) {
+func runCLI(t *testing.T, o Options) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := RunCLI(o, &out, &errb)
+	code := Run(o, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -23,7 +23,7 @@ func TestCLIWritesChecksAndReportsStaleness(t *testing.T) {
 	in := filepath.Join(dir, "s.cddl")
 	require.NoError(t, os.WriteFile(in, []byte("; A thing.\nthing = { name: text, ? size: uint }\n"), 0o644))
 	out := filepath.Join(dir, "s.go")
-	opts := CLIOptions{Input: in, Output: out, Options: Options{Lang: LangGo, Package: "s"}}
+	opts := Options{Input: in, Output: out, Options: codegen.Options{Lang: codegen.LangGo, Package: "s"}}
 
 	code, _, stderr := runCLI(t, opts)
 	require.Equal(t, 0, code, stderr)
@@ -51,7 +51,7 @@ func TestCLISchemaErrorsShowPositionAndCaret(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "bad.cddl")
 	require.NoError(t, os.WriteFile(in, []byte("a = { b: undefined-thing }\n"), 0o644))
-	code, stdout, stderr := runCLI(t, CLIOptions{Input: in, Options: Options{Lang: LangTS}})
+	code, stdout, stderr := runCLI(t, Options{Input: in, Options: codegen.Options{Lang: codegen.LangTS}})
 	require.Equal(t, 1, code)
 	require.Empty(t, stdout)
 	require.Equal(t, in+":1:10: undefined name undefined-thing\n    a = { b: undefined-thing }\n             ^\n", stderr)
@@ -59,7 +59,7 @@ func TestCLISchemaErrorsShowPositionAndCaret(t *testing.T) {
 
 func TestCLIMissingInputIsUsageError(t *testing.T) {
 	t.Parallel()
-	code, _, stderr := runCLI(t, CLIOptions{Input: filepath.Join(t.TempDir(), "nope.cddl"), Options: Options{Lang: LangGo}})
+	code, _, stderr := runCLI(t, Options{Input: filepath.Join(t.TempDir(), "nope.cddl"), Options: codegen.Options{Lang: codegen.LangGo}})
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "no such file")
 }
@@ -69,56 +69,13 @@ func TestCLIPrintsWarnings(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "w.cddl")
 	require.NoError(t, os.WriteFile(in, []byte("a = bstr .cbor int\n"), 0o644))
-	code, stdout, stderr := runCLI(t, CLIOptions{Input: in, Options: Options{Lang: LangJSONSchema}})
+	code, stdout, stderr := runCLI(t, Options{Input: in, Options: codegen.Options{Lang: codegen.LangJSONSchema}})
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, `"$defs"`)
 	require.Contains(t, stderr, "control operator .cbor is not checked")
-	code, _, stderr = runCLI(t, CLIOptions{Input: in, Quiet: true, Options: Options{Lang: LangJSONSchema}})
+	code, _, stderr = runCLI(t, Options{Input: in, Quiet: true, Options: codegen.Options{Lang: codegen.LangJSONSchema}})
 	require.Equal(t, 0, code)
 	require.Empty(t, stderr)
-}
-
-func TestFieldCase(t *testing.T) {
-	t.Parallel()
-	cases := []struct{ in, snake, camel string }{
-		{"assistantId", "assistant_id", "assistantId"},
-		{"appliedThroughSeq", "applied_through_seq", "appliedThroughSeq"},
-		{"HTTPServer", "http_server", "HTTPServer"},
-		{"tool_call_id", "tool_call_id", "toolCallId"},
-		{"id", "id", "id"},
-		{"corner-radius", "corner-radius", "corner-radius"},
-	}
-	for _, c := range cases {
-		require.Equal(t, c.snake, CaseSnake.Apply(c.in), c.in)
-		require.Equal(t, c.camel, CaseCamel.Apply(c.in), c.in)
-		require.Equal(t, c.in, CasePreserve.Apply(c.in))
-	}
-	require.Equal(t, "RunStart", goName("run.start"))
-	require.Equal(t, "AssistantID", goName("assistantId"))
-	require.Equal(t, "JsInt", goName("js-int"))
-	require.Equal(t, "X1", goName("1"))
-}
-
-func TestJSONSchemaRoot(t *testing.T) {
-	src := []byte("first = int\nsecond = { a: text }\n")
-	for _, tc := range []struct {
-		name, root, want string
-	}{
-		{"the first rule by default", "", "#/$defs/first"},
-		{"the rule asked for", "second", "#/$defs/second"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, _, err := Compile("s.cddl", src, Options{Lang: LangJSONSchema, Root: tc.root})
-			require.NoError(t, err)
-			var doc struct {
-				Ref string `json:"$ref"`
-			}
-			require.NoError(t, json.Unmarshal(out, &doc))
-			require.Equal(t, tc.want, doc.Ref)
-		})
-	}
-	_, _, err := Compile("s.cddl", src, Options{Lang: LangJSONSchema, Root: "third"})
-	require.ErrorContains(t, err, `root rule "third" is not defined`)
 }
 
 // TestCLIExplainAny lists the rules whose Go types fall back to any, in
@@ -129,10 +86,10 @@ func TestCLIExplainAny(t *testing.T) {
 	in := filepath.Join(dir, "s.cddl")
 	src := "a = { x: any }\nb = { y: int }\nc = { p: int } / { p: int, q: text }\nd = int / text\n"
 	require.NoError(t, os.WriteFile(in, []byte(src), 0o644))
-	code, out, stderr := runCLI(t, CLIOptions{Input: in, ExplainAny: true, Options: Options{Lang: LangGo}})
+	code, out, stderr := runCLI(t, Options{Input: in, ExplainAny: true, Options: codegen.Options{Lang: codegen.LangGo}})
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, in+": 2 of 4 rules have an any in Go: 1 only where the schema says any, 1 where a narrower type could exist\n"+
-		"  1:1 a: "+AnyInSchema+"\n"+
+		"  1:1 a: "+codegen.AnyInSchema+"\n"+
 		"  3:1 c: a choice of maps without a member that tells them apart\n", out)
 }
 
@@ -146,7 +103,7 @@ func TestCLISeveralFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(a, []byte("; A thing.\nthing = { name: text }"), 0o644)) // no final newline
 	require.NoError(t, os.WriteFile(b, []byte("; A box.\nbox = { content: thing }\n"), 0o644))
 	out := filepath.Join(dir, "s.go")
-	code, _, stderr := runCLI(t, CLIOptions{Input: a, More: []string{b}, Output: out, Options: Options{Lang: LangGo, Package: "s"}})
+	code, _, stderr := runCLI(t, Options{Input: a, More: []string{b}, Output: out, Options: codegen.Options{Lang: codegen.LangGo, Package: "s"}})
 	require.Equal(t, 0, code, stderr)
 	written, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -154,7 +111,7 @@ func TestCLISeveralFiles(t *testing.T) {
 	require.Contains(t, string(written), "Content Thing")
 
 	require.NoError(t, os.WriteFile(b, []byte("; A box.\n\nbox = { content: missing }\n"), 0o644))
-	code, _, stderr = runCLI(t, CLIOptions{Input: a, More: []string{b}, Output: out, Options: Options{Lang: LangGo, Package: "s"}})
+	code, _, stderr = runCLI(t, Options{Input: a, More: []string{b}, Output: out, Options: codegen.Options{Lang: codegen.LangGo, Package: "s"}})
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "b.cddl:3:", "the error names the second file and its own line")
 	require.Contains(t, stderr, "box = { content: missing }")
