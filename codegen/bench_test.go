@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // benchSchema builds a deterministic schema shaped like the agent
@@ -70,7 +72,7 @@ func benchSchema(n int) []byte {
 // 40 KB, 130-rule schema.
 func BenchmarkCompileGo(b *testing.B) {
 	src := benchSchema(130)
-	s, err := Parse("bench.cddl", src)
+	s, err := cddl.Parse("bench.cddl", src)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func BenchmarkParse(b *testing.B) {
 	src := benchSchema(130)
 	b.SetBytes(int64(len(src)))
 	for i := 0; i < b.N; i++ {
-		if _, err := Parse("bench.cddl", src); err != nil {
+		if _, err := cddl.Parse("bench.cddl", src); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -98,7 +100,7 @@ func BenchmarkParse(b *testing.B) {
 
 func TestBenchSchemaIsRepresentative(t *testing.T) {
 	src := benchSchema(130)
-	s, err := Parse("bench.cddl", src)
+	s, err := cddl.Parse("bench.cddl", src)
 	if err != nil {
 		t.Fatal(err)
 	}

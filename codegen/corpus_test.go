@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentstream/agentstream/codegen/cddl"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -70,16 +71,16 @@ func TestCorpusParses(t *testing.T) {
 			t.Parallel()
 			src, err := os.ReadFile(f)
 			require.NoError(t, err)
-			_, err = Parse(name, src)
+			_, err = cddl.Parse(name, src)
 			switch {
 			case strings.HasPrefix(name, "invalid/"), notCDDL[name] != "":
 				require.Error(t, err)
-				var list ErrorList
+				var list cddl.ErrorList
 				require.ErrorAs(t, err, &list)
 				require.Positive(t, list[0].Pos.Line)
 			case strings.HasPrefix(name, "rfc8610/") && err != nil:
 				// Some RFC snippets are bare groups shown outside any rule.
-				_, gerr := ParseGroup(name, src)
+				_, gerr := cddl.ParseGroup(name, src)
 				require.NoError(t, gerr, "neither a schema (%v) nor a group", err)
 			default:
 				require.NoError(t, err)
@@ -97,7 +98,7 @@ const fragmentsFile = "testdata/corpus-fragments.txt"
 
 type corpusSchema struct {
 	name string
-	res  *Resolved
+	res  *cddl.Resolved
 }
 
 // completeCorpus resolves every schema of the corpus and returns the
@@ -113,14 +114,14 @@ func completeCorpus(t *testing.T) []corpusSchema {
 		}
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
-		s, err := Parse(name, src)
+		s, err := cddl.Parse(name, src)
 		require.NoError(t, err)
-		res, err := Resolve(s)
+		res, err := cddl.Resolve(s)
 		if err == nil {
 			complete = append(complete, corpusSchema{name, res})
 			continue
 		}
-		var list ErrorList
+		var list cddl.ErrorList
 		require.ErrorAs(t, err, &list)
 		var undefined []string
 		for _, e := range list {
@@ -216,9 +217,9 @@ func TestCorpusVectors(t *testing.T) {
 		set = filepath.ToSlash(set)
 		src, err := os.ReadFile(filepath.Join(dir, "schema.cddl"))
 		require.NoError(t, err)
-		s, err := Parse(set, src)
+		s, err := cddl.Parse(set, src)
 		require.NoError(t, err, set)
-		res, err := Resolve(s)
+		res, err := cddl.Resolve(s)
 		require.NoError(t, err, set)
 		m := Lower(res)
 		out, _, err := Generate(m, Options{Lang: LangJSONSchema})

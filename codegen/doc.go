@@ -1,29 +1,22 @@
-// Package codegen is agentstream's CDDL (RFC 8610) toolchain: a lexer and
-// parser for the whole Appendix B grammar, a resolver that binds names
-// against the schema and the standard prelude, and one generator per target
-// language (Go, JSON Schema, TypeScript and Python).
+// Package codegen is agentstream's CDDL (RFC 8610) toolchain: over the
+// syntax tree that package cddl parses and resolves, it lowers a schema to
+// the language-neutral Model and runs one generator per target language
+// (Go, JSON Schema, TypeScript and Python). The command line is
+// cmd/cddlgen (package cli).
 //
 // The package holds no global state; every entry point takes its input and
 // options explicitly and is safe to call from several goroutines at once.
 //
 // # Entry points
 //
-//   - [Parse] turns CDDL source into a [Schema] (syntax only; every node
-//     carries its [Pos]).
-//   - [Resolve] binds names, merges `/=` and `//=` extensions and socket
-//     plugs, and reports undefined names and duplicate rules.
+//   - [cddl.Parse] turns CDDL source into a [cddl.Schema] (syntax only;
+//     every node carries its [cddl.Pos]).
+//   - [cddl.Resolve] binds names, merges `/=` and `//=` extensions and
+//     socket plugs, and reports undefined names and duplicate rules.
 //   - [Lower] turns a resolved schema into the language-neutral [Model] the
 //     generators share.
 //   - [Generate] runs one target over a model; [Compile] does all of the
 //     above for a source file in one call.
-//
-// # Documentation comments
-//
-// A block of comment lines directly above a rule or a group member (no blank
-// line between the block and the declaration) is that declaration's
-// documentation. A comment that follows a member on its own line (after the
-// member and its optional comma) documents that member when it has no block
-// above it. Every other comment is ignored.
 //
 // # Two idioms with defined semantics
 //

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 var goReserved = map[string]bool{
@@ -337,7 +339,7 @@ func (gg *goGen) goType(d *Decl, s *Shape) string {
 	case KBool:
 		return "bool"
 	case KInt:
-		if s.Min != nil && s.Min.Kind == ValueInt && s.Min.Int.Sign() >= 0 {
+		if s.Min != nil && s.Min.Kind == cddl.ValueInt && s.Min.Int.Sign() >= 0 {
 			return "uint64"
 		}
 		return "int64"
@@ -351,14 +353,14 @@ func (gg *goGen) goType(d *Decl, s *Shape) string {
 		switch {
 		case s.LitBool != nil:
 			return "bool"
-		case s.Lit.Kind == ValueInt:
+		case s.Lit.Kind == cddl.ValueInt:
 			if s.Lit.Int.Sign() >= 0 {
 				return "uint64"
 			}
 			return "int64"
-		case s.Lit.Kind == ValueFloat:
+		case s.Lit.Kind == cddl.ValueFloat:
 			return "float64"
-		case s.Lit.Kind == ValueBytes:
+		case s.Lit.Kind == cddl.ValueBytes:
 			return "[]byte"
 		}
 		return "string"
@@ -367,7 +369,7 @@ func (gg *goGen) goType(d *Decl, s *Shape) string {
 	case KMap:
 		key := "string"
 		if s.Key != nil {
-			if r := gg.m.Resolve(s.Key); r != nil && (r.Kind == KInt || (r.Kind == KLiteral && r.Lit != nil && r.Lit.Kind == ValueInt)) {
+			if r := gg.m.Resolve(s.Key); r != nil && (r.Kind == KInt || (r.Kind == KLiteral && r.Lit != nil && r.Lit.Kind == cddl.ValueInt)) {
 				key = "int64"
 			} else if r != nil && r.Kind != KText && r.Kind != KAny && !r.IsTextEnum() && r.Kind != KLiteral {
 				gg.warn(d, "a map key that is not text or an integer is typed string")
@@ -460,7 +462,7 @@ func (gg *goGen) decl(d *Decl) {
 		gg.p("type %s = any", id)
 	case form == "tuple":
 		gg.tupleDecl(d, id)
-	case s.Kind == KLiteral && s.Lit != nil && s.Lit.Kind == ValueText:
+	case s.Kind == KLiteral && s.Lit != nil && s.Lit.Kind == cddl.ValueText:
 		gg.doc("", id, d.Doc, fmt.Sprintf("%s is generated from CDDL rule %q.", id, d.Name))
 		gg.p("type %s = string", id)
 		gg.p("")
@@ -474,9 +476,9 @@ func (gg *goGen) decl(d *Decl) {
 
 // goDefaultConst spells a default as an untyped Go constant, or "" for
 // one Go has no constant for (null, a byte string).
-func goDefaultConst(v *Value) string {
+func goDefaultConst(v *cddl.Value) string {
 	switch v.Kind {
-	case ValueInt, ValueFloat, ValueText, ValueBool:
+	case cddl.ValueInt, cddl.ValueFloat, cddl.ValueText, cddl.ValueBool:
 		return v.JSON()
 	}
 	return ""
@@ -484,7 +486,7 @@ func goDefaultConst(v *Value) string {
 
 func isIntEnum(s *Shape) bool {
 	for _, a := range s.Alts {
-		if a.Kind != KLiteral || a.Lit == nil || a.Lit.Kind != ValueInt || !a.Lit.Int.IsInt64() {
+		if a.Kind != KLiteral || a.Lit == nil || a.Lit.Kind != cddl.ValueInt || !a.Lit.Int.IsInt64() {
 			return false
 		}
 	}
@@ -576,7 +578,7 @@ func (gg *goGen) fields(d *Decl, s *Shape) []goField {
 	used := map[string]bool{"Extra": s.Rest != nil}
 	for _, f := range s.Fields {
 		gf := goField{f: f, wire: gg.wireName(f)}
-		if !f.Optional && f.Shape.Kind == KLiteral && f.Shape.Lit != nil && f.Shape.Lit.Kind == ValueText {
+		if !f.Optional && f.Shape.Kind == KLiteral && f.Shape.Lit != nil && f.Shape.Lit.Kind == cddl.ValueText {
 			gf.literal = f.Shape.Lit.Text
 			out = append(out, gf)
 			continue

@@ -6,6 +6,8 @@ import (
 	gotoken "go/token"
 	"strconv"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // This file writes the fast paths of the unions named in Options.GoFast
@@ -128,7 +130,7 @@ func (gg *goGen) category(s *Shape) appendCat {
 	case KBool:
 		return catBool
 	case KInt:
-		if r.Min != nil && r.Min.Kind == ValueInt && r.Min.Int.Sign() >= 0 {
+		if r.Min != nil && r.Min.Kind == cddl.ValueInt && r.Min.Int.Sign() >= 0 {
 			return catUint
 		}
 		return catInt
@@ -136,11 +138,11 @@ func (gg *goGen) category(s *Shape) appendCat {
 		switch {
 		case r.LitBool != nil:
 			return catBool
-		case r.Lit.Kind == ValueText:
+		case r.Lit.Kind == cddl.ValueText:
 			return catText
-		case r.Lit.Kind == ValueInt && r.Lit.Int.Sign() >= 0:
+		case r.Lit.Kind == cddl.ValueInt && r.Lit.Int.Sign() >= 0:
 			return catUint
-		case r.Lit.Kind == ValueInt:
+		case r.Lit.Kind == cddl.ValueInt:
 			return catInt
 		}
 	case KArray:

@@ -3,6 +3,8 @@ package codegen
 import (
 	"fmt"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // kindVariant is one alternative of a union told apart by the kind of its
@@ -45,13 +47,13 @@ func (gg *goGen) kindOf(s *Shape) string {
 		switch {
 		case r.LitBool != nil:
 			return "Bool"
-		case r.Lit.Kind == ValueInt:
+		case r.Lit.Kind == cddl.ValueInt:
 			return "Int"
-		case r.Lit.Kind == ValueFloat:
+		case r.Lit.Kind == cddl.ValueFloat:
 			return "Float"
-		case r.Lit.Kind == ValueText:
+		case r.Lit.Kind == cddl.ValueText:
 			return "Text"
-		case r.Lit.Kind == ValueBytes:
+		case r.Lit.Kind == cddl.ValueBytes:
 			return "Bytes"
 		}
 	case KUnion:

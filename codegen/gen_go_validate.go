@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // This file writes what a strict decode checks (cddlrt.DecodeStrictJSON):
@@ -328,7 +330,7 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 		switch {
 		case s.LitBool != nil:
 			out = append(out, fmt.Sprintf("if %s != %v {", val, *s.LitBool), fail("must be "+strconv.FormatBool(*s.LitBool)), "}")
-		case s.Lit != nil && (s.Lit.Kind == ValueInt || s.Lit.Kind == ValueFloat || s.Lit.Kind == ValueText):
+		case s.Lit != nil && (s.Lit.Kind == cddl.ValueInt || s.Lit.Kind == cddl.ValueFloat || s.Lit.Kind == cddl.ValueText):
 			lit := s.Lit.JSON()
 			out = append(out, fmt.Sprintf("if %s != %s {", val, lit), fail("must be "+lit+", not %v", val), "}")
 		}
@@ -393,18 +395,18 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 
 // boundFor spells bound v as a constant of Go type goT, or "" when the
 // type's own range already enforces it (a uint64 is never below 0).
-func boundFor(goT string, v *Value, lower, exclusive bool) string {
+func boundFor(goT string, v *cddl.Value, lower, exclusive bool) string {
 	if v == nil {
 		return ""
 	}
 	switch goT {
 	case "float64":
-		if v.Kind == ValueInt {
+		if v.Kind == cddl.ValueInt {
 			return v.Int.String()
 		}
 		return strconv.FormatFloat(v.Float, 'g', -1, 64)
 	case "uint64", "int64":
-		if v.Kind != ValueInt {
+		if v.Kind != cddl.ValueInt {
 			return "" // a float bound on an integer: left to the JSON Schema
 		}
 		lo, hi := big.NewInt(0), new(big.Int).SetUint64(^uint64(0))

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // jsonSchemaDraft is the JSON Schema dialect generated.
@@ -138,28 +140,28 @@ func withDescription(s *jnode, doc string) *jnode {
 }
 
 // jsonValue converts a literal to its JSON value.
-func jsonValue(v *Value) any {
+func jsonValue(v *cddl.Value) any {
 	switch v.Kind {
-	case ValueInt:
+	case cddl.ValueInt:
 		return json.Number(v.Int.String())
-	case ValueFloat:
+	case cddl.ValueFloat:
 		return json.Number(strconv.FormatFloat(v.Float, 'g', -1, 64))
-	case ValueText:
+	case cddl.ValueText:
 		return v.Text
-	case ValueBool:
+	case cddl.ValueBool:
 		return v.Bool
-	case ValueNull:
+	case cddl.ValueNull:
 		return nil
 	default:
 		return base64.RawURLEncoding.EncodeToString(v.Bytes)
 	}
 }
 
-func numberJSON(v *Value) any {
-	if v.Kind == ValueInt {
+func numberJSON(v *cddl.Value) any {
+	if v.Kind == cddl.ValueInt {
 		return json.Number(v.Int.String())
 	}
-	if v.Kind == ValueFloat {
+	if v.Kind == cddl.ValueFloat {
 		return json.Number(strconv.FormatFloat(v.Float, 'g', -1, 64))
 	}
 	return nil
@@ -214,7 +216,7 @@ func (g *genCtx) jsShapeBare(d *Decl, s *Shape) *jnode {
 		if s.LitBool != nil {
 			return obj("const", *s.LitBool)
 		}
-		if s.Lit.Kind == ValueBytes {
+		if s.Lit.Kind == cddl.ValueBytes {
 			g.warn(d, "a byte string literal is matched as its base64url text")
 		}
 		return obj("const", jsonValue(s.Lit))
@@ -432,7 +434,7 @@ func (g *genCtx) jsUnion(d *Decl, s *Shape) *jnode {
 		switch {
 		case a.Kind == KLiteral && a.LitBool != nil:
 			lits = append(lits, *a.LitBool)
-		case a.Kind == KLiteral && a.Lit.Kind != ValueBytes:
+		case a.Kind == KLiteral && a.Lit.Kind != cddl.ValueBytes:
 			lits = append(lits, jsonValue(a.Lit))
 		default:
 			alts = append(alts, g.jsShape(d, a))
@@ -475,7 +477,7 @@ func textChoicePattern(s *Shape) (string, bool) {
 	patterns := 0
 	for _, a := range s.Alts {
 		switch {
-		case a.Kind == KLiteral && a.Lit != nil && a.Lit.Kind == ValueText:
+		case a.Kind == KLiteral && a.Lit != nil && a.Lit.Kind == cddl.ValueText:
 			parts = append(parts, regexp.QuoteMeta(a.Lit.Text))
 		case a.Kind == KText && a.Pattern != "" && a.MinLen == nil && a.MaxLen == nil && a.Format == "" && a.Default == nil:
 			parts = append(parts, "(?:"+a.Pattern+")")

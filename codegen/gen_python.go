@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 var pyIdentRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -214,9 +216,9 @@ func pyLiteral(s *Shape) string {
 		return "False"
 	}
 	switch s.Lit.Kind {
-	case ValueInt:
+	case cddl.ValueInt:
 		return s.Lit.Int.String()
-	case ValueText:
+	case cddl.ValueText:
 		q, _ := json.Marshal(s.Lit.Text)
 		return string(q)
 	}
@@ -247,9 +249,9 @@ func (g *genCtx) pyType(d *Decl, s *Shape, emitted map[string]bool) string {
 	case KBytes:
 		return "str"
 	case KLiteral:
-		if s.Lit != nil && (s.Lit.Kind == ValueFloat || s.Lit.Kind == ValueBytes) {
+		if s.Lit != nil && (s.Lit.Kind == cddl.ValueFloat || s.Lit.Kind == cddl.ValueBytes) {
 			g.warn(d, "a float or byte string literal cannot be a typing.Literal; its base type is used")
-			if s.Lit.Kind == ValueFloat {
+			if s.Lit.Kind == cddl.ValueFloat {
 				return "float"
 			}
 			return "str"
@@ -297,7 +299,7 @@ func (g *genCtx) pyType(d *Decl, s *Shape, emitted map[string]bool) string {
 		}
 		allLit := true
 		for _, a := range s.Alts {
-			if a.Kind != KLiteral || (a.Lit != nil && (a.Lit.Kind == ValueFloat || a.Lit.Kind == ValueBytes)) {
+			if a.Kind != KLiteral || (a.Lit != nil && (a.Lit.Kind == cddl.ValueFloat || a.Lit.Kind == cddl.ValueBytes)) {
 				allLit = false
 			}
 		}
@@ -326,14 +328,14 @@ func pyUnion(parts []string) string {
 }
 
 // pyValue spells a default value as Python would.
-func pyValue(v *Value) string {
+func pyValue(v *cddl.Value) string {
 	switch v.Kind {
-	case ValueBool:
+	case cddl.ValueBool:
 		if v.Bool {
 			return "True"
 		}
 		return "False"
-	case ValueNull:
+	case cddl.ValueNull:
 		return "None"
 	}
 	return v.JSON()

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 var tsIdentRe = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
@@ -69,11 +71,11 @@ func tsLiteral(s *Shape) string {
 		return strconv.FormatBool(*s.LitBool)
 	}
 	switch s.Lit.Kind {
-	case ValueInt:
+	case cddl.ValueInt:
 		return s.Lit.Int.String()
-	case ValueFloat:
+	case cddl.ValueFloat:
 		return strconv.FormatFloat(s.Lit.Float, 'g', -1, 64)
-	case ValueText:
+	case cddl.ValueText:
 		q, _ := json.Marshal(s.Lit.Text)
 		return string(q)
 	}
@@ -104,7 +106,7 @@ func (g *genCtx) tsType(d *Decl, s *Shape, indent string) string {
 	case KBytes:
 		return "string /* base64url */"
 	case KLiteral:
-		if s.Lit != nil && s.Lit.Kind == ValueBytes {
+		if s.Lit != nil && s.Lit.Kind == cddl.ValueBytes {
 			g.warn(d, "a byte string literal is typed as string")
 			return "string"
 		}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // Lang is a generator target.
@@ -116,11 +118,11 @@ func Generate(m *Model, opt Options) ([]byte, []Warning, error) {
 
 // Compile parses, resolves, lowers and generates in one call.
 func Compile(file string, src []byte, opt Options) ([]byte, []Warning, error) {
-	s, err := Parse(file, src)
+	s, err := cddl.Parse(file, src)
 	if err != nil {
 		return nil, nil, err
 	}
-	res, err := Resolve(s)
+	res, err := cddl.Resolve(s)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -141,7 +143,7 @@ type genCtx struct {
 // AnyUse is a rule whose Go output holds an any (or []any), with why.
 type AnyUse struct {
 	Rule    string
-	Pos     Pos
+	Pos     cddl.Pos
 	Reasons []string
 }
 
@@ -183,12 +185,12 @@ func (g *genCtx) warn(d *Decl, format string, args ...any) {
 	g.warnings = append(g.warnings, Warning{Pos: g.declPos(d), Rule: rule, Msg: fmt.Sprintf("%s: %s", g.opt.Lang, msg)})
 }
 
-func (g *genCtx) declPos(d *Decl) Pos {
+func (g *genCtx) declPos(d *Decl) cddl.Pos {
 	for d != nil && d.Synthetic {
 		d = g.m.byName[d.Parent]
 	}
 	if d == nil {
-		return Pos{}
+		return cddl.Pos{}
 	}
 	return d.Pos
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // Lower turns a resolved schema into a [Model]: one declaration per rule
@@ -13,7 +15,7 @@ import (
 // used), with anonymous structs, unions of structs and enumerations inside
 // other declarations hoisted into declarations of their own, so that every
 // target can name them.
-func Lower(res *Resolved) *Model {
+func Lower(res *cddl.Resolved) *Model {
 	l := &lowerer{res: res, warned: map[string]bool{}}
 	m := &Model{File: res.Schema.File, byName: map[string]*Decl{}}
 	for _, name := range res.Order {
@@ -33,14 +35,14 @@ func Lower(res *Resolved) *Model {
 }
 
 type lowerer struct {
-	res      *Resolved
+	res      *cddl.Resolved
 	rule     string
-	rulePos  Pos
+	rulePos  cddl.Pos
 	warnings []Warning
 	warned   map[string]bool
 	depth    int
 	splicing map[string]bool
-	memo     map[*Type]*Shape
+	memo     map[*cddl.Type]*Shape
 	// optGroups counts the optional groups met (Field.OptGroup).
 	optGroups int
 }
@@ -48,7 +50,7 @@ type lowerer struct {
 // maxExpand bounds generic expansion and splicing depth.
 const maxExpand = 64
 
-func (l *lowerer) warn(pos Pos, format string, args ...any) {
+func (l *lowerer) warn(pos cddl.Pos, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	key := l.rule + "\x00" + msg
 	if l.warned[key] {
@@ -60,7 +62,7 @@ func (l *lowerer) warn(pos Pos, format string, args ...any) {
 
 type env map[string]*Shape
 
-func (l *lowerer) lowerDef(d *Def, e env) *Shape {
+func (l *lowerer) lowerDef(d *cddl.Def, e env) *Shape {
 	if !d.IsGroup {
 		return l.lowerType(d.Type, e)
 	}
@@ -87,7 +89,7 @@ func (l *lowerer) lowerDef(d *Def, e env) *Shape {
 	return l.lowerMap(d.Group, e, d.Pos)
 }
 
-func (l *lowerer) lowerType(t *Type, e env) *Shape {
+func (l *lowerer) lowerType(t *cddl.Type, e env) *Shape {
 	// Outside generic expansion a type lowers to one shared shape, so that a
 	// map spliced into several others is hoisted once.
 	if len(e) == 0 {
@@ -102,7 +104,7 @@ func (l *lowerer) lowerType(t *Type, e env) *Shape {
 	s := mkUnion(alts)
 	if len(e) == 0 {
 		if l.memo == nil {
-			l.memo = map[*Type]*Shape{}
+			l.memo = map[*cddl.Type]*Shape{}
 		}
 		l.memo[t] = s
 	}
@@ -174,13 +176,13 @@ func sameShape(a, b *Shape) bool {
 	return false
 }
 
-func literalKey(v *Value) string {
+func literalKey(v *cddl.Value) string {
 	switch v.Kind {
-	case ValueInt:
+	case cddl.ValueInt:
 		return "i" + v.Int.String()
-	case ValueFloat:
+	case cddl.ValueFloat:
 		return fmt.Sprintf("f%v", v.Float)
-	case ValueText:
+	case cddl.ValueText:
 		return "t" + v.Text
 	default:
 		return "b" + string(v.Bytes)
@@ -191,18 +193,18 @@ func prim(k Kind) *Shape { return &Shape{Kind: k, MinItems: -1, MaxItems: -1} }
 
 // maxUint64 and minNint64 bound CBOR's major types 0 and 1, which are what
 // uint, nint and int stand for.
-func maxUint64() *Value {
+func maxUint64() *cddl.Value {
 	n := new(big.Int).SetUint64(^uint64(0))
-	return &Value{Kind: ValueInt, Int: n, Raw: n.String()}
+	return &cddl.Value{Kind: cddl.ValueInt, Int: n, Raw: n.String()}
 }
 
-func minNint64() *Value {
+func minNint64() *cddl.Value {
 	n := new(big.Int).Neg(new(big.Int).Lsh(big.NewInt(1), 64))
-	return &Value{Kind: ValueInt, Int: n, Raw: n.String()}
+	return &cddl.Value{Kind: cddl.ValueInt, Int: n, Raw: n.String()}
 }
 
-func intValue(n int64) *Value {
-	return &Value{Kind: ValueInt, Int: big.NewInt(n), Raw: fmt.Sprint(n)}
+func intValue(n int64) *cddl.Value {
+	return &cddl.Value{Kind: cddl.ValueInt, Int: big.NewInt(n), Raw: fmt.Sprint(n)}
 }
 
 // preludeShapes maps prelude names to shapes directly, so that generators
@@ -268,23 +270,23 @@ func preludeShape(name string) *Shape {
 	return nil
 }
 
-func (l *lowerer) lowerType2(t *Type2, e env) *Shape {
+func (l *lowerer) lowerType2(t *cddl.Type2, e env) *Shape {
 	switch t.Kind {
-	case T2Value:
+	case cddl.T2Value:
 		return &Shape{Kind: KLiteral, Lit: t.Value}
-	case T2Name:
+	case cddl.T2Name:
 		return l.lowerName(t.Pos, t.Name, t.Args, e)
-	case T2Paren:
+	case cddl.T2Paren:
 		return l.lowerType(t.Inner, e)
-	case T2Map:
+	case cddl.T2Map:
 		return l.lowerMap(t.Group, e, t.Pos)
-	case T2Array:
+	case cddl.T2Array:
 		return l.lowerArray(t.Group, e, t.Pos)
-	case T2Unwrap:
+	case cddl.T2Unwrap:
 		return l.lowerUnwrap(t, e)
-	case T2EnumGroup:
+	case cddl.T2EnumGroup:
 		return l.lowerEnum(t.Group, e)
-	case T2EnumName:
+	case cddl.T2EnumName:
 		d := l.res.Defs[t.Name]
 		if d == nil {
 			return prim(KNever)
@@ -294,7 +296,7 @@ func (l *lowerer) lowerType2(t *Type2, e env) *Shape {
 			return l.lowerName(t.Pos, t.Name, t.Args, e)
 		}
 		return l.withGeneric(d, t.Args, e, func(inner env) *Shape { return l.lowerEnum(d.Group, inner) })
-	case T2Tag:
+	case cddl.T2Tag:
 		inner := l.lowerType(t.Inner, e)
 		tag := "a tag"
 		if t.Tag != nil {
@@ -302,21 +304,21 @@ func (l *lowerer) lowerType2(t *Type2, e env) *Shape {
 		}
 		l.warn(t.Pos, "%s has no counterpart in this target; its content type is used", tag)
 		return inner
-	case T2Major:
+	case cddl.T2Major:
 		return l.lowerMajor(t, e)
-	case T2Any:
+	case cddl.T2Any:
 		return prim(KAny)
 	}
 	return prim(KAny)
 }
 
-func (l *lowerer) lowerMajor(t *Type2, e env) *Shape {
+func (l *lowerer) lowerMajor(t *cddl.Type2, e env) *Shape {
 	if t.MinorType != nil {
 		if t.Major == 7 && len(t.MinorType.Choices) == 1 {
-			if vals := l.intSet(&Type2{Kind: T2Paren, Inner: t.MinorType}, e, 32); vals != nil {
+			if vals := l.intSet(&cddl.Type2{Kind: cddl.T2Paren, Inner: t.MinorType}, e, 32); vals != nil {
 				alts := make([]*Shape, len(vals))
 				for i, v := range vals {
-					alts[i] = l.lowerMajor(&Type2{Pos: t.Pos, Kind: T2Major, Major: 7, Minor: big.NewInt(v)}, e)
+					alts[i] = l.lowerMajor(&cddl.Type2{Pos: t.Pos, Kind: cddl.T2Major, Major: 7, Minor: big.NewInt(v)}, e)
 				}
 				return mkUnion(alts)
 			}
@@ -363,7 +365,7 @@ func (l *lowerer) lowerMajor(t *Type2, e env) *Shape {
 }
 
 // lowerName lowers a reference to a rule or a generic parameter.
-func (l *lowerer) lowerName(pos Pos, name string, args []*Type1, e env) *Shape {
+func (l *lowerer) lowerName(pos cddl.Pos, name string, args []*cddl.Type1, e env) *Shape {
 	if s, ok := e[name]; ok {
 		return s
 	}
@@ -383,7 +385,7 @@ func (l *lowerer) lowerName(pos Pos, name string, args []*Type1, e env) *Shape {
 }
 
 // withGeneric binds d's generic parameters to args (lowered in e) and calls f.
-func (l *lowerer) withGeneric(d *Def, args []*Type1, e env, f func(env) *Shape) *Shape {
+func (l *lowerer) withGeneric(d *cddl.Def, args []*cddl.Type1, e env, f func(env) *Shape) *Shape {
 	if l.depth > maxExpand {
 		l.warn(d.Pos, "expansion of %s is nested deeper than %d levels; any is used", d.Name, maxExpand)
 		return prim(KAny)
@@ -403,14 +405,14 @@ func (l *lowerer) withGeneric(d *Def, args []*Type1, e env, f func(env) *Shape) 
 
 // lowerUnwrap lowers `~name` used as a type: the content of a tag, or the
 // map or array the rule defines.
-func (l *lowerer) lowerUnwrap(t *Type2, e env) *Shape {
+func (l *lowerer) lowerUnwrap(t *cddl.Type2, e env) *Shape {
 	d := l.res.Defs[t.Name]
 	if d == nil || d.IsGroup {
 		return prim(KAny)
 	}
 	if len(d.Type.Choices) == 1 && d.Type.Choices[0].Op == "" {
 		t2 := d.Type.Choices[0].Left
-		if t2.Kind == T2Tag {
+		if t2.Kind == cddl.T2Tag {
 			return l.withGeneric(d, t.Args, e, func(inner env) *Shape { return l.lowerType(t2.Inner, inner) })
 		}
 	}
@@ -418,7 +420,7 @@ func (l *lowerer) lowerUnwrap(t *Type2, e env) *Shape {
 }
 
 // lowerEnum lowers `&(group)`: the choice of the values of its members.
-func (l *lowerer) lowerEnum(g *Group, e env) *Shape {
+func (l *lowerer) lowerEnum(g *cddl.Group, e env) *Shape {
 	var alts []*Shape
 	for _, gc := range g.Choices {
 		for _, en := range gc.Entries {
@@ -426,7 +428,7 @@ func (l *lowerer) lowerEnum(g *Group, e env) *Shape {
 				alts = append(alts, l.lowerEnum(en.Group, e))
 				continue
 			}
-			if en.Key == nil && len(en.Type.Choices) == 1 && en.Type.Choices[0].Left.Kind == T2Name {
+			if en.Key == nil && len(en.Type.Choices) == 1 && en.Type.Choices[0].Left.Kind == cddl.T2Name {
 				if d := l.res.Defs[en.Type.Choices[0].Left.Name]; d != nil && d.IsGroup && len(d.Params) == 0 {
 					alts = append(alts, l.lowerEnum(d.Group, e))
 					continue
@@ -438,11 +440,11 @@ func (l *lowerer) lowerEnum(g *Group, e env) *Shape {
 	return mkUnion(alts)
 }
 
-func (l *lowerer) literalOf(t *Type2, e env) *Value {
+func (l *lowerer) literalOf(t *cddl.Type2, e env) *cddl.Value {
 	switch t.Kind {
-	case T2Value:
+	case cddl.T2Value:
 		return t.Value
-	case T2Name:
+	case cddl.T2Name:
 		if s, ok := e[t.Name]; ok && s.Kind == KLiteral {
 			return s.Lit
 		}
@@ -452,7 +454,7 @@ func (l *lowerer) literalOf(t *Type2, e env) *Value {
 			defer func() { l.depth-- }()
 			return l.literalOf(d.Type.Choices[0].Left, e)
 		}
-	case T2Paren:
+	case cddl.T2Paren:
 		if len(t.Inner.Choices) == 1 && t.Inner.Choices[0].Op == "" {
 			return l.literalOf(t.Inner.Choices[0].Left, e)
 		}
@@ -462,13 +464,13 @@ func (l *lowerer) literalOf(t *Type2, e env) *Value {
 
 // preludeValue returns the value of the prelude's true, false, null and
 // nil, also through a rule that names one (`off = false`), or nil.
-func (l *lowerer) preludeValue(t *Type2) *Value {
+func (l *lowerer) preludeValue(t *cddl.Type2) *cddl.Value {
 	for i := 0; t != nil && i < maxExpand; i++ {
-		if t.Kind == T2Paren && len(t.Inner.Choices) == 1 && t.Inner.Choices[0].Op == "" {
+		if t.Kind == cddl.T2Paren && len(t.Inner.Choices) == 1 && t.Inner.Choices[0].Op == "" {
 			t = t.Inner.Choices[0].Left
 			continue
 		}
-		if t.Kind != T2Name {
+		if t.Kind != cddl.T2Name {
 			return nil
 		}
 		d := l.res.Defs[t.Name]
@@ -478,9 +480,9 @@ func (l *lowerer) preludeValue(t *Type2) *Value {
 		if d.Prelude {
 			switch t.Name {
 			case "true", "false":
-				return &Value{Pos: t.Pos, Kind: ValueBool, Bool: t.Name == "true", Raw: t.Name}
+				return &cddl.Value{Pos: t.Pos, Kind: cddl.ValueBool, Bool: t.Name == "true", Raw: t.Name}
 			case "null", "nil":
-				return &Value{Pos: t.Pos, Kind: ValueNull, Raw: t.Name}
+				return &cddl.Value{Pos: t.Pos, Kind: cddl.ValueNull, Raw: t.Name}
 			}
 			return nil
 		}
@@ -492,7 +494,7 @@ func (l *lowerer) preludeValue(t *Type2) *Value {
 	return nil
 }
 
-func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
+func (l *lowerer) lowerType1(t *cddl.Type1, e env) *Shape {
 	if t.Op == "" {
 		return l.lowerType2(t.Left, e)
 	}
@@ -506,7 +508,7 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 	switch t.Op {
 	case ".size":
 		lo, hi := int64(-1), int64(-1)
-		if right != nil && right.Kind == ValueInt && right.Int.IsInt64() {
+		if right != nil && right.Kind == cddl.ValueInt && right.Int.IsInt64() {
 			lo, hi = -1, right.Int.Int64()
 		} else if r := l.rangeBounds(t.Right, e); r != nil {
 			lo, hi = r[0], r[1]
@@ -529,7 +531,7 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 			if hi >= 0 && hi < 8 {
 				out.Min = intValue(0)
 				max := new(big.Int).Lsh(big.NewInt(1), uint(8*hi))
-				out.Max = &Value{Kind: ValueInt, Int: max.Sub(max, big.NewInt(1))}
+				out.Max = &cddl.Value{Kind: cddl.ValueInt, Int: max.Sub(max, big.NewInt(1))}
 				out.Max.Raw = out.Max.Int.String()
 			} else {
 				out.Min = intValue(0)
@@ -538,7 +540,7 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 			l.warn(t.Pos, ".size on this type is not checked")
 		}
 	case ".regexp", ".pcre":
-		if right == nil || right.Kind != ValueText {
+		if right == nil || right.Kind != cddl.ValueText {
 			l.warn(t.Pos, "%s without a literal pattern is not checked", t.Op)
 			return out
 		}
@@ -547,7 +549,7 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 		}
 		out.Pattern = right.Text
 	case ".lt", ".le", ".gt", ".ge":
-		if right == nil || (right.Kind != ValueInt && right.Kind != ValueFloat) {
+		if right == nil || (right.Kind != cddl.ValueInt && right.Kind != cddl.ValueFloat) {
 			l.warn(t.Pos, "%s without a literal number is not checked", t.Op)
 			return out
 		}
@@ -589,21 +591,21 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 		// An annotation: the type is the left-hand side.
 	case ".cat", ".det":
 		lv := l.literalOf(t.Left, e)
-		if lv != nil && right != nil && (lv.Kind == ValueText || lv.Kind == ValueBytes) && (right.Kind == ValueText || right.Kind == ValueBytes) {
+		if lv != nil && right != nil && (lv.Kind == cddl.ValueText || lv.Kind == cddl.ValueBytes) && (right.Kind == cddl.ValueText || right.Kind == cddl.ValueBytes) {
 			a, b := literalString(lv), literalString(right)
 			if t.Op == ".det" {
 				a, b = dedent(a), dedent(b)
 			}
-			v := &Value{Kind: lv.Kind, Text: a + b, Bytes: []byte(a + b)}
+			v := &cddl.Value{Kind: lv.Kind, Text: a + b, Bytes: []byte(a + b)}
 			v.Raw = fmt.Sprintf("%q", v.Text)
 			return &Shape{Kind: KLiteral, Lit: v}
 		}
 		l.warn(t.Pos, "%s of non-literal operands is read as its left-hand type", t.Op)
 	case ".plus":
 		lv := l.literalOf(t.Left, e)
-		if lv != nil && right != nil && lv.Kind == ValueInt && right.Kind == ValueInt {
+		if lv != nil && right != nil && lv.Kind == cddl.ValueInt && right.Kind == cddl.ValueInt {
 			sum := new(big.Int).Add(lv.Int, right.Int)
-			return &Shape{Kind: KLiteral, Lit: &Value{Kind: ValueInt, Int: sum, Raw: sum.String()}}
+			return &Shape{Kind: KLiteral, Lit: &cddl.Value{Kind: cddl.ValueInt, Int: sum, Raw: sum.String()}}
 		}
 		l.warn(t.Pos, ".plus of non-literal operands is read as its left-hand type")
 	default:
@@ -615,20 +617,20 @@ func (l *lowerer) lowerType1(t *Type1, e env) *Shape {
 // intSet returns the integers a small literal type stands for (a literal,
 // a range or a choice of them), or nil when it is not such a type or has
 // more than limit members.
-func (l *lowerer) intSet(t *Type2, e env, limit int) []int64 {
+func (l *lowerer) intSet(t *cddl.Type2, e env, limit int) []int64 {
 	var out []int64
-	var add func(t *Type2) bool
-	add = func(t *Type2) bool {
+	var add func(t *cddl.Type2) bool
+	add = func(t *cddl.Type2) bool {
 		if v := l.literalOf(t, e); v != nil {
-			if v.Kind != ValueInt || !v.Int.IsInt64() {
+			if v.Kind != cddl.ValueInt || !v.Int.IsInt64() {
 				return false
 			}
 			out = append(out, v.Int.Int64())
 			return len(out) <= limit
 		}
-		var ty *Type
+		var ty *cddl.Type
 		switch t.Kind {
-		case T2EnumGroup:
+		case cddl.T2EnumGroup:
 			for _, gc := range t.Group.Choices {
 				for _, en := range gc.Entries {
 					if en.Type == nil || len(en.Type.Choices) != 1 || en.Type.Choices[0].Op != "" || !add(en.Type.Choices[0].Left) {
@@ -637,9 +639,9 @@ func (l *lowerer) intSet(t *Type2, e env, limit int) []int64 {
 				}
 			}
 			return true
-		case T2Paren:
+		case cddl.T2Paren:
 			ty = t.Inner
-		case T2Name:
+		case cddl.T2Name:
 			d := l.res.Defs[t.Name]
 			if d == nil || d.IsGroup || l.depth > maxExpand {
 				return false
@@ -656,7 +658,7 @@ func (l *lowerer) intSet(t *Type2, e env, limit int) []int64 {
 				}
 			case "..", "...":
 				lo, hi := l.literalOf(c.Left, e), l.literalOf(c.Right, e)
-				if lo == nil || hi == nil || lo.Kind != ValueInt || hi.Kind != ValueInt || !lo.Int.IsInt64() || !hi.Int.IsInt64() {
+				if lo == nil || hi == nil || lo.Kind != cddl.ValueInt || hi.Kind != cddl.ValueInt || !lo.Int.IsInt64() || !hi.Int.IsInt64() {
 					return false
 				}
 				end := hi.Int.Int64()
@@ -684,7 +686,7 @@ func (l *lowerer) intSet(t *Type2, e env, limit int) []int64 {
 // bitValues returns every unsigned integer whose set bits are all among the
 // bit numbers right stands for (`uint .bits flags`), when there are at most
 // ten such bits.
-func (l *lowerer) bitValues(right *Type2, e env) []int64 {
+func (l *lowerer) bitValues(right *cddl.Type2, e env) []int64 {
 	bits := l.intSet(right, e, 10)
 	if bits == nil {
 		return nil
@@ -709,8 +711,8 @@ func (l *lowerer) bitValues(right *Type2, e env) []int64 {
 	return vals
 }
 
-func literalString(v *Value) string {
-	if v.Kind == ValueBytes {
+func literalString(v *cddl.Value) string {
+	if v.Kind == cddl.ValueBytes {
 		return string(v.Bytes)
 	}
 	return v.Text
@@ -750,12 +752,12 @@ func (l *lowerer) resolveKind(s *Shape) Kind {
 }
 
 // rangeBounds reads a literal integer range `a..b` or `a...b`.
-func (l *lowerer) rangeBounds(t *Type2, e env) []int64 {
-	if t.Kind != T2Paren || len(t.Inner.Choices) != 1 {
-		if t.Kind == T2Name {
+func (l *lowerer) rangeBounds(t *cddl.Type2, e env) []int64 {
+	if t.Kind != cddl.T2Paren || len(t.Inner.Choices) != 1 {
+		if t.Kind == cddl.T2Name {
 			d := l.res.Defs[t.Name]
 			if d != nil && !d.IsGroup && len(d.Type.Choices) == 1 {
-				return l.rangeBounds(&Type2{Kind: T2Paren, Inner: d.Type}, e)
+				return l.rangeBounds(&cddl.Type2{Kind: cddl.T2Paren, Inner: d.Type}, e)
 			}
 		}
 		return nil
@@ -765,7 +767,7 @@ func (l *lowerer) rangeBounds(t *Type2, e env) []int64 {
 		return nil
 	}
 	lo, hi := l.literalOf(c.Left, e), l.literalOf(c.Right, e)
-	if lo == nil || hi == nil || lo.Kind != ValueInt || hi.Kind != ValueInt || !lo.Int.IsInt64() || !hi.Int.IsInt64() {
+	if lo == nil || hi == nil || lo.Kind != cddl.ValueInt || hi.Kind != cddl.ValueInt || !lo.Int.IsInt64() || !hi.Int.IsInt64() {
 		return nil
 	}
 	h := hi.Int.Int64()
@@ -775,9 +777,9 @@ func (l *lowerer) rangeBounds(t *Type2, e env) []int64 {
 	return []int64{lo.Int.Int64(), h}
 }
 
-func (l *lowerer) lowerRange(t *Type1, e env) *Shape {
+func (l *lowerer) lowerRange(t *cddl.Type1, e env) *Shape {
 	lo, hi := l.literalOf(t.Left, e), l.literalOf(t.Right, e)
-	if lo == nil || hi == nil || (lo.Kind != ValueInt && lo.Kind != ValueFloat) || (hi.Kind != ValueInt && hi.Kind != ValueFloat) {
+	if lo == nil || hi == nil || (lo.Kind != cddl.ValueInt && lo.Kind != cddl.ValueFloat) || (hi.Kind != cddl.ValueInt && hi.Kind != cddl.ValueFloat) {
 		l.warn(t.Pos, "a range whose bounds are not literal numbers matches nothing")
 		return prim(KNever)
 	}
@@ -786,7 +788,7 @@ func (l *lowerer) lowerRange(t *Type1, e env) *Shape {
 		return prim(KNever)
 	}
 	k := KInt
-	if lo.Kind == ValueFloat {
+	if lo.Kind == cddl.ValueFloat {
 		k = KFloat
 	}
 	s := prim(k)
@@ -804,7 +806,7 @@ type memberAlt struct {
 // maxAlternatives bounds the alternatives a map's group choices multiply into.
 const maxAlternatives = 512
 
-func (l *lowerer) lowerMap(g *Group, e env, pos Pos) *Shape {
+func (l *lowerer) lowerMap(g *cddl.Group, e env, pos cddl.Pos) *Shape {
 	if l.splicing == nil {
 		l.splicing = map[string]bool{}
 	}
@@ -839,7 +841,7 @@ func isTextKey(s *Shape) bool { return s == nil || s.Kind == KText || s.Kind == 
 
 // flattenMap turns a map's group into alternatives of member lists,
 // splicing named groups and maps (idiom 1 of the package doc).
-func (l *lowerer) flattenMap(g *Group, e env, optional bool) []memberAlt {
+func (l *lowerer) flattenMap(g *cddl.Group, e env, optional bool) []memberAlt {
 	var out []memberAlt
 	for _, gc := range g.Choices {
 		alts := []memberAlt{{}}
@@ -889,7 +891,7 @@ func mergeAlt(a, b memberAlt) memberAlt {
 
 // spliceTarget returns the group a keyless map entry splices in, with the
 // environment to read it in, or nil when the entry is not a splice.
-func (l *lowerer) spliceTarget(en *GroupEntry, e env) (*Group, env, string) {
+func (l *lowerer) spliceTarget(en *cddl.GroupEntry, e env) (*cddl.Group, env, string) {
 	if en.Group != nil {
 		return en.Group, e, ""
 	}
@@ -897,8 +899,8 @@ func (l *lowerer) spliceTarget(en *GroupEntry, e env) (*Group, env, string) {
 		return nil, nil, ""
 	}
 	t2 := en.Type.Choices[0].Left
-	if t2.Kind != T2Name && t2.Kind != T2Unwrap {
-		if t2.Kind == T2Map {
+	if t2.Kind != cddl.T2Name && t2.Kind != cddl.T2Unwrap {
+		if t2.Kind == cddl.T2Map {
 			return t2.Group, e, ""
 		}
 		return nil, nil, ""
@@ -918,33 +920,33 @@ func (l *lowerer) spliceTarget(en *GroupEntry, e env) (*Group, env, string) {
 	}
 	if len(d.Type.Choices) == 1 && d.Type.Choices[0].Op == "" {
 		switch left := d.Type.Choices[0].Left; left.Kind {
-		case T2Map:
+		case cddl.T2Map:
 			return left.Group, inner, d.Name
-		case T2Name:
+		case cddl.T2Name:
 			// An alias (`RunCommand = RunStart`): splice what it names.
 			if l.depth > maxExpand {
 				return nil, nil, ""
 			}
 			l.depth++
 			defer func() { l.depth-- }()
-			return l.spliceTarget(&GroupEntry{Pos: en.Pos, Type: d.Type}, inner)
+			return l.spliceTarget(&cddl.GroupEntry{Pos: en.Pos, Type: d.Type}, inner)
 		}
 	}
 	// A type choice of maps spliced in: each map is an alternative.
-	var g Group
+	var g cddl.Group
 	for _, c := range d.Type.Choices {
-		if c.Op != "" || (c.Left.Kind != T2Map && c.Left.Kind != T2Name) {
+		if c.Op != "" || (c.Left.Kind != cddl.T2Map && c.Left.Kind != cddl.T2Name) {
 			return nil, nil, ""
 		}
-		g.Choices = append(g.Choices, &GroupChoice{Entries: []*GroupEntry{{Pos: c.Pos, Type: &Type{Pos: c.Pos, Choices: []*Type1{c}}}}})
+		g.Choices = append(g.Choices, &cddl.GroupChoice{Entries: []*cddl.GroupEntry{{Pos: c.Pos, Type: &cddl.Type{Pos: c.Pos, Choices: []*cddl.Type1{c}}}}})
 	}
-	if t2.Kind == T2Unwrap || len(g.Choices) > 1 {
+	if t2.Kind == cddl.T2Unwrap || len(g.Choices) > 1 {
 		return &g, inner, d.Name
 	}
 	return nil, nil, ""
 }
 
-func (l *lowerer) entryMembers(en *GroupEntry, e env, optional bool) []memberAlt {
+func (l *lowerer) entryMembers(en *cddl.GroupEntry, e env, optional bool) []memberAlt {
 	opt := optional || en.Occur.Optional()
 	if en.Key == nil {
 		g, inner, name := l.spliceTarget(en, e)
@@ -980,14 +982,14 @@ func (l *lowerer) entryMembers(en *GroupEntry, e env, optional bool) []memberAlt
 	val := l.lowerType(en.Type, e)
 	f := &Field{Doc: en.Doc, Shape: val, Optional: opt, Pos: en.Pos, NoCut: !en.Key.Cut}
 	switch en.Key.Kind {
-	case KeyBareword:
+	case cddl.KeyBareword:
 		f.Name = en.Key.Name
-	case KeyValue:
+	case cddl.KeyValue:
 		f.Name, f.IntKey = valueKeyName(en.Key.Value)
 		f.Quoted = !f.IntKey
-	case KeyType:
+	case cddl.KeyType:
 		if en.Key.Type.Op == "" {
-			if lit := l.literalOf(en.Key.Type.Left, e); lit != nil && en.Key.Type.Left.Kind == T2Value {
+			if lit := l.literalOf(en.Key.Type.Left, e); lit != nil && en.Key.Type.Left.Kind == cddl.T2Value {
 				f.Name, f.IntKey = valueKeyName(lit)
 				f.Quoted = !f.IntKey
 				break
@@ -1005,11 +1007,11 @@ func (l *lowerer) entryMembers(en *GroupEntry, e env, optional bool) []memberAlt
 	return []memberAlt{{fields: []*Field{f}}}
 }
 
-func valueKeyName(v *Value) (string, bool) {
+func valueKeyName(v *cddl.Value) (string, bool) {
 	switch v.Kind {
-	case ValueText:
+	case cddl.ValueText:
 		return v.Text, false
-	case ValueInt:
+	case cddl.ValueInt:
 		return v.Int.String(), true
 	}
 	return v.Raw, false
@@ -1022,7 +1024,7 @@ type arrItem struct {
 	min, max  int64
 }
 
-func (l *lowerer) lowerArray(g *Group, e env, pos Pos) *Shape {
+func (l *lowerer) lowerArray(g *cddl.Group, e env, pos cddl.Pos) *Shape {
 	var alts []*Shape
 	for _, gc := range g.Choices {
 		items := l.flattenArray(gc, e, 1)
@@ -1031,7 +1033,7 @@ func (l *lowerer) lowerArray(g *Group, e env, pos Pos) *Shape {
 	return mkUnion(alts)
 }
 
-func (l *lowerer) flattenArray(gc *GroupChoice, e env, mult int64) []arrItem {
+func (l *lowerer) flattenArray(gc *cddl.GroupChoice, e env, mult int64) []arrItem {
 	var out []arrItem
 	for _, en := range gc.Entries {
 		min, max := int64(1), int64(1)
@@ -1079,9 +1081,9 @@ func (l *lowerer) flattenArray(gc *GroupChoice, e env, mult int64) []arrItem {
 			}
 		}
 		it := arrItem{doc: en.Doc, shape: l.lowerType(en.Type, e), min: min, max: max}
-		if en.Key != nil && en.Key.Kind == KeyBareword {
+		if en.Key != nil && en.Key.Kind == cddl.KeyBareword {
 			it.name = en.Key.Name
-		} else if en.Key != nil && en.Key.Kind == KeyValue && en.Key.Value.Kind == ValueText {
+		} else if en.Key != nil && en.Key.Kind == cddl.KeyValue && en.Key.Value.Kind == cddl.ValueText {
 			it.name = en.Key.Value.Text
 		}
 		out = append(out, it)
@@ -1092,16 +1094,16 @@ func (l *lowerer) flattenArray(gc *GroupChoice, e env, mult int64) []arrItem {
 // unwrappedArray returns the group of the array rule that entry en
 // unwraps (`~basic-header`), with the rule's generic arguments bound, or
 // nil when en is anything else.
-func (l *lowerer) unwrappedArray(en *GroupEntry, e env) (*Group, env) {
+func (l *lowerer) unwrappedArray(en *cddl.GroupEntry, e env) (*cddl.Group, env) {
 	if en.Type == nil || len(en.Type.Choices) != 1 || en.Type.Choices[0].Op != "" {
 		return nil, nil
 	}
 	t2 := en.Type.Choices[0].Left
-	if t2.Kind != T2Unwrap {
+	if t2.Kind != cddl.T2Unwrap {
 		return nil, nil
 	}
 	d := l.res.Defs[t2.Name]
-	if d == nil || d.IsGroup || len(d.Type.Choices) != 1 || d.Type.Choices[0].Op != "" || d.Type.Choices[0].Left.Kind != T2Array {
+	if d == nil || d.IsGroup || len(d.Type.Choices) != 1 || d.Type.Choices[0].Op != "" || d.Type.Choices[0].Left.Kind != cddl.T2Array {
 		return nil, nil
 	}
 	inner := env{}
@@ -1125,7 +1127,7 @@ func (l *lowerer) isGroupName(name string) bool {
 	return d != nil && d.IsGroup
 }
 
-func (l *lowerer) arrayShape(items []arrItem, pos Pos) *Shape {
+func (l *lowerer) arrayShape(items []arrItem, pos cddl.Pos) *Shape {
 	if len(items) == 1 && items[0].max != 1 {
 		a := prim(KArray)
 		a.Elem, a.MinItems, a.MaxItems = items[0].shape, items[0].min, items[0].max

@@ -3,6 +3,8 @@ package codegen
 import (
 	"fmt"
 	"sort"
+
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // Kind is the kind of a [Shape].
@@ -34,11 +36,11 @@ type Shape struct {
 	Kind Kind
 	Ref  string // KRef: the declaration's CDDL name
 
-	Lit     *Value // KLiteral (number or text)
-	LitBool *bool  // KLiteral true or false
+	Lit     *cddl.Value // KLiteral (number or text)
+	LitBool *bool       // KLiteral true or false
 
 	// Numeric bounds of KInt and KFloat, as integers or floats.
-	Min, Max                   *Value
+	Min, Max                   *cddl.Value
 	MinExclusive, MaxExclusive bool
 
 	// KText and KBytes.
@@ -46,7 +48,7 @@ type Shape struct {
 	MinLen, MaxLen *int64 // .size; nil when unbounded
 	Format         string // a well-known format: date-time, uri, ...
 
-	Default *Value // .default
+	Default *cddl.Value // .default
 
 	Fields  []*Field // KStruct
 	Rest    *Shape   // KStruct: the type of members other than Fields (nil: closed)
@@ -76,7 +78,7 @@ type Field struct {
 	// that does not match may still be accepted by the map's other members
 	// (RFC 8610 section 3.5.4).
 	NoCut bool
-	Pos   Pos
+	Pos   cddl.Pos
 	// OptGroup, when not 0, numbers the optional group (`? (b: int, c:
 	// text)`) the member belongs to: its members are all present or all
 	// absent. Such members are Optional; targets that cannot say "together"
@@ -97,7 +99,7 @@ type Item struct {
 type Decl struct {
 	Name      string // CDDL name, or for a hoisted type Parent + member name
 	Doc       string
-	Pos       Pos
+	Pos       cddl.Pos
 	Shape     *Shape
 	Synthetic bool // hoisted from an anonymous type inside another declaration
 	Parent    string
@@ -105,7 +107,7 @@ type Decl struct {
 
 // Warning is a construct a generator could not express exactly.
 type Warning struct {
-	Pos  Pos
+	Pos  cddl.Pos
 	Rule string
 	Msg  string
 }
@@ -246,7 +248,7 @@ func (m *Model) Markers(u *Shape) []string {
 
 func (s *Shape) textLiteralField(name string) (string, bool) {
 	for _, f := range s.Fields {
-		if f.Name == name && !f.Optional && f.Shape.Kind == KLiteral && f.Shape.Lit != nil && f.Shape.Lit.Kind == ValueText {
+		if f.Name == name && !f.Optional && f.Shape.Kind == KLiteral && f.Shape.Lit != nil && f.Shape.Lit.Kind == cddl.ValueText {
 			return f.Shape.Lit.Text, true
 		}
 	}
@@ -259,7 +261,7 @@ func (s *Shape) IsTextEnum() bool {
 		return false
 	}
 	for _, a := range s.Alts {
-		if a.Kind != KLiteral || a.Lit == nil || a.Lit.Kind != ValueText {
+		if a.Kind != KLiteral || a.Lit == nil || a.Lit.Kind != cddl.ValueText {
 			return false
 		}
 	}

@@ -3,13 +3,15 @@ package codegen
 import (
 	"testing"
 
+	"github.com/agentstream/agentstream/codegen/cddl"
 	"github.com/stretchr/testify/require"
 )
 
 func lowerSrc(t *testing.T, src string) *Model {
 	t.Helper()
-	s := mustParse(t, src)
-	res, err := Resolve(s)
+	s, err := cddl.Parse("t.cddl", []byte(src))
+	require.NoError(t, err)
+	res, err := cddl.Resolve(s)
 	require.NoError(t, err)
 	return Lower(res)
 }

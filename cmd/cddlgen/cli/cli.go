@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/agentstream/agentstream/codegen"
+	"github.com/agentstream/agentstream/codegen/cddl"
 )
 
 // Main runs the cddlgen command with its arguments (without the program
@@ -160,10 +161,10 @@ func Run(o Options, stdout, stderr io.Writer) int {
 
 // explainAny prints where the Go output of a schema falls back to any.
 func explainAny(o Options, src []byte, stdout, stderr io.Writer) int {
-	s, err := codegen.Parse(o.Input, src)
+	s, err := cddl.Parse(o.Input, src)
 	if err == nil {
-		var res *codegen.Resolved
-		if res, err = codegen.Resolve(s); err == nil {
+		var res *cddl.Resolved
+		if res, err = cddl.Resolve(s); err == nil {
 			uses, rules, err := codegen.ExplainAny(codegen.Lower(res), o.Options)
 			if err != nil {
 				fmt.Fprintln(stderr, "cddlgen:", err)
@@ -183,7 +184,7 @@ func explainAny(o Options, src []byte, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
-	fmt.Fprint(stderr, codegen.FormatError(err, src))
+	fmt.Fprint(stderr, cddl.FormatError(err, src))
 	return 1
 }
 
@@ -292,7 +293,7 @@ func (f *sources) locate(line int) (string, int) {
 // formatError formats err (found in the joined text) with each error in
 // the file and at the line it is in.
 func (f *sources) formatError(err error) string {
-	list, ok := codegen.AsErrorList(err)
+	list, ok := cddl.AsErrorList(err)
 	if !ok {
 		return err.Error()
 	}
@@ -302,7 +303,7 @@ func (f *sources) formatError(err error) string {
 		local := *e
 		local.File, local.Pos.Line = name, line
 		i := slices.Index(f.names, name)
-		b.WriteString(codegen.FormatError(&local, f.srcs[i]))
+		b.WriteString(cddl.FormatError(&local, f.srcs[i]))
 	}
 	return b.String()
 }

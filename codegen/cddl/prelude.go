@@ -1,4 +1,4 @@
-package codegen
+package cddl
 
 // preludeSource is the standard prelude of RFC 8610 Appendix D, which every
 // schema can use without defining it. A schema may redefine any of these

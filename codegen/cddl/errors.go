@@ -1,4 +1,4 @@
-package codegen
+package cddl
 
 import (
 	"errors"
