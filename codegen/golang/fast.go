@@ -1,4 +1,4 @@
-package codegen
+package golang
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentstream/agentstream/codegen/cddl"
+	"github.com/agentstream/agentstream/codegen/model"
 )
 
 // This file writes the fast paths of the unions named in Options.GoFast
@@ -47,7 +48,7 @@ func (gg *goGen) fastSet() error {
 	gg.fastRoots = map[string]bool{}
 	var visit func(name string)
 	visit = func(name string) {
-		d := gg.m.Decl(name)
+		d := gg.M.Decl(name)
 		if d == nil || gg.fast[name] {
 			return
 		}
@@ -55,7 +56,7 @@ func (gg *goGen) fastSet() error {
 		case "struct":
 			gg.fast[name] = true
 			for _, f := range d.Shape.Fields {
-				if s := unwrapNull(f.Shape); s.Kind == KRef {
+				if s := unwrapNull(f.Shape); s.Kind == model.KRef {
 					visit(s.Ref)
 				}
 			}
@@ -63,14 +64,14 @@ func (gg *goGen) fastSet() error {
 			gg.fast[name] = true
 			_, _, leaves, _ := gg.sumOf(d.Shape)
 			for _, l := range leaves {
-				if l.Kind == KRef {
+				if l.Kind == model.KRef {
 					visit(l.Ref)
 				}
 			}
 		}
 	}
-	for _, name := range gg.opt.GoFast {
-		d := gg.m.Decl(name)
+	for _, name := range gg.Opt.GoFast {
+		d := gg.M.Decl(name)
 		if d == nil {
 			return fmt.Errorf("--go-fast: no rule %q", name)
 		}
@@ -87,17 +88,17 @@ func (gg *goGen) fastSet() error {
 }
 
 // structLeaves reports whether every leaf is a reference to a struct.
-func (gg *goGen) structLeaves(leaves []*Shape) bool {
+func (gg *goGen) structLeaves(leaves []*model.Shape) bool {
 	for _, l := range leaves {
-		ld := gg.m.Decl(l.Ref)
-		if l.Kind != KRef || ld == nil || gg.form(ld) != "struct" {
+		ld := gg.M.Decl(l.Ref)
+		if l.Kind != model.KRef || ld == nil || gg.form(ld) != "struct" {
 			return false
 		}
 	}
 	return true
 }
 
-func unwrapNull(s *Shape) *Shape {
+func unwrapNull(s *model.Shape) *model.Shape {
 	if inner, ok := s.Nullable(); ok {
 		return inner
 	}
@@ -106,10 +107,10 @@ func unwrapNull(s *Shape) *Shape {
 
 // category tells how AppendJSON writes a member of shape s (null
 // unwrapped).
-func (gg *goGen) category(s *Shape) appendCat {
+func (gg *goGen) category(s *model.Shape) appendCat {
 	s = unwrapNull(s)
-	if s.Kind == KRef {
-		if d := gg.m.Decl(s.Ref); d != nil {
+	if s.Kind == model.KRef {
+		if d := gg.M.Decl(s.Ref); d != nil {
 			switch f := gg.form(d); {
 			case (f == "struct" || f == "sum") && gg.fast[s.Ref]:
 				return catAppender
@@ -120,21 +121,21 @@ func (gg *goGen) category(s *Shape) appendCat {
 			}
 		}
 	}
-	r := gg.m.Resolve(s)
+	r := gg.M.Resolve(s)
 	if r == nil {
 		return catValue
 	}
 	switch r.Kind {
-	case KText:
+	case model.KText:
 		return catText
-	case KBool:
+	case model.KBool:
 		return catBool
-	case KInt:
+	case model.KInt:
 		if r.Min != nil && r.Min.Kind == cddl.ValueInt && r.Min.Int.Sign() >= 0 {
 			return catUint
 		}
 		return catInt
-	case KLiteral:
+	case model.KLiteral:
 		switch {
 		case r.LitBool != nil:
 			return catBool
@@ -145,8 +146,8 @@ func (gg *goGen) category(s *Shape) appendCat {
 		case r.Lit.Kind == cddl.ValueInt:
 			return catInt
 		}
-	case KArray:
-		if e := gg.m.Resolve(r.Elem); e != nil && e.Kind == KText {
+	case model.KArray:
+		if e := gg.M.Resolve(r.Elem); e != nil && e.Kind == model.KText {
 			return catStrings
 		}
 	}
@@ -190,7 +191,7 @@ func jsonQuote(s string) string {
 }
 
 // appendMethod writes AppendJSON for struct d.
-func (gg *goGen) structAppend(d *Decl, id string) {
+func (gg *goGen) structAppend(d *model.Decl, id string) {
 	gg.use(impRT)
 	fs := gg.fields(d, d.Shape)
 	var body []string
@@ -282,13 +283,13 @@ func (gg *goGen) sumAppend(id string) {
 // nestedAccessors lists, for a fast union, accessors of the members that
 // every variant's struct member (params) has with the same Go type: the
 // paths that code handling any variant reads and sets.
-func (gg *goGen) nestedAccessors(d *Decl, leaves []*Shape, have []accessor) []accessor {
+func (gg *goGen) nestedAccessors(d *model.Decl, leaves []*model.Shape, have []accessor) []accessor {
 	if !gg.fastRoots[d.Name] {
 		return nil
 	}
 	var perLeaf [][]goField
 	for _, l := range leaves {
-		ld := gg.m.Decl(l.Ref)
+		ld := gg.M.Decl(l.Ref)
 		perLeaf = append(perLeaf, gg.fields(ld, ld.Shape))
 	}
 	taken := map[string]bool{"Extra": true, "AppendJSON": true}
@@ -314,9 +315,9 @@ func (gg *goGen) nestedAccessors(d *Decl, leaves []*Shape, have []accessor) []ac
 					found = &fs[i]
 				}
 			}
-			od := (*Decl)(nil)
-			if found != nil && found.f.Shape.Kind == KRef {
-				od = gg.m.Decl(found.f.Shape.Ref)
+			od := (*model.Decl)(nil)
+			if found != nil && found.f.Shape.Kind == model.KRef {
+				od = gg.M.Decl(found.f.Shape.Ref)
 			}
 			if od == nil || gg.form(od) != "struct" {
 				inner = nil
@@ -369,7 +370,7 @@ func sharedField(gf goField, others [][]goField) bool {
 }
 
 // fastUnion writes, after union d, its constructors and routing decoder.
-func (gg *goGen) fastUnion(d *Decl, id, disc string, values []string, leaves []*Shape, accessors []accessor) {
+func (gg *goGen) fastUnion(d *model.Decl, id, disc string, values []string, leaves []*model.Shape, accessors []accessor) {
 	covered := map[string]bool{} // Go field paths the accessors set
 	for _, a := range accessors {
 		if a.set {
@@ -377,7 +378,7 @@ func (gg *goGen) fastUnion(d *Decl, id, disc string, values []string, leaves []*
 		}
 	}
 	for i, l := range leaves {
-		gg.constructor(gg.m.Decl(l.Ref), values[i], covered)
+		gg.constructor(gg.M.Decl(l.Ref), values[i], covered)
 	}
 	gg.routing(d.Name, id, disc, values, leaves)
 }
@@ -385,12 +386,12 @@ func (gg *goGen) fastUnion(d *Decl, id, disc string, values []string, leaves []*
 // constructor writes NewV for variant ld: its arguments are the required
 // members the union's setters do not cover, found by descending into the
 // struct members some of whose members they cover.
-func (gg *goGen) constructor(ld *Decl, value string, covered map[string]bool) {
-	vid := gg.ident(ld.Name)
+func (gg *goGen) constructor(ld *model.Decl, value string, covered map[string]bool) {
+	vid := gg.Ident(ld.Name)
 	var params []string
 	used := map[string]bool{}
-	var lit func(d *Decl, prefix string) string
-	lit = func(d *Decl, prefix string) string {
+	var lit func(d *model.Decl, prefix string) string
+	lit = func(d *model.Decl, prefix string) string {
 		var parts []string
 		for _, gf := range gg.fields(d, d.Shape) {
 			path := prefix + gf.name
@@ -401,7 +402,7 @@ func (gg *goGen) constructor(ld *Decl, value string, covered map[string]bool) {
 			for c := range covered {
 				partly = partly || strings.HasPrefix(c, path+".")
 			}
-			if sd := gg.m.Decl(gf.f.Shape.Ref); partly && gf.f.Shape.Kind == KRef && sd != nil && gg.form(sd) == "struct" && !strings.HasPrefix(gf.typ, "*") {
+			if sd := gg.M.Decl(gf.f.Shape.Ref); partly && gf.f.Shape.Kind == model.KRef && sd != nil && gg.form(sd) == "struct" && !strings.HasPrefix(gf.typ, "*") {
 				parts = append(parts, fmt.Sprintf("%s: %s", gf.name, lit(sd, path+".")))
 				continue
 			}
@@ -413,7 +414,7 @@ func (gg *goGen) constructor(ld *Decl, value string, covered map[string]bool) {
 			params = append(params, arg+" "+gf.typ)
 			parts = append(parts, fmt.Sprintf("%s: %s", gf.name, arg))
 		}
-		return gg.ident(d.Name) + "{" + strings.Join(parts, ", ") + "}"
+		return gg.Ident(d.Name) + "{" + strings.Join(parts, ", ") + "}"
 	}
 	body := lit(ld, "")
 	gg.q("")
@@ -477,10 +478,10 @@ func routingType(c appendCat) string {
 // descending into a required struct member, up to the first member of
 // another kind. types keeps each routing field's type across variants: a
 // variant whose member would give a field another type ends there.
-func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok {
+func (gg *goGen) head(ld *model.Decl, disc string, types map[string]string) []headTok {
 	var toks []headTok
-	var walk func(d *Decl, goPrefix, fieldPrefix, wirePrefix string, top bool)
-	walk = func(d *Decl, goPrefix, fieldPrefix, wirePrefix string, top bool) {
+	var walk func(d *model.Decl, goPrefix, fieldPrefix, wirePrefix string, top bool)
+	walk = func(d *model.Decl, goPrefix, fieldPrefix, wirePrefix string, top bool) {
 		fs := gg.fields(d, d.Shape)
 		// stop ends the head before fs[i]: the member that comes next must
 		// be one the schema places there (up to the first required one),
@@ -498,7 +499,7 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 		for i, gf := range fs {
 			if gf.literal != "" {
 				if top && gf.f.Name == disc {
-					toks = append(toks, headTok{kind: tokDisc, wire: gf.wire, field: goName(disc), typ: "string"})
+					toks = append(toks, headTok{kind: tokDisc, wire: gf.wire, field: model.GoName(disc), typ: "string"})
 				} else {
 					toks = append(toks, headTok{kind: tokLit, wire: gf.wire, lit: gf.literal})
 				}
@@ -534,7 +535,7 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 					wirePath: wirePrefix + gf.wire, field: field, typ: typ, follow: follow})
 				continue
 			case catAppender:
-				sd := gg.m.Decl(gf.f.Shape.Ref)
+				sd := gg.M.Decl(gf.f.Shape.Ref)
 				if ptr || optional || sd == nil || gg.form(sd) != "struct" {
 					stop(i)
 					return
@@ -552,11 +553,11 @@ func (gg *goGen) head(ld *Decl, disc string, types map[string]string) []headTok 
 }
 
 // routing writes the routing decoder of fast union id.
-func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape) {
+func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*model.Shape) {
 	types := map[string]string{}
 	heads := make([][]headTok, len(leaves))
 	for i, l := range leaves {
-		heads[i] = gg.head(gg.m.Decl(l.Ref), disc, types)
+		heads[i] = gg.head(gg.M.Decl(l.Ref), disc, types)
 	}
 	// The members every variant starts with, the discriminator among them.
 	common := 0
@@ -581,7 +582,7 @@ func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape
 	// large one before reading the input made the decoder's speed depend
 	// on where the stack happened to be (4K aliasing).
 	routed := map[string]bool{}
-	for _, r := range gg.opt.GoRoutes[rule] {
+	for _, r := range gg.Opt.GoRoutes[rule] {
 		routed[r] = true
 	}
 	found := map[string]bool{}
@@ -610,7 +611,7 @@ func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape
 	}
 	for r := range routed {
 		if !found[r] {
-			gg.warn(gg.m.Decl(rule), "--go-route: no variant of %s has %s among the scalar members its routing decoder reads; it is not routed", rule, r)
+			gg.Warn(gg.M.Decl(rule), "--go-route: no variant of %s has %s among the scalar members its routing decoder reads; it is not routed", rule, r)
 		}
 	}
 	// The routing struct's fields, the common ones first.
@@ -679,7 +680,7 @@ func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape
 	gg.q("}")
 	gg.q("switch v := u.Value.(type) {")
 	for i, l := range leaves {
-		gg.q("case *%s:", gg.ident(l.Ref))
+		gg.q("case *%s:", gg.Ident(l.Ref))
 		for _, t := range heads[i] {
 			switch {
 			case t.kind == tokDisc:
@@ -699,8 +700,8 @@ func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape
 		}
 	}
 	gg.q("default:")
-	gg.q("if m, ok, err := cddlrt.Probe(b, %q); err == nil && ok {", gg.opt.FieldCase.Apply(disc))
-	gg.q("r.%s = m", goName(disc))
+	gg.q("if m, ok, err := cddlrt.Probe(b, %q); err == nil && ok {", gg.Opt.FieldCase.Apply(disc))
+	gg.q("r.%s = m", model.GoName(disc))
 	gg.q("}")
 	gg.q("}")
 	gg.q("return nil")
@@ -721,7 +722,7 @@ func (gg *goGen) routing(rule, id, disc string, values []string, leaves []*Shape
 			sc.tok(t)
 		}
 		sc.flush()
-		gg.q("switch r.%s {", goName(disc))
+		gg.q("switch r.%s {", model.GoName(disc))
 		for i, h := range heads {
 			if len(h) == common {
 				continue

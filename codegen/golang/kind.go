@@ -1,10 +1,11 @@
-package codegen
+package golang
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/agentstream/agentstream/codegen/cddl"
+	"github.com/agentstream/agentstream/codegen/model"
 )
 
 // kindVariant is one alternative of a union told apart by the kind of its
@@ -21,29 +22,29 @@ type kindVariant struct {
 // jsonKinds returns the kind of the values of shape s, as the encoded
 // value shows it: one of Null, Bool, Int, Float, Text, Bytes, Array, Map,
 // or "" when its values may be of several kinds.
-func (gg *goGen) kindOf(s *Shape) string {
-	r := gg.m.Resolve(s)
+func (gg *goGen) kindOf(s *model.Shape) string {
+	r := gg.M.Resolve(s)
 	if r == nil {
 		return ""
 	}
 	switch r.Kind {
-	case KNull:
+	case model.KNull:
 		return "Null"
-	case KBool:
+	case model.KBool:
 		return "Bool"
-	case KInt:
+	case model.KInt:
 		return "Int"
-	case KFloat:
+	case model.KFloat:
 		return "Float"
-	case KText:
+	case model.KText:
 		return "Text"
-	case KBytes:
+	case model.KBytes:
 		return "Bytes"
-	case KStruct, KMap:
+	case model.KStruct, model.KMap:
 		return "Map"
-	case KArray, KTuple:
+	case model.KArray, model.KTuple:
 		return "Array"
-	case KLiteral:
+	case model.KLiteral:
 		switch {
 		case r.LitBool != nil:
 			return "Bool"
@@ -56,21 +57,21 @@ func (gg *goGen) kindOf(s *Shape) string {
 		case r.Lit.Kind == cddl.ValueBytes:
 			return "Bytes"
 		}
-	case KUnion:
+	case model.KUnion:
 		switch {
 		case r.IsTextEnum():
 			return "Text"
 		case isIntEnum(r):
 			return "Int"
 		}
-		if s.Kind == KRef && hasStructLeaves(gg.m, r) {
-			if d, _ := gg.m.Discriminator(r); d != "" {
+		if s.Kind == model.KRef && hasStructLeaves(gg.M, r) {
+			if d, _ := gg.M.Discriminator(r); d != "" {
 				return "Map"
 			}
-			if gg.m.Markers(r) != nil {
+			if gg.M.Markers(r) != nil {
 				return "Map"
 			}
-			if d, _ := gg.m.NestedDiscriminator(r); d != "" {
+			if d, _ := gg.M.NestedDiscriminator(r); d != "" {
 				return "Map"
 			}
 		}
@@ -81,7 +82,7 @@ func (gg *goGen) kindOf(s *Shape) string {
 // kindVariants analyses union d for writeKindSum: its variants, the kinds seen,
 // whether null is one of them, and whether the union can be told apart by
 // kind at all.
-func (gg *goGen) kindVariants(d *Decl, id string) (vs []kindVariant, seen map[string]bool, hasNull, ok bool) {
+func (gg *goGen) kindVariants(d *model.Decl, id string) (vs []kindVariant, seen map[string]bool, hasNull, ok bool) {
 	alts := d.Shape.Alts
 	if len(alts) < 2 {
 		return nil, nil, false, false
@@ -102,14 +103,14 @@ func (gg *goGen) kindVariants(d *Decl, id string) (vs []kindVariant, seen map[st
 			continue
 		}
 		v := kindVariant{kind: k}
-		r := gg.m.Resolve(a)
+		r := gg.M.Resolve(a)
 		switch {
-		case a.Kind == KRef && (r.Kind == KStruct || (r.Kind == KUnion && k == "Map")):
-			v.typ, v.ptr = gg.ident(a.Ref), true
+		case a.Kind == model.KRef && (r.Kind == model.KStruct || (r.Kind == model.KUnion && k == "Map")):
+			v.typ, v.ptr = gg.Ident(a.Ref), true
 		default:
 			v.named = id + k
-			if a.Kind == KRef {
-				v.named = id + gg.ident(a.Ref)
+			if a.Kind == model.KRef {
+				v.named = id + gg.Ident(a.Ref)
 			}
 			v.under = gg.goType(d, a)
 			v.typ = v.named
@@ -123,7 +124,7 @@ func (gg *goGen) kindVariants(d *Decl, id string) (vs []kindVariant, seen map[st
 // different kind (`JsInt / text`, `text / RunSend / [* ...]`; form "kind"),
 // as a struct holding one variant chosen by the kind of the value
 // received.
-func (gg *goGen) writeKindSum(d *Decl, id string, vs []kindVariant, seen map[string]bool, hasNull bool) {
+func (gg *goGen) writeKindSum(d *model.Decl, id string, vs []kindVariant, seen map[string]bool, hasNull bool) {
 	gg.use(impJSON)
 	gg.use(impCBOR)
 	gg.use(impRT)

@@ -1,4 +1,4 @@
-package codegen
+package model
 
 import (
 	"fmt"
@@ -123,13 +123,13 @@ func words(s string) []string {
 	return out
 }
 
-// goName turns a CDDL name into an exported Go identifier, with Go's
+// GoName turns a CDDL name into an exported Go identifier, with Go's
 // initialisms (assistantId becomes AssistantID).
-func goName(s string) string { return identName(s, true) }
+func GoName(s string) string { return identName(s, true) }
 
-// pascalName turns a CDDL name into a PascalCase identifier without Go's
+// PascalName turns a CDDL name into a PascalCase identifier without Go's
 // initialisms, for TypeScript and Python.
-func pascalName(s string) string { return identName(s, false) }
+func PascalName(s string) string { return identName(s, false) }
 
 func identName(s string, goInitialisms bool) string {
 	var b strings.Builder
@@ -150,4 +150,18 @@ func identName(s string, goInitialisms bool) string {
 		name = "X" + name
 	}
 	return name
+}
+
+// Dedup returns in without its repeated strings, in the order of their
+// first use.
+func Dedup(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package codegen
+package model
 
 import (
 	"fmt"
@@ -1184,7 +1184,7 @@ func listOf(items []arrItem) *Shape {
 func (m *Model) hoist() {
 	taken := map[string]bool{}
 	for _, d := range m.Decls {
-		taken[pascalName(d.Name)] = true
+		taken[PascalName(d.Name)] = true
 	}
 	var out []*Decl
 	hoisted := map[*Shape]*Shape{}
@@ -1193,7 +1193,7 @@ func (m *Model) hoist() {
 		if ref, ok := hoisted[s]; ok {
 			return ref
 		}
-		name := pascalName(parent) + pascalName(hint)
+		name := PascalName(parent) + PascalName(hint)
 		base := name
 		for i := 2; taken[name]; i++ {
 			name = fmt.Sprintf("%s%d", base, i)

@@ -1,4 +1,4 @@
-package codegen
+package golang
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentstream/agentstream/codegen/cddl"
+	"github.com/agentstream/agentstream/codegen/model"
 )
 
 // This file writes what a strict decode checks (cddlrt.DecodeStrictJSON):
@@ -18,31 +19,31 @@ import (
 // text or integers), "sum" (a union told apart by a member, sumOf),
 // "kind" (a union told apart by the kind of value, writeKindSum), "any" (a
 // choice of maps nothing tells apart), "tuple", or "alias".
-func (gg *goGen) form(d *Decl) string {
+func (gg *goGen) form(d *model.Decl) string {
 	if f, ok := gg.forms[d.Name]; ok {
 		return f
 	}
-	gg.mute++
-	defer func() { gg.mute-- }()
+	gg.Mute++
+	defer func() { gg.Mute-- }()
 	s := d.Shape
 	f := "alias"
 	switch {
-	case s.Kind == KStruct:
+	case s.Kind == model.KStruct:
 		f = "struct"
-	case s.Kind == KUnion && (s.IsTextEnum() || isIntEnum(s)):
+	case s.Kind == model.KUnion && (s.IsTextEnum() || isIntEnum(s)):
 		f = "enum"
-	case s.Kind == KUnion && hasStructLeaves(gg.m, s):
+	case s.Kind == model.KUnion && hasStructLeaves(gg.M, s):
 		f = "any"
 		if _, _, _, ok := gg.sumOf(s); ok {
 			f = "sum"
-		} else if _, _, _, ok := gg.kindVariants(d, gg.ident(d.Name)); ok {
+		} else if _, _, _, ok := gg.kindVariants(d, gg.Ident(d.Name)); ok {
 			f = "kind"
 		}
-	case s.Kind == KUnion && !gg.oneGoType(d, s):
-		if _, _, _, ok := gg.kindVariants(d, gg.ident(d.Name)); ok {
+	case s.Kind == model.KUnion && !gg.oneGoType(d, s):
+		if _, _, _, ok := gg.kindVariants(d, gg.Ident(d.Name)); ok {
 			f = "kind"
 		}
-	case s.Kind == KTuple && tupleExact(s):
+	case s.Kind == model.KTuple && tupleExact(s):
 		f = "tuple"
 	}
 	gg.forms[d.Name] = f
@@ -52,16 +53,16 @@ func (gg *goGen) form(d *Decl) string {
 // sumOf tells how union s (with struct leaves) is a sum type: by member
 // disc with each leaf's value, by which marker member (values, disc "")
 // is present, or in two levels (leaves are then s's own alternatives).
-func (gg *goGen) sumOf(s *Shape) (disc string, values []string, leaves []*Shape, ok bool) {
-	if disc, values := gg.m.Discriminator(s); disc != "" {
-		return disc, values, gg.m.Leaves(s), true
+func (gg *goGen) sumOf(s *model.Shape) (disc string, values []string, leaves []*model.Shape, ok bool) {
+	if disc, values := gg.M.Discriminator(s); disc != "" {
+		return disc, values, gg.M.Leaves(s), true
 	}
-	if markers := gg.m.Markers(s); markers != nil {
-		return "", markers, gg.m.Leaves(s), true
+	if markers := gg.M.Markers(s); markers != nil {
+		return "", markers, gg.M.Leaves(s), true
 	}
 	// Two levels: a member tells the alternatives apart, and an
 	// alternative that is itself a union decodes its own variants.
-	if disc, values := gg.m.NestedDiscriminator(s); disc != "" {
+	if disc, values := gg.M.NestedDiscriminator(s); disc != "" {
 		return disc, values, s.Alts, true
 	}
 	return "", nil, nil, false
@@ -69,7 +70,7 @@ func (gg *goGen) sumOf(s *Shape) (disc string, values []string, leaves []*Shape,
 
 // validates reports whether the Go type of declaration name has Validate.
 func (gg *goGen) validates(name string) bool {
-	d := gg.m.Decl(name)
+	d := gg.M.Decl(name)
 	if d == nil {
 		return false
 	}
@@ -81,16 +82,16 @@ func (gg *goGen) validates(name string) bool {
 }
 
 // membersDecl writes the Members of struct d for strict decoding.
-func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
+func (gg *goGen) membersDecl(d *model.Decl, id string, s *model.Shape) {
 	gg.use(impRT)
 	var req, known, nullable, unchecked []string
 	for _, f := range s.Fields {
-		w := strconv.Quote(gg.wireName(f))
+		w := strconv.Quote(gg.WireName(f))
 		known = append(known, w)
 		if !f.Optional {
 			req = append(req, w)
 		}
-		if gg.m.AdmitsNull(f.Shape) {
+		if gg.M.AdmitsNull(f.Shape) {
 			nullable = append(nullable, w)
 		}
 		if gg.unchecked(d, f.Shape, map[string]bool{}) {
@@ -104,7 +105,7 @@ func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
 		for _, grp := range groups {
 			var names []string
 			for _, f := range grp {
-				names = append(names, strconv.Quote(gg.wireName(f)))
+				names = append(names, strconv.Quote(gg.WireName(f)))
 			}
 			gs = append(gs, "{"+strings.Join(names, ", ")+"}")
 		}
@@ -133,16 +134,16 @@ func (gg *goGen) membersDecl(d *Decl, id string, s *Shape) {
 // typed any, anywhere inside s, through arrays, maps, aliases and the
 // variants of unions told apart by kind. Strict decoding leaves such a
 // member to the JSON Schema (cddlrt.Members.Unchecked).
-func (gg *goGen) unchecked(d *Decl, s *Shape, seen map[string]bool) bool {
+func (gg *goGen) unchecked(d *model.Decl, s *model.Shape, seen map[string]bool) bool {
 	switch s.Kind {
-	case KAny:
+	case model.KAny:
 		return false
-	case KNever, KNull, KUndefined, KTuple:
+	case model.KNever, model.KNull, model.KUndefined, model.KTuple:
 		return true
-	case KArray, KMap:
+	case model.KArray, model.KMap:
 		return gg.unchecked(d, s.Elem, seen)
-	case KRef:
-		rd := gg.m.Decl(s.Ref)
+	case model.KRef:
+		rd := gg.M.Decl(s.Ref)
 		if rd == nil || seen[s.Ref] {
 			return false
 		}
@@ -154,23 +155,23 @@ func (gg *goGen) unchecked(d *Decl, s *Shape, seen map[string]bool) bool {
 			return true
 		case "kind":
 			for _, a := range rd.Shape.Alts {
-				if a.Kind != KNull && gg.unchecked(rd, a, seen) {
+				if a.Kind != model.KNull && gg.unchecked(rd, a, seen) {
 					return true
 				}
 			}
 			return false
 		}
 		return gg.unchecked(rd, rd.Shape, seen)
-	case KUnion:
+	case model.KUnion:
 		if inner, ok := s.Nullable(); ok {
 			return gg.unchecked(d, inner, seen)
 		}
-		gg.mute++
+		gg.Mute++
 		t := gg.goType(d, s)
-		gg.mute--
+		gg.Mute--
 		if t == "any" {
 			for _, a := range s.Alts {
-				if a.Kind != KAny {
+				if a.Kind != model.KAny {
 					return true
 				}
 			}
@@ -186,7 +187,7 @@ func (gg *goGen) unchecked(d *Decl, s *Shape, seen map[string]bool) bool {
 }
 
 // validateStruct writes struct d's Validate.
-func (gg *goGen) validateStruct(d *Decl, id string, fs []goField) {
+func (gg *goGen) validateStruct(d *model.Decl, id string, fs []goField) {
 	var body []string
 	for _, gf := range fs {
 		if gf.literal != "" {
@@ -194,7 +195,7 @@ func (gg *goGen) validateStruct(d *Decl, id string, fs []goField) {
 		}
 		expr := "s." + gf.name
 		ptr := strings.HasPrefix(gf.typ, "*")
-		lines := gg.checks(d, d.Name, gf.f.Shape, expr, ptr, strconv.Quote(gg.wireName(gf.f)), 0)
+		lines := gg.checks(d, d.Name, gf.f.Shape, expr, ptr, strconv.Quote(gg.WireName(gf.f)), 0)
 		if len(lines) == 0 {
 			continue
 		}
@@ -227,7 +228,7 @@ func (gg *goGen) validateStruct(d *Decl, id string, fs []goField) {
 
 // validateUnion writes union d's Validate: a variant must be set (or null
 // be allowed, or an unknown variant kept), and is validated.
-func (gg *goGen) validateUnion(d *Decl, id string, nullable, open bool) {
+func (gg *goGen) validateUnion(d *model.Decl, id string, nullable, open bool) {
 	gg.use(impRT)
 	gg.q("")
 	gg.q("// Validate checks that %s holds a variant, and validates it.", id)
@@ -254,7 +255,7 @@ func (gg *goGen) validateUnion(d *Decl, id string, nullable, open bool) {
 }
 
 // validateEnum writes an enumeration's Validate.
-func (gg *goGen) validateEnum(d *Decl, id string, values []string) {
+func (gg *goGen) validateEnum(d *model.Decl, id string, values []string) {
 	gg.use(impRT)
 	gg.q("")
 	gg.q("// Validate reports a value that is not one of %s's.", id)
@@ -270,7 +271,7 @@ func (gg *goGen) validateEnum(d *Decl, id string, values []string) {
 // checks returns the Go statements that check the value expr (of shape s,
 // a pointer when ptr, non-nil where the statements run) at JSON path
 // pathExpr (a Go string expression), for rule.
-func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, pathExpr string, depth int) []string {
+func (gg *goGen) checks(d *model.Decl, rule string, s *model.Shape, expr string, ptr bool, pathExpr string, depth int) []string {
 	if depth > 8 {
 		return nil
 	}
@@ -287,16 +288,16 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 	}
 	var out []string
 	switch s.Kind {
-	case KRef:
+	case model.KRef:
 		if gg.validates(s.Ref) {
 			return []string{fmt.Sprintf("if err := %s.Validate(); err != nil {", expr), fmt.Sprintf("return cddlrt.At(%s, err)", pathExpr), "}"}
 		}
-		rd := gg.m.Decl(s.Ref)
+		rd := gg.M.Decl(s.Ref)
 		if rd == nil || gg.form(rd) != "alias" {
 			return nil
 		}
 		return gg.checks(d, rd.Name, rd.Shape, expr, ptr, pathExpr, depth+1)
-	case KInt, KFloat:
+	case model.KInt, model.KFloat:
 		goT := gg.goType(d, s)
 		if lo := boundFor(goT, s.Min, true, s.MinExclusive); lo != "" {
 			op, word := "<", ">="
@@ -312,7 +313,7 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 			}
 			out = append(out, fmt.Sprintf("if %s %s %s {", val, op, hi), fail("must be "+word+" "+hi+" but found %v", val), "}")
 		}
-	case KText, KBytes:
+	case model.KText, model.KBytes:
 		if s.MinLen != nil && *s.MinLen > 0 {
 			n := strconv.FormatInt(*s.MinLen, 10)
 			out = append(out, fmt.Sprintf("if len(%s) < %s {", val, n), fail("must be at least "+n+" bytes long, not %d", "len("+val+")"), "}")
@@ -321,12 +322,12 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 			n := strconv.FormatInt(*s.MaxLen, 10)
 			out = append(out, fmt.Sprintf("if len(%s) > %s {", val, n), fail("must be at most "+n+" bytes long, not %d", "len("+val+")"), "}")
 		}
-		if s.Kind == KText && s.Pattern != "" {
+		if s.Kind == model.KText && s.Pattern != "" {
 			if re := gg.patternVar(d, s.Pattern); re != "" {
 				out = append(out, fmt.Sprintf("if !%s.MatchString(%s) {", re, val), fail("does not match pattern '"+anchored(s.Pattern)+"'"), "}")
 			}
 		}
-	case KLiteral:
+	case model.KLiteral:
 		switch {
 		case s.LitBool != nil:
 			out = append(out, fmt.Sprintf("if %s != %v {", val, *s.LitBool), fail("must be "+strconv.FormatBool(*s.LitBool)), "}")
@@ -334,7 +335,7 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 			lit := s.Lit.JSON()
 			out = append(out, fmt.Sprintf("if %s != %s {", val, lit), fail("must be "+lit+", not %v", val), "}")
 		}
-	case KArray:
+	case model.KArray:
 		if s.MinItems > 0 {
 			n := strconv.FormatInt(s.MinItems, 10)
 			out = append(out, fmt.Sprintf("if len(%s) < %s {", val, n), fail("must have at least "+n+" items, not %d", "len("+val+")"), "}")
@@ -355,7 +356,7 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 			out = append(out, inner...)
 			out = append(out, "}")
 		}
-	case KMap:
+	case model.KMap:
 		elemT := gg.elemType(d, s.Elem)
 		v := fmt.Sprintf("e%d", depth)
 		k := fmt.Sprintf("k%d", depth)
@@ -370,8 +371,8 @@ func (gg *goGen) checks(d *Decl, rule string, s *Shape, expr string, ptr bool, p
 			out = append(out, inner...)
 			out = append(out, "}")
 		}
-	case KUnion:
-		if p, ok := textChoicePattern(s); ok {
+	case model.KUnion:
+		if p, ok := s.TextChoicePattern(); ok {
 			inner := strings.TrimSuffix(strings.TrimPrefix(p, "^(?:"), ")$")
 			if re := gg.patternVar(d, inner); re != "" {
 				out = append(out, fmt.Sprintf("if !%s.MatchString(string(%s)) {", re, val), fail("does not match pattern '"+p+"'"), "}")
@@ -428,12 +429,12 @@ func anchored(p string) string { return "^(?:" + p + ")$" }
 
 // patternVar returns the package variable holding pattern p compiled, or
 // "" (with a warning) when Go's regexp cannot compile it.
-func (gg *goGen) patternVar(d *Decl, p string) string {
+func (gg *goGen) patternVar(d *model.Decl, p string) string {
 	if name, ok := gg.patterns[p]; ok {
 		return name
 	}
 	if _, err := regexp.Compile(anchored(p)); err != nil {
-		gg.warn(d, "the pattern %q is not checked by Validate (Go's regexp: %v)", p, err)
+		gg.Warn(d, "the pattern %q is not checked by Validate (Go's regexp: %v)", p, err)
 		gg.patterns[p] = ""
 		return ""
 	}

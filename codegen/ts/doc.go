@@ -1,0 +1,2 @@
+// Package ts generates TypeScript declarations from a [model.Model].
+package ts
