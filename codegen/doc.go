@@ -1,8 +1,8 @@
-// Package codegen is agentstream's CDDL (RFC 8610) toolchain: over the
-// syntax tree that package cddl parses and resolves, it lowers a schema to
-// the language-neutral Model and runs one generator per target language
-// (Go, JSON Schema, TypeScript and Python). The command line is
-// cmd/cddlgen (package cli).
+// Package codegen is agentstream's CDDL (RFC 8610) toolchain's entry
+// point: over the syntax tree that package cddl parses and resolves, it
+// lowers a schema to the language-neutral Model (package model) and runs
+// one generator per target language (packages golang, jsonschema, ts and
+// python). The command line is cmd/cddlgen (package cli).
 //
 // The package holds no global state; every entry point takes its input and
 // options explicitly and is safe to call from several goroutines at once.
