@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"go/format"
 	"strings"
 	"testing"
 
@@ -112,5 +113,22 @@ func TestBenchSchemaIsRepresentative(t *testing.T) {
 	}
 	if _, _, err := Compile("bench.cddl", src, Options{Lang: LangGo}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkFormatGoOutput is go/format over the whole Go output of
+// BenchmarkCompileGo's schema: what a writer that formats the file once
+// at the end (as protogen's does) would add to a compile.
+func BenchmarkFormatGoOutput(b *testing.B) {
+	out, _, err := Compile("bench.cddl", benchSchema(130), Options{Lang: LangGo, Package: "bench", FieldCase: CaseSnake})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(out)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := format.Source(out); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
