@@ -83,9 +83,8 @@ func (h *Handler) exists(w http.ResponseWriter, r *http.Request, thread string) 
 
 // readBody reads and strictly decodes a JSON body into v.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
-	if errResp != nil {
-		httpjson.Write(w, status, errResp)
+	body, ok := h.ReadBody(w, r, maxBody, "request")
+	if !ok {
 		return false
 	}
 	if err := cddlrt.DecodeStrictJSON(body, v); err != nil {

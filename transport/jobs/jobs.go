@@ -25,6 +25,9 @@ const EventName = "node_stream_event"
 // Thread is the thread of job id.
 func Thread(jobID string) string { return "job:" + jobID }
 
+// maxSmallBody caps the body of a job's creation and of its end.
+const maxSmallBody = 64 << 10
+
 // Handler serves the job stream's routes.
 type Handler struct {
 	wire.Context
@@ -65,9 +68,8 @@ func producer(w http.ResponseWriter, r *http.Request) bool {
 // create serves POST /jobs.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	var req JobCreateRequest
-	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.BodyTimeout, "request")
-	if errResp != nil {
-		httpjson.Write(w, status, errResp)
+	body, ok := h.ReadBody(w, r, maxSmallBody, "request")
+	if !ok {
 		return
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
@@ -210,9 +212,8 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 	if !producer(w, r) || !h.authorize(w, r, thread, true) {
 		return
 	}
-	body, status, _, errResp := httpjson.ReadBody(w, r, 64<<10, h.BodyTimeout, "request")
-	if errResp != nil {
-		httpjson.Write(w, status, errResp)
+	body, ok := h.ReadBody(w, r, maxSmallBody, "request")
+	if !ok {
 		return
 	}
 	ev, err := completeEvent(body)

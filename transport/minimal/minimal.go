@@ -40,9 +40,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the body is JSON: Content-Type: application/json"))
 		return
 	}
-	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
-	if errResp != nil {
-		httpjson.Write(w, status, errResp)
+	body, ok := h.ReadBody(w, r, maxBody, "request")
+	if !ok {
 		return
 	}
 	var req MinimalStreamRequest

@@ -115,14 +115,14 @@ func (c Context) WithDefaults() Context {
 	if c.MaxEventBytes <= 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
 	}
-	if c.ReadBatch == nil {
-		timeout := c.BodyTimeout
-		c.ReadBatch = func(w http.ResponseWriter, r *http.Request, what, _ string) ([][]byte, bool) {
-			return readBatch(w, r, timeout, what)
-		}
-	}
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
+	}
+	if c.ReadBatch == nil {
+		own := c // the defaults, as they are now
+		c.ReadBatch = func(w http.ResponseWriter, r *http.Request, what, _ string) ([][]byte, bool) {
+			return own.readBatch(w, r, what)
+		}
 	}
 	return c
 }

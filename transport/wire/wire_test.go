@@ -140,3 +140,18 @@ func TestMountServesEachRouteWithItsOuter(t *testing.T) {
 	mux.ServeHTTP(w, httptest.NewRequest("GET", "/wrapped", nil))
 	require.Equal(t, http.StatusMethodNotAllowed, w.Code)
 }
+
+// TestReadBodyRefusesAndCounts: a body over the limit is 413 and counted
+// as body_size; one within it is read whole.
+func TestReadBodyRefusesAndCounts(t *testing.T) {
+	var log []string
+	c := wire.Context{Observer: recorder{"m", &log}}.WithDefaults()
+	w := httptest.NewRecorder()
+	_, ok := c.ReadBody(w, httptest.NewRequest("POST", "/", strings.NewReader(strings.Repeat("x", 11))), 10, "request")
+	require.False(t, ok)
+	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
+	require.Equal(t, []string{"m refused body_size"}, log)
+	body, ok := c.ReadBody(httptest.NewRecorder(), httptest.NewRequest("POST", "/", strings.NewReader("0123456789")), 10, "request")
+	require.True(t, ok)
+	require.Equal(t, "0123456789", string(body))
+}
