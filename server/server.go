@@ -13,7 +13,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/compact"
 	"github.com/agentstream/agentstream/internal/keyrate"
-	"github.com/agentstream/agentstream/internal/testkit/hooks"
+	"github.com/agentstream/agentstream/internal/testhooks"
 	"github.com/agentstream/agentstream/protocol"
 )
 
@@ -255,7 +255,7 @@ type Server struct {
 	queued     atomic.Int64     // bytes queued to open sessions (QueueTotalBytes)
 	queuing    atomic.Int64     // open sessions with something queued
 	assistants map[string]Assistant
-	workers    *Workers              // remote workers and the runs they serve
+	workers    *Workers                // remote workers and the runs they serve
 	detached   map[string]*detachedSub // subscriptions of dropped sessions, by id, awaiting reconnect
 	threadsHW  compact.Tracker         // high-water marks of threads and detached,
 	detachedHW compact.Tracker         // so that the sweeper gives their memory back
@@ -744,12 +744,12 @@ func sweepInterval(idle time.Duration) time.Duration {
 	return iv
 }
 
-func init() { hooks.Sweep = func(srv any) { srv.(*Server).sweep() } }
+func init() { testhooks.Sweep = func(srv any) { srv.(*Server).sweep() } }
 
 // sweep releases the replay buffers of threads idle for longer than
 // IdleRelease, forgets threads idle for longer than ThreadTTL (their state
 // too) and dropped sessions past their grace period. The server does it by
-// itself periodically; tests call it directly (hooks.Sweep from other
+// itself periodically; tests call it directly (testhooks.Sweep from other
 // packages').
 func (s *Server) sweep() {
 	now := s.cfg.Now()

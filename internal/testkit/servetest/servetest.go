@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
-	"github.com/agentstream/agentstream/internal/testkit/hooks"
+	"github.com/agentstream/agentstream/internal/testhooks"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
@@ -20,7 +20,7 @@ import (
 
 // Sweep runs srv's periodic sweep at once: the replay buffers of idle
 // threads released, idle threads and expired dropped sessions forgotten.
-func Sweep(srv *server.Server) { hooks.Sweep(srv) }
+func Sweep(srv *server.Server) { testhooks.Sweep(srv) }
 
 // Server is a server a test started.
 type Server struct {
