@@ -283,6 +283,10 @@ func (e *Engine) Crashed() bool { return e.log.crashed }
 // ErrInUse refuses a store another process has open.
 var ErrInUse = errors.New("diskstore: the store is in use by another process")
 
+// ErrClosed ends a wait for a commit (Log.WaitSynced) when the store
+// closed first.
+var ErrClosed = errors.New("diskstore: the store closed")
+
 // notHeld reports ErrInUse when another process holds dir's lock (the
 // LOCK file Pebble flocks).
 func notHeld(dir string) error {

@@ -42,6 +42,13 @@ type Log struct {
 	stop     chan struct{}
 	done     chan struct{}
 
+	// gen counts the batches the writer took (flush); synced is the last
+	// of them on disk, and every event appended before it was taken with
+	// it (a failed batch's events go into the next). syncedCh is closed
+	// when synced moves (WaitSynced), and replaced.
+	gen, synced uint64
+	syncedCh    chan struct{}
+
 	closing bool              // foldAll: every due thread folds at once
 	crashed bool              // the store was not closed cleanly before
 	renewed map[string]bool   // threads given a new epoch since
@@ -115,7 +122,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 	l := &Log{db: db, wal: wal, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
 		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{},
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), syncedCh: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
 	l.fastFrom, l.fastEnd = wholeIndex() // walked once, when there is CPU to spare
 	if err := l.recover(); err != nil {
@@ -330,6 +337,8 @@ func (l *Log) flush() {
 	l.pending = l.spare[:0] // the slices swap: no growth per commit
 	l.spare = nil
 	l.inflight = len(batch)
+	l.gen++
+	gen := l.gen
 	var folds []fold
 	limit := max(foldsPerCommit, len(l.due)/4)
 	for thread := range l.due {
@@ -357,6 +366,9 @@ func (l *Log) flush() {
 		if unsynced {
 			l.unsynced.Store(true)
 		}
+		l.mu.Lock()
+		l.markSynced(gen) // nothing was waiting: what came before is on disk
+		l.mu.Unlock()
 		return
 	}
 	n := l.commit
@@ -421,6 +433,7 @@ func (l *Log) flush() {
 		return
 	}
 	l.commit = n
+	l.markSynced(gen)
 	if len(batch) > 0 {
 		l.commits.Add(1)
 	}
@@ -586,6 +599,48 @@ func (l *Log) newEvents() []record {
 		return ev
 	}
 	return make([]record, 0, l.opts.FoldEvents+8)
+}
+
+var _ server.SyncedLog = (*Log)(nil)
+
+// markSynced records that batch gen is on disk and wakes WaitSynced's
+// callers (l.mu held).
+func (l *Log) markSynced(gen uint64) {
+	if gen <= l.synced {
+		return
+	}
+	l.synced = gen
+	close(l.syncedCh)
+	l.syncedCh = make(chan struct{})
+}
+
+// WaitSynced implements server.SyncedLog: it returns once every event
+// appended before the call is in a synced group commit (what a crash
+// cannot lose; within CommitEvery while the writer keeps up), or with
+// ctx's error, or ErrClosed when the store closes first. A commit that
+// fails is tried again with the next, so a disk that refuses writes
+// keeps its callers waiting until ctx ends them.
+func (l *Log) WaitSynced(ctx context.Context) error {
+	l.mu.Lock()
+	if len(l.pending) == 0 && l.inflight == 0 {
+		l.mu.Unlock()
+		return nil // every event appended is in a commit the writer synced
+	}
+	target := l.gen + 1 // the batch the pending events go in
+	for l.synced < target {
+		ch := l.syncedCh
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.done:
+			return ErrClosed
+		}
+		l.mu.Lock()
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // waiting is how many events are appended and not yet committed: pending

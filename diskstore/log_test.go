@@ -511,3 +511,29 @@ func TestCPUBusy(t *testing.T) {
 	wg.Wait()
 	require.True(t, busy(), "every core it may use, spinning")
 }
+
+// TestWaitSyncedWaitsForTheCommit: WaitSynced returns at once with
+// nothing appended, waits while events appended before it are not in a
+// synced commit, and returns once the commit that holds them is written.
+func TestWaitSyncedWaitsForTheCommit(t *testing.T) {
+	eng, err := Open(Options{Dir: t.TempDir(), CommitEvery: time.Hour})
+	require.NoError(t, err)
+	defer eng.Close()
+	l := eng.log
+	require.NoError(t, l.WaitSynced(context.Background()), "nothing appended: nothing to wait for")
+	appendN(t, l, "w", "ep", 0, 3, time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	require.ErrorIs(t, l.WaitSynced(ctx), context.DeadlineExceeded, "not committed yet")
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.WaitSynced(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("returned before the commit: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.flush()
+	require.NoError(t, <-done)
+	require.Equal(t, uint64(3), eng.Counters().Written, "what it waited for is in a synced commit")
+	require.NoError(t, l.WaitSynced(context.Background()), "committed: nothing to wait for")
+}

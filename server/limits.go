@@ -44,9 +44,12 @@ const (
 	// LimitQueuedWorkerRuns: Config.MaxQueuedWorkerRuns runs of one
 	// assistant waiting for a free worker.
 	LimitQueuedWorkerRuns Limit = "queued_worker_runs"
+	// LimitIngestAck: a producer's batch not synced within
+	// Config.IngestAckTimeout.
+	LimitIngestAck Limit = "ingest_ack"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitQueuedWorkerRuns}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitQueuedWorkerRuns, LimitIngestAck}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

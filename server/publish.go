@@ -59,8 +59,27 @@ var ErrNotTheWriter = errors.New("server: another node writes this thread")
 // thread's run lease first; while another node holds it the batch is
 // refused (ErrNotTheWriter, naming it). A store that fails midway leaves
 // the events before the failure appended (the result lists them) and
-// returns the error.
+// returns the error. With a SyncedLog (the disk engine) Publish returns
+// once the batch is synced, where a crash cannot lose it (unless
+// Config.IngestFastAck), and a batch sent again is answered only once the
+// first is synced too; past Config.IngestAckTimeout it returns
+// ErrUnavailable.
 func (s *Server) Publish(ctx context.Context, threadID string, b ProducerBatch) (*PublishResult, error) {
+	res, err := s.publish(ctx, threadID, b)
+	if err != nil || s.syncs == nil {
+		return res, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.IngestAckTimeout)
+	defer cancel()
+	if err := s.syncs.WaitSynced(ctx); err != nil {
+		s.metrics.refused.add(LimitIngestAck)
+		return nil, fmt.Errorf("%w: the batch is not on disk yet (%v); send it again with the same producer and batch number", ErrUnavailable, err)
+	}
+	return res, nil
+}
+
+// publish appends the batch (Publish), under the thread's lock.
+func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) (*PublishResult, error) {
 	if err := s.Unavailable(); err != nil {
 		return nil, err
 	}

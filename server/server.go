@@ -32,6 +32,7 @@ const (
 	DefaultThreadTTL               = 24 * time.Hour
 	DefaultMaxQueuedRuns           = 16
 	DefaultMaxProducersPerThread   = 1024
+	DefaultIngestAckTimeout        = 5 * time.Second
 	DefaultMaxSessionSubscriptions = 64
 	DefaultMaxCheckpoints          = 100
 )
@@ -121,6 +122,18 @@ type Config struct {
 	// last batch of, for idempotency (Publish); past it the one used
 	// longest ago is forgotten (DefaultMaxProducersPerThread, 1,024).
 	MaxProducersPerThread int
+	// IngestAckTimeout bounds how long Publish waits for a SyncedLog (the
+	// disk engine) to sync a producer's batch before it answers
+	// (DefaultIngestAckTimeout, 5 s); past it the batch is refused as
+	// unavailable (counted as limit ingest_ack): it is appended, and may
+	// be kept, but is not acknowledged, and the producer's retry with the
+	// same producer and batch number appends nothing twice.
+	IngestAckTimeout time.Duration
+	// IngestFastAck answers a producer's batch once it is appended,
+	// without waiting for a SyncedLog to sync it: lower latency, and a
+	// crash may lose batches that were acknowledged (at most the disk
+	// engine's commit interval, more while its writer is behind).
+	IngestFastAck bool
 	// MaxSessionSubscriptions caps the subscriptions of one session, that
 	// is one connection (DefaultMaxSessionSubscriptions, 64).
 	MaxSessionSubscriptions int
@@ -197,6 +210,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxProducersPerThread <= 0 {
 		c.MaxProducersPerThread = DefaultMaxProducersPerThread
 	}
+	if c.IngestAckTimeout <= 0 {
+		c.IngestAckTimeout = DefaultIngestAckTimeout
+	}
 	if c.MaxSessionSubscriptions <= 0 {
 		c.MaxSessionSubscriptions = DefaultMaxSessionSubscriptions
 	}
@@ -247,6 +263,9 @@ type Server struct {
 	// (nil when it is not one), asserted once in New.
 	durable DurableLog
 	tails   TailClaimer
+	// syncs is the log as a SyncedLog when producers' acks wait for it
+	// (nil: it is not one, or Config.IngestFastAck).
+	syncs SyncedLog
 
 	mu         sync.Mutex
 	threads    map[string]*thread
@@ -352,6 +371,9 @@ func New(cfg Config) *Server {
 	// The log's capabilities, detected once.
 	s.durable, _ = s.cfg.Log.(DurableLog)
 	s.tails, _ = s.cfg.Log.(TailClaimer)
+	if !s.cfg.IngestFastAck {
+		s.syncs, _ = s.cfg.Log.(SyncedLog)
+	}
 	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
 		s.writeThrough = wt.WritesThrough()
 		wt.OnWritten(s.written)

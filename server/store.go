@@ -118,6 +118,15 @@ type TailClaimer interface {
 	ClaimTail(ctx context.Context, thread, proposed string) (string, error)
 }
 
+// SyncedLog is a DurableLog that writes its store behind Append (in group
+// commits, as the disk engine does): WaitSynced returns once every event
+// appended before the call is where a crash cannot lose it, or with ctx's
+// error, or the store's. The server waits for it before it acknowledges
+// a producer's batch (Config.IngestFastAck turns that off).
+type SyncedLog interface {
+	WaitSynced(ctx context.Context) error
+}
+
 // WriteThroughLog is a DurableLog whose store is the one truth of what
 // clients see: Append queues the event for the store, and the server
 // delivers it to subscribers (this node's included) only when the log

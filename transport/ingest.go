@@ -106,6 +106,9 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, server.ErrThreadID):
 			code, status = protocol.ErrorCodeInvalidArgument, http.StatusBadRequest
 		}
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		e := protocol.NewError(nil, code, "%v", err)
 		if res != nil && len(res.Seqs) > 0 {
 			e.Message += " (the batch's first " + strconv.Itoa(len(res.Seqs)) + " events were appended)"

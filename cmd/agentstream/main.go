@@ -105,6 +105,8 @@ type config struct {
 	ingestMaxBatchBytes                                              int64
 	ingestRate                                                       float64
 	maxProducersPerThread                                            int
+	ingestAckTimeout                                                 time.Duration
+	ingestFastAck                                                    bool
 	maxWorkers, maxRunsPerWorker, maxQueuedWorkerRuns                int
 	workerLease                                                      time.Duration
 	insecure                                                         bool
@@ -209,6 +211,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.maxWorkers, "max-workers", server.DefaultMaxWorkers, "remote workers connected at once")
 	fs.IntVar(&c.maxRunsPerWorker, "max-runs-per-worker", server.DefaultMaxRunsPerWorker, "runs one remote worker serves at once, whatever it asks for")
 	fs.IntVar(&c.maxQueuedWorkerRuns, "max-queued-worker-runs", server.DefaultMaxQueuedWorkerRuns, "runs of one assistant waiting for a free remote worker; past it run.start is refused")
+	fs.DurationVar(&c.ingestAckTimeout, "ingest-ack-timeout", server.DefaultIngestAckTimeout, "with --data-dir: how long a producer's batch waits for its group commit to be synced before it is answered; past it 503 (retry with the same producer and batch number: nothing is appended twice)")
+	fs.BoolVar(&c.ingestFastAck, "ingest-fast-ack", false, "with --data-dir: answer a producer's batch once it is appended, before it is synced (lower latency; a crash may lose batches that were acknowledged)")
 	fs.IntVar(&c.maxProducersPerThread, "max-producers-per-thread", server.DefaultMaxProducersPerThread, "producers a thread remembers the last batch of, so that a batch sent again appends nothing; past it the one used longest ago is forgotten")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
@@ -360,8 +364,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
-		MaxProducersPerThread: c.maxProducersPerThread,
-		WorkerLease:           c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
+		MaxProducersPerThread: c.maxProducersPerThread, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
+		WorkerLease: c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
 	}
 	var readyCheck func(context.Context) error
 	registry := prometheus.NewRegistry()
@@ -836,7 +840,7 @@ func (c config) check() error {
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
-		{"--data-commit-every", int64(c.dataCommitEvery)},
+		{"--data-commit-every", int64(c.dataCommitEvery)}, {"--ingest-ack-timeout", int64(c.ingestAckTimeout)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)

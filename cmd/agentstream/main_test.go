@@ -141,6 +141,7 @@ func TestZeroLimitsAreRefused(t *testing.T) {
 		{"--memory-target", "-1", "--memory-target must be 0 (none) or more"},
 		{"--data-commit-every", "0", "--data-commit-every must be more than 0"},
 		{"--data-commit-every", "2s", "--data-commit-every must be at most 1s"},
+		{"--ingest-ack-timeout", "0s", "--ingest-ack-timeout must be more than 0"},
 	} {
 		var stderr bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), []string{"serve", tc.flag, tc.value}, io.Discard, &stderr, nil), tc.flag+" "+tc.value)
