@@ -119,6 +119,7 @@ type config struct {
 	dataDir                                                          string
 	dataMinFree, dataMaxEvents, dataMaxThreadBytes, dataMaxBytes     int64
 	dataMaxAge, dataCommitEvery                                      time.Duration
+	dataMaxPending                                                   int
 	bufferEventsSet                                                  bool // --buffer-events was given
 	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
@@ -229,6 +230,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.Int64Var(&c.dataMaxThreadBytes, "data-max-thread-bytes", 0, "with --data-dir: each thread keeps at most this many bytes of events on disk (compressed), the oldest dropped first (0: no cap)")
 	fs.Int64Var(&c.dataMaxBytes, "data-max-bytes", 0, "with --data-dir: all threads together keep at most this many bytes of events on disk (compressed), the oldest of any thread dropped first (0: no cap)")
 	fs.DurationVar(&c.dataCommitEvery, "data-commit-every", diskstore.DefaultCommitEvery, "with --data-dir: the longest an event waits for its group commit, one synced write of every event since the last; a crash (kill -9, power lost) loses at most this much (shorter: more syncs, more disk traffic beside the live path)")
+	fs.IntVar(&c.dataMaxPending, "data-max-pending", diskstore.DefaultMaxPending, "with --data-dir: the most events appended and not yet synced; past it a publisher waits up to 2 s for the disk, then is refused (a producer's batch: 503 with Retry-After; counted in agentstream_data_events_refused_behind_total)")
 	fs.DurationVar(&c.dataMaxAge, "data-max-age", 0, "with --data-dir: events older than this are dropped (0: kept as long as their thread, --thread-ttl)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
@@ -405,7 +407,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			hot = c.bufferEvents
 		}
 		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
-			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery})
+			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery,
+			MaxPending: c.dataMaxPending})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--data-dir: %w", err)
@@ -840,7 +843,7 @@ func (c config) check() error {
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},
 		{"--read-header-timeout", int64(c.readHeaderTimeout)}, {"--lease-ttl", int64(c.leaseTTL)}, {"--redis-write-queue", int64(c.redisWriteQueue)}, {"--redis-write-queue-bytes", c.redisWriteQueueBytes}, {"--redis-writers", int64(c.redisWriters)}, {"--redis-queue-wait", int64(c.redisQueueWait)}, {"--body-timeout", int64(c.bodyTimeout)}, {"--idle-timeout", int64(c.idleTimeout)},
-		{"--data-commit-every", int64(c.dataCommitEvery)}, {"--ingest-ack-timeout", int64(c.ingestAckTimeout)},
+		{"--data-commit-every", int64(c.dataCommitEvery)}, {"--ingest-ack-timeout", int64(c.ingestAckTimeout)}, {"--data-max-pending", int64(c.dataMaxPending)},
 	} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s must be more than 0", n.flag)
