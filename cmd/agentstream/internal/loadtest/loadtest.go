@@ -31,6 +31,9 @@ import (
 
 // Config is one measurement.
 type Config struct {
+	// acks records the HTTP producer's acknowledgements (Run sets it).
+	acks *ackLog
+
 	URL       string // the server's base URL, http://host:port
 	Transport string // sse or ws; with Wire, sse or wire
 	// Wire, when set, measures another wire the server serves (WireJobs,
@@ -116,6 +119,10 @@ type Result struct {
 	// PerNode is the latency on each of several SubscribeURLs: how much the
 	// hop from the node running the thread adds.
 	PerNode []NodeLatency
+	// Acks counts the HTTP producer's acknowledged batches (SourceHTTP),
+	// AckP50 and AckP99 the time from sending a batch to its answer.
+	Acks           int
+	AckP50, AckP99 time.Duration
 }
 
 func (r Result) String() string {
@@ -123,6 +130,9 @@ func (r Result) String() string {
 		r.Deliveries, r.Seconds, r.PerSecond, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.ServerCPUSeconds, r.CPUPerDelivery)
 	for _, n := range r.PerNode {
 		s += fmt.Sprintf("; subscribers of %s: p50 %v p99 %v", n.URL, n.P50.Round(time.Microsecond), n.P99.Round(time.Microsecond))
+	}
+	if r.Acks > 0 {
+		s += fmt.Sprintf("; producer: %d batches acknowledged, p50 %v p99 %v", r.Acks, r.AckP50.Round(time.Microsecond), r.AckP99.Round(time.Microsecond))
 	}
 	return s
 }
@@ -254,6 +264,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return stop(fmt.Errorf("connecting %d subscribers: %w", cfg.Subscribers, err))
 	}
 	cpu0, _ := cfg.serverCPU()
+	cfg.acks = &ackLog{}
 	if err := publish(ctx, cfg, thread, func(err error) {
 		select {
 		case errs <- err:
@@ -271,6 +282,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r := Result{}
 	r.Deliveries, r.Seconds, r.PerSecond, r.P50, r.P99 = st.summary()
 	r.PerNode = st.nodeLatencies(cfg.SubscribeURLs)
+	r.Acks, r.AckP50, r.AckP99 = cfg.acks.summary()
 	if cfg.ServerPID > 0 && r.Deliveries > 0 {
 		r.ServerCPUSeconds = cpu1 - cpu0
 		r.CPUPerDelivery = time.Duration(r.ServerCPUSeconds / float64(r.Deliveries) * 1e9)

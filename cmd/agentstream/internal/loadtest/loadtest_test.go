@@ -68,7 +68,8 @@ func TestRunCountsEveryDelivery(t *testing.T) {
 
 // TestRunFromEachSource: the same events published by a remote worker
 // the tool runs and by HTTP batches reach every subscriber, paced and as
-// fast as possible; an unknown source is an error.
+// fast as possible (the batches' acknowledgements timed); an unknown
+// source is an error.
 func TestRunFromEachSource(t *testing.T) {
 	ts := startServer(t)
 	for _, src := range []string{SourceWorker, SourceHTTP} {
@@ -77,6 +78,13 @@ func TestRunFromEachSource(t *testing.T) {
 			require.NoError(t, err, src)
 			require.Equal(t, int64(1800), r.Deliveries, "%s at %g/s", src, rate)
 			require.Positive(t, r.P99, src)
+			if src == SourceHTTP {
+				require.Positive(t, r.Acks, "the producer's batches are counted")
+				require.GreaterOrEqual(t, r.AckP99, r.AckP50)
+				require.Contains(t, r.String(), "batches acknowledged")
+			} else {
+				require.Zero(t, r.Acks)
+			}
 		}
 	}
 	_, err := Run(context.Background(), Config{URL: ts.URL, Transport: "sse", Subscribers: 1, Count: 1, Source: "carrier-pigeon", Timeout: 5 * time.Second})

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentstream/agentstream/client"
@@ -178,6 +180,36 @@ func publishWorker(ctx context.Context, cfg Config, thread string, fail func(err
 	}
 }
 
+// ackLog records how long the producer's batches took to be answered.
+type ackLog struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (a *ackLog) add(d time.Duration) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.d = append(a.d, d)
+	a.mu.Unlock()
+}
+
+// summary is how many batches were answered, and the median and 99th
+// percentile of their times.
+func (a *ackLog) summary() (n int, p50, p99 time.Duration) {
+	if a == nil {
+		return 0, 0, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.d) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(a.d)
+	return len(a.d), a.d[len(a.d)/2], a.d[len(a.d)*99/100]
+}
+
 // publishHTTP posts the events in batches, one request at a time, each
 // numbered for the producer: as fast as it can, batches of httpBatch;
 // paced, what fell due since the last batch (at least one event), as a
@@ -210,6 +242,7 @@ func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 		req.Header.Set("Content-Type", "application/x-ndjson")
 		req.Header.Set("Agentstream-Producer", producer)
 		req.Header.Set("Agentstream-Producer-Seq", strconv.Itoa(batch))
+		sent := time.Now()
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
@@ -219,6 +252,7 @@ func publishHTTP(ctx context.Context, cfg Config, thread string) error {
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("batch %d: HTTP %d", batch, resp.StatusCode)
 		}
+		cfg.acks.add(time.Since(sent))
 		if cfg.Rate > 0 {
 			select { // let a few events fall due, as a producer flushing every 5 ms does
 			case <-ctx.Done():
