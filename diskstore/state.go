@@ -222,6 +222,49 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	return b.Commit(pebble.Sync)
 }
 
+// ErrNoSuchThread refuses a thread the store does not hold (Export,
+// ThreadStats).
+var ErrNoSuchThread = errors.New("diskstore: no such thread")
+
+// known returns ErrNoSuchThread, naming thread, unless the store holds
+// events or state of it.
+func (e *Engine) known(thread string) error {
+	ctx := context.Background()
+	_, seq, err := e.log.Head(ctx, thread)
+	if err != nil || seq > 0 {
+		return err
+	}
+	ok, err := e.state.Exists(ctx, thread)
+	if err != nil || ok {
+		return err
+	}
+	return fmt.Errorf("%w: %q", ErrNoSuchThread, thread)
+}
+
+// ThreadStats is what a store holds of one thread.
+type ThreadStats struct {
+	Events      uint64 // kept (the retention policy drops the oldest)
+	First, Last uint64 // the seqs of the oldest and newest kept (0: none)
+}
+
+// ThreadStats counts a thread's events on disk; ErrNoSuchThread for one
+// the store does not hold.
+func (e *Engine) ThreadStats(thread string) (ThreadStats, error) {
+	var st ThreadStats
+	if err := e.known(thread); err != nil {
+		return st, err
+	}
+	err := e.log.Stored(context.Background(), thread, 0, func(ev *server.Event) bool {
+		if st.First == 0 {
+			st.First = ev.Seq
+		}
+		st.Last = ev.Seq
+		st.Events++
+		return true
+	})
+	return st, err
+}
+
 // Stats is what a store holds.
 type Stats struct {
 	Threads, Events uint64
@@ -415,6 +458,9 @@ func (l *Log) recompress(ctx context.Context, from, to []byte, budget int) (next
 // event_id: a producer's batch (POST /threads/{id}/events) that another
 // server imports as it would any producer's events.
 func (e *Engine) Export(thread string, w io.Writer) (n int, err error) {
+	if err := e.known(thread); err != nil {
+		return 0, err
+	}
 	werr := e.log.Stored(context.Background(), thread, 0, func(ev *server.Event) bool {
 		var m map[string]any
 		if err = json.Unmarshal(ev.JSON(), &m); err != nil {

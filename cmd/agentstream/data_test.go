@@ -59,6 +59,23 @@ func TestDataCommands(t *testing.T) {
 	}
 	code, _, _ = do("--data-dir", dir, "export")
 	require.Equal(t, 2, code)
+
+	// One thread's figures; flags after the command too.
+	code, out, stderr = do("stats", "exp", "--data-dir", dir)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "events 3\nfirst 1\nlast 3\n", out)
+	code, out, _ = do("export", "--data-dir", dir, "exp")
+	require.Equal(t, 0, code)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 3)
+	// A thread the store does not hold: an error naming it, exit 1.
+	for _, cmd := range []string{"export", "stats"} {
+		code, out, stderr = do("--data-dir", dir, cmd, "nosuch")
+		require.Equal(t, 1, code, cmd)
+		require.Empty(t, out, cmd)
+		require.Contains(t, stderr, `no such thread: "nosuch"`, cmd)
+	}
+	code, _, _ = do("--data-dir", dir, "compact", "exp")
+	require.Equal(t, 2, code, "compact takes no thread")
 	code, _, _ = do("stats")
 	require.Equal(t, 2, code, "no --data-dir")
 }

@@ -704,14 +704,22 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("data-dir", os.Getenv("AGENTSTREAM_DATA_DIR"), "the store (serve --data-dir)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: agentstream data --data-dir DIR stats | compact | export THREAD")
+		fmt.Fprintln(stderr, "usage: agentstream data --data-dir DIR stats [THREAD] | compact | export THREAD")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	// Flags may come before the command, after it, or between its words.
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	rest := fs.Args()
-	if *dir == "" || len(rest) == 0 || (rest[0] == "export") != (len(rest) == 2) || len(rest) > 2 {
+	if *dir == "" || len(rest) == 0 || len(rest) > 2 || (rest[0] == "export" && len(rest) != 2) || (rest[0] == "compact" && len(rest) != 1) {
 		fs.Usage()
 		return 2
 	}
@@ -727,6 +735,15 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer eng.Close()
 	switch rest[0] {
 	case "stats":
+		if len(rest) == 2 {
+			st, err := eng.ThreadStats(rest[1])
+			if err != nil {
+				fmt.Fprintln(stderr, "agentstream data:", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "events %d\nfirst %d\nlast %d\n", st.Events, st.First, st.Last)
+			return 0
+		}
 		st, err := eng.Stats()
 		if err != nil {
 			fmt.Fprintln(stderr, "agentstream data:", err)
