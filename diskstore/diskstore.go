@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,6 +110,7 @@ var ErrBehind = errors.New("diskstore: the disk is behind (--data-dir); the even
 // Engine keeps threads in one Pebble store: a server.Engine.
 type Engine struct {
 	closeOnce sync.Once
+	cutRuns   atomic.Int64 // the runs Start ended
 	db        *pebble.DB
 	opts      Options
 	log       *Log
@@ -316,8 +318,37 @@ func (e *Engine) Stores() server.EngineStores {
 	return server.EngineStores{Log: e.log, State: e.state}
 }
 
-// Start implements server.Engine: the store needs nothing of the server.
-func (e *Engine) Start(server.EngineHost) error { return nil }
+// Start implements server.Engine: the runs the store shows open belong
+// to no process now (the last one stopped while they ran: killed, or
+// crashed), so each is ended on the wire (EngineHost.EndCutRun): its
+// open messages and tool calls end and its root fails, and clients that
+// resume see it.
+func (e *Engine) Start(h server.EngineHost) error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte("r/"), UpperBound: []byte("r0")})
+	if err != nil {
+		return err
+	}
+	var cut []string
+	for it.First(); it.Valid(); it.Next() {
+		cut = append(cut, string(it.Key()[2:]))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	for _, thread := range cut {
+		if !h.EndCutRun(thread) {
+			// Its end is in the stream after all (a mark the crash kept
+			// and the commit that ended the run lost): the mark goes.
+			_ = e.db.Delete(runKey(thread), pebble.NoSync)
+		}
+	}
+	e.cutRuns.Store(int64(len(cut)))
+	return nil
+}
+
+// CutRuns is how many runs Start found open in the store, and ended: the
+// runs the last process was running when it stopped without closing them.
+func (e *Engine) CutRuns() int { return int(e.cutRuns.Load()) }
 
 // Close writes what is pending, folds every thread's events into its
 // chunks, marks the store closed cleanly, and closes it.

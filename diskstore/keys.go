@@ -68,6 +68,11 @@ func renewKey(thread string) []byte   { return append([]byte("n/"), thread...) }
 func floorKey(thread string) []byte   { return append([]byte("l/"), thread...) }
 func deletedKey(thread string) []byte { return append([]byte("x/"), thread...) }
 
+// runKey marks a thread whose root run is open (its last root lifecycle
+// event neither completed nor failed): a store that opens with one has
+// a run no process runs (Engine.Start ends it).
+func runKey(thread string) []byte { return append([]byte("r/"), thread...) }
+
 // upper is the end of the keys starting with prefix.
 func upper(prefix []byte) []byte {
 	return append(append([]byte(nil), prefix...), 0xff)

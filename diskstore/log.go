@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/diskstore/internal/commitlog"
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -48,6 +50,10 @@ type Log struct {
 	// when synced moves (WaitSynced), and replaced.
 	gen, synced uint64
 	syncedCh    chan struct{}
+
+	// runs are the threads whose root run opened (true) or ended (false)
+	// since the last commit: their runKey marks, written with it.
+	runs map[string]bool
 
 	closing bool              // foldAll: every due thread folds at once
 	crashed bool              // the store was not closed cleanly before
@@ -120,7 +126,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 		return nil, err
 	}
 	l := &Log{db: db, wal: wal, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
-		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{},
+		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{}, runs: map[string]bool{},
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), syncedCh: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
@@ -172,6 +178,7 @@ func (l *Log) recover() error {
 		return err
 	}
 	threads := map[string][]record{}
+	runs := map[string]bool{} // the root runs the commits open or end
 	commit := func(n uint64, value []byte) error {
 		raw, err := l.codec.decodeValue(value)
 		if err != nil {
@@ -188,6 +195,9 @@ func (l *Log) recover() error {
 			e, err := server.DecodeEvent(json)
 			if err != nil {
 				return err
+			}
+			if open, ok := rootRun(e); ok {
+				runs[thread] = open
 			}
 			folded[thread] = seq
 			threads[thread] = append(threads[thread], record{seq: seq, id: e.EventID(), json: json})
@@ -222,6 +232,13 @@ func (l *Log) recover() error {
 			n := min(len(evs), l.opts.FoldEvents)
 			l.writeChunk(b, thread, evs[:n], now, false)
 			evs = evs[n:]
+		}
+	}
+	for thread, open := range runs {
+		if open {
+			_ = b.Set(runKey(thread), nil, nil)
+		} else {
+			_ = b.Delete(runKey(thread), nil)
 		}
 	}
 	_ = b.DeleteRange([]byte("w/"), []byte("w0"), nil)
@@ -353,6 +370,10 @@ func (l *Log) flush() {
 			folds = append(folds, fold{thread, t, t.events[:t.committed:t.committed]})
 		}
 	}
+	var runs map[string]bool // taken whole: Append fills a new one meanwhile
+	if len(l.runs) > 0 {
+		runs, l.runs = l.runs, map[string]bool{}
+	}
 	floors := make([]uint64, len(folds))
 	for i, f := range folds {
 		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
@@ -362,7 +383,7 @@ func (l *Log) flush() {
 	// Values and checkpoints written to the tree without a sync since the
 	// last commit are synced with this one.
 	unsynced := l.unsynced.Swap(false)
-	if len(batch) == 0 && len(folds) == 0 && (!unsynced || !writable) {
+	if len(batch) == 0 && len(folds) == 0 && len(runs) == 0 && (!unsynced || !writable) {
 		if unsynced {
 			l.unsynced.Store(true)
 		}
@@ -385,10 +406,19 @@ func (l *Log) flush() {
 	}
 	sizes := make([]int, len(folds))
 	chunks, fast, now := 0, l.fast.Load(), uint64(l.opts.Now().UnixMilli())
-	if werr == nil && len(folds) > 0 {
+	if werr == nil && (len(folds) > 0 || len(runs) > 0) {
 		// The folds' events are in the commit log already, which keeps
-		// them until the tree is synced (retain): no sync here.
+		// them until the tree is synced (retain): no sync here. The
+		// marks of open runs go with them: a crash that loses the batch
+		// finds their events in the commit log (recover).
 		b := l.db.NewBatch()
+		for thread, open := range runs {
+			if open {
+				_ = b.Set(runKey(thread), nil, nil)
+			} else {
+				_ = b.Delete(runKey(thread), nil)
+			}
+		}
 		for i, f := range folds {
 			evs := f.events
 			for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
@@ -425,6 +455,13 @@ func (l *Log) flush() {
 		l.failures.Add(1)
 		for _, f := range folds {
 			l.due[f.thread] = true // tried again at the next commit
+		}
+	}
+	if werr != nil || ferr != nil {
+		for thread, open := range runs {
+			if _, newer := l.runs[thread]; !newer {
+				l.runs[thread] = open // written with the next commit
+			}
 		}
 	}
 	if werr != nil {
@@ -603,6 +640,19 @@ func (l *Log) newEvents() []record {
 
 var _ server.SyncedLog = (*Log)(nil)
 
+// rootRun says whether e opens or keeps open (started, running,
+// interrupted: true) or ends (completed, failed: false) its thread's root
+// run; ok is false for any other event.
+func rootRun(e *server.Event) (open, ok bool) {
+	if e.Seq == 0 || e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
+		return false, false
+	}
+	if _, ok := e.Payload.(*protocol.ServerEventLifecycle); !ok {
+		return false, false
+	}
+	return !e.EndsRun(), true
+}
+
 // markSynced records that batch gen is on disk and wakes WaitSynced's
 // callers (l.mu held).
 func (l *Log) markSynced(gen uint64) {
@@ -686,6 +736,9 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 		l.renewed[thread] = true // its stream goes on after the crash already
 	}
 	t.bytes += len(e.JSON())
+	if open, ok := rootRun(e); ok {
+		l.runs[thread] = open
+	}
 	wake := len(l.pending) == l.opts.MaxPending/4
 	l.mu.Unlock()
 	if wake {

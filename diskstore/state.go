@@ -187,6 +187,7 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	l.pending = slices.DeleteFunc(l.pending, func(p pendingEvent) bool { return p.thread == thread })
 	delete(l.tails, thread)
 	delete(l.due, thread)
+	delete(l.runs, thread)
 	l.touched = slices.DeleteFunc(l.touched, func(t *tail) bool { return t.thread == thread })
 	delete(l.floor, thread)
 	freed := l.bytes[thread]
@@ -215,7 +216,7 @@ func (s *State) Delete(_ context.Context, thread string) error {
 			return err
 		}
 	}
-	for _, k := range [][]byte{headKey(thread), renewKey(thread), floorKey(thread)} {
+	for _, k := range [][]byte{headKey(thread), renewKey(thread), floorKey(thread), runKey(thread)} {
 		_ = b.Delete(k, nil)
 	}
 	_ = b.Set(deletedKey(thread), binary.BigEndian.AppendUint64(nil, last), nil)

@@ -202,7 +202,7 @@ func (s *Server) claimWith(c Cluster, threadID string, acquire func(string) (str
 		return "", fmt.Errorf("cannot read where the thread's stream stands: %w", err)
 	}
 	s.unfence(threadID)
-	s.endLostRun(threadID, false, 0)
+	s.endLostRun(threadID, false, 0, nodeLost)
 	return holder, nil
 }
 
@@ -239,6 +239,24 @@ func (s *Server) remoteRuns() []string {
 // its failed lifecycle event carries its text.
 var ErrNodeLost = errors.New("node lost: the node running this run stopped (its lease expired)")
 
+// ErrRunCut is the error of a run the store shows open that no process
+// runs: the server stopped while it ran (killed, or crashed) and started
+// again (EngineHost.EndCutRun). Its failed lifecycle event carries its
+// text.
+var ErrRunCut = errors.New("run cut: the server stopped while this run was going on (killed or crashed) and started again")
+
+// lostRun is how a lost run ends: the code and text of its unfinished
+// messages and tool calls, and its root's failure.
+type lostRun struct {
+	code string
+	err  error
+}
+
+var (
+	nodeLost = lostRun{"node_lost", ErrNodeLost}
+	runCut   = lostRun{"run_cut", ErrRunCut}
+)
+
 // forwardError is the ErrorResponse of a command forwarded to node: the
 // node's own, or unavailable when it could not be reached.
 func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
@@ -262,7 +280,7 @@ func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
 // read from the log's tail; assumeOpen says what to take when the tail
 // holds none (the reaper knows a node held the thread for a run). A run
 // this node received an event of within quiet is left alone.
-func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Duration) bool {
+func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Duration, why lostRun) bool {
 	if _, err := s.thread(threadID, true); err != nil {
 		return false
 	}
@@ -271,12 +289,12 @@ func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Durati
 		// than fail a run that ended.
 		return false
 	}
-	return s.endLostRun(threadID, assumeOpen, quiet)
+	return s.endLostRun(threadID, assumeOpen, quiet, why)
 }
 
 // endLostRun is failLostRun for a thread this node has taken over
 // (takeOver) already.
-func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duration) bool {
+func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duration, why lostRun) bool {
 	t, err := s.thread(threadID, true)
 	if err != nil {
 		return false
@@ -307,8 +325,8 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 	if root != nil {
 		graph = root.graph
 	}
-	t.closeRemoteOpen()
-	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, ErrNodeLost.Error())
+	t.closeRemoteOpen(why)
+	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, why.err.Error())
 	return true
 }
 
@@ -520,14 +538,13 @@ func dataEvent(b []byte) []byte {
 	return rest[:j]
 }
 
-// closeRemoteOpen ends what a run lost with its node left open, as
-// closeOpen does for a run of this node (code node_lost). The caller
-// holds t.mu.
-func (t *thread) closeRemoteOpen() {
+// closeRemoteOpen ends what a lost run left open, as closeOpen does for a
+// run of this node (code node_lost, or run_cut). The caller holds t.mu.
+func (t *thread) closeRemoteOpen(why lostRun) {
 	items := slices.SortedFunc(maps.Values(t.remoteOpen), func(a, b openItem) int { return cmp.Compare(a.opened, b.opened) })
 	t.remoteOpen = nil
 	for _, it := range items {
-		t.publishUnfinished(it, "node_lost", ErrNodeLost.Error())
+		t.publishUnfinished(it, why.code, why.err.Error())
 	}
 }
 

@@ -61,6 +61,13 @@ type EngineHost interface {
 	// is back (nil): streams end, and commands and subscriptions are
 	// refused as unavailable while it is gone.
 	SetUnavailable(err error)
+	// EndCutRun ends the run of a thread that the engine's store shows
+	// open (its root lifecycle neither completed nor failed) while no
+	// process runs it: the server stopped while it ran (kill -9, a crash)
+	// and started again. Its open messages and tool calls end (code
+	// run_cut) and its root fails (ErrRunCut), so that clients waiting on
+	// it see it end. It reports whether there was such a run.
+	EndCutRun(thread string) bool
 }
 
 // IngestHost is what an engine's log side calls: it delivers what other
@@ -127,8 +134,10 @@ func (h host) RunState(thread string) (string, []PendingInterrupt) {
 }
 
 func (h host) FailLostRun(thread string, quiet time.Duration) bool {
-	return h.s.failLostRun(thread, true, quiet)
+	return h.s.failLostRun(thread, true, quiet, nodeLost)
 }
+
+func (h host) EndCutRun(thread string) bool { return h.s.failLostRun(thread, true, 0, runCut) }
 
 func (h host) DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
 	return result(h.s.do(forwarded(ctx), thread, cmd))

@@ -439,6 +439,9 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		cfg.Upstream = up
 	}
 	srv := server.New(cfg)
+	if d, ok := cfg.Engine.(*diskstore.Engine); ok && d.CutRuns() > 0 {
+		log.Warn().Int("runs", d.CutRuns()).Msg("runs the last stop cut short were ended (failed, run cut)")
+	}
 	defer func() { _ = srv.Close(context.Background()) }() // on an early return; a second Close does nothing
 	if up != nil {
 		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
