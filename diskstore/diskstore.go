@@ -23,6 +23,11 @@ import (
 type Options struct {
 	// Dir holds the store (created when missing).
 	Dir string
+	// Repair opens a store whose commit log is damaged (the disk changed
+	// a record that later ones follow), keeping every commit it can read;
+	// the others' events are lost (Engine.Repaired says which). Without
+	// it such a store is refused (ErrDamaged).
+	Repair bool
 	// BufferEvents and BufferBytes cap the in-memory replay buffer of each
 	// thread, the hot cache in front of the disk (DefaultBufferEvents and
 	// the server's DefaultBufferBytes when zero): older replays read the
@@ -285,6 +290,11 @@ func (e *Engine) Crashed() bool { return e.log.crashed }
 // ErrInUse refuses a store another process has open.
 var ErrInUse = errors.New("diskstore: the store is in use by another process")
 
+// ErrDamaged refuses a store whose commit log the disk changed: a record
+// fails its checksum and later ones follow it (a crash leaves a bad
+// record only at the end). Options.Repair opens it anyway.
+var ErrDamaged = errors.New("diskstore: the store is damaged")
+
 // ErrClosed ends a wait for a commit (Log.WaitSynced) when the store
 // closed first.
 var ErrClosed = errors.New("diskstore: the store closed")
@@ -345,6 +355,10 @@ func (e *Engine) Start(h server.EngineHost) error {
 	e.cutRuns.Store(int64(len(cut)))
 	return nil
 }
+
+// Repaired says what Options.Repair passed over in a damaged commit log
+// ("" when nothing): where, and which commits could not be read.
+func (e *Engine) Repaired() string { return e.log.repaired }
 
 // CutRuns is how many runs Start found open in the store, and ended: the
 // runs the last process was running when it stopped without closing them.

@@ -55,6 +55,8 @@ type Log struct {
 	// since the last commit: their runKey marks, written with it.
 	runs map[string]bool
 
+	repaired string // what Options.Repair passed (Engine.Repaired)
+
 	closing bool              // foldAll: every due thread folds at once
 	crashed bool              // the store was not closed cleanly before
 	renewed map[string]bool   // threads given a new epoch since
@@ -221,8 +223,15 @@ func (l *Log) recover() error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
-	if err := l.wal.Replay(commit); err != nil {
-		return err
+	if err := l.wal.Replay(commit, l.opts.Repair); err != nil {
+		var damage *commitlog.DamageError
+		if !errors.As(err, &damage) {
+			return err
+		}
+		if !l.opts.Repair {
+			return fmt.Errorf("%w: %v", ErrDamaged, err)
+		}
+		l.repaired = damage.Error()
 	}
 	b := l.db.NewBatch()
 	defer b.Close()

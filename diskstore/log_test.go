@@ -248,7 +248,7 @@ func TestCommitsOfEitherFormatAreRead(t *testing.T) {
 		require.NoError(t, err)
 		rewritten++
 		return db.Set(commitKey(n), c.enc.EncodeAll(raw, nil), pebble.Sync)
-	}))
+	}, false))
 	require.NoError(t, wal.Close())
 	require.NoError(t, db.Close())
 	require.NoError(t, os.RemoveAll(filepath.Join(dir, commitDir)))

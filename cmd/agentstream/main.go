@@ -120,6 +120,7 @@ type config struct {
 	dataMinFree, dataMaxEvents, dataMaxThreadBytes, dataMaxBytes     int64
 	dataMaxAge, dataCommitEvery                                      time.Duration
 	dataMaxPending                                                   int
+	dataRepair                                                       bool
 	bufferEventsSet                                                  bool // --buffer-events was given
 	upstreamHeaders                                                  []string
 	ingestMaxWait                                                    time.Duration
@@ -230,6 +231,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.Int64Var(&c.dataMaxThreadBytes, "data-max-thread-bytes", 0, "with --data-dir: each thread keeps at most this many bytes of events on disk (compressed), the oldest dropped first (0: no cap)")
 	fs.Int64Var(&c.dataMaxBytes, "data-max-bytes", 0, "with --data-dir: all threads together keep at most this many bytes of events on disk (compressed), the oldest of any thread dropped first (0: no cap)")
 	fs.DurationVar(&c.dataCommitEvery, "data-commit-every", diskstore.DefaultCommitEvery, "with --data-dir: the longest an event waits for its group commit, one synced write of every event since the last; a crash (kill -9, power lost) loses at most this much (shorter: more syncs, more disk traffic beside the live path)")
+	fs.BoolVar(&c.dataRepair, "data-repair", false, "with --data-dir: start on a store whose commit log the disk damaged, keeping every commit that can be read (the others' events are lost; the log says which); without it such a store is refused")
 	fs.IntVar(&c.dataMaxPending, "data-max-pending", diskstore.DefaultMaxPending, "with --data-dir: the most events appended and not yet synced; past it a publisher waits up to 2 s for the disk, then is refused (a producer's batch: 503 with Retry-After; counted in agentstream_data_events_refused_behind_total)")
 	fs.DurationVar(&c.dataMaxAge, "data-max-age", 0, "with --data-dir: events older than this are dropped (0: kept as long as their thread, --thread-ttl)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
@@ -408,10 +410,16 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
 			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery,
-			MaxPending: c.dataMaxPending})
+			MaxPending: c.dataMaxPending, Repair: c.dataRepair})
 		if err != nil {
 			ln.Close()
+			if errors.Is(err, diskstore.ErrDamaged) {
+				return fmt.Errorf("--data-dir: %w (agentstream data --data-dir %s check reports it; serve --data-repair starts keeping every commit that can be read)", err, c.dataDir)
+			}
 			return fmt.Errorf("--data-dir: %w", err)
+		}
+		if r := engine.Repaired(); r != "" {
+			log.Warn().Str("data_dir", c.dataDir).Str("lost", r).Msg("the store's commit log was damaged: started with what could be read (--data-repair)")
 		}
 		cfg.Engine = engine
 		registry.MustRegister(engine.Collectors()...)
@@ -707,7 +715,7 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("data-dir", os.Getenv("AGENTSTREAM_DATA_DIR"), "the store (serve --data-dir)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: agentstream data --data-dir DIR stats [THREAD] | compact | export THREAD")
+		fmt.Fprintln(stderr, "usage: agentstream data --data-dir DIR stats [THREAD] | compact | export THREAD | check | repair")
 		fs.PrintDefaults()
 	}
 	// Flags may come before the command, after it, or between its words.
@@ -722,7 +730,7 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if *dir == "" || len(rest) == 0 || len(rest) > 2 || (rest[0] == "export" && len(rest) != 2) || (rest[0] == "compact" && len(rest) != 1) {
+	if *dir == "" || len(rest) == 0 || len(rest) > 2 || (rest[0] == "export" && len(rest) != 2) || ((rest[0] == "compact" || rest[0] == "check" || rest[0] == "repair") && len(rest) != 1) {
 		fs.Usage()
 		return 2
 	}
@@ -730,8 +738,12 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentstream data:", err)
 		return 1
 	}
-	eng, err := diskstore.Open(diskstore.Options{Dir: *dir, MinFree: 1})
-	if err != nil {
+	eng, err := diskstore.Open(diskstore.Options{Dir: *dir, MinFree: 1, Repair: rest[0] == "repair"})
+	switch {
+	case errors.Is(err, diskstore.ErrDamaged):
+		fmt.Fprintf(stderr, "agentstream data: %v\n(agentstream data --data-dir %s repair keeps every commit that can be read)\n", err, *dir)
+		return 1
+	case err != nil:
 		fmt.Fprintf(stderr, "agentstream data: %v (is a server running on it?)\n", err)
 		return 1
 	}
@@ -753,6 +765,14 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "threads %d\nevents %d\nbytes %d\n", st.Threads, st.Events, st.Bytes)
+	case "check":
+		fmt.Fprintln(stdout, "no damage found")
+	case "repair":
+		if r := eng.Repaired(); r != "" {
+			fmt.Fprintln(stdout, "repaired, these could not be read and are lost:", r)
+		} else {
+			fmt.Fprintln(stdout, "no damage found")
+		}
 	case "compact":
 		if err := eng.Compact(ctx); err != nil {
 			fmt.Fprintln(stderr, "agentstream data:", err)

@@ -147,31 +147,110 @@ func segmentNumber(name string) (uint64, bool) {
 // Replay calls fn with every commit the segments hold, in order: each
 // segment's records up to the first one a crash cut short. It is called
 // once, after Open and before any Append.
-func (l *Log) Replay(fn func(n uint64, payload []byte) error) error {
+//
+// A record that fails its checksum (or is cut short) is what a crash
+// leaves at the end of the last write, unless a later commit follows it
+// in its segment: then the disk changed it (damage), and Replay returns a
+// *DamageError naming the file and offset, before calling fn with
+// anything after it.
+// With repair set it goes on past the damage instead (the commits it
+// cannot read are lost) and returns the damage it passed as a
+// *DamageError after replaying the rest.
+func (l *Log) Replay(fn func(n uint64, payload []byte) error, repair bool) error {
+	var passed []Damage
 	for i := range l.segs {
 		s := &l.segs[i]
 		b, err := os.ReadFile(filepath.Join(l.dir, s.name))
 		if err != nil {
 			return fmt.Errorf("commitlog: %w", err)
 		}
-		want := s.first
-		for len(b) >= headerBytes {
-			size := binary.BigEndian.Uint32(b)
-			sum := binary.BigEndian.Uint32(b[4:])
-			n := binary.BigEndian.Uint64(b[8:])
-			if n != want || uint64(len(b)-headerBytes) < uint64(size) ||
-				crc32.Checksum(b[8:headerBytes+int(size)], crcTable) != sum {
-				break // the write a crash cut short, or a reused file's old contents
+		want, off := s.first, 0
+		for {
+			size, ok := record(b[off:], want)
+			if !ok {
+				// The end of what this segment holds, unless a later
+				// commit follows in it.
+				next, at, found := nextCommit(b, off, want)
+				if !found {
+					break
+				}
+				d := Damage{File: s.name, Offset: int64(off), Commit: want, Next: next}
+				if !repair {
+					return &DamageError{Damage: []Damage{d}}
+				}
+				passed = append(passed, d)
+				off, want = at, next
+				continue
 			}
-			if err := fn(n, b[headerBytes:headerBytes+int(size)]); err != nil {
+			payload := b[off+headerBytes : off+headerBytes+size]
+			if err := fn(want, payload); err != nil {
 				return err
 			}
-			s.last = n
+			s.last = want
 			want++
-			b = b[headerBytes+int(size):]
+			off += headerBytes + size
 		}
 	}
+	if len(passed) > 0 {
+		return &DamageError{Damage: passed}
+	}
 	return nil
+}
+
+// record returns the size of the payload of the record at the start of b
+// if it is a whole record of commit want with its checksum right.
+func record(b []byte, want uint64) (size int, ok bool) {
+	if len(b) < headerBytes {
+		return 0, false
+	}
+	n := binary.BigEndian.Uint64(b[8:])
+	sz := binary.BigEndian.Uint32(b)
+	if n != want || uint64(len(b)-headerBytes) < uint64(sz) ||
+		crc32.Checksum(b[8:headerBytes+int(sz)], crcTable) != binary.BigEndian.Uint32(b[4:]) {
+		return 0, false
+	}
+	return int(sz), true
+}
+
+// nextCommit finds the first whole record after offset off of a
+// segment's bytes b that a commit above want wrote (at is its offset):
+// within a segment the commits are consecutive, and each is synced before
+// the next is written, so such a record means the one at off was changed
+// after it was written, not cut short by a crash. found is false when
+// none follows. (Across segments the numbering may jump, so a segment's
+// end says nothing about the next one's start.)
+func nextCommit(b []byte, off int, want uint64) (next uint64, at int, found bool) {
+	for o := off + 1; o+headerBytes <= len(b); o++ {
+		n := binary.BigEndian.Uint64(b[o+8:])
+		if n <= want || n > want+1<<20 {
+			continue // not a commit that could follow this one
+		}
+		if _, ok := record(b[o:], n); ok {
+			return n, o, true
+		}
+	}
+	return 0, 0, false
+}
+
+// Damage is a place in the log where the disk changed what was written:
+// from the record at Offset of File (commit Commit) up to commit Next,
+// the next one that can be read, the commits are lost.
+type Damage struct {
+	File   string
+	Offset int64
+	Commit uint64
+	Next   uint64
+}
+
+// DamageError is the damage Replay found (or, repairing, passed).
+type DamageError struct{ Damage []Damage }
+
+func (e *DamageError) Error() string {
+	var parts []string
+	for _, d := range e.Damage {
+		parts = append(parts, fmt.Sprintf("%s offset %d: commits %d to %d cannot be read (a checksum fails, and commit %d follows)", d.File, d.Offset, d.Commit, d.Next-1, d.Next))
+	}
+	return "commitlog: damaged: " + strings.Join(parts, "; ")
 }
 
 // Append writes commit n (numbers are consecutive within a segment; a

@@ -27,7 +27,7 @@ func replayAll(t *testing.T, dir string, segmentBytes int64) []commit {
 	require.NoError(t, l.Replay(func(n uint64, p []byte) error {
 		out = append(out, commit{n, string(p)})
 		return nil
-	}))
+	}, false))
 	return out
 }
 
@@ -175,7 +175,7 @@ func TestAReleasedSegmentIsWrittenOver(t *testing.T) {
 	require.NoError(t, err)
 	_, spares = segmentFiles(t, dir)
 	require.Empty(t, spares)
-	require.NoError(t, l.Replay(func(uint64, []byte) error { return nil }))
+	require.NoError(t, l.Replay(func(uint64, []byte) error { return nil }, false))
 	require.NoError(t, l.Clear())
 	segs, spares = segmentFiles(t, dir)
 	require.Empty(t, segs)
@@ -201,3 +201,46 @@ func TestAFailedAppendLeavesNoRecord(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestDamageInTheMiddleIsRefused: a record changed in the middle of a
+// segment, with later commits after it, is damage, not a crash's cut:
+// Replay refuses it, naming the file, the offset and the commits lost;
+// repairing, it replays every commit it can read and reports what it
+// passed.
+func TestDamageInTheMiddleIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, nil, 1<<20)
+	require.NoError(t, err)
+	all := appendRange(t, l, 1, 10)
+	require.NoError(t, l.Close())
+	path := filepath.Join(dir, segmentName(1))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	off := 0
+	for n := uint64(1); n < 4; n++ { // the offset of commit 4
+		off += headerBytes + len(payload(n))
+	}
+	for i := 0; i < 8; i++ {
+		b[off+headerBytes+2+i] ^= 0x5a // eight bytes of commit 4's payload
+	}
+	require.NoError(t, os.WriteFile(path, b, 0o640))
+
+	l, err = Open(dir, nil, 1<<20)
+	require.NoError(t, err)
+	var got []commit
+	err = l.Replay(func(n uint64, p []byte) error { got = append(got, commit{n, string(p)}); return nil }, false)
+	var damage *DamageError
+	require.ErrorAs(t, err, &damage)
+	require.Equal(t, []Damage{{File: segmentName(1), Offset: int64(off), Commit: 4, Next: 5}}, damage.Damage)
+	require.Contains(t, err.Error(), segmentName(1)+" offset "+fmt.Sprint(off))
+	require.Equal(t, all[:3], got, "nothing after the damage is replayed")
+	require.NoError(t, l.Close())
+
+	l, err = Open(dir, nil, 1<<20)
+	require.NoError(t, err)
+	defer l.Close()
+	got = nil
+	err = l.Replay(func(n uint64, p []byte) error { got = append(got, commit{n, string(p)}); return nil }, true)
+	require.ErrorAs(t, err, &damage, "what was passed is reported")
+	require.Equal(t, append(all[:3:3], all[4:]...), got, "every commit but the damaged one")
+}
