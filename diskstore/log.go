@@ -243,13 +243,7 @@ func (l *Log) recover() error {
 			evs = evs[n:]
 		}
 	}
-	for thread, open := range runs {
-		if open {
-			_ = b.Set(runKey(thread), nil, nil)
-		} else {
-			_ = b.Delete(runKey(thread), nil)
-		}
-	}
+	markRuns(b, runs)
 	_ = b.DeleteRange([]byte("w/"), []byte("w0"), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
@@ -421,13 +415,7 @@ func (l *Log) flush() {
 		// marks of open runs go with them: a crash that loses the batch
 		// finds their events in the commit log (recover).
 		b := l.db.NewBatch()
-		for thread, open := range runs {
-			if open {
-				_ = b.Set(runKey(thread), nil, nil)
-			} else {
-				_ = b.Delete(runKey(thread), nil)
-			}
-		}
+		markRuns(b, runs)
 		for i, f := range folds {
 			evs := f.events
 			for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
@@ -660,6 +648,18 @@ func rootRun(e *server.Event) (open, ok bool) {
 		return false, false
 	}
 	return !e.EndsRun(), true
+}
+
+// markRuns writes into b the marks of the threads whose root run runs
+// says is open, and removes those of the runs it says ended.
+func markRuns(b *pebble.Batch, runs map[string]bool) {
+	for thread, open := range runs {
+		if open {
+			_ = b.Set(runKey(thread), nil, nil)
+		} else {
+			_ = b.Delete(runKey(thread), nil)
+		}
+	}
 }
 
 // markSynced records that batch gen is on disk and wakes WaitSynced's
