@@ -14,8 +14,10 @@ import (
 type metrics struct {
 	sseStreams   prometheus.Gauge
 	wsConns      prometheus.Gauge
-	deliver      func(int)
-	stage        func(string, time.Duration) // a sampled delivery latency (package stages)
+	delivered    prometheus.Counter  // events written
+	writes       prometheus.Counter  // writes that carried them
+	queued       prometheus.Observer // sampled delivery latencies, by stage (package stages)
+	written      prometheus.Observer
 	commandTimes *prometheus.HistogramVec
 	refusals     *refusals
 	authFailures *prometheus.CounterVec
@@ -65,32 +67,21 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	}
 	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentstream_auth_refusals_total",
 		Help: "Requests and commands refused by authentication or authorization, by reason: no_credential, invalid_credential, expired (401) or permission_denied (403)."}, []string{"reason"})
-	delivered := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_events_delivered_total", Help: "Events written to SSE and WebSocket clients."})
-	writes := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_event_writes_total",
+	m.delivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_events_delivered_total", Help: "Events written to SSE and WebSocket clients."})
+	m.writes = prometheus.NewCounter(prometheus.CounterOpts{Name: "agentstream_event_writes_total",
 		Help: "Socket writes that carried events; events_delivered_total over this is the events per write that pacing gathers."})
 	stageTimes := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "agentstream_delivery_latency_seconds",
 		Help:    "Time from a live event's publication on this node to its connection's writer taking it (stage queued) and to the write that carried it returning (stage written); one event in 16 is sampled.",
 		Buckets: prometheus.ExponentialBuckets(0.000005, 1.5, 36),
 	}, []string{"stage"})
-	queued, written := stageTimes.WithLabelValues(stages.Queued), stageTimes.WithLabelValues(stages.Written)
-	m.stage = func(stage string, d time.Duration) {
-		if stage == stages.Queued {
-			queued.Observe(d.Seconds())
-		} else {
-			written.Observe(d.Seconds())
-		}
-	}
-	m.deliver = func(n int) {
-		delivered.Add(float64(n))
-		writes.Inc()
-	}
+	m.queued, m.written = stageTimes.WithLabelValues(stages.Queued), stageTimes.WithLabelValues(stages.Written)
 	counter := func(name, help string, f func(server.MetricsSnapshot) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(srv.Metrics())) })
 	}
 	m.refusals = &refusals{srv: srv, n: map[string]uint64{}, desc: prometheus.NewDesc("agentstream_refusals_total",
 		"Requests, commands, connections and runs refused because of a limit, by limit.", []string{"limit"}, nil)}
-	reg.MustRegister(m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, stageTimes, delivered, writes,
+	reg.MustRegister(m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, stageTimes, m.delivered, m.writes,
 		counter("agentstream_events_published_total", "Events published on threads.", func(s server.MetricsSnapshot) uint64 { return s.EventsPublished }),
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_stream_gaps_total", "Holes in a thread's stream announced to live subscribers with events.missed (events another node published that the store lost).", func(s server.MetricsSnapshot) uint64 { return s.StreamGaps }),
@@ -127,10 +118,19 @@ func (m *metrics) Opened(kind string) func() {
 }
 
 // Delivered counts n events written in one write.
-func (m *metrics) Delivered(n int) { m.deliver(n) }
+func (m *metrics) Delivered(n int) {
+	m.delivered.Add(float64(n))
+	m.writes.Inc()
+}
 
 // Stage observes a sampled delivery latency.
-func (m *metrics) Stage(stage string, d time.Duration) { m.stage(stage, d) }
+func (m *metrics) Stage(stage string, d time.Duration) {
+	if stage == stages.Queued {
+		m.queued.Observe(d.Seconds())
+	} else {
+		m.written.Observe(d.Seconds())
+	}
+}
 
 func (m *metrics) command(method, outcome string, d time.Duration) {
 	m.commandTimes.WithLabelValues(method, outcome).Observe(d.Seconds())
