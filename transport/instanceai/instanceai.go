@@ -146,8 +146,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 // run ends with run-finish cancelled.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	thread := r.PathValue("threadId")
-	if err := server.ValidThreadID(thread); err != nil {
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "threadId: %v", err))
+	if !wire.ValidThread(w, "threadId", thread) {
 		return
 	}
 	known, ok := h.exists(w, r, thread)
@@ -382,8 +381,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
 // read is the conversation of a known thread the request may read (nil
 // for an unknown one), or answers the request itself.
 func (h *Handler) read(w http.ResponseWriter, r *http.Request, thread string) (*conversation, uint64, bool) {
-	if err := server.ValidThreadID(thread); err != nil {
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "threadId: %v", err))
+	if !wire.ValidThread(w, "threadId", thread) {
 		return nil, 0, false
 	}
 	known, ok := h.exists(w, r, thread)
