@@ -42,6 +42,10 @@ type Options struct {
 	MaxPending int
 	// QueueWait bounds that wait (DefaultQueueWait).
 	QueueWait time.Duration
+	// MaxProducers is how many producers' last batches the store keeps
+	// per thread (server.DefaultMaxProducersPerThread), the ones used
+	// longest ago forgotten first.
+	MaxProducers int
 	// MinFree is the free space, in bytes, below which the store takes no
 	// more events (DefaultMinFree): they are refused with ErrDiskFull and
 	// Ready says why, before the disk is full (a store that fails a write
@@ -220,6 +224,9 @@ func withDefaults(opts Options) Options {
 	}
 	if opts.MaxPending <= 0 {
 		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.MaxProducers <= 0 {
+		opts.MaxProducers = server.DefaultMaxProducersPerThread
 	}
 	if opts.QueueWait <= 0 {
 		opts.QueueWait = DefaultQueueWait

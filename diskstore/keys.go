@@ -29,6 +29,8 @@ import (
 //	"n/" THREAD                -> the id (new epoch, seq) from which a thread goes on after a crash
 //	"l/" THREAD                -> the oldest seq the retention policy keeps of the thread
 //	"x/" THREAD                -> a deleted thread: the last commit its events can be in
+//	"r/" THREAD                -> the thread's root run is open (Engine.Start ends it)
+//	"p/" THREAD 0 PRODUCER     -> a producer's last batch on the thread (server.LastBatch)
 //	"s/" THREAD 0 ...          -> values ("v"), owner ("o"), checkpoints ("c" N(8))
 //	"m/clean"                  -> the store was closed cleanly
 func chunkPrefix(thread string) []byte {

@@ -54,6 +54,11 @@ type Log struct {
 	// runs are the threads whose root run opened (true) or ended (false)
 	// since the last commit: their runKey marks, written with it.
 	runs map[string]bool
+	// marks are the producers' last batches (by markKey) that events
+	// appended since the last commit changed, written with it; writing
+	// are those the writer is committing (producers.go).
+	marks, writing map[string]*server.LastBatch
+	producers      map[string]int // a thread's producers in the tree, counted at most (pruneProducers)
 
 	repaired string // what Options.Repair passed (Engine.Repaired)
 
@@ -82,7 +87,7 @@ type Log struct {
 	fastFrom, fastEnd []byte
 
 	// Counters (Stats).
-	written, commits, failures, refusedFull, refusedBehind, chunksWritten, fastChunks, dropped atomic.Uint64
+	written, commits, failures, refusedFull, refusedBehind, chunksWritten, fastChunks, dropped, prunedProducers atomic.Uint64
 
 	// The writer's own.
 	commit  uint64 // the last group commit's number
@@ -98,7 +103,8 @@ type pendingEvent struct {
 	thread string
 	seq    uint64
 	json   []byte
-	tail   *tail // the thread's: a tail with events not yet committed stays in tails
+	tail   *tail  // the thread's: a tail with events not yet committed stays in tails
+	by     []byte // the producer's batch it is of (server.ProducedBy), or nil
 }
 
 // record is what the log keeps of an event not yet in a chunk: its seq,
@@ -129,6 +135,7 @@ func newLog(db *pebble.DB, wal *commitlog.Log, opts Options, crashed bool) (*Log
 	}
 	l := &Log{db: db, wal: wal, mem: server.NewMemoryLog(opts.BufferEvents, opts.BufferBytes), opts: opts, codec: c,
 		tails: map[string]*tail{}, due: map[string]bool{}, renewed: map[string]bool{}, runs: map[string]bool{},
+		marks: map[string]*server.LastBatch{}, producers: map[string]int{},
 		floor: map[string]uint64{}, bytes: map[string]int64{}, crashed: crashed,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), syncedCh: make(chan struct{})}
 	l.room = sync.NewCond(&l.mu)
@@ -181,12 +188,38 @@ func (l *Log) recover() error {
 	}
 	threads := map[string][]record{}
 	runs := map[string]bool{} // the root runs the commits open or end
+	// The producers' batches the commits hold: each mark follows its
+	// event, and counts only when that event was folded here.
+	marks := map[string]*server.LastBatch{}
+	var prev *record
 	commit := func(n uint64, value []byte) error {
 		raw, err := l.codec.decodeValue(value)
 		if err != nil {
 			return fmt.Errorf("diskstore: commit %d: %w", n, err)
 		}
 		err = readCommit(raw, func(thread string, seq uint64, json []byte) error {
+			if seq == 0 { // the batch of the event before
+				if prev == nil {
+					return nil
+				}
+				by, err := server.DecodeProducedBy(json)
+				if err != nil {
+					return err
+				}
+				k := markKey(thread, by.Producer)
+				lb := marks[k]
+				if lb == nil {
+					lb = &server.LastBatch{}
+					if old, ok, err := l.lastBatch(thread, by.Producer); err == nil && ok && by.Index > 0 {
+						*lb = *old
+					}
+					marks[k] = lb
+				}
+				lb.Add(by, prev.seq, prev.id, l.opts.Now())
+				prev = nil
+				return nil
+			}
+			prev = nil
 			if d, ok := deleted[thread]; ok && n <= d {
 				return nil
 			}
@@ -203,6 +236,7 @@ func (l *Log) recover() error {
 			}
 			folded[thread] = seq
 			threads[thread] = append(threads[thread], record{seq: seq, id: e.EventID(), json: json})
+			prev = &threads[thread][len(threads[thread])-1]
 			return nil
 		})
 		if err != nil {
@@ -244,6 +278,7 @@ func (l *Log) recover() error {
 		}
 	}
 	markRuns(b, runs)
+	l.writeMarks(b, marks)
 	_ = b.DeleteRange([]byte("w/"), []byte("w0"), nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
@@ -377,6 +412,11 @@ func (l *Log) flush() {
 	if len(l.runs) > 0 {
 		runs, l.runs = l.runs, map[string]bool{}
 	}
+	var marks map[string]*server.LastBatch // the same
+	if len(l.marks) > 0 {
+		marks, l.marks = l.marks, map[string]*server.LastBatch{}
+		l.writing = marks
+	}
 	floors := make([]uint64, len(folds))
 	for i, f := range folds {
 		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
@@ -386,7 +426,7 @@ func (l *Log) flush() {
 	// Values and checkpoints written to the tree without a sync since the
 	// last commit are synced with this one.
 	unsynced := l.unsynced.Swap(false)
-	if len(batch) == 0 && len(folds) == 0 && len(runs) == 0 && (!unsynced || !writable) {
+	if len(batch) == 0 && len(folds) == 0 && len(runs) == 0 && len(marks) == 0 && (!unsynced || !writable) {
 		if unsynced {
 			l.unsynced.Store(true)
 		}
@@ -402,6 +442,9 @@ func (l *Log) flush() {
 		raw := l.buf[:0]
 		for _, p := range batch {
 			raw = commitRecord(raw, p.thread, p.seq, p.json)
+			if p.by != nil {
+				raw = commitRecord(raw, p.thread, 0, p.by)
+			}
 		}
 		l.buf = raw
 		l.enc = l.codec.encodeCommit(l.enc[:0], raw)
@@ -409,13 +452,15 @@ func (l *Log) flush() {
 	}
 	sizes := make([]int, len(folds))
 	chunks, fast, now := 0, l.fast.Load(), uint64(l.opts.Now().UnixMilli())
-	if werr == nil && (len(folds) > 0 || len(runs) > 0) {
+	var markThreads map[string]int
+	if werr == nil && (len(folds) > 0 || len(runs) > 0 || len(marks) > 0) {
 		// The folds' events are in the commit log already, which keeps
 		// them until the tree is synced (retain): no sync here. The
 		// marks of open runs go with them: a crash that loses the batch
 		// finds their events in the commit log (recover).
 		b := l.db.NewBatch()
 		markRuns(b, runs)
+		markThreads = l.writeMarks(b, marks)
 		for i, f := range folds {
 			evs := f.events
 			for len(evs) > 0 && evs[0].seq < floors[i] { // dropped by the retention policy already
@@ -444,8 +489,14 @@ func (l *Log) flush() {
 			l.unsynced.Store(true)
 		}
 	}
+	var prune map[string]int // the threads whose producers may pass the cap
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer func() {
+		l.mu.Unlock()
+		if prune != nil {
+			l.pruneProducers(prune)
+		}
+	}()
 	l.inflight = 0
 	l.err = errors.Join(werr, ferr)
 	if l.err != nil {
@@ -454,12 +505,20 @@ func (l *Log) flush() {
 			l.due[f.thread] = true // tried again at the next commit
 		}
 	}
+	l.writing = nil
 	if werr != nil || ferr != nil {
 		for thread, open := range runs {
 			if _, newer := l.runs[thread]; !newer {
 				l.runs[thread] = open // written with the next commit
 			}
 		}
+		for k, lb := range marks {
+			if _, newer := l.marks[k]; !newer {
+				l.marks[k] = lb
+			}
+		}
+	} else if len(markThreads) > 0 {
+		prune = markThreads
 	}
 	if werr != nil {
 		l.pending = append(batch, l.pending...)
@@ -709,6 +768,11 @@ func (l *Log) waiting() int { return len(l.pending) + l.inflight }
 // Append implements server.EventLog: the event is in the buffer at once
 // and on disk within CommitEvery.
 func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error {
+	return l.append(ctx, thread, e, nil)
+}
+
+// append appends e, of a producer's batch when by is set.
+func (l *Log) append(ctx context.Context, thread string, e *server.Event, by *server.ProducedBy) error {
 	l.mu.Lock()
 	if l.full != nil {
 		err := l.full
@@ -739,7 +803,12 @@ func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error 
 		l.tails[thread] = t
 		l.floorOf(thread)
 	}
-	l.pending = append(l.pending, pendingEvent{thread: thread, seq: e.Seq, json: e.JSON(), tail: t})
+	p := pendingEvent{thread: thread, seq: e.Seq, json: e.JSON(), tail: t}
+	if by != nil {
+		p.by = by.AppendBinary(nil)
+		l.markProduced(thread, e, *by)
+	}
+	l.pending = append(l.pending, p)
 	t.events = append(t.events, record{seq: e.Seq, id: e.EventID(), json: e.JSON()})
 	if l.crashed {
 		l.renewed[thread] = true // its stream goes on after the crash already

@@ -16,6 +16,10 @@ type Counters struct {
 	// busy (Options.Busy); events Dropped by the retention policy (whole
 	// chunks).
 	Chunks, FastChunks, Dropped uint64
+	// ProducersForgotten counts producers' last batches the store let go
+	// of, past Options.MaxProducers on a thread (a retry of one appends
+	// again).
+	ProducersForgotten uint64
 	// Pending events wait for their commit; ChunkBytes is what the
 	// threads' chunks hold (compressed); CommitLogBytes what the commit
 	// log's files take.
@@ -36,7 +40,7 @@ func (e *Engine) Counters() Counters {
 	async, blocking := e.syncer.Counts()
 	return Counters{AsyncSyncs: async, BlockingSyncs: blocking, Written: l.written.Load(), Commits: l.commits.Load(), Failures: l.failures.Load(),
 		RefusedFull: l.refusedFull.Load(), RefusedBehind: l.refusedBehind.Load(), Chunks: l.chunksWritten.Load(), FastChunks: l.fastChunks.Load(),
-		Dropped: l.dropped.Load(), Pending: pending, ChunkBytes: total, CommitLogBytes: l.wal.Bytes()}
+		Dropped: l.dropped.Load(), ProducersForgotten: l.prunedProducers.Load(), Pending: pending, ChunkBytes: total, CommitLogBytes: l.wal.Bytes()}
 }
 
 // Collectors are the store's Prometheus metrics.
@@ -58,6 +62,7 @@ func (e *Engine) Collectors() []prometheus.Collector {
 		counter("agentstream_data_chunks_written_total", "Chunks of a thread's events written (what replays read).", func(c Counters) uint64 { return c.Chunks }),
 		counter("agentstream_data_fast_chunks_total", "Chunks compressed with S2 rather than zstd because the process had no CPU to spare (more bytes on disk until rewritten as zstd, once it has).", func(c Counters) uint64 { return c.FastChunks }),
 		counter("agentstream_data_events_dropped_total", "Events the retention policy dropped from the disk (--data-max-events, --data-max-thread-bytes, --data-max-bytes, --data-max-age).", func(c Counters) uint64 { return c.Dropped }),
+		counter("agentstream_data_producers_forgotten_total", "Producers' last batches the store let go of, past --max-producers-per-thread on a thread (a retry of one would append again).", func(c Counters) uint64 { return c.ProducersForgotten }),
 		syncs("async", func(c Counters) uint64 { return c.AsyncSyncs }),
 		syncs("blocking", func(c Counters) uint64 { return c.BlockingSyncs }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_data_events_pending", Help: "Events waiting for their group commit."}, func() float64 { return float64(e.Counters().Pending) }),

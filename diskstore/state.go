@@ -188,6 +188,12 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	delete(l.tails, thread)
 	delete(l.due, thread)
 	delete(l.runs, thread)
+	for k := range l.marks {
+		if th, _, _ := cutMarkKey(k); th == thread {
+			delete(l.marks, k)
+		}
+	}
+	delete(l.producers, thread)
 	l.touched = slices.DeleteFunc(l.touched, func(t *tail) bool { return t.thread == thread })
 	delete(l.floor, thread)
 	freed := l.bytes[thread]
@@ -211,7 +217,7 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
-	for _, prefix := range [][]byte{stateKey(thread, ""), prefix} {
+	for _, prefix := range [][]byte{stateKey(thread, ""), prefix, producerPrefix(thread)} {
 		if err := b.DeleteRange(prefix, upper(prefix), nil); err != nil {
 			return err
 		}

@@ -351,6 +351,9 @@ func (s *Server) takeOver(threadID string) error {
 		return err
 	}
 	t.mu.Lock()
+	// Another node may have taken producers' batches meanwhile: what this
+	// node remembers of them is read again from the log.
+	t.producers = nil
 	if epoch != t.epoch {
 		t.epoch = epoch // the sequence goes on; the ids change
 		t.claimed, t.claimedAt = epoch, t.seq

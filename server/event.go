@@ -141,6 +141,7 @@ type eventData struct {
 	name      string             // a custom event's name, which routes it
 	ts        uint64             // the time a producer gave it (ms); 0: now
 	source    string             // what a producer's event was ingested from (Event.Source)
+	by        *ProducedBy        // the producer's batch it is of (Publish); nil for the rest
 }
 
 // rootNamespace is the namespace of the root agent's events, shared by

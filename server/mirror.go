@@ -140,7 +140,7 @@ func (m Mirrors) Append(threadID string, events [][]byte, offset uint64) (Mirror
 		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok {
 			t.setStatus(e.Namespace, l.Params.Data.Event, derefString(l.Params.Data.GraphName))
 		}
-		if err := t.append(e); err != nil {
+		if err := t.append(e, nil); err != nil {
 			return res, err
 		}
 		res.Appended++

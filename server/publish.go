@@ -19,6 +19,10 @@ type ProducerBatch struct {
 	// sent again (a retry after a lost answer) appends nothing twice.
 	// Empty: no idempotency.
 	Producer string
+	// Principal is who sends it (the authenticated subject, "" without
+	// authentication): producers are told apart by principal and name,
+	// so that two principals never share one's batches.
+	Principal string
 	// Seq is the producer's own number of the batch, increasing from one
 	// batch to the next (gaps allowed). A batch whose Seq is not above the
 	// last one the thread took from the producer appends nothing.
@@ -33,7 +37,9 @@ type ProducerBatch struct {
 // PublishResult is what a batch appended: the sequence number and id of
 // each of its events, in order. Duplicate says the batch had been taken
 // before (nothing was appended now); when it was the producer's last one,
-// Seqs and EventIDs are those it was given then, else they are empty.
+// Seqs and EventIDs are those it was given then, else they are empty. A
+// batch a crash (or a store's failure) cut short is completed by the
+// retry: its events not appended yet are, and the answer lists them all.
 type PublishResult struct {
 	Seqs      []uint64 `json:"seqs"`
 	EventIDs  []string `json:"event_ids"`
@@ -41,11 +47,12 @@ type PublishResult struct {
 }
 
 // producerMark is what a thread remembers of a producer: its last batch
-// and what that batch was given.
+// and what that batch was given (fewer seqs than count: cut short).
 type producerMark struct {
-	seq  uint64
-	last PublishResult
-	used time.Time
+	seq   uint64
+	count int
+	last  PublishResult
+	used  time.Time
 }
 
 // ErrNotTheWriter refuses a batch sent to a node while another node holds
@@ -104,23 +111,40 @@ func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) 
 	}
 	defer t.mu.Unlock()
 	now := s.cfg.Now()
+	key, start := "", 0
+	res := &PublishResult{Seqs: make([]uint64, 0, len(b.Events)), EventIDs: make([]string, 0, len(b.Events))}
 	if b.Producer != "" {
-		if m, ok := t.producers[b.Producer]; ok && b.Seq <= m.seq {
+		key = ProducerKey(b.Principal, b.Producer)
+		m, err := s.producerMark(ctx, t, key, now)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the producer's last batch cannot be read (%v); send it again", ErrUnavailable, err)
+		}
+		if m != nil && b.Seq <= m.seq {
 			m.used = now
-			s.metrics.ingestDuplicates.Add(1)
-			if b.Seq == m.seq {
-				r := m.last
-				r.Duplicate = true
-				return &r, nil
+			cut := b.Seq == m.seq && len(m.last.Seqs) < m.count && len(m.last.Seqs) < len(b.Events)
+			if !cut {
+				s.metrics.ingestDuplicates.Add(1)
+				if b.Seq == m.seq {
+					r := m.last
+					r.Duplicate = true
+					return &r, nil
+				}
+				return &PublishResult{Seqs: []uint64{}, EventIDs: []string{}, Duplicate: true}, nil
 			}
-			return &PublishResult{Seqs: []uint64{}, EventIDs: []string{}, Duplicate: true}, nil
+			// Cut short: the events it lacks are appended now.
+			start = len(m.last.Seqs)
+			res.Seqs = append(res.Seqs, m.last.Seqs...)
+			res.EventIDs = append(res.EventIDs, m.last.EventIDs...)
 		}
 	}
-	res := &PublishResult{Seqs: make([]uint64, 0, len(b.Events)), EventIDs: make([]string, 0, len(b.Events))}
-	for i, pe := range b.Events {
+	for i := start; i < len(b.Events); i++ {
+		pe := b.Events[i]
 		d := eventData{p: pe.Event, namespace: channels.Namespace(pe.Event.GetNamespace()), ts: pe.Timestamp}
 		if i < len(b.Sources) {
 			d.source = b.Sources[i]
+		}
+		if key != "" {
+			d.by = &ProducedBy{Producer: key, Batch: b.Seq, Index: i, Count: len(b.Events)}
 		}
 		if len(d.namespace) == 0 {
 			d.namespace = nil
@@ -135,28 +159,63 @@ func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) 
 		}
 		e, err := t.publish(d)
 		if err != nil {
-			s.remember(t, b, res, now)
+			s.remember(t, key, b, res, now)
 			return res, err
 		}
 		res.Seqs = append(res.Seqs, e.Seq)
 		res.EventIDs = append(res.EventIDs, e.EventID())
 	}
-	s.metrics.ingested.Add(uint64(len(b.Events)))
-	s.remember(t, b, res, now)
+	s.metrics.ingested.Add(uint64(len(b.Events) - start))
+	s.remember(t, key, b, res, now)
 	return res, nil
 }
 
-// remember records a producer's batch on the thread, forgetting the
-// producer used longest ago when the thread remembers
-// MaxProducersPerThread. The caller holds t.mu.
-func (s *Server) remember(t *thread, b ProducerBatch, res *PublishResult, now time.Time) {
-	if b.Producer == "" || len(res.Seqs) == 0 {
+// producerMark returns what the thread knows of the producer's last
+// batch: what it remembers, else what a ProducerLog keeps (remembered
+// from then on), nil when neither knows the producer. The caller holds
+// t.mu.
+func (s *Server) producerMark(ctx context.Context, t *thread, key string, now time.Time) (*producerMark, error) {
+	if m, ok := t.producers[key]; ok {
+		return m, nil
+	}
+	pl := s.producerLog
+	if pl == nil {
+		return nil, nil
+	}
+	lb, ok, err := pl.LastBatch(ctx, t.id, key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	s.rememberMark(t, key, &producerMark{seq: lb.Batch, count: lb.Count, used: now,
+		last: PublishResult{Seqs: orEmpty(lb.Seqs), EventIDs: orEmpty(lb.EventIDs)}})
+	return t.producers[key], nil
+}
+
+// orEmpty is s, or an empty slice for nil (answered as [] in JSON).
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// remember records a producer's batch on the thread (key is "" for a
+// batch with no producer). The caller holds t.mu.
+func (s *Server) remember(t *thread, key string, b ProducerBatch, res *PublishResult, now time.Time) {
+	if key == "" || len(res.Seqs) == 0 {
 		return
 	}
+	s.rememberMark(t, key, &producerMark{seq: b.Seq, count: len(b.Events), last: *res, used: now})
+}
+
+// rememberMark keeps m as the producer's last batch, forgetting the
+// producer used longest ago when the thread remembers
+// MaxProducersPerThread. The caller holds t.mu.
+func (s *Server) rememberMark(t *thread, key string, m *producerMark) {
 	if t.producers == nil {
 		t.producers = map[string]*producerMark{}
 	}
-	if _, ok := t.producers[b.Producer]; !ok && len(t.producers) >= s.cfg.MaxProducersPerThread {
+	if _, ok := t.producers[key]; !ok && len(t.producers) >= s.cfg.MaxProducersPerThread {
 		var oldest string
 		var at time.Time
 		for p, m := range t.producers {
@@ -167,5 +226,5 @@ func (s *Server) remember(t *thread, b ProducerBatch, res *PublishResult, now ti
 		delete(t.producers, oldest)
 		s.metrics.refused.add(LimitProducers)
 	}
-	t.producers[b.Producer] = &producerMark{seq: b.Seq, last: *res, used: now}
+	t.producers[key] = m
 }

@@ -266,6 +266,9 @@ type Server struct {
 	// syncs is the log as a SyncedLog when producers' acks wait for it
 	// (nil: it is not one, or Config.IngestFastAck).
 	syncs SyncedLog
+	// producerLog is the log as a ProducerLog (nil: producers' batches
+	// are remembered in memory only).
+	producerLog ProducerLog
 
 	mu         sync.Mutex
 	threads    map[string]*thread
@@ -371,6 +374,7 @@ func New(cfg Config) *Server {
 	// The log's capabilities, detected once.
 	s.durable, _ = s.cfg.Log.(DurableLog)
 	s.tails, _ = s.cfg.Log.(TailClaimer)
+	s.producerLog, _ = s.cfg.Log.(ProducerLog)
 	if !s.cfg.IngestFastAck {
 		s.syncs, _ = s.cfg.Log.(SyncedLog)
 	}

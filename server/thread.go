@@ -86,15 +86,22 @@ func (t *thread) publish(d eventData) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e, t.append(e)
+	return e, t.append(e, d.by)
 }
 
 // append adds a built event, its seq above the thread's last, to the log
 // and delivers it. The log bounds its own wait (a Redis log's queue
 // wait); an event it does not keep is not published: the emitter gets
-// the error. The caller holds t.mu.
-func (t *thread) append(e *Event) error {
-	if err := t.srv.cfg.Log.Append(context.Background(), t.id, e); err != nil {
+// the error. A producer's event (by set) goes to a ProducerLog with its
+// batch. The caller holds t.mu.
+func (t *thread) append(e *Event, by *ProducedBy) error {
+	var err error
+	if pl := t.srv.producerLog; by != nil && pl != nil {
+		err = pl.AppendProduced(context.Background(), t.id, e, *by)
+	} else {
+		err = t.srv.cfg.Log.Append(context.Background(), t.id, e)
+	}
+	if err != nil {
 		return storeError(err)
 	}
 	t.seq = e.Seq

@@ -97,7 +97,11 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 		h.refuseBatch(w, errResp)
 		return
 	}
-	res, err := h.srv.Publish(r.Context(), r.PathValue("id"), server.ProducerBatch{Producer: producer, Seq: producerSeq, Events: events})
+	b := server.ProducerBatch{Producer: producer, Seq: producerSeq, Events: events}
+	if p := auth.FromContext(r.Context()); p != nil {
+		b.Principal = p.Subject
+	}
+	res, err := h.srv.Publish(r.Context(), r.PathValue("id"), b)
 	if err != nil {
 		code, status := protocol.ErrorCodeUnavailable, http.StatusServiceUnavailable
 		switch {

@@ -18,11 +18,15 @@ import (
 )
 
 // TestAcknowledgedBatchesSurviveKill: producers post 20-event batches to
-// a server on --data-dir in a tight loop; the server is killed (kill -9)
-// at a random moment and started again on the same directory: every
-// event of every batch it acknowledged (200) is in the thread's history,
-// in the order the producer sent it. Three trials here;
-// AGENTSTREAM_SOAK=1 runs thirty.
+// a server on --data-dir in a tight loop, each batch sent again (same
+// producer, same batch number) until it is acknowledged; the server is
+// killed (kill -9) at a random moment and started again on the same
+// directory, and each producer sends its unacknowledged batch again:
+// every event of every batch acknowledged is in the thread's history
+// once, in the order the producer sent it, and no event twice; the last
+// batch acknowledged, sent again after the restart, is answered as a
+// duplicate with the seqs of its first answer. Three
+// trials here; AGENTSTREAM_SOAK=1 runs thirty.
 func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts servers")
@@ -37,6 +41,41 @@ func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 	acked := make([][]int, producers) // per producer: the payload numbers of acknowledged events, in order
 	next := make([]int, producers)    // per producer: the next payload number
 	batchSeq := make([]int, producers)
+	inFlight := make([]int, producers) // per producer: the first payload of the batch not acknowledged yet (-1: none)
+	for p := range inFlight {
+		inFlight[p] = -1
+	}
+	var retried, duplicates int
+	lastSeqs := make([][]uint64, producers) // per producer: the seqs of its last acknowledged batch
+	// post sends producer p's batch of payloads first.. as batch seq; it
+	// reports whether the server acknowledged it (and as a duplicate).
+	post := func(ctx context.Context, url string, p, first, seq int) (ok, duplicate bool, seqs []uint64, err error) {
+		var b strings.Builder
+		for i := 0; i < perBatch; i++ {
+			fmt.Fprintf(&b, `{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"p%d","payload":{"n":%d}}}}`+"\n", p, first+i)
+		}
+		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/threads/acks/events", strings.NewReader(b.String()))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set("Agentstream-Producer", "p"+strconv.Itoa(p))
+		req.Header.Set("Agentstream-Producer-Seq", strconv.Itoa(seq))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, false, nil, err // the server is gone
+		}
+		var res struct {
+			Seqs      []uint64
+			Duplicate bool
+		}
+		decodeErr := json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || decodeErr != nil {
+			return false, false, nil, nil // not acknowledged (the kill may cut the answer short)
+		}
+		if len(res.Seqs) != perBatch {
+			t.Errorf("a batch of %d events was given %d seqs (duplicate %v)", perBatch, len(res.Seqs), res.Duplicate)
+		}
+		return true, res.Duplicate, res.Seqs, nil
+	}
 	for trial := 0; trial < trials; trial++ {
 		ctx, stop := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -47,36 +86,26 @@ func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 				defer wg.Done()
 				for ctx.Err() == nil {
 					mu.Lock()
-					first := next[p]
-					next[p] += perBatch
-					batchSeq[p]++
-					seq := batchSeq[p]
+					if inFlight[p] < 0 {
+						inFlight[p] = next[p]
+						next[p] += perBatch
+						batchSeq[p]++
+					}
+					first, seq := inFlight[p], batchSeq[p]
 					mu.Unlock()
-					var b strings.Builder
-					for i := 0; i < perBatch; i++ {
-						fmt.Fprintf(&b, `{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"p%d","payload":{"n":%d}}}}`+"\n", p, first+i)
-					}
-					req, _ := http.NewRequestWithContext(ctx, "POST", url+"/threads/acks/events", strings.NewReader(b.String()))
-					req.Header.Set("Content-Type", "application/x-ndjson")
-					req.Header.Set("Agentstream-Producer", "p"+strconv.Itoa(p))
-					req.Header.Set("Agentstream-Producer-Seq", strconv.Itoa(seq))
-					resp, err := http.DefaultClient.Do(req)
+					ok, _, seqs, err := post(ctx, url, p, first, seq)
 					if err != nil {
-						return // the server is gone
+						return
 					}
-					var res struct{ Seqs []uint64 }
-					decodeErr := json.NewDecoder(resp.Body).Decode(&res)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK || decodeErr != nil {
-						continue // not acknowledged (the kill may cut the answer short)
-					}
-					if len(res.Seqs) != perBatch {
-						t.Errorf("a batch of %d events was given %d seqs", perBatch, len(res.Seqs))
+					if !ok {
+						continue // sent again, the same batch
 					}
 					mu.Lock()
 					for i := 0; i < perBatch; i++ {
 						acked[p] = append(acked[p], first+i)
 					}
+					inFlight[p] = -1
+					lastSeqs[p] = seqs
 					mu.Unlock()
 				}
 			}()
@@ -87,6 +116,37 @@ func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 		stop()
 		wg.Wait()
 		url, proc = startProcessNode(t, "--data-dir", dir, "--ingest-rate", "1000000", "--ingest-burst", "1000000")
+
+		// Each batch the kill left unacknowledged is sent again: appended
+		// now, or answered as a duplicate when it was kept before.
+		for p := 0; p < producers; p++ {
+			if inFlight[p] < 0 {
+				continue
+			}
+			ok, dup, seqs, err := post(context.Background(), url, p, inFlight[p], batchSeq[p])
+			require.NoError(t, err)
+			lastSeqs[p] = seqs
+			require.True(t, ok, "trial %d: producer %d's retry after the restart was not acknowledged", trial, p)
+			retried++
+			if dup {
+				duplicates++
+			}
+			for i := 0; i < perBatch; i++ {
+				acked[p] = append(acked[p], inFlight[p]+i)
+			}
+			inFlight[p] = -1
+		}
+		// The last acknowledged batch, sent again, is recognised: the
+		// same seqs as its first answer, nothing appended.
+		for p := 0; p < producers; p++ {
+			if batchSeq[p] == 0 {
+				continue
+			}
+			ok, dup, seqs, err := post(context.Background(), url, p, next[p]-perBatch, batchSeq[p])
+			require.NoError(t, err)
+			require.True(t, ok && dup, "trial %d: producer %d's last batch sent again after the restart: not answered as a duplicate", trial, p)
+			require.Equal(t, lastSeqs[p], seqs, "trial %d: producer %d: a duplicate's seqs differ from the first answer's", trial, p)
+		}
 
 		// The whole history, read back: each producer's events by payload.
 		hctx, hcancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -114,6 +174,8 @@ func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 		for p := 0; p < producers; p++ {
 			has := map[int]int{} // payload -> position in the history
 			for i, n := range stored[p] {
+				_, twice := has[n]
+				require.False(t, twice, "trial %d: producer %d's event %d is in the history twice", trial, p, n)
 				has[n] = i
 			}
 			last := -1
@@ -123,7 +185,9 @@ func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 				require.Greater(t, pos, last, "trial %d: producer %d's events out of order", trial, p)
 				last = pos
 			}
+			require.Len(t, stored[p], len(acked[p]), "trial %d: producer %d: events stored that were never acknowledged", trial, p)
 		}
-		t.Logf("trial %d: %d and %d events acknowledged, all kept", trial, len(acked[0]), len(acked[1]))
+		t.Logf("trial %d: %d and %d events acknowledged, all kept once", trial, len(acked[0]), len(acked[1]))
 	}
+	t.Logf("%d batches sent again after a restart, %d of them answered as duplicates", retried, duplicates)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -50,12 +51,15 @@ var docsShrink = []struct {
 // into the checkout, and the generator commands it runs write into the
 // temporary directory and are compared with the files in the checkout.
 // Without redis-server the blocks that start one are left out, unless
-// AGENTSTREAM_REQUIRE_REDIS=1.
+// AGENTSTREAM_REQUIRE_REDIS=1; so are those that start the reference
+// LangGraph server when its npm packages are not installed.
 func TestDocsCommands(t *testing.T) {
 	bin, redisErr := commandTestSetup(t)
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 
+	_, statErr := os.Stat(filepath.Join(root, "tools", "langgraph-upstream", "node_modules", ".bin", "langgraphjs"))
+	upstreamInstalled := statErr == nil
 	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	require.NoError(t, err)
 	ran := 0
@@ -65,6 +69,10 @@ func TestDocsCommands(t *testing.T) {
 			joined := strings.Join(block, "\n")
 			if strings.Contains(joined, "redis-server") && redisErr != nil {
 				t.Logf("left out: %s (redis-server is not installed)", name)
+				continue
+			}
+			if strings.Contains(joined, "tools/langgraph-upstream") && !upstreamInstalled {
+				t.Logf("left out: %s (the reference LangGraph server is not installed: npm ci --prefix tools/langgraph-upstream, as ./test.sh does)", name)
 				continue
 			}
 			ran++

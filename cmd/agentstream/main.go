@@ -410,7 +410,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		}
 		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
 			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery,
-			MaxPending: c.dataMaxPending, Repair: c.dataRepair})
+			MaxPending: c.dataMaxPending, Repair: c.dataRepair, MaxProducers: c.maxProducersPerThread})
 		if err != nil {
 			ln.Close()
 			if errors.Is(err, diskstore.ErrDamaged) {
