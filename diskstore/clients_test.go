@@ -3,6 +3,10 @@ package diskstore_test
 import (
 	"context"
 	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -101,4 +106,92 @@ func TestConformanceOnDisk(t *testing.T) {
 	out, err := exec.CommandContext(ctx, node, script, s.URL()).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "14 passed, 0 failed", "%s", out)
+}
+
+// TestALongHistoryReadsWholeOverEitherTransport: a thread of 100,000
+// events, read from its start by a WebSocket and an SSE client at once
+// as fast as they can: each gets every event once, in order, with no
+// slow-consumer cut, and the server's heap grows by far less than the
+// history (each reader's replay is read from the store a queue at a
+// time as it makes room).
+func TestALongHistoryReadsWholeOverEitherTransport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 events")
+	}
+	const n, queue = 100_000, 1 << 20
+	dir := t.TempDir()
+	s := servetest.StartEach(t, func() server.Config {
+		eng, err := diskstore.Open(diskstore.Options{Dir: dir})
+		require.NoError(t, err)
+		return server.Config{Engine: eng, QueueBytes: queue}
+	}, transport.Options{})
+	name := "tick"
+	pad := strings.Repeat("x", 150)
+	for b := 0; b < n/1000; b++ {
+		batch := server.ProducerBatch{}
+		for i := 0; i < 1000; i++ {
+			batch.Events = append(batch.Events, protocol.ProducerEvent{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{
+				Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: map[string]any{"n": b*1000 + i, "pad": pad}}}}})
+		}
+		_, err := s.Core().Publish(context.Background(), "long", batch)
+		require.NoError(t, err)
+	}
+	s.Stop() // the history on disk, nothing of it in memory
+	s.Start()
+
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				if m.HeapAlloc > peak.Load() {
+					peak.Store(m.HeapAlloc)
+				}
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, tr := range []client.Transport{client.WebSocket, client.SSE} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(ctx, s.URL(), client.Options{Transport: tr})
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer c.Close()
+			sub, err := c.Thread("long").Subscribe(ctx, client.Filter{Channels: []string{"custom"}})
+			if !assert.NoError(t, err) {
+				return
+			}
+			for next := uint64(1); next <= n; next++ {
+				e, err := sub.Next(ctx)
+				if !assert.NoError(t, err, "%v: after %d events", tr, next-1) || !assert.Equal(t, next, e.Seq, "%v: in order, each once", tr) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	require.Zero(t, s.Core().Metrics().SlowConsumers, "no reader was cut off")
+	require.Positive(t, s.Core().Metrics().ReplayRefills)
+	grew := int64(peak.Load()) - int64(base.HeapAlloc)
+	t.Logf("heap: %d MiB before, at most %+d MiB while two readers replayed a %d MiB history", base.HeapAlloc>>20, grew>>20, n*250>>20)
+	require.Less(t, grew, int64(n*250/2), "the heap grew by less than half the history")
 }

@@ -55,9 +55,11 @@
 // subscriptions into one stream in sequence order, each event once (a new
 // subscription's replay is merged with what is still unread), which the
 // transport reads and writes. Publishing never blocks on a reader: each
-// session has one queue bounded by [Config.QueueBytes], replays included,
-// and one that overflows is ended with a [SlowConsumerError] naming the
-// last event queued, to resume from. Matching uses an index by channel and
+// session has one queue bounded by [Config.QueueBytes], and one that
+// overflows with live events is ended with a [SlowConsumerError] naming
+// the last event queued, to resume from. A replay longer than the queue
+// is paced by its reader: read from the log a queue's worth at a time as
+// the reader makes room, live events following once it has caught up. Matching uses an index by channel and
 // namespace prefix ([channels.Index]), so subscriptions that do not match
 // cost nothing, and a session's subscriptions share their entries, so its
 // cost per event does not grow with their number.

@@ -307,6 +307,7 @@ type counters struct {
 	gaps          atomic.Uint64
 	epochBumps    atomic.Uint64
 	replays       atomic.Uint64
+	refills       atomic.Uint64
 	commands      atomic.Uint64
 	denied        atomic.Uint64
 }
@@ -331,7 +332,10 @@ type MetricsSnapshot struct {
 	// QueuedWorkerRuns how many runs wait for a free one.
 	Workers, QueuedWorkerRuns int
 	Replays                   uint64 // subscriptions that started with a replay
-	Commands                  uint64 // commands dispatched
+	// ReplayRefills counts the parts of replays longer than a session's
+	// queue read from the log as their readers made room.
+	ReplayRefills uint64
+	Commands      uint64 // commands dispatched
 	// Denied counts the times Authorize refused a principal a thread.
 	Denied uint64
 	// Refused counts, per limit, what the server refused because of it.
@@ -407,6 +411,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		IngestDuplicates: s.metrics.ingestDuplicates.Load(),
 		WorkersLost:      s.metrics.workersLost.Load(),
 		Replays:          s.metrics.replays.Load(),
+		ReplayRefills:    s.metrics.refills.Load(),
 		Commands:         s.metrics.commands.Load(),
 		Denied:           s.metrics.denied.Load(),
 		Refused:          s.metrics.refused.snapshot(),

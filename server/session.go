@@ -47,9 +47,11 @@ func (e *SlowConsumerError) Error() string {
 // live events follow with no gap and no duplicate.
 //
 // Publishing never waits for a session: events go into one queue bounded
-// by bytes ([Config.QueueBytes]), replays included, and a session whose
-// queue would overflow is ended with a [*SlowConsumerError] after what it
-// has queued. Its cost per event does not depend on how many subscriptions
+// by bytes ([Config.QueueBytes]), and a session whose queue would overflow
+// with live events is ended with a [*SlowConsumerError] after what it has
+// queued. A replay is paced by its reader instead: what does not fit the
+// queue is read from the log a part at a time as the reader makes room,
+// however long the history, and live events follow once it has caught up. Its cost per event does not depend on how many subscriptions
 // it has: identical filter terms of its subscriptions share one entry of
 // the thread's routing index, and an event several of them match is queued
 // once.
@@ -77,12 +79,18 @@ type Session struct {
 	qbytes     int
 	counted    int    // the part of qbytes the server's total holds (whole queueSteps)
 	lastQueued uint64 // the newest seq queued: an event is queued at most once
-	lastRead   uint64 // the newest seq read
-	closed     bool   // nothing more is queued; err says why
-	err        error
-	notify     SessionNotify
-	ready      chan struct{} // wakes Next when no notify function is set
-	expiry     *time.Timer   // ends the session when its credential expires
+	// behind says the session is reading a replay larger than its queue
+	// from the log, a queue's worth at a time as its reader makes room
+	// (refill): live events are not queued meanwhile (the log holds
+	// them), and everything up to lastQueued is queued or did not match.
+	behind    bool
+	refilling bool   // a refill is under way
+	lastRead  uint64 // the newest seq read
+	closed    bool   // nothing more is queued; err says why
+	err       error
+	notify    SessionNotify
+	ready     chan struct{} // wakes Next when no notify function is set
+	expiry    *time.Timer   // ends the session when its credential expires
 }
 
 // queued is an entry of a session's queue. key orders it: 2*seq for an
@@ -211,7 +219,15 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 		ss.srv.metrics.refused.add(LimitSessionSubscriptions)
 		return "", 0, fmt.Errorf("%w: %d, the most one connection may have (--max-subscriptions)", ErrTooManySubscriptions, len(ss.subs))
 	}
-	replay, after, replayed, err := t.replay(f, cursor)
+	// A session reading a long replay (behind) takes the new
+	// subscription's events after what it queued with the rest of it.
+	ss.mu.Lock()
+	upTo, budget := t.acked, ss.srv.cfg.QueueBytes-ss.qbytes
+	if ss.behind {
+		upTo = ss.lastQueued
+	}
+	ss.mu.Unlock()
+	replay, after, replayed, reached, more, err := t.replay(f, cursor, upTo, budget)
 	if err != nil {
 		return "", 0, err
 	}
@@ -222,7 +238,7 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 		t.srv.metrics.replays.Add(1)
 	}
 	t.lastActive = t.srv.cfg.Now()
-	if ss.merge(replay, t.acked, after) {
+	if ss.merge(replay, upTo, after, reached, more, true) {
 		t.cutOff(ss)
 	}
 	if u := ss.srv.cfg.Upstream; u != nil {
@@ -363,7 +379,7 @@ func (ss *Session) enqueueNotice(e *Event, next uint64) (cutOff bool) {
 // epoch (thread.restart). It reports whether the session overflowed.
 func (ss *Session) restartAt(notice *Event, base uint64) (cutOff bool) {
 	ss.mu.Lock()
-	ss.lastQueued = base
+	ss.lastQueued, ss.behind = base, false // the rest of the old epoch is gone
 	ss.mu.Unlock()
 	return ss.enqueueNotice(notice, base+1)
 }
@@ -374,9 +390,9 @@ func (ss *Session) restartAt(notice *Event, base uint64) (cutOff bool) {
 // session.
 func (ss *Session) push(e *Event, seq, key uint64) (cutOff bool) {
 	ss.mu.Lock()
-	if ss.closed || seq <= ss.lastQueued {
+	if ss.closed || seq <= ss.lastQueued || ss.behind {
 		ss.mu.Unlock()
-		return false
+		return false // queued already, or read from the log later (refill)
 	}
 	if ss.qbytes+e.Size() > ss.srv.cfg.QueueBytes && ss.unread() > 0 {
 		ss.closeLocked(&SlowConsumerError{LastSeq: ss.lastQueued, QueueSize: ss.srv.cfg.QueueBytes})
@@ -470,26 +486,39 @@ func (ss *Session) cutForTotal() {
 	ss.q, ss.qhead, ss.qbytes = nil, 0, 0
 }
 
-// merge adds a subscription's replay from cursor after (in key order) to
-// the unread queue, keeping it in order with each event once, and marks
-// everything up to head (the thread's last seq) queued. A replay that
-// does not fit the queue's bound is cut after what fits and ends the
-// session as a slow consumer, to resume after the last replayed event
-// queued: merge then reports true. The caller holds the thread's lock.
-func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
+// merge adds a replay from cursor after (in key order) to the unread
+// queue, keeping it in order with each event once. A whole replay marks
+// everything up to head (the thread's last seq) queued; one with more to
+// come (a part of a longer history) marks what it reached, and the
+// session reads the rest from the log as its reader makes room (behind).
+// A replay that does not fit the server's total for queues is cut after
+// what fits and ends the session as a slow consumer, to resume after the
+// last replayed event queued: merge then reports true. subscribed says
+// the replay is a new subscription's (Notify.Subscribed is told), not a
+// refill. The caller holds the thread's lock.
+func (ss *Session) merge(replay []queued, head, after, reached uint64, more, subscribed bool) (cutOff bool) {
 	ss.mu.Lock()
 	if len(replay) == 0 { // nothing to merge: only the live cursor moves
 		if head > ss.lastQueued {
 			ss.lastQueued = head
 		}
-		subscribed := ss.notify.Subscribed
+		done := ss.notify.Subscribed
 		ss.mu.Unlock()
-		if subscribed != nil {
-			subscribed(false) // the client's other subscribes may follow
+		if done != nil && subscribed {
+			done(false) // the client's other subscribes may follow
 		}
 		return false
 	}
 	unread := ss.q[ss.qhead:]
+	if more {
+		// What the session queued past the part replayed now (other
+		// subscriptions' live events) comes again, in order, with the
+		// rest of the history.
+		for len(unread) > 0 && unread[len(unread)-1].key > reached<<1 {
+			ss.addQueued(-unread[len(unread)-1].e.Size())
+			unread = unread[:len(unread)-1]
+		}
+	}
 	out := make([]queued, 0, len(unread)+len(replay))
 	i, j := 0, 0
 	last := after
@@ -505,7 +534,7 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		}
 		r := replay[j]
 		j++
-		if size := r.e.Size(); (ss.qbytes+size > ss.srv.cfg.QueueBytes || ss.overShare(size)) && len(out) > 0 {
+		if size := r.e.Size(); ss.overShare(size) && len(out) > 0 {
 			cutOff = true
 			// What fits of the replay stays; the rest of the unread queue
 			// (other subscriptions' events) is kept too.
@@ -521,21 +550,113 @@ func (ss *Session) merge(replay []queued, head, after uint64) (cutOff bool) {
 		runEnded = runEnded || r.e.EndsRun()
 		out = append(out, r)
 	}
+	clear(ss.q[ss.qhead+len(unread):])
 	ss.q, ss.qhead = out, 0
 	n := ss.notify.Ready
-	if ss.notify.Subscribed != nil {
-		subscribed := ss.notify.Subscribed
-		n = func() { subscribed(runEnded) }
+	if ss.notify.Subscribed != nil && subscribed {
+		done := ss.notify.Subscribed
+		n = func() { done(runEnded) }
 	}
-	if cutOff {
-		ss.closeLocked(&SlowConsumerError{LastSeq: last, QueueSize: ss.srv.cfg.QueueBytes})
+	refill := false
+	switch {
+	case cutOff:
+		ss.srv.metrics.refused.add(LimitQueueTotal)
+		ss.closeLocked(&SlowConsumerError{LastSeq: last, QueueSize: int(ss.srv.cfg.QueueTotalBytes)})
 		n = ss.notify.Ready
-	} else if head > ss.lastQueued {
+	case more:
+		ss.lastQueued, ss.behind = reached, true
+		refill = ss.refillDue()
+	case head > ss.lastQueued:
 		ss.lastQueued = head
 	}
 	ss.mu.Unlock()
+	if refill {
+		go ss.refill()
+	}
 	ss.signal(n)
 	return cutOff
+}
+
+// refillDue reports whether the session, behind, should read the next part
+// of its replay now: its reader has read half of its queue and no refill
+// is under way; it then counts one under way. ss.mu held.
+func (ss *Session) refillDue() bool {
+	if !ss.behind || ss.refilling || ss.closed || ss.qbytes > ss.srv.cfg.QueueBytes/2 {
+		return false
+	}
+	ss.refilling = true
+	return true
+}
+
+// refill queues the next part of a session's replay (it is behind): the
+// events after the last it queued that match any of its subscriptions,
+// as many as fit its queue, read from the log by this goroutine of its
+// own (a transport's writer never waits for the disk); once it reaches
+// the thread's head, live events are queued again. The session's reader
+// starts it (TryNext), one at a time; it ends with the part queued.
+func (ss *Session) refill() {
+	t := ss.t.Load()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ss.mu.Lock()
+	after, budget, stop := ss.lastQueued, ss.srv.cfg.QueueBytes-ss.qbytes, ss.closed || !ss.indexed
+	ss.mu.Unlock()
+	if stop {
+		ss.mu.Lock()
+		ss.refilling, ss.behind = false, false
+		ss.mu.Unlock()
+		return
+	}
+	now := uint64(t.srv.cfg.Now().UnixMilli())
+	var out []queued
+	oldest, err := t.oldest(context.Background())
+	if err == nil && oldest > after+1 {
+		// The log let go of events while the reader caught up (a
+		// buffer in memory): announced.
+		var notice *Event
+		notice, err = t.missedNotice(protocol.EventsMissedData{Since: after, FirstAvailableSeq: oldest, Missed: oldest - after - 1}, now)
+		out = append(out, queued{e: notice, key: after<<1 | 1})
+		after = oldest - 1
+	}
+	more, reached := false, uint64(0)
+	if err == nil {
+		match := func(e *Event) bool {
+			for _, sub := range ss.subs {
+				if sub.filter.Matches(e.Channel, e.Name, e.Namespace) {
+					return true
+				}
+			}
+			return false
+		}
+		out, _, reached, more, err = t.history(out, match, after, false, t.acked, max(budget, 1), now)
+	}
+	t.srv.metrics.refills.Add(1)
+	if err != nil {
+		ss.mu.Lock()
+		ss.refilling = false
+		ss.mu.Unlock()
+		ss.end(err) // the client resumes from the last event it read
+		return
+	}
+	ss.mu.Lock()
+	ss.refilling = false
+	if !more {
+		ss.behind = false // caught up: live events from here
+	}
+	ss.mu.Unlock()
+	if len(out) == 0 && !more {
+		ss.merge(nil, t.acked, after, after, false, false)
+		ss.signal(ss.readyFn())
+		return
+	}
+	ss.merge(out, t.acked, after, reached, more, false)
+}
+
+// readyFn is the session's Ready function.
+func (ss *Session) readyFn() func() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.notify.Ready
 }
 
 // signal wakes the reader: through the notify function when one is set,
@@ -571,8 +692,19 @@ func (ss *Session) SetNotify(n SessionNotify) {
 // queued (err then says whether the session has ended: ErrClosed, a
 // *SlowConsumerError, ErrServerClosed).
 func (ss *Session) TryNext() (e *Event, ok bool, err error) {
+	e, ok, err, refill := ss.take()
+	if refill {
+		go ss.refill()
+	}
+	return e, ok, err
+}
+
+// take is TryNext; refill says the session is to read the next part of its
+// replay now (refillDue).
+func (ss *Session) take() (e *Event, ok bool, err error, refill bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	defer func() { refill = ss.behind && ss.refillDue() }() // with what was taken, before the unlock
 	if ss.qhead < len(ss.q) {
 		e = ss.q[ss.qhead].e
 		ss.q[ss.qhead] = queued{}
@@ -590,12 +722,12 @@ func (ss *Session) TryNext() (e *Event, ok bool, err error) {
 				ss.q = ss.q[:0]
 			}
 		}
-		return e, true, nil
+		return e, true, nil, refill
 	}
 	if ss.closed {
-		return nil, false, ss.err
+		return nil, false, ss.err, refill
 	}
-	return nil, false, nil
+	return nil, false, nil, refill
 }
 
 // Next returns the next event, waiting for one. It returns ctx.Err() when

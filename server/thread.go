@@ -211,12 +211,15 @@ func (t *thread) cutOff(ss *Session) {
 // before live events, in queue order: a missed-events notice when cursor is
 // older than the buffer or from another epoch of the stream, the current
 // state when the filter selects values (empty before anything set it), and
-// the buffered events after cursor (all of them for a nil cursor or one
-// from another epoch).
+// the buffered events after cursor up to event upTo (all of them for a nil
+// cursor or one from another epoch), at most budget bytes of them (at
+// least one): more says it stopped short of upTo, after event reached,
+// the rest for the session to read as its reader makes room
+// (Session.refill).
 // after is the cursor used, replayed the number of buffered events. The
 // caller holds t.mu, so no event is published until the subscription is
 // in the index: replay and live delivery meet without gap or duplicate.
-func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after uint64, replayed int, err error) {
+func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget int) (out []queued, after uint64, replayed int, reached uint64, more bool, err error) {
 	// A cursor of another epoch, or beyond the end of this stream (a bare
 	// number from before a restart), is from a stream that is gone: the
 	// client gets all of this one, after a notice that says so.
@@ -233,11 +236,8 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		// head asks the log nothing (a log that cannot be read now does not
 		// fail a subscription that needs nothing of it).
 		var err error
-		if oldest, err = t.srv.cfg.Log.Oldest(ctx, t.id); err != nil {
-			return nil, 0, 0, storeError(err)
-		}
-		if oldest == 0 {
-			oldest = t.acked + 1 // nothing buffered: the next event is the first available
+		if oldest, err = t.oldest(ctx); err != nil {
+			return nil, 0, 0, 0, false, err
 		}
 	}
 	if reset || cursor != nil && oldest > after+1 {
@@ -247,7 +247,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		}
 		notice, err := t.missedNotice(data, now)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, false, err
 		}
 		out = append(out, queued{e: notice, key: noticeKey})
 	}
@@ -257,26 +257,67 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 		// gets its baseline whenever it subscribes, mid-run included.
 		state, ok, err := t.srv.cfg.State.Values(ctx, t.id)
 		if err != nil {
-			return nil, 0, 0, storeError(err)
+			return nil, 0, 0, 0, false, storeError(err)
 		}
 		if !ok {
 			state = map[string]any{}
 		}
 		snap, err := buildEvent(eventData{p: protocol.NewServerEventValues(state)}, t.epoch, 0, now)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, false, err
 		}
 		out = append(out, queued{e: snap, key: noticeKey})
 	}
-	if after >= t.acked {
-		return out, after, 0, nil // nothing to replay
+	if after >= upTo {
+		return out, after, 0, 0, false, nil // nothing to replay
 	}
 	// prev is the event the next one replayed must follow: the cursor's
 	// (a gap before the oldest event kept has its notice above), or, for
 	// a replay from the start, the first one replayed.
 	prev, fromStart := max(after, oldest-min(oldest, 1)), cursor == nil || reset
+	out, replayed, reached, more, err = t.history(out, func(e *Event) bool { return f.Matches(e.Channel, e.Name, e.Namespace) }, prev, fromStart, upTo, budget, now)
+	if err != nil {
+		return nil, 0, 0, 0, false, err
+	}
+	return out, after, replayed, reached, more, nil
+}
+
+// oldest is the first event the log holds, or the next one to come when
+// it holds none. The caller holds t.mu.
+func (t *thread) oldest(ctx context.Context) (uint64, error) {
+	oldest, err := t.srv.cfg.Log.Oldest(ctx, t.id)
+	if err != nil {
+		return 0, storeError(err)
+	}
+	if oldest == 0 {
+		oldest = t.acked + 1 // nothing buffered: the next event is the first available
+	}
+	return oldest, nil
+}
+
+// history appends to out the logged events after prev, up to event upTo,
+// that match, at most budget bytes of them (at least one): more says it
+// stopped short of upTo, after event reached (every event to it queued
+// or not matching). A hole inside the log gets its missed-events
+// notice; fromStart takes the first event logged as the start (no hole
+// before it). The caller holds t.mu.
+func (t *thread) history(out []queued, match func(*Event) bool, prev uint64, fromStart bool, upTo uint64, budget int, now uint64) (_ []queued, replayed int, reached uint64, more bool, err error) {
 	var gapErr error
-	err = t.srv.cfg.Log.After(ctx, t.id, after, func(e *Event) bool {
+	bytes := 0
+	err = t.srv.cfg.Log.After(context.Background(), t.id, prev, func(e *Event) bool {
+		if e.Seq > upTo {
+			// A durable log shared with other nodes may hold events this
+			// node has not ingested yet, and a write-through log events
+			// its store does not hold yet: they arrive live (Ingest,
+			// OnWritten), and the session, which counts what it queued by
+			// the thread's head, must not get them twice.
+			return false
+		}
+		matches := match(e)
+		if matches && bytes+e.Size() > budget && replayed > 0 {
+			more = true // the rest when the reader has made room
+			return false
+		}
 		if fromStart {
 			prev, fromStart = e.Seq-1, false
 		}
@@ -292,16 +333,9 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 			out = append(out, queued{e: notice, key: (e.Seq-1)<<1 | 1})
 		}
 		prev = e.Seq
-		if e.Seq > t.acked {
-			// A durable log shared with other nodes may hold events this
-			// node has not ingested yet, and a write-through log events
-			// its store does not hold yet: they arrive live (Ingest,
-			// OnWritten), and the session, which counts what it queued by
-			// the thread's head, must not get them twice.
-			return false
-		}
-		if f.Matches(e.Channel, e.Name, e.Namespace) {
+		if matches {
 			out = append(out, queued{e: e, key: e.Seq << 1})
+			bytes += e.Size()
 			replayed++
 		}
 		return true
@@ -311,9 +345,9 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor) (out []queued, after 
 	}
 	if err != nil {
 		// A gap the client could not see: the subscription fails instead.
-		return nil, 0, 0, storeError(err)
+		return nil, 0, 0, false, storeError(err)
 	}
-	return out, after, replayed, nil
+	return out, replayed, prev, more, nil
 }
 
 // idle reports whether the thread has no run and no subscription and has
