@@ -514,7 +514,8 @@ func (c *Cluster) reap() {
 			}
 			th := part[j]
 			if h, err := c.Acquire(th); err == nil && h == c.opts.Node {
-				if c.srv.FailLostRun(th, c.keyTTL()) {
+				found := c.srv.FailLostRun(th, c.keyTTL())
+				if found == server.LostRunFailed {
 					c.fail(fmt.Errorf("thread %s: its run's node stopped renewing its lease; the run is failed", th))
 				}
 				if !c.srv.RunActive(th) {
@@ -524,10 +525,23 @@ func (c *Cluster) reap() {
 					delete(c.held, th)
 					c.mu.Unlock()
 					c.release(th)
+					if found == server.LostRunUnsure {
+						c.lookAgain(th)
+					}
 				}
 			}
 		}
 	}
+}
+
+// lookAgain puts a thread back in the running set, due now, for the next
+// reap to look at it again: releasing the lease took it out, and a node
+// that does not follow the thread's run (RemoteRuns) would otherwise never
+// fail it.
+func (c *Cluster) lookAgain(thread string) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	c.fail(c.e.c.Do(ctx, c.e.c.B().Zadd().Key(c.runningKey(thread)).ScoreMember().ScoreMember(float64(time.Now().UnixMilli()), thread).Build()).Error())
 }
 
 // request is a command forwarded to another node; reply is its answer.

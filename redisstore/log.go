@@ -964,6 +964,10 @@ func (l *Log) fromRedis(ctx context.Context, thread string, seq, stop uint64, fn
 // Oldest implements server.EventLog: the oldest event still held, in the
 // stream or in memory.
 func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
+	m, _ := l.mem.Oldest(ctx, thread)
+	if m == 1 {
+		return 1, nil // nothing comes before the first event: no need to ask Redis
+	}
 	c := l.e.c
 	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
 	defer cancel()
@@ -972,7 +976,6 @@ func (l *Log) Oldest(ctx context.Context, thread string) (uint64, error) {
 		l.fail(err)
 		return 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	m, _ := l.mem.Oldest(ctx, thread)
 	if len(entries) == 1 {
 		if s, ok := seqOf(entries[0].ID); ok && (m == 0 || s < m) {
 			return s, nil

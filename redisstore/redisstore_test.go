@@ -524,7 +524,8 @@ func TestReplayStopsAtWhatTheNodeIngested(t *testing.T) {
 // TestStreamTrimmedByBytes: a thread's stream is trimmed by bytes as well
 // as by count, to between 15/16 of the byte cap and the cap, exactly (no
 // whole stream node of large events left over); a cursor from before it
-// gets the missed-events notice, and what is kept replays in order.
+// gets the missed-events notice (a reader from the start too), and what
+// is kept replays in order.
 func TestStreamTrimmedByBytes(t *testing.T) {
 	rs := redistest.Start(t)
 	e := open(t, rs.URL())
@@ -555,6 +556,14 @@ func TestStreamTrimmedByBytes(t *testing.T) {
 	for i := 1; i < len(events); i++ {
 		require.Equal(t, events[i-1].Seq+1, events[i].Seq, "in order, no gap")
 	}
+	// A reader from the start (no cursor) is told too, first.
+	notices, events = readAll(t, a.srv, "big", nil)
+	require.NotEmpty(t, notices)
+	require.Equal(t, "events.missed", notices[0].Method)
+	missed := notices[0].Payload.(*protocol.ServerEventEventsMissed).Params.Data
+	require.Equal(t, uint64(0), missed.Since)
+	require.Equal(t, events[0].Seq, missed.FirstAvailableSeq)
+	require.Equal(t, events[0].Seq-1, missed.Missed)
 }
 
 // TestWritersKeepEachThreadsOrder: with several writers, and a write queue

@@ -245,6 +245,20 @@ var ErrNodeLost = errors.New("node lost: the node running this run stopped (its 
 // text.
 var ErrRunCut = errors.New("run cut: the server stopped while this run was going on (killed or crashed) and started again")
 
+// LostRun is what EngineHost.FailLostRun found of a thread's run.
+type LostRun int
+
+const (
+	// LostRunNone: no run of the thread was open (its end is in the
+	// stream), or this node runs the thread now.
+	LostRunNone LostRun = iota
+	// LostRunFailed: a run was open and is failed now.
+	LostRunFailed
+	// LostRunUnsure: it cannot tell yet (the stream could not be read, or
+	// an event of the run came within the quiet time): look again later.
+	LostRunUnsure
+)
+
 // lostRun is how a lost run ends: the code and text of its unfinished
 // messages and tool calls, and its root's failure.
 type lostRun struct {
@@ -280,44 +294,50 @@ func forwardError(id uint64, node string, err error) *protocol.ErrorResponse {
 // read from the log's tail; assumeOpen says what to take when the tail
 // holds none (the reaper knows a node held the thread for a run). A run
 // this node received an event of within quiet is left alone.
-func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Duration, why lostRun) bool {
+func (s *Server) failLostRun(threadID string, assumeOpen bool, quiet time.Duration, why lostRun) LostRun {
 	if _, err := s.thread(threadID, true); err != nil {
-		return false
+		return LostRunUnsure
 	}
 	if s.takeOver(threadID) != nil {
 		// Its end may be in the stream, unread: try again later rather
 		// than fail a run that ended.
-		return false
+		return LostRunUnsure
 	}
 	return s.endLostRun(threadID, assumeOpen, quiet, why)
 }
 
 // endLostRun is failLostRun for a thread this node has taken over
 // (takeOver) already.
-func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duration, why lostRun) bool {
+func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duration, why lostRun) LostRun {
 	t, err := s.thread(threadID, true)
 	if err != nil {
-		return false
+		return LostRunUnsure
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.run != nil || len(t.queued) > 0 || t.evicted {
-		return false
+	if t.run != nil || len(t.queued) > 0 {
+		return LostRunNone
+	}
+	if t.evicted {
+		return LostRunUnsure
 	}
 	if quiet > 0 && s.cfg.Now().Sub(t.remoteSeen) < quiet {
 		// This node received one of the run's events lately: its node
 		// is alive, only late in renewing its lease (a loaded machine).
-		return false
+		return LostRunUnsure
 	}
 	root := t.tree[channels.Namespace(nil).Key()]
 	if root == nil {
 		open, ok := t.tailRunOpen(assumeOpen)
-		if !ok || !open {
-			return false
+		if !ok {
+			return LostRunUnsure
+		}
+		if !open {
+			return LostRunNone
 		}
 		root = t.tree[channels.Namespace(nil).Key()]
 	} else if !openStatus(root.status) {
-		return false
+		return LostRunNone
 	}
 	t.remoteRun = false
 	t.fenced = false // the caller holds the lease
@@ -327,7 +347,7 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 	}
 	t.closeRemoteOpen(why)
 	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, why.err.Error())
-	return true
+	return LostRunFailed
 }
 
 // takeOver readies a thread this node holds the lease of for writing: it

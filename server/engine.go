@@ -107,8 +107,9 @@ type RunHost interface {
 	// died, unless the stream shows it ended or this node received one of
 	// its events within quiet (its node is alive, late to renew); the
 	// caller holds the thread's lease (the dead node's expired). It
-	// reports whether it did.
-	FailLostRun(thread string, quiet time.Duration) bool
+	// reports what it found: LostRunUnsure asks the caller to look again
+	// later (it keeps the thread among those to look at).
+	FailLostRun(thread string, quiet time.Duration) LostRun
 	// Fence stops this node's run of the thread: its lease was lost.
 	Fence(thread string)
 	// WorkerRoom is, per assistant that workers connected to this node
@@ -133,11 +134,13 @@ func (h host) RunState(thread string) (string, []PendingInterrupt) {
 	return h.s.runState(thread)
 }
 
-func (h host) FailLostRun(thread string, quiet time.Duration) bool {
+func (h host) FailLostRun(thread string, quiet time.Duration) LostRun {
 	return h.s.failLostRun(thread, true, quiet, nodeLost)
 }
 
-func (h host) EndCutRun(thread string) bool { return h.s.failLostRun(thread, true, 0, runCut) }
+func (h host) EndCutRun(thread string) bool {
+	return h.s.failLostRun(thread, true, 0, runCut) == LostRunFailed
+}
 
 func (h host) DoForwarded(ctx context.Context, thread string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, error) {
 	return result(h.s.do(forwarded(ctx), thread, cmd))

@@ -222,7 +222,7 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 	// A session reading a long replay (behind) takes the new
 	// subscription's events after what it queued with the rest of it.
 	ss.mu.Lock()
-	upTo, budget := t.acked, ss.srv.cfg.QueueBytes-ss.qbytes
+	upTo, budget := t.acked, ss.replayBudget()
 	if ss.behind {
 		upTo = ss.lastQueued
 	}
@@ -588,6 +588,15 @@ func (ss *Session) refillDue() bool {
 	return true
 }
 
+// replayBudget is how many bytes of replay the session queues at once:
+// up to half its queue, and at least a quarter of it, so that the queue
+// keeps room for the live events that follow when the replay reaches the
+// head. ss.mu held.
+func (ss *Session) replayBudget() int {
+	q := ss.srv.cfg.QueueBytes
+	return max(q/2-ss.qbytes, q/4)
+}
+
 // refill queues the next part of a session's replay (it is behind): the
 // events after the last it queued that match any of its subscriptions,
 // as many as fit its queue, read from the log by this goroutine of its
@@ -599,7 +608,7 @@ func (ss *Session) refill() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ss.mu.Lock()
-	after, budget, stop := ss.lastQueued, ss.srv.cfg.QueueBytes-ss.qbytes, ss.closed || !ss.indexed
+	after, budget, stop := ss.lastQueued, ss.replayBudget(), ss.closed || !ss.indexed
 	ss.mu.Unlock()
 	if stop {
 		ss.mu.Lock()
@@ -628,7 +637,7 @@ func (ss *Session) refill() {
 			}
 			return false
 		}
-		out, _, reached, more, err = t.history(out, match, after, false, t.acked, max(budget, 1), now)
+		out, _, reached, more, err = t.history(out, match, after, false, t.acked, budget, now)
 	}
 	t.srv.metrics.refills.Add(1)
 	if err != nil {
@@ -690,7 +699,9 @@ func (ss *Session) SetNotify(n SessionNotify) {
 
 // TryNext returns the next event without waiting: ok is false when none is
 // queued (err then says whether the session has ended: ErrClosed, a
-// *SlowConsumerError, ErrServerClosed).
+// *SlowConsumerError, ErrServerClosed). During a replay longer than the
+// queue the next part may be on its way: the notify function (or Next)
+// tells when it is queued.
 func (ss *Session) TryNext() (e *Event, ok bool, err error) {
 	e, ok, err, refill := ss.take()
 	if refill {

@@ -209,7 +209,8 @@ func (t *thread) cutOff(ss *Session) {
 
 // replay lists what a new subscription of filter f from cursor gets
 // before live events, in queue order: a missed-events notice when cursor is
-// older than the buffer or from another epoch of the stream, the current
+// older than the buffer (or, nil, the buffer no longer starts at the
+// stream's first event) or from another epoch of the stream, the current
 // state when the filter selects values (empty before anything set it), and
 // the buffered events after cursor up to event upTo (all of them for a nil
 // cursor or one from another epoch), at most budget bytes of them (at
@@ -231,7 +232,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 	noticeKey := after<<1 | 1
 	ctx := context.Background() // the log bounds its reads
 	var oldest uint64
-	if reset || cursor != nil && after < t.acked {
+	if reset || after < t.acked {
 		// Only a cursor behind the head can have missed events: one at the
 		// head asks the log nothing (a log that cannot be read now does not
 		// fail a subscription that needs nothing of it).
@@ -240,8 +241,14 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 			return nil, 0, 0, 0, false, err
 		}
 	}
-	if reset || cursor != nil && oldest > after+1 {
-		data := protocol.EventsMissedData{Since: cursor.Seq, FirstAvailableSeq: oldest, Missed: oldest - after - 1}
+	// A reader from the start (no cursor) of a stream whose first events
+	// are gone (trimmed, or past retention) is told so too.
+	if reset || oldest > after+1 {
+		since := after
+		if cursor != nil {
+			since = cursor.Seq
+		}
+		data := protocol.EventsMissedData{Since: since, FirstAvailableSeq: oldest, Missed: oldest - after - 1}
 		if reset {
 			data.Reset = &reset
 		}

@@ -563,6 +563,60 @@ func TestKilledNodeFailsItsRun(t *testing.T) {
 	require.Equal(t, 0, <-done)
 }
 
+// TestKilledNodeFailsItsRunForLateWatchers: runs on the node killed
+// (kill -9) whose watchers on the other node subscribed only once the run
+// was under way, asking for the custom channel alone (so that node never
+// saw the run start): each watcher still gets the run's failed lifecycle
+// (node lost) within the lease time, however the reaper's first look
+// falls (one that finds an event of the run too recent looks again).
+func TestKilledNodeFailsItsRunForLateWatchers(t *testing.T) {
+	_, victim, proc, survivor, cancel, done := victimAndSurvivorNodes(t)
+	threads := []string{"late1", "late2", "late3"}
+	var streams []*bufio.Reader
+	for _, th := range threads {
+		r, err := http.Post(victim+"/threads/"+th+"/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}}`))
+		require.NoError(t, err)
+		r.Body.Close()
+		require.Equal(t, 200, r.StatusCode)
+	}
+	time.Sleep(300 * time.Millisecond) // the runs are under way
+	for _, th := range threads {
+		stream, err := http.Post(survivor+"/threads/"+th+"/stream", "application/json", strings.NewReader(`{"channels": ["custom"]}`))
+		require.NoError(t, err)
+		defer stream.Body.Close()
+		streams = append(streams, bufio.NewReader(stream.Body))
+	}
+	for _, br := range streams { // each watcher is receiving the run's events
+		custom := 0
+		require.NoError(t, ssetest.Scan(br, func(f ssetest.Frame) bool {
+			if f.Event == "custom" {
+				custom++
+			}
+			return custom < 20
+		}))
+	}
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	for i, th := range threads {
+		ctx, stop := context.WithDeadline(context.Background(), killed.Add(10*time.Second))
+		req, _ := http.NewRequestWithContext(ctx, "POST", survivor+"/threads/"+th+"/stream", strings.NewReader(`{"channels": ["lifecycle"]}`))
+		req.Header.Set("Content-Type", "application/json")
+		life, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer stop()
+		failed := false
+		_ = ssetest.Scan(bufio.NewReader(life.Body), func(f ssetest.Frame) bool {
+			failed = f.Event == "lifecycle" && strings.Contains(f.Data, `"namespace":[]`) && strings.Contains(f.Data, `"event":"failed"`) && strings.Contains(f.Data, "node lost")
+			return !failed
+		}) // cut by the deadline when it never comes
+		life.Body.Close()
+		require.True(t, failed, "thread %s: the run never failed", th)
+		require.Less(t, time.Since(killed), 8*time.Second, "thread %s (%d of %d): within the lease time and a few reap intervals", th, i+1, len(threads))
+	}
+	cancel()
+	require.Equal(t, 0, <-done)
+}
+
 // readRunFrames reads a thread's stream from cursor since (GET, every
 // channel) up to and including the end of the n-th run it shows.
 func readRunFrames(t *testing.T, base, thread, since string, runs int) []ssetest.Frame {
