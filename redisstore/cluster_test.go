@@ -22,10 +22,12 @@ import (
 	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/internal/testkit/sdktest"
 	"github.com/agentstream/agentstream/internal/testkit/ssetest"
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/coder/websocket"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -751,4 +753,66 @@ func TestWebSocketReconnectOnAnotherNode(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(seqs), 202)
 	wb.Close(websocket.StatusNormalClosure, "")
+}
+
+// TestProducerRetriesOnAnotherNode: a producer's batch taken by one node
+// (the ack waited for Redis), sent again to another node after the first
+// stopped, is answered as a duplicate with the first answer's seqs and
+// ids and appends nothing; two principals using one producer name are
+// two producers; a batch cut short (the node died between its events) is
+// completed by the retry on the other node.
+func TestProducerRetriesOnAnotherNode(t *testing.T) {
+	rs := redistest.Start(t)
+	a, b := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
+	ctx := context.Background()
+	batch := func(principal string, seq uint64, n int) server.ProducerBatch {
+		name := "tick"
+		out := server.ProducerBatch{Principal: principal, Producer: "p", Seq: seq}
+		for i := 0; i < n; i++ {
+			out.Events = append(out.Events, protocol.ProducerEvent{Event: &protocol.ServerEventCustom{Params: protocol.EventCustomParams{
+				Namespace: protocol.Namespace{}, Data: protocol.CustomData{Name: &name, Payload: i}}}})
+		}
+		return out
+	}
+	first, err := a.srv.Publish(ctx, "pr", batch("alice", 1, 3))
+	require.NoError(t, err)
+	require.Len(t, first.Seqs, 3)
+	// The ack came once Redis held the batch.
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	n, err := c.Do(ctx, c.B().Xlen().Key("agentstream:{pr}:events").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+	a.stop()
+
+	again, err := b.srv.Publish(ctx, "pr", batch("alice", 1, 3))
+	require.NoError(t, err)
+	require.True(t, again.Duplicate, "recognised on the other node")
+	require.Equal(t, first.Seqs, again.Seqs)
+	require.Equal(t, first.EventIDs, again.EventIDs)
+	bob, err := b.srv.Publish(ctx, "pr", batch("bob", 1, 2))
+	require.NoError(t, err)
+	require.False(t, bob.Duplicate, "another principal's producer")
+	require.Equal(t, []uint64{4, 5}, bob.Seqs)
+
+	// A batch cut short: its first two events and the producer's record of
+	// them are in Redis as a node that died after them left them.
+	mark := func(seq uint64, index int) string {
+		return fmt.Sprintf("%d %d %d %d %s %d", 2, 3, seq-uint64(index), index+1, strings.SplitN(bob.EventIDs[0], "-", 2)[0], time.Now().UnixMilli())
+	}
+	for i, seq := range []uint64{6, 7} {
+		ev := fmt.Sprintf(`{"type":"event","event_id":"%s-%d","seq":%d,"method":"custom","params":{"namespace":[],"timestamp":1,"data":{"name":"tick","payload":%d}}}`, strings.SplitN(bob.EventIDs[0], "-", 2)[0], seq, seq, i)
+		require.NoError(t, c.Do(ctx, c.B().Xadd().Key("agentstream:{pr}:events").Id(fmt.Sprint(seq, "-0")).FieldValue().FieldValue("e", ev).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key("agentstream:{pr}:producers").FieldValue().FieldValue(server.ProducerKey("alice", "p"), mark(seq, i)).Build()).Error())
+	}
+	b.stop()
+	b = startClusterNode(t, rs.URL())
+	done, err := b.srv.Publish(ctx, "pr", batch("alice", 2, 3))
+	require.NoError(t, err)
+	require.False(t, done.Duplicate)
+	require.Equal(t, []uint64{6, 7, 8}, done.Seqs, "the two kept, the third appended")
+	n, err = c.Do(ctx, c.B().Xlen().Key("agentstream:{pr}:events").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(8), n)
 }

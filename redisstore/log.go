@@ -85,6 +85,10 @@ type LogOptions struct {
 	// (server.WriteThroughLog), so no client sees an event that Redis
 	// then lost or gave to another writer under the same id.
 	DeliverFirst bool
+	// MaxProducers caps the producers whose last batch a thread's hash
+	// keeps (server.DefaultMaxProducersPerThread); past it the one used
+	// longest ago is forgotten.
+	MaxProducers int
 	// Publish also publishes each event on its thread's sharded channel
 	// (SPUBLISH, in the same pipelined batch as its XADD), for the other
 	// nodes' Live listeners.
@@ -163,6 +167,7 @@ type entry struct {
 	// the event is in (its XADD's MINID); exact when the byte cap set it.
 	minID uint64
 	exact bool
+	by    *server.ProducedBy // a producer's event: written with its batch's record
 }
 
 // streamTrim keeps a thread's Redis stream within MaxEvents and MaxBytes.
@@ -259,6 +264,9 @@ func (e *Engine) Log(opts LogOptions) *Log {
 	}
 	if opts.Writers <= 0 {
 		opts.Writers = DefaultWriters
+	}
+	if opts.MaxProducers <= 0 {
+		opts.MaxProducers = server.DefaultMaxProducersPerThread
 	}
 	l := &Log{e: e, mem: server.NewMemoryLog(opts.MaxEvents, opts.MaxBytes), opts: opts, stop: make(chan struct{})}
 	l.mem.SetTotalBytes(opts.TotalBytes)
@@ -369,6 +377,10 @@ var ErrSuperseded = errors.New("redisstore: another node wrote the thread's stre
 // When the queue is full it waits for room (see LogOptions.WriteQueue),
 // at most QueueWait, and then refuses the event (ErrQueueFull).
 func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
+	return l.append(thread, e, nil)
+}
+
+func (l *Log) append(thread string, e *server.Event, by *server.ProducedBy) error {
 	q := l.queue(thread)
 	q.mu.Lock()
 	if q.refused[thread] {
@@ -400,7 +412,7 @@ func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 		}
 	}
 	floor, exact := q.minID(&l.opts, thread, e.Seq, len(e.JSON()))
-	q.pending = append(q.pending, entry{thread: thread, e: e, minID: floor, exact: exact})
+	q.pending = append(q.pending, entry{thread: thread, e: e, minID: floor, exact: exact, by: by})
 	q.bytes += int64(len(e.JSON()))
 	q.unsent[thread]++
 	// In memory too, under q.mu: a refusal (send) drops both at once.
@@ -612,6 +624,13 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		id, floor, v := itoa(en.e.Seq)+"-0", itoa(en.minID), rueidis.BinaryString(en.e.JSON())
 		var add rueidis.Completed
 		switch {
+		case en.by != nil:
+			mode := "~"
+			if en.exact {
+				mode = "="
+			}
+			add = c.B().Eval().Script(producedScript).Numkeys(2).Key(k, l.e.key(en.thread, "producers")).
+				Arg(id, mode, floor, v, en.e.Source, en.by.Producer, producedMark(en.e, en.by, now.UnixMilli()), itoa(uint64(l.opts.MaxProducers))).Build()
 		case en.e.Source != "" && en.exact: // with the ingest entry it came from (ingest.go)
 			add = c.B().Xadd().Key(k).Minid().Exact().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).FieldValue("src", en.e.Source).Build()
 		case en.e.Source != "":
@@ -631,7 +650,8 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 		if at, ok := q.expired[en.thread]; !ok || now.Sub(at) > renewEvery {
 			q.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build(),
-				c.B().Pexpire().Key(l.e.key(en.thread, "state")).Milliseconds(ttl).Build())
+				c.B().Pexpire().Key(l.e.key(en.thread, "state")).Milliseconds(ttl).Build(),
+				c.B().Pexpire().Key(l.e.key(en.thread, "producers")).Milliseconds(ttl).Build())
 			cmds = append(cmds, c.B().Eval().Script(recordWriterScript).Numkeys(1).Key(l.e.key(en.thread, "writer")).Arg(itoa(uint64(ttl))).Build())
 		}
 	}

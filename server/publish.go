@@ -67,22 +67,62 @@ var ErrNotTheWriter = errors.New("server: another node writes this thread")
 // refused (ErrNotTheWriter, naming it). A store that fails midway leaves
 // the events before the failure appended (the result lists them) and
 // returns the error. With a SyncedLog (the disk engine) Publish returns
-// once the batch is synced, where a crash cannot lose it (unless
-// Config.IngestFastAck), and a batch sent again is answered only once the
-// first is synced too; past Config.IngestAckTimeout it returns
+// once the batch is synced, where a crash cannot lose it, and with a
+// write-through log (Redis) once its store holds the batch (unless
+// Config.IngestFastAck); a batch sent again is answered only once the
+// first is kept too. Past Config.IngestAckTimeout it returns
 // ErrUnavailable.
 func (s *Server) Publish(ctx context.Context, threadID string, b ProducerBatch) (*PublishResult, error) {
 	res, err := s.publish(ctx, threadID, b)
-	if err != nil || s.syncs == nil {
+	if err != nil || s.cfg.IngestFastAck || len(res.Seqs) == 0 {
 		return res, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.IngestAckTimeout)
 	defer cancel()
-	if err := s.syncs.WaitSynced(ctx); err != nil {
-		s.metrics.refused.add(LimitIngestAck)
-		return nil, fmt.Errorf("%w: the batch is not on disk yet (%v); send it again with the same producer and batch number", ErrUnavailable, err)
+	switch {
+	case s.syncs != nil:
+		if err := s.syncs.WaitSynced(ctx); err != nil {
+			s.metrics.refused.add(LimitIngestAck)
+			return nil, fmt.Errorf("%w: the batch is not on disk yet (%v); send it again with the same producer and batch number", ErrUnavailable, err)
+		}
+	case s.writeThrough:
+		if err := s.waitWritten(ctx, threadID, res.Seqs[len(res.Seqs)-1]); err != nil {
+			s.metrics.refused.add(LimitIngestAck)
+			return nil, fmt.Errorf("%w: the batch is not in the store yet (%v); send it again with the same producer and batch number", ErrUnavailable, err)
+		}
 	}
 	return res, nil
+}
+
+// waitWritten waits until a write-through log's store holds the thread's
+// events up to seq (the server delivered them), or ctx ends, or the
+// store refused them (another node writes the thread now).
+func (s *Server) waitWritten(ctx context.Context, threadID string, seq uint64) error {
+	t, _ := s.thread(threadID, false)
+	if t == nil {
+		return ErrUnavailable
+	}
+	for {
+		t.mu.Lock()
+		if t.acked >= seq {
+			t.mu.Unlock()
+			return nil
+		}
+		if t.seq < seq || t.evicted {
+			t.mu.Unlock()
+			return errors.New("the store did not take it")
+		}
+		if t.written == nil {
+			t.written = make(chan struct{})
+		}
+		ch := t.written
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // publish appends the batch (Publish), under the thread's lock.

@@ -43,7 +43,10 @@ type thread struct {
 	// run has open (from its events), so that a run failed because its
 	// node died closes them too.
 	remoteOpen map[string]openItem
-	fenced     bool      // this node lost the thread's run lease: it publishes nothing (Fence)
+	fenced     bool // this node lost the thread's run lease: it publishes nothing (Fence)
+	// written, when a producer waits for a write-through log's store to
+	// take its batch, is closed when the store has taken more (or refused).
+	written    chan struct{}
 	remoteSeen time.Time // when this node last received an event of the thread from another node
 	// claimed is the epoch this node moved the thread to when it took it
 	// over (takeOver), at claimedAt, its seq then: the stream's events up
@@ -138,6 +141,8 @@ func (s *Server) written(threadID string, events []*Event, err error, wait bool)
 		// status is read from the stream when the node writes it again.
 		t.seq = t.acked
 		delete(t.tree, channels.Namespace(nil).Key())
+		t.producers = nil // their last batches may be among what was lost
+		t.wakeWritten()
 		t.mu.Unlock()
 		s.fence(threadID)
 		return true
@@ -153,7 +158,17 @@ func (s *Server) written(threadID string, events []*Event, err error, wait bool)
 		t.acked = e.Seq
 		t.deliver(e)
 	}
+	t.wakeWritten()
 	return true
+}
+
+// wakeWritten wakes the producers waiting for the store to take their
+// events (waitWritten). The caller holds t.mu.
+func (t *thread) wakeWritten() {
+	if t.written != nil {
+		close(t.written)
+		t.written = nil
+	}
 }
 
 // sessionList is the sessions with subscriptions here, for ending them

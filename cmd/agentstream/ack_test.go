@@ -191,3 +191,125 @@ func TestAcknowledgedBatchesSurviveKill(t *testing.T) {
 	}
 	t.Logf("%d batches sent again after a restart, %d of them answered as duplicates", retried, duplicates)
 }
+
+// TestAcknowledgedBatchesSurviveANodeKill: two nodes on one Redis; a
+// producer posts 20-event batches to one in a tight loop, each sent
+// again until acknowledged; that node is killed (kill -9) and the
+// producer goes on with the other node, sending its unacknowledged batch
+// there first (while the dead node's lease lasts it is refused, and sent
+// again): every acknowledged event is in the thread once, in order, and
+// the last batch, sent once more, is answered as a duplicate with its
+// first answer's seqs.
+func TestAcknowledgedBatchesSurviveANodeKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers")
+	}
+	_, victim, proc, survivor, cancel, done := victimAndSurvivorNodes(t)
+	const perBatch = 20
+	post := func(url string, first, seq int) (status int, seqs []uint64, duplicate bool) {
+		var b strings.Builder
+		for i := 0; i < perBatch; i++ {
+			fmt.Fprintf(&b, `{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"p","payload":{"n":%d}}}}`+"\n", first+i)
+		}
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stop()
+		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/threads/nodeacks/events", strings.NewReader(b.String()))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set("Agentstream-Producer", "p")
+		req.Header.Set("Agentstream-Producer-Seq", strconv.Itoa(seq))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, false
+		}
+		defer resp.Body.Close()
+		var res struct {
+			Seqs      []uint64
+			Duplicate bool
+		}
+		if json.NewDecoder(resp.Body).Decode(&res) != nil {
+			return 0, nil, false
+		}
+		return resp.StatusCode, res.Seqs, res.Duplicate
+	}
+	var acked []int
+	var lastSeqs []uint64
+	seq, next := 0, 0
+	stop := time.After(time.Duration(400+rand.IntN(600)) * time.Millisecond)
+	inFlight := -1
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		default:
+		}
+		if inFlight < 0 {
+			inFlight, next, seq = next, next+perBatch, seq+1
+		}
+		status, seqs, _ := post(victim, inFlight, seq)
+		if status == http.StatusOK {
+			for i := 0; i < perBatch; i++ {
+				acked = append(acked, inFlight+i)
+			}
+			lastSeqs, inFlight = seqs, -1
+		}
+	}
+	// The kill lands while a batch is on its way to the victim.
+	posted := make(chan struct{})
+	if inFlight < 0 {
+		inFlight, next, seq = next, next+perBatch, seq+1
+	}
+	go func() {
+		defer close(posted)
+		if status, seqs, _ := post(victim, inFlight, seq); status == http.StatusOK {
+			lastSeqs = seqs // acknowledged before the kill: kept, and a duplicate below
+		}
+	}()
+	time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	_ = proc.Wait()
+	<-posted
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		status, seqs, _ := post(survivor, inFlight, seq)
+		if status == http.StatusOK {
+			lastSeqs = seqs
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the survivor never took the batch (last status %d)", status)
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := 0; i < perBatch; i++ {
+		acked = append(acked, inFlight+i)
+	}
+	status, seqs, dup := post(survivor, inFlight, seq)
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, dup, "the last batch, once more: a duplicate")
+	require.Equal(t, lastSeqs, seqs, "with its first answer's seqs")
+
+	ctx, stopRead := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stopRead()
+	req, _ := http.NewRequestWithContext(ctx, "POST", survivor+"/threads/nodeacks/stream", strings.NewReader(`{"channels": ["custom"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var stored []int
+	eachFrame(resp.Body, func(_, data string) {
+		var e struct {
+			Params struct {
+				Data struct{ Payload struct{ N int } }
+			}
+		}
+		if json.Unmarshal([]byte(data), &e) == nil {
+			stored = append(stored, e.Params.Data.Payload.N)
+			if len(stored) == len(acked) {
+				time.AfterFunc(300*time.Millisecond, stopRead) // anything more would come by then
+			}
+		}
+	})
+	resp.Body.Close()
+	require.Equal(t, acked, stored, "every acknowledged event once, in order, and nothing else")
+	t.Logf("%d events acknowledged across the kill, all kept once", len(acked))
+	cancel()
+	require.Equal(t, 0, <-done)
+}

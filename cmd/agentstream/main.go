@@ -378,7 +378,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		engine, err := redisstore.New(rctx, redisstore.Options{
 			URL: c.redisURL, TTL: c.threadTTL, MaxCheckpoints: c.maxCheckpoints,
 			Log: redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal,
-				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait, DeliverFirst: !c.redisWriteThrough},
+				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait, DeliverFirst: !c.redisWriteThrough, MaxProducers: c.maxProducersPerThread},
 			Cluster:  redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL},
 			OnError:  func(err error) { log.Warn().Err(err).Msg("redis") },
 			OnHealth: func(err error) { logRedisHealth(log, err) },
