@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,10 +24,12 @@ import (
 type Options struct {
 	// Dir holds the store (created when missing).
 	Dir string
-	// Repair opens a store whose commit log is damaged (the disk changed
-	// a record that later ones follow), keeping every commit it can read;
-	// the others' events are lost (Engine.Repaired says which). Without
-	// it such a store is refused (ErrDamaged).
+	// Repair opens a store whose commit log or tree log is damaged (the
+	// disk changed a record that later ones follow), keeping every commit
+	// it can read and the tree's log up to the damage; the others' events
+	// are lost (Engine.Repaired says where), and readers are told of the
+	// holes they leave (events.missed). Without it such a store is
+	// refused (ErrDamaged).
 	Repair bool
 	// BufferEvents and BufferBytes cap the in-memory replay buffer of each
 	// thread, the hot cache in front of the disk (DefaultBufferEvents and
@@ -149,6 +152,22 @@ func Open(opts Options) (*Engine, error) {
 	if err := notHeld(opts.Dir); err != nil {
 		return nil, err
 	}
+	// The tree's logs are read first: Pebble would pass over damage in
+	// them silently (treelog.go).
+	treeDamage, err := checkTreeLogs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("diskstore: %w", err)
+	}
+	var repairedTree []string
+	for _, d := range treeDamage {
+		if !opts.Repair {
+			return nil, fmt.Errorf("%w: the tree's log %s", ErrDamaged, d)
+		}
+		if err := cutTreeLog(d); err != nil {
+			return nil, err
+		}
+		repairedTree = append(repairedTree, "the tree's log "+d.String()+": cut there")
+	}
 	// The plain file system: Pebble's default wraps it in a slow-disk
 	// monitor whose goroutine can outlive Close. Its syncs go through the
 	// kernel's AIO where there is one, so that a slow disk does not hold
@@ -206,6 +225,10 @@ func Open(opts Options) (*Engine, error) {
 	l, err := newLog(db, wal, opts, crashed)
 	if err != nil {
 		return fail(err)
+	}
+	if len(repairedTree) > 0 {
+		l.repaired = strings.Join(append(repairedTree, l.repaired), "; ")
+		l.repaired = strings.TrimSuffix(l.repaired, "; ")
 	}
 	e := &Engine{db: db, opts: opts, log: l, syncer: syncer}
 	e.state = &State{db: db, log: l}
@@ -297,9 +320,10 @@ func (e *Engine) Crashed() bool { return e.log.crashed }
 // ErrInUse refuses a store another process has open.
 var ErrInUse = errors.New("diskstore: the store is in use by another process")
 
-// ErrDamaged refuses a store whose commit log the disk changed: a record
-// fails its checksum and later ones follow it (a crash leaves a bad
-// record only at the end). Options.Repair opens it anyway.
+// ErrDamaged refuses a store whose commit log, or the tree's log, the
+// disk changed: a record fails its checksum and later ones follow it (a
+// crash leaves a bad record only at the end). Options.Repair opens it
+// anyway.
 var ErrDamaged = errors.New("diskstore: the store is damaged")
 
 // ErrClosed ends a wait for a commit (Log.WaitSynced) when the store
