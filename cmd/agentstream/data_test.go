@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,8 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentstream/agentstream/diskstore"
+	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
@@ -146,4 +149,38 @@ func TestDamagedCommitLog(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 20, last, "the commits after the damage are kept")
 	require.Less(t, events, 20, "the damaged one is lost")
+
+	// A reader of the repaired thread is told of the hole, then gets
+	// the rest in order.
+	url, _ = startProcessNode(t, "--data-dir", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/threads/dmg/stream", strings.NewReader(`{"channels": ["custom"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	prev, notices := uint64(0), 0
+	require.NoError(t, ssetest.Scan(bufio.NewReader(resp.Body), func(f ssetest.Frame) bool {
+		var m struct {
+			Seq    uint64
+			Params struct {
+				Data struct {
+					Since             uint64 `json:"since"`
+					FirstAvailableSeq uint64 `json:"first_available_seq"`
+				}
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(f.Data), &m))
+		if f.Event == "events.missed" {
+			require.Equal(t, prev, m.Params.Data.Since)
+			prev = m.Params.Data.FirstAvailableSeq - 1
+			notices++
+		} else {
+			require.Equal(t, prev+1, m.Seq, "in order; a hole only after its notice")
+			prev = m.Seq
+		}
+		return prev < 20
+	}))
+	require.Positive(t, notices, "the lost commit's events are announced")
 }
