@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/agentstream/agentstream/protocol"
 )
@@ -77,7 +78,7 @@ var (
 
 // ValidThreadID reports whether id may name a thread: 1 to 256 bytes of
 // A-Z, a-z, 0-9, '.', '_', ':' and '-' (UUIDs, and the ids the official
-// SDK makes, qualify).
+// SDK makes, qualify), other than "." and "..".
 func ValidThreadID(id string) error {
 	if id == "" || len(id) > MaxThreadIDLength {
 		return fmt.Errorf("%w: it must be 1 to %d bytes long", ErrThreadID, MaxThreadIDLength)
@@ -86,6 +87,34 @@ func ValidThreadID(id string) error {
 		c := id[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
 			return fmt.Errorf("%w: byte %d (%q) is not one of A-Z a-z 0-9 . _ : -", ErrThreadID, i, c)
+		}
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("%w: %q names a directory in a URL's path", ErrThreadID, id)
+	}
+	return nil
+}
+
+// ErrName refuses a name (an assistant, a job, a worker, an owner) that
+// ValidName does not take.
+var ErrName = errors.New("server: not a valid name")
+
+// ValidName reports whether s may name an assistant, a job, a worker or
+// a principal given in a request: 1 to max bytes of UTF-8 without control
+// characters, and not "." or ".." (which a URL's path would resolve).
+// Thread ids are stricter (ValidThreadID).
+func ValidName(s string, max int) error {
+	switch {
+	case s == "" || len(s) > max:
+		return fmt.Errorf("%w: it must be 1 to %d bytes long", ErrName, max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: it is not UTF-8", ErrName)
+	case s == "." || s == "..":
+		return fmt.Errorf("%w: %q names a directory in a URL's path", ErrName, s)
+	}
+	for i, r := range s {
+		if r < 0x20 || r == 0x7f || 0x80 <= r && r < 0xa0 {
+			return fmt.Errorf("%w: a control character at byte %d", ErrName, i)
 		}
 	}
 	return nil

@@ -59,6 +59,21 @@ type producerMark struct {
 // the thread's run lease (with a Cluster): only the holder writes it.
 var ErrNotTheWriter = errors.New("server: another node writes this thread")
 
+// Producers' batch numbers: at most MaxProducerSeq (the largest integer
+// every JSON client reads exactly), and at most MaxProducerSeqJump above
+// the producer's last batch on the thread (room for numbers taken from a
+// clock in milliseconds over weeks), so that one batch far ahead cannot
+// make every later one of the producer a duplicate.
+const (
+	MaxProducerSeq     = 1<<53 - 1
+	MaxProducerSeqJump = 1 << 32
+)
+
+// ErrProducerSeq refuses a producer's batch whose number breaks the rule
+// above: nothing is appended, and the producer's last batch stays as it
+// was.
+var ErrProducerSeq = errors.New("server: a producer's batch number")
+
 // Publish appends a producer's batch to a thread, creating the thread if
 // it is new, and delivers it to the thread's subscribers like a run's
 // events: root lifecycle events set the thread's status (agent.getTree),
@@ -154,10 +169,16 @@ func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) 
 	key, start := "", 0
 	res := &PublishResult{Seqs: make([]uint64, 0, len(b.Events)), EventIDs: make([]string, 0, len(b.Events))}
 	if b.Producer != "" {
+		if b.Seq > MaxProducerSeq {
+			return nil, fmt.Errorf("%w: %d is above %d (2^53-1)", ErrProducerSeq, b.Seq, uint64(MaxProducerSeq))
+		}
 		key = ProducerKey(b.Principal, b.Producer)
 		m, err := s.producerMark(ctx, t, key, now)
 		if err != nil {
 			return nil, fmt.Errorf("%w: the producer's last batch cannot be read (%v); send it again", ErrUnavailable, err)
+		}
+		if m != nil && b.Seq > m.seq && b.Seq-m.seq > MaxProducerSeqJump {
+			return nil, fmt.Errorf("%w: %d is more than 2^32 above the producer's last on this thread (%d)", ErrProducerSeq, b.Seq, m.seq)
 		}
 		if m != nil && b.Seq <= m.seq {
 			m.used = now

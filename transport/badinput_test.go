@@ -69,8 +69,8 @@ func TestBadHTTPInput(t *testing.T) {
 		{"negative id", "POST", "/threads/t/commands", "application/json", "", `{"id": -1, "method": "state.get", "params": {}}`, 400, "invalid_argument", nil},
 		{"params of the wrong type", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `"go"`), 400, "invalid_argument", nil},
 		{"missing assistant_id", "POST", "/threads/t/commands", "application/json", "", cmd("run.start", `{}`), 400, "invalid_argument", nil},
-		{"body over 1 MiB", "POST", "/threads/t/commands", "application/json", "", `{"x": "` + strings.Repeat("x", 1<<20) + `"}`, 413, "invalid_argument", nil},
-		{"stream body over 64 KiB", "POST", "/threads/t/stream", "application/json", "", `{"channels": ["` + strings.Repeat("x", 1<<16) + `"]}`, 413, "invalid_argument", nil},
+		{"body over 1 MiB", "POST", "/threads/t/commands", "application/json", "", `{"x": "` + strings.Repeat("x", 1<<20) + `"}`, 413, "resource_exhausted", nil},
+		{"stream body over 64 KiB", "POST", "/threads/t/stream", "application/json", "", `{"channels": ["` + strings.Repeat("x", 1<<16) + `"]}`, 413, "resource_exhausted", nil},
 		{"command of 1 MiB of empty maps", "POST", "/threads/t/commands", "application/json", "", run(`{"x": [` + strings.Repeat(`{},`, 300_000) + `{}]}`), 400, "invalid_argument", nil},
 		{"stream body of many values", "POST", "/threads/t/stream", "application/json", "", `{"channels": [` + strings.Repeat(`1,`, 10000) + `1]}`, 400, "invalid_argument", nil},
 		// Built-in assistants' inputs (the remote crash).

@@ -107,7 +107,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, server.ErrNotTheWriter):
 			status = http.StatusConflict
-		case errors.Is(err, server.ErrThreadID):
+		case errors.Is(err, server.ErrThreadID), errors.Is(err, server.ErrProducerSeq):
 			code, status = protocol.ErrorCodeInvalidArgument, http.StatusBadRequest
 		}
 		if status == http.StatusServiceUnavailable {

@@ -146,6 +146,47 @@ func TestPublishRefusesABadBatchWhole(t *testing.T) {
 	require.EqualValues(t, 0, srv.LastSeq("b"), "nothing of a refused batch appended")
 	status, out := publishBatch(t, ts.URL, "b", "application/json", "w", 0, "["+evProgress+"]", transport.ProducerSeqHeader, "x")
 	require.Equal(t, 400, status, "%v", out)
+	// Too large for the body bound: 413 resource_exhausted, as documented.
+	small, _, _ := start(t, transport.Options{Ingest: transport.IngestOptions{MaxBatchBytes: 100}})
+	status, out = publishBatch(t, small.URL, "b", "application/json", "", 0, "["+evProgress+","+evProgress+"]")
+	require.Equal(t, 413, status, "%v", out)
+	require.Equal(t, "resource_exhausted", out["error"])
+	status, out = publishBatch(t, ts.URL, "b", "application/json", "", 0, "["+strings.Repeat(evProgress+",", 3)+evProgress+"]")
+	require.Equal(t, 413, status, "%v", out)
+	require.Equal(t, "resource_exhausted", out["error"])
+}
+
+// TestProducerBatchNumbersAreBounded: a batch number above 2^53-1, or
+// more than 2^32 above the producer's last on the thread, is refused (400,
+// nothing appended) and does not move the producer's last batch: the
+// next batch in order is taken. Two principals' producers of one name are
+// two producers.
+func TestProducerBatchNumbersAreBounded(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{
+		"k-a": {Subject: "a", Producer: true, Admin: true}, "k-b": {Subject: "b", Producer: true, Admin: true},
+	}})
+	require.NoError(t, err)
+	ts, _, srv := start(t, transport.Options{Auth: a})
+	post := func(key string, seq uint64) (int, map[string]any) {
+		return publishBatch(t, ts.URL, "s", "application/json", "", 0, "["+evProgress+"]",
+			transport.ProducerHeader, "p", transport.ProducerSeqHeader, fmt.Sprint(seq), "x-api-key", key)
+	}
+	status, out := post("k-a", 1)
+	require.Equal(t, 200, status, "%v", out)
+	for _, seq := range []uint64{1 << 53, 9_000_000_000_000_000_000, 2 + 1<<32} {
+		status, out = post("k-a", seq)
+		require.Equal(t, 400, status, "seq %d: %v", seq, out)
+		require.Equal(t, "invalid_argument", out["error"])
+		require.Contains(t, out["message"], "batch number")
+	}
+	require.EqualValues(t, 1, srv.LastSeq("s"), "nothing appended")
+	status, out = post("k-a", 1+1<<32)
+	require.Equal(t, 200, status, "exactly 2^32 ahead: %v", out)
+	require.Equal(t, false, out["duplicate"])
+	status, out = post("k-b", 1)
+	require.Equal(t, 200, status, "%v", out)
+	require.Equal(t, false, out["duplicate"], "another principal's producer of the same name")
+	require.EqualValues(t, 3, srv.LastSeq("s"))
 }
 
 // TestPublishNeedsAProducer: with authentication on, a reader's
@@ -185,4 +226,34 @@ func TestPublishRateIsPerProducer(t *testing.T) {
 	require.Equal(t, 429, status, "%v", out)
 	require.Contains(t, out["message"], "--ingest-rate")
 	require.EqualValues(t, 2, srv.LastSeq("r"))
+}
+
+// TestDotThreadIDsAreRefused: a thread id "." or "..", sent escaped (a
+// client that does not resolve the path), is refused on every route that
+// takes one, before it reaches a store or an upstream's URL.
+func TestDotThreadIDsAreRefused(t *testing.T) {
+	ts, _, srv := start(t, transport.Options{})
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/threads/%2E%2E/events", "[" + evProgress + "]"},
+		{"POST", "/threads/%2E/events", "[" + evProgress + "]"},
+		{"POST", "/threads/%2E%2E/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {}}}`},
+		{"POST", "/threads/%2E%2E/stream", `{"channels": ["lifecycle"]}`},
+		{"GET", "/threads/%2E%2E/state", ""},
+	} {
+		req, err := http.NewRequest(tc.method, ts.URL+"/", strings.NewReader(tc.body))
+		require.NoError(t, err)
+		req.URL.Opaque = tc.path // sent as it is
+		if tc.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 400, resp.StatusCode, "%s %s: %s", tc.method, tc.path, b)
+		require.Contains(t, string(b), "invalid_argument", tc.path)
+	}
+	has, err := srv.HasThread(context.Background(), "..")
+	require.NoError(t, err)
+	require.False(t, has)
 }

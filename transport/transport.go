@@ -518,11 +518,11 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind wire.Kin
 		return true
 	}
 	ct := r.Header.Get("Content-Type")
-	if (kind == wire.StreamRoute || kind == wire.CommandRoute) && ct == "" && r.ContentLength == 0 {
+	if (kind == wire.StreamRoute || kind == wire.CommandRoute || kind == wire.WorkerRoute) && ct == "" && r.ContentLength == 0 {
 		return true
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
-	if kind == wire.IngestRoute && mt == ndjsonType {
+	if (kind == wire.IngestRoute || kind == wire.WorkerRoute) && mt == ndjsonType {
 		return true
 	}
 	if mt != "application/json" {
@@ -533,6 +533,8 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind wire.Kin
 			what = "a stream request's"
 		case wire.IngestRoute:
 			what = "a batch of events' (or application/x-ndjson)"
+		case wire.WorkerRoute:
+			what = "a worker's request's (or application/x-ndjson; none without a body)"
 		}
 		httpjson.Write(w, http.StatusUnsupportedMediaType, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s Content-Type must be application/json, not %q", what, ct))
 		return false

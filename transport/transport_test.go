@@ -230,7 +230,7 @@ func TestCommandsEndpoint(t *testing.T) {
 		{"wrong type", `{"id": 11, "method": "run.start", "params": {"assistant_id": 1, "input": null}}`, 400, "invalid_argument"},
 		{"unknown assistant", `{"id": 12, "method": "run.start", "params": {"assistant_id": "ghost", "input": null}}`, 400, "invalid_argument"},
 		{"malformed", `{"id": 13,`, 400, "invalid_argument"},
-		{"too big", `{"id": 14, "method": "run.start", "params": {"assistant_id": "echo", "input": "` + strings.Repeat("x", 5000) + `"}}`, 413, "invalid_argument"},
+		{"too big", `{"id": 14, "method": "run.start", "params": {"assistant_id": "echo", "input": "` + strings.Repeat("x", 5000) + `"}}`, 413, "resource_exhausted"},
 	}
 	for _, tc := range cases {
 		code, out := post(t, url, tc.body)

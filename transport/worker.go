@@ -44,7 +44,7 @@ const (
 // admin's credential. The principal goes on in the request's context.
 func (h *Handler) workerGuard(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.sameSite(w, r, wire.IngestRoute) {
+		if !h.sameSite(w, r, wire.WorkerRoute) {
 			return
 		}
 		if h.auth == nil {
@@ -102,8 +102,8 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, a := range assistants {
-		if len(a) > maxAssistantIDLength {
-			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "assistants: an assistant id is at most %d bytes", maxAssistantIDLength))
+		if err := server.ValidName(a, maxAssistantIDLength); err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "assistants: %q: %v", a, err))
 			return
 		}
 	}

@@ -196,6 +196,36 @@ func TestWorkerCancelAndInterrupt(t *testing.T) {
 	require.Equal(t, "completed", dataEvent(got[len(got)-1]))
 }
 
+// TestWorkerAssistantIDsAreChecked: an assistant id with a newline or
+// another control character, "." or "..", or an empty one among others,
+// is refused at connect (400).
+func TestWorkerAssistantIDsAreChecked(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	for _, q := range []string{"a%0Ab", "a%00b", "..", "a,.", "a%7Fb"} {
+		resp, err := http.Get(ts.URL + "/workers/connect?assistants=" + q)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 400, resp.StatusCode, "%s: %s", q, b)
+		require.Contains(t, string(b), "invalid_argument")
+	}
+}
+
+// TestWorkerHeartbeatNeedsNoBody: a heartbeat with no body needs no
+// Content-Type (a worker's HTTP client sends none for an empty POST).
+func TestWorkerHeartbeatNeedsNoBody(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	id, _, body := rawWorker(t, ts.URL, "echo")
+	defer body.Close()
+	req, err := http.NewRequest("POST", ts.URL+"/workers/"+id+"/heartbeat", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Less(t, resp.StatusCode, 300, "%s", b)
+}
+
 // rawWorker connects a worker by hand (no heartbeat) and returns its id
 // and the lines of its stream.
 func rawWorker(t *testing.T, base, assistants string) (string, *bufio.Scanner, io.Closer) {

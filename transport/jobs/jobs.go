@@ -28,6 +28,9 @@ func Thread(jobID string) string { return "job:" + jobID }
 // maxSmallBody caps the body of a job's creation and of its end.
 const maxSmallBody = 64 << 10
 
+// maxOwnerLength bounds the principal a job is opened for.
+const maxOwnerLength = 256
+
 // Handler serves the job stream's routes.
 type Handler struct {
 	wire.Context
@@ -81,6 +84,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	id := ""
 	if req.JobID != nil {
 		id = *req.JobID
+		if server.ValidThreadID(Thread(id)) != nil || server.ValidName(id, server.MaxThreadIDLength) != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "job_id: 1 to %d bytes of A-Z a-z 0-9 . _ : - (not . or ..)", server.MaxThreadIDLength-len(Thread(""))))
+			return
+		}
 	} else {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -88,6 +95,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	thread := Thread(id)
 	if req.Owner != nil {
+		if err := server.ValidName(*req.Owner, maxOwnerLength); err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "owner: %v", err))
+			return
+		}
 		p := auth.FromContext(r.Context())
 		if p != nil && !p.Admin && !p.Producer {
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "only an admin or a producer may open a job for another principal"))

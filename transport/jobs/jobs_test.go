@@ -212,6 +212,24 @@ func TestJobEnvelopesChecked(t *testing.T) {
 	require.Equal(t, `{"status":"failed"}`, frames[2].data)
 }
 
+// TestJobIDsAndOwnersAreChecked: an empty, "." or ".." job id, one with
+// characters a thread id may not hold, and an empty or control-character
+// owner are refused (400), and nothing is created.
+func TestJobIDsAndOwnersAreChecked(t *testing.T) {
+	keys := map[string]auth.Principal{"kp": {Subject: "worker", Producer: true, Threads: []string{"job:*"}}}
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: keys})
+	require.NoError(t, err)
+	ts := start(t, transport.Options{Auth: a})
+	for _, body := range []string{`{"job_id": ""}`, `{"job_id": "."}`, `{"job_id": ".."}`, `{"job_id": "a/b"}`, `{"job_id": "a\nb"}`,
+		`{"job_id": "c1", "owner": ""}`, `{"job_id": "c2", "owner": "bo\u0000b"}`, `{"job_id": "c3", "owner": "a\nb"}`} {
+		code, out := do(t, "POST", ts.URL+"/jobs", body, http.Header{"X-Api-Key": {"kp"}})
+		require.Equal(t, 400, code, "%s: %s", body, out)
+		require.Contains(t, out, "invalid_argument", body)
+	}
+	code, out := do(t, "POST", ts.URL+"/jobs", `{"job_id": "c1", "owner": "carol"}`, http.Header{"X-Api-Key": {"kp"}})
+	require.Equal(t, 201, code, out)
+}
+
 // TestJobWindow: 5,000 envelopes: a reader without Last-Event-ID gets
 // the whole window (at least 4,096), in order.
 func TestJobWindow(t *testing.T) {

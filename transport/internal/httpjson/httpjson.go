@@ -47,7 +47,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Du
 	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
-		return nil, http.StatusRequestEntityTooLarge, "body_size", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: the body is larger than %d bytes", what, max)
+		return nil, http.StatusRequestEntityTooLarge, "body_size", protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "%s: the body is larger than %d bytes", what, max)
 	case errors.As(err, &ne) && ne.Timeout():
 		return nil, http.StatusRequestTimeout, "body_timeout", protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: the body was not sent within %v", what, timeout)
 	}
