@@ -54,8 +54,9 @@ func (c *Client) request(ctx context.Context, method, path string, body []byte) 
 	return req, nil
 }
 
-// Do sends a request and returns the answer's status and body (at most
-// 8 MiB).
+// Do sends a request and returns the answer's status and body. An answer
+// larger than MaxAnswerBytes, cut short or not JSON is an error
+// (ErrUpstream), never a body passed on.
 func (c *Client) Do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 	return c.DoWith(ctx, method, path, body, nil)
 }
@@ -74,9 +75,21 @@ func (c *Client) DoWith(ctx context.Context, method, path string, body []byte, e
 		return 0, nil, fmt.Errorf("edge: the upstream %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	return resp.StatusCode, b, err
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	switch {
+	case err != nil:
+		return 0, nil, fmt.Errorf("%w: %s %s: the answer was cut (%v)", ErrUpstream, method, path, err)
+	case len(b) > MaxAnswerBytes:
+		return 0, nil, fmt.Errorf("%w: %s %s: the answer is larger than %d bytes", ErrUpstream, method, path, MaxAnswerBytes)
+	case len(b) > 0 && !json.Valid(b):
+		return 0, nil, fmt.Errorf("%w: %s %s: the answer (%d, %d bytes) is not JSON", ErrUpstream, method, path, resp.StatusCode, len(b))
+	}
+	return resp.StatusCode, b, nil
 }
+
+// MaxAnswerBytes bounds an upstream's answer to a command or a state
+// read: a larger one is an error (502 to the client), never passed on cut.
+const MaxAnswerBytes = 8 << 20
 
 // Check asks whether the upstream answers (GET /ok, LangGraph's health
 // route).

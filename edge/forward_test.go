@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,4 +81,44 @@ func TestForwardCarriesIdentityAndErrors(t *testing.T) {
 	_, err = srv.Do(ctx, "t", start)
 	require.True(t, errors.As(err, &er))
 	require.Equal(t, protocol.ErrorCodeUnavailable, er.Code)
+}
+
+// TestUpstreamAnswersThatAreNotWholeAreErrors: an upstream state answer
+// larger than edge.MaxAnswerBytes, one cut short (the connection closed
+// before its Content-Length) and one that is not JSON are errors, not a
+// body to pass on (the transport answers them 502).
+func TestUpstreamAnswersThatAreNotWholeAreErrors(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/threads/big/state":
+			_, _ = io.WriteString(w, `{"values":"`)
+			_, _ = io.WriteString(w, strings.Repeat("x", edge.MaxAnswerBytes))
+			_, _ = io.WriteString(w, `"}`)
+		case "/threads/cut/state":
+			w.Header().Set("Content-Length", "1000")
+			_, _ = io.WriteString(w, `{"values": {"a": 1`)
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // the connection closes mid-answer
+		case "/threads/html/state":
+			w.WriteHeader(200)
+			_, _ = io.WriteString(w, "<html>maintenance</html>")
+		case "/threads/ok/state":
+			_, _ = io.WriteString(w, `{"values": {}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer up.Close()
+	e, err := edge.New(edge.Options{URL: up.URL})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, th := range []string{"big", "cut", "html"} {
+		status, body, err := e.State(ctx, th)
+		require.ErrorIs(t, err, edge.ErrUpstream, "%s: %d %.100s", th, status, body)
+		require.Nil(t, body)
+	}
+	status, body, err := e.State(ctx, "ok")
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+	require.JSONEq(t, `{"values": {}}`, string(body))
 }
