@@ -44,16 +44,9 @@ func SplitBatch(body []byte, ndjson bool, maxEvents int) ([][]byte, *ErrorRespon
 			rest = after
 		}
 	} else {
-		var raw []json.RawMessage
-		if err := json.Unmarshal(body, &raw); err != nil {
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) {
-				return nil, NewError(nil, ErrorCodeInvalidArgument, "a batch of events is a JSON array (or NDJSON with Content-Type application/x-ndjson)")
-			}
-			return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: %s", jsonProblem(err))
-		}
-		for _, r := range raw {
-			items = append(items, r)
+		var errResp *ErrorResponse
+		if items, errResp = splitArray(body, maxEvents); errResp != nil {
+			return nil, errResp
 		}
 	}
 	if len(items) == 0 {
@@ -232,4 +225,85 @@ func (d Decoder) producerEventViaSchema(schemas map[string]*jsonschema.Schema, i
 		return ProducerEvent{}, NewError(nil, ErrorCodeInvalidArgument, "event: not an event this server knows (%v)", err)
 	}
 	return ProducerEvent{Event: e.Value, Timestamp: ts}, nil
+}
+
+// splitArray splits a JSON array into its items' texts by one scan of its
+// bytes, without decoding or checking them (each item is decoded, and
+// checked, on its own: ProducerEvents): splitting a hostile batch costs
+// one pass over it, whatever it holds. It stops past maxItems + 1 items.
+func splitArray(body []byte, maxItems int) ([][]byte, *ErrorResponse) {
+	notArray := NewError(nil, ErrorCodeInvalidArgument, "a batch of events is a JSON array (or NDJSON with Content-Type application/x-ndjson)")
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '[' {
+		if len(body) > 0 && (body[0] == '{' || body[0] == '"' || body[0] == 't' || body[0] == 'f' || body[0] == 'n' || body[0] == '-' || '0' <= body[0] && body[0] <= '9') {
+			return nil, notArray
+		}
+		return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: the body is not a JSON array")
+	}
+	var items [][]byte
+	depth, start, inString := 0, -1, false
+	item := func(end int) *ErrorResponse {
+		if start < 0 {
+			return NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: an empty item at byte %d", end)
+		}
+		items = append(items, bytes.TrimSpace(body[start:end]))
+		start = -1
+		return nil
+	}
+	for i := 1; i < len(body); i++ {
+		c := body[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			inString = true
+			if start < 0 {
+				start = i
+			}
+		case '[', '{':
+			if start < 0 {
+				start = i
+			}
+			depth++
+		case ']', '}':
+			if depth > 0 {
+				depth--
+				continue
+			}
+			if c != ']' {
+				return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: an unexpected '}' at byte %d", i)
+			}
+			if start >= 0 || len(items) > 0 {
+				if err := item(i); err != nil {
+					return nil, err
+				}
+			}
+			if i != len(body)-1 {
+				return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: text after the batch's array at byte %d", i+1)
+			}
+			return items, nil
+		case ',':
+			if depth == 0 {
+				if err := item(i); err != nil {
+					return nil, err
+				}
+				if len(items) > maxItems {
+					return items, nil // too many: the caller refuses it
+				}
+			}
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+	}
+	return nil, NewError(nil, ErrorCodeInvalidArgument, "malformed JSON: the batch's array does not end")
 }

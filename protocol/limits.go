@@ -57,6 +57,11 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("more than %d values in one frame", e.Max)
 }
 
+// Check refuses a JSON text deeper or with more values than l allows (zero
+// fields: the defaults), by one scan of its bytes, before anything is
+// decoded: a *LimitError. It does not check that the text is well formed.
+func (l DecodeLimits) Check(data []byte) error { return l.withDefaults().checkJSON(data) }
+
 // checkJSON scans a JSON text once, without decoding it, and refuses one
 // deeper or with more values than l allows. It does not check that the text
 // is well formed: the decoder that follows does.

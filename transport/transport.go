@@ -275,6 +275,7 @@ func New(srv *server.Server, opts Options) *Handler {
 		ReadBatch:     h.readBatch,
 		MaxEventBytes: h.ingest.MaxEventBytes,
 		BodyTimeout:   h.bodyTimeout,
+		Decode:        opts.Decode,
 		Heartbeat:     wire.DefaultHeartbeat,
 		Streams:       h.sse,
 		Observer:      m,

@@ -123,6 +123,13 @@ func (h *Handler) envelopes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, ok := h.ReadBatch(w, r, "batch of envelopes", "envelopes")
+	if ok {
+		for i, item := range items {
+			if !h.WithinLimits(w, item, fmt.Sprintf("[%d]", i), h.Decode) {
+				return
+			}
+		}
+	}
 	if !ok {
 		return
 	}

@@ -95,20 +95,53 @@ func failCommand(w http.ResponseWriter, err error) {
 	fail(w, status, "", "%s", e.Message)
 }
 
+// openaiValuesFactor: a chat's body (its whole conversation, each message
+// with its content parts) may hold this many times the values a command
+// may (--command-max-values), no more.
+const openaiValuesFactor = 4
+
 // readBody reads and strictly decodes a JSON body into v, a request of
-// rule.
+// rule, refusing first one nested deeper than --command-max-depth or holding more
+// than openaiValuesFactor times --command-max-values values.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, v any, rule string) bool {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		fail(w, http.StatusUnsupportedMediaType, "", "the body is JSON: Content-Type: application/json")
 		return false
 	}
-	body, status, _, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
+	body, status, refusal, errResp := httpjson.ReadBody(w, r, maxBody, h.BodyTimeout, "request")
 	if errResp != nil {
+		if refusal != "" {
+			h.Observer.Refused(refusal)
+		}
 		fail(w, status, "", "%s", errResp.Message)
+		return false
+	}
+	limits := h.Decode
+	limits.MaxValues = openaiValuesFactor * max(limits.MaxValues, protocol.DefaultMaxValues)
+	if err := limits.Check(body); err != nil {
+		var le *protocol.LimitError
+		if errors.As(err, &le) {
+			h.Observer.Refused("body_" + le.Limit)
+		}
+		fail(w, http.StatusBadRequest, "", "the body: %v", err)
 		return false
 	}
 	if err := decodeRequest(body, v, rule); err != nil {
 		fail(w, http.StatusBadRequest, "", "%v", err)
+		return false
+	}
+	return true
+}
+
+// sampling checks the sampling parameters as OpenAI does (temperature 0
+// to 2, top_p 0 to 1), though the assistant decides how it answers.
+func sampling(w http.ResponseWriter, temperature, topP *float64) bool {
+	if t := temperature; t != nil && !(*t >= 0 && *t <= 2) {
+		fail(w, http.StatusBadRequest, "temperature", "temperature must be from 0 to 2, not %v", *t)
+		return false
+	}
+	if p := topP; p != nil && !(*p >= 0 && *p <= 1) {
+		fail(w, http.StatusBadRequest, "top_p", "top_p must be from 0 to 1, not %v", *p)
 		return false
 	}
 	return true
@@ -277,6 +310,13 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "messages", "%v", err)
 		return
 	}
+	if req.N != nil && *req.N != 1 {
+		fail(w, http.StatusBadRequest, "n", "n must be 1 here, not %d: a run gives one choice", *req.N)
+		return
+	}
+	if !sampling(w, req.Temperature, req.TopP) {
+		return
+	}
 	if !h.model(w, req.Model) {
 		return
 	}
@@ -343,6 +383,13 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	var req OaiResponsesRequest
 	if !h.readBody(w, r, &req, "OaiResponsesRequest") {
+		return
+	}
+	if err := req.Validate(); err != nil {
+		fail(w, http.StatusBadRequest, "input", "%v", err)
+		return
+	}
+	if !sampling(w, req.Temperature, req.TopP) {
 		return
 	}
 	if !h.model(w, req.Model) {

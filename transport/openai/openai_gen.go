@@ -13,18 +13,26 @@ import (
 type OaiUint = uint64
 
 // The body of POST /v1/chat/completions. Sampling members (temperature,
-// max_tokens, tools, ...) are accepted and not used: the assistant decides.
+// max_tokens, tools, ...) are accepted and not used: the assistant decides;
+// those OpenAI checks are checked as it does (types here, ranges by the
+// wire: n must be 1, one choice being all a run gives). At most 2,048
+// messages.
 type OaiChatRequest struct {
-	Model         string            `json:"model" cbor:"model"`
-	Messages      []OaiChatMessage  `json:"messages" cbor:"messages"`
-	Stream        *bool             `json:"stream,omitempty" cbor:"stream,omitempty"`
-	StreamOptions *OaiStreamOptions `json:"stream_options,omitempty" cbor:"stream_options,omitempty"`
+	Model               string            `json:"model" cbor:"model"`
+	Messages            []OaiChatMessage  `json:"messages" cbor:"messages"`
+	Stream              *bool             `json:"stream,omitempty" cbor:"stream,omitempty"`
+	StreamOptions       *OaiStreamOptions `json:"stream_options,omitempty" cbor:"stream_options,omitempty"`
+	N                   *OaiUint          `json:"n,omitempty" cbor:"n,omitempty"`
+	Temperature         *float64          `json:"temperature,omitempty" cbor:"temperature,omitempty"`
+	TopP                *float64          `json:"top_p,omitempty" cbor:"top_p,omitempty"`
+	MaxTokens           *OaiUint          `json:"max_tokens,omitempty" cbor:"max_tokens,omitempty"`
+	MaxCompletionTokens *OaiUint          `json:"max_completion_tokens,omitempty" cbor:"max_completion_tokens,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var oaiChatRequestMembers = cddlrt.Members{Rule: "OaiChatRequest", Required: []string{"model", "messages"}, Known: []string{"model", "messages", "stream", "stream_options"}, Open: true, Nullable: []string{"stream", "stream_options"}}
+var oaiChatRequestMembers = cddlrt.Members{Rule: "OaiChatRequest", Required: []string{"model", "messages"}, Known: []string{"model", "messages", "stream", "stream_options", "n", "temperature", "top_p", "max_tokens", "max_completion_tokens"}, Open: true, Nullable: []string{"stream", "stream_options", "n", "temperature", "top_p", "max_tokens", "max_completion_tokens"}}
 
 // CDDLMembers describes OaiChatRequest's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (OaiChatRequest) CDDLMembers() *cddlrt.Members {
@@ -39,6 +47,9 @@ func (s OaiChatRequest) Validate() error {
 	if len(s.Messages) < 1 {
 		return cddlrt.Invalid("messages", "OaiChatRequest", "must have at least 1 items, not %d", len(s.Messages))
 	}
+	if len(s.Messages) > 2048 {
+		return cddlrt.Invalid("messages", "OaiChatRequest", "must have at most 2048 items, not %d", len(s.Messages))
+	}
 	for i0, e0 := range s.Messages {
 		if err := e0.Validate(); err != nil {
 			return cddlrt.At(cddlrt.Index("messages", i0), err)
@@ -49,10 +60,25 @@ func (s OaiChatRequest) Validate() error {
 			return cddlrt.At("stream_options", err)
 		}
 	}
+	if s.N != nil {
+		if (*s.N) > 9007199254740991 {
+			return cddlrt.Invalid("n", "OaiUint", "must be <= 9007199254740991 but found %v", (*s.N))
+		}
+	}
+	if s.MaxTokens != nil {
+		if (*s.MaxTokens) > 9007199254740991 {
+			return cddlrt.Invalid("max_tokens", "OaiUint", "must be <= 9007199254740991 but found %v", (*s.MaxTokens))
+		}
+	}
+	if s.MaxCompletionTokens != nil {
+		if (*s.MaxCompletionTokens) > 9007199254740991 {
+			return cddlrt.Invalid("max_completion_tokens", "OaiUint", "must be <= 9007199254740991 but found %v", (*s.MaxCompletionTokens))
+		}
+	}
 	return nil
 }
 
-var oaiChatRequestKnown = map[string]bool{"model": true, "messages": true, "stream": true, "stream_options": true}
+var oaiChatRequestKnown = map[string]bool{"model": true, "messages": true, "stream": true, "stream_options": true, "n": true, "temperature": true, "top_p": true, "max_tokens": true, "max_completion_tokens": true}
 
 // MarshalJSON encodes OaiChatRequest with its literal members and Extra.
 func (s OaiChatRequest) MarshalJSON() ([]byte, error) {
@@ -809,17 +835,20 @@ func (s OaiUsage) Validate() error {
 
 // The body of POST /v1/responses.
 type OaiResponsesRequest struct {
-	Model              string  `json:"model" cbor:"model"`
-	Input              any     `json:"input" cbor:"input"`
-	Stream             *bool   `json:"stream,omitempty" cbor:"stream,omitempty"`
-	PreviousResponseID *string `json:"previous_response_id,omitempty" cbor:"previous_response_id,omitempty"`
-	Instructions       *string `json:"instructions,omitempty" cbor:"instructions,omitempty"`
+	Model              string   `json:"model" cbor:"model"`
+	Input              any      `json:"input" cbor:"input"`
+	Stream             *bool    `json:"stream,omitempty" cbor:"stream,omitempty"`
+	PreviousResponseID *string  `json:"previous_response_id,omitempty" cbor:"previous_response_id,omitempty"`
+	Instructions       *string  `json:"instructions,omitempty" cbor:"instructions,omitempty"`
+	Temperature        *float64 `json:"temperature,omitempty" cbor:"temperature,omitempty"`
+	TopP               *float64 `json:"top_p,omitempty" cbor:"top_p,omitempty"`
+	MaxOutputTokens    *OaiUint `json:"max_output_tokens,omitempty" cbor:"max_output_tokens,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var oaiResponsesRequestMembers = cddlrt.Members{Rule: "OaiResponsesRequest", Required: []string{"model", "input"}, Known: []string{"model", "input", "stream", "previous_response_id", "instructions"}, Open: true, Nullable: []string{"stream", "previous_response_id", "instructions"}, Unchecked: []string{"input"}}
+var oaiResponsesRequestMembers = cddlrt.Members{Rule: "OaiResponsesRequest", Required: []string{"model", "input"}, Known: []string{"model", "input", "stream", "previous_response_id", "instructions", "temperature", "top_p", "max_output_tokens"}, Open: true, Nullable: []string{"stream", "previous_response_id", "instructions", "temperature", "top_p", "max_output_tokens"}, Unchecked: []string{"input"}}
 
 // CDDLMembers describes OaiResponsesRequest's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (OaiResponsesRequest) CDDLMembers() *cddlrt.Members {
@@ -831,11 +860,15 @@ func (OaiResponsesRequest) CDDLMembers() *cddlrt.Members {
 // array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
 // also checks that required members are present.)
 func (s OaiResponsesRequest) Validate() error {
-	_ = s
+	if s.MaxOutputTokens != nil {
+		if (*s.MaxOutputTokens) > 9007199254740991 {
+			return cddlrt.Invalid("max_output_tokens", "OaiUint", "must be <= 9007199254740991 but found %v", (*s.MaxOutputTokens))
+		}
+	}
 	return nil
 }
 
-var oaiResponsesRequestKnown = map[string]bool{"model": true, "input": true, "stream": true, "previous_response_id": true, "instructions": true}
+var oaiResponsesRequestKnown = map[string]bool{"model": true, "input": true, "stream": true, "previous_response_id": true, "instructions": true, "temperature": true, "top_p": true, "max_output_tokens": true}
 
 // MarshalJSON encodes OaiResponsesRequest with its literal members and Extra.
 func (s OaiResponsesRequest) MarshalJSON() ([]byte, error) {

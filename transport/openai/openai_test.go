@@ -475,6 +475,9 @@ func TestResponseCancel(t *testing.T) {
 // TestErrors: what is refused gets OpenAI's error shape and status.
 func TestErrors(t *testing.T) {
 	ts := start(t, server.Config{}, transport.Options{})
+	deep := strings.Repeat("[", 9000) + strings.Repeat("]", 9000)
+	many := func(n int, item string) string { return strings.TrimSuffix(strings.Repeat(item+",", n), ",") }
+	msg := `{"role": "user", "content": "x"}`
 	for _, c := range []struct {
 		method, path, body string
 		status             int
@@ -484,6 +487,19 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": []}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [{"role": "robot", "content": "x"}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"model": "echo"`, 400, ""},
+		// Limits and OpenAI's own parameter checks.
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "metadata": ` + deep + `}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "metadata": [` + many(60_000, "1") + `]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + many(2049, msg) + `]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "n": -1}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "n": 5}`, 400, "n"},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "temperature": "NaN"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "temperature": 2.5}`, 400, "temperature"},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "top_p": -0.1}`, 400, "top_p"},
+		{"POST", "/v1/chat/completions", `{"model": "echo", "messages": [` + msg + `], "max_tokens": -5}`, 400, ""},
+		{"POST", "/v1/responses", `{"model": "echo", "input": [` + many(2049, `{"role": "user", "content": "x"}`) + `]}`, 400, ""},
+		{"POST", "/v1/responses", `{"model": "echo", "input": "x", "temperature": 9}`, 400, "temperature"},
+		{"POST", "/v1/responses", `{"model": "echo", "input": "x", "metadata": ` + deep + `}`, 400, ""},
 		{"POST", "/v1/responses", `{"model": "echo", "input": 7}`, 400, ""},
 		{"POST", "/v1/responses", `{"model": "echo", "input": "x", "previous_response_id": "resp_nope"}`, 400, "previous_response_id"},
 		{"POST", "/v1/responses", `{"model": "echo", "input": []}`, 400, "input"},

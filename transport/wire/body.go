@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -19,10 +20,17 @@ func ValidThread(w http.ResponseWriter, field, thread string) bool {
 }
 
 // ReadBody reads the request's body, at most max bytes within
-// BodyTimeout; what names it in errors. It answers the request itself
-// when it cannot (413 past max, 408 past the timeout, 400 otherwise) and
-// counts the refusal (Observer.Refused: body_size, body_timeout).
+// BodyTimeout, nested and holding values within Decode; what names it in
+// errors. It answers the request itself when it cannot (413 past max, 408
+// past the timeout, 400 otherwise) and counts the refusal
+// (Observer.Refused: body_size, body_timeout, body_depth, body_values).
 func (c *Context) ReadBody(w http.ResponseWriter, r *http.Request, max int64, what string) ([]byte, bool) {
+	return c.ReadBodyWithin(w, r, max, what, c.Decode)
+}
+
+// ReadBodyWithin is ReadBody with limits of the caller's (a wire whose
+// bodies are larger than commands, such as OpenAI's chats).
+func (c *Context) ReadBodyWithin(w http.ResponseWriter, r *http.Request, max int64, what string, limits protocol.DecodeLimits) ([]byte, bool) {
 	body, status, refusal, errResp := httpjson.ReadBody(w, r, max, c.BodyTimeout, what)
 	if errResp != nil {
 		if refusal != "" && c.Observer != nil {
@@ -31,7 +39,25 @@ func (c *Context) ReadBody(w http.ResponseWriter, r *http.Request, max int64, wh
 		httpjson.Write(w, status, errResp)
 		return nil, false
 	}
+	if !c.WithinLimits(w, body, what, limits) {
+		return nil, false
+	}
 	return body, true
+}
+
+// WithinLimits answers 400 invalid_argument (and counts body_depth or
+// body_values) for a JSON text past limits; what names it.
+func (c *Context) WithinLimits(w http.ResponseWriter, body []byte, what string, limits protocol.DecodeLimits) bool {
+	err := limits.Check(body)
+	if err == nil {
+		return true
+	}
+	var le *protocol.LimitError
+	if errors.As(err, &le) && c.Observer != nil {
+		c.Observer.Refused("body_" + le.Limit)
+	}
+	httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: %v", what, err))
+	return false
 }
 
 // readBatch is a Context's ReadBatch without a transport's producer

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 )
 
@@ -94,6 +95,11 @@ type Context struct {
 	MaxEventBytes int
 	// BodyTimeout bounds reading a request's body (DefaultBodyTimeout).
 	BodyTimeout time.Duration
+	// Decode bounds the nesting and the values of every JSON body
+	// ReadBody reads, and of every item of a batch (zero fields: the
+	// protocol's defaults, the same as the commands'): a body past them is
+	// refused before it is decoded.
+	Decode protocol.DecodeLimits
 	// Heartbeat is how often a quiet stream gets a comment line
 	// (DefaultHeartbeat).
 	Heartbeat time.Duration
