@@ -49,6 +49,10 @@ type Principal struct {
 	// Threads lists thread-id patterns ("*" matches any run of
 	// characters) the principal may use besides its own threads.
 	Threads []string
+	// Assistants lists the assistant-id patterns a producer may serve as
+	// a remote worker; none: the ids no other principal serves (the
+	// first to serve one owns it; see server.AssistantGrant).
+	Assistants []string
 	// Expires is when the credential stops being valid (its exp plus the
 	// allowed clock skew); zero for one that does not expire (API keys).
 	Expires time.Time
@@ -304,6 +308,8 @@ type claims struct {
 	Role    string   `json:"role,omitempty"`
 	Roles   []string `json:"roles,omitempty"`
 	Threads []string `json:"threads,omitempty"`
+	// Assistants: the assistant-id patterns a producer may serve.
+	Assistants []string `json:"assistants,omitempty"`
 }
 
 // key finds the key that verifies t: the secret for HS256, otherwise the
@@ -350,7 +356,7 @@ func (a *Authenticator) Verify(token string) (*Principal, error) {
 	if c.Subject == "" {
 		return nil, fmt.Errorf("%w: the token has no sub", ErrInvalidCredential)
 	}
-	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Producer: c.Role == "producer" || slices.Contains(c.Roles, "producer"), Threads: c.Threads}
+	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Producer: c.Role == "producer" || slices.Contains(c.Roles, "producer"), Threads: c.Threads, Assistants: c.Assistants}
 	if c.ExpiresAt != nil {
 		p.Expires = c.ExpiresAt.Add(a.leeway)
 	}
@@ -481,7 +487,8 @@ func ReadPublicKeysFile(path string) ([]crypto.PublicKey, error) {
 }
 
 // ReadAPIKeysFile reads static API keys, one per line: KEY PRINCIPAL
-// [admin|producer]. Blank lines and lines starting with # are skipped.
+// [admin|producer [assistants=PATTERN,...]]. Blank lines and lines
+// starting with # are skipped.
 func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -494,8 +501,20 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 			continue
 		}
 		f := strings.Fields(line)
+		var assistants []string
+		if len(f) == 4 && f[2] == "producer" && strings.HasPrefix(f[3], "assistants=") {
+			for _, a := range strings.Split(strings.TrimPrefix(f[3], "assistants="), ",") {
+				if a != "" {
+					assistants = append(assistants, a)
+				}
+			}
+			if len(assistants) == 0 {
+				return nil, fmt.Errorf("%s:%d: assistants= names no assistant", path, n+1)
+			}
+			f = f[:3]
+		}
 		if len(f) < 2 || len(f) > 3 || (len(f) == 3 && f[2] != "admin" && f[2] != "producer") {
-			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin|producer]", path, n+1)
+			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin|producer [assistants=PATTERN,...]]", path, n+1)
 		}
 		if strings.Count(f[0], ".") == 2 {
 			return nil, fmt.Errorf("%s:%d: an API key must not look like a JWT (two dots)", path, n+1)
@@ -503,7 +522,7 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 		if _, dup := keys[f[0]]; dup {
 			return nil, fmt.Errorf("%s:%d: the key is listed twice", path, n+1)
 		}
-		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3 && f[2] == "admin", Producer: len(f) == 3 && f[2] == "producer"}
+		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3 && f[2] == "admin", Producer: len(f) == 3 && f[2] == "producer", Assistants: assistants}
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%s: no key in it", path)
@@ -517,10 +536,12 @@ type TokenOptions struct {
 	Admin    bool
 	Producer bool // the role "producer": may publish events
 	Threads  []string
-	TTL      time.Duration // 0: no exp
-	Audience string
-	Issuer   string
-	Now      time.Time // time.Now() when zero
+	// Assistants are the assistant-id patterns a producer may serve.
+	Assistants []string
+	TTL        time.Duration // 0: no exp
+	Audience   string
+	Issuer     string
+	Now        time.Time // time.Now() when zero
 }
 
 // Mint signs an HS256 token for development and tests (agentstream
@@ -533,7 +554,7 @@ func Mint(secret []byte, o TokenOptions) (string, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: o.Subject, IssuedAt: jwt.NewNumericDate(now), Issuer: o.Issuer}, Threads: o.Threads}
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: o.Subject, IssuedAt: jwt.NewNumericDate(now), Issuer: o.Issuer}, Threads: o.Threads, Assistants: o.Assistants}
 	if o.TTL > 0 {
 		c.ExpiresAt = jwt.NewNumericDate(now.Add(o.TTL))
 	}

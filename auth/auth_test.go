@@ -84,12 +84,13 @@ func TestMayUse(t *testing.T) {
 func TestHS256(t *testing.T) {
 	now := time.Now()
 	a := newAuth(t, auth.Config{HS256Secret: secret, Audience: "agentstream", Issuer: "https://issuer.example", Leeway: 2 * time.Second})
-	good := jwt.MapClaims{"sub": "alice", "aud": "agentstream", "iss": "https://issuer.example", "exp": now.Add(time.Hour).Unix(), "threads": []string{"team-*"}}
+	good := jwt.MapClaims{"sub": "alice", "aud": "agentstream", "iss": "https://issuer.example", "exp": now.Add(time.Hour).Unix(), "threads": []string{"team-*"}, "assistants": []string{"bot-*"}}
 	p, err := a.Verify(sign(t, jwt.SigningMethodHS256, secret, good, ""))
 	require.NoError(t, err)
 	require.Equal(t, "alice", p.Subject)
 	require.False(t, p.Admin)
 	require.Equal(t, []string{"team-*"}, p.Threads)
+	require.Equal(t, []string{"bot-*"}, p.Assistants)
 	require.WithinDuration(t, now.Add(time.Hour+2*time.Second), p.Expires, time.Second)
 
 	with := func(k string, v any) jwt.MapClaims {
@@ -294,7 +295,7 @@ func TestJWKSUnreachableAtStart(t *testing.T) {
 func TestAPIKeysAndCredentials(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "keys")
-	require.NoError(t, os.WriteFile(file, []byte("# comment\n\nk-alice alice\nk-root root admin\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("# comment\n\nk-alice alice\nk-root root admin\nk-gina gina producer assistants=team-*,helper\n"), 0o600))
 	keys, err := auth.ReadAPIKeysFile(file)
 	require.NoError(t, err)
 	a := newAuth(t, auth.Config{APIKeys: keys, HS256Secret: secret})
@@ -304,12 +305,16 @@ func TestAPIKeysAndCredentials(t *testing.T) {
 	p, err = a.Check("k-root")
 	require.NoError(t, err)
 	require.True(t, p.Admin)
+	p, err = a.Check("k-gina")
+	require.NoError(t, err)
+	require.True(t, p.Producer)
+	require.Equal(t, []string{"team-*", "helper"}, p.Assistants)
 	_, err = a.Check("k-nobody")
 	require.ErrorIs(t, err, auth.ErrInvalidCredential)
 	_, err = a.Check("")
 	require.ErrorIs(t, err, auth.ErrNoCredential)
 
-	for _, bad := range []string{"onlykey\n", "k p admin extra\n", "k p root\n", "a.b.c p\n", "k p\nk q\n", "# nothing\n"} {
+	for _, bad := range []string{"onlykey\n", "k p admin extra\n", "k p root\n", "a.b.c p\n", "k p\nk q\n", "# nothing\n", "k p admin assistants=x\n", "k p producer assistants=\n", "k p producer assistants=x extra\n"} {
 		require.NoError(t, os.WriteFile(file, []byte(bad), 0o600))
 		_, err := auth.ReadAPIKeysFile(file)
 		require.Error(t, err, "%q", bad)

@@ -42,6 +42,9 @@ const (
 	LimitProducers Limit = "producers_per_thread"
 	// LimitWorkers: Config.MaxWorkers remote workers connected.
 	LimitWorkers Limit = "workers"
+	// LimitOwnedAssistants: MaxOwnedAssistants assistant ids one
+	// principal owns by serving them first.
+	LimitOwnedAssistants Limit = "owned_assistants"
 	// LimitQueuedWorkerRuns: Config.MaxQueuedWorkerRuns runs of one
 	// assistant waiting for a free worker.
 	LimitQueuedWorkerRuns Limit = "queued_worker_runs"
@@ -50,7 +53,7 @@ const (
 	LimitIngestAck Limit = "ingest_ack"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitQueuedWorkerRuns, LimitIngestAck}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

@@ -489,6 +489,14 @@ func (s *Server) Assistants() []string {
 	return out
 }
 
+// localAssistant is the assistant registered in process under id.
+func (s *Server) localAssistant(id string) (Assistant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.assistants[id]
+	return a, ok
+}
+
 func (s *Server) assistant(id string) (Assistant, bool) {
 	s.mu.Lock()
 	a, ok := s.assistants[id]

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,10 +58,34 @@ type WorkerHello struct {
 	Owner string
 	// Assistants are the assistant ids it serves.
 	Assistants []string
+	// Grant is what the owner's credential says of the assistants it may
+	// serve; nil with authentication off (then any). See Workers.Connect.
+	Grant *AssistantGrant
 	// MaxRuns is how many runs it takes at once (capped by
 	// Config.MaxRunsPerWorker; 0: that cap).
 	MaxRuns int
 }
+
+// AssistantGrant is what a principal may serve: every assistant id as an
+// admin; those matching Patterns ("*" matches any run of characters) when
+// its credential lists some; otherwise the ids no other principal has
+// served on this node (the first to serve one owns it while the server
+// runs, until an admin releases it: Workers.Release), never an assistant
+// of the server's own.
+type AssistantGrant struct {
+	Admin    bool
+	Patterns []string
+	// Match reports whether pattern matches id (auth.Glob).
+	Match func(pattern, id string) bool
+}
+
+// ErrAssistantNotYours refuses a worker that would serve an assistant id
+// its principal may not serve.
+var ErrAssistantNotYours = errors.New("server: the principal may not serve this assistant")
+
+// ErrOwnedAssistants refuses a worker whose principal would own more than
+// MaxOwnedAssistants assistant ids by serving them first.
+var ErrOwnedAssistants = errors.New("server: too many assistant ids owned")
 
 // Worker is a connected worker, as its connection sees it.
 type Worker struct {
@@ -120,6 +145,8 @@ type remoteRun struct {
 type Workers struct {
 	s       *Server
 	mu      sync.Mutex
+	owners  map[string]string // per assistant id served without a grant: the principal that owns it
+	owned   map[string]int    // per principal: how many ids owners gives it
 	workers map[string]*Worker
 	turn    map[string]int                 // per assistant: where the next tie-break starts
 	waiting map[string][]*remoteRun        // per assistant: runs waiting for a free worker
@@ -127,7 +154,7 @@ type Workers struct {
 }
 
 func newWorkerHub(s *Server) *Workers {
-	return &Workers{s: s, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]struct{}{}}
+	return &Workers{s: s, owners: map[string]string{}, owned: map[string]int{}, workers: map[string]*Worker{}, turn: map[string]int{}, waiting: map[string][]*remoteRun{}, served: map[string]map[string]struct{}{}}
 }
 
 // counts returns the workers registered and the runs waiting for one.
@@ -150,6 +177,13 @@ func (hub *Workers) Connect(h WorkerHello) (*Worker, error) {
 	if err := s.Unavailable(); err != nil {
 		return nil, err
 	}
+	if g := h.Grant; g != nil && !g.Admin {
+		for _, a := range h.Assistants {
+			if _, local := s.localAssistant(a); local { // before hub.mu: s.mu comes first
+				return nil, fmt.Errorf("%w: %q is this server's own assistant", ErrAssistantNotYours, a)
+			}
+		}
+	}
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	now := s.cfg.Now()
@@ -162,6 +196,9 @@ func (hub *Workers) Connect(h WorkerHello) (*Worker, error) {
 		w.lastSeen = now
 		hub.dispatchLocked()
 		return w, nil
+	}
+	if err := hub.mayServe(h); err != nil {
+		return nil, err
 	}
 	if len(hub.workers) >= s.cfg.MaxWorkers {
 		s.metrics.refused.add(LimitWorkers)
@@ -187,6 +224,78 @@ func (hub *Workers) Connect(h WorkerHello) (*Worker, error) {
 	}
 	hub.dispatchLocked()
 	return w, nil
+}
+
+// mayServe checks that h's owner may serve each of its assistants (see
+// AssistantGrant; the server's own are checked before), and records the
+// owner of those it now owns. The caller holds hub.mu.
+func (hub *Workers) mayServe(h WorkerHello) error {
+	g := h.Grant
+	if g == nil || g.Admin {
+		return nil
+	}
+	for _, a := range h.Assistants {
+		if len(g.Patterns) > 0 {
+			if !slices.ContainsFunc(g.Patterns, func(p string) bool { return g.Match(p, a) }) {
+				return fmt.Errorf("%w: %q is not among the assistants the credential grants (%s)", ErrAssistantNotYours, a, strings.Join(g.Patterns, ", "))
+			}
+			continue
+		}
+		if o, taken := hub.owners[a]; taken && o != h.Owner {
+			return fmt.Errorf("%w: %q is served by another principal (an admin may release it: DELETE /workers/assistants/{id})", ErrAssistantNotYours, a)
+		}
+	}
+	if len(g.Patterns) > 0 {
+		// Granted: served by right; recorded, so that no principal
+		// without a grant takes the id.
+		for _, a := range h.Assistants {
+			if _, taken := hub.owners[a]; !taken && len(hub.owners) < maxGrantedOwners {
+				hub.owners[a] = h.Owner
+			}
+		}
+	} else {
+		fresh := 0
+		for _, a := range h.Assistants {
+			if _, taken := hub.owners[a]; !taken {
+				fresh++
+			}
+		}
+		if hub.owned[h.Owner]+fresh > MaxOwnedAssistants {
+			hub.s.metrics.refused.add(LimitOwnedAssistants)
+			return fmt.Errorf("%w: %q would own more than %d assistant ids; give its credential an assistants grant", ErrOwnedAssistants, h.Owner, MaxOwnedAssistants)
+		}
+		for _, a := range h.Assistants {
+			if _, taken := hub.owners[a]; !taken {
+				hub.owners[a] = h.Owner
+				hub.owned[h.Owner]++
+			}
+		}
+	}
+	return nil
+}
+
+// maxGrantedOwners bounds the ids recorded for granted principals (who
+// are trusted by their credential).
+const maxGrantedOwners = 100_000
+
+// MaxOwnedAssistants bounds the assistant ids one principal may own by
+// serving them first (without a grant), so that the table stays bounded.
+const MaxOwnedAssistants = 1024
+
+// Release forgets who owns an assistant id served without a grant (an
+// admin's decision): the next principal to serve it owns it. It reports
+// whether anyone did.
+func (hub *Workers) Release(assistant string) bool {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	o, ok := hub.owners[assistant]
+	if ok {
+		delete(hub.owners, assistant)
+		if hub.owned[o]--; hub.owned[o] <= 0 {
+			delete(hub.owned, o)
+		}
+	}
+	return ok
 }
 
 // Lease is how long a worker may send nothing before it is lost.

@@ -74,6 +74,7 @@ func (ww workerWire) Routes() []wire.Route {
 		{Method: "POST", Pattern: "/workers/{worker}/runs/{run}", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerBatch)},
 		{Method: "POST", Pattern: "/workers/{worker}/heartbeat", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerHeartbeat)},
 		{Method: "DELETE", Pattern: "/workers/{worker}", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.workerLeave)},
+		{Method: "DELETE", Pattern: "/workers/assistants/{assistant}", Kind: wire.WorkerRoute, Handler: http.HandlerFunc(h.releaseAssistant)},
 	}
 }
 
@@ -121,14 +122,20 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: at most 256 bytes", WorkerHeader))
 		return
 	}
-	wk, err := h.srv.Workers().Connect(server.WorkerHello{ID: id, Owner: owner(r), Assistants: assistants, MaxRuns: maxRuns})
+	hello := server.WorkerHello{ID: id, Owner: owner(r), Assistants: assistants, MaxRuns: maxRuns}
+	if p := auth.FromContext(r.Context()); p != nil {
+		hello.Grant = &server.AssistantGrant{Admin: p.Admin, Patterns: p.Assistants, Match: auth.Glob}
+	}
+	wk, err := h.srv.Workers().Connect(hello)
 	if err != nil {
 		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
 		switch {
 		case errors.Is(err, server.ErrTooManyWorkers):
 			h.metrics.Refused(string(server.LimitWorkers))
 			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
-		case errors.Is(err, server.ErrNoSuchWorker):
+		case errors.Is(err, server.ErrOwnedAssistants):
+			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
+		case errors.Is(err, server.ErrNoSuchWorker), errors.Is(err, server.ErrAssistantNotYours):
 			status, code = http.StatusForbidden, protocol.ErrorCodePermissionDenied
 		}
 		httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
@@ -177,6 +184,22 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// releaseAssistant serves DELETE /workers/assistants/{assistant}: an
+// admin lets go of the principal that owns an assistant id by having
+// served it first (204; 404 when nobody owns it). Workers connected keep
+// serving it; the next principal to serve it owns it.
+func (h *Handler) releaseAssistant(w http.ResponseWriter, r *http.Request) {
+	if p := auth.FromContext(r.Context()); p != nil && !p.Admin {
+		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not release an assistant id: an admin's credential is needed", p.Subject))
+		return
+	}
+	if !h.srv.Workers().Release(r.PathValue("assistant")) {
+		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "nobody owns assistant %q", r.PathValue("assistant")))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // workerHeartbeat serves POST /workers/{worker}/heartbeat.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/client"
 	"github.com/agentstream/agentstream/internal/testkit/ssetest"
 	"github.com/agentstream/agentstream/server"
@@ -414,4 +415,69 @@ func TestWorkerLeaves(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// TestAssistantsBelongToWhoMayServeThem: with authentication on, a
+// producer without an assistants grant owns the ids it serves first, and
+// another such producer cannot serve them (it would receive the first's
+// users' runs); one with a grant serves what it grants and nothing else,
+// and a producer without one cannot take a granted id; nobody but an
+// admin serves the server's own assistants; an admin releases an id.
+func TestAssistantsBelongToWhoMayServeThem(t *testing.T) {
+	keys := map[string]auth.Principal{
+		"k-alice":   {Subject: "alice", Producer: true},
+		"k-mallory": {Subject: "mallory", Producer: true},
+		"k-gina":    {Subject: "gina", Producer: true, Assistants: []string{"team-*"}},
+		"k-admin":   {Subject: "root", Admin: true},
+	}
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: keys})
+	require.NoError(t, err)
+	ts, _, _ := start(t, transport.Options{Auth: a})
+	connect := func(key, assistants string) (int, string, io.Closer) {
+		req, _ := http.NewRequest("GET", ts.URL+"/workers/connect?assistants="+assistants, nil)
+		req.Header.Set("x-api-key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, string(b), nil
+		}
+		return 200, "", resp.Body
+	}
+	status, _, alice := connect("k-alice", "helper")
+	require.Equal(t, 200, status)
+	defer alice.Close()
+	status, body, _ := connect("k-mallory", "helper")
+	require.Equal(t, 403, status, body)
+	require.Contains(t, body, "served by another principal")
+	status, body, _ = connect("k-mallory", "other,helper")
+	require.Equal(t, 403, status, "all or nothing: %s", body)
+	status, body, _ = connect("k-mallory", "echo")
+	require.Equal(t, 403, status, "the server's own: %s", body)
+	status, _, gina := connect("k-gina", "team-x")
+	require.Equal(t, 200, status)
+	defer gina.Close()
+	status, body, _ = connect("k-gina", "helper")
+	require.Equal(t, 403, status, "outside the grant: %s", body)
+	status, body, _ = connect("k-mallory", "team-x")
+	require.Equal(t, 403, status, "a granted id: %s", body)
+	status, _, adm := connect("k-admin", "helper,echo")
+	require.Equal(t, 200, status, "an admin serves anything")
+	adm.Close()
+
+	release := func(key, id string) int {
+		req, _ := http.NewRequest("DELETE", ts.URL+"/workers/assistants/"+id, nil)
+		req.Header.Set("x-api-key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 403, release("k-mallory", "helper"))
+	require.Equal(t, 204, release("k-admin", "helper"))
+	require.Equal(t, 404, release("k-admin", "helper"))
+	status, _, mal := connect("k-mallory", "helper")
+	require.Equal(t, 200, status, "released: the next to serve it owns it")
+	mal.Close()
 }

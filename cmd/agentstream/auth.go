@@ -83,6 +83,7 @@ func token(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Producer, "producer", false, "let it publish events into threads (role: producer)")
 	fs.DurationVar(&o.TTL, "ttl", time.Hour, "how long it is valid (0: no exp)")
 	threads := fs.String("threads", "", "comma-separated thread-id patterns (* glob) it may use besides its own threads")
+	assistants := fs.String("assistants", "", "with --producer: comma-separated assistant-id patterns (* glob) it may serve as a remote worker (none: only ids no other principal serves)")
 	fs.StringVar(&o.Audience, "aud", "", "the audience (aud)")
 	fs.StringVar(&o.Issuer, "iss", "", "the issuer (iss)")
 	if err := fs.Parse(args); err != nil {
@@ -98,6 +99,7 @@ func token(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	o.Threads = splitList(*threads)
+	o.Assistants = splitList(*assistants)
 	t, err := auth.Mint(secret, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentstream token:", err)
