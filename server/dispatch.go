@@ -30,6 +30,17 @@ func result(resp *protocol.CommandResponse, e *protocol.ErrorResponse) (*protoco
 	return resp, nil
 }
 
+// ReasonThreadBusy is the reason member ("reason", a protocol extension)
+// of the error a command gets when the thread's active run refuses it
+// (multitask_strategy reject, a fork): an HTTP wire answers it 409.
+const ReasonThreadBusy = "thread_busy"
+
+// busy marks e as a refusal by the thread's active run (ReasonThreadBusy).
+func busy(e *protocol.ErrorResponse) *protocol.ErrorResponse {
+	e.Extra = map[string]any{"reason": ReasonThreadBusy}
+	return e
+}
+
 // do is Do with the error typed.
 func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCommand) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	s.metrics.commands.Add(1)
@@ -187,7 +198,7 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 		}
 		return success(id, applied, protocol.RunResult{RunID: &cur.id}), nil
 	case *strategy == protocol.MultitaskStrategyReject:
-		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s) and multitask_strategy is reject", threadID, cur.id)
+		return nil, busy(errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s) and multitask_strategy is reject", threadID, cur.id))
 	case *strategy == protocol.MultitaskStrategyEnqueue:
 		if len(t.queued) >= s.cfg.MaxQueuedRuns {
 			s.metrics.refused.add(LimitQueuedRuns)
@@ -419,7 +430,7 @@ func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *p
 	}
 	defer t.mu.Unlock()
 	if t.run != nil {
-		return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s); cancel it before forking", threadID, t.run.id)
+		return nil, busy(errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s); cancel it before forking", threadID, t.run.id))
 	}
 	assistantID, _ := cp.Metadata["assistant_id"].(string) // RunContext.Checkpoint records it
 	a, ok := s.assistant(assistantID)

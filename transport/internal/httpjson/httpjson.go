@@ -9,10 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
 )
 
 // Write writes v as a JSON response with status; a v that does not encode
@@ -79,16 +79,16 @@ func StatusOf(code protocol.ErrorCode) int {
 // without an id, and its HTTP status for the other wires, which start
 // runs over plain HTTP: StatusOf its code, but 409 for the server's
 // refusal of a second run on a busy thread (multitask strategy reject,
-// the one invalid_argument that is a conflict; the wires' tests hold it
-// to its wording). The protocol's own command route answers it 400, as
-// StatusOf does.
+// the one invalid_argument that is a conflict, marked with the reason
+// server.ReasonThreadBusy). The protocol's own command route answers it
+// 400, as StatusOf does.
 func CommandError(err error) (int, *protocol.ErrorResponse) {
 	var e *protocol.ErrorResponse
 	if !errors.As(err, &e) {
 		e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
 	}
 	e.ID = nil
-	if e.Code == protocol.ErrorCodeInvalidArgument && strings.Contains(e.Message, "has an active run") {
+	if e.Extra["reason"] == server.ReasonThreadBusy {
 		return http.StatusConflict, e
 	}
 	return StatusOf(e.Code), e

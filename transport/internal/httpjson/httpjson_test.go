@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,9 +39,13 @@ func TestStatusOfEveryCode(t *testing.T) {
 	for code, status := range want {
 		require.Equal(t, status, StatusOf(code), code)
 	}
-	status, e := CommandError(protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread t has an active run (r1) and multitask_strategy is reject"))
-	require.Equal(t, 409, status)
+	busy := protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "whatever the wording")
+	busy.Extra = map[string]any{"reason": server.ReasonThreadBusy}
+	status, e := CommandError(busy)
+	require.Equal(t, 409, status, "chosen by the reason, not the message")
 	require.Nil(t, e.ID)
+	status, _ = CommandError(protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "thread t has an active run (r1) and multitask_strategy is reject"))
+	require.Equal(t, 400, status, "a message alone decides nothing")
 	status, _ = CommandError(protocol.NewError(nil, protocol.ErrorCodeNoSuchRun, "no run r2"))
 	require.Equal(t, 404, status)
 	status, e = CommandError(errors.New("disk on fire"))
