@@ -118,9 +118,11 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 		maxRuns = n
 	}
 	id := r.Header.Get(WorkerHeader)
-	if len(id) > 256 {
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: at most 256 bytes", WorkerHeader))
-		return
+	if id != "" {
+		if err := server.ValidName(id, 256); err != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%s: %v", WorkerHeader, err))
+			return
+		}
 	}
 	hello := server.WorkerHello{ID: id, Owner: owner(r), Assistants: assistants, MaxRuns: maxRuns}
 	if p := auth.FromContext(r.Context()); p != nil {
