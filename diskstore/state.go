@@ -222,7 +222,7 @@ func (s *State) Delete(_ context.Context, thread string) error {
 			return err
 		}
 	}
-	for _, k := range [][]byte{headKey(thread), renewKey(thread), floorKey(thread), runKey(thread)} {
+	for _, k := range [][]byte{headKey(thread), renewKey(thread), floorKey(thread), runKey(thread), recordKey(thread)} {
 		_ = b.Delete(k, nil)
 	}
 	_ = b.Set(deletedKey(thread), binary.BigEndian.AppendUint64(nil, last), nil)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 
@@ -13,10 +14,16 @@ type MemoryState struct {
 	// MaxCheckpoints, when more than 0, caps the checkpoints kept per
 	// thread: the oldest go first. Set it before use.
 	MaxCheckpoints int
+	// MaxRecords, when more than 0, caps the thread records kept (the
+	// Platform API's threads): past it SetRecord of a new thread fails
+	// with ErrTooManyThreads. Set it before use.
+	MaxRecords int
 
 	mu      sync.Mutex
 	threads map[string]*memThread
+	records map[string]*ThreadRecord
 	hw      compact.Tracker
+	recHW   compact.Tracker
 }
 
 type memThread struct {
@@ -25,10 +32,15 @@ type memThread struct {
 	checkpoints []CheckpointRecord // oldest first
 }
 
-var _ StateStore = (*MemoryState)(nil)
+var (
+	_ StateStore    = (*MemoryState)(nil)
+	_ ThreadCatalog = (*MemoryState)(nil)
+)
 
 // NewMemoryState returns an empty in-memory store.
-func NewMemoryState() *MemoryState { return &MemoryState{threads: map[string]*memThread{}} }
+func NewMemoryState() *MemoryState {
+	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}}
+}
 
 func (m *MemoryState) get(thread string) *memThread {
 	t := m.threads[thread]
@@ -108,6 +120,47 @@ func (m *MemoryState) Delete(_ context.Context, thread string) error {
 	defer m.mu.Unlock()
 	delete(m.threads, thread)
 	m.threads = compact.Shrink(m.threads, &m.hw)
+	delete(m.records, thread)
+	m.records = compact.Shrink(m.records, &m.recHW)
+	return nil
+}
+
+// Record implements ThreadCatalog.
+func (m *MemoryState) Record(_ context.Context, thread string) (ThreadRecord, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.records[thread]
+	if r == nil {
+		return ThreadRecord{}, false, nil
+	}
+	return *r, true, nil
+}
+
+// SetRecord implements ThreadCatalog.
+func (m *MemoryState) SetRecord(_ context.Context, rec ThreadRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.records[rec.ID]; !ok && m.MaxRecords > 0 && len(m.records) >= m.MaxRecords {
+		return fmt.Errorf("%w: %d thread records, the most this server keeps in memory (--max-threads)", ErrTooManyThreads, len(m.records))
+	}
+	m.records[rec.ID] = &rec
+	m.recHW.Grew(len(m.records))
+	return nil
+}
+
+// Records implements ThreadCatalog.
+func (m *MemoryState) Records(_ context.Context, fn func(ThreadRecord) bool) error {
+	m.mu.Lock()
+	recs := make([]ThreadRecord, 0, len(m.records))
+	for _, r := range m.records {
+		recs = append(recs, *r)
+	}
+	m.mu.Unlock()
+	for _, r := range recs {
+		if !fn(r) {
+			return nil
+		}
+	}
 	return nil
 }
 

@@ -222,6 +222,7 @@ func (c Config) withDefaults() Config {
 	if c.State == nil {
 		st := NewMemoryState()
 		st.MaxCheckpoints = c.MaxCheckpoints
+		st.MaxRecords = c.MaxThreads
 		c.State = st
 	}
 	if c.BufferTotalBytes <= 0 {
@@ -287,7 +288,10 @@ type Server struct {
 	runsWG  sync.WaitGroup // every run goroutine
 	running atomic.Int64   // how many there are
 	stop    chan struct{}  // closed by Close: ends the janitor
-	janitor sync.WaitGroup
+	// catalogMu serializes the changes of thread records (CreateThread,
+	// UpdateThread, DeleteThread) on this node.
+	catalogMu sync.Mutex
+	janitor   sync.WaitGroup
 
 	metrics counters
 }
@@ -811,19 +815,24 @@ func (s *Server) sweep() {
 		}
 		t.mu.Unlock()
 		if forget {
-			s.mu.Lock()
-			if s.threads[t.id] == t {
-				delete(s.threads, t.id)
-				s.uncreate(t)
-				if s.watcher != nil {
-					s.watcher.Unwatch(t.id)
-				}
-				s.threads = compact.Shrink(s.threads, &s.threadsHW)
-			}
-			s.mu.Unlock()
+			s.unhold(t)
 			s.cfg.Log.Release(context.Background(), t.id)
 			_ = s.cfg.State.Delete(context.Background(), t.id) // what it cannot delete, the store expires (Redis) or keeps
 		}
+	}
+}
+
+// unhold takes an evicted thread out of the threads this node holds.
+func (s *Server) unhold(t *thread) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.threads[t.id] == t {
+		delete(s.threads, t.id)
+		s.uncreate(t)
+		if s.watcher != nil {
+			s.watcher.Unwatch(t.id)
+		}
+		s.threads = compact.Shrink(s.threads, &s.threadsHW)
 	}
 }
 

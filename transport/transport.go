@@ -47,6 +47,7 @@ import (
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/internal/longlived"
 	"github.com/agentstream/agentstream/transport/jobs"
+	"github.com/agentstream/agentstream/transport/langgraph"
 	"github.com/agentstream/agentstream/transport/minimal"
 	"github.com/agentstream/agentstream/transport/openai"
 	"github.com/agentstream/agentstream/transport/sse"
@@ -70,10 +71,13 @@ const (
 	// ProfileOpenAI is the OpenAI-compatible wires: /v1/chat/completions,
 	// /v1/responses, /v1/models (package openai).
 	ProfileOpenAI = "openai"
+	// ProfileLangGraph is the LangGraph Platform API's resources:
+	// /threads, /threads/search, /assistants/... (package langgraph).
+	ProfileLangGraph = "langgraph"
 )
 
 // Profiles lists the wires Options.Profiles may name.
-var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI, ProfileOpenAI}
+var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI, ProfileOpenAI, ProfileLangGraph}
 
 // profileWire builds the wire a profile names on the transport's context.
 func profileWire(name string, c wire.Context, opts *Options) wire.Wire {
@@ -86,6 +90,8 @@ func profileWire(name string, c wire.Context, opts *Options) wire.Wire {
 		return instanceai.New(c, instanceai.Options{Assistant: opts.InstanceAIAssistant})
 	case ProfileOpenAI:
 		return openai.New(c, openai.Options{})
+	case ProfileLangGraph:
+		return langgraph.New(c)
 	}
 	return nil
 }

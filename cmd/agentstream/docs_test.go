@@ -124,7 +124,7 @@ func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	ports := map[string]string{}
-	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2123", "6390"} {
+	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2108", "2123", "6390"} {
 		ports[p] = freePort(t)
 	}
 	for _, p := range []string{"7001", "7002", "7003"} { // a Redis Cluster's nodes: their bus ports too

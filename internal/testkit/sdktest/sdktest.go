@@ -31,6 +31,14 @@ func Conformance(t testing.TB) (node, script string) {
 	return node, filepath.Join(root, "tools/node/conformance.mjs")
 }
 
+// Script is Conformance for another script of tools/node (name, such as
+// "platform-resources.mjs").
+func Script(t testing.TB, name string) (node, script string) {
+	t.Helper()
+	node, conformance := Conformance(t)
+	return node, filepath.Join(filepath.Dir(conformance), name)
+}
+
 // moduleRoot is the directory of go.mod above the test's directory.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()

@@ -1,0 +1,438 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/auth"
+)
+
+// ThreadRecord is what a thread says of itself beyond its events and
+// state, as the LangGraph Platform API shows it: when it was made and last
+// changed, and the metadata and config its client gave it. A thread made
+// by the protocol (a run.start, a subscription) has none until a Platform
+// client asks for it: it then gets one dated from then.
+type ThreadRecord struct {
+	ID        string
+	Owner     string // the principal that owns it ("" without authentication)
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	Metadata  map[string]any
+	Config    map[string]any
+}
+
+// ThreadCatalog is a StateStore that keeps ThreadRecords, and forgets a
+// thread's with the rest of it (Delete). The in-memory and disk engines'
+// stores are.
+type ThreadCatalog interface {
+	// Record returns the thread's record; ok is false when it has none.
+	Record(ctx context.Context, thread string) (rec ThreadRecord, ok bool, err error)
+	// SetRecord writes a thread's record.
+	SetRecord(ctx context.Context, rec ThreadRecord) error
+	// Records calls fn with every record, in no set order, until fn
+	// returns false.
+	Records(ctx context.Context, fn func(ThreadRecord) bool) error
+}
+
+// ErrNoCatalog refuses the Platform API's thread routes on an engine whose
+// StateStore keeps no ThreadRecords.
+var ErrNoCatalog = errors.New("server: this engine keeps no thread records (the LangGraph Platform API's threads)")
+
+// ErrThreadExists refuses to create a thread that exists (if_exists
+// raise).
+var ErrThreadExists = errors.New("server: the thread exists")
+
+// ErrThreadDeleted ends the sessions of a thread that was deleted.
+var ErrThreadDeleted = errors.New("server: the thread was deleted")
+
+// ErrThreadBusy refuses to delete a thread while a run of it goes on.
+var ErrThreadBusy = errors.New("server: the thread has an active run")
+
+// ThreadInfo is a thread as the Platform API shows it: its record, its
+// status (idle, busy, interrupted) and, when asked, its values and
+// pending interrupts.
+type ThreadInfo struct {
+	ThreadRecord
+	Status     string
+	Values     map[string]any
+	Interrupts []PendingInterrupt
+}
+
+// catalog is the StateStore's ThreadCatalog.
+func (s *Server) catalog() (ThreadCatalog, error) {
+	c, ok := s.cfg.State.(ThreadCatalog)
+	if !ok {
+		return nil, ErrNoCatalog
+	}
+	return c, nil
+}
+
+// CreateThread makes thread id for p (a new id when id is empty), with
+// metadata, and returns its record; created is false when it existed
+// already and ifExists was "do_nothing" (its record is returned). An
+// existing thread with ifExists "raise" (or empty) is ErrThreadExists;
+// one p may not use is ErrPermissionDenied either way.
+func (s *Server) CreateThread(ctx context.Context, p *auth.Principal, id string, metadata map[string]any, ifExists string) (ThreadInfo, bool, error) {
+	c, err := s.catalog()
+	if err != nil {
+		return ThreadInfo{}, false, err
+	}
+	if id == "" {
+		id = NewUUID()
+	}
+	if p != nil {
+		if err := s.Authorize(p, id, true); err != nil {
+			return ThreadInfo{}, false, err
+		}
+	} else if err := ValidThreadID(id); err != nil {
+		return ThreadInfo{}, false, err
+	}
+	s.catalogMu.Lock()
+	defer s.catalogMu.Unlock()
+	rec, ok, err := c.Record(ctx, id)
+	if err != nil {
+		return ThreadInfo{}, false, storeError(err)
+	}
+	if !ok {
+		exists, err := s.threadExists(ctx, id)
+		if err != nil {
+			return ThreadInfo{}, false, err
+		}
+		if exists && p == nil {
+			ok = true // made by the protocol: it exists, with no record yet
+			rec, err = s.adoptRecord(ctx, c, id)
+			if err != nil {
+				return ThreadInfo{}, false, err
+			}
+		}
+	}
+	if ok {
+		if ifExists != "do_nothing" {
+			return ThreadInfo{}, false, fmt.Errorf("%w: %s", ErrThreadExists, id)
+		}
+		info, err := s.threadInfo(ctx, rec, false)
+		return info, false, err
+	}
+	now := s.cfg.Now().UTC()
+	rec = ThreadRecord{ID: id, CreatedAt: now, UpdatedAt: now, Metadata: orEmptyMap(metadata), Config: map[string]any{}}
+	if p != nil {
+		rec.Owner = p.Subject
+	}
+	if err := c.SetRecord(ctx, rec); err != nil {
+		return ThreadInfo{}, false, storeError(err)
+	}
+	return ThreadInfo{ThreadRecord: rec, Status: "idle"}, true, nil
+}
+
+// threadExists reports whether the thread has state, history or a live
+// presence on this node.
+func (s *Server) threadExists(ctx context.Context, id string) (bool, error) {
+	if t, _ := s.thread(id, false); t != nil {
+		return true, nil
+	}
+	ok, err := s.cfg.State.Exists(ctx, id)
+	if err != nil {
+		return false, storeError(err)
+	}
+	if ok {
+		return true, nil
+	}
+	return s.hasHistory(ctx, id)
+}
+
+// adoptRecord gives a thread the protocol made a record, dated now, owned
+// by its owner. The caller holds s.catalogMu.
+func (s *Server) adoptRecord(ctx context.Context, c ThreadCatalog, id string) (ThreadRecord, error) {
+	owner, _, err := s.cfg.State.Owner(ctx, id)
+	if err != nil {
+		return ThreadRecord{}, storeError(err)
+	}
+	now := s.cfg.Now().UTC()
+	rec := ThreadRecord{ID: id, Owner: owner, CreatedAt: now, UpdatedAt: now, Metadata: map[string]any{}, Config: map[string]any{}}
+	if err := c.SetRecord(ctx, rec); err != nil {
+		return ThreadRecord{}, storeError(err)
+	}
+	return rec, nil
+}
+
+// Thread returns thread id as the Platform API shows it, with its values
+// and interrupts; ok is false for a thread that does not exist. The
+// caller has authorized p for it.
+func (s *Server) Thread(ctx context.Context, id string) (ThreadInfo, bool, error) {
+	c, err := s.catalog()
+	if err != nil {
+		return ThreadInfo{}, false, err
+	}
+	rec, ok, err := c.Record(ctx, id)
+	if err != nil {
+		return ThreadInfo{}, false, storeError(err)
+	}
+	if !ok {
+		exists, err := s.threadExists(ctx, id)
+		if err != nil || !exists {
+			return ThreadInfo{}, false, err
+		}
+		s.catalogMu.Lock()
+		rec, ok, err = c.Record(ctx, id)
+		if err == nil && !ok {
+			rec, err = s.adoptRecord(ctx, c, id)
+		}
+		s.catalogMu.Unlock()
+		if err != nil {
+			return ThreadInfo{}, false, storeError(err)
+		}
+	}
+	info, err := s.threadInfo(ctx, rec, true)
+	return info, err == nil, err
+}
+
+// threadInfo completes rec with the thread's status, and its values and
+// interrupts when full.
+func (s *Server) threadInfo(ctx context.Context, rec ThreadRecord, full bool) (ThreadInfo, error) {
+	info := ThreadInfo{ThreadRecord: rec, Status: "idle"}
+	status, interrupts := s.runState(rec.ID)
+	switch {
+	case len(interrupts) > 0 || status == "interrupted":
+		info.Status = "interrupted"
+	case status != "idle":
+		info.Status = "busy"
+	}
+	if full {
+		info.Interrupts = interrupts
+		v, ok, err := s.cfg.State.Values(ctx, rec.ID)
+		if err != nil {
+			return ThreadInfo{}, storeError(err)
+		}
+		if ok {
+			info.Values = v
+		}
+	}
+	return info, nil
+}
+
+// UpdateThread merges metadata into thread id's (a member set to null
+// is kept as null, as the Platform does) and returns the thread; ok is
+// false for a thread that does not exist.
+func (s *Server) UpdateThread(ctx context.Context, id string, metadata map[string]any) (ThreadInfo, bool, error) {
+	c, err := s.catalog()
+	if err != nil {
+		return ThreadInfo{}, false, err
+	}
+	if _, ok, err := s.Thread(ctx, id); err != nil || !ok {
+		return ThreadInfo{}, ok, err
+	}
+	s.catalogMu.Lock()
+	rec, ok, err := c.Record(ctx, id)
+	if err == nil && ok {
+		rec.Metadata = maps.Clone(rec.Metadata)
+		if rec.Metadata == nil {
+			rec.Metadata = map[string]any{}
+		}
+		maps.Copy(rec.Metadata, metadata)
+		rec.UpdatedAt = s.cfg.Now().UTC()
+		err = c.SetRecord(ctx, rec)
+	}
+	s.catalogMu.Unlock()
+	if err != nil {
+		return ThreadInfo{}, false, storeError(err)
+	}
+	if !ok {
+		return ThreadInfo{}, false, nil
+	}
+	info, err := s.threadInfo(ctx, rec, false)
+	return info, err == nil, err
+}
+
+// DeleteThread forgets thread id: its record, state, checkpoints, owner
+// and events. A thread with an active run on this node is ErrThreadBusy
+// (cancel the run first); ok is false for one that does not exist.
+func (s *Server) DeleteThread(ctx context.Context, id string) (ok bool, err error) {
+	c, err := s.catalog()
+	if err != nil {
+		return false, err
+	}
+	_, exists, err := c.Record(ctx, id)
+	if err != nil {
+		return false, storeError(err)
+	}
+	if !exists {
+		if exists, err = s.threadExists(ctx, id); err != nil || !exists {
+			return false, err
+		}
+	}
+	if s.runActive(id) {
+		return true, fmt.Errorf("%w: cancel it first", ErrThreadBusy)
+	}
+	if t, _ := s.thread(id, false); t != nil {
+		t.mu.Lock()
+		if t.run != nil || len(t.queued) > 0 {
+			t.mu.Unlock()
+			return true, fmt.Errorf("%w: cancel it first", ErrThreadBusy)
+		}
+		t.evicted = true
+		sessions := t.sessionList()
+		for _, ss := range sessions {
+			ss.leave(t)
+		}
+		t.mu.Unlock()
+		for _, ss := range sessions {
+			ss.end(ErrThreadDeleted)
+		}
+		s.unhold(t)
+	}
+	s.catalogMu.Lock()
+	defer s.catalogMu.Unlock()
+	if err := s.cfg.State.Delete(ctx, id); err != nil {
+		return true, storeError(err)
+	}
+	s.cfg.Log.Release(ctx, id)
+	return true, nil
+}
+
+// ThreadQuery selects threads (SearchThreads): those whose metadata holds
+// every member of Metadata with an equal value, and whose values hold
+// every member of Values likewise (the thread's values are read only for
+// a query that names some), with Status when set; Limit of them (10
+// when 0) after Offset, sorted by SortBy (thread_id, created_at,
+// updated_at or status; created_at when empty) in SortOrder (asc or
+// desc; desc when empty).
+type ThreadQuery struct {
+	IDs              []string // when set, only these threads
+	Metadata, Values map[string]any
+	Status           string
+	Limit, Offset    int
+	SortBy           string
+	SortOrder        string
+}
+
+// SearchThreads lists the threads p may use that q selects (every thread
+// without authentication, p nil), and how many q selects in all.
+func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQuery, anonymous bool) ([]ThreadInfo, int, error) {
+	c, err := s.catalog()
+	if err != nil {
+		return nil, 0, err
+	}
+	var found []ThreadInfo
+	var ferr error
+	err = c.Records(ctx, func(rec ThreadRecord) bool {
+		if !anonymous && (p == nil || !p.MayUse(rec.ID, rec.Owner)) {
+			return true
+		}
+		if !matches(rec.Metadata, q.Metadata) || len(q.IDs) > 0 && !slices.Contains(q.IDs, rec.ID) {
+			return true
+		}
+		info, err := s.threadInfo(ctx, rec, len(q.Values) > 0)
+		if err != nil {
+			ferr = err
+			return false
+		}
+		if q.Status != "" && info.Status != q.Status || !matches(info.Values, q.Values) {
+			return true
+		}
+		info.Values = nil
+		found = append(found, info)
+		return true
+	})
+	if err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return nil, 0, storeError(err)
+	}
+	desc := q.SortOrder != "asc"
+	key := func(a ThreadInfo) string {
+		switch q.SortBy {
+		case "thread_id":
+			return a.ID
+		case "updated_at":
+			return a.UpdatedAt.Format(time.RFC3339Nano)
+		case "status":
+			return a.Status
+		}
+		return a.CreatedAt.Format(time.RFC3339Nano)
+	}
+	slices.SortStableFunc(found, func(a, b ThreadInfo) int {
+		c := strings.Compare(key(a), key(b))
+		if c == 0 {
+			c = strings.Compare(a.ID, b.ID)
+		}
+		if desc {
+			return -c
+		}
+		return c
+	})
+	total := len(found)
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 10
+	}
+	if q.Offset >= len(found) {
+		return []ThreadInfo{}, total, nil
+	}
+	found = found[q.Offset:]
+	if len(found) > limit {
+		found = found[:limit]
+	}
+	return found, total, nil
+}
+
+// MetadataMatches reports whether have holds every member of want with an
+// equal value (a search's selection by metadata).
+func MetadataMatches(have, want map[string]any) bool { return matches(have, want) }
+
+// matches reports whether have holds every member of want with an equal
+// value (JSON values: reflect.DeepEqual of their decoded forms, numbers
+// compared as numbers).
+func matches(have, want map[string]any) bool {
+	for k, w := range want {
+		h, ok := have[k]
+		if !ok || !jsonEqual(h, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func jsonEqual(a, b any) bool {
+	if fa, ok := number(a); ok {
+		fb, ok := number(b)
+		return ok && fa == fb
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+func orEmptyMap(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return maps.Clone(m)
+}
+
+// NewUUID returns a random (version 4) UUID, the form of the Platform
+// API's thread ids.
+func NewUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

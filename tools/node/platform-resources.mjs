@@ -1,0 +1,57 @@
+// The LangGraph Platform API's resources through the official SDK's
+// classic client (@langchain/langgraph-sdk), against the server at
+// process.argv[2]: assistants and threads, step by step. It prints one
+// JSON object: each step's answer (or its error's status) with ids and
+// timestamps replaced by their kind, so that the answers of two servers
+// (agentstream's, the reference LangGraph server's) compare member by
+// member (TestPlatformResourcesMatchTheReference in transport/langgraph).
+import { Client } from "@langchain/langgraph-sdk";
+import { randomUUID } from "node:crypto";
+
+const client = new Client({ apiUrl: process.argv[2], defaultHeaders: {} });
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const time = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/;
+
+function norm(v) {
+  if (Array.isArray(v)) return v.map(norm);
+  if (v && typeof v === "object") {
+    const out = {};
+    for (const k of Object.keys(v).sort()) out[k] = norm(v[k]);
+    return out;
+  }
+  if (typeof v === "string" && uuid.test(v)) return "<uuid>";
+  if (typeof v === "string" && time.test(v)) return "<time>";
+  return v;
+}
+
+const steps = {};
+async function step(name, f) {
+  try {
+    steps[name] = norm(await f());
+  } catch (e) {
+    steps[name] = { error: e?.status ?? String(e) };
+  }
+}
+
+const t1 = randomUUID();
+const mark = randomUUID(); // this run's threads, apart from others on the server
+await step("assistants.search echo", () => client.assistants.search({ graphId: "echo" }));
+const echo = (await client.assistants.search({ graphId: "echo" }))[0];
+steps["assistant id is the graph's"] = echo.assistant_id;
+await step("assistants.get", () => client.assistants.get(echo.assistant_id));
+await step("assistants.count echo", () => client.assistants.count({ graphId: "echo" }));
+await step("threads.create", () => client.threads.create({ threadId: t1, metadata: { user: "ann", n: 1, mark } }));
+await step("threads.create again", () => client.threads.create({ threadId: t1 }));
+await step("threads.create do_nothing", () => client.threads.create({ threadId: t1, ifExists: "do_nothing" }));
+await step("threads.create without id", () => client.threads.create({ metadata: { user: "bob", mark } }));
+await step("threads.get", () => client.threads.get(t1));
+await step("threads.update", () => client.threads.update(t1, { metadata: { n: 2 } }));
+await step("threads.search metadata", () => client.threads.search({ metadata: { user: "ann", mark } }));
+await step("threads.search page", () => client.threads.search({ metadata: { mark }, limit: 1, offset: 1, sortBy: "created_at", sortOrder: "asc" }));
+await step("threads.search busy", () => client.threads.search({ metadata: { mark }, status: "busy" }));
+await step("threads.count", () => client.threads.count({ metadata: { mark } }));
+await step("threads.get unknown", () => client.threads.get(randomUUID()));
+await step("threads.delete", () => client.threads.delete(t1));
+await step("threads.get deleted", () => client.threads.get(t1));
+await step("threads.delete deleted", () => client.threads.delete(t1));
+console.log(JSON.stringify(steps));

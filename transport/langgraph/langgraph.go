@@ -1,0 +1,421 @@
+package langgraph
+
+import (
+	"crypto/sha1"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/wire"
+)
+
+// maxBody bounds a request's body.
+const maxBody = 1 << 20
+
+// Handler serves the Platform API's resource routes.
+type Handler struct {
+	wire.Context
+	started time.Time // the assistants' created_at: when the wire started
+}
+
+// New returns the wire's handler on c.Server.
+func New(c wire.Context) *Handler {
+	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC()}
+}
+
+// Routes are the wire's routes. Reads of lists and of an assistant are
+// reads; what creates or changes a thread is a command's.
+func (h *Handler) Routes() []wire.Route {
+	route := func(method, pattern string, kind wire.Kind, f http.HandlerFunc) wire.Route {
+		return wire.Route{Method: method, Pattern: pattern, Kind: kind, Handler: f, Outer: errorShape}
+	}
+	return []wire.Route{
+		route("POST", "/threads", wire.CommandRoute, h.createThread),
+		route("GET", "/threads/{id}", wire.ReadRoute, h.getThread),
+		route("PATCH", "/threads/{id}", wire.CommandRoute, h.patchThread),
+		route("DELETE", "/threads/{id}", wire.CommandRoute, h.deleteThread),
+		route("POST", "/threads/search", wire.ReadRoute, h.searchThreads),
+		route("POST", "/threads/count", wire.ReadRoute, h.countThreads),
+		route("POST", "/assistants/search", wire.ReadRoute, h.searchAssistants),
+		route("POST", "/assistants/count", wire.ReadRoute, h.countAssistants),
+		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
+	}
+}
+
+// fail answers an error as the Platform does: {"detail": ...}.
+func fail(w http.ResponseWriter, status int, format string, args ...any) {
+	write(w, status, LgError{Detail: fmt.Sprintf(format, args...)})
+}
+
+func write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serverError answers an error of the server's core with its status.
+func serverError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, server.ErrPermissionDenied):
+		fail(w, http.StatusForbidden, "%v", err)
+	case errors.Is(err, server.ErrUnauthenticated):
+		fail(w, http.StatusUnauthorized, "%v", err)
+	case errors.Is(err, server.ErrNoSuchThread):
+		fail(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, server.ErrThreadExists), errors.Is(err, server.ErrThreadBusy):
+		fail(w, http.StatusConflict, "%v", err)
+	case errors.Is(err, server.ErrThreadID):
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+	case errors.Is(err, server.ErrTooManyThreads), errors.Is(err, server.ErrQuota):
+		fail(w, http.StatusTooManyRequests, "%v", err)
+	case errors.Is(err, server.ErrNoCatalog):
+		fail(w, http.StatusNotImplemented, "%v", err)
+	default:
+		fail(w, http.StatusServiceUnavailable, "%v", err)
+	}
+}
+
+// body reads and strictly decodes a JSON body (an empty one is {}) into
+// v, a request of its rule, and validates it: 422 as the Platform answers
+// a body its schema refuses.
+func (h *Handler) body(w http.ResponseWriter, r *http.Request, v interface{ Validate() error }) bool {
+	b, ok := h.ReadBody(w, r, maxBody, "request")
+	if !ok {
+		return false
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		b = []byte("{}")
+	}
+	if err := cddlrt.DecodeStrictJSON(b, v); err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+		return false
+	}
+	if err := v.Validate(); err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+		return false
+	}
+	return true
+}
+
+// stamp is a time as the Platform writes it.
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// thread is info as the wire shows it; full adds its values and
+// interrupts once it has values.
+func thread(info server.ThreadInfo, full bool) LgThread {
+	t := LgThread{ThreadID: info.ID, CreatedAt: stamp(info.CreatedAt), UpdatedAt: stamp(info.UpdatedAt),
+		Metadata: orEmpty(info.Metadata), Status: LgThreadStatus(info.Status), Config: orEmpty(info.Config)}
+	if full && info.Values != nil { // a thread with no state yet has neither, as the Platform shows it
+		v := LgThreadValues(info.Values)
+		t.Values = &v
+		t.Interrupts = map[string][]LgInterrupt{}
+		for _, in := range info.Interrupts {
+			task := "agent"
+			if len(in.Namespace) > 0 {
+				task = strings.Join(in.Namespace, "|")
+			}
+			t.Interrupts[task] = append(t.Interrupts[task], LgInterrupt{ID: in.ID, Value: in.Payload})
+		}
+	}
+	return t
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// createThread serves POST /threads.
+func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) {
+	var req LgThreadCreate
+	if !h.body(w, r, &req) {
+		return
+	}
+	id, ifExists := "", "raise"
+	if req.ThreadID != nil {
+		id = *req.ThreadID
+		if err := server.ValidThreadID(id); err != nil {
+			fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
+			return
+		}
+	}
+	if req.IfExists != nil {
+		ifExists = string(*req.IfExists)
+	}
+	var md map[string]any
+	if req.Metadata != nil {
+		md = *req.Metadata
+	}
+	info, _, err := h.Server.CreateThread(r.Context(), auth.FromContext(r.Context()), id, md, ifExists)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	write(w, http.StatusOK, thread(info, false))
+}
+
+// authorized asks whether the request may use an existing thread.
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
+	if err := server.ValidThreadID(id); err != nil {
+		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
+		return false
+	}
+	if p := auth.FromContext(r.Context()); p != nil {
+		if err := h.Server.Authorize(p, id, false); err != nil {
+			serverError(w, err)
+			return false
+		}
+	}
+	return true
+}
+
+// getThread serves GET /threads/{id}.
+func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !h.authorized(w, r, id) {
+		return
+	}
+	info, ok, err := h.Server.Thread(r.Context(), id)
+	switch {
+	case err != nil:
+		serverError(w, err)
+	case !ok:
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
+	default:
+		write(w, http.StatusOK, thread(info, true))
+	}
+}
+
+// patchThread serves PATCH /threads/{id}.
+func (h *Handler) patchThread(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !h.authorized(w, r, id) {
+		return
+	}
+	var req LgThreadPatch
+	if !h.body(w, r, &req) {
+		return
+	}
+	var md map[string]any
+	if req.Metadata != nil {
+		md = *req.Metadata
+	}
+	info, ok, err := h.Server.UpdateThread(r.Context(), id, md)
+	switch {
+	case err != nil:
+		serverError(w, err)
+	case !ok:
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
+	default:
+		write(w, http.StatusOK, thread(info, false))
+	}
+}
+
+// deleteThread serves DELETE /threads/{id}.
+func (h *Handler) deleteThread(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !h.authorized(w, r, id) {
+		return
+	}
+	ok, err := h.Server.DeleteThread(r.Context(), id)
+	switch {
+	case err != nil:
+		serverError(w, err)
+	case !ok:
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// query is a search's or a count's selection.
+func query(md, values *map[string]any, status *LgThreadStatus) server.ThreadQuery {
+	var q server.ThreadQuery
+	if md != nil {
+		q.Metadata = *md
+	}
+	if values != nil {
+		q.Values = *values
+	}
+	if status != nil {
+		q.Status = string(*status)
+	}
+	return q
+}
+
+// searchThreads serves POST /threads/search: the threads the caller may
+// use that the query selects.
+func (h *Handler) searchThreads(w http.ResponseWriter, r *http.Request) {
+	var req LgThreadSearch
+	if !h.body(w, r, &req) {
+		return
+	}
+	q := query((*map[string]any)(req.Metadata), (*map[string]any)(req.Values), req.Status)
+	if req.Ids != nil {
+		q.IDs = req.Ids
+	}
+	if req.Limit != nil {
+		q.Limit = int(*req.Limit)
+	}
+	if req.Offset != nil {
+		q.Offset = int(min(*req.Offset, 1<<31))
+	}
+	if req.SortBy != nil {
+		q.SortBy = string(*req.SortBy)
+	}
+	if req.SortOrder != nil {
+		q.SortOrder = string(*req.SortOrder)
+	}
+	p := auth.FromContext(r.Context())
+	found, _, err := h.Server.SearchThreads(r.Context(), p, q, p == nil)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	out := make([]LgThread, len(found))
+	for i, info := range found {
+		out[i] = thread(info, false)
+	}
+	write(w, http.StatusOK, out)
+}
+
+// countThreads serves POST /threads/count.
+func (h *Handler) countThreads(w http.ResponseWriter, r *http.Request) {
+	var req LgThreadCount
+	if !h.body(w, r, &req) {
+		return
+	}
+	q := query((*map[string]any)(req.Metadata), (*map[string]any)(req.Values), req.Status)
+	q.Limit = 1
+	p := auth.FromContext(r.Context())
+	_, total, err := h.Server.SearchThreads(r.Context(), p, q, p == nil)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	write(w, http.StatusOK, total)
+}
+
+// graphNamespace is the namespace of the Platform's assistant ids: an
+// assistant's id is the version 5 UUID of its graph's name in it.
+var graphNamespace = [16]byte{0x6b, 0xa7, 0xb8, 0x21, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+
+// AssistantID is the Platform's id of the assistant of graph (its name).
+func AssistantID(graph string) string {
+	h := sha1.New()
+	h.Write(graphNamespace[:])
+	h.Write([]byte(graph))
+	b := h.Sum(nil)[:16]
+	b[6] = b[6]&0x0f | 0x50
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// assistants are every assistant the server runs, by name.
+func (h *Handler) assistants() []LgAssistant {
+	names := h.Server.Assistants()
+	slices.Sort(names)
+	out := make([]LgAssistant, len(names))
+	for i, n := range names {
+		out[i] = LgAssistant{AssistantID: AssistantID(n), GraphID: n, Name: n, Version: 1, Config: map[string]any{}, Context: map[string]any{},
+			Metadata: map[string]any{"created_by": "system"}, CreatedAt: stamp(h.started), UpdatedAt: stamp(h.started)}
+	}
+	return out
+}
+
+// selectAssistants filters by graph_id, name and metadata.
+func selectAssistants(all []LgAssistant, graph, name *string, md *LgMetadata) []LgAssistant {
+	var out []LgAssistant
+	for _, a := range all {
+		if graph != nil && a.GraphID != *graph || name != nil && a.Name != *name {
+			continue
+		}
+		if md != nil && !server.MetadataMatches(a.Metadata, *md) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// searchAssistants serves POST /assistants/search.
+func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
+	var req LgAssistantSearch
+	if !h.body(w, r, &req) {
+		return
+	}
+	found := selectAssistants(h.assistants(), req.GraphID, req.Name, req.Metadata)
+	key := func(a LgAssistant) string {
+		if req.SortBy != nil {
+			switch *req.SortBy {
+			case "assistant_id":
+				return a.AssistantID
+			case "graph_id":
+				return a.GraphID
+			case "name":
+				return a.Name
+			}
+		}
+		return a.CreatedAt
+	}
+	desc := req.SortOrder == nil || *req.SortOrder == "desc"
+	slices.SortStableFunc(found, func(a, b LgAssistant) int {
+		c := strings.Compare(key(a), key(b))
+		if desc {
+			c = -c
+		}
+		if c == 0 {
+			c = strings.Compare(a.Name, b.Name)
+		}
+		return c
+	})
+	offset, limit := 0, 10
+	if req.Offset != nil {
+		offset = int(min(*req.Offset, 1<<31))
+	}
+	if req.Limit != nil {
+		limit = int(*req.Limit)
+	}
+	if offset >= len(found) {
+		found = nil
+	} else {
+		found = found[offset:]
+	}
+	if len(found) > limit {
+		found = found[:limit]
+	}
+	if found == nil {
+		found = []LgAssistant{}
+	}
+	write(w, http.StatusOK, found)
+}
+
+// countAssistants serves POST /assistants/count.
+func (h *Handler) countAssistants(w http.ResponseWriter, r *http.Request) {
+	var req LgAssistantCount
+	if !h.body(w, r, &req) {
+		return
+	}
+	write(w, http.StatusOK, len(selectAssistants(h.assistants(), req.GraphID, req.Name, req.Metadata)))
+}
+
+// getAssistant serves GET /assistants/{id}: by its UUID or its name.
+func (h *Handler) getAssistant(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	for _, a := range h.assistants() {
+		if a.AssistantID == id || a.GraphID == id {
+			write(w, http.StatusOK, a)
+			return
+		}
+	}
+	fail(w, http.StatusNotFound, "Assistant %s not found", id)
+}

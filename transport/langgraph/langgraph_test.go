@@ -1,0 +1,301 @@
+package langgraph_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/diskstore"
+	"github.com/agentstream/agentstream/internal/testkit/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/lgtest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/langgraph"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestGeneratedFilesAreFresh: doc.go's go:generate line writes what is in
+// the package.
+func TestGeneratedFilesAreFresh(t *testing.T) { gentest.Fresh(t, "doc.go", 1) }
+
+// node is a server with the wire, on its engine (cfg), and its URL.
+type node struct {
+	url  string
+	srv  *server.Server
+	stop func()
+}
+
+func start(t *testing.T, cfg server.Config, opts transport.Options) *node {
+	t.Helper()
+	srv := server.New(cfg)
+	assistants.Register(srv)
+	opts.Profiles = []string{transport.ProfileLangGraph}
+	h := transport.New(srv, opts)
+	ts := httptest.NewServer(h)
+	n := &node{url: ts.URL, srv: srv}
+	stopped := false
+	n.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = h.Shutdown(ctx)
+		ts.Close()
+		_ = srv.Close(ctx)
+	}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// call sends a request (body JSON, key an API key or "") and decodes the
+// answer into out when it is not nil.
+func call(t *testing.T, method, url, body, key string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		require.NoError(t, json.Unmarshal(b, out), "%s", b)
+	}
+	if resp.StatusCode >= 400 {
+		var e map[string]any
+		require.NoError(t, json.Unmarshal(b, &e), "an error is JSON: %s", b)
+		require.NotEmpty(t, e["detail"], "%s", b)
+	}
+	return resp.StatusCode
+}
+
+// TestAssistantIDsAreThePlatforms: an assistant's id is the UUID the
+// Platform derives from its graph's name (the reference server's id of
+// its graph "chat").
+func TestAssistantIDsAreThePlatforms(t *testing.T) {
+	require.Equal(t, "eb6db400-e3c8-5d06-a834-015cb89efe69", langgraph.AssistantID("chat"))
+}
+
+// TestAssistants: every assistant the server runs is listed, found by its
+// id or name, and counted; a search selects by graph_id and pages.
+func TestAssistants(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	var all []langgraph.LgAssistant
+	require.Equal(t, 200, call(t, "POST", n.url+"/assistants/search", `{"limit": 100}`, "", &all))
+	var names []string
+	for _, a := range all {
+		names = append(names, a.GraphID)
+		require.Equal(t, langgraph.AssistantID(a.GraphID), a.AssistantID)
+		require.Equal(t, a.GraphID, a.Name)
+		require.Equal(t, "system", a.Metadata["created_by"])
+	}
+	require.Subset(t, names, []string{"echo", "demo", "firehose"})
+	var one langgraph.LgAssistant
+	require.Equal(t, 200, call(t, "GET", n.url+"/assistants/"+langgraph.AssistantID("echo"), "", "", &one))
+	require.Equal(t, "echo", one.GraphID)
+	require.Equal(t, 200, call(t, "GET", n.url+"/assistants/echo", "", "", &one))
+	require.Equal(t, 404, call(t, "GET", n.url+"/assistants/nope", "", "", nil))
+	var count int
+	require.Equal(t, 200, call(t, "POST", n.url+"/assistants/count", `{"graph_id": "echo"}`, "", &count))
+	require.Equal(t, 1, count)
+	var page []langgraph.LgAssistant
+	require.Equal(t, 200, call(t, "POST", n.url+"/assistants/search", `{"limit": 1, "offset": 1, "sort_by": "name", "sort_order": "asc"}`, "", &page))
+	require.Len(t, page, 1)
+	require.Equal(t, 422, call(t, "POST", n.url+"/assistants/search", `{"limit": 0}`, "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/assistants/search", `{"sort_by": "age"}`, "", nil))
+}
+
+// threadsAsResources runs the threads scenario on a node: create (with an
+// id, without, if_exists), read, patch, search (metadata, status, sort,
+// pages), count, delete; a thread the protocol made (a run) is read with
+// its values.
+func threadsAsResources(t *testing.T, n *node) {
+	var a, b, again langgraph.LgThread
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "11111111-1111-4111-8111-111111111111", "metadata": {"user": "ann", "n": 1}}`, "", &a))
+	require.Equal(t, "11111111-1111-4111-8111-111111111111", a.ThreadID)
+	require.Equal(t, langgraph.LgThreadStatus("idle"), a.Status)
+	require.Equal(t, map[string]any{"user": "ann", "n": float64(1)}, map[string]any(a.Metadata))
+	require.Nil(t, a.Values, "a created thread comes without its values")
+	_, err := time.Parse(time.RFC3339Nano, a.CreatedAt)
+	require.NoError(t, err)
+	require.Equal(t, 409, call(t, "POST", n.url+"/threads", `{"thread_id": "11111111-1111-4111-8111-111111111111"}`, "", nil))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "11111111-1111-4111-8111-111111111111", "if_exists": "do_nothing"}`, "", &again))
+	require.Equal(t, a, again, "do_nothing: the thread as it is")
+	time.Sleep(5 * time.Millisecond)
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"metadata": {"user": "bob"}}`, "", &b))
+	require.Len(t, b.ThreadID, 36, "a UUID")
+
+	var got langgraph.LgThread
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+a.ThreadID, "", "", &got))
+	require.Nil(t, got.Values, "no state yet: no values, as the Platform shows it")
+	require.Nil(t, got.Interrupts)
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/22222222-1111-4111-8111-111111111111", "", "", nil))
+
+	var patched langgraph.LgThread
+	require.Equal(t, 200, call(t, "PATCH", n.url+"/threads/"+a.ThreadID, `{"metadata": {"n": 2, "tag": "x"}}`, "", &patched))
+	require.Equal(t, map[string]any{"user": "ann", "n": float64(2), "tag": "x"}, map[string]any(patched.Metadata))
+	require.Equal(t, a.CreatedAt, patched.CreatedAt)
+	require.GreaterOrEqual(t, patched.UpdatedAt, a.UpdatedAt)
+
+	var found []langgraph.LgThread
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/search", `{"metadata": {"user": "ann"}}`, "", &found))
+	require.Len(t, found, 1)
+	require.Equal(t, a.ThreadID, found[0].ThreadID)
+	require.Nil(t, found[0].Values, "lists carry no values")
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/search", `{"sort_by": "created_at", "sort_order": "asc", "limit": 2}`, "", &found))
+	require.Len(t, found, 2)
+	require.Equal(t, []string{a.ThreadID, b.ThreadID}, []string{found[0].ThreadID, found[1].ThreadID})
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/search", `{"limit": 1, "offset": 1}`, "", &found))
+	require.Len(t, found, 1)
+	require.Equal(t, a.ThreadID, found[0].ThreadID, "newest first by default")
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/search", `{"status": "busy"}`, "", &found))
+	require.Empty(t, found)
+	var count int
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{}`, "", &count))
+	require.Equal(t, 2, count)
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{"metadata": {"tag": "x"}}`, "", &count))
+	require.Equal(t, 1, count)
+
+	// A thread the protocol made: a run of echo, then read as a resource.
+	resp, err := http.Post(n.url+"/threads/proto1/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hello"}]}}}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		var th langgraph.LgThread
+		return call(t, "GET", n.url+"/threads/proto1", "", "", &th) == 200 && th.Values != nil && len(*th.Values) > 0 && th.Status == "idle" && th.Interrupts != nil
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{}`, "", &count))
+	require.Equal(t, 3, count, "listed once it was read")
+
+	// Bad bodies: 422, as the Platform.
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads", `{"if_exists": "sometimes"}`, "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads", `{"thread_id": "a b"}`, "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/search", `{"limit": "ten"}`, "", nil))
+	require.Equal(t, 400, call(t, "POST", n.url+"/threads/search", `{"metadata": `+strings.Repeat("[", 100)+strings.Repeat("]", 100)+`}`, "", nil), "past the depth bound: refused before decoding")
+
+	require.Equal(t, 204, call(t, "DELETE", n.url+"/threads/"+b.ThreadID, "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/"+b.ThreadID, "", "", nil))
+	require.Equal(t, 404, call(t, "DELETE", n.url+"/threads/"+b.ThreadID, "", "", nil))
+}
+
+// TestThreadsAsResources: the threads scenario in memory and on disk; on
+// disk the threads and their records outlive a restart.
+func TestThreadsAsResources(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { threadsAsResources(t, start(t, server.Config{}, transport.Options{})) })
+	t.Run("disk", func(t *testing.T) {
+		dir := t.TempDir()
+		open := func() *node {
+			eng, err := diskstore.Open(diskstore.Options{Dir: dir})
+			require.NoError(t, err)
+			return start(t, server.Config{Engine: eng}, transport.Options{})
+		}
+		n := open()
+		threadsAsResources(t, n)
+		var before langgraph.LgThread
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/11111111-1111-4111-8111-111111111111", "", "", &before))
+		n.stop()
+		n = open()
+		var after langgraph.LgThread
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/11111111-1111-4111-8111-111111111111", "", "", &after))
+		require.Equal(t, before.CreatedAt, after.CreatedAt)
+		require.Equal(t, before.Metadata, after.Metadata)
+		var count int
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{}`, "", &count))
+		require.Equal(t, 2, count)
+	})
+}
+
+// TestThreadsAreEachPrincipals: with authentication on, a principal
+// lists, counts and reads only the threads it owns or is granted; another's
+// is 403 by id (and cannot be patched or deleted); an admin sees all.
+func TestThreadsAreEachPrincipals(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{
+		"k-ann": {Subject: "ann"}, "k-bob": {Subject: "bob"}, "k-root": {Subject: "root", Admin: true},
+		"k-team": {Subject: "carl", Threads: []string{"team-*"}},
+	}})
+	require.NoError(t, err)
+	n := start(t, server.Config{}, transport.Options{Auth: a})
+	var th langgraph.LgThread
+	require.Equal(t, 401, call(t, "POST", n.url+"/threads", `{}`, "", nil))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "ann-1"}`, "k-ann", &th))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "team-1"}`, "k-ann", &th))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "bob-1"}`, "k-bob", &th))
+	require.Equal(t, 403, call(t, "POST", n.url+"/threads", `{"thread_id": "ann-1", "if_exists": "do_nothing"}`, "k-bob", nil))
+	ids := func(key string) []string {
+		var found []langgraph.LgThread
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/search", `{"sort_by": "thread_id", "sort_order": "asc"}`, key, &found))
+		var out []string
+		for _, f := range found {
+			out = append(out, f.ThreadID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"ann-1", "team-1"}, ids("k-ann"))
+	require.Equal(t, []string{"bob-1"}, ids("k-bob"))
+	require.Equal(t, []string{"team-1"}, ids("k-team"))
+	require.Equal(t, []string{"ann-1", "bob-1", "team-1"}, ids("k-root"))
+	var count int
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{}`, "k-bob", &count))
+	require.Equal(t, 1, count)
+	require.Equal(t, 403, call(t, "GET", n.url+"/threads/ann-1", "", "k-bob", nil))
+	require.Equal(t, 403, call(t, "PATCH", n.url+"/threads/ann-1", `{"metadata": {"x": 1}}`, "k-bob", nil))
+	require.Equal(t, 403, call(t, "DELETE", n.url+"/threads/ann-1", "", "k-bob", nil))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/team-1", "", "k-team", &th))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/ann-1", "", "k-root", &th))
+	require.Equal(t, 204, call(t, "DELETE", n.url+"/threads/ann-1", "", "k-ann", nil))
+}
+
+// TestPlatformResourcesMatchTheReference: the official SDK's classic
+// client runs the same scenario (assistants search/get/count; threads
+// create with and without an id, again with if_exists, get, update,
+// search by metadata, paged and by status, count, delete) against
+// agentstream and against the reference LangGraph server: every answer,
+// ids and timestamps aside, is the same, and so are the errors' statuses.
+// Skipped where node or the reference server is not installed.
+func TestPlatformResourcesMatchTheReference(t *testing.T) {
+	nodeBin, script := sdktest.Script(t, "platform-resources.mjs")
+	ref := lgtest.Start(t)
+	ours := start(t, server.Config{}, transport.Options{})
+	run := func(url string) map[string]any {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, nodeBin, script, url)
+		cmd.Dir = filepath.Dir(script)
+		out, err := cmd.Output()
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		require.NoError(t, err, "%s", stderr)
+		var steps map[string]any
+		require.NoError(t, json.Unmarshal(out, &steps), "%s", out)
+		return steps
+	}
+	want, got := run(ref.URL), run(ours.url)
+	require.NotEmpty(t, want)
+	for step, w := range want {
+		require.Equal(t, w, got[step], "step %q: the reference server's answer, then agentstream's", step)
+	}
+	require.Len(t, got, len(want))
+}
