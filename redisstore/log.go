@@ -651,7 +651,8 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 			q.expired[en.thread] = now
 			cmds = append(cmds, c.B().Pexpire().Key(k).Milliseconds(ttl).Build(),
 				c.B().Pexpire().Key(l.e.key(en.thread, "state")).Milliseconds(ttl).Build(),
-				c.B().Pexpire().Key(l.e.key(en.thread, "producers")).Milliseconds(ttl).Build())
+				c.B().Pexpire().Key(l.e.key(en.thread, "producers")).Milliseconds(ttl).Build(),
+				c.B().Pexpire().Key(l.e.key(en.thread, "record")).Milliseconds(ttl).Build())
 			cmds = append(cmds, c.B().Eval().Script(recordWriterScript).Numkeys(1).Key(l.e.key(en.thread, "writer")).Arg(itoa(uint64(ttl))).Build())
 		}
 	}

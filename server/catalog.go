@@ -41,6 +41,13 @@ type ThreadCatalog interface {
 	Records(ctx context.Context, fn func(ThreadRecord) bool) error
 }
 
+// ThreadDeleter is a StateStore that deletes a thread for good on demand
+// (DeleteThread) where its Delete, the one idle threads get, leaves the
+// thread to expire (Redis).
+type ThreadDeleter interface {
+	DeleteThread(ctx context.Context, thread string) error
+}
+
 // ErrNoCatalog refuses the Platform API's thread routes on an engine whose
 // StateStore keeps no ThreadRecords.
 var ErrNoCatalog = errors.New("server: this engine keeps no thread records (the LangGraph Platform API's threads)")
@@ -289,7 +296,11 @@ func (s *Server) DeleteThread(ctx context.Context, id string) (ok bool, err erro
 	}
 	s.catalogMu.Lock()
 	defer s.catalogMu.Unlock()
-	if err := s.cfg.State.Delete(ctx, id); err != nil {
+	del := s.cfg.State.Delete
+	if d, ok := s.cfg.State.(ThreadDeleter); ok {
+		del = d.DeleteThread
+	}
+	if err := del(ctx, id); err != nil {
 		return true, storeError(err)
 	}
 	s.cfg.Log.Release(ctx, id)

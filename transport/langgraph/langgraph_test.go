@@ -17,7 +17,9 @@ import (
 	"github.com/agentstream/agentstream/diskstore"
 	"github.com/agentstream/agentstream/internal/testkit/gentest"
 	"github.com/agentstream/agentstream/internal/testkit/lgtest"
+	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/langgraph"
@@ -298,4 +300,28 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		require.Equal(t, w, got[step], "step %q: the reference server's answer, then agentstream's", step)
 	}
 	require.Len(t, got, len(want))
+}
+
+// TestThreadsOnRedis: the threads scenario on the Redis engine, and two
+// nodes on one Redis: a thread made on one is read, found and counted on
+// the other, and deleted there for both.
+func TestThreadsOnRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	open := func() *node {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+		require.NoError(t, err)
+		return start(t, server.Config{Engine: eng}, transport.Options{})
+	}
+	a, b := open(), open()
+	threadsAsResources(t, a)
+	var th langgraph.LgThread
+	require.Equal(t, 200, call(t, "POST", a.url+"/threads", `{"thread_id": "shared-1", "metadata": {"where": "a"}}`, "", &th))
+	var found []langgraph.LgThread
+	require.Equal(t, 200, call(t, "POST", b.url+"/threads/search", `{"metadata": {"where": "a"}}`, "", &found))
+	require.Len(t, found, 1, "a thread made on one node is found on the other")
+	require.Equal(t, 200, call(t, "GET", b.url+"/threads/shared-1", "", "", &th))
+	require.Equal(t, 204, call(t, "DELETE", b.url+"/threads/shared-1", "", "", nil))
+	require.Equal(t, 404, call(t, "GET", a.url+"/threads/shared-1", "", "", nil))
 }

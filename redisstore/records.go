@@ -1,0 +1,150 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/redis/rueidis"
+)
+
+// The threads' records (server.ThreadCatalog) in Redis: per thread
+// PREFIX:{THREAD}:record (the record as JSON), living as long as the
+// thread's other keys (the TTL, renewed with them), and one sorted set of
+// every thread with a record, PREFIX:threads, scored by creation time,
+// which any node lists (a search sees every node's threads). An entry
+// whose record expired is taken out of the set when a listing finds it
+// gone.
+
+var (
+	_ server.ThreadCatalog = (*State)(nil)
+	_ server.ThreadDeleter = (*State)(nil)
+)
+
+func (e *Engine) threadsKey() string { return e.prefix + ":threads" }
+
+// redisRecord is a ThreadRecord in Redis.
+type redisRecord struct {
+	Owner     string         `json:"o,omitempty"`
+	CreatedAt time.Time      `json:"c"`
+	UpdatedAt time.Time      `json:"u"`
+	Metadata  map[string]any `json:"m,omitempty"`
+	Config    map[string]any `json:"g,omitempty"`
+}
+
+func decodeRedisRecord(thread string, b []byte) (server.ThreadRecord, error) {
+	var r redisRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return server.ThreadRecord{}, fmt.Errorf("redisstore: thread %s's record: %w", thread, err)
+	}
+	if r.Metadata == nil {
+		r.Metadata = map[string]any{}
+	}
+	if r.Config == nil {
+		r.Config = map[string]any{}
+	}
+	return server.ThreadRecord{ID: thread, Owner: r.Owner, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Metadata: r.Metadata, Config: r.Config}, nil
+}
+
+// Record implements server.ThreadCatalog.
+func (s *State) Record(ctx context.Context, thread string) (server.ThreadRecord, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c := s.e.c
+	b, err := c.Do(ctx, c.B().Get().Key(s.e.key(thread, "record")).Build()).AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return server.ThreadRecord{}, false, nil
+	}
+	if err != nil {
+		return server.ThreadRecord{}, false, s.fail(err)
+	}
+	r, err := decodeRedisRecord(thread, b)
+	return r, err == nil, err
+}
+
+// SetRecord implements server.ThreadCatalog: the record, with the
+// thread's TTL, and its entry in the set of threads.
+func (s *State) SetRecord(ctx context.Context, rec server.ThreadRecord) error {
+	b, err := json.Marshal(redisRecord{Owner: rec.Owner, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, Metadata: rec.Metadata, Config: rec.Config})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c := s.e.c
+	for _, r := range c.DoMulti(ctx,
+		c.B().Set().Key(s.e.key(rec.ID, "record")).Value(string(b)).Px(s.e.ttl).Build(),
+		c.B().Zadd().Key(s.e.threadsKey()).ScoreMember().ScoreMember(float64(rec.CreatedAt.UnixMilli()), rec.ID).Build(),
+	) {
+		if err := r.Error(); err != nil {
+			return s.fail(err)
+		}
+	}
+	return nil
+}
+
+// Records implements server.ThreadCatalog: every thread of the set whose
+// record is there, oldest first, read in pipelined pages.
+func (s *State) Records(ctx context.Context, fn func(server.ThreadRecord) bool) error {
+	c := s.e.c
+	const page = 1000
+	for start := int64(0); ; start += page {
+		bctx, cancel := s.bound(ctx)
+		ids, err := c.Do(bctx, c.B().Zrange().Key(s.e.threadsKey()).Min(fmt.Sprint(start)).Max(fmt.Sprint(start+page-1)).Build()).AsStrSlice()
+		if err != nil {
+			cancel()
+			return s.fail(err)
+		}
+		if len(ids) == 0 {
+			cancel()
+			return nil
+		}
+		gets := make(rueidis.Commands, len(ids))
+		for i, id := range ids {
+			gets[i] = c.B().Get().Key(s.e.key(id, "record")).Build()
+		}
+		res := c.DoMulti(bctx, gets...)
+		var gone []string
+		for i, r := range res {
+			b, err := r.AsBytes()
+			if rueidis.IsRedisNil(err) {
+				gone = append(gone, ids[i])
+				continue
+			}
+			if err != nil {
+				cancel()
+				return s.fail(err)
+			}
+			rec, err := decodeRedisRecord(ids[i], b)
+			if err != nil {
+				continue // one that cannot be read is left out of lists
+			}
+			if !fn(rec) {
+				cancel()
+				return nil
+			}
+		}
+		if len(gone) > 0 {
+			_ = c.Do(bctx, c.B().Zrem().Key(s.e.threadsKey()).Member(gone...).Build()).Error()
+			start -= int64(len(gone)) // the set moved up
+		}
+		cancel()
+		if len(ids) < page {
+			return nil
+		}
+	}
+}
+
+// DeleteThread implements server.ThreadDeleter: everything the engine
+// keeps of the thread goes now (Delete, the idle thread's, leaves the
+// keys to their TTL).
+func (s *State) DeleteThread(ctx context.Context, thread string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.e.Forget(ctx, thread); err != nil {
+		return s.fail(err)
+	}
+	return s.fail(s.e.c.Do(ctx, s.e.c.B().Zrem().Key(s.e.threadsKey()).Member(thread).Build()).Error())
+}
