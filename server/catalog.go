@@ -358,19 +358,19 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 		return nil, 0, storeError(err)
 	}
 	desc := q.SortOrder != "asc"
-	key := func(a ThreadInfo) string {
+	cmp := func(a, b *ThreadInfo) int {
 		switch q.SortBy {
 		case "thread_id":
-			return a.ID
+			return strings.Compare(a.ID, b.ID)
 		case "updated_at":
-			return a.UpdatedAt.Format(time.RFC3339Nano)
+			return a.UpdatedAt.Compare(b.UpdatedAt)
 		case "status":
-			return a.Status
+			return strings.Compare(a.Status, b.Status)
 		}
-		return a.CreatedAt.Format(time.RFC3339Nano)
+		return a.CreatedAt.Compare(b.CreatedAt)
 	}
-	slices.SortStableFunc(found, func(a, b ThreadInfo) int {
-		c := strings.Compare(key(a), key(b))
+	slices.SortFunc(found, func(a, b ThreadInfo) int {
+		c := cmp(&a, &b)
 		if c == 0 {
 			c = strings.Compare(a.ID, b.ID)
 		}
@@ -412,6 +412,16 @@ func matches(have, want map[string]any) bool {
 }
 
 func jsonEqual(a, b any) bool {
+	switch x := a.(type) {
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case nil:
+		return b == nil
+	}
 	if fa, ok := number(a); ok {
 		fb, ok := number(b)
 		return ok && fa == fb

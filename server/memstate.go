@@ -150,14 +150,16 @@ func (m *MemoryState) SetRecord(_ context.Context, rec ThreadRecord) error {
 
 // Records implements ThreadCatalog.
 func (m *MemoryState) Records(_ context.Context, fn func(ThreadRecord) bool) error {
+	// The records as they are now (a record is replaced whole, never
+	// changed): fn runs without m.mu, free to read the store.
 	m.mu.Lock()
-	recs := make([]ThreadRecord, 0, len(m.records))
+	recs := make([]*ThreadRecord, 0, len(m.records))
 	for _, r := range m.records {
-		recs = append(recs, *r)
+		recs = append(recs, r)
 	}
 	m.mu.Unlock()
 	for _, r := range recs {
-		if !fn(r) {
+		if !fn(*r) {
 			return nil
 		}
 	}
