@@ -1,6 +1,8 @@
 // The LangGraph Platform API's resources through the official SDK's
 // classic client (@langchain/langgraph-sdk), against the server at
-// process.argv[2]: assistants and threads, step by step. It prints one
+// process.argv[2]: assistants, threads and runs.wait, step by step (of a
+// run, what both servers' echo graphs share: the values' members, the
+// messages' count). It prints one
 // JSON object: each step's answer (or its error's status) with ids and
 // timestamps replaced by their kind, so that the answers of two servers
 // (agentstream's, the reference LangGraph server's) compare member by
@@ -50,6 +52,10 @@ await step("threads.search metadata", () => client.threads.search({ metadata: { 
 await step("threads.search page", () => client.threads.search({ metadata: { mark }, limit: 1, offset: 1, sortBy: "created_at", sortOrder: "asc" }));
 await step("threads.search busy", () => client.threads.search({ metadata: { mark }, status: "busy" }));
 await step("threads.count", () => client.threads.count({ metadata: { mark } }));
+await step("runs.wait keys", async () => Object.keys(await client.runs.wait(t1, echo.assistant_id, { input: { messages: [{ role: "user", content: "hi" }] } })).sort());
+await step("runs.wait messages", async () => (await client.runs.wait(t1, "echo", { input: { messages: [{ role: "user", content: "again" }] } })).messages.length);
+await step("runs.wait stateless keys", async () => Object.keys(await client.runs.wait(null, "echo", { input: { messages: [{ role: "user", content: "hi" }] } })).sort());
+await step("threads.get after runs: status", async () => (await client.threads.get(t1)).status);
 await step("threads.get unknown", () => client.threads.get(randomUUID()));
 await step("threads.delete", () => client.threads.delete(t1));
 await step("threads.get deleted", () => client.threads.get(t1));

@@ -46,6 +46,8 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/assistants/search", wire.ReadRoute, h.searchAssistants),
 		route("POST", "/assistants/count", wire.ReadRoute, h.countAssistants),
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
+		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
+		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
 	}
 }
 

@@ -731,6 +731,110 @@ func (s *LgAssistantCount) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantCount", nil, lgAssistantCountKnown, &s.Extra)
 }
 
+// A run to start (runs.wait): the assistant (its UUID or its name), its
+// input, and what the protocol's run.start takes too. `command`,
+// `if_not_exists`, `on_completion`, `stream_mode` and the other members of
+// the Platform's run are accepted and not used yet.
+type LgRunCreate struct {
+	AssistantID       string               `json:"assistant_id" cbor:"assistant_id"`
+	Input             any                  `json:"input,omitempty" cbor:"input,omitempty"`
+	Config            *LgRunCreateConfig   `json:"config,omitempty" cbor:"config,omitempty"`
+	Metadata          *LgMetadata          `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	MultitaskStrategy *LgMultitaskStrategy `json:"multitask_strategy,omitempty" cbor:"multitask_strategy,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{"assistant_id"}, Known: []string{"assistant_id", "input", "config", "metadata", "multitask_strategy"}, Open: true, Nullable: []string{"input", "config", "metadata", "multitask_strategy"}}
+
+// CDDLMembers describes LgRunCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRunCreate) CDDLMembers() *cddlrt.Members {
+	return &lgRunCreateMembers
+}
+
+// Validate checks what the schema requires of the values of LgRunCreate
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRunCreate) Validate() error {
+	if s.MultitaskStrategy != nil {
+		if err := s.MultitaskStrategy.Validate(); err != nil {
+			return cddlrt.At("multitask_strategy", err)
+		}
+	}
+	return nil
+}
+
+var lgRunCreateKnown = map[string]bool{"assistant_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true}
+
+// MarshalJSON encodes LgRunCreate with its literal members and Extra.
+func (s LgRunCreate) MarshalJSON() ([]byte, error) {
+	type fields LgRunCreate
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgRunCreate, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgRunCreate) UnmarshalJSON(data []byte) error {
+	type fields LgRunCreate
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgRunCreate", nil, lgRunCreateKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgRunCreate with its literal members and Extra.
+func (s LgRunCreate) MarshalCBOR() ([]byte, error) {
+	type fields LgRunCreate
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgRunCreate, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgRunCreate) UnmarshalCBOR(data []byte) error {
+	type fields LgRunCreate
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgRunCreate", nil, lgRunCreateKnown, &s.Extra)
+}
+
+// LgRunCreateConfig is generated from CDDL rule "LgRunCreateConfig".
+type LgRunCreateConfig = map[string]any
+
+// LgMultitaskStrategy is generated from CDDL rule "LgMultitaskStrategy".
+type LgMultitaskStrategy string
+
+// The values of LgMultitaskStrategy.
+const (
+	LgMultitaskStrategyReject    LgMultitaskStrategy = "reject"
+	LgMultitaskStrategyInterrupt LgMultitaskStrategy = "interrupt"
+	LgMultitaskStrategyRollback  LgMultitaskStrategy = "rollback"
+	LgMultitaskStrategyEnqueue   LgMultitaskStrategy = "enqueue"
+)
+
+// Valid reports whether v is one of the values of LgMultitaskStrategy.
+func (v LgMultitaskStrategy) Valid() bool {
+	switch v {
+	case LgMultitaskStrategyReject, LgMultitaskStrategyInterrupt, LgMultitaskStrategyRollback, LgMultitaskStrategyEnqueue:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgMultitaskStrategy.
+func (v *LgMultitaskStrategy) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgMultitaskStrategy", LgMultitaskStrategy.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgMultitaskStrategy.
+func (v *LgMultitaskStrategy) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgMultitaskStrategy", LgMultitaskStrategy.Valid)
+}
+
+// Validate reports a value that is not one of LgMultitaskStrategy's.
+func (v LgMultitaskStrategy) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgMultitaskStrategy", "value must be one of \"reject\", \"interrupt\", \"rollback\", \"enqueue\", not %v", v)
+	}
+	return nil
+}
+
 // An error: what the Python Platform answers ({"detail": ...}).
 type LgError struct {
 	Detail string `json:"detail" cbor:"detail"`

@@ -325,3 +325,34 @@ func TestThreadsOnRedis(t *testing.T) {
 	require.Equal(t, 204, call(t, "DELETE", b.url+"/threads/shared-1", "", "", nil))
 	require.Equal(t, 404, call(t, "GET", a.url+"/threads/shared-1", "", "", nil))
 }
+
+// TestRunsWait: runs.wait on a thread (made by it) answers the thread's
+// values once the run ended, the assistant named by its UUID or its name;
+// on a new thread (POST /runs/wait) too; a run of an unknown assistant is
+// 404, and the thread it made is listed.
+func TestRunsWait(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	var values map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/w1/runs/wait", `{"assistant_id": "`+langgraph.AssistantID("echo")+`", "input": {"messages": [{"role": "user", "content": "hi there"}]}}`, "", &values))
+	msgs, ok := values["messages"].([]any)
+	require.True(t, ok, "%v", values)
+	require.Len(t, msgs, 2, "the question and the echo")
+	require.Contains(t, mustJSON(t, msgs[1]), "hi there")
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/w1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "again"}]}}`, "", &values))
+	require.Len(t, values["messages"], 4, "the thread goes on")
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "alone"}]}}`, "", &values))
+	require.Len(t, values["messages"], 2)
+	require.Equal(t, 404, call(t, "POST", n.url+"/threads/w2/runs/wait", `{"assistant_id": "nope", "input": {}}`, "", nil))
+	var th langgraph.LgThread
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/w1", "", "", &th))
+	require.Equal(t, langgraph.LgThreadStatus("idle"), th.Status)
+	var count int
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{}`, "", &count))
+	require.Equal(t, 2, count, "both threads the runs made are listed")
+}
+
+func mustJSON(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
