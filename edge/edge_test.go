@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/edge"
 	"github.com/agentstream/agentstream/internal/testkit/lgtest"
 	"github.com/agentstream/agentstream/internal/testkit/sdktest"
@@ -27,6 +28,10 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startEdge runs agentstream in edge mode in front of upstream.
+// edgeAuth is the authentication a test's edge has (by test name; none
+// when absent).
+var edgeAuth = map[string]*auth.Authenticator{}
+
 func startEdge(t *testing.T, upstream string, opts edge.Options) (*httptest.Server, *edge.Edge) {
 	return startEdgeWith(t, server.Config{}, upstream, opts)
 }
@@ -42,7 +47,7 @@ func startEdgeWith(t *testing.T, cfg server.Config, upstream string, opts edge.O
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, e.Start(ctx, srv))
-	h := transport.New(srv, transport.Options{UpstreamState: e.State})
+	h := transport.New(srv, transport.Options{UpstreamState: e.State, UpstreamProxy: e.Proxy(), Auth: edgeAuth[t.Name()]})
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -175,6 +175,11 @@ type Options struct {
 	// UpstreamState, when set (edge mode), answers GET /threads/{id}/state
 	// with the upstream's answer (edge.Edge.State).
 	UpstreamState func(ctx context.Context, thread string) (status int, body []byte, err error)
+	// UpstreamProxy, when set (edge mode), gets every request no route
+	// here serves (the LangGraph Platform API's threads, runs,
+	// assistants, store and run streams: edge.Edge.Proxy), after the
+	// checks of its kind: see proxied.
+	UpstreamProxy http.Handler
 }
 
 // DefaultBodyTimeout is Options.BodyTimeout's default.
@@ -307,6 +312,9 @@ func New(srv *server.Server, opts Options) *Handler {
 	if opts.Playground != nil {
 		h.mux.Handle("GET /{$}", opts.Playground)
 		h.mux.Handle("GET /playground/", opts.Playground)
+	}
+	if opts.UpstreamProxy != nil {
+		h.mux.Handle("/", h.proxied(opts.UpstreamProxy))
 	}
 	return h
 }

@@ -268,6 +268,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fmt.Fprintln(stderr, "agentstream: --tls-cert and --tls-key go together")
 		return 2
 	}
+	if c.upstream != "" && slices.Contains(splitList(c.profiles), transport.ProfileLangGraph) {
+		fmt.Fprintln(stderr, "agentstream: --profiles langgraph serves agentstream's own threads; with --upstream the LangGraph Platform API's routes go to the upstream already")
+		return 2
+	}
 	log, err := newLogger(c.logLevel, c.logFormat, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
@@ -505,7 +509,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		AuthFailureRate: c.authFailureRate, AuthFailureBurst: c.authFailureBurst, MaxStreamsPerPrincipal: c.maxStreamsPerPrincipal,
 		Decode:   protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
 		Profiles: splitList(c.profiles), InstanceAIAssistant: c.instanceAIAssistant,
-		UpstreamState: upstreamState(up),
+		UpstreamState: upstreamState(up), UpstreamProxy: upstreamProxy(up),
 		Ingest:        transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
 	})
 	if c.metricsAddr != "" {
@@ -788,6 +792,15 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 0
+}
+
+// upstreamProxy passes the routes the edge does not serve to its
+// upstream, or is nil without one.
+func upstreamProxy(up *edge.Edge) http.Handler {
+	if up == nil {
+		return nil
+	}
+	return up.Proxy()
 }
 
 // upstreamState is the edge's state route, or nil without one.

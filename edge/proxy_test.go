@@ -1,0 +1,125 @@
+package edge_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/edge"
+	"github.com/agentstream/agentstream/internal/testkit/lgtest"
+	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/stretchr/testify/require"
+)
+
+// TestEdgePassesThePlatformAPI: through the edge's address the official
+// SDK's classic client gets what it gets from the upstream itself (the
+// Platform API's threads, assistants and runs.wait, passed through), and
+// a run stream (POST /threads/{id}/runs/stream) comes through as it is
+// written, frame for frame, to its end.
+func TestEdgePassesThePlatformAPI(t *testing.T) {
+	nodeBin, script := sdktest.Script(t, "platform-resources.mjs")
+	up := lgtest.Start(t)
+	defer up.Kill()
+	ts, _ := startEdge(t, up.URL, edge.Options{IdleAfter: time.Second})
+	run := func(url string) map[string]any {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, nodeBin, script, url)
+		cmd.Dir = filepath.Dir(script)
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		var steps map[string]any
+		require.NoError(t, json.Unmarshal(out, &steps), "%s", out)
+		return steps
+	}
+	direct, through := run(up.URL), run(ts.URL)
+	require.Equal(t, direct, through, "the upstream's answers, through the edge")
+
+	// A run stream, passed through as it comes: the same frames as the
+	// upstream's own, to its end.
+	runStream := func(base string) []string {
+		var th struct {
+			ThreadID string `json:"thread_id"`
+		}
+		resp, err := http.Post(base+"/threads", "application/json", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&th))
+		resp.Body.Close()
+		resp, err = http.Post(base+"/threads/"+th.ThreadID+"/runs/stream", "application/json",
+			strings.NewReader(`{"assistant_id": "chat", "input": {"messages": [{"role": "user", "content": "hi"}]}, "stream_mode": ["values"]}`))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Content-Type"), "text/event-stream")
+		var events []string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if ev, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				events = append(events, ev)
+			}
+		}
+		return events
+	}
+	events := runStream(ts.URL)
+	require.Equal(t, "metadata", events[0])
+	require.Contains(t, events, "values")
+	require.Equal(t, runStream(up.URL), events, "the upstream's frames")
+}
+
+// TestEdgeKeepsEachPrincipalsPlatformThreads: with authentication on, the
+// passed-through Platform routes need a credential; a principal's
+// threads.search through the edge lists only the threads it made there,
+// and another principal's thread is refused by id.
+func TestEdgeKeepsEachPrincipalsPlatformThreads(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{"k-ann": {Subject: "ann"}, "k-bob": {Subject: "bob"}}})
+	require.NoError(t, err)
+	edgeAuth[t.Name()] = a
+	up := lgtest.Start(t)
+	defer up.Kill()
+	ts, _ := startEdge(t, up.URL, edge.Options{IdleAfter: time.Second})
+	do := func(method, path, body, key string) (int, []byte) {
+		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	status, _ := do("POST", "/threads/search", `{}`, "")
+	require.Equal(t, 401, status)
+	status, body := do("POST", "/threads", `{"metadata": {"topic": "x"}}`, "k-ann")
+	require.Equal(t, 200, status, "%s", body)
+	var annThread struct {
+		ThreadID string         `json:"thread_id"`
+		Metadata map[string]any `json:"metadata"`
+	}
+	require.NoError(t, json.Unmarshal(body, &annThread))
+	require.Equal(t, "ann", annThread.Metadata["owner"], "marked as ann's")
+	status, body = do("POST", "/threads", `{}`, "k-bob")
+	require.Equal(t, 200, status, "%s", body)
+	var list []struct {
+		ThreadID string `json:"thread_id"`
+	}
+	status, body = do("POST", "/threads/search", `{"limit": 100}`, "k-bob")
+	require.Equal(t, 200, status, "%s", body)
+	require.NoError(t, json.Unmarshal(body, &list))
+	for _, th := range list {
+		require.NotEqual(t, annThread.ThreadID, th.ThreadID, "bob does not list ann's thread")
+	}
+	status, _ = do("GET", "/threads/"+annThread.ThreadID, "", "k-ann")
+	require.Equal(t, 200, status)
+	status, _ = do("GET", "/threads/"+annThread.ThreadID, "", "k-bob")
+	require.Equal(t, 403, status, "another's thread by id")
+}
