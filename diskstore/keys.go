@@ -33,6 +33,7 @@ import (
 //	"p/" THREAD 0 PRODUCER     -> a producer's last batch on the thread (server.LastBatch)
 //	"s/" THREAD 0 ...          -> values ("v"), owner ("o"), checkpoints ("c" N(8))
 //	"m/" THREAD                -> its record for the Platform API (records.go)
+//	"n/" THREAD 0 RUN          -> a run's record for the Platform API (records.go)
 //	"m/clean"                  -> the store was closed cleanly
 func chunkPrefix(thread string) []byte {
 	return append(append([]byte("c/"), thread...), 0)

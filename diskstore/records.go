@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -80,4 +81,72 @@ func (s *State) Records(_ context.Context, fn func(server.ThreadRecord) bool) er
 		}
 	}
 	return errors.Join(it.Error(), it.Close())
+}
+
+// The threads' runs (server.RunCatalog): "n/" THREAD 0 RUN -> the run as
+// JSON, not synced (the run's own events are what a crash keeps of it),
+// deleted with the thread.
+
+var _ server.RunCatalog = (*State)(nil)
+
+func runPrefix(thread string) []byte { return append(append([]byte("n/"), thread...), 0) }
+
+// diskRun is a RunRecord on disk.
+type diskRun struct {
+	Assistant string         `json:"a"`
+	Status    string         `json:"s"`
+	Strategy  string         `json:"m,omitempty"`
+	Input     any            `json:"i,omitempty"`
+	Config    map[string]any `json:"c,omitempty"`
+	Metadata  map[string]any `json:"d,omitempty"`
+	CreatedAt time.Time      `json:"t"`
+	UpdatedAt time.Time      `json:"u"`
+}
+
+// SetRun implements server.RunCatalog. The server writes run records
+// from a goroutine of its own, which may still write as a store that was
+// not closed cleanly goes away: Pebble's panic on a closed store is this
+// write's error then.
+func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok && errors.Is(e, pebble.ErrClosed) {
+				err = e
+				return
+			}
+			panic(p)
+		}
+	}()
+	if err := s.log.checkWritable(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(diskRun{Assistant: rec.Assistant, Status: rec.Status, Strategy: rec.MultitaskStrategy, Input: rec.Input,
+		Config: rec.Config, Metadata: rec.Metadata, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt})
+	if err != nil {
+		return err
+	}
+	return s.db.Set(append(runPrefix(rec.Thread), rec.ID...), b, pebble.NoSync)
+}
+
+// Runs implements server.RunCatalog: newest first.
+func (s *State) Runs(_ context.Context, thread string) ([]server.RunRecord, error) {
+	prefix := runPrefix(thread)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	var out []server.RunRecord
+	for it.First(); it.Valid(); it.Next() {
+		var r diskRun
+		if json.Unmarshal(it.Value(), &r) != nil {
+			continue
+		}
+		out = append(out, server.RunRecord{ID: string(it.Key()[len(prefix):]), Thread: thread, Assistant: r.Assistant, Status: r.Status,
+			MultitaskStrategy: r.Strategy, Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b server.RunRecord) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return out, nil
 }

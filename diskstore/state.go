@@ -217,7 +217,7 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
-	for _, prefix := range [][]byte{stateKey(thread, ""), prefix, producerPrefix(thread)} {
+	for _, prefix := range [][]byte{stateKey(thread, ""), prefix, producerPrefix(thread), runPrefix(thread)} {
 		if err := b.DeleteRange(prefix, upper(prefix), nil); err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -147,4 +149,68 @@ func (s *State) DeleteThread(ctx context.Context, thread string) error {
 		return s.fail(err)
 	}
 	return s.fail(s.e.c.Do(ctx, s.e.c.B().Zrem().Key(s.e.threadsKey()).Member(thread).Build()).Error())
+}
+
+// The threads' runs (server.RunCatalog): a hash per thread,
+// PREFIX:{THREAD}:runs, field the run's id, value the run as JSON; it
+// lives as long as the thread's other keys and goes with them.
+
+var _ server.RunCatalog = (*State)(nil)
+
+// redisRun is a RunRecord in Redis.
+type redisRun struct {
+	Assistant string         `json:"a"`
+	Status    string         `json:"s"`
+	Strategy  string         `json:"m,omitempty"`
+	Input     any            `json:"i,omitempty"`
+	Config    map[string]any `json:"c,omitempty"`
+	Metadata  map[string]any `json:"d,omitempty"`
+	CreatedAt time.Time      `json:"t"`
+	UpdatedAt time.Time      `json:"u"`
+}
+
+// SetRun implements server.RunCatalog.
+func (s *State) SetRun(ctx context.Context, rec server.RunRecord) error {
+	b, err := json.Marshal(redisRun{Assistant: rec.Assistant, Status: rec.Status, Strategy: rec.MultitaskStrategy, Input: rec.Input,
+		Config: rec.Config, Metadata: rec.Metadata, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c := s.e.c
+	k := s.e.key(rec.Thread, "runs")
+	for _, r := range c.DoMulti(ctx, c.B().Hset().Key(k).FieldValue().FieldValue(rec.ID, string(b)).Build(), c.B().Pexpire().Key(k).Milliseconds(s.e.ttlMillis()).Build()) {
+		if err := r.Error(); err != nil {
+			return s.fail(err)
+		}
+	}
+	return nil
+}
+
+// Runs implements server.RunCatalog: newest first.
+func (s *State) Runs(ctx context.Context, thread string) ([]server.RunRecord, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c := s.e.c
+	m, err := c.Do(ctx, c.B().Hgetall().Key(s.e.key(thread, "runs")).Build()).AsStrMap()
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	out := make([]server.RunRecord, 0, len(m))
+	for id, v := range m {
+		var r redisRun
+		if json.Unmarshal([]byte(v), &r) != nil {
+			continue
+		}
+		out = append(out, server.RunRecord{ID: id, Thread: thread, Assistant: r.Assistant, Status: r.Status, MultitaskStrategy: r.Strategy,
+			Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+	}
+	slices.SortStableFunc(out, func(a, b server.RunRecord) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	return out, nil
 }

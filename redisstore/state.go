@@ -230,7 +230,7 @@ func (s *State) Delete(context.Context, string) error { return nil }
 // Forget deletes everything the engine keeps of a thread, now.
 func (e *Engine) Forget(ctx context.Context, thread string) error {
 	c := e.c
-	return c.Do(ctx, c.B().Del().Key(e.key(thread, "state"), e.key(thread, "cps"), e.key(thread, "events"), e.key(thread, "writer"), e.key(thread, "producers"), e.key(thread, "record")).Build()).Error()
+	return c.Do(ctx, c.B().Del().Key(e.key(thread, "state"), e.key(thread, "cps"), e.key(thread, "events"), e.key(thread, "writer"), e.key(thread, "producers"), e.key(thread, "record"), e.key(thread, "runs")).Build()).Error()
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

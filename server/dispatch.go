@@ -172,6 +172,9 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 	switch {
 	case cur == nil:
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
+		if strategy != nil {
+			r.strategy = string(*strategy)
+		}
 		if err := t.startRun(r); err != nil {
 			return nil, errorResponse(id, protocol.ErrorCodeUnknownError, "%v", err)
 		}
@@ -205,7 +208,9 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 			return nil, errorResponse(id, protocol.ErrorCodeResourceExhausted, "thread %s has %d runs queued, the most it takes (--max-queued-runs)", threadID, len(t.queued))
 		}
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
+		r.strategy = string(*strategy)
 		t.queued = append(t.queued, r)
+		s.recordRun(r, RunPending)
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
 	default: // interrupt or rollback: the new run replaces the active one
 		cause := errInterruptStrategy
@@ -213,7 +218,9 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 			cause = errRollback
 		}
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
+		r.strategy = string(*strategy)
 		t.queued = append([]*run{r}, t.queued...)
+		s.recordRun(r, RunPending)
 		cur.cancel(cause)
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
 	}

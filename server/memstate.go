@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/agentstream/agentstream/internal/compact"
@@ -22,6 +23,7 @@ type MemoryState struct {
 	mu      sync.Mutex
 	threads map[string]*memThread
 	records map[string]*ThreadRecord
+	runs    map[string][]RunRecord // per thread, oldest first, at most maxMemoryRuns
 	hw      compact.Tracker
 	recHW   compact.Tracker
 }
@@ -35,11 +37,12 @@ type memThread struct {
 var (
 	_ StateStore    = (*MemoryState)(nil)
 	_ ThreadCatalog = (*MemoryState)(nil)
+	_ RunCatalog    = (*MemoryState)(nil)
 )
 
 // NewMemoryState returns an empty in-memory store.
 func NewMemoryState() *MemoryState {
-	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}}
+	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}}
 }
 
 func (m *MemoryState) get(thread string) *memThread {
@@ -122,7 +125,43 @@ func (m *MemoryState) Delete(_ context.Context, thread string) error {
 	m.threads = compact.Shrink(m.threads, &m.hw)
 	delete(m.records, thread)
 	m.records = compact.Shrink(m.records, &m.recHW)
+	delete(m.runs, thread)
 	return nil
+}
+
+// maxMemoryRuns is how many runs of a thread the in-memory store lists
+// (the oldest forgotten first).
+const maxMemoryRuns = 100
+
+// SetRun implements RunCatalog.
+func (m *MemoryState) SetRun(_ context.Context, rec RunRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	runs := m.runs[rec.Thread]
+	for i := range runs {
+		if runs[i].ID == rec.ID {
+			runs[i] = rec
+			return nil
+		}
+	}
+	if runs == nil && m.MaxRecords > 0 && len(m.runs) >= m.MaxRecords {
+		return nil // as many threads with runs as the store keeps threads
+	}
+	runs = append(runs, rec)
+	if len(runs) > maxMemoryRuns {
+		runs = slices.Delete(runs, 0, len(runs)-maxMemoryRuns)
+	}
+	m.runs[rec.Thread] = runs
+	return nil
+}
+
+// Runs implements RunCatalog.
+func (m *MemoryState) Runs(_ context.Context, thread string) ([]RunRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := slices.Clone(m.runs[thread])
+	slices.Reverse(out)
+	return out, nil
 }
 
 // Record implements ThreadCatalog.

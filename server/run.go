@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -57,17 +58,19 @@ type run struct {
 	metadata    map[string]any
 	status      string
 
-	ctx      context.Context
-	cancelFn context.CancelCauseFunc
-	ended    bool
-	inbox    chan any // injected input; buffered, see injectCapacity
-	pending  []*interrupt
-	openMsgs map[string]*MessageWriter // by namespace+node: one message at a time
-	openTool map[string]*ToolCall
-	openSubs map[string]*Subagent
-	extra    map[string]any // {"run_id": id}, carried by every message event
-	before   map[string]any // values at the start, for multitask_strategy rollback
-	endCause error          // why the run was stopped from outside, if it was
+	ctx       context.Context
+	cancelFn  context.CancelCauseFunc
+	ended     bool
+	inbox     chan any // injected input; buffered, see injectCapacity
+	pending   []*interrupt
+	openMsgs  map[string]*MessageWriter // by namespace+node: one message at a time
+	openTool  map[string]*ToolCall
+	openSubs  map[string]*Subagent
+	extra     map[string]any // {"run_id": id}, carried by every message event
+	before    map[string]any // values at the start, for multitask_strategy rollback
+	endCause  error          // why the run was stopped from outside, if it was
+	strategy  string         // the multitask strategy it was started with
+	createdAt time.Time      // when its record was first written
 	// rawOpen: the messages and tool calls a worker's events opened and
 	// did not end, to close at the run's end.
 	rawOpen map[string]openItem
@@ -115,6 +118,7 @@ func (t *thread) startRun(r *run) error {
 		r.before = maps.Clone(v)
 	}
 	t.run = r
+	t.srv.recordRun(r, RunRunning)
 	if _, err := t.publishLifecycle(nil, protocol.AgentStatusStarted, r.assistantID, nil, ""); err != nil {
 		return err
 	}
@@ -189,6 +193,7 @@ func (t *thread) finish(r *run, err error) {
 		status = protocol.AgentStatusCompleted
 	}
 	t.setStatus(nil, status, r.assistantID)
+	t.srv.recordRun(r, endStatus(status, cancelled))
 	data := protocol.LifecycleData{Event: status, GraphName: &r.assistantID}
 	if msg != "" {
 		data.Error = &msg

@@ -288,6 +288,7 @@ type Server struct {
 	runsWG  sync.WaitGroup // every run goroutine
 	running atomic.Int64   // how many there are
 	stop    chan struct{}  // closed by Close: ends the janitor
+	runRecs *runRecorder   // writes run records (nil: the store keeps none)
 	// catalogMu serializes the changes of thread records (CreateThread,
 	// UpdateThread, DeleteThread) on this node.
 	catalogMu sync.Mutex
@@ -391,6 +392,7 @@ func New(cfg Config) *Server {
 		wt.OnWritten(s.written)
 	}
 	s.workers = newWorkerHub(s)
+	s.startRunRecorder()
 	s.janitor.Add(2)
 	// Idle threads' buffers and expired dropped sessions; remote workers
 	// whose lease ran out, checked four times a lease.
@@ -752,6 +754,7 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("server: %d runs still stopping: %w", s.running.Load(), ctx.Err())
 	}
+	s.stopRunRecorder(ctx) // after the runs, whose last records it writes
 	if s.cfg.Engine != nil {
 		// After the runs, whose last events the engine flushes.
 		err = errors.Join(err, s.cfg.Engine.Close())

@@ -56,6 +56,15 @@ await step("runs.wait keys", async () => Object.keys(await client.runs.wait(t1, 
 await step("runs.wait messages", async () => (await client.runs.wait(t1, "echo", { input: { messages: [{ role: "user", content: "again" }] } })).messages.length);
 await step("runs.wait stateless keys", async () => Object.keys(await client.runs.wait(null, "echo", { input: { messages: [{ role: "user", content: "hi" }] } })).sort());
 await step("threads.get after runs: status", async () => (await client.threads.get(t1)).status);
+await step("runs.list statuses", async () => (await client.runs.list(t1)).map((r) => r.status));
+await step("runs.create, join", async () => {
+  const run = await client.runs.create(t1, "echo", { input: { messages: [{ role: "user", content: "bg" }] }, metadata: { k: "v" } });
+  const values = await client.runs.join(t1, run.run_id);
+  const got = await client.runs.get(t1, run.run_id);
+  return { created: Object.keys(run).sort(), assistant: run.assistant_id === echo.assistant_id, joined: Object.keys(values).sort(), status: got.status, metadata: got.metadata.k };
+});
+await step("runs.list after create", async () => (await client.runs.list(t1)).length);
+await step("runs.get unknown", () => client.runs.get(t1, randomUUID()));
 await step("threads.get unknown", () => client.threads.get(randomUUID()));
 await step("threads.delete", () => client.threads.delete(t1));
 await step("threads.get deleted", () => client.threads.get(t1));

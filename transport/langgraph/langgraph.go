@@ -48,6 +48,11 @@ func (h *Handler) Routes() []wire.Route {
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
 		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
 		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
+		route("POST", "/threads/{id}/runs", wire.CommandRoute, h.createRun),
+		route("GET", "/threads/{id}/runs", wire.ReadRoute, h.listRuns),
+		route("GET", "/threads/{id}/runs/{run}", wire.ReadRoute, h.getRun),
+		route("GET", "/threads/{id}/runs/{run}/join", wire.ReadRoute, h.joinRun),
+		route("POST", "/threads/{id}/runs/{run}/cancel", wire.CommandRoute, h.cancelRun),
 	}
 }
 
@@ -105,6 +110,9 @@ func (h *Handler) body(w http.ResponseWriter, r *http.Request, v interface{ Vali
 	}
 	return true
 }
+
+// now is the time (the server's clock).
+func (h *Handler) now() time.Time { return time.Now().UTC() }
 
 // stamp is a time as the Platform writes it.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

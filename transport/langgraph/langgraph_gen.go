@@ -835,6 +835,81 @@ func (v LgMultitaskStrategy) Validate() error {
 	return nil
 }
 
+// A run as the Platform lists it. Its assistant_id is the assistant's
+// UUID; kwargs hold what it was started with.
+type LgRun struct {
+	RunID             string              `json:"run_id" cbor:"run_id"`
+	ThreadID          string              `json:"thread_id" cbor:"thread_id"`
+	AssistantID       string              `json:"assistant_id" cbor:"assistant_id"`
+	CreatedAt         string              `json:"created_at" cbor:"created_at"`
+	UpdatedAt         string              `json:"updated_at" cbor:"updated_at"`
+	Status            LgRunStatus         `json:"status" cbor:"status"`
+	Metadata          LgMetadata          `json:"metadata" cbor:"metadata"`
+	Kwargs            map[string]any      `json:"kwargs" cbor:"kwargs"`
+	MultitaskStrategy LgMultitaskStrategy `json:"multitask_strategy" cbor:"multitask_strategy"`
+}
+
+var lgRunMembers = cddlrt.Members{Rule: "LgRun", Required: []string{"run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs", "multitask_strategy"}, Known: []string{"run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs", "multitask_strategy"}, Open: false}
+
+// CDDLMembers describes LgRun's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRun) CDDLMembers() *cddlrt.Members {
+	return &lgRunMembers
+}
+
+// Validate checks what the schema requires of the values of LgRun
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRun) Validate() error {
+	if err := s.Status.Validate(); err != nil {
+		return cddlrt.At("status", err)
+	}
+	if err := s.MultitaskStrategy.Validate(); err != nil {
+		return cddlrt.At("multitask_strategy", err)
+	}
+	return nil
+}
+
+// LgRunStatus is generated from CDDL rule "LgRunStatus".
+type LgRunStatus string
+
+// The values of LgRunStatus.
+const (
+	LgRunStatusPending     LgRunStatus = "pending"
+	LgRunStatusRunning     LgRunStatus = "running"
+	LgRunStatusError       LgRunStatus = "error"
+	LgRunStatusSuccess     LgRunStatus = "success"
+	LgRunStatusTimeout     LgRunStatus = "timeout"
+	LgRunStatusInterrupted LgRunStatus = "interrupted"
+)
+
+// Valid reports whether v is one of the values of LgRunStatus.
+func (v LgRunStatus) Valid() bool {
+	switch v {
+	case LgRunStatusPending, LgRunStatusRunning, LgRunStatusError, LgRunStatusSuccess, LgRunStatusTimeout, LgRunStatusInterrupted:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgRunStatus.
+func (v *LgRunStatus) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgRunStatus", LgRunStatus.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgRunStatus.
+func (v *LgRunStatus) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgRunStatus", LgRunStatus.Valid)
+}
+
+// Validate reports a value that is not one of LgRunStatus's.
+func (v LgRunStatus) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgRunStatus", "value must be one of \"pending\", \"running\", \"error\", \"success\", \"timeout\", \"interrupted\", not %v", v)
+	}
+	return nil
+}
+
 // An error: what the Python Platform answers ({"detail": ...}).
 type LgError struct {
 	Detail string `json:"detail" cbor:"detail"`

@@ -356,3 +356,52 @@ func mustJSON(t *testing.T, v any) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestRunsAsResources: a run started in the background is listed and read
+// (its assistant's UUID, its status), joined for the thread's values;
+// another, cancelled with wait, is listed as interrupted; runs.wait and
+// protocol run.start runs are listed too, newest first.
+func TestRunsAsResources(t *testing.T) {
+	for _, engine := range []string{"memory", "disk"} {
+		t.Run(engine, func(t *testing.T) {
+			cfg := server.Config{}
+			if engine == "disk" {
+				eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
+				require.NoError(t, err)
+				cfg.Engine = eng
+			}
+			n := start(t, cfg, transport.Options{})
+			var run langgraph.LgRun
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/runs", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "bg"}]}, "metadata": {"k": "v"}}`, "", &run))
+			require.NotEmpty(t, run.RunID)
+			require.Equal(t, "r1", run.ThreadID)
+			require.Equal(t, langgraph.AssistantID("echo"), run.AssistantID)
+			var values map[string]any
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/r1/runs/"+run.RunID+"/join", "", "", &values))
+			require.Len(t, values["messages"], 2)
+			require.Eventually(t, func() bool {
+				var got langgraph.LgRun
+				return call(t, "GET", n.url+"/threads/r1/runs/"+run.RunID, "", "", &got) == 200 && got.Status == "success" && got.Metadata["k"] == "v"
+			}, 5*time.Second, 10*time.Millisecond)
+
+			var slow langgraph.LgRun
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &slow))
+			require.Equal(t, 202, call(t, "POST", n.url+"/threads/r1/runs/"+slow.RunID+"/cancel?wait=true", "", "", nil))
+			require.Eventually(t, func() bool {
+				var runs []langgraph.LgRun
+				if call(t, "GET", n.url+"/threads/r1/runs", "", "", &runs) != 200 || len(runs) != 2 {
+					return false
+				}
+				return runs[0].RunID == slow.RunID && runs[0].Status == "interrupted" && runs[1].RunID == run.RunID
+			}, 5*time.Second, 10*time.Millisecond, "newest first, the cancelled one interrupted")
+			var page []langgraph.LgRun
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/r1/runs?limit=1&offset=1", "", "", &page))
+			require.Len(t, page, 1)
+			require.Equal(t, run.RunID, page[0].RunID)
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/r1/runs?status=interrupted", "", "", &page))
+			require.Len(t, page, 1)
+			require.Equal(t, 404, call(t, "GET", n.url+"/threads/r1/runs/run_nope", "", "", nil))
+			require.Equal(t, 422, call(t, "GET", n.url+"/threads/r1/runs?limit=0", "", "", nil))
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
@@ -22,52 +23,35 @@ func (h *Handler) assistantName(id string) (string, bool) {
 	return "", false
 }
 
-// waitRun serves POST /threads/{id}/runs/wait: the run starts on the
-// thread (made when new), as the protocol's run.start starts it, and the
-// answer is the thread's values once it has ended.
-func (h *Handler) waitRun(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := server.ValidThreadID(id); err != nil {
-		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
-		return
-	}
-	h.runAndWait(w, r, id)
-}
-
-// waitStateless serves POST /runs/wait: the run on a new thread.
-func (h *Handler) waitStateless(w http.ResponseWriter, r *http.Request) {
-	h.runAndWait(w, r, server.NewUUID())
-}
-
-func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread string) {
-	var req LgRunCreate
-	if !h.body(w, r, &req) {
-		return
-	}
-	name, ok := h.assistantName(req.AssistantID)
-	if !ok {
+// startRun starts the run req asks for on thread (made when new, with its
+// record), as the protocol's run.start does, with a session that sees the
+// thread's root lifecycle from now on (for waitEnd; the caller closes
+// it). It answers the request itself when it cannot (ok false).
+func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate) (runID string, ss *server.Session, ok bool) {
+	name, found := h.assistantName(req.AssistantID)
+	if !found {
 		fail(w, http.StatusNotFound, "Assistant %s not found", req.AssistantID)
-		return
+		return "", nil, false
 	}
 	ctx := r.Context()
 	p := auth.FromContext(ctx)
 	if p != nil {
 		if err := h.Server.Authorize(p, thread, true); err != nil {
 			serverError(w, err)
-			return
+			return "", nil, false
 		}
 	}
 	// Its record, so that a Platform client lists it (a thread that
 	// exists keeps its own).
 	if _, _, err := h.Server.CreateThread(ctx, p, thread, nil, "do_nothing"); err != nil {
 		serverError(w, err)
-		return
+		return "", nil, false
 	}
-	ss := h.Server.NewSession(thread)
-	defer ss.Close()
+	ss = h.Server.NewSession(thread)
 	if _, _, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, server.SeqCursor(h.Server.LastSeq(thread))); err != nil {
+		ss.Close()
 		serverError(w, err)
-		return
+		return "", nil, false
 	}
 	params := protocol.RunStartParams{AssistantID: name, Input: req.Input}
 	if req.Config != nil {
@@ -80,7 +64,9 @@ func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread stri
 		ms := protocol.MultitaskStrategy(*req.MultitaskStrategy)
 		params.MultitaskStrategy = &ms
 	}
-	if _, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: params}}); err != nil {
+	resp, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: params}})
+	if err != nil {
+		ss.Close()
 		var e *protocol.ErrorResponse
 		if errors.As(err, &e) {
 			status := http.StatusBadRequest
@@ -88,23 +74,48 @@ func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread stri
 				status = http.StatusConflict
 			}
 			fail(w, status, "%s", e.Message)
-			return
+			return "", nil, false
 		}
 		serverError(w, err)
-		return
+		return "", nil, false
 	}
-	var end *server.Event
-	for end == nil {
+	if res, ok := resp.Result.(protocol.RunResult); ok && res.RunID != nil {
+		runID = *res.RunID
+	}
+	return runID, ss, true
+}
+
+// waitEnd waits, on ss, until run runID of thread has ended, and answers
+// the thread's values (or the run's failure, as the Platform does:
+// {"__error__": ...}).
+func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID string, ss *server.Session) {
+	ctx := r.Context()
+	var failed *protocol.LifecycleData
+	for !h.Server.RunEnded(thread, runID) {
 		e, err := ss.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return // the client went; the run goes on (on_disconnect continue)
+				return // the client went; the run goes on
 			}
 			fail(w, http.StatusServiceUnavailable, "the run's events: %v", err)
 			return
 		}
-		if e.EndsRun() {
-			end = e
+		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && e.EndsRun() {
+			d := l.Params.Data
+			failed = nil
+			if d.Event == protocol.AgentStatusFailed {
+				failed = &d
+			}
+		}
+	}
+	if failed == nil {
+		h.Server.SyncRunRecords(ctx)
+		if runs, err := h.Server.Runs(ctx, thread); err == nil {
+			for _, rec := range runs {
+				if rec.ID == runID && rec.Status == server.RunError {
+					failed = &protocol.LifecycleData{}
+				}
+			}
 		}
 	}
 	st, _, err := h.Server.State(context.WithoutCancel(ctx), thread)
@@ -112,13 +123,239 @@ func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread stri
 		serverError(w, err)
 		return
 	}
-	if l, ok := end.Payload.(*protocol.ServerEventLifecycle); ok && l.Params.Data.Event == protocol.AgentStatusFailed {
+	if failed != nil {
 		msg := "the run failed"
-		if l.Params.Data.Error != nil {
-			msg = *l.Params.Data.Error
+		if failed.Error != nil {
+			msg = *failed.Error
 		}
 		write(w, http.StatusOK, map[string]any{"__error__": map[string]any{"error": "RunError", "message": msg}})
 		return
 	}
 	write(w, http.StatusOK, orEmpty(st.Values))
+}
+
+// threadOf is the {id} of a route of one thread, checked and authorized
+// (create: made when new).
+func (h *Handler) threadOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := server.ValidThreadID(id); err != nil {
+		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
+		return "", false
+	}
+	return id, true
+}
+
+// waitRun serves POST /threads/{id}/runs/wait.
+func (h *Handler) waitRun(w http.ResponseWriter, r *http.Request) {
+	if id, ok := h.threadOf(w, r); ok {
+		h.runAndWait(w, r, id)
+	}
+}
+
+// waitStateless serves POST /runs/wait: the run on a new thread.
+func (h *Handler) waitStateless(w http.ResponseWriter, r *http.Request) {
+	h.runAndWait(w, r, server.NewUUID())
+}
+
+func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread string) {
+	var req LgRunCreate
+	if !h.body(w, r, &req) {
+		return
+	}
+	runID, ss, ok := h.startRun(w, r, thread, &req)
+	if !ok {
+		return
+	}
+	defer ss.Close()
+	h.waitEnd(w, r, thread, runID, ss)
+}
+
+// createRun serves POST /threads/{id}/runs: the run starts in the
+// background; the answer is its record as it starts.
+func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
+	thread, ok := h.threadOf(w, r)
+	if !ok {
+		return
+	}
+	var req LgRunCreate
+	if !h.body(w, r, &req) {
+		return
+	}
+	runID, ss, ok := h.startRun(w, r, thread, &req)
+	if !ok {
+		return
+	}
+	ss.Close()
+	name, _ := h.assistantName(req.AssistantID)
+	rec := server.RunRecord{ID: runID, Thread: thread, Assistant: name, Status: server.RunPending, Input: req.Input, MultitaskStrategy: "reject"}
+	if req.Metadata != nil {
+		rec.Metadata = *req.Metadata
+	}
+	if req.Config != nil {
+		rec.Config = *req.Config
+	}
+	if req.MultitaskStrategy != nil {
+		rec.MultitaskStrategy = string(*req.MultitaskStrategy)
+	}
+	h.Server.SyncRunRecords(r.Context())
+	if runs, err := h.Server.Runs(r.Context(), thread); err == nil {
+		for _, known := range runs {
+			if known.ID == runID {
+				rec = known
+			}
+		}
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt, rec.UpdatedAt = h.now(), h.now()
+	}
+	write(w, http.StatusOK, lgRun(rec))
+}
+
+// lgRun is a run's record as the wire shows it.
+func lgRun(rec server.RunRecord) LgRun {
+	kwargs := map[string]any{"input": rec.Input, "config": orEmpty(rec.Config)}
+	ms := rec.MultitaskStrategy
+	if ms == "" {
+		ms = "reject"
+	}
+	return LgRun{RunID: rec.ID, ThreadID: rec.Thread, AssistantID: AssistantID(rec.Assistant), CreatedAt: stamp(rec.CreatedAt), UpdatedAt: stamp(rec.UpdatedAt),
+		Status: LgRunStatus(rec.Status), Metadata: orEmpty(rec.Metadata), Kwargs: kwargs, MultitaskStrategy: LgMultitaskStrategy(ms)}
+}
+
+// authorizedThread checks {id} and that the caller may use the thread.
+func (h *Handler) authorizedThread(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, ok := h.threadOf(w, r)
+	if !ok || !h.authorized(w, r, id) {
+		return "", false
+	}
+	return id, true
+}
+
+// listRuns serves GET /threads/{id}/runs (?limit=10&offset=0&status=).
+func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
+	thread, ok := h.authorizedThread(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	limit, offset := 10, 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			fail(w, http.StatusUnprocessableEntity, "limit: a whole number from 1 to 1000")
+			return
+		}
+		limit = n
+	}
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fail(w, http.StatusUnprocessableEntity, "offset: a whole number from 0")
+			return
+		}
+		offset = n
+	}
+	h.Server.SyncRunRecords(r.Context())
+	runs, err := h.Server.Runs(r.Context(), thread)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	out := []LgRun{}
+	for _, rec := range runs {
+		if st := q.Get("status"); st != "" && rec.Status != st {
+			continue
+		}
+		out = append(out, lgRun(rec))
+	}
+	if offset >= len(out) {
+		out = []LgRun{}
+	} else {
+		out = out[offset:]
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	write(w, http.StatusOK, out)
+}
+
+// findRun is the record of {run} on {id}; it answers 404 itself.
+func (h *Handler) findRun(w http.ResponseWriter, r *http.Request) (thread string, rec server.RunRecord, ok bool) {
+	thread, ok = h.authorizedThread(w, r)
+	if !ok {
+		return "", rec, false
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		if attempt == 1 {
+			h.Server.SyncRunRecords(r.Context()) // one written just now is read then
+		}
+		runs, err := h.Server.Runs(r.Context(), thread)
+		if err != nil {
+			serverError(w, err)
+			return "", rec, false
+		}
+		for _, known := range runs {
+			if known.ID == r.PathValue("run") {
+				return thread, known, true
+			}
+		}
+	}
+	fail(w, http.StatusNotFound, "Run %s not found", r.PathValue("run"))
+	return "", rec, false
+}
+
+// getRun serves GET /threads/{id}/runs/{run}.
+func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
+	if _, rec, ok := h.findRun(w, r); ok {
+		write(w, http.StatusOK, lgRun(rec))
+	}
+}
+
+// joinRun serves GET /threads/{id}/runs/{run}/join: the thread's values
+// once the run has ended.
+func (h *Handler) joinRun(w http.ResponseWriter, r *http.Request) {
+	thread, rec, ok := h.findRun(w, r)
+	if !ok {
+		return
+	}
+	ss := h.Server.NewSession(thread)
+	defer ss.Close()
+	if _, _, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, server.SeqCursor(h.Server.LastSeq(thread))); err != nil {
+		serverError(w, err)
+		return
+	}
+	h.waitEnd(w, r, thread, rec.ID, ss)
+}
+
+// cancelRun serves POST /threads/{id}/runs/{run}/cancel (?wait=true: the
+// answer once it ended). The run is stopped as run.cancel stops it
+// (action interrupt; rollback is not served yet: 422).
+func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
+	thread, rec, ok := h.findRun(w, r)
+	if !ok {
+		return
+	}
+	if a := r.URL.Query().Get("action"); a != "" && a != "interrupt" {
+		fail(w, http.StatusUnprocessableEntity, "action: only interrupt is served")
+		return
+	}
+	ss := h.Server.NewSession(thread)
+	defer ss.Close()
+	if _, _, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, server.SeqCursor(h.Server.LastSeq(thread))); err != nil {
+		serverError(w, err)
+		return
+	}
+	runID := rec.ID
+	if _, err := h.Server.Do(r.Context(), thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1, Params: protocol.RunCancelParams{RunID: &runID}}}); err != nil {
+		serverError(w, err)
+		return
+	}
+	if r.URL.Query().Get("wait") == "true" || r.URL.Query().Get("wait") == "1" {
+		for !h.Server.RunEnded(thread, runID) {
+			if _, err := ss.Next(r.Context()); err != nil {
+				return
+			}
+		}
+	}
+	w.WriteHeader(http.StatusAccepted)
 }

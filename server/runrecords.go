@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// RunRecord is a run as the LangGraph Platform API lists it: its thread,
+// assistant, status (pending, running, success, error, interrupted) and
+// what it was started with.
+type RunRecord struct {
+	ID, Thread, Assistant string
+	Status                string
+	MultitaskStrategy     string
+	Input                 any
+	Config, Metadata      map[string]any
+	CreatedAt, UpdatedAt  time.Time
+}
+
+// RunCatalog is a StateStore that keeps the runs of each thread (the
+// in-memory, disk and Redis engines' do), forgetting them with the
+// thread.
+type RunCatalog interface {
+	// SetRun writes a run's record (a new one, or its new status).
+	SetRun(ctx context.Context, rec RunRecord) error
+	// Runs lists a thread's runs, newest first.
+	Runs(ctx context.Context, thread string) ([]RunRecord, error)
+}
+
+// The Platform's run statuses.
+const (
+	RunPending     = "pending"
+	RunRunning     = "running"
+	RunSuccess     = "success"
+	RunError       = "error"
+	RunInterrupted = "interrupted"
+)
+
+// runRecorder writes run records in the order runs change, off the
+// threads' locks, on a goroutine of its own (stopped by Close once the
+// runs have ended); a record that finds its queue full is dropped
+// (counted).
+type runRecorder struct {
+	mu      sync.Mutex
+	ch      chan recorded
+	closed  bool
+	done    chan struct{}
+	dropped uint64
+}
+
+const runRecordQueue = 4096
+
+// recorded is a record to write, or (done set) a mark to close once what
+// was queued before it is written.
+type recorded struct {
+	rec  RunRecord
+	done chan struct{}
+}
+
+func (s *Server) startRunRecorder() {
+	rc, ok := s.cfg.State.(RunCatalog)
+	if !ok {
+		return
+	}
+	r := &runRecorder{ch: make(chan recorded, runRecordQueue), done: make(chan struct{})}
+	s.runRecs = r
+	go func() {
+		defer close(r.done)
+		for it := range r.ch {
+			if it.done != nil {
+				close(it.done)
+				continue
+			}
+			_ = rc.SetRun(context.Background(), it.rec) // a store that fails loses the record, not the run
+		}
+	}()
+}
+
+// stopRunRecorder writes what is queued and stops the recorder.
+func (s *Server) stopRunRecorder(ctx context.Context) {
+	r := s.runRecs
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.ch)
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+}
+
+// recordRun queues run r's record with status. The caller holds t.mu.
+func (s *Server) recordRun(r *run, status string) {
+	rr := s.runRecs
+	if rr == nil {
+		return
+	}
+	now := s.cfg.Now().UTC()
+	if r.createdAt.IsZero() {
+		r.createdAt = now
+	}
+	rec := RunRecord{ID: r.id, Thread: r.t.id, Assistant: r.assistantID, Status: status, MultitaskStrategy: r.strategy,
+		Input: r.input, Config: r.config, Metadata: r.metadata, CreatedAt: r.createdAt, UpdatedAt: now}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.closed {
+		return
+	}
+	select {
+	case rr.ch <- recorded{rec: rec}:
+	default:
+		rr.dropped++
+	}
+}
+
+// SyncRunRecords waits until the run records queued before the call are
+// written (or ctx ends): a read that follows sees them.
+func (s *Server) SyncRunRecords(ctx context.Context) {
+	rr := s.runRecs
+	if rr == nil {
+		return
+	}
+	done := make(chan struct{})
+	rr.mu.Lock()
+	if rr.closed {
+		rr.mu.Unlock()
+		return
+	}
+	select {
+	case rr.ch <- recorded{done: done}:
+	case <-ctx.Done():
+		rr.mu.Unlock()
+		return
+	}
+	rr.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// endStatus is the Platform's status of a run that ended with lifecycle
+// status st (cancelled: stopped from outside).
+func endStatus(st protocol.AgentStatus, cancelled bool) string {
+	switch {
+	case st == protocol.AgentStatusCompleted:
+		return RunSuccess
+	case cancelled:
+		return RunInterrupted
+	}
+	return RunError
+}
+
+// Runs lists thread id's runs, newest first (ErrNoCatalog on an engine
+// that keeps none).
+func (s *Server) Runs(ctx context.Context, id string) ([]RunRecord, error) {
+	rc, ok := s.cfg.State.(RunCatalog)
+	if !ok {
+		return nil, ErrNoCatalog
+	}
+	runs, err := rc.Runs(ctx, id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return runs, nil
+}
+
+// RunEnded reports whether run runID of the thread is neither this
+// node's active run nor queued on it.
+func (s *Server) RunEnded(thread, runID string) bool {
+	t, _ := s.thread(thread, false)
+	if t == nil {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.run != nil && t.run.id == runID {
+		return false
+	}
+	for _, q := range t.queued {
+		if q.id == runID {
+			return false
+		}
+	}
+	return true
+}
