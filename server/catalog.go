@@ -457,3 +457,13 @@ func NewUUID() string {
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
+
+// Checkpoints lists thread id's checkpoints, newest first (the Platform's
+// history).
+func (s *Server) Checkpoints(ctx context.Context, id string) ([]CheckpointRecord, error) {
+	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return cps, nil
+}

@@ -65,6 +65,14 @@ await step("runs.create, join", async () => {
 });
 await step("runs.list after create", async () => (await client.runs.list(t1)).length);
 await step("runs.get unknown", () => client.runs.get(t1, randomUUID()));
+await step("threads.getHistory", async () => {
+  const h = await client.threads.getHistory(t1, { limit: 2 });
+  return { n: h.length, keys: Object.keys(h[0]).sort(), next: h[0].next, checkpoint: Object.keys(h[0].checkpoint).sort(), messages: h[0].values.messages.length };
+});
+await step("threads.getHistory of a thread with no runs", async () => {
+  const t = await client.threads.create({ metadata: { mark } });
+  return client.threads.getHistory(t.thread_id);
+});
 await step("threads.get unknown", () => client.threads.get(randomUUID()));
 await step("threads.delete", () => client.threads.delete(t1));
 await step("threads.get deleted", () => client.threads.get(t1));

@@ -53,6 +53,8 @@ func (h *Handler) Routes() []wire.Route {
 		route("GET", "/threads/{id}/runs/{run}", wire.ReadRoute, h.getRun),
 		route("GET", "/threads/{id}/runs/{run}/join", wire.ReadRoute, h.joinRun),
 		route("POST", "/threads/{id}/runs/{run}/cancel", wire.CommandRoute, h.cancelRun),
+		route("GET", "/threads/{id}/history", wire.ReadRoute, h.history),
+		route("POST", "/threads/{id}/history", wire.ReadRoute, h.history),
 	}
 }
 

@@ -910,6 +910,65 @@ func (v LgRunStatus) Validate() error {
 	return nil
 }
 
+// LgHistory is generated from CDDL rule "LgHistory".
+type LgHistory struct {
+	Limit *uint64 `json:"limit,omitempty" cbor:"limit,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgHistoryMembers = cddlrt.Members{Rule: "LgHistory", Required: []string{}, Known: []string{"limit"}, Open: true, Nullable: []string{"limit"}}
+
+// CDDLMembers describes LgHistory's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgHistory) CDDLMembers() *cddlrt.Members {
+	return &lgHistoryMembers
+}
+
+// Validate checks what the schema requires of the values of LgHistory
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgHistory) Validate() error {
+	if s.Limit != nil {
+		if (*s.Limit) < 1 {
+			return cddlrt.Invalid("limit", "LgHistory", "must be >= 1 but found %v", (*s.Limit))
+		}
+		if (*s.Limit) > 1000 {
+			return cddlrt.Invalid("limit", "LgHistory", "must be <= 1000 but found %v", (*s.Limit))
+		}
+	}
+	return nil
+}
+
+var lgHistoryKnown = map[string]bool{"limit": true}
+
+// MarshalJSON encodes LgHistory with its literal members and Extra.
+func (s LgHistory) MarshalJSON() ([]byte, error) {
+	type fields LgHistory
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgHistory, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgHistory) UnmarshalJSON(data []byte) error {
+	type fields LgHistory
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgHistory", nil, lgHistoryKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgHistory with its literal members and Extra.
+func (s LgHistory) MarshalCBOR() ([]byte, error) {
+	type fields LgHistory
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgHistory, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgHistory) UnmarshalCBOR(data []byte) error {
+	type fields LgHistory
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgHistory", nil, lgHistoryKnown, &s.Extra)
+}
+
 // An error: what the Python Platform answers ({"detail": ...}).
 type LgError struct {
 	Detail string `json:"detail" cbor:"detail"`
