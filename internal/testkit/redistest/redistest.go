@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,12 +19,14 @@ import (
 
 // Server is a redis-server a test started.
 type Server struct {
-	Addr string
-	t    testing.TB
-	bin  string
-	cmd  *exec.Cmd
-	opts Options
-	dir  string
+	Addr    string
+	t       testing.TB
+	bin     string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed once cmd has exited
+	started bool          // it answered once: a restart keeps its port
+	opts    Options
+	dir     string
 }
 
 // Options configure a Server.
@@ -81,6 +84,31 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 
 func (s *Server) start() {
 	s.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := s.startOnce()
+		if err == nil {
+			s.started = true
+			return
+		}
+		// A port taken between its choice and the server's start (another
+		// test's process took it) makes the server exit: a first start
+		// moves to another port; a restart must keep its own.
+		if !errors.Is(err, errExited) || s.started || s.opts.cluster || attempt == 3 {
+			s.t.Fatal(err)
+		}
+		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			s.t.Fatal(lerr)
+		}
+		s.Addr = ln.Addr().String()
+		ln.Close()
+	}
+}
+
+var errExited = errors.New("redistest: redis-server exited")
+
+// startOnce starts the process and waits until it answers.
+func (s *Server) startOnce() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", s.dir, "--protected-mode", "yes", "--appendonly", "no"}
 	if s.opts.AppendOnly {
@@ -89,17 +117,26 @@ func (s *Server) start() {
 	if s.opts.cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000")
 	}
-	s.cmd = exec.Command(s.bin, args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
+	cmd := exec.Command(s.bin, args...)
+	if err := cmd.Start(); err != nil {
+		return err
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if ping(s.Addr) == nil {
-			return
+			return nil
+		}
+		select {
+		case <-done:
+			s.cmd = nil
+			return fmt.Errorf("%w on %s (its port taken?)", errExited, s.Addr)
+		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer", s.Addr)
+			return fmt.Errorf("redis-server on %s did not answer", s.Addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -112,7 +149,7 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused one too
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
