@@ -467,3 +467,38 @@ func (s *Server) Checkpoints(ctx context.Context, id string) ([]CheckpointRecord
 	}
 	return cps, nil
 }
+
+// CopyThread makes a new thread (a new UUID) for p with thread id's
+// metadata, values and checkpoints, and returns it; ok is false when id
+// does not exist. The copy has no events (its stream starts empty) and no
+// runs.
+func (s *Server) CopyThread(ctx context.Context, p *auth.Principal, id string) (ThreadInfo, bool, error) {
+	src, ok, err := s.Thread(ctx, id)
+	if err != nil || !ok {
+		return ThreadInfo{}, ok, err
+	}
+	md := maps.Clone(src.Metadata)
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["thread_id"] = id // where it was copied from, as the Platform says
+	dst, _, err := s.CreateThread(ctx, p, "", md, "raise")
+	if err != nil {
+		return ThreadInfo{}, true, err
+	}
+	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	if err != nil {
+		return ThreadInfo{}, true, storeError(err)
+	}
+	for i := len(cps) - 1; i >= 0; i-- { // oldest first, as they were added
+		if err := s.cfg.State.AddCheckpoint(ctx, dst.ID, cps[i]); err != nil {
+			return ThreadInfo{}, true, storeError(err)
+		}
+	}
+	if src.Values != nil {
+		if err := s.cfg.State.SetValues(ctx, dst.ID, src.Values); err != nil {
+			return ThreadInfo{}, true, storeError(err)
+		}
+	}
+	return dst, true, nil
+}

@@ -73,6 +73,12 @@ await step("threads.getHistory of a thread with no runs", async () => {
   const t = await client.threads.create({ metadata: { mark } });
   return client.threads.getHistory(t.thread_id);
 });
+await step("threads.copy", async () => {
+  const c = await client.threads.copy(t1);
+  const got = await client.threads.get(c.thread_id);
+  const h = await client.threads.getHistory(c.thread_id, { limit: 1 });
+  return { copy: norm(c), other: c.thread_id !== t1, history: h.length, messages: h[0]?.values?.messages?.length };
+});
 await step("threads.get unknown", () => client.threads.get(randomUUID()));
 await step("threads.delete", () => client.threads.delete(t1));
 await step("threads.get deleted", () => client.threads.get(t1));

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
 )
 
@@ -76,4 +77,22 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		out = append(out, snapshot(thread, cp, i == 0, info.Status))
 	}
 	write(w, http.StatusOK, out)
+}
+
+// copyThread serves POST /threads/{id}/copy: a new thread with the
+// thread's metadata, values and checkpoints (not its events or runs).
+func (h *Handler) copyThread(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.authorizedThread(w, r)
+	if !ok {
+		return
+	}
+	info, found, err := h.Server.CopyThread(r.Context(), auth.FromContext(r.Context()), id)
+	switch {
+	case err != nil:
+		serverError(w, err)
+	case !found:
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
+	default:
+		write(w, http.StatusOK, thread(info, false))
+	}
 }

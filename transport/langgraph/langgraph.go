@@ -55,6 +55,7 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/threads/{id}/runs/{run}/cancel", wire.CommandRoute, h.cancelRun),
 		route("GET", "/threads/{id}/history", wire.ReadRoute, h.history),
 		route("POST", "/threads/{id}/history", wire.ReadRoute, h.history),
+		route("POST", "/threads/{id}/copy", wire.CommandRoute, h.copyThread),
 	}
 }
 

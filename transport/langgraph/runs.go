@@ -82,6 +82,12 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string
 	if res, ok := resp.Result.(protocol.RunResult); ok && res.RunID != nil {
 		runID = *res.RunID
 	}
+	// The thread says which graph runs on it, as the Platform's do.
+	if _, _, err := h.Server.UpdateThread(ctx, thread, map[string]any{"graph_id": name, "assistant_id": AssistantID(name)}); err != nil {
+		ss.Close()
+		serverError(w, err)
+		return "", nil, false
+	}
 	return runID, ss, true
 }
 
