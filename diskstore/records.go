@@ -2,10 +2,8 @@ package diskstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
@@ -19,27 +17,12 @@ var _ server.ThreadCatalog = (*State)(nil)
 
 func recordKey(thread string) []byte { return append([]byte("m/"), thread...) }
 
-// threadRecord is a ThreadRecord on disk.
-type threadRecord struct {
-	Owner     string         `json:"o,omitempty"`
-	CreatedAt time.Time      `json:"c"`
-	UpdatedAt time.Time      `json:"u"`
-	Metadata  map[string]any `json:"m,omitempty"`
-	Config    map[string]any `json:"g,omitempty"`
-}
-
 func decodeRecord(thread string, b []byte) (server.ThreadRecord, error) {
-	var r threadRecord
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := server.UnmarshalThreadRecord(thread, b)
+	if err != nil {
 		return server.ThreadRecord{}, errors.Join(errCorrupt, err)
 	}
-	if r.Metadata == nil {
-		r.Metadata = map[string]any{}
-	}
-	if r.Config == nil {
-		r.Config = map[string]any{}
-	}
-	return server.ThreadRecord{ID: thread, Owner: r.Owner, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Metadata: r.Metadata, Config: r.Config}, nil
+	return r, nil
 }
 
 // Record implements server.ThreadCatalog.
@@ -57,7 +40,7 @@ func (s *State) SetRecord(_ context.Context, rec server.ThreadRecord) error {
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(threadRecord{Owner: rec.Owner, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, Metadata: rec.Metadata, Config: rec.Config})
+	b, err := server.MarshalThreadRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -91,18 +74,6 @@ var _ server.RunCatalog = (*State)(nil)
 
 func runPrefix(thread string) []byte { return append(append([]byte("n/"), thread...), 0) }
 
-// diskRun is a RunRecord on disk.
-type diskRun struct {
-	Assistant string         `json:"a"`
-	Status    string         `json:"s"`
-	Strategy  string         `json:"m,omitempty"`
-	Input     any            `json:"i,omitempty"`
-	Config    map[string]any `json:"c,omitempty"`
-	Metadata  map[string]any `json:"d,omitempty"`
-	CreatedAt time.Time      `json:"t"`
-	UpdatedAt time.Time      `json:"u"`
-}
-
 // SetRun implements server.RunCatalog. The server writes run records
 // from a goroutine of its own, which may still write as a store that was
 // not closed cleanly goes away: Pebble's panic on a closed store is this
@@ -120,8 +91,7 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
-	b, err := json.Marshal(diskRun{Assistant: rec.Assistant, Status: rec.Status, Strategy: rec.MultitaskStrategy, Input: rec.Input,
-		Config: rec.Config, Metadata: rec.Metadata, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt})
+	b, err := server.MarshalRunRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -137,12 +107,11 @@ func (s *State) Runs(_ context.Context, thread string) ([]server.RunRecord, erro
 	}
 	var out []server.RunRecord
 	for it.First(); it.Valid(); it.Next() {
-		var r diskRun
-		if json.Unmarshal(it.Value(), &r) != nil {
-			continue
+		r, err := server.UnmarshalRunRecord(thread, string(it.Key()[len(prefix):]), it.Value())
+		if err != nil {
+			continue // one that cannot be read is left out of lists
 		}
-		out = append(out, server.RunRecord{ID: string(it.Key()[len(prefix):]), Thread: thread, Assistant: r.Assistant, Status: r.Status,
-			MultitaskStrategy: r.Strategy, Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+		out = append(out, r)
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return nil, err

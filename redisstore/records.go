@@ -2,11 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/redis/rueidis"
@@ -27,27 +25,12 @@ var (
 
 func (e *Engine) threadsKey() string { return e.prefix + ":threads" }
 
-// redisRecord is a ThreadRecord in Redis.
-type redisRecord struct {
-	Owner     string         `json:"o,omitempty"`
-	CreatedAt time.Time      `json:"c"`
-	UpdatedAt time.Time      `json:"u"`
-	Metadata  map[string]any `json:"m,omitempty"`
-	Config    map[string]any `json:"g,omitempty"`
-}
-
 func decodeRedisRecord(thread string, b []byte) (server.ThreadRecord, error) {
-	var r redisRecord
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := server.UnmarshalThreadRecord(thread, b)
+	if err != nil {
 		return server.ThreadRecord{}, fmt.Errorf("redisstore: thread %s's record: %w", thread, err)
 	}
-	if r.Metadata == nil {
-		r.Metadata = map[string]any{}
-	}
-	if r.Config == nil {
-		r.Config = map[string]any{}
-	}
-	return server.ThreadRecord{ID: thread, Owner: r.Owner, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Metadata: r.Metadata, Config: r.Config}, nil
+	return r, nil
 }
 
 // Record implements server.ThreadCatalog.
@@ -69,7 +52,7 @@ func (s *State) Record(ctx context.Context, thread string) (server.ThreadRecord,
 // SetRecord implements server.ThreadCatalog: the record, with the
 // thread's TTL, and its entry in the set of threads.
 func (s *State) SetRecord(ctx context.Context, rec server.ThreadRecord) error {
-	b, err := json.Marshal(redisRecord{Owner: rec.Owner, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, Metadata: rec.Metadata, Config: rec.Config})
+	b, err := server.MarshalThreadRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -157,22 +140,9 @@ func (s *State) DeleteThread(ctx context.Context, thread string) error {
 
 var _ server.RunCatalog = (*State)(nil)
 
-// redisRun is a RunRecord in Redis.
-type redisRun struct {
-	Assistant string         `json:"a"`
-	Status    string         `json:"s"`
-	Strategy  string         `json:"m,omitempty"`
-	Input     any            `json:"i,omitempty"`
-	Config    map[string]any `json:"c,omitempty"`
-	Metadata  map[string]any `json:"d,omitempty"`
-	CreatedAt time.Time      `json:"t"`
-	UpdatedAt time.Time      `json:"u"`
-}
-
 // SetRun implements server.RunCatalog.
 func (s *State) SetRun(ctx context.Context, rec server.RunRecord) error {
-	b, err := json.Marshal(redisRun{Assistant: rec.Assistant, Status: rec.Status, Strategy: rec.MultitaskStrategy, Input: rec.Input,
-		Config: rec.Config, Metadata: rec.Metadata, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt})
+	b, err := server.MarshalRunRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -199,12 +169,11 @@ func (s *State) Runs(ctx context.Context, thread string) ([]server.RunRecord, er
 	}
 	out := make([]server.RunRecord, 0, len(m))
 	for id, v := range m {
-		var r redisRun
-		if json.Unmarshal([]byte(v), &r) != nil {
+		r, err := server.UnmarshalRunRecord(thread, id, []byte(v))
+		if err != nil {
 			continue
 		}
-		out = append(out, server.RunRecord{ID: id, Thread: thread, Assistant: r.Assistant, Status: r.Status, MultitaskStrategy: r.Strategy,
-			Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt})
+		out = append(out, r)
 	}
 	slices.SortStableFunc(out, func(a, b server.RunRecord) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {

@@ -336,7 +336,7 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 		if !anonymous && (p == nil || !p.MayUse(rec.ID, rec.Owner)) {
 			return true
 		}
-		if !matches(rec.Metadata, q.Metadata) || len(q.IDs) > 0 && !slices.Contains(q.IDs, rec.ID) {
+		if !MetadataMatches(rec.Metadata, q.Metadata) || len(q.IDs) > 0 && !slices.Contains(q.IDs, rec.ID) {
 			return true
 		}
 		info, err := s.threadInfo(ctx, rec, len(q.Values) > 0)
@@ -344,7 +344,7 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 			ferr = err
 			return false
 		}
-		if q.Status != "" && info.Status != q.Status || !matches(info.Values, q.Values) {
+		if q.Status != "" && info.Status != q.Status || !MetadataMatches(info.Values, q.Values) {
 			return true
 		}
 		info.Values = nil
@@ -395,13 +395,9 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 }
 
 // MetadataMatches reports whether have holds every member of want with an
-// equal value (a search's selection by metadata).
-func MetadataMatches(have, want map[string]any) bool { return matches(have, want) }
-
-// matches reports whether have holds every member of want with an equal
-// value (JSON values: reflect.DeepEqual of their decoded forms, numbers
-// compared as numbers).
-func matches(have, want map[string]any) bool {
+// equal value (a search's selection by metadata or values; JSON values:
+// reflect.DeepEqual of their decoded forms, numbers compared as numbers).
+func MetadataMatches(have, want map[string]any) bool {
 	for k, w := range want {
 		h, ok := have[k]
 		if !ok || !jsonEqual(h, w) {

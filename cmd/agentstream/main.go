@@ -510,7 +510,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		Decode:   protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
 		Profiles: splitList(c.profiles), InstanceAIAssistant: c.instanceAIAssistant,
 		UpstreamState: upstreamState(up), UpstreamProxy: upstreamProxy(up),
-		Ingest:        transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
+		Ingest: transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
 	})
 	if c.metricsAddr != "" {
 		mln, err := net.Listen("tcp", c.metricsAddr)

@@ -87,12 +87,5 @@ func (h *Handler) copyThread(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info, found, err := h.Server.CopyThread(r.Context(), auth.FromContext(r.Context()), id)
-	switch {
-	case err != nil:
-		serverError(w, err)
-	case !found:
-		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
-	default:
-		write(w, http.StatusOK, thread(info, false))
-	}
+	answerThread(w, id, info, found, err, false)
 }

@@ -193,25 +193,31 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, id string) 
 
 // getThread serves GET /threads/{id}.
 func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !h.authorized(w, r, id) {
+	id, ok := h.authorizedThread(w, r)
+	if !ok {
 		return
 	}
 	info, ok, err := h.Server.Thread(r.Context(), id)
+	answerThread(w, id, info, ok, err, true)
+}
+
+// answerThread answers a thread read or changed (full: with its values):
+// the error, 404 when it does not exist, or the thread.
+func answerThread(w http.ResponseWriter, id string, info server.ThreadInfo, ok bool, err error, full bool) {
 	switch {
 	case err != nil:
 		serverError(w, err)
 	case !ok:
 		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
 	default:
-		write(w, http.StatusOK, thread(info, true))
+		write(w, http.StatusOK, thread(info, full))
 	}
 }
 
 // patchThread serves PATCH /threads/{id}.
 func (h *Handler) patchThread(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !h.authorized(w, r, id) {
+	id, ok := h.authorizedThread(w, r)
+	if !ok {
 		return
 	}
 	var req LgThreadPatch
@@ -223,20 +229,13 @@ func (h *Handler) patchThread(w http.ResponseWriter, r *http.Request) {
 		md = *req.Metadata
 	}
 	info, ok, err := h.Server.UpdateThread(r.Context(), id, md)
-	switch {
-	case err != nil:
-		serverError(w, err)
-	case !ok:
-		fail(w, http.StatusNotFound, "Thread with ID %s not found", id)
-	default:
-		write(w, http.StatusOK, thread(info, false))
-	}
+	answerThread(w, id, info, ok, err, false)
 }
 
 // deleteThread serves DELETE /threads/{id}.
 func (h *Handler) deleteThread(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !h.authorized(w, r, id) {
+	id, ok := h.authorizedThread(w, r)
+	if !ok {
 		return
 	}
 	ok, err := h.Server.DeleteThread(r.Context(), id)

@@ -230,11 +230,8 @@ func lgRun(rec server.RunRecord) LgRun {
 
 // authorizedThread checks {id} and that the caller may use the thread.
 func (h *Handler) authorizedThread(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id, ok := h.threadOf(w, r)
-	if !ok || !h.authorized(w, r, id) {
-		return "", false
-	}
-	return id, true
+	id := r.PathValue("id")
+	return id, h.authorized(w, r, id)
 }
 
 // listRuns serves GET /threads/{id}/runs (?limit=10&offset=0&status=).

@@ -4,6 +4,7 @@
 package httpjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -92,4 +93,69 @@ func CommandError(err error) (int, *protocol.ErrorResponse) {
 		return http.StatusConflict, e
 	}
 	return StatusOf(e.Code), e
+}
+
+// ErrorShape wraps next so that the body of an error answer (a status of
+// 400 or more) it writes is held back and handed to reshape once next
+// returns, to be written in a wire's own error shape (OpenAI's error
+// object, the LangGraph Platform's {"detail": ...}): the transport's
+// checks in front of a wire's routes speak the protocol's ErrorResponse.
+// Other answers, streams included, go through as they are written.
+func ErrorShape(next http.Handler, reshape func(w http.ResponseWriter, status int, body []byte)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &shapeWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status != 0 {
+			reshape(w, sw.status, sw.body.Bytes())
+		}
+	})
+}
+
+// maxErrorBody bounds an error's body held back; more is dropped.
+const maxErrorBody = 64 << 10
+
+// shapeWriter holds back the body of an error answer (ErrorShape).
+type shapeWriter struct {
+	http.ResponseWriter
+	wrote  bool // the head went through as it was
+	status int  // an error's, held back
+	body   bytes.Buffer
+}
+
+func (s *shapeWriter) WriteHeader(code int) {
+	if s.wrote || s.status != 0 {
+		return
+	}
+	if code >= 400 {
+		s.status = code
+		return
+	}
+	s.wrote = true
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *shapeWriter) Write(b []byte) (int, error) {
+	if !s.wrote && s.status == 0 {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.status != 0 {
+		if s.body.Len()+len(b) > maxErrorBody {
+			return len(b), nil
+		}
+		return s.body.Write(b)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes, the
+// SSE handler's takeover, deadlines).
+func (s *shapeWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes a flush through (a held-back error is written at the end).
+func (s *shapeWriter) Flush() {
+	if s.status == 0 {
+		if f, ok := s.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
 }
