@@ -53,6 +53,12 @@ type Principal struct {
 	// a remote worker; none: the ids no other principal serves (the
 	// first to serve one owns it; see server.AssistantGrant).
 	Assistants []string
+	// Store lists the namespaces of the long-term store (the Platform
+	// API's /store) the principal shares with every principal granted
+	// them: namespace prefixes, labels joined by ".", "*" matching any
+	// one label. Its items in other namespaces are its own, seen by no
+	// other principal (admins keep theirs in the shared store).
+	Store []string
 	// Expires is when the credential stops being valid (its exp plus the
 	// allowed clock skew); zero for one that does not expire (API keys).
 	Expires time.Time
@@ -310,6 +316,8 @@ type claims struct {
 	Threads []string `json:"threads,omitempty"`
 	// Assistants: the assistant-id patterns a producer may serve.
 	Assistants []string `json:"assistants,omitempty"`
+	// Store: the shared store namespaces (Principal.Store).
+	Store []string `json:"store,omitempty"`
 }
 
 // key finds the key that verifies t: the secret for HS256, otherwise the
@@ -356,7 +364,7 @@ func (a *Authenticator) Verify(token string) (*Principal, error) {
 	if c.Subject == "" {
 		return nil, fmt.Errorf("%w: the token has no sub", ErrInvalidCredential)
 	}
-	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Producer: c.Role == "producer" || slices.Contains(c.Roles, "producer"), Threads: c.Threads, Assistants: c.Assistants}
+	p := &Principal{Subject: c.Subject, Admin: c.Role == "admin" || slices.Contains(c.Roles, "admin"), Producer: c.Role == "producer" || slices.Contains(c.Roles, "producer"), Threads: c.Threads, Assistants: c.Assistants, Store: c.Store}
 	if c.ExpiresAt != nil {
 		p.Expires = c.ExpiresAt.Add(a.leeway)
 	}
@@ -501,20 +509,35 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		var assistants []string
-		if len(f) == 4 && f[2] == "producer" && strings.HasPrefix(f[3], "assistants=") {
-			for _, a := range strings.Split(strings.TrimPrefix(f[3], "assistants="), ",") {
+		// KEY PRINCIPAL [admin|producer] [assistants=A,...] [store=NS,...]
+		var assistants, store []string
+		for len(f) > 2 {
+			last := f[len(f)-1]
+			name, list, isOpt := strings.Cut(last, "=")
+			if !isOpt {
+				break
+			}
+			var items []string
+			for _, a := range strings.Split(list, ",") {
 				if a != "" {
-					assistants = append(assistants, a)
+					items = append(items, a)
 				}
 			}
-			if len(assistants) == 0 {
-				return nil, fmt.Errorf("%s:%d: assistants= names no assistant", path, n+1)
+			switch {
+			case name == "assistants" && assistants == nil && len(items) > 0:
+				assistants = items
+			case name == "store" && store == nil && len(items) > 0:
+				store = items
+			default:
+				return nil, fmt.Errorf("%s:%d: %q: want assistants=PATTERN,... or store=NAMESPACE,..., each once and naming one at least", path, n+1, last)
 			}
-			f = f[:3]
+			f = f[:len(f)-1]
 		}
 		if len(f) < 2 || len(f) > 3 || (len(f) == 3 && f[2] != "admin" && f[2] != "producer") {
-			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin|producer [assistants=PATTERN,...]]", path, n+1)
+			return nil, fmt.Errorf("%s:%d: want KEY PRINCIPAL [admin|producer] [assistants=PATTERN,...] [store=NAMESPACE,...]", path, n+1)
+		}
+		if assistants != nil && (len(f) != 3 || f[2] != "producer") {
+			return nil, fmt.Errorf("%s:%d: assistants= is for a producer's key", path, n+1)
 		}
 		if strings.Count(f[0], ".") == 2 {
 			return nil, fmt.Errorf("%s:%d: an API key must not look like a JWT (two dots)", path, n+1)
@@ -522,7 +545,7 @@ func ReadAPIKeysFile(path string) (map[string]Principal, error) {
 		if _, dup := keys[f[0]]; dup {
 			return nil, fmt.Errorf("%s:%d: the key is listed twice", path, n+1)
 		}
-		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3 && f[2] == "admin", Producer: len(f) == 3 && f[2] == "producer", Assistants: assistants}
+		keys[f[0]] = Principal{Subject: f[1], Admin: len(f) == 3 && f[2] == "admin", Producer: len(f) == 3 && f[2] == "producer", Assistants: assistants, Store: store}
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%s: no key in it", path)
@@ -538,10 +561,12 @@ type TokenOptions struct {
 	Threads  []string
 	// Assistants are the assistant-id patterns a producer may serve.
 	Assistants []string
-	TTL        time.Duration // 0: no exp
-	Audience   string
-	Issuer     string
-	Now        time.Time // time.Now() when zero
+	// Store are the shared store namespaces (Principal.Store).
+	Store    []string
+	TTL      time.Duration // 0: no exp
+	Audience string
+	Issuer   string
+	Now      time.Time // time.Now() when zero
 }
 
 // Mint signs an HS256 token for development and tests (agentstream
@@ -554,7 +579,7 @@ func Mint(secret []byte, o TokenOptions) (string, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: o.Subject, IssuedAt: jwt.NewNumericDate(now), Issuer: o.Issuer}, Threads: o.Threads, Assistants: o.Assistants}
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: o.Subject, IssuedAt: jwt.NewNumericDate(now), Issuer: o.Issuer}, Threads: o.Threads, Assistants: o.Assistants, Store: o.Store}
 	if o.TTL > 0 {
 		c.ExpiresAt = jwt.NewNumericDate(now.Add(o.TTL))
 	}

@@ -231,7 +231,7 @@ func Open(opts Options) (*Engine, error) {
 		l.repaired = strings.TrimSuffix(l.repaired, "; ")
 	}
 	e := &Engine{db: db, opts: opts, log: l, syncer: syncer}
-	e.state = &State{db: db, log: l}
+	e.state = &State{db: db, log: l, items: -1}
 	return e, nil
 }
 

@@ -23,6 +23,9 @@ type State struct {
 	db  *pebble.DB
 	log *Log
 	mu  sync.Mutex // ClaimOwner's read and write as one
+
+	itemsMu sync.Mutex
+	items   int // the store's items, counted on first use (-1 before)
 }
 
 func stateKey(thread, what string) []byte {

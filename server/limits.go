@@ -51,9 +51,11 @@ const (
 	// LimitIngestAck: a producer's batch not synced within
 	// Config.IngestAckTimeout.
 	LimitIngestAck Limit = "ingest_ack"
+	// LimitStoreItems: Config.MaxStoreItems items in the long-term store.
+	LimitStoreItems Limit = "store_items"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck, LimitStoreItems}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

@@ -24,6 +24,8 @@ type MemoryState struct {
 	threads map[string]*memThread
 	records map[string]*ThreadRecord
 	runs    map[string][]RunRecord // per thread, oldest first, at most maxMemoryRuns
+	items   map[string]*StoreItem  // by ItemPath
+	itemHW  compact.Tracker
 	hw      compact.Tracker
 	recHW   compact.Tracker
 }
@@ -38,11 +40,12 @@ var (
 	_ StateStore    = (*MemoryState)(nil)
 	_ ThreadCatalog = (*MemoryState)(nil)
 	_ RunCatalog    = (*MemoryState)(nil)
+	_ ItemStore     = (*MemoryState)(nil)
 )
 
 // NewMemoryState returns an empty in-memory store.
 func NewMemoryState() *MemoryState {
-	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}}
+	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}, items: map[string]*StoreItem{}}
 }
 
 func (m *MemoryState) get(thread string) *memThread {

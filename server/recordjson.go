@@ -59,3 +59,37 @@ func UnmarshalRunRecord(thread, id string, b []byte) (RunRecord, error) {
 	return RunRecord{ID: id, Thread: thread, Assistant: r.Assistant, Status: r.Status, MultitaskStrategy: r.Strategy,
 		Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}, nil
 }
+
+type storeItemJSON struct {
+	Scope     string         `json:"s,omitempty"`
+	Namespace []string       `json:"n"`
+	Key       string         `json:"k"`
+	Value     map[string]any `json:"v"`
+	CreatedAt time.Time      `json:"c"`
+	UpdatedAt time.Time      `json:"u"`
+	TTL       time.Duration  `json:"t,omitempty"`
+	ExpiresAt *time.Time     `json:"e,omitempty"`
+}
+
+// MarshalStoreItem encodes an item for a store, whole (its path is the
+// store's key, which a reader need not parse).
+func MarshalStoreItem(it StoreItem) ([]byte, error) {
+	j := storeItemJSON{Scope: it.Scope, Namespace: it.Namespace, Key: it.Key, Value: it.Value, CreatedAt: it.CreatedAt, UpdatedAt: it.UpdatedAt, TTL: it.TTL}
+	if !it.ExpiresAt.IsZero() {
+		j.ExpiresAt = &it.ExpiresAt
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalStoreItem decodes an item, its value never nil.
+func UnmarshalStoreItem(b []byte) (StoreItem, error) {
+	var j storeItemJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return StoreItem{}, err
+	}
+	it := StoreItem{Scope: j.Scope, Namespace: j.Namespace, Key: j.Key, Value: orEmptyMap(j.Value), CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, TTL: j.TTL}
+	if j.ExpiresAt != nil {
+		it.ExpiresAt = *j.ExpiresAt
+	}
+	return it, nil
+}

@@ -122,6 +122,11 @@ type Config struct {
 	// last batch of, for idempotency (Publish); past it the one used
 	// longest ago is forgotten (DefaultMaxProducersPerThread, 1,024).
 	MaxProducersPerThread int
+	// MaxStoreItems caps the items the long-term store (the Platform
+	// API's /store) holds, of every principal (DefaultMaxStoreItems,
+	// 1,000,000); a new item past it is refused (counted as limit
+	// store_items).
+	MaxStoreItems int
 	// IngestAckTimeout bounds how long Publish waits for a SyncedLog (the
 	// disk engine) to sync a producer's batch before it answers
 	// (DefaultIngestAckTimeout, 5 s); past it the batch is refused as
@@ -213,6 +218,9 @@ func (c Config) withDefaults() Config {
 	if c.IngestAckTimeout <= 0 {
 		c.IngestAckTimeout = DefaultIngestAckTimeout
 	}
+	if c.MaxStoreItems <= 0 {
+		c.MaxStoreItems = DefaultMaxStoreItems
+	}
 	if c.MaxSessionSubscriptions <= 0 {
 		c.MaxSessionSubscriptions = DefaultMaxSessionSubscriptions
 	}
@@ -292,7 +300,10 @@ type Server struct {
 	// catalogMu serializes the changes of thread records (CreateThread,
 	// UpdateThread, DeleteThread) on this node.
 	catalogMu sync.Mutex
-	janitor   sync.WaitGroup
+	// itemsMu serializes the changes of the store's items (PutItem), so
+	// that the count checked is the count written to.
+	itemsMu sync.Mutex
+	janitor sync.WaitGroup
 
 	metrics counters
 }

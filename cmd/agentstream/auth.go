@@ -84,6 +84,7 @@ func token(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.TTL, "ttl", time.Hour, "how long it is valid (0: no exp)")
 	threads := fs.String("threads", "", "comma-separated thread-id patterns (* glob) it may use besides its own threads")
 	assistants := fs.String("assistants", "", "with --producer: comma-separated assistant-id patterns (* glob) it may serve as a remote worker (none: only ids no other principal serves)")
+	store := fs.String("store", "", "comma-separated namespaces of the long-term store it shares (labels joined by '.', * one label); its other items are its own")
 	fs.StringVar(&o.Audience, "aud", "", "the audience (aud)")
 	fs.StringVar(&o.Issuer, "iss", "", "the issuer (iss)")
 	if err := fs.Parse(args); err != nil {
@@ -100,6 +101,7 @@ func token(args []string, stdout, stderr io.Writer) int {
 	}
 	o.Threads = splitList(*threads)
 	o.Assistants = splitList(*assistants)
+	o.Store = splitList(*store)
 	t, err := auth.Mint(secret, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "agentstream token:", err)

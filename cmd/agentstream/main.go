@@ -105,6 +105,7 @@ type config struct {
 	ingestMaxBatchBytes                                              int64
 	ingestRate                                                       float64
 	maxProducersPerThread                                            int
+	maxStoreItems                                                    int
 	ingestAckTimeout                                                 time.Duration
 	ingestFastAck                                                    bool
 	maxWorkers, maxRunsPerWorker, maxQueuedWorkerRuns                int
@@ -215,6 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.maxQueuedWorkerRuns, "max-queued-worker-runs", server.DefaultMaxQueuedWorkerRuns, "runs of one assistant waiting for a free remote worker; past it run.start is refused")
 	fs.DurationVar(&c.ingestAckTimeout, "ingest-ack-timeout", server.DefaultIngestAckTimeout, "with --data-dir: how long a producer's batch waits for its group commit to be synced before it is answered; past it 503 (retry with the same producer and batch number: nothing is appended twice)")
 	fs.BoolVar(&c.ingestFastAck, "ingest-fast-ack", false, "with --data-dir: answer a producer's batch once it is appended, before it is synced (lower latency; a crash may lose batches that were acknowledged)")
+	fs.IntVar(&c.maxStoreItems, "max-store-items", server.DefaultMaxStoreItems, "items the long-term store (the LangGraph Platform API's /store) holds, of every principal; a new item past it is refused")
 	fs.IntVar(&c.maxProducersPerThread, "max-producers-per-thread", server.DefaultMaxProducersPerThread, "producers a thread remembers the last batch of, so that a batch sent again appends nothing; past it the one used longest ago is forgotten")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
@@ -372,7 +374,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
-		MaxProducersPerThread: c.maxProducersPerThread, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
+		MaxProducersPerThread: c.maxProducersPerThread, MaxStoreItems: c.maxStoreItems, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
 		WorkerLease: c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
 	}
 	var readyCheck func(context.Context) error
@@ -891,7 +893,7 @@ func (c config) check() error {
 		{"--http-stream-rate", int64(c.httpStreamRate * 1000)}, {"--http-stream-burst", int64(c.httpStreamBurst)}, {"--command-bytes-rate", int64(c.commandBytesRate)},
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
 		{"--ingest-max-events", int64(c.ingestMaxEvents)}, {"--ingest-max-event-bytes", int64(c.ingestMaxEventBytes)}, {"--ingest-max-batch-bytes", c.ingestMaxBatchBytes},
-		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)},
+		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)}, {"--max-store-items", int64(c.maxStoreItems)},
 		{"--worker-lease", int64(c.workerLease)}, {"--max-workers", int64(c.maxWorkers)}, {"--max-runs-per-worker", int64(c.maxRunsPerWorker)}, {"--max-queued-worker-runs", int64(c.maxQueuedWorkerRuns)},
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},

@@ -56,6 +56,11 @@ func (h *Handler) Routes() []wire.Route {
 		route("GET", "/threads/{id}/history", wire.ReadRoute, h.history),
 		route("POST", "/threads/{id}/history", wire.ReadRoute, h.history),
 		route("POST", "/threads/{id}/copy", wire.CommandRoute, h.copyThread),
+		route("PUT", "/store/items", wire.CommandRoute, h.putItem),
+		route("GET", "/store/items", wire.ReadRoute, h.getItem),
+		route("DELETE", "/store/items", wire.CommandRoute, h.deleteItem),
+		route("POST", "/store/items/search", wire.ReadRoute, h.searchItems),
+		route("POST", "/store/namespaces", wire.ReadRoute, h.listNamespaces),
 	}
 }
 

@@ -969,6 +969,365 @@ func (s *LgHistory) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgHistory", nil, lgHistoryKnown, &s.Extra)
 }
 
+// The long-term store (client.store.*). A namespace is a path of
+// labels (no "." in a label: the Platform joins them with it). With
+// authentication on, a principal's items are its own, but for the
+// namespaces its credential shares (see docs/langgraph.md).
+type LgNamespace = []string
+
+// Put an item: its value an object; `ttl` in minutes (kept until deleted
+// without one); `index` is accepted and not used (no vector index).
+type LgStorePut struct {
+	Namespace LgNamespace    `json:"namespace" cbor:"namespace"`
+	Key       string         `json:"key" cbor:"key"`
+	Value     map[string]any `json:"value" cbor:"value"`
+	Index     any            `json:"index,omitempty" cbor:"index,omitempty"`
+	TTL       *float64       `json:"ttl,omitempty" cbor:"ttl,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStorePutMembers = cddlrt.Members{Rule: "LgStorePut", Required: []string{"namespace", "key", "value"}, Known: []string{"namespace", "key", "value", "index", "ttl"}, Open: true, Nullable: []string{"index", "ttl"}}
+
+// CDDLMembers describes LgStorePut's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStorePut) CDDLMembers() *cddlrt.Members {
+	return &lgStorePutMembers
+}
+
+// Validate checks what the schema requires of the values of LgStorePut
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStorePut) Validate() error {
+	if len(s.Namespace) > 32 {
+		return cddlrt.Invalid("namespace", "LgNamespace", "must have at most 32 items, not %d", len(s.Namespace))
+	}
+	if s.TTL != nil {
+		if (*s.TTL) <= 0 {
+			return cddlrt.Invalid("ttl", "LgStorePut", "must be > 0 but found %v", (*s.TTL))
+		}
+	}
+	return nil
+}
+
+var lgStorePutKnown = map[string]bool{"namespace": true, "key": true, "value": true, "index": true, "ttl": true}
+
+// MarshalJSON encodes LgStorePut with its literal members and Extra.
+func (s LgStorePut) MarshalJSON() ([]byte, error) {
+	type fields LgStorePut
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStorePut, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStorePut) UnmarshalJSON(data []byte) error {
+	type fields LgStorePut
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStorePut", nil, lgStorePutKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStorePut with its literal members and Extra.
+func (s LgStorePut) MarshalCBOR() ([]byte, error) {
+	type fields LgStorePut
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStorePut, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStorePut) UnmarshalCBOR(data []byte) error {
+	type fields LgStorePut
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStorePut", nil, lgStorePutKnown, &s.Extra)
+}
+
+// LgStoreDelete is generated from CDDL rule "LgStoreDelete".
+type LgStoreDelete struct {
+	Namespace *LgNamespace `json:"namespace,omitempty" cbor:"namespace,omitempty"`
+	Key       string       `json:"key" cbor:"key"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStoreDeleteMembers = cddlrt.Members{Rule: "LgStoreDelete", Required: []string{"key"}, Known: []string{"namespace", "key"}, Open: true, Nullable: []string{"namespace"}}
+
+// CDDLMembers describes LgStoreDelete's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStoreDelete) CDDLMembers() *cddlrt.Members {
+	return &lgStoreDeleteMembers
+}
+
+// Validate checks what the schema requires of the values of LgStoreDelete
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStoreDelete) Validate() error {
+	if s.Namespace != nil {
+		if len((*s.Namespace)) > 32 {
+			return cddlrt.Invalid("namespace", "LgNamespace", "must have at most 32 items, not %d", len((*s.Namespace)))
+		}
+	}
+	return nil
+}
+
+var lgStoreDeleteKnown = map[string]bool{"namespace": true, "key": true}
+
+// MarshalJSON encodes LgStoreDelete with its literal members and Extra.
+func (s LgStoreDelete) MarshalJSON() ([]byte, error) {
+	type fields LgStoreDelete
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStoreDelete, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStoreDelete) UnmarshalJSON(data []byte) error {
+	type fields LgStoreDelete
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStoreDelete", nil, lgStoreDeleteKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStoreDelete with its literal members and Extra.
+func (s LgStoreDelete) MarshalCBOR() ([]byte, error) {
+	type fields LgStoreDelete
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStoreDelete, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStoreDelete) UnmarshalCBOR(data []byte) error {
+	type fields LgStoreDelete
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStoreDelete", nil, lgStoreDeleteKnown, &s.Extra)
+}
+
+// Search the items under a namespace prefix (all with an empty one), the
+// values filtered member by member (a value, or operators $eq $ne $gt
+// $gte $lt $lte $in $nin); `query` is accepted and not used (no vector
+// index): items come in namespace then key order.
+type LgStoreSearch struct {
+	NamespacePrefix []string             `json:"namespace_prefix,omitzero" cbor:"namespace_prefix,omitzero"`
+	Filter          *LgStoreSearchFilter `json:"filter,omitempty" cbor:"filter,omitempty"`
+	Limit           *uint64              `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Offset          *LgUint              `json:"offset,omitempty" cbor:"offset,omitempty"`
+	Query           *string              `json:"query,omitempty" cbor:"query,omitempty"`
+	RefreshTTL      *bool                `json:"refresh_ttl,omitempty" cbor:"refresh_ttl,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStoreSearchMembers = cddlrt.Members{Rule: "LgStoreSearch", Required: []string{}, Known: []string{"namespace_prefix", "filter", "limit", "offset", "query", "refresh_ttl"}, Open: true, Nullable: []string{"namespace_prefix", "filter", "limit", "offset", "query", "refresh_ttl"}}
+
+// CDDLMembers describes LgStoreSearch's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStoreSearch) CDDLMembers() *cddlrt.Members {
+	return &lgStoreSearchMembers
+}
+
+// Validate checks what the schema requires of the values of LgStoreSearch
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStoreSearch) Validate() error {
+	if s.NamespacePrefix != nil {
+		if len(s.NamespacePrefix) > 32 {
+			return cddlrt.Invalid("namespace_prefix", "LgStoreSearch", "must have at most 32 items, not %d", len(s.NamespacePrefix))
+		}
+	}
+	if s.Limit != nil {
+		if (*s.Limit) > 1000 {
+			return cddlrt.Invalid("limit", "LgStoreSearch", "must be <= 1000 but found %v", (*s.Limit))
+		}
+	}
+	if s.Offset != nil {
+		if (*s.Offset) > 9007199254740991 {
+			return cddlrt.Invalid("offset", "LgUint", "must be <= 9007199254740991 but found %v", (*s.Offset))
+		}
+	}
+	return nil
+}
+
+var lgStoreSearchKnown = map[string]bool{"namespace_prefix": true, "filter": true, "limit": true, "offset": true, "query": true, "refresh_ttl": true}
+
+// MarshalJSON encodes LgStoreSearch with its literal members and Extra.
+func (s LgStoreSearch) MarshalJSON() ([]byte, error) {
+	type fields LgStoreSearch
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStoreSearch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStoreSearch) UnmarshalJSON(data []byte) error {
+	type fields LgStoreSearch
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStoreSearch", nil, lgStoreSearchKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStoreSearch with its literal members and Extra.
+func (s LgStoreSearch) MarshalCBOR() ([]byte, error) {
+	type fields LgStoreSearch
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStoreSearch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStoreSearch) UnmarshalCBOR(data []byte) error {
+	type fields LgStoreSearch
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStoreSearch", nil, lgStoreSearchKnown, &s.Extra)
+}
+
+// LgStoreSearchFilter is generated from CDDL rule "LgStoreSearchFilter".
+type LgStoreSearchFilter = map[string]any
+
+// List namespaces: by prefix and suffix ("*" matches any one label),
+// cut to max_depth labels, sorted.
+type LgStoreNamespaces struct {
+	Prefix   []string `json:"prefix,omitzero" cbor:"prefix,omitzero"`
+	Suffix   []string `json:"suffix,omitzero" cbor:"suffix,omitzero"`
+	MaxDepth *uint64  `json:"max_depth,omitempty" cbor:"max_depth,omitempty"`
+	Limit    *uint64  `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Offset   *LgUint  `json:"offset,omitempty" cbor:"offset,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStoreNamespacesMembers = cddlrt.Members{Rule: "LgStoreNamespaces", Required: []string{}, Known: []string{"prefix", "suffix", "max_depth", "limit", "offset"}, Open: true, Nullable: []string{"prefix", "suffix", "max_depth", "limit", "offset"}}
+
+// CDDLMembers describes LgStoreNamespaces's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStoreNamespaces) CDDLMembers() *cddlrt.Members {
+	return &lgStoreNamespacesMembers
+}
+
+// Validate checks what the schema requires of the values of LgStoreNamespaces
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStoreNamespaces) Validate() error {
+	if s.Prefix != nil {
+		if len(s.Prefix) > 32 {
+			return cddlrt.Invalid("prefix", "LgStoreNamespaces", "must have at most 32 items, not %d", len(s.Prefix))
+		}
+	}
+	if s.Suffix != nil {
+		if len(s.Suffix) > 32 {
+			return cddlrt.Invalid("suffix", "LgStoreNamespaces", "must have at most 32 items, not %d", len(s.Suffix))
+		}
+	}
+	if s.MaxDepth != nil {
+		if (*s.MaxDepth) < 1 {
+			return cddlrt.Invalid("max_depth", "LgStoreNamespaces", "must be >= 1 but found %v", (*s.MaxDepth))
+		}
+		if (*s.MaxDepth) > 32 {
+			return cddlrt.Invalid("max_depth", "LgStoreNamespaces", "must be <= 32 but found %v", (*s.MaxDepth))
+		}
+	}
+	if s.Limit != nil {
+		if (*s.Limit) > 1000 {
+			return cddlrt.Invalid("limit", "LgStoreNamespaces", "must be <= 1000 but found %v", (*s.Limit))
+		}
+	}
+	if s.Offset != nil {
+		if (*s.Offset) > 9007199254740991 {
+			return cddlrt.Invalid("offset", "LgUint", "must be <= 9007199254740991 but found %v", (*s.Offset))
+		}
+	}
+	return nil
+}
+
+var lgStoreNamespacesKnown = map[string]bool{"prefix": true, "suffix": true, "max_depth": true, "limit": true, "offset": true}
+
+// MarshalJSON encodes LgStoreNamespaces with its literal members and Extra.
+func (s LgStoreNamespaces) MarshalJSON() ([]byte, error) {
+	type fields LgStoreNamespaces
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStoreNamespaces, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStoreNamespaces) UnmarshalJSON(data []byte) error {
+	type fields LgStoreNamespaces
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStoreNamespaces", nil, lgStoreNamespacesKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStoreNamespaces with its literal members and Extra.
+func (s LgStoreNamespaces) MarshalCBOR() ([]byte, error) {
+	type fields LgStoreNamespaces
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStoreNamespaces, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStoreNamespaces) UnmarshalCBOR(data []byte) error {
+	type fields LgStoreNamespaces
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStoreNamespaces", nil, lgStoreNamespacesKnown, &s.Extra)
+}
+
+// LgItem is generated from CDDL rule "LgItem".
+type LgItem struct {
+	Namespace []string       `json:"namespace" cbor:"namespace"`
+	Key       string         `json:"key" cbor:"key"`
+	Value     map[string]any `json:"value" cbor:"value"`
+	CreatedAt string         `json:"created_at" cbor:"created_at"`
+	UpdatedAt string         `json:"updated_at" cbor:"updated_at"`
+}
+
+var lgItemMembers = cddlrt.Members{Rule: "LgItem", Required: []string{"namespace", "key", "value", "created_at", "updated_at"}, Known: []string{"namespace", "key", "value", "created_at", "updated_at"}, Open: false}
+
+// CDDLMembers describes LgItem's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgItem) CDDLMembers() *cddlrt.Members {
+	return &lgItemMembers
+}
+
+// Validate checks what the schema requires of the values of LgItem
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgItem) Validate() error {
+	_ = s
+	return nil
+}
+
+// LgItemList is generated from CDDL rule "LgItemList".
+type LgItemList struct {
+	Items []LgItem `json:"items" cbor:"items"`
+}
+
+var lgItemListMembers = cddlrt.Members{Rule: "LgItemList", Required: []string{"items"}, Known: []string{"items"}, Open: false}
+
+// CDDLMembers describes LgItemList's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgItemList) CDDLMembers() *cddlrt.Members {
+	return &lgItemListMembers
+}
+
+// Validate checks what the schema requires of the values of LgItemList
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgItemList) Validate() error {
+	for i0, e0 := range s.Items {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("items", i0), err)
+		}
+	}
+	return nil
+}
+
+// LgNamespaceList is generated from CDDL rule "LgNamespaceList".
+type LgNamespaceList struct {
+	Namespaces [][]string `json:"namespaces" cbor:"namespaces"`
+}
+
+var lgNamespaceListMembers = cddlrt.Members{Rule: "LgNamespaceList", Required: []string{"namespaces"}, Known: []string{"namespaces"}, Open: false}
+
+// CDDLMembers describes LgNamespaceList's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgNamespaceList) CDDLMembers() *cddlrt.Members {
+	return &lgNamespaceListMembers
+}
+
+// Validate checks what the schema requires of the values of LgNamespaceList
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgNamespaceList) Validate() error {
+	_ = s
+	return nil
+}
+
 // An error: what the Python Platform answers ({"detail": ...}).
 type LgError struct {
 	Detail string `json:"detail" cbor:"detail"`
