@@ -83,4 +83,34 @@ await step("threads.get unknown", () => client.threads.get(randomUUID()));
 await step("threads.delete", () => client.threads.delete(t1));
 await step("threads.get deleted", () => client.threads.get(t1));
 await step("threads.delete deleted", () => client.threads.delete(t1));
+
+// The store, under a namespace of this run's own.
+const ann = [mark, "prefs", "ann"], bob = [mark, "prefs", "bob"];
+await step("store.putItem", () => client.store.putItem(ann, "lang", { v: "en", n: 2 }));
+await step("store.putItem more", async () => {
+  await client.store.putItem(ann, "theme", { color: "dark", n: 1 });
+  await client.store.putItem(bob, "theme", { color: "light", n: 3 });
+  return client.store.putItem([mark, "docs"], "a", { text: "hello", tags: ["x"] });
+});
+await step("store.getItem", () => client.store.getItem(ann, "theme"));
+await step("store.putItem replaces", async () => {
+  const before = await client.store.getItem(ann, "theme");
+  await new Promise((r) => setTimeout(r, 5));
+  await client.store.putItem(ann, "theme", { color: "blue", n: 1 });
+  const after = await client.store.getItem(ann, "theme");
+  return { value: after.value, created: after.created_at === before.created_at, updated: after.updated_at > before.updated_at };
+});
+await step("store.getItem missing", () => client.store.getItem(ann, "nope"));
+await step("store.searchItems prefix", () => client.store.searchItems([mark, "prefs"]));
+await step("store.searchItems filter", () => client.store.searchItems([mark], { filter: { color: "light" } }));
+await step("store.searchItems operator", () => client.store.searchItems([mark], { filter: { n: { $gte: 2 } } }));
+await step("store.searchItems page", () => client.store.searchItems([mark, "prefs"], { limit: 1, offset: 1 }));
+await step("store.listNamespaces prefix", () => client.store.listNamespaces({ prefix: [mark] }));
+await step("store.listNamespaces depth", () => client.store.listNamespaces({ prefix: [mark], maxDepth: 2 }));
+await step("store.listNamespaces suffix", () => client.store.listNamespaces({ prefix: [mark], suffix: ["bob"] }));
+await step("store.putItem empty namespace", () => client.store.putItem([], "k", { v: 1 }));
+await step("store.putItem label with a period", () => client.store.putItem([mark, "a.b"], "k", { v: 1 }));
+await step("store.deleteItem", () => client.store.deleteItem(bob, "theme"));
+await step("store.getItem deleted", () => client.store.getItem(bob, "theme"));
+await step("store.listNamespaces after delete", () => client.store.listNamespaces({ prefix: [mark] }));
 console.log(JSON.stringify(steps));

@@ -23,6 +23,7 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/langgraph"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -296,8 +297,19 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 	}
 	want, got := run(ref.URL), run(ours.url)
 	require.NotEmpty(t, want)
+	// Differences by choice (docs/langgraph.md): agentstream's answer
+	// for these steps, tested here instead.
+	chosen := map[string]any{
+		// The reference's in-memory store lists a namespace whose last
+		// item was deleted; agentstream lists namespaces that hold items.
+		"store.listNamespaces after delete": map[string]any{"namespaces": []any{[]any{"<uuid>", "docs"}, []any{"<uuid>", "prefs", "ann"}}},
+	}
 	for step, w := range want {
-		require.Equal(t, w, got[step], "step %q: the reference server's answer, then agentstream's", step)
+		if c, ok := chosen[step]; ok {
+			require.NotEqual(t, w, c, "step %q: the reference no longer differs; drop the choice", step)
+			w = c
+		}
+		assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
 	}
 	require.Len(t, got, len(want))
 }
