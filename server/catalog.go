@@ -498,3 +498,101 @@ func (s *Server) CopyThread(ctx context.Context, p *auth.Principal, id string) (
 	}
 	return dst, true, nil
 }
+
+// ErrNoGraph refuses a state update of a thread no graph ran on: the
+// update has no graph to say how its values combine.
+var ErrNoGraph = errors.New("server: the thread has no graph")
+
+// UpdateState changes thread id's values as a graph's node would (the
+// Platform API's threads.updateState): each member replaces the one of
+// the same name, but for "messages", where messages are added (one with
+// the id of a message there replaces it). It saves a checkpoint of the
+// new values (source "update", its parent the newest) and returns it. A
+// thread with a run going on (not waiting on interrupts) is
+// ErrThreadBusy; one that does not exist, ok false.
+func (s *Server) UpdateState(ctx context.Context, id string, values map[string]any, asNode string) (CheckpointRecord, bool, error) {
+	info, ok, err := s.Thread(ctx, id)
+	if err != nil || !ok {
+		return CheckpointRecord{}, ok, err
+	}
+	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	if err != nil {
+		return CheckpointRecord{}, true, storeError(err)
+	}
+	if _, hasGraph := info.Metadata["graph_id"]; !hasGraph && len(cps) == 0 {
+		return CheckpointRecord{}, true, fmt.Errorf("%w: thread %s has no graph ID", ErrNoGraph, id)
+	}
+	if t, _ := s.thread(id, false); t != nil {
+		// No run starts while the values change, and none goes on but
+		// one waiting for its interrupts' answers (the update then comes
+		// before the resume, as a person edits a draft before approving).
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if r := t.run; r != nil && (r.over() || len(r.pending) == 0) {
+			return CheckpointRecord{}, true, ErrThreadBusy
+		}
+	}
+	cur, _, err := s.cfg.State.Values(ctx, id)
+	if err != nil {
+		return CheckpointRecord{}, true, storeError(err)
+	}
+	merged := maps.Clone(cur)
+	if merged == nil {
+		merged = map[string]any{}
+	}
+	for k, v := range values {
+		if k == "messages" {
+			v = addMessages(merged[k], v)
+		}
+		merged[k] = v
+	}
+	cp := CheckpointRecord{ID: s.cfg.NewID("ckpt_"), Source: "update", Node: asNode, Time: s.cfg.Now(), Values: maps.Clone(merged),
+		Metadata: map[string]any{}}
+	if len(cps) > 0 {
+		cp.ParentID, cp.Step = cps[0].ID, cps[0].Step+1
+	}
+	if err := s.cfg.State.SetValues(ctx, id, merged); err != nil {
+		return CheckpointRecord{}, true, storeError(err)
+	}
+	if err := s.cfg.State.AddCheckpoint(ctx, id, cp); err != nil {
+		return CheckpointRecord{}, true, storeError(err)
+	}
+	return cp, true, nil
+}
+
+// addMessages adds update's messages (one, or a list) to have's, as
+// LangGraph's add_messages reducer does: a message with the id of one
+// there replaces it, others are appended.
+func addMessages(have, update any) any {
+	list, _ := have.([]any)
+	out := slices.Clone(list)
+	add, ok := update.([]any)
+	if !ok {
+		add = []any{update}
+	}
+	for _, m := range add {
+		id := messageID(m)
+		replaced := false
+		if id != "" {
+			for i, o := range out {
+				if messageID(o) == id {
+					out[i], replaced = m, true
+					break
+				}
+			}
+		}
+		if !replaced {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func messageID(m any) string {
+	if o, ok := m.(map[string]any); ok {
+		if id, ok := o["id"].(string); ok {
+			return id
+		}
+	}
+	return ""
+}

@@ -297,10 +297,24 @@ func New(srv *server.Server, opts Options) *Handler {
 			wires = append(wires, w)
 		}
 	}
+	// A profile's route replaces the core's of the same method and
+	// pattern (the Platform API's GET /threads/{id}/state, a superset of
+	// the protocol's).
+	var routes []wire.Route
+	at := map[string]int{}
 	for _, w := range wires {
 		for _, rt := range w.Routes() {
-			h.mux.Handle(rt.Method+" "+rt.Pattern, h.route(rt))
+			key := rt.Method + " " + rt.Pattern
+			if i, ok := at[key]; ok {
+				routes[i] = rt
+				continue
+			}
+			at[key] = len(routes)
+			routes = append(routes, rt)
 		}
+	}
+	for _, rt := range routes {
+		h.mux.Handle(rt.Method+" "+rt.Pattern, h.route(rt))
 	}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	h.mux.HandleFunc("GET /readyz", h.readyz)

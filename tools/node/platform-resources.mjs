@@ -79,6 +79,36 @@ await step("threads.copy", async () => {
   const h = await client.threads.getHistory(c.thread_id, { limit: 1 });
   return { copy: norm(c), other: c.thread_id !== t1, history: h.length, messages: h[0]?.values?.messages?.length };
 });
+await step("threads.getState of a thread with no runs", async () => {
+  const t = await client.threads.create({ metadata: { mark } });
+  return client.threads.getState(t.thread_id);
+});
+await step("threads.getState", async () => {
+  const s = await client.threads.getState(t1);
+  return { keys: Object.keys(s).sort(), next: s.next, checkpoint: Object.keys(s.checkpoint).sort(), messages: s.values.messages.length, parent: s.parent_checkpoint !== null };
+});
+await step("threads.getState at a checkpoint", async () => {
+  const h = await client.threads.getHistory(t1, { limit: 2 });
+  const s = await client.threads.getState(t1, h[1].checkpoint.checkpoint_id);
+  const same = await client.threads.getState(t1, { checkpoint_id: h[1].checkpoint.checkpoint_id });
+  // (how many messages it holds is the graph's: the reference's echo checkpoints each step, agentstream's each run)
+  return { id: s.checkpoint.checkpoint_id === h[1].checkpoint.checkpoint_id, same: same.checkpoint.checkpoint_id === s.checkpoint.checkpoint_id, values: JSON.stringify(s.values) === JSON.stringify(h[1].values) };
+});
+await step("threads.getState at an unknown checkpoint", () => client.threads.getState(t1, "1f1eb9f5-3567-6b20-8000-00fe72aa84d9"));
+await step("threads.updateState", async () => {
+  const before = await client.threads.getState(t1);
+  const res = await client.threads.updateState(t1, { values: { messages: [{ role: "user", content: "added" }] } });
+  const after = await client.threads.getState(t1);
+  return { res: Object.keys(res).sort(), checkpoint: Object.keys(res.checkpoint).sort(), newest: after.checkpoint.checkpoint_id === res.checkpoint.checkpoint_id,
+    parent: after.parent_checkpoint.checkpoint_id === before.checkpoint.checkpoint_id, added: after.values.messages.length - before.values.messages.length,
+    last: after.values.messages.at(-1).content, source: after.metadata.source };
+});
+await step("threads.updateState unknown thread", () => client.threads.updateState(randomUUID(), { values: {} }));
+await step("threads.updateState of a thread no graph ran on", async () => {
+  const t = await client.threads.create({ metadata: { mark } });
+  return client.threads.updateState(t.thread_id, { values: { messages: [] } });
+});
+await step("threads.getState unknown thread", () => client.threads.getState(randomUUID()));
 await step("threads.get unknown", () => client.threads.get(randomUUID()));
 await step("threads.delete", () => client.threads.delete(t1));
 await step("threads.get deleted", () => client.threads.get(t1));

@@ -1,6 +1,7 @@
 package langgraph
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -88,4 +89,153 @@ func (h *Handler) copyThread(w http.ResponseWriter, r *http.Request) {
 	}
 	info, found, err := h.Server.CopyThread(r.Context(), auth.FromContext(r.Context()), id)
 	answerThread(w, id, info, found, err, false)
+}
+
+// emptyState is the state of a thread with no checkpoint (or of a
+// checkpoint it does not have), as the Platform shows it.
+func emptyState(thread, checkpointID string) map[string]any {
+	var cp any
+	if checkpointID != "" {
+		cp = map[string]any{"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": checkpointID, "checkpoint_map": nil}
+	}
+	return map[string]any{"values": map[string]any{}, "next": []string{}, "tasks": []any{}, "created_at": nil, "checkpoint": cp, "parent_checkpoint": nil}
+}
+
+// stateAt answers the state at checkpoint id of thread (the newest when
+// id is empty).
+func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id string) {
+	info, found, err := h.Server.Thread(r.Context(), thread)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	if !found {
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
+		return
+	}
+	cps, err := h.Server.Checkpoints(r.Context(), thread)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	for i, cp := range cps {
+		if id == "" || cp.ID == id {
+			st := snapshot(thread, cp, i == 0, info.Status)
+			if i == 0 {
+				withNow(st, info)
+			}
+			write(w, http.StatusOK, st)
+			return
+		}
+	}
+	if id == "" && (info.Values != nil || len(info.Interrupts) > 0) {
+		// State with no checkpoint yet (a run that asks before its first).
+		st := emptyState(thread, "")
+		st["metadata"] = map[string]any{}
+		if info.Status != "idle" {
+			st["next"] = []string{"agent"}
+		}
+		withNow(st, info)
+		write(w, http.StatusOK, st)
+		return
+	}
+	write(w, http.StatusOK, emptyState(thread, id))
+}
+
+// withNow completes the newest state with what the thread has now: its
+// values, and the interrupts it waits on as the Platform's tasks show
+// them.
+func withNow(st map[string]any, info server.ThreadInfo) {
+	if info.Values != nil {
+		st["values"] = info.Values
+	}
+	if len(info.Interrupts) == 0 {
+		return
+	}
+	ints := []any{}
+	for _, in := range info.Interrupts {
+		ns := in.Namespace
+		if ns == nil {
+			ns = []string{}
+		}
+		ints = append(ints, map[string]any{"id": in.ID, "value": in.Payload, "namespace": ns})
+	}
+	st["tasks"] = []any{map[string]any{"id": "interrupts", "name": "agent", "interrupts": ints}}
+}
+
+// getState serves GET /threads/{id}/state and /state/{checkpoint}.
+func (h *Handler) getState(w http.ResponseWriter, r *http.Request) {
+	if thread, ok := h.authorizedThread(w, r); ok {
+		h.stateAt(w, r, thread, r.PathValue("checkpoint"))
+	}
+}
+
+// getStateAt serves POST /threads/{id}/state/checkpoint.
+func (h *Handler) getStateAt(w http.ResponseWriter, r *http.Request) {
+	thread, ok := h.authorizedThread(w, r)
+	if !ok {
+		return
+	}
+	var req LgStateAt
+	if !h.body(w, r, &req) {
+		return
+	}
+	h.stateAt(w, r, thread, req.Checkpoint.CheckpointID)
+}
+
+// updateState serves POST /threads/{id}/state (threads.updateState).
+func (h *Handler) updateState(w http.ResponseWriter, r *http.Request) {
+	thread, ok := h.authorizedThread(w, r)
+	if !ok {
+		return
+	}
+	if p := auth.FromContext(r.Context()); p != nil {
+		if err := h.Server.Authorize(p, thread, true); err != nil {
+			serverError(w, err)
+			return
+		}
+	}
+	var req LgStateUpdate
+	if !h.body(w, r, &req) {
+		return
+	}
+	if req.Checkpoint != nil || req.CheckpointID != nil {
+		fail(w, http.StatusUnprocessableEntity, "checkpoint: an update of an older checkpoint (a fork) is not served; update the newest")
+		return
+	}
+	values := map[string]any{}
+	if req.Values != nil {
+		switch v := req.Values.Value.(type) {
+		case LgStateUpdateValuesMap:
+			values = v
+		case LgStateUpdateValuesArray: // updates applied in turn
+			for _, u := range v {
+				for k, x := range u {
+					if prev, ok := values["messages"].([]any); ok && k == "messages" {
+						if list, ok := x.([]any); ok {
+							x = append(prev, list...)
+						} else {
+							x = append(prev, x)
+						}
+					}
+					values[k] = x
+				}
+			}
+		}
+	}
+	node := ""
+	if req.AsNode != nil {
+		node = *req.AsNode
+	}
+	cp, found, err := h.Server.UpdateState(r.Context(), thread, values, node)
+	switch {
+	case errors.Is(err, server.ErrNoGraph):
+		fail(w, http.StatusBadRequest, "Thread %s has no graph ID", thread)
+	case err != nil:
+		serverError(w, err)
+	case !found:
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
+	default:
+		write(w, http.StatusOK, LgStateUpdated{Checkpoint: LgCheckpointRef{ThreadID: thread, CheckpointNs: "", CheckpointID: cp.ID}})
+	}
 }

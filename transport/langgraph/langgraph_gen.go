@@ -3,8 +3,10 @@
 package langgraph
 
 import (
+	"encoding/json"
 	"fmt"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
+	"github.com/fxamacker/cbor/v2"
 )
 
 // LgUint is generated from CDDL rule "LgUint".
@@ -967,6 +969,366 @@ func (s LgHistory) MarshalCBOR() ([]byte, error) {
 func (s *LgHistory) UnmarshalCBOR(data []byte) error {
 	type fields LgHistory
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgHistory", nil, lgHistoryKnown, &s.Extra)
+}
+
+// A state update (threads.updateState): members replace the thread's,
+// but "messages", which are added (one with the id of one there replaces
+// it); a checkpoint of source "update" records it. `checkpoint`,
+// `checkpoint_id` (an update of an older checkpoint: a fork) are not
+// served yet and refused.
+type LgStateUpdate struct {
+	Values       *LgStateUpdateValues `json:"values,omitempty" cbor:"values,omitempty"`
+	AsNode       *string              `json:"as_node,omitempty" cbor:"as_node,omitempty"`
+	Checkpoint   any                  `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
+	CheckpointID any                  `json:"checkpoint_id,omitempty" cbor:"checkpoint_id,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStateUpdateMembers = cddlrt.Members{Rule: "LgStateUpdate", Required: []string{}, Known: []string{"values", "as_node", "checkpoint", "checkpoint_id"}, Open: true, Nullable: []string{"values", "as_node", "checkpoint", "checkpoint_id"}}
+
+// CDDLMembers describes LgStateUpdate's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStateUpdate) CDDLMembers() *cddlrt.Members {
+	return &lgStateUpdateMembers
+}
+
+// Validate checks what the schema requires of the values of LgStateUpdate
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStateUpdate) Validate() error {
+	if s.Values != nil {
+		if err := s.Values.Validate(); err != nil {
+			return cddlrt.At("values", err)
+		}
+	}
+	return nil
+}
+
+var lgStateUpdateKnown = map[string]bool{"values": true, "as_node": true, "checkpoint": true, "checkpoint_id": true}
+
+// MarshalJSON encodes LgStateUpdate with its literal members and Extra.
+func (s LgStateUpdate) MarshalJSON() ([]byte, error) {
+	type fields LgStateUpdate
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStateUpdate, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStateUpdate) UnmarshalJSON(data []byte) error {
+	type fields LgStateUpdate
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStateUpdate", nil, lgStateUpdateKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStateUpdate with its literal members and Extra.
+func (s LgStateUpdate) MarshalCBOR() ([]byte, error) {
+	type fields LgStateUpdate
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStateUpdate, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStateUpdate) UnmarshalCBOR(data []byte) error {
+	type fields LgStateUpdate
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStateUpdate", nil, lgStateUpdateKnown, &s.Extra)
+}
+
+// LgStateUpdateValues is generated from CDDL rule "LgStateUpdateValues".
+//
+// Its Value is one of LgStateUpdateValuesMap, LgStateUpdateValuesArray, chosen by the kind of the value (text, number, map, ...).
+type LgStateUpdateValues struct {
+	// Value is the variant; nil is null.
+	Value LgStateUpdateValuesVariant
+}
+
+// LgStateUpdateValuesVariant is implemented by the variants of LgStateUpdateValues.
+type LgStateUpdateValuesVariant interface{ isLgStateUpdateValues() }
+
+// LgStateUpdateValuesMap is the map variant of LgStateUpdateValues.
+type LgStateUpdateValuesMap map[string]any
+
+func (LgStateUpdateValuesMap) isLgStateUpdateValues() {}
+
+// LgStateUpdateValuesArray is the array variant of LgStateUpdateValues.
+type LgStateUpdateValuesArray []map[string]any
+
+func (LgStateUpdateValuesArray) isLgStateUpdateValues() {}
+
+// MarshalJSON encodes the variant.
+func (u LgStateUpdateValues) MarshalJSON() ([]byte, error) {
+	return json.Marshal(u.Value)
+}
+
+// UnmarshalJSON decodes the variant the value's kind names.
+func (u *LgStateUpdateValues) UnmarshalJSON(data []byte) error {
+	switch k := cddlrt.JSONKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindMap:
+		v := new(LgStateUpdateValuesMap)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindArray:
+		v := new(LgStateUpdateValuesArray)
+		if err := json.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("LgStateUpdateValues", k)
+	}
+}
+
+// MarshalCBOR encodes the variant.
+func (u LgStateUpdateValues) MarshalCBOR() ([]byte, error) {
+	return cbor.Marshal(u.Value)
+}
+
+// UnmarshalCBOR decodes the variant the value's kind names.
+func (u *LgStateUpdateValues) UnmarshalCBOR(data []byte) error {
+	switch k := cddlrt.CBORKind(data); k {
+	case cddlrt.KindNull:
+		u.Value = nil
+		return nil
+	case cddlrt.KindMap:
+		v := new(LgStateUpdateValuesMap)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	case cddlrt.KindArray:
+		v := new(LgStateUpdateValuesArray)
+		if err := cddlrt.CBORDecMode.Unmarshal(data, v); err != nil {
+			return err
+		}
+		u.Value = *v
+		return nil
+	default:
+		return cddlrt.WrongKind("LgStateUpdateValues", k)
+	}
+}
+
+// CDDLVariant returns a new, empty variant for the encoded value data,
+// as the decoders choose it (strict decoding: cddlrt.DecodeStrictJSON).
+func (LgStateUpdateValues) CDDLVariant(data []byte, isCBOR bool) (any, error) {
+	k := cddlrt.JSONKind(data)
+	if isCBOR {
+		k = cddlrt.CBORKind(data)
+	}
+	switch {
+	case k == cddlrt.KindNull:
+		return nil, nil
+	case k == cddlrt.KindMap:
+		return new(LgStateUpdateValuesMap), nil
+	case k == cddlrt.KindArray:
+		return new(LgStateUpdateValuesArray), nil
+	}
+	return nil, cddlrt.WrongKind("LgStateUpdateValues", k)
+}
+
+// CDDLAdmitsNull tells strict decoding that LgStateUpdateValues may be null.
+func (LgStateUpdateValues) CDDLAdmitsNull() bool { return true }
+
+// Validate checks that LgStateUpdateValues holds a variant, and validates it.
+func (u LgStateUpdateValues) Validate() error {
+	if u.Value == nil {
+		return nil // null
+	}
+	if v, ok := u.Value.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// LgStateUpdated is generated from CDDL rule "LgStateUpdated".
+type LgStateUpdated struct {
+	Checkpoint LgCheckpointRef `json:"checkpoint" cbor:"checkpoint"`
+}
+
+var lgStateUpdatedMembers = cddlrt.Members{Rule: "LgStateUpdated", Required: []string{"checkpoint"}, Known: []string{"checkpoint"}, Open: false}
+
+// CDDLMembers describes LgStateUpdated's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStateUpdated) CDDLMembers() *cddlrt.Members {
+	return &lgStateUpdatedMembers
+}
+
+// Validate checks what the schema requires of the values of LgStateUpdated
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStateUpdated) Validate() error {
+	if err := s.Checkpoint.Validate(); err != nil {
+		return cddlrt.At("checkpoint", err)
+	}
+	return nil
+}
+
+// LgCheckpointRef is generated from CDDL rule "LgCheckpointRef".
+type LgCheckpointRef struct {
+	ThreadID     string `json:"thread_id" cbor:"thread_id"`
+	CheckpointNs string `json:"checkpoint_ns" cbor:"checkpoint_ns"`
+	CheckpointID string `json:"checkpoint_id" cbor:"checkpoint_id"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgCheckpointRefMembers = cddlrt.Members{Rule: "LgCheckpointRef", Required: []string{"thread_id", "checkpoint_ns", "checkpoint_id"}, Known: []string{"thread_id", "checkpoint_ns", "checkpoint_id"}, Open: true}
+
+// CDDLMembers describes LgCheckpointRef's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgCheckpointRef) CDDLMembers() *cddlrt.Members {
+	return &lgCheckpointRefMembers
+}
+
+// Validate checks what the schema requires of the values of LgCheckpointRef
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgCheckpointRef) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgCheckpointRefKnown = map[string]bool{"thread_id": true, "checkpoint_ns": true, "checkpoint_id": true}
+
+// MarshalJSON encodes LgCheckpointRef with its literal members and Extra.
+func (s LgCheckpointRef) MarshalJSON() ([]byte, error) {
+	type fields LgCheckpointRef
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgCheckpointRef, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCheckpointRef) UnmarshalJSON(data []byte) error {
+	type fields LgCheckpointRef
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgCheckpointRef", nil, lgCheckpointRefKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgCheckpointRef with its literal members and Extra.
+func (s LgCheckpointRef) MarshalCBOR() ([]byte, error) {
+	type fields LgCheckpointRef
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgCheckpointRef, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCheckpointRef) UnmarshalCBOR(data []byte) error {
+	type fields LgCheckpointRef
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgCheckpointRef", nil, lgCheckpointRefKnown, &s.Extra)
+}
+
+// A checkpoint to read (threads.getState with a checkpoint).
+type LgStateAt struct {
+	Checkpoint LgStateAtCheckpoint `json:"checkpoint" cbor:"checkpoint"`
+	Subgraphs  *bool               `json:"subgraphs,omitempty" cbor:"subgraphs,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStateAtMembers = cddlrt.Members{Rule: "LgStateAt", Required: []string{"checkpoint"}, Known: []string{"checkpoint", "subgraphs"}, Open: true, Nullable: []string{"subgraphs"}}
+
+// CDDLMembers describes LgStateAt's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStateAt) CDDLMembers() *cddlrt.Members {
+	return &lgStateAtMembers
+}
+
+// Validate checks what the schema requires of the values of LgStateAt
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStateAt) Validate() error {
+	if err := s.Checkpoint.Validate(); err != nil {
+		return cddlrt.At("checkpoint", err)
+	}
+	return nil
+}
+
+var lgStateAtKnown = map[string]bool{"checkpoint": true, "subgraphs": true}
+
+// MarshalJSON encodes LgStateAt with its literal members and Extra.
+func (s LgStateAt) MarshalJSON() ([]byte, error) {
+	type fields LgStateAt
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStateAt, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStateAt) UnmarshalJSON(data []byte) error {
+	type fields LgStateAt
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStateAt", nil, lgStateAtKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStateAt with its literal members and Extra.
+func (s LgStateAt) MarshalCBOR() ([]byte, error) {
+	type fields LgStateAt
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStateAt, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStateAt) UnmarshalCBOR(data []byte) error {
+	type fields LgStateAt
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStateAt", nil, lgStateAtKnown, &s.Extra)
+}
+
+// LgStateAtCheckpoint is generated from CDDL rule "LgStateAtCheckpoint".
+type LgStateAtCheckpoint struct {
+	CheckpointID string `json:"checkpoint_id" cbor:"checkpoint_id"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStateAtCheckpointMembers = cddlrt.Members{Rule: "LgStateAtCheckpoint", Required: []string{"checkpoint_id"}, Known: []string{"checkpoint_id"}, Open: true}
+
+// CDDLMembers describes LgStateAtCheckpoint's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStateAtCheckpoint) CDDLMembers() *cddlrt.Members {
+	return &lgStateAtCheckpointMembers
+}
+
+// Validate checks what the schema requires of the values of LgStateAtCheckpoint
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStateAtCheckpoint) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgStateAtCheckpointKnown = map[string]bool{"checkpoint_id": true}
+
+// MarshalJSON encodes LgStateAtCheckpoint with its literal members and Extra.
+func (s LgStateAtCheckpoint) MarshalJSON() ([]byte, error) {
+	type fields LgStateAtCheckpoint
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStateAtCheckpoint, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStateAtCheckpoint) UnmarshalJSON(data []byte) error {
+	type fields LgStateAtCheckpoint
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStateAtCheckpoint", nil, lgStateAtCheckpointKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStateAtCheckpoint with its literal members and Extra.
+func (s LgStateAtCheckpoint) MarshalCBOR() ([]byte, error) {
+	type fields LgStateAtCheckpoint
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStateAtCheckpoint, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStateAtCheckpoint) UnmarshalCBOR(data []byte) error {
+	type fields LgStateAtCheckpoint
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStateAtCheckpoint", nil, lgStateAtCheckpointKnown, &s.Extra)
 }
 
 // The long-term store (client.store.*). A namespace is a path of

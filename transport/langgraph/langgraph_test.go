@@ -424,3 +424,79 @@ func TestRunsAsResources(t *testing.T) {
 		})
 	}
 }
+
+// TestThreadState: getState is the newest checkpoint (and an older one
+// by id, by GET and POST); updateState adds messages and replaces other
+// members, as a checkpoint of source "update" whose parent is the newest;
+// a thread waiting on an interrupt takes an update, one whose run goes on
+// is 409; the interrupt shows in the state's tasks. On each engine.
+func TestThreadState(t *testing.T) {
+	for _, engine := range []string{"memory", "disk"} {
+		t.Run(engine, func(t *testing.T) {
+			cfg := server.Config{}
+			if engine == "disk" {
+				eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
+				require.NoError(t, err)
+				cfg.Engine = eng
+			}
+			n := start(t, cfg, transport.Options{})
+			var values map[string]any
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "one"}]}}`, "", &values))
+			var st, old map[string]any
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/s1/state", "", "", &st))
+			require.Len(t, st["values"].(map[string]any)["messages"], 2)
+			first := st["checkpoint"].(map[string]any)["checkpoint_id"].(string)
+			var upd langgraph.LgStateUpdated
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/state", `{"values": {"messages": [{"role": "user", "content": "added", "id": "m-1"}], "topic": "x"}, "as_node": "agent"}`, "", &upd))
+			require.Equal(t, "s1", upd.Checkpoint.ThreadID)
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/s1/state", "", "", &st))
+			msgs := st["values"].(map[string]any)["messages"].([]any)
+			require.Len(t, msgs, 3, "a message is added")
+			require.Equal(t, "x", st["values"].(map[string]any)["topic"])
+			require.Equal(t, upd.Checkpoint.CheckpointID, st["checkpoint"].(map[string]any)["checkpoint_id"])
+			require.Equal(t, first, st["parent_checkpoint"].(map[string]any)["checkpoint_id"])
+			require.Equal(t, "update", st["metadata"].(map[string]any)["source"])
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/state", `{"values": [{"messages": {"role": "user", "content": "edited", "id": "m-1"}}]}`, "", &upd))
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/s1/state", "", "", &st))
+			msgs = st["values"].(map[string]any)["messages"].([]any)
+			require.Len(t, msgs, 3, "a message with the id of one there replaces it")
+			require.Equal(t, "edited", msgs[2].(map[string]any)["content"])
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/s1/state/"+first, "", "", &old))
+			require.Len(t, old["values"].(map[string]any)["messages"], 2, "an older checkpoint's values")
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/state/checkpoint", `{"checkpoint": {"checkpoint_id": "`+first+`"}}`, "", &old))
+			require.Len(t, old["values"].(map[string]any)["messages"], 2)
+			var values2 map[string]any
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "two"}]}}`, "", &values2))
+			require.Len(t, values2["messages"], 5, "the next run goes on from the updated state")
+			require.Equal(t, 422, call(t, "POST", n.url+"/threads/s1/state", `{"values": {}, "checkpoint_id": "`+first+`"}`, "", nil))
+			require.Equal(t, 404, call(t, "POST", n.url+"/threads/nope/state", `{"values": {}}`, "", nil))
+			require.Equal(t, 404, call(t, "GET", n.url+"/threads/nope/state", "", "", nil))
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "fresh"}`, "", nil))
+			require.Equal(t, 400, call(t, "POST", n.url+"/threads/fresh/state", `{"values": {}}`, "", nil), "no graph ran on it")
+
+			// Waiting on an interrupt: the update is taken, the interrupt shown.
+			var run langgraph.LgRun
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s2/runs", `{"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "go"}]}}`, "", &run))
+			require.Eventually(t, func() bool {
+				var th langgraph.LgThread
+				return call(t, "GET", n.url+"/threads/s2", "", "", &th) == 200 && th.Status == "interrupted"
+			}, 5*time.Second, 10*time.Millisecond)
+			require.Equal(t, 200, call(t, "GET", n.url+"/threads/s2/state", "", "", &st))
+			tasks := st["tasks"].([]any)
+			require.Len(t, tasks, 1)
+			require.NotEmpty(t, tasks[0].(map[string]any)["interrupts"])
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s2/state", `{"values": {"note": "edited before approving"}}`, "", &upd))
+			// A run that goes on: 409.
+			require.Equal(t, 200, call(t, "POST", n.url+"/threads/s3/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &run))
+			require.Eventually(t, func() bool {
+				return call(t, "POST", n.url+"/threads/s3/state", `{"values": {"x": 1}}`, "", nil) == 409
+			}, 5*time.Second, 10*time.Millisecond)
+			require.Equal(t, 202, call(t, "POST", n.url+"/threads/s3/runs/"+run.RunID+"/cancel?wait=true", "", "", nil))
+			require.Equal(t, 202, call(t, "POST", n.url+"/threads/s2/runs/"+func() string {
+				var runs []langgraph.LgRun
+				require.Equal(t, 200, call(t, "GET", n.url+"/threads/s2/runs", "", "", &runs))
+				return runs[0].RunID
+			}()+"/cancel?wait=true", "", "", nil))
+		})
+	}
+}
