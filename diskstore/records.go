@@ -98,6 +98,14 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	return s.db.Set(append(runPrefix(rec.Thread), rec.ID...), b, pebble.NoSync)
 }
 
+// DeleteRun implements server.RunCatalog.
+func (s *State) DeleteRun(_ context.Context, thread, run string) error {
+	if err := s.log.checkWritable(); err != nil {
+		return err
+	}
+	return s.db.Delete(append(runPrefix(thread), run...), pebble.NoSync)
+}
+
 // Runs implements server.RunCatalog: newest first.
 func (s *State) Runs(_ context.Context, thread string) ([]server.RunRecord, error) {
 	prefix := runPrefix(thread)

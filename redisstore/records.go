@@ -158,6 +158,13 @@ func (s *State) SetRun(ctx context.Context, rec server.RunRecord) error {
 	return nil
 }
 
+// DeleteRun implements server.RunCatalog.
+func (s *State) DeleteRun(ctx context.Context, thread, run string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.fail(s.e.c.Do(ctx, s.e.c.B().Hdel().Key(s.e.key(thread, "runs")).Field(run).Build()).Error())
+}
+
 // Runs implements server.RunCatalog: newest first.
 func (s *State) Runs(ctx context.Context, thread string) ([]server.RunRecord, error) {
 	ctx, cancel := s.bound(ctx)

@@ -294,6 +294,9 @@ func (s *Server) DeleteThread(ctx context.Context, id string) (ok bool, err erro
 		}
 		s.unhold(t)
 	}
+	// The run records queued before now land before the thread's are
+	// deleted, not after (which would list its runs again).
+	s.SyncRunRecords(ctx)
 	s.catalogMu.Lock()
 	defer s.catalogMu.Unlock()
 	del := s.cfg.State.Delete

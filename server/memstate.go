@@ -158,6 +158,17 @@ func (m *MemoryState) SetRun(_ context.Context, rec RunRecord) error {
 	return nil
 }
 
+// DeleteRun implements RunCatalog.
+func (m *MemoryState) DeleteRun(_ context.Context, thread, run string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.runs[thread] = slices.DeleteFunc(m.runs[thread], func(r RunRecord) bool { return r.ID == run })
+	if len(m.runs[thread]) == 0 {
+		delete(m.runs, thread)
+	}
+	return nil
+}
+
 // Runs implements RunCatalog.
 func (m *MemoryState) Runs(_ context.Context, thread string) ([]RunRecord, error) {
 	m.mu.Lock()

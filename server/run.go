@@ -70,6 +70,7 @@ type run struct {
 	before    map[string]any // values at the start, for multitask_strategy rollback
 	endCause  error          // why the run was stopped from outside, if it was
 	strategy  string         // the multitask strategy it was started with
+	temporary bool           // delete the thread once it ended (DeleteOnCompletion)
 	createdAt time.Time      // when its record was first written
 	// rawOpen: the messages and tool calls a worker's events opened and
 	// did not end, to close at the run's end.
@@ -145,12 +146,21 @@ func (t *thread) execute(r *run) {
 		}()
 		return r.assistant.Run(r.ctx, rc)
 	}()
+	deleteAfter := false
+	defer func() { // after t.mu is let go
+		if deleteAfter {
+			// One that cannot be deleted now (a store down, a run
+			// started on it meanwhile) is left to --thread-ttl.
+			_, _ = t.srv.DeleteThread(context.Background(), t.id)
+		}
+	}()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.finish(r, err)
 	if t.run == r {
 		t.run = nil
 	}
+	deleteAfter = r.temporary && len(t.queued) == 0
 	for len(t.queued) > 0 && t.run == nil {
 		next := t.queued[0]
 		t.queued = t.queued[1:]

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +30,8 @@ type RunCatalog interface {
 	SetRun(ctx context.Context, rec RunRecord) error
 	// Runs lists a thread's runs, newest first.
 	Runs(ctx context.Context, thread string) ([]RunRecord, error)
+	// DeleteRun forgets a run's record (none is no error).
+	DeleteRun(ctx context.Context, thread, run string) error
 }
 
 // The Platform's run statuses.
@@ -191,4 +195,107 @@ func (s *Server) RunEnded(thread, runID string) bool {
 		}
 	}
 	return true
+}
+
+// DeleteRun forgets run runID of thread (the Platform's runs.delete); a
+// run that is queued, running or interrupted is ErrThreadBusy (cancel it
+// first).
+func (s *Server) DeleteRun(ctx context.Context, thread, runID string) error {
+	rc, ok := s.cfg.State.(RunCatalog)
+	if !ok {
+		return ErrNoCatalog
+	}
+	if t, _ := s.thread(thread, false); t != nil {
+		t.mu.Lock()
+		busy := t.run != nil && t.run.id == runID && !t.run.ended
+		for _, q := range t.queued {
+			busy = busy || q.id == runID
+		}
+		t.mu.Unlock()
+		if busy {
+			return fmt.Errorf("%w: the run goes on; cancel it first", ErrThreadBusy)
+		}
+	}
+	s.SyncRunRecords(ctx) // its last record written before it is deleted
+	if err := rc.DeleteRun(ctx, thread, runID); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
+// RollbackRun cancels run runID of thread as multitask_strategy rollback
+// does: the thread's values go back to what they were when it started.
+// found is false when the run is neither active nor queued.
+func (s *Server) RollbackRun(thread, runID string) (found bool) {
+	t, _ := s.thread(thread, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.run; r != nil && r.id == runID && !r.ended {
+		r.cancel(errRollback)
+		return true
+	}
+	for i, q := range t.queued {
+		if q.id == runID {
+			q.endCause = errRollback
+			t.queued = slices.Delete(t.queued, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// DeleteOnCompletion deletes thread once run runID has ended and no run
+// waits behind it (the Platform's stateless runs, on_completion delete).
+// A run that ended already has its thread deleted now.
+func (s *Server) DeleteOnCompletion(ctx context.Context, thread, runID string) error {
+	if t, _ := s.thread(thread, false); t != nil {
+		t.mu.Lock()
+		marked := false
+		if r := t.run; r != nil && r.id == runID && !r.ended {
+			r.temporary, marked = true, true
+		}
+		for _, q := range t.queued {
+			if q.id == runID {
+				q.temporary, marked = true, true
+			}
+		}
+		t.mu.Unlock()
+		if marked {
+			return nil
+		}
+	}
+	_, err := s.DeleteThread(ctx, thread)
+	return err
+}
+
+// ActiveRun is the id of thread's active run (running or waiting on
+// interrupts) on this node; ok is false when it has none.
+func (s *Server) ActiveRun(thread string) (runID string, ok bool) {
+	t, _ := s.thread(thread, false)
+	if t == nil {
+		return "", false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.run == nil || t.run.ended {
+		return "", false
+	}
+	return t.run.id, true
+}
+
+// RunWaits reports whether run runID of thread is waiting for its
+// interrupts to be answered (the Platform's runs.wait and join answer
+// then, as its runs end there).
+func (s *Server) RunWaits(thread, runID string) bool {
+	t, _ := s.thread(thread, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.run
+	return r != nil && r.id == runID && !r.ended && r.status == statusInterrupted && len(r.pending) > 0
 }

@@ -27,7 +27,9 @@ function norm(v) {
 }
 
 const steps = {};
+const trace = process.env.TRACE;
 async function step(name, f) {
+  if (trace) console.error("step", name);
   try {
     steps[name] = norm(await f());
   } catch (e) {
@@ -143,4 +145,95 @@ await step("store.putItem label with a period", () => client.store.putItem([mark
 await step("store.deleteItem", () => client.store.deleteItem(bob, "theme"));
 await step("store.getItem deleted", () => client.store.getItem(bob, "theme"));
 await step("store.listNamespaces after delete", () => client.store.listNamespaces({ prefix: [mark] }));
+// Runs: if_not_exists, human in the loop with command, multitask
+// strategies, stateless runs, delete, cancel with rollback.
+const slow = { input: { messages: [{ role: "user", content: "a b c d e f g h i j k l m n o p q r s t u v w x y z" }] }, config: { configurable: { token_delay_ms: 100 } } };
+const waitStatus = async (thread, run, want) => {
+  for (let i = 0; i < 200; i++) {
+    const got = await client.runs.get(thread, run).catch(() => null);
+    if (got?.status === want) return true;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return false;
+};
+const busy = async (thread) => {
+  for (let i = 0; i < 200; i++) {
+    if ((await client.threads.get(thread)).status === "busy") return true;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return false;
+};
+await step("runs.wait if_not_exists reject", () => client.runs.wait(randomUUID(), "echo", { input: { messages: [] }, ifNotExists: "reject" }));
+await step("runs.wait if_not_exists create", async () => Object.keys(await client.runs.wait(randomUUID(), "echo", { input: { messages: [{ role: "user", content: "x" }] }, ifNotExists: "create" })).sort());
+await step("interrupt, then resume with command", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  const asked = await client.runs.wait(t, "demo", { input: { messages: [{ role: "user", content: "go" }] } });
+  const th = await client.threads.get(t);
+  const st = await client.threads.getState(t);
+  const done = await client.runs.wait(t, "demo", { command: { resume: { approved: true } } });
+  const after = await client.threads.get(t);
+  const runs = await client.runs.list(t);
+  return { asked: Object.keys(asked).sort(), status: th.status, interrupts: Object.values(th.interrupts).flat().length,
+    tasks: st.tasks.length, approved: done.approved, after: after.status, runs: runs.map((r) => r.status) };
+});
+await step("command.resume on a thread with nothing pending", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
+  return client.runs.wait(t, "echo", { command: { resume: "yes" } });
+});
+for (const strategy of ["reject", "interrupt", "rollback", "enqueue"]) {
+  await step(`multitask_strategy ${strategy}`, async () => {
+    const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+    const first = await client.runs.create(t, "echo", slow);
+    const started = await busy(t);
+    let second = null, refused = null;
+    try {
+      second = await client.runs.create(t, "echo", { input: { messages: [{ role: "user", content: "next" }] }, multitaskStrategy: strategy });
+    } catch (e) {
+      refused = e?.status ?? String(e);
+    }
+    if (second) await client.runs.join(t, second.run_id);
+    else await client.runs.cancel(t, first.run_id, true);
+    const firstNow = await client.runs.get(t, first.run_id).then((r) => r.status, (e) => e?.status);
+    const values = await client.threads.getState(t);
+    // (How much of the first run the state keeps depends on when it was
+    // stopped: not compared.)
+    return { started, refused, second: second?.status, first: firstNow, last: second ? values.values.messages?.at(-1)?.content : null };
+  });
+}
+await step("runs.create stateless, deleted when done", async () => {
+  const run = await client.runs.create(null, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
+  await client.runs.join(run.thread_id, run.run_id).catch(() => null);
+  for (let i = 0; i < 100; i++) {
+    const gone = await client.threads.get(run.thread_id).then(() => false, (e) => e?.status === 404);
+    if (gone) return { keys: Object.keys(run).sort(), status: run.status, gone };
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return { keys: Object.keys(run).sort(), gone: false };
+});
+await step("runs.create stateless, kept", async () => {
+  const run = await client.runs.create(null, "echo", { input: { messages: [{ role: "user", content: "x" }] }, onCompletion: "keep" });
+  const values = await client.runs.join(run.thread_id, run.run_id);
+  const th = await client.threads.get(run.thread_id);
+  return { values: Object.keys(values).sort(), graph: th.metadata.graph_id };
+});
+await step("runs.delete", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  const run = await client.runs.create(t, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
+  await client.runs.join(t, run.run_id);
+  await waitStatus(t, run.run_id, "success");
+  await client.runs.delete(t, run.run_id);
+  const got = await client.runs.get(t, run.run_id).then(() => "found", (e) => e?.status);
+  return { got, list: (await client.runs.list(t)).length };
+});
+await step("runs.cancel rollback", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "kept" }] } });
+  const run = await client.runs.create(t, "echo", slow);
+  await busy(t);
+  await client.runs.cancel(t, run.run_id, true, "rollback");
+  const got = await client.runs.get(t, run.run_id).then((r) => r.status, (e) => e?.status);
+  const st = await client.threads.getState(t);
+  return { got, messages: st.values.messages.length, list: (await client.runs.list(t)).length };
+});
 console.log(JSON.stringify(steps));

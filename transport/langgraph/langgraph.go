@@ -48,6 +48,8 @@ func (h *Handler) Routes() []wire.Route {
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
 		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
 		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
+		route("POST", "/runs", wire.CommandRoute, h.createStateless),
+		route("DELETE", "/threads/{id}/runs/{run}", wire.CommandRoute, h.deleteRun),
 		route("POST", "/threads/{id}/runs", wire.CommandRoute, h.createRun),
 		route("GET", "/threads/{id}/runs", wire.ReadRoute, h.listRuns),
 		route("GET", "/threads/{id}/runs/{run}", wire.ReadRoute, h.getRun),
@@ -134,8 +136,8 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z
 func thread(info server.ThreadInfo, full bool) LgThread {
 	t := LgThread{ThreadID: info.ID, CreatedAt: stamp(info.CreatedAt), UpdatedAt: stamp(info.UpdatedAt),
 		Metadata: orEmpty(info.Metadata), Status: LgThreadStatus(info.Status), Config: orEmpty(info.Config)}
-	if full && info.Values != nil { // a thread with no state yet has neither, as the Platform shows it
-		v := LgThreadValues(info.Values)
+	if full && (info.Values != nil || len(info.Interrupts) > 0) { // a thread with no state yet has neither, as the Platform shows it
+		v := LgThreadValues(orEmpty(info.Values))
 		t.Values = &v
 		t.Interrupts = map[string][]LgInterrupt{}
 		for _, in := range info.Interrupts {

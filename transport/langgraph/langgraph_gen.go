@@ -733,22 +733,32 @@ func (s *LgAssistantCount) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantCount", nil, lgAssistantCountKnown, &s.Extra)
 }
 
-// A run to start (runs.wait): the assistant (its UUID or its name), its
-// input, and what the protocol's run.start takes too. `command`,
-// `if_not_exists`, `on_completion`, `stream_mode` and the other members of
-// the Platform's run are accepted and not used yet.
+// A run to start: the assistant (its UUID or its name), its input, and
+// what the protocol's run.start takes too. `command` answers the thread's
+// pending interrupts (`resume`: one value for all, or a map of interrupt
+// id to value; `update`, `goto` along with it, as input.respond takes
+// them); on a thread with none pending, its `update` changes the state
+// (as threads.updateState) before the run starts. `if_not_exists`:
+// "reject" answers 404 for a thread that does not exist, "create" (and
+// no value) makes it. `on_completion` (stateless runs): "delete" (the
+// default) deletes the thread the run made once it ended, "keep" keeps
+// it. `stream_mode` and the Platform's other members are accepted and
+// not used by these routes.
 type LgRunCreate struct {
 	AssistantID       string               `json:"assistant_id" cbor:"assistant_id"`
 	Input             any                  `json:"input,omitempty" cbor:"input,omitempty"`
 	Config            *LgRunCreateConfig   `json:"config,omitempty" cbor:"config,omitempty"`
 	Metadata          *LgMetadata          `json:"metadata,omitempty" cbor:"metadata,omitempty"`
 	MultitaskStrategy *LgMultitaskStrategy `json:"multitask_strategy,omitempty" cbor:"multitask_strategy,omitempty"`
+	Command           *LgCommand           `json:"command,omitempty" cbor:"command,omitempty"`
+	IfNotExists       *LgIfNotExists       `json:"if_not_exists,omitempty" cbor:"if_not_exists,omitempty"`
+	OnCompletion      *LgOnCompletion      `json:"on_completion,omitempty" cbor:"on_completion,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{"assistant_id"}, Known: []string{"assistant_id", "input", "config", "metadata", "multitask_strategy"}, Open: true, Nullable: []string{"input", "config", "metadata", "multitask_strategy"}}
+var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{"assistant_id"}, Known: []string{"assistant_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}, Open: true, Nullable: []string{"input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}}
 
 // CDDLMembers describes LgRunCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgRunCreate) CDDLMembers() *cddlrt.Members {
@@ -765,10 +775,25 @@ func (s LgRunCreate) Validate() error {
 			return cddlrt.At("multitask_strategy", err)
 		}
 	}
+	if s.Command != nil {
+		if err := s.Command.Validate(); err != nil {
+			return cddlrt.At("command", err)
+		}
+	}
+	if s.IfNotExists != nil {
+		if err := s.IfNotExists.Validate(); err != nil {
+			return cddlrt.At("if_not_exists", err)
+		}
+	}
+	if s.OnCompletion != nil {
+		if err := s.OnCompletion.Validate(); err != nil {
+			return cddlrt.At("on_completion", err)
+		}
+	}
 	return nil
 }
 
-var lgRunCreateKnown = map[string]bool{"assistant_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true}
+var lgRunCreateKnown = map[string]bool{"assistant_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true}
 
 // MarshalJSON encodes LgRunCreate with its literal members and Extra.
 func (s LgRunCreate) MarshalJSON() ([]byte, error) {
@@ -798,6 +823,135 @@ func (s *LgRunCreate) UnmarshalCBOR(data []byte) error {
 
 // LgRunCreateConfig is generated from CDDL rule "LgRunCreateConfig".
 type LgRunCreateConfig = map[string]any
+
+// LgIfNotExists is generated from CDDL rule "LgIfNotExists".
+type LgIfNotExists string
+
+// The values of LgIfNotExists.
+const (
+	LgIfNotExistsCreate LgIfNotExists = "create"
+	LgIfNotExistsReject LgIfNotExists = "reject"
+)
+
+// Valid reports whether v is one of the values of LgIfNotExists.
+func (v LgIfNotExists) Valid() bool {
+	switch v {
+	case LgIfNotExistsCreate, LgIfNotExistsReject:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgIfNotExists.
+func (v *LgIfNotExists) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgIfNotExists", LgIfNotExists.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgIfNotExists.
+func (v *LgIfNotExists) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgIfNotExists", LgIfNotExists.Valid)
+}
+
+// Validate reports a value that is not one of LgIfNotExists's.
+func (v LgIfNotExists) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgIfNotExists", "value must be one of \"create\", \"reject\", not %v", v)
+	}
+	return nil
+}
+
+// LgOnCompletion is generated from CDDL rule "LgOnCompletion".
+type LgOnCompletion string
+
+// The values of LgOnCompletion.
+const (
+	LgOnCompletionDelete LgOnCompletion = "delete"
+	LgOnCompletionKeep   LgOnCompletion = "keep"
+)
+
+// Valid reports whether v is one of the values of LgOnCompletion.
+func (v LgOnCompletion) Valid() bool {
+	switch v {
+	case LgOnCompletionDelete, LgOnCompletionKeep:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgOnCompletion.
+func (v *LgOnCompletion) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgOnCompletion", LgOnCompletion.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgOnCompletion.
+func (v *LgOnCompletion) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgOnCompletion", LgOnCompletion.Valid)
+}
+
+// Validate reports a value that is not one of LgOnCompletion's.
+func (v LgOnCompletion) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgOnCompletion", "value must be one of \"delete\", \"keep\", not %v", v)
+	}
+	return nil
+}
+
+// LgCommand is generated from CDDL rule "LgCommand".
+type LgCommand struct {
+	Resume any              `json:"resume,omitempty" cbor:"resume,omitempty"`
+	Update *LgCommandUpdate `json:"update,omitempty" cbor:"update,omitempty"`
+	Goto   any              `json:"goto,omitempty" cbor:"goto,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgCommandMembers = cddlrt.Members{Rule: "LgCommand", Required: []string{}, Known: []string{"resume", "update", "goto"}, Open: true, Nullable: []string{"resume", "update", "goto"}}
+
+// CDDLMembers describes LgCommand's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgCommand) CDDLMembers() *cddlrt.Members {
+	return &lgCommandMembers
+}
+
+// Validate checks what the schema requires of the values of LgCommand
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgCommand) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgCommandKnown = map[string]bool{"resume": true, "update": true, "goto": true}
+
+// MarshalJSON encodes LgCommand with its literal members and Extra.
+func (s LgCommand) MarshalJSON() ([]byte, error) {
+	type fields LgCommand
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgCommand, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCommand) UnmarshalJSON(data []byte) error {
+	type fields LgCommand
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgCommand", nil, lgCommandKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgCommand with its literal members and Extra.
+func (s LgCommand) MarshalCBOR() ([]byte, error) {
+	type fields LgCommand
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgCommand, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCommand) UnmarshalCBOR(data []byte) error {
+	type fields LgCommand
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgCommand", nil, lgCommandKnown, &s.Extra)
+}
+
+// LgCommandUpdate is generated from CDDL rule "LgCommandUpdate".
+type LgCommandUpdate = map[string]any
 
 // LgMultitaskStrategy is generated from CDDL rule "LgMultitaskStrategy".
 type LgMultitaskStrategy string

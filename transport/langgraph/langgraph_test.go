@@ -303,6 +303,21 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// The reference's in-memory store lists a namespace whose last
 		// item was deleted; agentstream lists namespaces that hold items.
 		"store.listNamespaces after delete": map[string]any{"namespaces": []any{[]any{"<uuid>", "docs"}, []any{"<uuid>", "prefs", "ann"}}},
+		// The reference answers a run on a missing thread with
+		// if_not_exists reject 422 "Thread is already running a task";
+		// agentstream 404, as the Python Platform does.
+		"runs.wait if_not_exists reject": map[string]any{"error": float64(404)},
+		// A resume continues the run that asked (the protocol's run), where
+		// the reference starts a second run: one run is listed, not two.
+		"interrupt, then resume with command": map[string]any{"after": "idle", "approved": true, "asked": []any{"__interrupt__"}, "interrupts": float64(1),
+			"runs": []any{"success"}, "status": "interrupted", "tasks": float64(1)},
+		// command.resume with nothing pending is refused (400) where the
+		// reference runs nothing and answers the values.
+		"command.resume on a thread with nothing pending": map[string]any{"error": float64(400)},
+		// Rollback: agentstream lists the superseded run as interrupted
+		// (and puts the state back as it was before it: TestRunsAsResources);
+		// the reference marks it error.
+		"multitask_strategy rollback": map[string]any{"first": "interrupted", "last": "next", "refused": nil, "second": "pending", "started": true},
 	}
 	for step, w := range want {
 		if c, ok := chosen[step]; ok {
@@ -354,13 +369,14 @@ func TestRunsWait(t *testing.T) {
 	require.Len(t, values["messages"], 4, "the thread goes on")
 	require.Equal(t, 200, call(t, "POST", n.url+"/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "alone"}]}}`, "", &values))
 	require.Len(t, values["messages"], 2)
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/wait", `{"assistant_id": "echo", "on_completion": "keep", "input": {"messages": [{"role": "user", "content": "kept"}]}}`, "", &values))
 	require.Equal(t, 404, call(t, "POST", n.url+"/threads/w2/runs/wait", `{"assistant_id": "nope", "input": {}}`, "", nil))
 	var th langgraph.LgThread
 	require.Equal(t, 200, call(t, "GET", n.url+"/threads/w1", "", "", &th))
 	require.Equal(t, langgraph.LgThreadStatus("idle"), th.Status)
 	var count int
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/count", `{}`, "", &count))
-	require.Equal(t, 2, count, "both threads the runs made are listed")
+	require.Equal(t, 2, count, "the thread and the stateless run's kept thread are listed (the other was deleted as it ended)")
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -499,4 +515,51 @@ func TestThreadState(t *testing.T) {
 			}()+"/cancel?wait=true", "", "", nil))
 		})
 	}
+}
+
+// TestRunsWithCommandsAndStrategies: runs.wait answers at an interrupt
+// with __interrupt__, command.resume answers it and the run goes on;
+// if_not_exists reject is 404 for a missing thread; a rollback (cancel's
+// action, or multitask_strategy) puts the state back as it was when the
+// run started; a deleted run is gone; a stateless run's thread is deleted
+// once it ended unless on_completion is keep.
+func TestRunsWithCommandsAndStrategies(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	var asked map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/h1/runs/wait", `{"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "go"}]}}`, "", &asked))
+	ints, _ := asked["__interrupt__"].([]any)
+	require.Len(t, ints, 1, "%v", asked)
+	var done map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/h1/runs/wait", `{"assistant_id": "demo", "command": {"resume": {"approved": true}, "update": {"note": "n"}}}`, "", &done))
+	require.Equal(t, true, done["approved"], "the same run went on with the answer")
+	require.Equal(t, 400, call(t, "POST", n.url+"/threads/h1/runs/wait", `{"assistant_id": "demo", "command": {"resume": 1}}`, "", nil), "nothing is pending")
+	require.Equal(t, 404, call(t, "POST", n.url+"/threads/nowhere/runs/wait", `{"assistant_id": "echo", "if_not_exists": "reject"}`, "", nil))
+
+	// Rollback by cancel: the state is what it was before the run.
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "kept"}]}}`, "", &done))
+	var run langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &run))
+	require.Equal(t, 202, call(t, "POST", n.url+"/threads/r1/runs/"+run.RunID+"/cancel?action=rollback", "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/r1/runs/"+run.RunID, "", "", nil), "a rolled-back run is deleted")
+	var st map[string]any
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/r1/state", "", "", &st))
+	require.Len(t, st["values"].(map[string]any)["messages"], 2)
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/r1/runs/"+run.RunID+"/cancel?action=undo", "", "", nil))
+
+	// Delete: a finished run goes; one that goes on is 409.
+	var runs []langgraph.LgRun
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/r1/runs", "", "", &runs))
+	require.Equal(t, 204, call(t, "DELETE", n.url+"/threads/r1/runs/"+runs[0].RunID, "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/r1/runs/"+runs[0].RunID, "", "", nil))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &run))
+	require.Equal(t, 409, call(t, "DELETE", n.url+"/threads/r1/runs/"+run.RunID, "", "", nil))
+	require.Equal(t, 202, call(t, "POST", n.url+"/threads/r1/runs/"+run.RunID+"/cancel?wait=true", "", "", nil))
+
+	// Stateless runs.
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "", &run))
+	require.Equal(t, "pending", string(run.Status))
+	require.Eventually(t, func() bool { return call(t, "GET", n.url+"/threads/"+run.ThreadID, "", "", nil) == 404 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs", `{"assistant_id": "echo", "on_completion": "keep", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "", &run))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+run.ThreadID+"/runs/"+run.RunID+"/join", "", "", &done))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+run.ThreadID, "", "", nil), "kept")
 }

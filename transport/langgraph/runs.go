@@ -2,7 +2,9 @@ package langgraph
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 
@@ -41,6 +43,15 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string
 			return "", nil, false
 		}
 	}
+	if req.IfNotExists != nil && *req.IfNotExists == "reject" {
+		if _, found, err := h.Server.Thread(ctx, thread); err != nil {
+			serverError(w, err)
+			return "", nil, false
+		} else if !found {
+			fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
+			return "", nil, false
+		}
+	}
 	// Its record, so that a Platform client lists it (a thread that
 	// exists keeps its own).
 	if _, _, err := h.Server.CreateThread(ctx, p, thread, nil, "do_nothing"); err != nil {
@@ -52,6 +63,16 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string
 		ss.Close()
 		serverError(w, err)
 		return "", nil, false
+	}
+	if req.Command != nil {
+		runID, resumed, ok := h.command(w, r, thread, req)
+		if !ok {
+			ss.Close()
+			return "", nil, false
+		}
+		if resumed {
+			return runID, ss, true
+		}
 	}
 	params := protocol.RunStartParams{AssistantID: name, Input: req.Input}
 	if req.Config != nil {
@@ -71,7 +92,7 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string
 		if errors.As(err, &e) {
 			status := http.StatusBadRequest
 			if e.Extra["reason"] == server.ReasonThreadBusy {
-				status = http.StatusConflict
+				status = http.StatusUnprocessableEntity // as the reference answers multitask_strategy reject
 			}
 			fail(w, status, "%s", e.Message)
 			return "", nil, false
@@ -91,13 +112,87 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string
 	return runID, ss, true
 }
 
-// waitEnd waits, on ss, until run runID of thread has ended, and answers
-// the thread's values (or the run's failure, as the Platform does:
+// command carries out req's command on thread: with interrupts pending,
+// it answers them (input.respond, with the command's update and goto),
+// and the run they resume goes on (resumed true, its id); with none, its
+// update changes the state before the run req starts (resumed false).
+// It answers the request itself when it cannot (ok false).
+func (h *Handler) command(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate) (runID string, resumed, ok bool) {
+	cmd := req.Command
+	var update map[string]any
+	if cmd.Update != nil {
+		update = *cmd.Update
+	}
+	info, _, err := h.Server.Thread(r.Context(), thread)
+	if err != nil {
+		serverError(w, err)
+		return "", false, false
+	}
+	if len(info.Interrupts) == 0 {
+		switch {
+		case cmd.Resume != nil:
+			fail(w, http.StatusBadRequest, "command.resume: thread %s has no pending interrupt", thread)
+			return "", false, false
+		case cmd.Goto != nil:
+			fail(w, http.StatusUnprocessableEntity, "command.goto: served with a resume only (the thread has no pending interrupt)")
+			return "", false, false
+		case update != nil:
+			if _, _, err := h.Server.UpdateState(r.Context(), thread, update, ""); err != nil && !errors.Is(err, server.ErrNoGraph) {
+				serverError(w, err)
+				return "", false, false
+			}
+		}
+		return "", false, true
+	}
+	// One value for every pending interrupt, or a map of id to value.
+	byID, isMap := cmd.Resume.(map[string]any)
+	if isMap {
+		for _, in := range info.Interrupts {
+			if _, ok := byID[in.ID]; !ok {
+				isMap = false
+			}
+		}
+	}
+	many := &protocol.InputRespondMany{Update: update}
+	for _, in := range info.Interrupts {
+		answer := cmd.Resume
+		if isMap {
+			answer = byID[in.ID]
+		}
+		many.Responses = append(many.Responses, protocol.InputRespondEntry{Namespace: protocol.Namespace(in.Namespace), InterruptID: in.ID, Response: answer})
+	}
+	if cmd.Goto != nil {
+		b, err := json.Marshal(cmd.Goto)
+		var g protocol.Goto
+		if err == nil {
+			err = json.Unmarshal(b, &g)
+		}
+		if err != nil {
+			fail(w, http.StatusUnprocessableEntity, "command.goto: a node, a Send ({node, input}) or a list of those: %v", err)
+			return "", false, false
+		}
+		many.Goto = &g
+	}
+	runID, _ = h.Server.ActiveRun(thread)
+	if _, err := h.Server.Do(r.Context(), thread, &protocol.ClientCommand{Value: &protocol.ClientCommandInputRespond{ID: 1, Params: protocol.InputRespondParams{Value: many}}}); err != nil {
+		var e *protocol.ErrorResponse
+		if errors.As(err, &e) {
+			fail(w, http.StatusConflict, "%s", e.Message)
+			return "", false, false
+		}
+		serverError(w, err)
+		return "", false, false
+	}
+	return runID, true, true
+}
+
+// waitEnd waits, on ss, until run runID of thread has ended or waits on
+// interrupts, and answers the thread's values (or the run's failure, as the Platform does:
 // {"__error__": ...}).
 func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID string, ss *server.Session) {
 	ctx := r.Context()
 	var failed *protocol.LifecycleData
-	for !h.Server.RunEnded(thread, runID) {
+	for !h.Server.RunEnded(thread, runID) && !h.Server.RunWaits(thread, runID) {
 		e, err := ss.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -129,6 +224,18 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		serverError(w, err)
 		return
 	}
+	if h.Server.RunWaits(thread, runID) {
+		// It waits on interrupts: the values and what it asks, as the
+		// Platform answers a run that ended at an interrupt.
+		out := maps.Clone(orEmpty(st.Values))
+		asks := []map[string]any{}
+		for _, in := range st.Interrupts {
+			asks = append(asks, map[string]any{"id": in.ID, "value": in.Payload})
+		}
+		out["__interrupt__"] = asks
+		write(w, http.StatusOK, out)
+		return
+	}
 	if failed != nil {
 		msg := "the run failed"
 		if failed.Error != nil {
@@ -154,16 +261,17 @@ func (h *Handler) threadOf(w http.ResponseWriter, r *http.Request) (string, bool
 // waitRun serves POST /threads/{id}/runs/wait.
 func (h *Handler) waitRun(w http.ResponseWriter, r *http.Request) {
 	if id, ok := h.threadOf(w, r); ok {
-		h.runAndWait(w, r, id)
+		h.runAndWait(w, r, id, false)
 	}
 }
 
-// waitStateless serves POST /runs/wait: the run on a new thread.
+// waitStateless serves POST /runs/wait: the run on a new thread, deleted
+// once the run ended unless on_completion is "keep".
 func (h *Handler) waitStateless(w http.ResponseWriter, r *http.Request) {
-	h.runAndWait(w, r, server.NewUUID())
+	h.runAndWait(w, r, server.NewUUID(), true)
 }
 
-func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread string) {
+func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
 	var req LgRunCreate
 	if !h.body(w, r, &req) {
 		return
@@ -174,15 +282,54 @@ func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread stri
 	}
 	defer ss.Close()
 	h.waitEnd(w, r, thread, runID, ss)
+	if stateless && temporary(&req) {
+		// Deleted now, or when the run ends if the client went before.
+		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
+	}
+}
+
+// temporary reports whether a stateless run's thread goes when it ends.
+func temporary(req *LgRunCreate) bool {
+	return req.OnCompletion == nil || *req.OnCompletion != "keep"
+}
+
+// createStateless serves POST /runs: the run on a new thread, in the
+// background; the thread is deleted once the run ended unless
+// on_completion is "keep".
+func (h *Handler) createStateless(w http.ResponseWriter, r *http.Request) {
+	h.startInBackground(w, r, server.NewUUID(), true)
+}
+
+// deleteRun serves DELETE /threads/{id}/runs/{run}.
+func (h *Handler) deleteRun(w http.ResponseWriter, r *http.Request) {
+	thread, rec, ok := h.findRun(w, r)
+	if !ok {
+		return
+	}
+	if p := auth.FromContext(r.Context()); p != nil {
+		if err := h.Server.Authorize(p, thread, true); err != nil {
+			serverError(w, err)
+			return
+		}
+	}
+	if err := h.Server.DeleteRun(r.Context(), thread, rec.ID); err != nil {
+		serverError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // createRun serves POST /threads/{id}/runs: the run starts in the
 // background; the answer is its record as it starts.
 func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
-	thread, ok := h.threadOf(w, r)
-	if !ok {
-		return
+	if thread, ok := h.threadOf(w, r); ok {
+		h.startInBackground(w, r, thread, false)
 	}
+}
+
+// startInBackground starts the run the body asks for on thread and
+// answers its record.
+func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
 	var req LgRunCreate
 	if !h.body(w, r, &req) {
 		return
@@ -192,6 +339,9 @@ func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ss.Close()
+	if stateless && temporary(&req) {
+		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
+	}
 	name, _ := h.assistantName(req.AssistantID)
 	rec := server.RunRecord{ID: runID, Thread: thread, Assistant: name, Status: server.RunPending, Input: req.Input, MultitaskStrategy: "reject"}
 	if req.Metadata != nil {
@@ -214,6 +364,9 @@ func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt, rec.UpdatedAt = h.now(), h.now()
 	}
+	// The run as it was created (pending), whatever it is by now, as
+	// the Platform answers.
+	rec.Status, rec.UpdatedAt = server.RunPending, rec.CreatedAt
 	write(w, http.StatusOK, lgRun(rec))
 }
 
@@ -288,6 +441,16 @@ func (h *Handler) findRun(w http.ResponseWriter, r *http.Request) (thread string
 	if !ok {
 		return "", rec, false
 	}
+	// (A run of a thread that is gone is gone: its join must not make
+	// the thread again by subscribing to it.)
+	if _, found, err := h.Server.Thread(r.Context(), thread); err != nil || !found {
+		if err != nil {
+			serverError(w, err)
+		} else {
+			fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
+		}
+		return "", rec, false
+	}
 	for attempt := 0; attempt < 2; attempt++ {
 		if attempt == 1 {
 			h.Server.SyncRunRecords(r.Context()) // one written just now is read then
@@ -334,12 +497,13 @@ func (h *Handler) joinRun(w http.ResponseWriter, r *http.Request) {
 // answer once it ended). The run is stopped as run.cancel stops it
 // (action interrupt; rollback is not served yet: 422).
 func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
-	thread, rec, ok := h.findRun(w, r)
-	if !ok {
+	action := r.URL.Query().Get("action")
+	if action != "" && action != "interrupt" && action != "rollback" {
+		fail(w, http.StatusUnprocessableEntity, "action: interrupt or rollback")
 		return
 	}
-	if a := r.URL.Query().Get("action"); a != "" && a != "interrupt" {
-		fail(w, http.StatusUnprocessableEntity, "action: only interrupt is served")
+	thread, rec, ok := h.findRun(w, r)
+	if !ok {
 		return
 	}
 	ss := h.Server.NewSession(thread)
@@ -349,6 +513,22 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	runID := rec.ID
+	if action == "rollback" {
+		// The state goes back to the run's start, and the run is
+		// deleted once it ended, as the Platform does.
+		h.Server.RollbackRun(thread, runID)
+		for !h.Server.RunEnded(thread, runID) {
+			if _, err := ss.Next(r.Context()); err != nil {
+				return
+			}
+		}
+		if err := h.Server.DeleteRun(context.WithoutCancel(r.Context()), thread, runID); err != nil {
+			serverError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
 	if _, err := h.Server.Do(r.Context(), thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1, Params: protocol.RunCancelParams{RunID: &runID}}}); err != nil {
 		serverError(w, err)
 		return
