@@ -46,6 +46,10 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/assistants/search", wire.ReadRoute, h.searchAssistants),
 		route("POST", "/assistants/count", wire.ReadRoute, h.countAssistants),
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
+		route("GET", "/assistants/{id}/schemas", wire.ReadRoute, h.assistantSchemas),
+		route("POST", "/agents/search", wire.ReadRoute, h.searchAgents),
+		route("GET", "/agents/{id}", wire.ReadRoute, h.getAgent),
+		route("GET", "/agents/{id}/schemas", wire.ReadRoute, h.agentSchemas),
 		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
 		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
 		route("POST", "/runs", wire.CommandRoute, h.createStateless),
@@ -433,12 +437,7 @@ func (h *Handler) countAssistants(w http.ResponseWriter, r *http.Request) {
 
 // getAssistant serves GET /assistants/{id}: by its UUID or its name.
 func (h *Handler) getAssistant(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	for _, a := range h.assistants() {
-		if a.AssistantID == id || a.GraphID == id {
-			write(w, http.StatusOK, a)
-			return
-		}
+	if a, ok := h.findAssistant(w, r); ok {
+		write(w, http.StatusOK, a)
 	}
-	fail(w, http.StatusNotFound, "Assistant %s not found", id)
 }

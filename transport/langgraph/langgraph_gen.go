@@ -733,6 +733,151 @@ func (s *LgAssistantCount) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantCount", nil, lgAssistantCountKnown, &s.Extra)
 }
 
+// An assistant's schemas. agentstream's assistants declare none: each
+// is an object schema that takes any members.
+type LgAssistantSchemas struct {
+	GraphID       string         `json:"graph_id" cbor:"graph_id"`
+	InputSchema   map[string]any `json:"input_schema" cbor:"input_schema"`
+	OutputSchema  map[string]any `json:"output_schema" cbor:"output_schema"`
+	StateSchema   map[string]any `json:"state_schema" cbor:"state_schema"`
+	ConfigSchema  map[string]any `json:"config_schema" cbor:"config_schema"`
+	ContextSchema map[string]any `json:"context_schema" cbor:"context_schema"`
+}
+
+var lgAssistantSchemasMembers = cddlrt.Members{Rule: "LgAssistantSchemas", Required: []string{"graph_id", "input_schema", "output_schema", "state_schema", "config_schema", "context_schema"}, Known: []string{"graph_id", "input_schema", "output_schema", "state_schema", "config_schema", "context_schema"}, Open: false}
+
+// CDDLMembers describes LgAssistantSchemas's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAssistantSchemas) CDDLMembers() *cddlrt.Members {
+	return &lgAssistantSchemasMembers
+}
+
+// Validate checks what the schema requires of the values of LgAssistantSchemas
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAssistantSchemas) Validate() error {
+	_ = s
+	return nil
+}
+
+// An assistant as the Agent Protocol lists it (an agent): its id is its
+// name; capabilities say it takes and streams messages.
+type LgAgent struct {
+	AgentID      string         `json:"agent_id" cbor:"agent_id"`
+	Name         string         `json:"name" cbor:"name"`
+	Description  *string        `json:"description,omitempty" cbor:"description,omitempty"`
+	Metadata     LgMetadata     `json:"metadata" cbor:"metadata"`
+	Capabilities map[string]any `json:"capabilities" cbor:"capabilities"`
+}
+
+var lgAgentMembers = cddlrt.Members{Rule: "LgAgent", Required: []string{"agent_id", "name", "metadata", "capabilities"}, Known: []string{"agent_id", "name", "description", "metadata", "capabilities"}, Open: false}
+
+// CDDLMembers describes LgAgent's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAgent) CDDLMembers() *cddlrt.Members {
+	return &lgAgentMembers
+}
+
+// Validate checks what the schema requires of the values of LgAgent
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAgent) Validate() error {
+	_ = s
+	return nil
+}
+
+// LgAgentSearch is generated from CDDL rule "LgAgentSearch".
+type LgAgentSearch struct {
+	Name     *string     `json:"name,omitempty" cbor:"name,omitempty"`
+	Metadata *LgMetadata `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	Limit    *uint64     `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Offset   *LgUint     `json:"offset,omitempty" cbor:"offset,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgAgentSearchMembers = cddlrt.Members{Rule: "LgAgentSearch", Required: []string{}, Known: []string{"name", "metadata", "limit", "offset"}, Open: true, Nullable: []string{"name", "metadata", "limit", "offset"}}
+
+// CDDLMembers describes LgAgentSearch's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAgentSearch) CDDLMembers() *cddlrt.Members {
+	return &lgAgentSearchMembers
+}
+
+// Validate checks what the schema requires of the values of LgAgentSearch
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAgentSearch) Validate() error {
+	if s.Limit != nil {
+		if (*s.Limit) < 1 {
+			return cddlrt.Invalid("limit", "LgAgentSearch", "must be >= 1 but found %v", (*s.Limit))
+		}
+		if (*s.Limit) > 1000 {
+			return cddlrt.Invalid("limit", "LgAgentSearch", "must be <= 1000 but found %v", (*s.Limit))
+		}
+	}
+	if s.Offset != nil {
+		if (*s.Offset) > 9007199254740991 {
+			return cddlrt.Invalid("offset", "LgUint", "must be <= 9007199254740991 but found %v", (*s.Offset))
+		}
+	}
+	return nil
+}
+
+var lgAgentSearchKnown = map[string]bool{"name": true, "metadata": true, "limit": true, "offset": true}
+
+// MarshalJSON encodes LgAgentSearch with its literal members and Extra.
+func (s LgAgentSearch) MarshalJSON() ([]byte, error) {
+	type fields LgAgentSearch
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgAgentSearch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAgentSearch) UnmarshalJSON(data []byte) error {
+	type fields LgAgentSearch
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAgentSearch", nil, lgAgentSearchKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgAgentSearch with its literal members and Extra.
+func (s LgAgentSearch) MarshalCBOR() ([]byte, error) {
+	type fields LgAgentSearch
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgAgentSearch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAgentSearch) UnmarshalCBOR(data []byte) error {
+	type fields LgAgentSearch
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAgentSearch", nil, lgAgentSearchKnown, &s.Extra)
+}
+
+// LgAgentSchema is generated from CDDL rule "LgAgentSchema".
+type LgAgentSchema struct {
+	AgentID      string         `json:"agent_id" cbor:"agent_id"`
+	InputSchema  map[string]any `json:"input_schema" cbor:"input_schema"`
+	OutputSchema map[string]any `json:"output_schema" cbor:"output_schema"`
+	StateSchema  map[string]any `json:"state_schema" cbor:"state_schema"`
+	ConfigSchema map[string]any `json:"config_schema" cbor:"config_schema"`
+}
+
+var lgAgentSchemaMembers = cddlrt.Members{Rule: "LgAgentSchema", Required: []string{"agent_id", "input_schema", "output_schema", "state_schema", "config_schema"}, Known: []string{"agent_id", "input_schema", "output_schema", "state_schema", "config_schema"}, Open: false}
+
+// CDDLMembers describes LgAgentSchema's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAgentSchema) CDDLMembers() *cddlrt.Members {
+	return &lgAgentSchemaMembers
+}
+
+// Validate checks what the schema requires of the values of LgAgentSchema
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAgentSchema) Validate() error {
+	_ = s
+	return nil
+}
+
 // A run to start: the assistant (its UUID or its name), its input, and
 // what the protocol's run.start takes too. `command` answers the thread's
 // pending interrupts (`resume`: one value for all, or a map of interrupt
@@ -745,7 +890,13 @@ func (s *LgAssistantCount) UnmarshalCBOR(data []byte) error {
 // it. `stream_mode` and the Platform's other members are accepted and
 // not used by these routes.
 type LgRunCreate struct {
-	AssistantID       string               `json:"assistant_id" cbor:"assistant_id"`
+	// The assistant; `agent_id` is the Agent Protocol's name for it (one of
+	// the two is needed).
+	AssistantID *string `json:"assistant_id,omitempty" cbor:"assistant_id,omitempty"`
+	AgentID     *string `json:"agent_id,omitempty" cbor:"agent_id,omitempty"`
+	// The Agent Protocol's POST /runs and /runs/wait run on this thread
+	// when it is given (a new one, deleted as it ends, when not).
+	ThreadID          *string              `json:"thread_id,omitempty" cbor:"thread_id,omitempty"`
 	Input             any                  `json:"input,omitempty" cbor:"input,omitempty"`
 	Config            *LgRunCreateConfig   `json:"config,omitempty" cbor:"config,omitempty"`
 	Metadata          *LgMetadata          `json:"metadata,omitempty" cbor:"metadata,omitempty"`
@@ -758,7 +909,7 @@ type LgRunCreate struct {
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{"assistant_id"}, Known: []string{"assistant_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}, Open: true, Nullable: []string{"input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}}
+var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}}
 
 // CDDLMembers describes LgRunCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgRunCreate) CDDLMembers() *cddlrt.Members {
@@ -793,7 +944,7 @@ func (s LgRunCreate) Validate() error {
 	return nil
 }
 
-var lgRunCreateKnown = map[string]bool{"assistant_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true}
+var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true}
 
 // MarshalJSON encodes LgRunCreate with its literal members and Extra.
 func (s LgRunCreate) MarshalJSON() ([]byte, error) {

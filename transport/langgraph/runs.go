@@ -30,9 +30,14 @@ func (h *Handler) assistantName(id string) (string, bool) {
 // thread's root lifecycle from now on (for waitEnd; the caller closes
 // it). It answers the request itself when it cannot (ok false).
 func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate) (runID string, ss *server.Session, ok bool) {
-	name, found := h.assistantName(req.AssistantID)
+	id := req.assistant()
+	if id == "" {
+		fail(w, http.StatusUnprocessableEntity, "assistant_id (or agent_id): required")
+		return "", nil, false
+	}
+	name, found := h.assistantName(id)
 	if !found {
-		fail(w, http.StatusNotFound, "Assistant %s not found", req.AssistantID)
+		fail(w, http.StatusNotFound, "Assistant %s not found", id)
 		return "", nil, false
 	}
 	ctx := r.Context()
@@ -265,16 +270,34 @@ func (h *Handler) waitRun(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// assistant is the assistant the run names: assistant_id, or the Agent
+// Protocol's agent_id.
+func (req *LgRunCreate) assistant() string {
+	switch {
+	case req.AssistantID != nil:
+		return *req.AssistantID
+	case req.AgentID != nil:
+		return *req.AgentID
+	}
+	return ""
+}
+
 // waitStateless serves POST /runs/wait: the run on a new thread, deleted
-// once the run ended unless on_completion is "keep".
+// once the run ended unless on_completion is "keep" (or on the body's
+// thread_id, the Agent Protocol's stateful run).
 func (h *Handler) waitStateless(w http.ResponseWriter, r *http.Request) {
-	h.runAndWait(w, r, server.NewUUID(), true)
+	h.runAndWait(w, r, "", true)
 }
 
 func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
 	var req LgRunCreate
 	if !h.body(w, r, &req) {
 		return
+	}
+	if stateless {
+		if thread, stateless = h.bodyThread(w, &req); thread == "" {
+			return
+		}
 	}
 	runID, ss, ok := h.startRun(w, r, thread, &req)
 	if !ok {
@@ -297,7 +320,21 @@ func temporary(req *LgRunCreate) bool {
 // background; the thread is deleted once the run ended unless
 // on_completion is "keep".
 func (h *Handler) createStateless(w http.ResponseWriter, r *http.Request) {
-	h.startInBackground(w, r, server.NewUUID(), true)
+	h.startInBackground(w, r, "", true)
+}
+
+// bodyThread is the thread a run of POST /runs or /runs/wait runs on: the
+// body's thread_id (the Agent Protocol's stateful run; stateless false),
+// or a new one (stateless). It answers a bad id itself ("").
+func (h *Handler) bodyThread(w http.ResponseWriter, req *LgRunCreate) (thread string, stateless bool) {
+	if req.ThreadID == nil {
+		return server.NewUUID(), true
+	}
+	if err := server.ValidThreadID(*req.ThreadID); err != nil {
+		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
+		return "", false
+	}
+	return *req.ThreadID, false
 }
 
 // deleteRun serves DELETE /threads/{id}/runs/{run}.
@@ -334,6 +371,11 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	if !h.body(w, r, &req) {
 		return
 	}
+	if stateless {
+		if thread, stateless = h.bodyThread(w, &req); thread == "" {
+			return
+		}
+	}
 	runID, ss, ok := h.startRun(w, r, thread, &req)
 	if !ok {
 		return
@@ -342,7 +384,7 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	if stateless && temporary(&req) {
 		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
 	}
-	name, _ := h.assistantName(req.AssistantID)
+	name, _ := h.assistantName(req.assistant())
 	rec := server.RunRecord{ID: runID, Thread: thread, Assistant: name, Status: server.RunPending, Input: req.Input, MultitaskStrategy: "reject"}
 	if req.Metadata != nil {
 		rec.Metadata = *req.Metadata
