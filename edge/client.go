@@ -56,7 +56,8 @@ func (c *Client) request(ctx context.Context, method, path string, body []byte) 
 
 // Do sends a request and returns the answer's status and body. An answer
 // larger than MaxAnswerBytes, cut short or not JSON is an error
-// (ErrUpstream), never a body passed on.
+// (ErrUpstream), never a body passed on; an error status's plain text
+// comes as {"detail": text}.
 func (c *Client) Do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 	return c.DoWith(ctx, method, path, body, nil)
 }
@@ -81,6 +82,11 @@ func (c *Client) DoWith(ctx context.Context, method, path string, body []byte, e
 		return 0, nil, fmt.Errorf("%w: %s %s: the answer was cut (%v)", ErrUpstream, method, path, err)
 	case len(b) > MaxAnswerBytes:
 		return 0, nil, fmt.Errorf("%w: %s %s: the answer is larger than %d bytes", ErrUpstream, method, path, MaxAnswerBytes)
+	case len(b) > 0 && !json.Valid(b) && resp.StatusCode >= 400:
+		// An error in plain text (the JavaScript server's 404s): its
+		// status, and its text as {"detail": ...}.
+		text := strings.ToValidUTF8(string(b[:min(len(b), 1024)]), "?")
+		b, _ = json.Marshal(map[string]string{"detail": text})
 	case len(b) > 0 && !json.Valid(b):
 		return 0, nil, fmt.Errorf("%w: %s %s: the answer (%d, %d bytes) is not JSON", ErrUpstream, method, path, resp.StatusCode, len(b))
 	}

@@ -86,7 +86,8 @@ func TestForwardCarriesIdentityAndErrors(t *testing.T) {
 // TestUpstreamAnswersThatAreNotWholeAreErrors: an upstream state answer
 // larger than edge.MaxAnswerBytes, one cut short (the connection closed
 // before its Content-Length) and one that is not JSON are errors, not a
-// body to pass on (the transport answers them 502).
+// body to pass on (the transport answers them 502); an error status in
+// plain text is passed on as {"detail": text}.
 func TestUpstreamAnswersThatAreNotWholeAreErrors(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -121,4 +122,8 @@ func TestUpstreamAnswersThatAreNotWholeAreErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
 	require.JSONEq(t, `{"values": {}}`, string(body))
+	status, body, err = e.State(ctx, "missing")
+	require.NoError(t, err, "an error status in plain text is the upstream's answer")
+	require.Equal(t, 404, status)
+	require.JSONEq(t, `{"detail": "404 page not found\n"}`, string(body))
 }

@@ -41,6 +41,10 @@ func TestEdgePassesThePlatformAPI(t *testing.T) {
 		return steps
 	}
 	direct, through := run(up.URL), run(ts.URL)
+	// What the reference does to a run cancelled with rollback depends on
+	// when the cancel falls: not compared.
+	delete(direct, "runs.cancel rollback")
+	delete(through, "runs.cancel rollback")
 	require.Equal(t, direct, through, "the upstream's answers, through the edge")
 
 	// A run stream, passed through as it comes: the same frames as the

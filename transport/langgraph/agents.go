@@ -8,7 +8,9 @@ import (
 // (agents). agentstream's assistants declare no schema: each is an
 // object schema that takes any members.
 
-func anyObject() map[string]any { return map[string]any{"type": "object", "additionalProperties": true} }
+func anyObject() map[string]any {
+	return map[string]any{"type": "object", "additionalProperties": true}
+}
 
 // findAssistant is the assistant {id} names (its UUID or its name); it
 // answers 404 itself.

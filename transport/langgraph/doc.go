@@ -1,10 +1,12 @@
 // Package langgraph serves the LangGraph Platform API's resources on the
 // server's core (`serve --profiles langgraph`): threads (create, read,
-// patch, delete, search, count), assistants (search, count, read) and
-// runs (wait, create, list, read, join, cancel), the routes
-// `@langchain/langgraph-sdk`'s classic client calls, on the same threads
-// the protocol serves. The store and the run streams are not served yet
-// (see the README's "Not built").
+// patch, delete, search, count, state, history, copy), assistants (search,
+// count, read, schemas), runs (wait, create, list, read, join, cancel,
+// delete, stateless; command, multitask strategies), the long-term store
+// (items, search, namespaces), and the Agent Protocol's agents paths: the
+// routes `@langchain/langgraph-sdk`'s classic client calls, on the same
+// threads the protocol serves. Run streams are not served yet (see the
+// README's "Not built").
 //
 // The wire's Go types (langgraph_gen.go) are generated from
 // protocol/langgraph.cddl; `go generate ./transport/langgraph`

@@ -32,7 +32,7 @@ type Upstream struct {
 }
 
 // Start starts the server and waits until it answers (it takes 15 to 60
-// s here); Stop stops it. Without node or the installed tools the test is
+// s here); the test's cleanup kills it (Kill), with its process group. Without node or the installed tools the test is
 // skipped, or fails when AGENTSTREAM_REQUIRE_TOOLS=1 (as test.sh sets);
 // under -short it is skipped.
 func Start(t testing.TB) *Upstream {
@@ -59,6 +59,7 @@ func Start(t testing.TB) *Upstream {
 		u := &Upstream{URL: "http://127.0.0.1:" + port, port: port, dir: dir, log: filepath.Join(logDir, fmt.Sprintf("langgraph-%d.log", attempt))}
 		err = u.Restart()
 		if err == nil {
+			t.Cleanup(u.Kill) // the server, its watcher and its workers
 			return u
 		}
 		if !errors.Is(err, errPortTaken) || attempt == 3 {

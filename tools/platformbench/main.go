@@ -1,0 +1,186 @@
+// Command platformbench measures a LangGraph Platform API server (the
+// reference server or agentstream with --profiles langgraph) from
+// outside: the server's CPU per operation (read from /proc for the
+// process and its children), operations a second and latency
+// percentiles, for
+//
+//	-op wait    runs.wait of the echo graph on a new thread each time
+//	-op search  threads.search by a metadata member a tenth of -threads
+//	            threads hold (made first), the newest 10
+//
+// Usage (docs/langgraph.md has the figures):
+//
+//	go run ./tools/platformbench -url http://127.0.0.1:2108 -pid PID -op wait -n 2000 -c 8
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	url := flag.String("url", "http://127.0.0.1:2108", "the server")
+	pid := flag.Int("pid", 0, "the server's process id (its children are counted too); 0: CPU is not measured")
+	op := flag.String("op", "wait", "wait or search")
+	n := flag.Int("n", 1000, "operations")
+	c := flag.Int("c", 8, "operations at once")
+	threads := flag.Int("threads", 100000, "with -op search: threads made first")
+	flag.Parse()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *c * 2}, Timeout: 60 * time.Second}
+	post := func(path string, body any) error {
+		b, _ := json.Marshal(body)
+		resp, err := client.Post(*url+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s: %d %s", path, resp.StatusCode, out)
+		}
+		return nil
+	}
+	mark := uuid()
+	var do func(i int) error
+	switch *op {
+	case "wait":
+		do = func(int) error {
+			return post("/threads/"+uuid()+"/runs/wait", map[string]any{"assistant_id": "echo", "if_not_exists": "create",
+				"input":  map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hello world"}}},
+				"config": map[string]any{"configurable": map[string]any{"token_delay_ms": 0}}})
+		}
+	case "search":
+		fmt.Fprintf(os.Stderr, "making %d threads...\n", *threads)
+		if err := parallel(*threads, *c*2, func(i int) error {
+			md := map[string]any{"bench": mark, "n": i}
+			if i%10 == 0 {
+				md["tenth"] = true
+			}
+			return post("/threads", map[string]any{"metadata": md})
+		}); err != nil {
+			fail(err)
+		}
+		do = func(int) error {
+			return post("/threads/search", map[string]any{"metadata": map[string]any{"bench": mark, "tenth": true}, "limit": 10})
+		}
+	default:
+		fail(fmt.Errorf("-op: wait or search"))
+	}
+	_ = do(0) // warm
+	cpu0 := treeCPU(*pid)
+	lat := make([]time.Duration, *n)
+	start := time.Now()
+	err := parallel(*n, *c, func(i int) error {
+		t := time.Now()
+		err := do(i)
+		lat[i] = time.Since(t)
+		return err
+	})
+	wall := time.Since(start)
+	cpu := treeCPU(*pid) - cpu0
+	if err != nil {
+		fail(err)
+	}
+	slices.Sort(lat)
+	fmt.Printf("op=%s n=%d c=%d: %.0f/s, p50 %.2f ms, p99 %.2f ms", *op, *n, *c, float64(*n)/wall.Seconds(),
+		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]))
+	if *pid > 0 {
+		fmt.Printf(", server CPU %.3f ms per op (%.0f%% of a core)", ms(cpu)/float64(*n), 100*cpu.Seconds()/wall.Seconds())
+	}
+	fmt.Println()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "platformbench:", err)
+	os.Exit(1)
+}
+
+// parallel runs f(0..n-1), c at once; the first error stops it.
+func parallel(n, c int, f func(int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first atomic.Value
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for first.Load() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					first.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := first.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+func uuid() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// treeCPU is the CPU time (user + system) of pid and its descendants.
+func treeCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	parent := map[int]int{}
+	ticks := map[int]int64{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+2:]) // state ppid ... utime(12) stime(13)
+		if len(f) < 13 {
+			continue
+		}
+		p, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSuffix(d, "/stat"), "/proc/"))
+		pp, _ := strconv.Atoi(f[1])
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		parent[p], ticks[p] = pp, u+st
+	}
+	var total int64
+	for p, t := range ticks {
+		for q := p; q > 0; q = parent[q] {
+			if q == pid {
+				total += t
+				break
+			}
+		}
+	}
+	return time.Duration(total) * time.Second / 100 // USER_HZ
+}
