@@ -44,7 +44,15 @@ func (s *State) SetRecord(_ context.Context, rec server.ThreadRecord) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Set(recordKey(rec.ID), b, pebble.Sync)
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	if err := s.db.Set(recordKey(rec.ID), b, pebble.Sync); err != nil {
+		return err
+	}
+	if s.index != nil {
+		s.index.Set(rec)
+	}
+	return nil
 }
 
 // Records implements server.ThreadCatalog: the records in thread order.

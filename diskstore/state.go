@@ -26,6 +26,40 @@ type State struct {
 
 	itemsMu sync.Mutex
 	items   int // the store's items, counted on first use (-1 before)
+
+	idxMu sync.Mutex
+	index *server.RecordIndex // the records' metadata, built on first use
+}
+
+var _ server.IndexedCatalog = (*State)(nil)
+
+// RecordsMatching implements server.IndexedCatalog: the index is built
+// from the records on first use, then kept as they are written.
+func (s *State) RecordsMatching(ctx context.Context, metadata map[string]any, fn func(server.ThreadRecord) bool) (bool, error) {
+	s.idxMu.Lock()
+	if s.index == nil {
+		x := server.NewRecordIndex()
+		if err := s.Records(ctx, func(r server.ThreadRecord) bool { x.Set(r); return true }); err != nil {
+			s.idxMu.Unlock()
+			return false, err
+		}
+		s.index = x
+	}
+	ids, ok := s.index.Candidates(metadata)
+	s.idxMu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	for _, id := range ids {
+		r, found, err := s.Record(ctx, id)
+		if err != nil {
+			return true, err
+		}
+		if found && !fn(r) {
+			break
+		}
+	}
+	return true, nil
 }
 
 func stateKey(thread, what string) []byte {
@@ -229,7 +263,15 @@ func (s *State) Delete(_ context.Context, thread string) error {
 		_ = b.Delete(k, nil)
 	}
 	_ = b.Set(deletedKey(thread), binary.BigEndian.AppendUint64(nil, last), nil)
-	return b.Commit(pebble.Sync)
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	if s.index != nil {
+		s.index.Delete(thread)
+	}
+	return nil
 }
 
 // ErrNoSuchThread refuses a thread the store does not hold (Export,

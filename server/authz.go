@@ -128,8 +128,8 @@ func (s *Server) Owner(ctx context.Context, threadID string) (string, error) {
 // storeError is the error of a call to the StateStore that failed: the
 // store is unavailable (codeOf: unavailable).
 func storeError(err error) error {
-	if errors.Is(err, ErrUnavailable) {
-		return err
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTooManyThreads) {
+		return err // a limit is not the store being down
 	}
 	return fmt.Errorf("%w: the thread's store: %v", ErrUnavailable, err)
 }

@@ -335,11 +335,18 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 	}
 	var found []ThreadInfo
 	var ferr error
-	err = c.Records(ctx, func(rec ThreadRecord) bool {
+	// Without a selection by status or values, and not sorted by status,
+	// a thread's status is found for the page only.
+	late := q.Status == "" && len(q.Values) == 0 && q.SortBy != "status"
+	visit := func(rec ThreadRecord) bool {
 		if !anonymous && (p == nil || !p.MayUse(rec.ID, rec.Owner)) {
 			return true
 		}
 		if !MetadataMatches(rec.Metadata, q.Metadata) || len(q.IDs) > 0 && !slices.Contains(q.IDs, rec.ID) {
+			return true
+		}
+		if late {
+			found = append(found, ThreadInfo{ThreadRecord: rec})
 			return true
 		}
 		info, err := s.threadInfo(ctx, rec, len(q.Values) > 0)
@@ -353,7 +360,22 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 		info.Values = nil
 		found = append(found, info)
 		return true
-	})
+	}
+	switch ic, indexed := c.(IndexedCatalog); {
+	case len(q.IDs) > 0: // the ids asked for, read one by one
+		for _, id := range slices.Compact(slices.Sorted(slices.Values(q.IDs))) {
+			rec, ok, rerr := c.Record(ctx, id)
+			if err = rerr; err != nil || ok && !visit(rec) {
+				break
+			}
+		}
+	case indexed && len(q.Metadata) > 0:
+		if indexed, err = ic.RecordsMatching(ctx, q.Metadata, visit); err == nil && !indexed {
+			err = c.Records(ctx, visit)
+		}
+	default:
+		err = c.Records(ctx, visit)
+	}
 	if err == nil {
 		err = ferr
 	}
@@ -393,6 +415,13 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 	found = found[q.Offset:]
 	if len(found) > limit {
 		found = found[:limit]
+	}
+	if late {
+		for i := range found {
+			if found[i], err = s.threadInfo(ctx, found[i].ThreadRecord, false); err != nil {
+				return nil, 0, err
+			}
+		}
 	}
 	return found, total, nil
 }

@@ -24,6 +24,7 @@ type MemoryState struct {
 	threads map[string]*memThread
 	records map[string]*ThreadRecord
 	runs    map[string][]RunRecord // per thread, oldest first, at most maxMemoryRuns
+	index   *RecordIndex           // the records' metadata
 	items   map[string]*StoreItem  // by ItemPath
 	itemHW  compact.Tracker
 	hw      compact.Tracker
@@ -37,15 +38,16 @@ type memThread struct {
 }
 
 var (
-	_ StateStore    = (*MemoryState)(nil)
-	_ ThreadCatalog = (*MemoryState)(nil)
-	_ RunCatalog    = (*MemoryState)(nil)
-	_ ItemStore     = (*MemoryState)(nil)
+	_ StateStore     = (*MemoryState)(nil)
+	_ ThreadCatalog  = (*MemoryState)(nil)
+	_ RunCatalog     = (*MemoryState)(nil)
+	_ ItemStore      = (*MemoryState)(nil)
+	_ IndexedCatalog = (*MemoryState)(nil)
 )
 
 // NewMemoryState returns an empty in-memory store.
 func NewMemoryState() *MemoryState {
-	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}, items: map[string]*StoreItem{}}
+	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}, items: map[string]*StoreItem{}, index: NewRecordIndex()}
 }
 
 func (m *MemoryState) get(thread string) *memThread {
@@ -128,6 +130,7 @@ func (m *MemoryState) Delete(_ context.Context, thread string) error {
 	m.threads = compact.Shrink(m.threads, &m.hw)
 	delete(m.records, thread)
 	m.records = compact.Shrink(m.records, &m.recHW)
+	m.index.Delete(thread)
 	delete(m.runs, thread)
 	return nil
 }
@@ -198,7 +201,30 @@ func (m *MemoryState) SetRecord(_ context.Context, rec ThreadRecord) error {
 	}
 	m.records[rec.ID] = &rec
 	m.recHW.Grew(len(m.records))
+	m.index.Set(rec)
 	return nil
+}
+
+// RecordsMatching implements IndexedCatalog.
+func (m *MemoryState) RecordsMatching(_ context.Context, metadata map[string]any, fn func(ThreadRecord) bool) (bool, error) {
+	ids, ok := m.index.Candidates(metadata)
+	if !ok {
+		return false, nil
+	}
+	m.mu.Lock()
+	recs := make([]*ThreadRecord, 0, len(ids))
+	for _, id := range ids {
+		if r := m.records[id]; r != nil {
+			recs = append(recs, r)
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range recs {
+		if !fn(*r) {
+			break
+		}
+	}
+	return true, nil
 }
 
 // Records implements ThreadCatalog.
