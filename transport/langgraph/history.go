@@ -2,7 +2,9 @@ package langgraph
 
 import (
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/agentstream/agentstream/auth"
@@ -33,13 +35,16 @@ func snapshot(thread string, cp server.CheckpointRecord, latest bool, status str
 
 // history serves GET and POST /threads/{id}/history: the thread's
 // checkpoints as states, newest first (limit: 10 by default, from the
-// query or the body's "limit").
+// query or the body; before, from the query or the body; the body's
+// metadata and checkpoint).
 func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	thread, ok := h.authorizedThread(w, r)
 	if !ok {
 		return
 	}
 	limit := 10
+	var before, from string
+	var metadata map[string]any
 	if r.Method == http.MethodPost {
 		var req LgHistory
 		if !h.body(w, r, &req) {
@@ -48,13 +53,25 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		if req.Limit != nil {
 			limit = int(*req.Limit)
 		}
-	} else if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			fail(w, http.StatusUnprocessableEntity, "limit: a whole number from 1 to 1000")
-			return
+		if req.Before != nil {
+			before = *req.Before
 		}
-		limit = n
+		if req.Metadata != nil {
+			metadata = *req.Metadata
+		}
+		if req.Checkpoint != nil && req.Checkpoint.CheckpointID != nil {
+			from = *req.Checkpoint.CheckpointID
+		}
+	} else {
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				fail(w, http.StatusUnprocessableEntity, "limit: a whole number from 1 to 1000")
+				return
+			}
+			limit = n
+		}
+		before = r.URL.Query().Get("before")
 	}
 	info, found, err := h.Server.Thread(r.Context(), thread)
 	if err != nil {
@@ -70,10 +87,31 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	out := []map[string]any{}
+	// Where the page starts: at `checkpoint`, or after `before`.
+	start := 0
 	for i, cp := range cps {
-		if len(out) == limit {
-			break
+		if from != "" && cp.ID == from {
+			start = i
+		}
+		if before != "" && cp.ID == before {
+			start = i + 1
+		}
+	}
+	if (from != "" || before != "") && !slices.ContainsFunc(cps, func(cp server.CheckpointRecord) bool { return cp.ID == from || cp.ID == before }) {
+		start = len(cps) // a checkpoint the thread does not have: nothing before it
+	}
+	out := []map[string]any{}
+	for i := start; i < len(cps) && len(out) < limit; i++ {
+		cp := cps[i]
+		if metadata != nil {
+			have := maps.Clone(cp.Metadata)
+			if have == nil {
+				have = map[string]any{}
+			}
+			have["step"], have["source"] = float64(cp.Step), cp.Source
+			if !server.MetadataMatches(have, metadata) {
+				continue
+			}
 		}
 		out = append(out, snapshot(thread, cp, i == 0, info.Status))
 	}

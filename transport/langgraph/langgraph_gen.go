@@ -1217,15 +1217,21 @@ func (v LgRunStatus) Validate() error {
 	return nil
 }
 
-// LgHistory is generated from CDDL rule "LgHistory".
+// The history's page: `limit` checkpoints, newest first, from the one
+// `checkpoint` names (itself included) or older than `before` (a
+// checkpoint id), those whose metadata (step, source, run_id,
+// assistant_id) holds every member of `metadata`.
 type LgHistory struct {
-	Limit *uint64 `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Limit      *uint64          `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Before     *string          `json:"before,omitempty" cbor:"before,omitempty"`
+	Metadata   *LgMetadata      `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	Checkpoint *LgCheckpointSel `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgHistoryMembers = cddlrt.Members{Rule: "LgHistory", Required: []string{}, Known: []string{"limit"}, Open: true, Nullable: []string{"limit"}}
+var lgHistoryMembers = cddlrt.Members{Rule: "LgHistory", Required: []string{}, Known: []string{"limit", "before", "metadata", "checkpoint"}, Open: true, Nullable: []string{"limit", "before", "metadata", "checkpoint"}}
 
 // CDDLMembers describes LgHistory's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgHistory) CDDLMembers() *cddlrt.Members {
@@ -1245,10 +1251,15 @@ func (s LgHistory) Validate() error {
 			return cddlrt.Invalid("limit", "LgHistory", "must be <= 1000 but found %v", (*s.Limit))
 		}
 	}
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return cddlrt.At("checkpoint", err)
+		}
+	}
 	return nil
 }
 
-var lgHistoryKnown = map[string]bool{"limit": true}
+var lgHistoryKnown = map[string]bool{"limit": true, "before": true, "metadata": true, "checkpoint": true}
 
 // MarshalJSON encodes LgHistory with its literal members and Extra.
 func (s LgHistory) MarshalJSON() ([]byte, error) {
@@ -1274,6 +1285,58 @@ func (s LgHistory) MarshalCBOR() ([]byte, error) {
 func (s *LgHistory) UnmarshalCBOR(data []byte) error {
 	type fields LgHistory
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgHistory", nil, lgHistoryKnown, &s.Extra)
+}
+
+// LgCheckpointSel is generated from CDDL rule "LgCheckpointSel".
+type LgCheckpointSel struct {
+	CheckpointID *string `json:"checkpoint_id,omitempty" cbor:"checkpoint_id,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgCheckpointSelMembers = cddlrt.Members{Rule: "LgCheckpointSel", Required: []string{}, Known: []string{"checkpoint_id"}, Open: true}
+
+// CDDLMembers describes LgCheckpointSel's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgCheckpointSel) CDDLMembers() *cddlrt.Members {
+	return &lgCheckpointSelMembers
+}
+
+// Validate checks what the schema requires of the values of LgCheckpointSel
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgCheckpointSel) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgCheckpointSelKnown = map[string]bool{"checkpoint_id": true}
+
+// MarshalJSON encodes LgCheckpointSel with its literal members and Extra.
+func (s LgCheckpointSel) MarshalJSON() ([]byte, error) {
+	type fields LgCheckpointSel
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgCheckpointSel, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCheckpointSel) UnmarshalJSON(data []byte) error {
+	type fields LgCheckpointSel
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgCheckpointSel", nil, lgCheckpointSelKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgCheckpointSel with its literal members and Extra.
+func (s LgCheckpointSel) MarshalCBOR() ([]byte, error) {
+	type fields LgCheckpointSel
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgCheckpointSel, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCheckpointSel) UnmarshalCBOR(data []byte) error {
+	type fields LgCheckpointSel
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgCheckpointSel", nil, lgCheckpointSelKnown, &s.Extra)
 }
 
 // A state update (threads.updateState): members replace the thread's,

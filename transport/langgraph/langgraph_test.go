@@ -620,3 +620,34 @@ func TestAgentProtocolPaths(t *testing.T) {
 	require.Equal(t, 422, call(t, "POST", n.url+"/runs/wait", `{"input": {}}`, "", nil), "no assistant named")
 	require.Equal(t, 422, call(t, "POST", n.url+"/runs/wait", `{"agent_id": "echo", "thread_id": "a/b"}`, "", nil))
 }
+
+// TestHistoryFilters: getHistory pages with before (query or body) and
+// checkpoint, and selects by the checkpoints' metadata.
+func TestHistoryFilters(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	var values map[string]any
+	for _, word := range []string{"one", "two", "three"} {
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+word+`"}]}}`, "", &values))
+	}
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/state", `{"values": {"note": "x"}}`, "", nil))
+	ids := func(h []map[string]any) []string {
+		var out []string
+		for _, s := range h {
+			out = append(out, s["checkpoint"].(map[string]any)["checkpoint_id"].(string))
+		}
+		return out
+	}
+	var all, page []map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{}`, "", &all))
+	require.Len(t, all, 4)
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{"before": "`+ids(all)[1]+`", "limit": 1}`, "", &page))
+	require.Equal(t, ids(all)[2:3], ids(page))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/hf/history?before="+ids(all)[0], "", "", &page))
+	require.Equal(t, ids(all)[1:], ids(page))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{"checkpoint": {"checkpoint_id": "`+ids(all)[1]+`"}}`, "", &page))
+	require.Equal(t, ids(all)[1:], ids(page))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{"metadata": {"source": "update"}}`, "", &page))
+	require.Equal(t, ids(all)[:1], ids(page))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{"before": "nope"}`, "", &page))
+	require.Empty(t, page)
+}
