@@ -28,6 +28,8 @@ var docsShrink = []struct {
 	{regexp.MustCompile(`--subs \d+`), "--subs 20"},
 	{regexp.MustCompile(`--count \S+`), "--count 40"},
 	{regexp.MustCompile(`--threads \d+`), "--threads 10"},
+	{regexp.MustCompile(`(^|\s)-threads \d+`), "${1}-threads 50"},
+	{regexp.MustCompile(`(^|\s)-n \d+`), "${1}-n 20"},
 	{regexp.MustCompile(`--duration \S+`), "--duration 1s"},
 	{regexp.MustCompile(`--idle \d+`), "--idle 20"},
 	{regexp.MustCompile(`--runs \d+`), "--runs 20"},

@@ -53,6 +53,7 @@ func main() {
 		}
 		return nil
 	}
+	waitUp(client, *url)
 	mark := uuid()
 	var do func(i int) error
 	switch *op {
@@ -101,6 +102,18 @@ func main() {
 		fmt.Printf(", server CPU %.3f ms per op (%.0f%% of a core)", ms(cpu)/float64(*n), 100*cpu.Seconds()/wall.Seconds())
 	}
 	fmt.Println()
+}
+
+// waitUp waits (30 s at most) until the server answers anything.
+func waitUp(client *http.Client, url string) {
+	for i := 0; i < 300; i++ {
+		if resp, err := client.Get(url + "/assistants/none"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fail(fmt.Errorf("%s does not answer", url))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
