@@ -103,7 +103,24 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	if err != nil {
 		return err
 	}
-	return s.db.Set(append(runPrefix(rec.Thread), rec.ID...), b, pebble.NoSync)
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	_ = batch.Set(append(runPrefix(rec.Thread), rec.ID...), b, nil)
+	_ = batch.Set(runThreadKey(rec.ID), []byte(rec.Thread), nil)
+	return batch.Commit(pebble.NoSync)
+}
+
+// runThreadKey is "o/" RUN -> the run's thread (RunThread), written with
+// the run's record, deleted with it.
+func runThreadKey(run string) []byte { return append([]byte("o/"), run...) }
+
+// RunThread implements server.RunCatalog.
+func (s *State) RunThread(_ context.Context, run string) (string, bool, error) {
+	b, ok, err := s.get(runThreadKey(run))
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return string(b), true, nil
 }
 
 // DeleteRun implements server.RunCatalog.
@@ -111,7 +128,13 @@ func (s *State) DeleteRun(_ context.Context, thread, run string) error {
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
-	return s.db.Delete(append(runPrefix(thread), run...), pebble.NoSync)
+	batch := s.db.NewBatch()
+	defer batch.Close()
+	_ = batch.Delete(append(runPrefix(thread), run...), nil)
+	if b, ok, err := s.get(runThreadKey(run)); err == nil && ok && string(b) == thread {
+		_ = batch.Delete(runThreadKey(run), nil)
+	}
+	return batch.Commit(pebble.NoSync)
 }
 
 // Runs implements server.RunCatalog: newest first.

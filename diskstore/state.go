@@ -254,6 +254,17 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
+	// Its runs' entries of "o/" (RunThread).
+	rp := runPrefix(thread)
+	if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: rp, UpperBound: upper(rp)}); err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		_ = b.Delete(runThreadKey(string(it.Key()[len(rp):])), nil)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
 	for _, prefix := range [][]byte{stateKey(thread, ""), prefix, producerPrefix(thread), runPrefix(thread)} {
 		if err := b.DeleteRange(prefix, upper(prefix), nil); err != nil {
 			return err

@@ -150,7 +150,8 @@ func (s *State) SetRun(ctx context.Context, rec server.RunRecord) error {
 	defer cancel()
 	c := s.e.c
 	k := s.e.key(rec.Thread, "runs")
-	for _, r := range c.DoMulti(ctx, c.B().Hset().Key(k).FieldValue().FieldValue(rec.ID, string(b)).Build(), c.B().Pexpire().Key(k).Milliseconds(s.e.ttlMillis()).Build()) {
+	for _, r := range c.DoMulti(ctx, c.B().Hset().Key(k).FieldValue().FieldValue(rec.ID, string(b)).Build(), c.B().Pexpire().Key(k).Milliseconds(s.e.ttlMillis()).Build(),
+		c.B().Set().Key(s.e.runThreadKey(rec.ID)).Value(rec.Thread).Px(s.e.ttl).Build()) {
 		if err := r.Error(); err != nil {
 			return s.fail(err)
 		}
@@ -158,11 +159,36 @@ func (s *State) SetRun(ctx context.Context, rec server.RunRecord) error {
 	return nil
 }
 
+// runThreadKey is PREFIX:run:RUN, the run's thread (RunThread), with the
+// thread's TTL, renewed as the run's record is written.
+func (e *Engine) runThreadKey(run string) string { return e.prefix + ":run:" + run }
+
+// RunThread implements server.RunCatalog.
+func (s *State) RunThread(ctx context.Context, run string) (string, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c := s.e.c
+	thread, err := c.Do(ctx, c.B().Get().Key(s.e.runThreadKey(run)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, s.fail(err)
+	}
+	return thread, true, nil
+}
+
 // DeleteRun implements server.RunCatalog.
 func (s *State) DeleteRun(ctx context.Context, thread, run string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	return s.fail(s.e.c.Do(ctx, s.e.c.B().Hdel().Key(s.e.key(thread, "runs")).Field(run).Build()).Error())
+	c := s.e.c
+	for _, r := range c.DoMulti(ctx, c.B().Hdel().Key(s.e.key(thread, "runs")).Field(run).Build(), c.B().Del().Key(s.e.runThreadKey(run)).Build()) {
+		if err := r.Error(); err != nil {
+			return s.fail(err)
+		}
+	}
+	return nil
 }
 
 // Runs implements server.RunCatalog: newest first.

@@ -24,6 +24,7 @@ type MemoryState struct {
 	threads map[string]*memThread
 	records map[string]*ThreadRecord
 	runs    map[string][]RunRecord // per thread, oldest first, at most maxMemoryRuns
+	runOf   map[string]string      // run id -> its thread, for the runs kept
 	index   *RecordIndex           // the records' metadata
 	items   map[string]*StoreItem  // by ItemPath
 	itemHW  compact.Tracker
@@ -47,7 +48,7 @@ var (
 
 // NewMemoryState returns an empty in-memory store.
 func NewMemoryState() *MemoryState {
-	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}, items: map[string]*StoreItem{}, index: NewRecordIndex()}
+	return &MemoryState{threads: map[string]*memThread{}, records: map[string]*ThreadRecord{}, runs: map[string][]RunRecord{}, runOf: map[string]string{}, items: map[string]*StoreItem{}, index: NewRecordIndex()}
 }
 
 func (m *MemoryState) get(thread string) *memThread {
@@ -131,6 +132,9 @@ func (m *MemoryState) Delete(_ context.Context, thread string) error {
 	delete(m.records, thread)
 	m.records = compact.Shrink(m.records, &m.recHW)
 	m.index.Delete(thread)
+	for _, r := range m.runs[thread] {
+		delete(m.runOf, r.ID)
+	}
 	delete(m.runs, thread)
 	return nil
 }
@@ -154,11 +158,23 @@ func (m *MemoryState) SetRun(_ context.Context, rec RunRecord) error {
 		return nil // as many threads with runs as the store keeps threads
 	}
 	runs = append(runs, rec)
+	m.runOf[rec.ID] = rec.Thread
 	if len(runs) > maxMemoryRuns {
+		for _, old := range runs[:len(runs)-maxMemoryRuns] {
+			delete(m.runOf, old.ID)
+		}
 		runs = slices.Delete(runs, 0, len(runs)-maxMemoryRuns)
 	}
 	m.runs[rec.Thread] = runs
 	return nil
+}
+
+// RunThread implements RunCatalog.
+func (m *MemoryState) RunThread(_ context.Context, run string) (string, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	thread, ok := m.runOf[run]
+	return thread, ok, nil
 }
 
 // DeleteRun implements RunCatalog.
@@ -166,6 +182,9 @@ func (m *MemoryState) DeleteRun(_ context.Context, thread, run string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.runs[thread] = slices.DeleteFunc(m.runs[thread], func(r RunRecord) bool { return r.ID == run })
+	if m.runOf[run] == thread {
+		delete(m.runOf, run)
+	}
 	if len(m.runs[thread]) == 0 {
 		delete(m.runs, thread)
 	}

@@ -32,6 +32,9 @@ type RunCatalog interface {
 	Runs(ctx context.Context, thread string) ([]RunRecord, error)
 	// DeleteRun forgets a run's record (none is no error).
 	DeleteRun(ctx context.Context, thread, run string) error
+	// RunThread finds the thread of a run it keeps (the Agent Protocol's
+	// routes name a run alone); ok is false when it keeps none.
+	RunThread(ctx context.Context, run string) (thread string, ok bool, err error)
 }
 
 // The Platform's run statuses.
@@ -298,4 +301,28 @@ func (s *Server) RunWaits(thread, runID string) bool {
 	defer t.mu.Unlock()
 	r := t.run
 	return r != nil && r.id == runID && !r.ended && r.status == statusInterrupted && len(r.pending) > 0
+}
+
+// FindRun finds run runID by its id alone (the Agent Protocol's routes):
+// its record; ok is false when no thread keeps it.
+func (s *Server) FindRun(ctx context.Context, runID string) (RunRecord, bool, error) {
+	rc, ok := s.cfg.State.(RunCatalog)
+	if !ok {
+		return RunRecord{}, false, ErrNoCatalog
+	}
+	s.SyncRunRecords(ctx)
+	thread, ok, err := rc.RunThread(ctx, runID)
+	if err != nil || !ok {
+		return RunRecord{}, false, storeErrorOrNil(err)
+	}
+	runs, err := rc.Runs(ctx, thread)
+	if err != nil {
+		return RunRecord{}, false, storeError(err)
+	}
+	for _, r := range runs {
+		if r.ID == runID {
+			return r, true, nil
+		}
+	}
+	return RunRecord{}, false, nil
 }

@@ -1,7 +1,13 @@
 package langgraph
 
 import (
+	"math"
 	"net/http"
+	"slices"
+
+	"github.com/agentstream/agentstream/auth"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/server"
 )
 
 // The assistants' schemas, and the Agent Protocol's paths for assistants
@@ -71,4 +77,166 @@ func (h *Handler) agentSchemas(w http.ResponseWriter, r *http.Request) {
 	if a, ok := h.findAssistant(w, r); ok {
 		write(w, http.StatusOK, LgAgentSchema{AgentID: a.GraphID, InputSchema: anyObject(), OutputSchema: anyObject(), StateSchema: anyObject(), ConfigSchema: anyObject()})
 	}
+}
+
+// The Agent Protocol's runs, named by their id alone.
+
+// agentRun is a run as the Agent Protocol shows it.
+func agentRun(rec server.RunRecord) LgAgentRun {
+	status := rec.Status
+	if status == server.RunRunning {
+		status = server.RunPending // the protocol has no "running"
+	}
+	out := LgAgentRun{RunID: rec.ID, ThreadID: rec.Thread, AgentID: rec.Assistant, CreatedAt: stamp(rec.CreatedAt), UpdatedAt: stamp(rec.UpdatedAt),
+		Status: LgAgentRunStatus(status), Metadata: orEmpty(rec.Metadata), Input: rec.Input}
+	if rec.Config != nil {
+		out.Config = rec.Config
+	}
+	return out
+}
+
+// byRunID finds {run} by its id alone, checks the caller may use its
+// thread, and sets {id} to the thread for the thread routes' handlers;
+// it answers 404 itself.
+func (h *Handler) byRunID(w http.ResponseWriter, r *http.Request) (server.RunRecord, bool) {
+	rec, found, err := h.Server.FindRun(r.Context(), r.PathValue("run"))
+	if err != nil {
+		serverError(w, err)
+		return rec, false
+	}
+	if !found {
+		fail(w, http.StatusNotFound, "Run %s not found", r.PathValue("run"))
+		return rec, false
+	}
+	if !h.authorized(w, r, rec.Thread) {
+		return rec, false
+	}
+	r.SetPathValue("id", rec.Thread)
+	return rec, true
+}
+
+// getAgentRun serves GET /runs/{run}.
+func (h *Handler) getAgentRun(w http.ResponseWriter, r *http.Request) {
+	if rec, ok := h.byRunID(w, r); ok {
+		write(w, http.StatusOK, agentRun(rec))
+	}
+}
+
+// deleteAgentRun serves DELETE /runs/{run}.
+func (h *Handler) deleteAgentRun(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.byRunID(w, r); ok {
+		h.deleteRun(w, r)
+	}
+}
+
+// cancelAgentRun serves POST /runs/{run}/cancel: 204 once asked (the
+// Platform's route answers 202).
+func (h *Handler) cancelAgentRun(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.byRunID(w, r); ok {
+		sw := &statusRewriter{ResponseWriter: w, from: http.StatusAccepted, to: http.StatusNoContent}
+		h.cancelRun(sw, r)
+	}
+}
+
+// statusRewriter answers to for from.
+type statusRewriter struct {
+	http.ResponseWriter
+	from, to int
+}
+
+func (s *statusRewriter) WriteHeader(code int) {
+	if code == s.from {
+		code = s.to
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// waitAgentRun serves GET /runs/{run}/wait: the run and the thread's
+// values once it ended (or waits on interrupts).
+func (h *Handler) waitAgentRun(w http.ResponseWriter, r *http.Request) {
+	rec, ok := h.byRunID(w, r)
+	if !ok {
+		return
+	}
+	ss := h.Server.NewSession(rec.Thread)
+	defer ss.Close()
+	if _, _, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, server.SeqCursor(h.Server.LastSeq(rec.Thread))); err != nil {
+		serverError(w, err)
+		return
+	}
+	for !h.Server.RunEnded(rec.Thread, rec.ID) && !h.Server.RunWaits(rec.Thread, rec.ID) {
+		if _, err := ss.Next(r.Context()); err != nil {
+			if r.Context().Err() == nil {
+				fail(w, http.StatusServiceUnavailable, "the run's events: %v", err)
+			}
+			return
+		}
+	}
+	if now, found, err := h.Server.FindRun(r.Context(), rec.ID); err == nil && found {
+		rec = now
+	}
+	st, _, err := h.Server.State(r.Context(), rec.Thread)
+	if err != nil {
+		serverError(w, err)
+		return
+	}
+	write(w, http.StatusOK, LgAgentRunWait{Run: agentRun(rec), Values: orEmpty(st.Values)})
+}
+
+// searchAgentRuns serves POST /runs/search: the runs of the threads the
+// caller may use (or of thread_id), newest first.
+func (h *Handler) searchAgentRuns(w http.ResponseWriter, r *http.Request) {
+	var req LgAgentRunSearch
+	if !h.body(w, r, &req) {
+		return
+	}
+	p := auth.FromContext(r.Context())
+	var threads []string
+	if req.ThreadID != nil {
+		if !h.authorized(w, r, *req.ThreadID) {
+			return
+		}
+		threads = []string{*req.ThreadID}
+	} else {
+		found, _, err := h.Server.SearchThreads(r.Context(), p, server.ThreadQuery{Limit: math.MaxInt32}, p == nil)
+		if err != nil {
+			serverError(w, err)
+			return
+		}
+		for _, t := range found {
+			threads = append(threads, t.ID)
+		}
+	}
+	h.Server.SyncRunRecords(r.Context())
+	var all []server.RunRecord
+	for _, t := range threads {
+		runs, err := h.Server.Runs(r.Context(), t)
+		if err != nil {
+			serverError(w, err)
+			return
+		}
+		for _, rec := range runs {
+			st := agentRun(rec).Status
+			switch {
+			case req.Status != nil && st != *req.Status,
+				req.AgentID != nil && rec.Assistant != *req.AgentID && AssistantID(rec.Assistant) != *req.AgentID,
+				req.Metadata != nil && !server.MetadataMatches(rec.Metadata, *req.Metadata):
+				continue
+			}
+			all = append(all, rec)
+		}
+	}
+	slices.SortStableFunc(all, func(a, b server.RunRecord) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	offset, limit := 0, 10
+	if req.Offset != nil {
+		offset = int(min(*req.Offset, 1<<31))
+	}
+	if req.Limit != nil {
+		limit = int(*req.Limit)
+	}
+	out := []LgAgentRun{}
+	for i := offset; i < len(all) && len(out) < limit; i++ {
+		out = append(out, agentRun(all[i]))
+	}
+	write(w, http.StatusOK, out)
 }

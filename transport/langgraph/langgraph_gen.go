@@ -878,6 +878,176 @@ func (s LgAgentSchema) Validate() error {
 	return nil
 }
 
+// A run as the Agent Protocol shows it. Its status is one of the
+// protocol's (a running run is "pending").
+type LgAgentRun struct {
+	RunID     string           `json:"run_id" cbor:"run_id"`
+	ThreadID  string           `json:"thread_id" cbor:"thread_id"`
+	AgentID   string           `json:"agent_id" cbor:"agent_id"`
+	CreatedAt string           `json:"created_at" cbor:"created_at"`
+	UpdatedAt string           `json:"updated_at" cbor:"updated_at"`
+	Status    LgAgentRunStatus `json:"status" cbor:"status"`
+	Metadata  LgMetadata       `json:"metadata" cbor:"metadata"`
+	Input     any              `json:"input,omitempty" cbor:"input,omitempty"`
+	Config    map[string]any   `json:"config,omitzero" cbor:"config,omitzero"`
+}
+
+var lgAgentRunMembers = cddlrt.Members{Rule: "LgAgentRun", Required: []string{"run_id", "thread_id", "agent_id", "created_at", "updated_at", "status", "metadata"}, Known: []string{"run_id", "thread_id", "agent_id", "created_at", "updated_at", "status", "metadata", "input", "config"}, Open: false, Nullable: []string{"input"}}
+
+// CDDLMembers describes LgAgentRun's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAgentRun) CDDLMembers() *cddlrt.Members {
+	return &lgAgentRunMembers
+}
+
+// Validate checks what the schema requires of the values of LgAgentRun
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAgentRun) Validate() error {
+	if err := s.Status.Validate(); err != nil {
+		return cddlrt.At("status", err)
+	}
+	return nil
+}
+
+// LgAgentRunStatus is generated from CDDL rule "LgAgentRunStatus".
+type LgAgentRunStatus string
+
+// The values of LgAgentRunStatus.
+const (
+	LgAgentRunStatusPending     LgAgentRunStatus = "pending"
+	LgAgentRunStatusError       LgAgentRunStatus = "error"
+	LgAgentRunStatusSuccess     LgAgentRunStatus = "success"
+	LgAgentRunStatusTimeout     LgAgentRunStatus = "timeout"
+	LgAgentRunStatusInterrupted LgAgentRunStatus = "interrupted"
+)
+
+// Valid reports whether v is one of the values of LgAgentRunStatus.
+func (v LgAgentRunStatus) Valid() bool {
+	switch v {
+	case LgAgentRunStatusPending, LgAgentRunStatusError, LgAgentRunStatusSuccess, LgAgentRunStatusTimeout, LgAgentRunStatusInterrupted:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgAgentRunStatus.
+func (v *LgAgentRunStatus) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgAgentRunStatus", LgAgentRunStatus.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgAgentRunStatus.
+func (v *LgAgentRunStatus) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgAgentRunStatus", LgAgentRunStatus.Valid)
+}
+
+// Validate reports a value that is not one of LgAgentRunStatus's.
+func (v LgAgentRunStatus) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgAgentRunStatus", "value must be one of \"pending\", \"error\", \"success\", \"timeout\", \"interrupted\", not %v", v)
+	}
+	return nil
+}
+
+// LgAgentRunWait is generated from CDDL rule "LgAgentRunWait".
+type LgAgentRunWait struct {
+	Run    LgAgentRun     `json:"run" cbor:"run"`
+	Values map[string]any `json:"values" cbor:"values"`
+}
+
+var lgAgentRunWaitMembers = cddlrt.Members{Rule: "LgAgentRunWait", Required: []string{"run", "values"}, Known: []string{"run", "values"}, Open: false}
+
+// CDDLMembers describes LgAgentRunWait's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAgentRunWait) CDDLMembers() *cddlrt.Members {
+	return &lgAgentRunWaitMembers
+}
+
+// Validate checks what the schema requires of the values of LgAgentRunWait
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAgentRunWait) Validate() error {
+	if err := s.Run.Validate(); err != nil {
+		return cddlrt.At("run", err)
+	}
+	return nil
+}
+
+// Runs of the threads the caller may use (of one thread with
+// thread_id), newest first.
+type LgAgentRunSearch struct {
+	Metadata *LgMetadata       `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	Status   *LgAgentRunStatus `json:"status,omitempty" cbor:"status,omitempty"`
+	ThreadID *string           `json:"thread_id,omitempty" cbor:"thread_id,omitempty"`
+	AgentID  *string           `json:"agent_id,omitempty" cbor:"agent_id,omitempty"`
+	Limit    *uint64           `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Offset   *LgUint           `json:"offset,omitempty" cbor:"offset,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgAgentRunSearchMembers = cddlrt.Members{Rule: "LgAgentRunSearch", Required: []string{}, Known: []string{"metadata", "status", "thread_id", "agent_id", "limit", "offset"}, Open: true, Nullable: []string{"metadata", "status", "thread_id", "agent_id", "limit", "offset"}}
+
+// CDDLMembers describes LgAgentRunSearch's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAgentRunSearch) CDDLMembers() *cddlrt.Members {
+	return &lgAgentRunSearchMembers
+}
+
+// Validate checks what the schema requires of the values of LgAgentRunSearch
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAgentRunSearch) Validate() error {
+	if s.Status != nil {
+		if err := s.Status.Validate(); err != nil {
+			return cddlrt.At("status", err)
+		}
+	}
+	if s.Limit != nil {
+		if (*s.Limit) < 1 {
+			return cddlrt.Invalid("limit", "LgAgentRunSearch", "must be >= 1 but found %v", (*s.Limit))
+		}
+		if (*s.Limit) > 1000 {
+			return cddlrt.Invalid("limit", "LgAgentRunSearch", "must be <= 1000 but found %v", (*s.Limit))
+		}
+	}
+	if s.Offset != nil {
+		if (*s.Offset) > 9007199254740991 {
+			return cddlrt.Invalid("offset", "LgUint", "must be <= 9007199254740991 but found %v", (*s.Offset))
+		}
+	}
+	return nil
+}
+
+var lgAgentRunSearchKnown = map[string]bool{"metadata": true, "status": true, "thread_id": true, "agent_id": true, "limit": true, "offset": true}
+
+// MarshalJSON encodes LgAgentRunSearch with its literal members and Extra.
+func (s LgAgentRunSearch) MarshalJSON() ([]byte, error) {
+	type fields LgAgentRunSearch
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgAgentRunSearch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAgentRunSearch) UnmarshalJSON(data []byte) error {
+	type fields LgAgentRunSearch
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAgentRunSearch", nil, lgAgentRunSearchKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgAgentRunSearch with its literal members and Extra.
+func (s LgAgentRunSearch) MarshalCBOR() ([]byte, error) {
+	type fields LgAgentRunSearch
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgAgentRunSearch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAgentRunSearch) UnmarshalCBOR(data []byte) error {
+	type fields LgAgentRunSearch
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAgentRunSearch", nil, lgAgentRunSearchKnown, &s.Extra)
+}
+
 // A run to start: the assistant (its UUID or its name), its input, and
 // what the protocol's run.start takes too. `command` answers the thread's
 // pending interrupts (`resume`: one value for all, or a map of interrupt

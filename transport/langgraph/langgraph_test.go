@@ -651,3 +651,56 @@ func TestHistoryFilters(t *testing.T) {
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{"before": "nope"}`, "", &page))
 	require.Empty(t, page)
 }
+
+// agentRuns drives the Agent Protocol's run routes by run id on n.
+func agentRuns(t *testing.T, n *node) {
+	var run langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs", `{"agent_id": "echo", "thread_id": "apr-1", "input": {"messages": [{"role": "user", "content": "x"}]}, "metadata": {"k": "v"}}`, "", &run))
+	var waited langgraph.LgAgentRunWait
+	require.Equal(t, 200, call(t, "GET", n.url+"/runs/"+run.RunID+"/wait", "", "", &waited))
+	require.Equal(t, run.RunID, waited.Run.RunID)
+	require.Equal(t, "apr-1", waited.Run.ThreadID)
+	require.Equal(t, "echo", waited.Run.AgentID)
+	require.Len(t, waited.Values["messages"], 2)
+	var got langgraph.LgAgentRun
+	require.Eventually(t, func() bool {
+		return call(t, "GET", n.url+"/runs/"+run.RunID, "", "", &got) == 200 && got.Status == "success"
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "v", got.Metadata["k"])
+	var found []langgraph.LgAgentRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/search", `{"thread_id": "apr-1"}`, "", &found))
+	require.Len(t, found, 1)
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/search", `{"metadata": {"k": "v"}, "status": "success", "agent_id": "echo"}`, "", &found))
+	require.Len(t, found, 1)
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/search", `{"status": "error"}`, "", &found))
+	require.Empty(t, found)
+	var slow langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs", `{"agent_id": "firehose", "thread_id": "apr-2", "input": {"count": 100000, "rate": 50}}`, "", &slow))
+	require.Eventually(t, func() bool { return call(t, "GET", n.url+"/runs/"+slow.RunID, "", "", nil) == 200 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 409, call(t, "DELETE", n.url+"/runs/"+slow.RunID, "", "", nil), "cancel it first")
+	require.Equal(t, 204, call(t, "POST", n.url+"/runs/"+slow.RunID+"/cancel?wait=true", "", "", nil))
+	require.Equal(t, 204, call(t, "DELETE", n.url+"/runs/"+slow.RunID, "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/runs/"+slow.RunID, "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/runs/run_nope/wait", "", "", nil))
+	require.Equal(t, 204, call(t, "DELETE", n.url+"/threads/apr-1", "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/runs/"+run.RunID, "", "", nil), "a deleted thread's runs are gone")
+}
+
+// TestAgentProtocolRuns: the Agent Protocol's run routes by run id
+// (get, wait, cancel, delete, search) on each engine.
+func TestAgentProtocolRuns(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { agentRuns(t, start(t, server.Config{}, transport.Options{})) })
+	t.Run("disk", func(t *testing.T) {
+		eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
+		require.NoError(t, err)
+		agentRuns(t, start(t, server.Config{Engine: eng}, transport.Options{}))
+	})
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+		require.NoError(t, err)
+		agentRuns(t, start(t, server.Config{Engine: eng}, transport.Options{}))
+	})
+}
