@@ -704,3 +704,53 @@ func TestAgentProtocolRuns(t *testing.T) {
 		agentRuns(t, start(t, server.Config{Engine: eng}, transport.Options{}))
 	})
 }
+
+// TestPlatformRoutesAreEachPrincipals: every route of a thread (state,
+// updateState, history, copy, runs and their Agent Protocol paths) is
+// another principal's 403; run searches list only the caller's runs; an
+// admin may use them all.
+func TestPlatformRoutesAreEachPrincipals(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{
+		"k-ann": {Subject: "ann"}, "k-bob": {Subject: "bob"}, "k-root": {Subject: "root", Admin: true},
+	}})
+	require.NoError(t, err)
+	n := start(t, server.Config{}, transport.Options{Auth: a})
+	var values map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/ann-2/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "k-ann", &values))
+	var runs []langgraph.LgRun
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/ann-2/runs", "", "k-ann", &runs))
+	require.Len(t, runs, 1)
+	runID := runs[0].RunID
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/threads/ann-2/state", ""},
+		{"POST", "/threads/ann-2/state", `{"values": {"x": 1}}`},
+		{"POST", "/threads/ann-2/state/checkpoint", `{"checkpoint": {"checkpoint_id": "c"}}`},
+		{"GET", "/threads/ann-2/history", ""},
+		{"POST", "/threads/ann-2/copy", ""},
+		{"POST", "/threads/ann-2/runs", `{"assistant_id": "echo", "input": {}}`},
+		{"POST", "/threads/ann-2/runs/wait", `{"assistant_id": "echo", "input": {}}`},
+		{"GET", "/threads/ann-2/runs", ""},
+		{"GET", "/threads/ann-2/runs/" + runID, ""},
+		{"GET", "/threads/ann-2/runs/" + runID + "/join", ""},
+		{"POST", "/threads/ann-2/runs/" + runID + "/cancel", ""},
+		{"DELETE", "/threads/ann-2/runs/" + runID, ""},
+		{"GET", "/runs/" + runID, ""},
+		{"GET", "/runs/" + runID + "/wait", ""},
+		{"POST", "/runs/" + runID + "/cancel", ""},
+		{"DELETE", "/runs/" + runID, ""},
+		{"POST", "/runs/search", `{"thread_id": "ann-2"}`},
+		{"POST", "/runs/wait", `{"agent_id": "echo", "thread_id": "ann-2", "input": {}}`},
+	} {
+		require.Equal(t, 403, call(t, c.method, n.url+c.path, c.body, "k-bob", nil), "%s %s", c.method, c.path)
+		require.Equal(t, 401, call(t, c.method, n.url+c.path, c.body, "", nil), "%s %s without a credential", c.method, c.path)
+	}
+	var found []langgraph.LgAgentRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/search", `{}`, "k-bob", &found))
+	require.Empty(t, found, "bob sees none of ann's runs")
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/search", `{}`, "k-ann", &found))
+	require.Len(t, found, 1)
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/search", `{}`, "k-root", &found))
+	require.Len(t, found, 1)
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/ann-2/state", "", "k-root", nil))
+	require.Equal(t, 200, call(t, "GET", n.url+"/runs/"+runID, "", "k-root", nil))
+}
