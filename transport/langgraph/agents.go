@@ -39,6 +39,24 @@ func (h *Handler) assistantSchemas(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// assistantGraph serves GET /assistants/{id}/graph: start, the
+// assistant, end.
+func (h *Handler) assistantGraph(w http.ResponseWriter, r *http.Request) {
+	a, ok := h.findAssistant(w, r)
+	if !ok {
+		return
+	}
+	schema := map[string]any{"$schema": "https://json-schema.org/draft/2020-12/schema"}
+	write(w, http.StatusOK, LgGraph{
+		Nodes: []LgGraphNode{
+			{ID: "__start__", Type: "schema", Data: schema},
+			{ID: a.GraphID, Type: "runnable", Data: map[string]any{"id": []string{"agentstream", "Assistant"}, "name": a.GraphID}, Metadata: map[string]any{}},
+			{ID: "__end__", Type: "schema", Data: schema},
+		},
+		Edges: []LgGraphEdge{{Source: "__start__", Target: a.GraphID}, {Source: a.GraphID, Target: "__end__"}},
+	})
+}
+
 func agent(a LgAssistant) LgAgent {
 	return LgAgent{AgentID: a.GraphID, Name: a.Name, Metadata: a.Metadata,
 		Capabilities: map[string]any{"ap.io.messages": true, "ap.io.streaming": true}}

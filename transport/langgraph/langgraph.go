@@ -47,6 +47,7 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/assistants/count", wire.ReadRoute, h.countAssistants),
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
 		route("GET", "/assistants/{id}/schemas", wire.ReadRoute, h.assistantSchemas),
+		route("GET", "/assistants/{id}/graph", wire.ReadRoute, h.assistantGraph),
 		route("POST", "/agents/search", wire.ReadRoute, h.searchAgents),
 		route("GET", "/agents/{id}", wire.ReadRoute, h.getAgent),
 		route("GET", "/agents/{id}/schemas", wire.ReadRoute, h.agentSchemas),

@@ -760,6 +760,123 @@ func (s LgAssistantSchemas) Validate() error {
 	return nil
 }
 
+// An assistant's graph, drawn as the Platform draws one: agentstream's
+// assistants are one step each, start -> the assistant -> end.
+type LgGraph struct {
+	Nodes []LgGraphNode `json:"nodes" cbor:"nodes"`
+	Edges []LgGraphEdge `json:"edges" cbor:"edges"`
+}
+
+var lgGraphMembers = cddlrt.Members{Rule: "LgGraph", Required: []string{"nodes", "edges"}, Known: []string{"nodes", "edges"}, Open: false}
+
+// CDDLMembers describes LgGraph's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgGraph) CDDLMembers() *cddlrt.Members {
+	return &lgGraphMembers
+}
+
+// Validate checks what the schema requires of the values of LgGraph
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgGraph) Validate() error {
+	for i0, e0 := range s.Nodes {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("nodes", i0), err)
+		}
+	}
+	for i0, e0 := range s.Edges {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("edges", i0), err)
+		}
+	}
+	return nil
+}
+
+// LgGraphNode is generated from CDDL rule "LgGraphNode".
+type LgGraphNode struct {
+	ID       string          `json:"id" cbor:"id"`
+	Type     LgGraphNodeType `json:"type" cbor:"type"`
+	Data     any             `json:"data" cbor:"data"`
+	Metadata map[string]any  `json:"metadata,omitzero" cbor:"metadata,omitzero"`
+}
+
+var lgGraphNodeMembers = cddlrt.Members{Rule: "LgGraphNode", Required: []string{"id", "type", "data"}, Known: []string{"id", "type", "data", "metadata"}, Open: false, Nullable: []string{"data"}}
+
+// CDDLMembers describes LgGraphNode's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgGraphNode) CDDLMembers() *cddlrt.Members {
+	return &lgGraphNodeMembers
+}
+
+// Validate checks what the schema requires of the values of LgGraphNode
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgGraphNode) Validate() error {
+	if err := s.Type.Validate(); err != nil {
+		return cddlrt.At("type", err)
+	}
+	return nil
+}
+
+// LgGraphNodeType is generated from CDDL rule "LgGraphNodeType".
+type LgGraphNodeType string
+
+// The values of LgGraphNodeType.
+const (
+	LgGraphNodeTypeSchema   LgGraphNodeType = "schema"
+	LgGraphNodeTypeRunnable LgGraphNodeType = "runnable"
+)
+
+// Valid reports whether v is one of the values of LgGraphNodeType.
+func (v LgGraphNodeType) Valid() bool {
+	switch v {
+	case LgGraphNodeTypeSchema, LgGraphNodeTypeRunnable:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgGraphNodeType.
+func (v *LgGraphNodeType) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgGraphNodeType", LgGraphNodeType.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgGraphNodeType.
+func (v *LgGraphNodeType) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgGraphNodeType", LgGraphNodeType.Valid)
+}
+
+// Validate reports a value that is not one of LgGraphNodeType's.
+func (v LgGraphNodeType) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgGraphNodeType", "value must be one of \"schema\", \"runnable\", not %v", v)
+	}
+	return nil
+}
+
+// LgGraphEdge is generated from CDDL rule "LgGraphEdge".
+type LgGraphEdge struct {
+	Source      string `json:"source" cbor:"source"`
+	Target      string `json:"target" cbor:"target"`
+	Conditional bool   `json:"conditional" cbor:"conditional"`
+}
+
+var lgGraphEdgeMembers = cddlrt.Members{Rule: "LgGraphEdge", Required: []string{"source", "target", "conditional"}, Known: []string{"source", "target", "conditional"}, Open: false}
+
+// CDDLMembers describes LgGraphEdge's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgGraphEdge) CDDLMembers() *cddlrt.Members {
+	return &lgGraphEdgeMembers
+}
+
+// Validate checks what the schema requires of the values of LgGraphEdge
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgGraphEdge) Validate() error {
+	_ = s
+	return nil
+}
+
 // An assistant as the Agent Protocol lists it (an agent): its id is its
 // name; capabilities say it takes and streams messages.
 type LgAgent struct {

@@ -606,6 +606,10 @@ func TestAgentProtocolPaths(t *testing.T) {
 	var asch langgraph.LgAssistantSchemas
 	require.Equal(t, 200, call(t, "GET", n.url+"/assistants/"+langgraph.AssistantID("echo")+"/schemas", "", "", &asch))
 	require.Equal(t, "echo", asch.GraphID)
+	var g langgraph.LgGraph
+	require.Equal(t, 200, call(t, "GET", n.url+"/assistants/echo/graph", "", "", &g))
+	require.Len(t, g.Nodes, 3)
+	require.Equal(t, []langgraph.LgGraphEdge{{Source: "__start__", Target: "echo"}, {Source: "echo", Target: "__end__"}}, g.Edges)
 	// The Agent Protocol's runs: agent_id names the assistant; with a
 	// thread_id the run is on that thread, which stays.
 	var values map[string]any
