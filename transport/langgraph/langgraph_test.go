@@ -758,3 +758,33 @@ func TestPlatformRoutesAreEachPrincipals(t *testing.T) {
 	require.Equal(t, 200, call(t, "GET", n.url+"/threads/ann-2/state", "", "k-root", nil))
 	require.Equal(t, 200, call(t, "GET", n.url+"/runs/"+runID, "", "k-root", nil))
 }
+
+// TestRunsSurviveARestart: with --data-dir, a thread's runs, its state
+// and history, and the Agent Protocol's lookup of a run by its id
+// outlive a restart.
+func TestRunsSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *node {
+		eng, err := diskstore.Open(diskstore.Options{Dir: dir})
+		require.NoError(t, err)
+		return start(t, server.Config{Engine: eng}, transport.Options{})
+	}
+	n := open()
+	var values map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/keep-1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}, "metadata": {"k": "v"}}`, "", &values))
+	var before []langgraph.LgRun
+	require.Eventually(t, func() bool {
+		return call(t, "GET", n.url+"/threads/keep-1/runs", "", "", &before) == 200 && len(before) == 1 && before[0].Status == "success"
+	}, 5*time.Second, 10*time.Millisecond)
+	n.stop()
+	n = open()
+	var after []langgraph.LgRun
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/keep-1/runs", "", "", &after))
+	require.Equal(t, before, after)
+	var got langgraph.LgAgentRun
+	require.Equal(t, 200, call(t, "GET", n.url+"/runs/"+before[0].RunID, "", "", &got))
+	require.Equal(t, "keep-1", got.ThreadID)
+	var st map[string]any
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/keep-1/state", "", "", &st))
+	require.Len(t, st["values"].(map[string]any)["messages"], 2)
+}
