@@ -76,6 +76,9 @@ const (
 var (
 	// ErrItemNamespace: a namespace or key the store does not take.
 	ErrItemNamespace = errors.New("server: bad store namespace or key")
+	// ErrNoNamespace: an item's namespace is missing (also an
+	// ErrItemNamespace).
+	ErrNoNamespace = fmt.Errorf("%w: a namespace is needed", ErrItemNamespace)
 	// ErrTooManyItems: Config.MaxStoreItems items held.
 	ErrTooManyItems = errors.New("server: the store holds as many items as it may")
 	// ErrNoItemStore: the engine's StateStore keeps no items.
@@ -89,7 +92,7 @@ var (
 // them; a key of 1 to MaxItemKeyLength bytes without control characters.
 func ValidItemNamespace(namespace []string, empty bool, key *string) error {
 	if len(namespace) == 0 && !empty {
-		return fmt.Errorf("%w: a namespace is needed", ErrItemNamespace)
+		return ErrNoNamespace
 	}
 	if len(namespace) > MaxItemNamespaceDepth {
 		return fmt.Errorf("%w: %d labels, more than %d", ErrItemNamespace, len(namespace), MaxItemNamespaceDepth)

@@ -18,7 +18,7 @@ import (
 // a missing namespace, 422 for a bad one.
 func storeError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, server.ErrItemNamespace) && strings.Contains(err.Error(), "a namespace is needed"):
+	case errors.Is(err, server.ErrNoNamespace):
 		fail(w, http.StatusBadRequest, "Namespace is required")
 	case errors.Is(err, server.ErrItemNamespace):
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
