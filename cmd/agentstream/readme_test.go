@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/internal/testkit/quietport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -81,10 +81,11 @@ func commandTestSetup(t *testing.T) (bin string, redisErr error) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Below the ephemeral range: a server a script starts seconds later
+	// (redis-server, a node) must not find it taken by a connection.
+	p, err := quietport.Free(12000)
 	require.NoError(t, err)
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprint(p)
 }
 
 // TestReadmeCommands runs every shell command of README.md, as written,
