@@ -25,8 +25,10 @@ type MemoryState struct {
 	records map[string]*ThreadRecord
 	runs    map[string][]RunRecord // per thread, oldest first, at most maxMemoryRuns
 	runOf   map[string]string      // run id -> its thread, for the runs kept
-	index   *RecordIndex           // the records' metadata
-	items   map[string]*StoreItem  // by ItemPath
+	runOfHW compact.Tracker
+	runsHW  compact.Tracker
+	index   *RecordIndex          // the records' metadata
+	items   map[string]*StoreItem // by ItemPath
 	itemHW  compact.Tracker
 	hw      compact.Tracker
 	recHW   compact.Tracker
@@ -135,7 +137,9 @@ func (m *MemoryState) Delete(_ context.Context, thread string) error {
 	for _, r := range m.runs[thread] {
 		delete(m.runOf, r.ID)
 	}
+	m.runOf = compact.Shrink(m.runOf, &m.runOfHW)
 	delete(m.runs, thread)
+	m.runs = compact.Shrink(m.runs, &m.runsHW)
 	return nil
 }
 
@@ -159,13 +163,16 @@ func (m *MemoryState) SetRun(_ context.Context, rec RunRecord) error {
 	}
 	runs = append(runs, rec)
 	m.runOf[rec.ID] = rec.Thread
+	m.runOfHW.Grew(len(m.runOf))
 	if len(runs) > maxMemoryRuns {
 		for _, old := range runs[:len(runs)-maxMemoryRuns] {
 			delete(m.runOf, old.ID)
 		}
 		runs = slices.Delete(runs, 0, len(runs)-maxMemoryRuns)
+		m.runOf = compact.Shrink(m.runOf, &m.runOfHW)
 	}
 	m.runs[rec.Thread] = runs
+	m.runsHW.Grew(len(m.runs))
 	return nil
 }
 
@@ -184,9 +191,11 @@ func (m *MemoryState) DeleteRun(_ context.Context, thread, run string) error {
 	m.runs[thread] = slices.DeleteFunc(m.runs[thread], func(r RunRecord) bool { return r.ID == run })
 	if m.runOf[run] == thread {
 		delete(m.runOf, run)
+		m.runOf = compact.Shrink(m.runOf, &m.runOfHW)
 	}
 	if len(m.runs[thread]) == 0 {
 		delete(m.runs, thread)
+		m.runs = compact.Shrink(m.runs, &m.runsHW)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"sync"
+
+	"github.com/agentstream/agentstream/internal/compact"
 )
 
 // IndexedCatalog is a ThreadCatalog that finds the records whose metadata
@@ -27,6 +29,7 @@ type RecordIndex struct {
 	mu      sync.Mutex
 	posting map[string]map[string]struct{} // member + value -> thread ids
 	keys    map[string][]string            // thread id -> its postings
+	hw      struct{ posting, keys compact.Tracker }
 }
 
 // NewRecordIndex returns an empty index.
@@ -73,6 +76,8 @@ func (x *RecordIndex) Set(rec ThreadRecord) {
 		}
 	}
 	x.keys[rec.ID] = keys
+	x.hw.keys.Grew(len(x.keys))
+	x.hw.posting.Grew(len(x.posting))
 }
 
 // Delete forgets thread id's record.
@@ -92,6 +97,8 @@ func (x *RecordIndex) remove(id string) {
 		}
 	}
 	delete(x.keys, id)
+	x.keys = compact.Shrink(x.keys, &x.hw.keys)
+	x.posting = compact.Shrink(x.posting, &x.hw.posting)
 }
 
 // Candidates returns the threads that hold the indexed member of want
