@@ -59,6 +59,8 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
 		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
 		route("POST", "/runs", wire.CommandRoute, h.createStateless),
+		route("POST", "/threads/{id}/runs/stream", wire.StreamRoute, h.streamRun),
+		route("POST", "/runs/stream", wire.StreamRoute, h.streamStateless),
 		route("DELETE", "/threads/{id}/runs/{run}", wire.CommandRoute, h.deleteRun),
 		route("POST", "/threads/{id}/runs", wire.CommandRoute, h.createRun),
 		route("GET", "/threads/{id}/runs", wire.ReadRoute, h.listRuns),

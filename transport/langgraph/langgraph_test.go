@@ -788,3 +788,53 @@ func TestRunsSurviveARestart(t *testing.T) {
 	require.Equal(t, 200, call(t, "GET", n.url+"/threads/keep-1/state", "", "", &st))
 	require.Len(t, st["values"].(map[string]any)["messages"], 2)
 }
+
+// TestRunStreamsMatchTheReference: the official SDK's classic client
+// reads run streams (tools/node/platform-stream.mjs: each served stream
+// mode alone and together, a stateless run, an interrupt and its resume
+// with command, an unknown assistant) from the reference server and from
+// agentstream on each engine: what a front end reads of them (the events'
+// kinds, the text the chunks assemble, the values' messages, the updated
+// members, the interrupt) is the same.
+func TestRunStreamsMatchTheReference(t *testing.T) {
+	nodeBin, script := sdktest.Script(t, "platform-stream.mjs")
+	ref := lgtest.Start(t)
+	run := func(url string) map[string]any {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, nodeBin, script, url)
+		cmd.Dir = filepath.Dir(script)
+		out, err := cmd.Output()
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		require.NoError(t, err, "%s", stderr)
+		var steps map[string]any
+		require.NoError(t, json.Unmarshal(out, &steps), "%s", out)
+		return steps
+	}
+	want := run(ref.URL)
+	require.NotEmpty(t, want)
+	compare := func(t *testing.T, url string) {
+		got := run(url)
+		for step, w := range want {
+			assert.Equal(t, w, got[step], "step %q: the reference server's answer, then agentstream's", step)
+		}
+		require.Len(t, got, len(want))
+	}
+	t.Run("memory", func(t *testing.T) { compare(t, start(t, server.Config{}, transport.Options{}).url) })
+	t.Run("disk", func(t *testing.T) {
+		eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
+		require.NoError(t, err)
+		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
+	})
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+		require.NoError(t, err)
+		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
+	})
+}

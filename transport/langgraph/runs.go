@@ -30,6 +30,11 @@ func (h *Handler) assistantName(id string) (string, bool) {
 // thread's root lifecycle from now on (for waitEnd; the caller closes
 // it). It answers the request itself when it cannot (ok false).
 func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate) (runID string, ss *server.Session, ok bool) {
+	return h.startRunWith(w, r, thread, req, channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0})
+}
+
+// startRunWith is startRun with a session that sees what filter selects.
+func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate, filter channels.Filter) (runID string, ss *server.Session, ok bool) {
 	id := req.assistant()
 	if id == "" {
 		fail(w, http.StatusUnprocessableEntity, "assistant_id (or agent_id): required")
@@ -64,7 +69,7 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string
 		return "", nil, false
 	}
 	ss = h.Server.NewSession(thread)
-	if _, _, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0}, server.SeqCursor(h.Server.LastSeq(thread))); err != nil {
+	if _, _, err := ss.Subscribe(filter, server.SeqCursor(h.Server.LastSeq(thread))); err != nil {
 		ss.Close()
 		serverError(w, err)
 		return "", nil, false

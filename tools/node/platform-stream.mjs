@@ -1,0 +1,82 @@
+// The LangGraph Platform API's run streams through the official SDK's
+// classic client (client.runs.stream), against the server at
+// process.argv[2]: what a front end reads of them, step by step (the
+// events' kinds, the text the message chunks assemble, the values'
+// messages, the interrupt and its resume). It prints one JSON object, so
+// that two servers' answers compare member by member
+// (TestRunStreamsMatchTheReference in transport/langgraph).
+import { Client } from "@langchain/langgraph-sdk";
+
+const client = new Client({ apiUrl: process.argv[2], defaultHeaders: {} });
+const steps = {};
+async function step(name, f) {
+  try {
+    steps[name] = await f();
+  } catch (e) {
+    steps[name] = { error: e?.status ?? String(e) };
+  }
+}
+const contents = (msgs) => (msgs ?? []).map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content)));
+const input = (text) => ({ messages: [{ role: "user", content: text }] });
+
+// What a reader of one stream sees: the kinds of events, the text of the
+// message chunks by message, the last values, the updates' values.
+async function read(stream) {
+  const kinds = new Set();
+  const text = new Map();
+  let last = null, runId = null, interrupt = null;
+  const updated = [];
+  for await (const ev of stream) {
+    kinds.add(ev.event);
+    if (ev.event === "metadata") runId = ev.data.run_id;
+    if (ev.event === "messages") {
+      const [chunk] = ev.data;
+      text.set(chunk.id, (text.get(chunk.id) ?? "") + chunk.content);
+    }
+    if (ev.event === "values") {
+      if (ev.data.__interrupt__) interrupt = ev.data.__interrupt__.map((i) => i.value?.question ?? i.value);
+      else last = ev.data;
+    }
+    if (ev.event === "updates") {
+      for (const [node, v] of Object.entries(ev.data)) {
+        if (node === "__interrupt__") interrupt = v.map((i) => i.value?.question ?? i.value);
+        else updated.push(...Object.keys(v ?? {}));
+      }
+    }
+  }
+  return { kinds: [...kinds].sort(), runId: typeof runId === "string", text: [...text.values()], values: contents(last?.messages), updated: [...new Set(updated)].sort(), interrupt };
+}
+
+const thread = (await client.threads.create()).thread_id;
+await step("values", async () => {
+  const r = await read(client.runs.stream(thread, "echo", { input: input("hi there"), streamMode: "values" }));
+  return { kinds: r.kinds, runId: r.runId, values: r.values };
+});
+await step("messages-tuple", async () => {
+  const r = await read(client.runs.stream(thread, "echo", { input: input("one two three"), streamMode: "messages-tuple" }));
+  return { kinds: r.kinds, text: r.text };
+});
+await step("updates", async () => {
+  const r = await read(client.runs.stream(thread, "echo", { input: input("up"), streamMode: "updates" }));
+  return { kinds: r.kinds, updated: r.updated };
+});
+await step("modes together", async () => {
+  const r = await read(client.runs.stream(thread, "echo", { input: input("all of it"), streamMode: ["values", "updates", "messages-tuple"] }));
+  return { kinds: r.kinds, text: r.text, values: r.values.slice(-2), updated: r.updated };
+});
+await step("stateless", async () => {
+  const r = await read(client.runs.stream(null, "echo", { input: input("alone"), streamMode: ["messages-tuple"] }));
+  return { kinds: r.kinds, text: r.text };
+});
+await step("interrupt, then resume", async () => {
+  const t = (await client.threads.create()).thread_id;
+  const asked = await read(client.runs.stream(t, "demo", { input: input("go"), streamMode: ["updates"] }));
+  const state = await client.threads.get(t);
+  const done = await read(client.runs.stream(t, "demo", { command: { resume: { approved: true } }, streamMode: ["updates"] }));
+  const after = await client.threads.getState(t);
+  // (What else a node's update holds is the graph's: the reference's demo
+  // adds its message in the same update, agentstream's in the values.)
+  return { asked: asked.interrupt, status: state.status, resumed: done.updated.includes("approved"), approved: after.values.approved };
+});
+await step("unknown assistant", () => read(client.runs.stream(thread, "nope", { input: input("x") })));
+console.log(JSON.stringify(steps));

@@ -1,0 +1,235 @@
+package langgraph
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/wire"
+)
+
+// Run streams (client.runs.stream): the run started as runs.create starts
+// it, its protocol events translated to the Platform's SSE frames as they
+// come (`event: metadata` first, then `event: <mode>` frames, `event:
+// error` when it fails); the stream ends with the run, or as it waits on
+// interrupts (after the `__interrupt__` frames).
+
+// streamModes are the stream modes served, and the protocol channels each
+// reads.
+var streamModes = map[string]string{
+	"values":         channels.Values,
+	"updates":        channels.Updates,
+	"messages-tuple": channels.Messages,
+	"custom":         channels.Custom,
+}
+
+// modesOf reads a run's stream_mode: one mode or a list ("values" when
+// absent). A mode not served yet is an error naming it.
+func modesOf(req *LgRunCreate) ([]string, error) {
+	var modes []string
+	switch v := req.Extra["stream_mode"].(type) {
+	case nil:
+		modes = []string{"values"}
+	case string:
+		modes = []string{v}
+	case []any:
+		for _, m := range v {
+			s, ok := m.(string)
+			if !ok {
+				return nil, fmt.Errorf("stream_mode: a mode or a list of modes")
+			}
+			modes = append(modes, s)
+		}
+	default:
+		return nil, fmt.Errorf("stream_mode: a mode or a list of modes")
+	}
+	for _, m := range modes {
+		if _, ok := streamModes[m]; !ok {
+			return nil, fmt.Errorf("stream_mode %q is not served (served: values, updates, messages-tuple, custom)", m)
+		}
+	}
+	slices.Sort(modes)
+	return slices.Compact(modes), nil
+}
+
+// streamRun serves POST /threads/{id}/runs/stream.
+func (h *Handler) streamRun(w http.ResponseWriter, r *http.Request) {
+	if thread, ok := h.threadOf(w, r); ok {
+		h.startStream(w, r, thread, false)
+	}
+}
+
+// streamStateless serves POST /runs/stream: on a new thread (deleted once
+// the run ended unless on_completion is "keep"), or the body's thread_id.
+func (h *Handler) streamStateless(w http.ResponseWriter, r *http.Request) {
+	h.startStream(w, r, "", true)
+}
+
+func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
+	var req LgRunCreate
+	if !h.body(w, r, &req) {
+		return
+	}
+	if stateless {
+		if thread, stateless = h.bodyThread(w, &req); thread == "" {
+			return
+		}
+	}
+	modes, err := modesOf(&req)
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	chans := []string{channels.Lifecycle, channels.Input}
+	for _, m := range modes {
+		chans = append(chans, streamModes[m])
+	}
+	runID, ss, ok := h.startRunWith(w, r, thread, &req, channels.Filter{Channels: chans, Depth: 0})
+	if !ok {
+		return
+	}
+	meta, _ := json.Marshal(map[string]any{"run_id": runID, "attempt": 1})
+	first := fmt.Appendf(nil, "event: metadata\ndata: %s\nid: 0\n\n", meta)
+	f := &platformFrames{thread: thread, run: runID, modes: modes, open: map[string]string{}}
+	if stateless && temporary(&req) {
+		// The thread goes once this stream has read the run's end (not
+		// as the run ends: a reader behind it would lose its last
+		// events); a run whose reader went first keeps it until
+		// --thread-ttl.
+		f.ended = func() {
+			go func() { _ = h.Server.DeleteOnCompletion(context.Background(), thread, runID) }()
+		}
+	}
+	hdr := http.Header{}
+	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+runID)
+	h.Streams.Serve(w, r, ss, wire.Stream{Frames: f, First: first, Header: hdr})
+}
+
+// platformFrames makes the Platform's frames of one run's events.
+type platformFrames struct {
+	thread, run string
+	modes       []string
+	open        map[string]string // namespace -> the id of its open message
+	ended       func()            // called once as the run's end is read, if set
+}
+
+func (f *platformFrames) wants(mode string) bool { return slices.Contains(f.modes, mode) }
+
+// frame appends one `event: NAME` frame of v, its id the event's seq.
+func frame(buf []byte, name string, seq uint64, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return buf
+	}
+	buf = append(buf, "event: "...)
+	buf = append(buf, name...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\nid: "...)
+	buf = strconv.AppendUint(buf, seq, 10)
+	return append(buf, "\n\n"...)
+}
+
+func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
+	if e.Seq == 0 {
+		if e.Method == "events.missed" {
+			return frame(buf, "error", 0, map[string]any{"error": "EventsMissed", "message": "some of the run's events were missed (this stream fell behind the server's buffer)"}), true
+		}
+		return buf, false // the state as the subscription was made: the run's own values follow
+	}
+	e, err := e.WithPayload()
+	if err != nil {
+		return buf, false
+	}
+	ns := strings.Join(e.Namespace, "|")
+	switch p := e.Payload.(type) {
+	case *protocol.ServerEventLifecycle:
+		if len(e.Namespace) != 0 || !e.EndsRun() {
+			return buf, false
+		}
+		if d := p.Params.Data; d.Event == protocol.AgentStatusFailed {
+			msg := "the run failed"
+			if d.Error != nil {
+				msg = *d.Error
+			}
+			buf = frame(buf, "error", e.Seq, map[string]any{"error": "RunError", "message": msg})
+		}
+		if f.ended != nil {
+			f.ended()
+			f.ended = nil
+		}
+		return buf, true
+	case *protocol.ServerEventValues:
+		if f.wants("values") && ns == "" {
+			buf = frame(buf, "values", e.Seq, p.Params.Data)
+		}
+	case *protocol.ServerEventUpdates:
+		if f.wants("updates") && ns == "" {
+			node := "agent"
+			if p.Params.Data.Node != nil {
+				node = *p.Params.Data.Node
+			}
+			buf = frame(buf, "updates", e.Seq, map[string]any{node: p.Params.Data.Values})
+		}
+	case *protocol.ServerEventCustom:
+		if f.wants("custom") {
+			buf = frame(buf, "custom", e.Seq, p.Params.Data.Payload)
+		}
+	case *protocol.ServerEventMessages:
+		if f.wants("messages-tuple") {
+			buf = f.message(buf, e.Seq, ns, p)
+		}
+	case *protocol.ServerEventInputRequested:
+		// The run waits: the interrupt as the Platform shows it, and the
+		// stream ends (the run goes on with the next run's command).
+		ask := []map[string]any{{"id": p.Params.Data.InterruptID, "value": p.Params.Data.Payload}}
+		if f.wants("updates") {
+			buf = frame(buf, "updates", e.Seq, map[string]any{"__interrupt__": ask})
+		}
+		if f.wants("values") {
+			buf = frame(buf, "values", e.Seq, map[string]any{"__interrupt__": ask})
+		}
+		return buf, true
+	}
+	return buf, false
+}
+
+// message appends a messages-tuple frame for a text delta of the open
+// message of namespace ns: [the chunk, its metadata].
+func (f *platformFrames) message(buf []byte, seq uint64, ns string, p *protocol.ServerEventMessages) []byte {
+	switch d := p.Params.Data.Value.(type) {
+	case *protocol.MessageStartData:
+		f.open[ns] = d.ID
+	case *protocol.ContentBlockDeltaData:
+		t, ok := d.Delta.Value.(*protocol.TextDelta)
+		if !ok {
+			return buf
+		}
+		chunk := map[string]any{"content": t.Text, "id": f.open[ns], "type": "ai", "tool_calls": []any{}, "invalid_tool_calls": []any{},
+			"tool_call_chunks": []any{}, "additional_kwargs": map[string]any{}, "response_metadata": map[string]any{}}
+		meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
+		if p.Params.Node != nil {
+			meta["langgraph_node"] = *p.Params.Node
+		}
+		buf = frame(buf, "messages", seq, []any{chunk, meta})
+	case *protocol.MessageFinishData:
+		delete(f.open, ns)
+	}
+	return buf
+}
+
+// AppendEnd ends the stream with an error frame saying why.
+func (f *platformFrames) AppendEnd(buf []byte, err error) []byte {
+	msg := "the server is shutting down"
+	if err != nil {
+		msg = err.Error()
+	}
+	return frame(buf, "error", 0, map[string]any{"error": "StreamEnded", "message": msg})
+}
