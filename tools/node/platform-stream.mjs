@@ -78,5 +78,36 @@ await step("interrupt, then resume", async () => {
   // adds its message in the same update, agentstream's in the values.)
   return { asked: asked.interrupt, status: state.status, resumed: done.updated.includes("approved"), approved: after.values.approved };
 });
+const slow = (text) => ({ input: input(text), config: { configurable: { token_delay_ms: 40 } } });
+const words = "a b c d e f g h i j k l";
+await step("join a running run", async () => {
+  const t = (await client.threads.create()).thread_id;
+  const run = await client.runs.create(t, "echo", slow(words));
+  const r = await read(client.runs.joinStream(t, run.run_id, { streamMode: ["values", "messages-tuple"] }));
+  return { values: r.values, kinds: r.kinds.filter((k) => k !== "metadata") };
+});
+await step("resume a cut stream with Last-Event-ID", async () => {
+  const t = (await client.threads.create()).thread_id;
+  let runId = null, lastId = null, before = "", after = "", frames = 0;
+  for await (const ev of client.runs.stream(t, "echo", { ...slow(words), streamMode: ["messages-tuple"], streamResumable: true })) {
+    if (ev.event === "metadata") runId = ev.data.run_id;
+    if (ev.event === "messages") {
+      before += ev.data[0].content;
+      lastId = ev.id;
+      if (++frames === 3) break; // the connection is cut here
+    }
+  }
+  for await (const ev of client.runs.joinStream(t, runId, { lastEventId: lastId, streamMode: ["messages-tuple"] })) {
+    if (ev.event === "messages") after += ev.data[0].content;
+  }
+  return { whole: before + after === words, before: before.length > 0, after: after.length > 0 };
+});
+await step("join a run that ended", async () => {
+  const t = (await client.threads.create()).thread_id;
+  const run = await client.runs.create(t, "echo", { input: input("done") });
+  await client.runs.join(t, run.run_id);
+  const r = await read(client.runs.joinStream(t, run.run_id));
+  return { kinds: r.kinds.filter((k) => k !== "metadata"), values: r.values };
+});
 await step("unknown assistant", () => read(client.runs.stream(thread, "nope", { input: input("x") })));
 console.log(JSON.stringify(steps));

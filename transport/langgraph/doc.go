@@ -5,8 +5,9 @@
 // delete, stateless; command, multitask strategies), the long-term store
 // (items, search, namespaces), and the Agent Protocol's agents paths: the
 // routes `@langchain/langgraph-sdk`'s classic client calls, on the same
-// threads the protocol serves. Run streams are not served yet (see the
-// README's "Not built").
+// threads the protocol serves, and run streams (runs.stream, joinStream
+// with Last-Event-ID) in the modes values, updates, messages-tuple and
+// custom, translated from the run's protocol events (stream.go).
 //
 // The wire's Go types (langgraph_gen.go) are generated from
 // protocol/langgraph.cddl; `go generate ./transport/langgraph`

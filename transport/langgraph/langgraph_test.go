@@ -744,6 +744,10 @@ func TestPlatformRoutesAreEachPrincipals(t *testing.T) {
 		{"DELETE", "/runs/" + runID, ""},
 		{"POST", "/runs/search", `{"thread_id": "ann-2"}`},
 		{"POST", "/runs/wait", `{"agent_id": "echo", "thread_id": "ann-2", "input": {}}`},
+		{"POST", "/threads/ann-2/runs/stream", `{"assistant_id": "echo", "input": {}}`},
+		{"POST", "/runs/stream", `{"assistant_id": "echo", "thread_id": "ann-2", "input": {}}`},
+		{"GET", "/threads/ann-2/runs/" + runID + "/stream", ""},
+		{"GET", "/runs/" + runID + "/stream", ""},
 	} {
 		require.Equal(t, 403, call(t, c.method, n.url+c.path, c.body, "k-bob", nil), "%s %s", c.method, c.path)
 		require.Equal(t, 401, call(t, c.method, n.url+c.path, c.body, "", nil), "%s %s without a credential", c.method, c.path)
@@ -792,7 +796,9 @@ func TestRunsSurviveARestart(t *testing.T) {
 // TestRunStreamsMatchTheReference: the official SDK's classic client
 // reads run streams (tools/node/platform-stream.mjs: each served stream
 // mode alone and together, a stateless run, an interrupt and its resume
-// with command, an unknown assistant) from the reference server and from
+// with command, a join of a running run and of one that ended, a cut
+// stream resumed with Last-Event-ID, an unknown assistant) from the
+// reference server and from
 // agentstream on each engine: what a front end reads of them (the events'
 // kinds, the text the chunks assemble, the values' messages, the updated
 // members, the interrupt) is the same.
@@ -816,10 +822,19 @@ func TestRunStreamsMatchTheReference(t *testing.T) {
 	}
 	want := run(ref.URL)
 	require.NotEmpty(t, want)
+	// Differences by choice (docs/langgraph.md), tested with agentstream's
+	// answer: a join streams the modes it asks for (the reference streams
+	// the run's own, here values alone).
+	chosen := map[string]any{
+		"join a running run": map[string]any{"values": []any{"a b c d e f g h i j k l", "a b c d e f g h i j k l"}, "kinds": []any{"messages", "values"}},
+	}
 	compare := func(t *testing.T, url string) {
 		got := run(url)
 		for step, w := range want {
-			assert.Equal(t, w, got[step], "step %q: the reference server's answer, then agentstream's", step)
+			if c, ok := chosen[step]; ok {
+				w = c
+			}
+			assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
 		}
 		require.Len(t, got, len(want))
 	}
@@ -837,4 +852,24 @@ func TestRunStreamsMatchTheReference(t *testing.T) {
 		require.NoError(t, err)
 		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
 	})
+}
+
+// TestRunStreamRefusals: a stream mode not served, a bad stream_mode and
+// a Last-Event-ID that is not a frame's id are 422 with what is wrong; a
+// stream of an unknown run is 404.
+func TestRunStreamRefusals(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/rs/runs/stream", `{"assistant_id": "echo", "stream_mode": "events"}`, "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/rs/runs/stream", `{"assistant_id": "echo", "stream_mode": [1]}`, "", nil))
+	var run langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/rs/runs", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "", &run))
+	req, err := http.NewRequest("GET", n.url+"/threads/rs/runs/"+run.RunID+"/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Last-Event-ID", "seven")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 422, resp.StatusCode)
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/rs/runs/run_nope/stream", "", "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/runs/run_nope/stream", "", "", nil))
 }

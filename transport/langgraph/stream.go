@@ -91,12 +91,13 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 	for _, m := range modes {
 		chans = append(chans, streamModes[m])
 	}
+	from := h.Server.LastSeq(thread) // the metadata frame's id: a resume from it reads the whole run
 	runID, ss, ok := h.startRunWith(w, r, thread, &req, channels.Filter{Channels: chans, Depth: 0})
 	if !ok {
 		return
 	}
 	meta, _ := json.Marshal(map[string]any{"run_id": runID, "attempt": 1})
-	first := fmt.Appendf(nil, "event: metadata\ndata: %s\nid: 0\n\n", meta)
+	first := fmt.Appendf(nil, "event: metadata\ndata: %s\nid: %d\n\n", meta, from)
 	f := &platformFrames{thread: thread, run: runID, modes: modes, open: map[string]string{}}
 	if stateless && temporary(&req) {
 		// The thread goes once this stream has read the run's end (not
@@ -109,7 +110,74 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 	}
 	hdr := http.Header{}
 	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+runID)
+	if req.Extra["stream_resumable"] == true {
+		// Where the SDK comes back, with Last-Event-ID, if the stream is cut.
+		hdr.Set("Location", "/threads/"+thread+"/runs/"+runID+"/stream")
+	}
 	h.Streams.Serve(w, r, ss, wire.Stream{Frames: f, First: first, Header: hdr})
+}
+
+// joinStream serves GET and POST /threads/{id}/runs/{run}/stream (and
+// the Agent Protocol's GET /runs/{run}/stream): the run's frames from now
+// on, or after the event a Last-Event-ID header names (a frame's id is
+// its event's sequence number, so a reader cut off resumes where it
+// stopped, on any node), to the run's end. stream_mode (repeated in the
+// query) selects the modes; without it, every mode served. A run that has
+// ended answers an empty stream, or its frames after Last-Event-ID.
+func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
+	if r.PathValue("id") == "" { // /runs/{run}/stream
+		if _, ok := h.byRunID(w, r); !ok {
+			return
+		}
+	}
+	thread, rec, ok := h.findRun(w, r)
+	if !ok {
+		return
+	}
+	modes := r.URL.Query()["stream_mode"]
+	if len(modes) == 0 {
+		modes = []string{"values", "updates", "messages-tuple", "custom"}
+	}
+	req := LgRunCreate{Extra: map[string]any{}}
+	list := make([]any, len(modes))
+	for i, m := range modes {
+		list[i] = m
+	}
+	req.Extra["stream_mode"] = list
+	modes, err := modesOf(&req)
+	if err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	cursor := server.SeqCursor(h.Server.LastSeq(thread))
+	resume := r.Header.Get("Last-Event-ID")
+	if resume != "" {
+		seq, err := strconv.ParseUint(resume, 10, 64)
+		if err != nil {
+			fail(w, http.StatusUnprocessableEntity, "Last-Event-ID: the id of a frame of this run's stream")
+			return
+		}
+		cursor = server.SeqCursor(seq)
+	} else if h.Server.RunEnded(thread, rec.ID) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	chans := []string{channels.Lifecycle, channels.Input}
+	for _, m := range modes {
+		chans = append(chans, streamModes[m])
+	}
+	ss := h.Server.NewSession(thread)
+	if _, _, err := ss.Subscribe(channels.Filter{Channels: chans, Depth: 0}, cursor); err != nil {
+		ss.Close()
+		serverError(w, err)
+		return
+	}
+	f := &platformFrames{thread: thread, run: rec.ID, modes: modes, open: map[string]string{}}
+	hdr := http.Header{}
+	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+rec.ID)
+	hdr.Set("Location", "/threads/"+thread+"/runs/"+rec.ID+"/stream")
+	h.Streams.Serve(w, r, ss, wire.Stream{Frames: f, Header: hdr})
 }
 
 // platformFrames makes the Platform's frames of one run's events.
