@@ -71,6 +71,7 @@ type run struct {
 	endCause  error          // why the run was stopped from outside, if it was
 	strategy  string         // the multitask strategy it was started with
 	temporary bool           // delete the thread once it ended (DeleteOnCompletion)
+	after     uint64         // the thread's last seq before it started (RunRecord.After)
 	createdAt time.Time      // when its record was first written
 	// rawOpen: the messages and tool calls a worker's events opened and
 	// did not end, to close at the run's end.
@@ -119,6 +120,7 @@ func (t *thread) startRun(r *run) error {
 		r.before = maps.Clone(v)
 	}
 	t.run = r
+	r.after = t.seq
 	t.srv.recordRun(r, RunRunning)
 	if _, err := t.publishLifecycle(nil, protocol.AgentStatusStarted, r.assistantID, nil, ""); err != nil {
 		return err

@@ -20,6 +20,9 @@ type RunRecord struct {
 	Input                 any
 	Config, Metadata      map[string]any
 	CreatedAt, UpdatedAt  time.Time
+	// After is the sequence number of the thread's last event before the
+	// run started (its events follow it); 0 too while it is queued.
+	After uint64
 }
 
 // RunCatalog is a StateStore that keeps the runs of each thread (the
@@ -115,7 +118,7 @@ func (s *Server) recordRun(r *run, status string) {
 		r.createdAt = now
 	}
 	rec := RunRecord{ID: r.id, Thread: r.t.id, Assistant: r.assistantID, Status: status, MultitaskStrategy: r.strategy,
-		Input: r.input, Config: r.config, Metadata: r.metadata, CreatedAt: r.createdAt, UpdatedAt: now}
+		Input: r.input, Config: r.config, Metadata: r.metadata, CreatedAt: r.createdAt, UpdatedAt: now, After: r.after}
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	if rr.closed {

@@ -102,6 +102,13 @@ await step("resume a cut stream with Last-Event-ID", async () => {
   }
   return { whole: before + after === words, before: before.length > 0, after: after.length > 0 };
 });
+await step("join from the run's start (-1, as useStream rejoins)", async () => {
+  const t = (await client.threads.create()).thread_id;
+  const run = await client.runs.create(t, "echo", { ...slow(words), streamMode: ["messages-tuple", "values"], streamResumable: true });
+  await new Promise((r) => setTimeout(r, 150)); // some of it streamed before the join
+  const r = await read(client.runs.joinStream(t, run.run_id, { lastEventId: "-1", streamMode: ["messages-tuple", "values"] }));
+  return { text: r.text, values: r.values };
+});
 await step("join a run that ended", async () => {
   const t = (await client.threads.create()).thread_id;
   const run = await client.runs.create(t, "echo", { input: input("done") });

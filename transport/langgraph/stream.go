@@ -121,7 +121,8 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 // the Agent Protocol's GET /runs/{run}/stream): the run's frames from now
 // on, or after the event a Last-Event-ID header names (a frame's id is
 // its event's sequence number, so a reader cut off resumes where it
-// stopped, on any node), to the run's end. stream_mode (repeated in the
+// stopped, on any node; -1, as useStream sends, is the run's start), to
+// the run's end. stream_mode (repeated in the
 // query) selects the modes; without it, every mode served. A run that has
 // ended answers an empty stream, or its frames after Last-Event-ID.
 func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
@@ -130,6 +131,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	h.Server.SyncRunRecords(r.Context()) // the record of a run just started says where it starts
 	thread, rec, ok := h.findRun(w, r)
 	if !ok {
 		return
@@ -151,6 +153,11 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 	}
 	cursor := server.SeqCursor(h.Server.LastSeq(thread))
 	resume := r.Header.Get("Last-Event-ID")
+	if resume == "-1" && rec.Status != server.RunPending { // the SDK's "from the run's start"
+		resume = strconv.FormatUint(rec.After, 10)
+	} else if resume == "-1" {
+		resume = "" // queued: from now
+	}
 	if resume != "" {
 		seq, err := strconv.ParseUint(resume, 10, 64)
 		if err != nil {
