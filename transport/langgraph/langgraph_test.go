@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -872,4 +873,49 @@ func TestRunStreamRefusals(t *testing.T) {
 	require.Equal(t, 422, resp.StatusCode)
 	require.Equal(t, 404, call(t, "GET", n.url+"/threads/rs/runs/run_nope/stream", "", "", nil))
 	require.Equal(t, 404, call(t, "GET", n.url+"/runs/run_nope/stream", "", "", nil))
+}
+
+// TestUseStreamInABrowser: React's useStream (@langchain/langgraph-sdk
+// 1.15) on a small page (tools/node/usestream/app.jsx, bundled by
+// esbuild) in Debian's Chromium against agentstream
+// (tools/node/usestream-e2e.mjs): tokens render as they stream, a second
+// tab shows the same conversation, the demo's interrupt renders and is
+// answered from the page, a reload mid-run rejoins the run and shows it
+// whole. It skips, naming what is missing, without chromium (apt-get
+// install chromium) or tools/node, unless AGENTSTREAM_REQUIRE_CHROMIUM=1
+// (as .ci/run sets).
+func TestUseStreamInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	nodeBin, script := sdktest.Script(t, "usestream-e2e.mjs")
+	chromium := os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	var missing []string
+	if _, err := os.Stat(chromium); err != nil {
+		missing = append(missing, chromium+" (apt-get install chromium)")
+	}
+	for _, mod := range []string{"playwright-core", "esbuild", "react", "react-dom"} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", mod)); err != nil {
+			missing = append(missing, mod+" (npm ci --prefix tools/node)")
+		}
+	}
+	if len(missing) > 0 {
+		if os.Getenv("AGENTSTREAM_REQUIRE_CHROMIUM") == "1" {
+			t.Fatalf("missing: %s", strings.Join(missing, ", "))
+		}
+		t.Skipf("missing: %s", strings.Join(missing, ", "))
+	}
+	n := start(t, server.Config{}, transport.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, script, n.url)
+	cmd.Dir = filepath.Dir(script)
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "after the reload the run is whole, once")
 }

@@ -417,6 +417,15 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	write(w, http.StatusOK, lgRun(rec))
 }
 
+// waiting shows a run that waits on its interrupts as the Platform does:
+// interrupted (its run has ended there; the resume is the next).
+func (h *Handler) waiting(rec server.RunRecord) server.RunRecord {
+	if (rec.Status == server.RunRunning || rec.Status == server.RunPending) && h.Server.RunWaits(rec.Thread, rec.ID) {
+		rec.Status = server.RunInterrupted
+	}
+	return rec
+}
+
 // lgRun is a run's record as the wire shows it.
 func lgRun(rec server.RunRecord) LgRun {
 	kwargs := map[string]any{"input": rec.Input, "config": orEmpty(rec.Config)}
@@ -466,6 +475,7 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []LgRun{}
 	for _, rec := range runs {
+		rec = h.waiting(rec)
 		if st := q.Get("status"); st != "" && rec.Status != st {
 			continue
 		}
@@ -509,7 +519,7 @@ func (h *Handler) findRun(w http.ResponseWriter, r *http.Request) (thread string
 		}
 		for _, known := range runs {
 			if known.ID == r.PathValue("run") {
-				return thread, known, true
+				return thread, h.waiting(known), true
 			}
 		}
 	}

@@ -165,7 +165,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cursor = server.SeqCursor(seq)
-	} else if h.Server.RunEnded(thread, rec.ID) {
+	} else if h.Server.RunEnded(thread, rec.ID) || h.Server.RunWaits(thread, rec.ID) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		return

@@ -1,0 +1,57 @@
+// A small chat page on React's useStream (@langchain/langgraph-sdk/react),
+// as LangGraph front ends use it, for the browser test of the Platform
+// API's run streams (usestream-e2e.mjs). The query says where:
+// ?api=URL&assistant=ID[&thread=ID][&delay=MS].
+import { createRoot } from "react-dom/client";
+import { useState } from "react";
+import { useStream } from "@langchain/langgraph-sdk/react";
+
+const params = new URLSearchParams(location.search);
+
+function App() {
+  const [threadId, setThreadId] = useState(params.get("thread") ?? null);
+  const stream = useStream({
+    apiUrl: params.get("api"),
+    assistantId: params.get("assistant") ?? "echo",
+    messagesKey: "messages",
+    threadId,
+    onThreadId: (id) => {
+      setThreadId(id);
+      const q = new URLSearchParams(location.search);
+      q.set("thread", id);
+      history.replaceState(null, "", "?" + q.toString());
+    },
+    reconnectOnMount: true,
+  });
+  const send = (e) => {
+    e.preventDefault();
+    const text = e.target.elements.q.value;
+    stream.submit(
+      { messages: [{ type: "human", content: text }] },
+      { config: { configurable: { token_delay_ms: Number(params.get("delay") ?? 0) } }, streamResumable: true },
+    );
+  };
+  return (
+    <main>
+      <form onSubmit={send}>
+        <input name="q" id="q" />
+        <button id="send">send</button>
+      </form>
+      <p id="loading">{stream.isLoading ? "streaming" : "idle"}</p>
+      <ul id="messages">
+        {stream.messages.map((m) => (
+          <li key={m.id} className={m.type}>{typeof m.content === "string" ? m.content : JSON.stringify(m.content)}</li>
+        ))}
+      </ul>
+      {stream.interrupt ? (
+        <div id="interrupt">
+          <span id="question">{stream.interrupt.value?.question}</span>
+          <button id="approve" onClick={() => stream.submit(undefined, { command: { resume: { approved: true } } })}>approve</button>
+        </div>
+      ) : null}
+      <p id="error">{stream.error ? String(stream.error.message ?? stream.error) : ""}</p>
+    </main>
+  );
+}
+
+createRoot(document.getElementById("root")).render(<App />);
