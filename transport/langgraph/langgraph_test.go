@@ -1,6 +1,7 @@
 package langgraph_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -918,4 +919,76 @@ func TestUseStreamInABrowser(t *testing.T) {
 	t.Logf("%s", out)
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "after the reload the run is whole, once")
+}
+
+// TestRunStreamResumesOnAnotherNode: two nodes on one Redis; a run
+// streamed from one is cut after a few frames and resumed on the other
+// with Last-Event-ID: the text the chunks assemble is whole, once.
+func TestRunStreamResumesOnAnotherNode(t *testing.T) {
+	rs := redistest.Start(t)
+	open := func() *node {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+		require.NoError(t, err)
+		return start(t, server.Config{Engine: eng}, transport.Options{})
+	}
+	a, b := open(), open()
+	const words = "a b c d e f g h i j k l"
+	// frames reads SSE frames (event, data, id) until fn says stop.
+	frames := func(resp *http.Response, fn func(event, data, id string) bool) {
+		defer resp.Body.Close()
+		var event, data, id string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				data = line[6:]
+			case strings.HasPrefix(line, "id: "):
+				id = line[4:]
+			case line == "" && event != "":
+				if !fn(event, data, id) {
+					return
+				}
+				event, data, id = "", "", ""
+			}
+		}
+	}
+	text := func(data string) string {
+		var tuple []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(data), &tuple))
+		return tuple[0]["content"].(string)
+	}
+	resp, err := http.Post(a.url+"/threads/x-node/runs/stream", "application/json", strings.NewReader(
+		`{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 40}, "stream_mode": "messages-tuple", "stream_resumable": true}`))
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	location := resp.Header.Get("Location")
+	require.NotEmpty(t, location)
+	var got, last string
+	n := 0
+	frames(resp, func(event, data, id string) bool {
+		if event == "messages" {
+			got += text(data)
+			last = id
+			n++
+		}
+		return n < 3 // then the connection is cut
+	})
+	req, err := http.NewRequest("GET", b.url+location+"?stream_mode=messages-tuple", nil)
+	require.NoError(t, err)
+	req.Header.Set("Last-Event-ID", last)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	frames(resp, func(event, data, id string) bool {
+		if event == "messages" {
+			got += text(data)
+		}
+		return true
+	})
+	require.Equal(t, words, got, "cut on one node, resumed on the other: whole, once")
 }
