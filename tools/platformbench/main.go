@@ -7,6 +7,11 @@
 //	-op wait    runs.wait of the echo graph on a new thread each time
 //	-op search  threads.search by a metadata member a tenth of -threads
 //	            threads hold (made first), the newest 10
+//	-op stream  runs.stream (messages-tuple) of echo answering -words
+//	            words, read to its end: CPU per streamed token
+//	-op protocol the same run through the protocol's own SSE (a stream
+//	            of the thread's messages, then run.start), for comparison
+//	            (agentstream only)
 //
 // Usage (docs/langgraph.md has the figures):
 //
@@ -38,6 +43,7 @@ func main() {
 	n := flag.Int("n", 1000, "operations")
 	c := flag.Int("c", 8, "operations at once")
 	threads := flag.Int("threads", 100000, "with -op search: threads made first")
+	nwords := flag.Int("words", 200, "with -op stream and protocol: the words (tokens) of each run's answer")
 	flag.Parse()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *c * 2}, Timeout: 60 * time.Second}
 	post := func(path string, body any) error {
@@ -77,8 +83,61 @@ func main() {
 		do = func(int) error {
 			return post("/threads/search", map[string]any{"metadata": map[string]any{"bench": mark, "tenth": true}, "limit": 10})
 		}
+	case "stream", "protocol":
+		text := strings.TrimSpace(strings.Repeat("word ", *nwords))
+		input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}
+		readTo := func(resp *http.Response, end string) error {
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("%d %s", resp.StatusCode, b)
+			}
+			b := make([]byte, 32<<10)
+			var tail []byte
+			for {
+				n, err := resp.Body.Read(b)
+				tail = append(tail, b[:n]...)
+				if end != "" && bytes.Contains(tail, []byte(end)) {
+					return nil
+				}
+				if len(tail) > 4096 {
+					tail = tail[len(tail)-4096:]
+				}
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		if *op == "stream" {
+			do = func(int) error {
+				b, _ := json.Marshal(map[string]any{"assistant_id": "echo", "input": input, "stream_mode": "messages-tuple",
+					"config": map[string]any{"configurable": map[string]any{"token_delay_ms": 0}}})
+				resp, err := client.Post(*url+"/threads/"+uuid()+"/runs/stream", "application/json", bytes.NewReader(b))
+				if err != nil {
+					return err
+				}
+				return readTo(resp, "")
+			}
+		} else {
+			do = func(int) error {
+				thread := uuid()
+				resp, err := client.Post(*url+"/threads/"+thread+"/stream", "application/json", strings.NewReader(`{"channels": ["messages", "lifecycle"]}`))
+				if err != nil {
+					return err
+				}
+				cmd, _ := json.Marshal(map[string]any{"id": 1, "method": "run.start", "params": map[string]any{"assistant_id": "echo", "input": input, "config": map[string]any{"token_delay_ms": 0}}})
+				if err := post("/threads/"+thread+"/commands", json.RawMessage(cmd)); err != nil {
+					resp.Body.Close()
+					return err
+				}
+				return readTo(resp, `"completed"`)
+			}
+		}
 	default:
-		fail(fmt.Errorf("-op: wait or search"))
+		fail(fmt.Errorf("-op: wait, search, stream or protocol"))
 	}
 	_ = do(0) // warm
 	cpu0 := treeCPU(*pid)
@@ -100,6 +159,9 @@ func main() {
 		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]))
 	if *pid > 0 {
 		fmt.Printf(", server CPU %.3f ms per op (%.0f%% of a core)", ms(cpu)/float64(*n), 100*cpu.Seconds()/wall.Seconds())
+		if *op == "stream" || *op == "protocol" {
+			fmt.Printf(", %.2f µs per token", float64(cpu.Microseconds())/float64(*n**nwords))
+		}
 	}
 	fmt.Println()
 }

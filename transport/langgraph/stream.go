@@ -192,6 +192,7 @@ type platformFrames struct {
 	thread, run string
 	modes       []string
 	open        map[string]string // namespace -> the id of its open message
+	tails       map[string][]byte // namespace -> the open message's chunk after its content
 	ended       func()            // called once as the run's end is read, if set
 }
 
@@ -277,25 +278,43 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 }
 
 // message appends a messages-tuple frame for a text delta of the open
-// message of namespace ns: [the chunk, its metadata].
+// message of namespace ns: [the chunk, its metadata]. Most of a stream,
+// it is written from bytes made once per message (what follows the
+// chunk's content), not marshalled per token.
 func (f *platformFrames) message(buf []byte, seq uint64, ns string, p *protocol.ServerEventMessages) []byte {
 	switch d := p.Params.Data.Value.(type) {
 	case *protocol.MessageStartData:
 		f.open[ns] = d.ID
+		delete(f.tails, ns)
 	case *protocol.ContentBlockDeltaData:
 		t, ok := d.Delta.Value.(*protocol.TextDelta)
 		if !ok {
 			return buf
 		}
-		chunk := map[string]any{"content": t.Text, "id": f.open[ns], "type": "ai", "tool_calls": []any{}, "invalid_tool_calls": []any{},
-			"tool_call_chunks": []any{}, "additional_kwargs": map[string]any{}, "response_metadata": map[string]any{}}
-		meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
-		if p.Params.Node != nil {
-			meta["langgraph_node"] = *p.Params.Node
+		tail := f.tails[ns]
+		if tail == nil {
+			meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
+			if p.Params.Node != nil {
+				meta["langgraph_node"] = *p.Params.Node
+			}
+			m, _ := json.Marshal(meta)
+			tail = append(server.AppendJSONString([]byte(`,"id":`), f.open[ns]),
+				`,"type":"ai","tool_calls":[],"invalid_tool_calls":[],"tool_call_chunks":[],"additional_kwargs":{},"response_metadata":{}},`...)
+			tail = append(append(tail, m...), ']')
+			if f.tails == nil {
+				f.tails = map[string][]byte{}
+			}
+			f.tails[ns] = tail
 		}
-		buf = frame(buf, "messages", seq, []any{chunk, meta})
+		buf = append(buf, "event: messages\ndata: [{\"content\":"...)
+		buf = server.AppendJSONString(buf, t.Text)
+		buf = append(buf, tail...)
+		buf = append(buf, "\nid: "...)
+		buf = strconv.AppendUint(buf, seq, 10)
+		buf = append(buf, "\n\n"...)
 	case *protocol.MessageFinishData:
 		delete(f.open, ns)
+		delete(f.tails, ns)
 	}
 	return buf
 }
