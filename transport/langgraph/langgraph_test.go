@@ -992,3 +992,59 @@ func TestRunStreamResumesOnAnotherNode(t *testing.T) {
 	})
 	require.Equal(t, words, got, "cut on one node, resumed on the other: whole, once")
 }
+
+// TestRunStreamReplaysAfterARestart: with --data-dir, a run streamed
+// before a restart is read again after it, whole, by joinStream from the
+// run's start (Last-Event-ID -1) and after one of its frames.
+func TestRunStreamReplaysAfterARestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *node {
+		eng, err := diskstore.Open(diskstore.Options{Dir: dir})
+		require.NoError(t, err)
+		return start(t, server.Config{Engine: eng}, transport.Options{})
+	}
+	n := open()
+	const words = "one two three four five"
+	read := func(resp *http.Response) (text string, ids []string) {
+		defer resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		var event string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = line[7:]
+			case strings.HasPrefix(line, "data: ") && event == "messages":
+				var tuple []map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line[6:]), &tuple))
+				text += tuple[0]["content"].(string)
+			case strings.HasPrefix(line, "id: ") && event == "messages":
+				ids = append(ids, line[4:])
+			}
+		}
+		return text, ids
+	}
+	resp, err := http.Post(n.url+"/threads/replay-1/runs/stream", "application/json", strings.NewReader(
+		`{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "stream_mode": "messages-tuple"}`))
+	require.NoError(t, err)
+	text, ids := read(resp)
+	require.Equal(t, words, text)
+	var runs []langgraph.LgRun
+	require.Eventually(t, func() bool {
+		return call(t, "GET", n.url+"/threads/replay-1/runs", "", "", &runs) == 200 && len(runs) == 1 && runs[0].Status == "success"
+	}, 5*time.Second, 10*time.Millisecond)
+	n.stop()
+	n = open()
+	join := func(lastEventID string) string {
+		req, err := http.NewRequest("GET", n.url+"/threads/replay-1/runs/"+runs[0].RunID+"/stream?stream_mode=messages-tuple", nil)
+		require.NoError(t, err)
+		req.Header.Set("Last-Event-ID", lastEventID)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		text, _ := read(resp)
+		return text
+	}
+	require.Equal(t, words, join("-1"), "the whole run, from the disk")
+	require.Equal(t, strings.TrimPrefix(words, "one two "), join(ids[1]), "after its second token")
+}
