@@ -56,6 +56,16 @@ await step("messages-tuple", async () => {
   const r = await read(client.runs.stream(thread, "echo", { input: input("one two three"), streamMode: "messages-tuple" }));
   return { kinds: r.kinds, text: r.text };
 });
+await step("messages (the legacy mode)", async () => {
+  const kinds = new Set();
+  let partial = "", complete = [];
+  for await (const ev of client.runs.stream(thread, "echo", { input: input("a b c"), streamMode: "messages" })) {
+    kinds.add(ev.event);
+    if (ev.event === "messages/partial") partial = ev.data[0].content;
+    if (ev.event === "messages/complete") complete.push(...ev.data.filter((m) => m.type === "ai").map((m) => m.content));
+  }
+  return { kinds: [...kinds].sort(), partial, complete };
+});
 await step("updates", async () => {
   const r = await read(client.runs.stream(thread, "echo", { input: input("up"), streamMode: "updates" }));
   return { kinds: r.kinds, updated: r.updated };

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -27,6 +28,7 @@ var streamModes = map[string]string{
 	"values":         channels.Values,
 	"updates":        channels.Updates,
 	"messages-tuple": channels.Messages,
+	"messages":       channels.Messages,
 	"custom":         channels.Custom,
 }
 
@@ -52,7 +54,7 @@ func modesOf(req *LgRunCreate) ([]string, error) {
 	}
 	for _, m := range modes {
 		if _, ok := streamModes[m]; !ok {
-			return nil, fmt.Errorf("stream_mode %q is not served (served: values, updates, messages-tuple, custom)", m)
+			return nil, fmt.Errorf("stream_mode %q is not served (served: values, updates, messages-tuple, messages, custom)", m)
 		}
 	}
 	slices.Sort(modes)
@@ -92,12 +94,37 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 		chans = append(chans, streamModes[m])
 	}
 	from := h.Server.LastSeq(thread) // the metadata frame's id: a resume from it reads the whole run
+	var before []any                 // the messages mode: the thread's messages, and the input's, as the run starts
+	if slices.Contains(modes, "messages") {
+		if st, ok, err := h.Server.State(r.Context(), thread); err == nil && ok {
+			before, _ = st.Values["messages"].([]any)
+		}
+		if in, ok := req.Input.(map[string]any); ok {
+			more, _ := in["messages"].([]any)
+			before = append(slices.Clone(before), more...)
+		}
+	}
 	runID, ss, ok := h.startRunWith(w, r, thread, &req, channels.Filter{Channels: chans, Depth: 0})
 	if !ok {
 		return
 	}
 	meta, _ := json.Marshal(map[string]any{"run_id": runID, "attempt": 1})
 	first := fmt.Appendf(nil, "event: metadata\ndata: %s\nid: %d\n\n", meta, from)
+	for _, m := range before {
+		// As the Platform's messages mode begins: each message the run
+		// starts from, complete.
+		if o, ok := m.(map[string]any); ok {
+			o = maps.Clone(o)
+			if role, ok := o["role"].(string); ok && o["type"] == nil {
+				o["type"] = map[string]string{"user": "human", "assistant": "ai"}[role]
+				if o["type"] == "" {
+					o["type"] = role
+				}
+				delete(o, "role")
+			}
+			first = frame(first, "messages/complete", from, []any{o})
+		}
+	}
 	f := &platformFrames{thread: thread, run: runID, modes: modes, open: map[string]string{}}
 	if stateless && temporary(&req) {
 		// The thread goes once this stream has read the run's end (not
@@ -193,6 +220,7 @@ type platformFrames struct {
 	modes       []string
 	open        map[string]string // namespace -> the id of its open message
 	tails       map[string][]byte // namespace -> the open message's chunk after its content
+	texts       map[string]string // namespace -> the open message's text so far (the messages mode)
 	ended       func()            // called once as the run's end is read, if set
 }
 
@@ -259,6 +287,9 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 			buf = frame(buf, "custom", e.Seq, p.Params.Data.Payload)
 		}
 	case *protocol.ServerEventMessages:
+		if f.wants("messages") {
+			buf = f.legacyMessage(buf, e.Seq, ns, p)
+		}
 		if f.wants("messages-tuple") {
 			buf = f.message(buf, e.Seq, ns, p)
 		}
@@ -315,6 +346,37 @@ func (f *platformFrames) message(buf []byte, seq uint64, ns string, p *protocol.
 	case *protocol.MessageFinishData:
 		delete(f.open, ns)
 		delete(f.tails, ns)
+	}
+	return buf
+}
+
+// legacyMessage appends the `messages` mode's frames: messages/metadata
+// as a message starts, messages/partial with its text so far at each text
+// delta, messages/complete with the whole as it finishes.
+func (f *platformFrames) legacyMessage(buf []byte, seq uint64, ns string, p *protocol.ServerEventMessages) []byte {
+	if f.texts == nil {
+		f.texts = map[string]string{}
+	}
+	msg := func(id, text string) []any {
+		return []any{map[string]any{"content": text, "id": id, "type": "ai", "tool_calls": []any{}, "invalid_tool_calls": []any{},
+			"additional_kwargs": map[string]any{}, "response_metadata": map[string]any{}}}
+	}
+	switch d := p.Params.Data.Value.(type) {
+	case *protocol.MessageStartData:
+		f.open[ns], f.texts[ns] = d.ID, ""
+		meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
+		if p.Params.Node != nil {
+			meta["langgraph_node"] = *p.Params.Node
+		}
+		buf = frame(buf, "messages/metadata", seq, map[string]any{d.ID: map[string]any{"metadata": meta}})
+	case *protocol.ContentBlockDeltaData:
+		if t, ok := d.Delta.Value.(*protocol.TextDelta); ok {
+			f.texts[ns] += t.Text
+			buf = frame(buf, "messages/partial", seq, msg(f.open[ns], f.texts[ns]))
+		}
+	case *protocol.MessageFinishData:
+		buf = frame(buf, "messages/complete", seq, msg(f.open[ns], f.texts[ns]))
+		delete(f.texts, ns)
 	}
 	return buf
 }
