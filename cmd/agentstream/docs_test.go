@@ -30,6 +30,8 @@ var docsShrink = []struct {
 	{regexp.MustCompile(`--threads \d+`), "--threads 10"},
 	{regexp.MustCompile(`(^|\s)-threads \d+`), "${1}-threads 50"},
 	{regexp.MustCompile(`(^|\s)-n \d+`), "${1}-n 20"},
+	{regexp.MustCompile(`(^|\s)-watchers \d+`), "${1}-watchers 20"},
+	{regexp.MustCompile(`(^|\s)-words \d+`), "${1}-words 50"},
 	{regexp.MustCompile(`--duration \S+`), "--duration 1s"},
 	{regexp.MustCompile(`--idle \d+`), "--idle 20"},
 	{regexp.MustCompile(`--runs \d+`), "--runs 20"},

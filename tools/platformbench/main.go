@@ -12,6 +12,11 @@
 //	-op protocol the same run through the protocol's own SSE (a stream
 //	            of the thread's messages, then run.start), for comparison
 //	            (agentstream only)
+//	-op watch   -watchers joinStreams (messages-tuple, from the run's
+//	            start) of one echo run answering -words words at -delay
+//	            ms a word: deliveries a second, CPU per delivery
+//	-op watchprotocol the same watchers as protocol SSE streams of the
+//	            thread (agentstream only)
 //
 // Usage (docs/langgraph.md has the figures):
 //
@@ -19,6 +24,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
@@ -43,7 +49,9 @@ func main() {
 	n := flag.Int("n", 1000, "operations")
 	c := flag.Int("c", 8, "operations at once")
 	threads := flag.Int("threads", 100000, "with -op search: threads made first")
-	nwords := flag.Int("words", 200, "with -op stream and protocol: the words (tokens) of each run's answer")
+	nwords := flag.Int("words", 200, "with -op stream, protocol, watch: the words (tokens) of each run's answer")
+	watchers := flag.Int("watchers", 1000, "with -op watch and watchprotocol: the readers of the one run")
+	delay := flag.Int("delay", 1, "with -op watch and watchprotocol: ms between two words")
 	flag.Parse()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *c * 2}, Timeout: 60 * time.Second}
 	post := func(path string, body any) error {
@@ -136,8 +144,13 @@ func main() {
 				return readTo(resp, `"completed"`)
 			}
 		}
+	case "watch", "watchprotocol": // watch, below
 	default:
-		fail(fmt.Errorf("-op: wait, search, stream or protocol"))
+		fail(fmt.Errorf("-op: wait, search, stream, protocol, watch or watchprotocol"))
+	}
+	if *op == "watch" || *op == "watchprotocol" {
+		watch(client, *url, *op, *pid, *watchers, *nwords, *delay)
+		return
 	}
 	_ = do(0) // warm
 	cpu0 := treeCPU(*pid)
@@ -258,4 +271,93 @@ func treeCPU(pid int) time.Duration {
 		}
 	}
 	return time.Duration(total) * time.Second / 100 // USER_HZ
+}
+
+// watch measures one run read by many: the watchers open first (joinStream
+// from the run's start, or the protocol's stream of the thread before
+// run.start), the run answers words words, each watcher reads to the end.
+func watch(client *http.Client, url, op string, pid, watchers, words, delay int) {
+	text := strings.TrimSpace(strings.Repeat("word ", words))
+	input := map[string]any{"messages": []any{map[string]any{"role": "user", "content": text}}}
+	thread := uuid()
+	run := func(body any, path string) []byte {
+		b, _ := json.Marshal(body)
+		resp, err := client.Post(url+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			fail(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			fail(fmt.Errorf("%s: %d %s", path, resp.StatusCode, out))
+		}
+		return out
+	}
+	var open func() (*http.Response, error)
+	var start func()
+	marker := "event: messages"
+	if op == "watch" {
+		// The run first, slow to begin (its first word after the watchers
+		// are in), then the joins from its start.
+		cfg := map[string]any{"configurable": map[string]any{"token_delay_ms": delay}}
+		var rec struct {
+			RunID string `json:"run_id"`
+		}
+		_ = json.Unmarshal(run(map[string]any{"assistant_id": "echo", "if_not_exists": "create", "input": input, "config": cfg}, "/threads/"+thread+"/runs"), &rec)
+		open = func() (*http.Response, error) {
+			req, _ := http.NewRequest("GET", url+"/threads/"+thread+"/runs/"+rec.RunID+"/stream?stream_mode=messages-tuple", nil)
+			req.Header.Set("Last-Event-ID", "-1")
+			return client.Do(req)
+		}
+		start = func() {}
+	} else {
+		marker = `"content-block-delta"`
+		open = func() (*http.Response, error) {
+			return client.Post(url+"/threads/"+thread+"/stream", "application/json", strings.NewReader(`{"channels": ["messages", "lifecycle"]}`))
+		}
+		start = func() {
+			run(map[string]any{"id": 1, "method": "run.start", "params": map[string]any{"assistant_id": "echo", "input": input, "config": map[string]any{"token_delay_ms": delay}}}, "/threads/"+thread+"/commands")
+		}
+	}
+	cpu0 := treeCPU(pid)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	ready := make(chan struct{}, watchers)
+	for range watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := open()
+			ready <- struct{}{}
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				if strings.HasPrefix(line, marker) || (marker[0] == '"' && strings.Contains(line, marker)) {
+					got.Add(1)
+				}
+				if op == "watchprotocol" && strings.Contains(line, `"completed"`) {
+					return
+				}
+			}
+		}()
+	}
+	for range watchers {
+		<-ready
+	}
+	start()
+	wg.Wait()
+	wall := time.Since(t0)
+	cpu := treeCPU(pid) - cpu0
+	n := got.Load()
+	fmt.Printf("op=%s watchers=%d words=%d: %d of %d deliveries, %.0f deliveries/s", op, watchers, words, n, int64(watchers*words), float64(n)/wall.Seconds())
+	if pid > 0 && n > 0 {
+		fmt.Printf(", server CPU %.2f µs per delivery", float64(cpu.Microseconds())/float64(n))
+	}
+	fmt.Println()
 }

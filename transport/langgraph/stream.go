@@ -241,6 +241,105 @@ func frame(buf []byte, name string, seq uint64, v any) []byte {
 	return append(buf, "\n\n"...)
 }
 
+// tupleKey keys a text delta's messages-tuple frame, the same for every
+// reader of the run that knows the message it belongs to.
+type tupleKey struct{ run, message string }
+
+// viewKey keys the wire's view of an event (server.Event.View): what every
+// reader of the event shares, made once (decoded and encoded), of which
+// each stream makes its frames with its own state (its modes, the message
+// a delta belongs to).
+type viewKey struct{}
+
+// view is an event as the Platform's frames need it.
+type view struct {
+	kind viewKind
+	ns   string // the namespace, labels joined by "|"
+	// data: a failure's error object; for a text delta, its text as a
+	// JSON string.
+	data     []byte
+	frame    []byte // values, updates, custom: the whole frame
+	frame2   []byte // the interrupt: its values frame (frame: its updates frame)
+	text     string // a text delta's text
+	id, node string // a message's id (at its start), the node
+}
+
+type viewKind uint8
+
+const (
+	viewNone viewKind = iota
+	viewEnd           // the root run ended (data: the error frame's, when it failed)
+	viewValues
+	viewUpdates
+	viewCustom
+	viewStart // a message starts
+	viewDelta // a text delta of the open message
+	viewFinish
+	viewInterrupt // the run asks (data: the __interrupt__ list)
+)
+
+// makeView decodes e once for every reader.
+func makeView(e *server.Event) any {
+	v := &view{ns: strings.Join(e.Namespace, "|")}
+	e, err := e.WithPayload()
+	if err != nil {
+		return v
+	}
+	enc := func(x any) []byte { b, _ := json.Marshal(x); return b }
+	switch p := e.Payload.(type) {
+	case *protocol.ServerEventLifecycle:
+		if len(e.Namespace) == 0 && e.EndsRun() {
+			v.kind = viewEnd
+			if d := p.Params.Data; d.Event == protocol.AgentStatusFailed {
+				msg := "the run failed"
+				if d.Error != nil {
+					msg = *d.Error
+				}
+				v.data = enc(map[string]any{"error": "RunError", "message": msg})
+			}
+		}
+	case *protocol.ServerEventValues:
+		v.kind, v.frame = viewValues, rawFrame(nil, "values", e.Seq, enc(p.Params.Data))
+	case *protocol.ServerEventUpdates:
+		node := "agent"
+		if p.Params.Data.Node != nil {
+			node = *p.Params.Data.Node
+		}
+		v.kind, v.frame = viewUpdates, rawFrame(nil, "updates", e.Seq, enc(map[string]any{node: p.Params.Data.Values}))
+	case *protocol.ServerEventCustom:
+		v.kind, v.frame = viewCustom, rawFrame(nil, "custom", e.Seq, enc(p.Params.Data.Payload))
+	case *protocol.ServerEventInputRequested:
+		ask := enc(map[string]any{"__interrupt__": []map[string]any{{"id": p.Params.Data.InterruptID, "value": p.Params.Data.Payload}}})
+		v.kind, v.frame, v.frame2 = viewInterrupt, rawFrame(nil, "updates", e.Seq, ask), rawFrame(nil, "values", e.Seq, ask)
+	case *protocol.ServerEventMessages:
+		if p.Params.Node != nil {
+			v.node = *p.Params.Node
+		}
+		switch d := p.Params.Data.Value.(type) {
+		case *protocol.MessageStartData:
+			v.kind, v.id = viewStart, d.ID
+		case *protocol.ContentBlockDeltaData:
+			if t, ok := d.Delta.Value.(*protocol.TextDelta); ok {
+				v.kind, v.text, v.data = viewDelta, t.Text, server.AppendJSONString(nil, t.Text)
+			}
+		case *protocol.MessageFinishData:
+			v.kind = viewFinish
+		}
+	}
+	return v
+}
+
+// rawFrame appends one `event: NAME` frame of JSON data.
+func rawFrame(buf []byte, name string, seq uint64, data []byte) []byte {
+	buf = append(buf, "event: "...)
+	buf = append(buf, name...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, data...)
+	buf = append(buf, "\nid: "...)
+	buf = strconv.AppendUint(buf, seq, 10)
+	return append(buf, "\n\n"...)
+}
+
 func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 	if e.Seq == 0 {
 		if e.Method == "events.missed" {
@@ -248,60 +347,44 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		}
 		return buf, false // the state as the subscription was made: the run's own values follow
 	}
-	e, err := e.WithPayload()
-	if err != nil {
-		return buf, false
-	}
-	ns := strings.Join(e.Namespace, "|")
-	switch p := e.Payload.(type) {
-	case *protocol.ServerEventLifecycle:
-		if len(e.Namespace) != 0 || !e.EndsRun() {
-			return buf, false
-		}
-		if d := p.Params.Data; d.Event == protocol.AgentStatusFailed {
-			msg := "the run failed"
-			if d.Error != nil {
-				msg = *d.Error
-			}
-			buf = frame(buf, "error", e.Seq, map[string]any{"error": "RunError", "message": msg})
+	v := e.View(viewKey{}, func() any { return makeView(e) }).(*view)
+	switch v.kind {
+	case viewEnd:
+		if v.data != nil {
+			buf = rawFrame(buf, "error", e.Seq, v.data)
 		}
 		if f.ended != nil {
 			f.ended()
 			f.ended = nil
 		}
 		return buf, true
-	case *protocol.ServerEventValues:
-		if f.wants("values") && ns == "" {
-			buf = frame(buf, "values", e.Seq, p.Params.Data)
+	case viewValues:
+		if f.wants("values") && v.ns == "" {
+			buf = append(buf, v.frame...)
 		}
-	case *protocol.ServerEventUpdates:
-		if f.wants("updates") && ns == "" {
-			node := "agent"
-			if p.Params.Data.Node != nil {
-				node = *p.Params.Data.Node
-			}
-			buf = frame(buf, "updates", e.Seq, map[string]any{node: p.Params.Data.Values})
+	case viewUpdates:
+		if f.wants("updates") && v.ns == "" {
+			buf = append(buf, v.frame...)
 		}
-	case *protocol.ServerEventCustom:
+	case viewCustom:
 		if f.wants("custom") {
-			buf = frame(buf, "custom", e.Seq, p.Params.Data.Payload)
+			buf = append(buf, v.frame...)
 		}
-	case *protocol.ServerEventMessages:
+	case viewStart, viewDelta, viewFinish:
 		if f.wants("messages") {
-			buf = f.legacyMessage(buf, e.Seq, ns, p)
+			buf = f.legacyMessage(buf, e.Seq, v)
 		}
 		if f.wants("messages-tuple") {
-			buf = f.message(buf, e.Seq, ns, p)
+			buf = f.message(buf, e, v)
 		}
-	case *protocol.ServerEventInputRequested:
+	case viewInterrupt:
 		// The run waits: the interrupt as the Platform shows it, and the
 		// stream ends (the run goes on with the next run's command).
-		ask := []map[string]any{{"id": p.Params.Data.InterruptID, "value": p.Params.Data.Payload}}
 		if f.wants("updates") {
-			buf = frame(buf, "updates", e.Seq, map[string]any{"__interrupt__": ask})
+			buf = append(buf, v.frame...)
 		}
 		if f.wants("values") {
-			buf = frame(buf, "values", e.Seq, map[string]any{"__interrupt__": ask})
+			buf = append(buf, v.frame2...)
 		}
 		return buf, true
 	}
@@ -309,43 +392,44 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 }
 
 // message appends a messages-tuple frame for a text delta of the open
-// message of namespace ns: [the chunk, its metadata]. Most of a stream,
-// it is written from bytes made once per message (what follows the
-// chunk's content), not marshalled per token.
-func (f *platformFrames) message(buf []byte, seq uint64, ns string, p *protocol.ServerEventMessages) []byte {
-	switch d := p.Params.Data.Value.(type) {
-	case *protocol.MessageStartData:
-		f.open[ns] = d.ID
-		delete(f.tails, ns)
-	case *protocol.ContentBlockDeltaData:
-		t, ok := d.Delta.Value.(*protocol.TextDelta)
-		if !ok {
-			return buf
-		}
-		tail := f.tails[ns]
+// message of its namespace: [the chunk, its metadata], written from bytes
+// made once per message (what follows the chunk's content) and the
+// delta's text, encoded once for all readers.
+func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
+	seq := e.Seq
+	switch v.kind {
+	case viewStart:
+		f.open[v.ns] = v.id
+		delete(f.tails, v.ns)
+	case viewDelta:
+		tail := f.tails[v.ns]
 		if tail == nil {
 			meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
-			if p.Params.Node != nil {
-				meta["langgraph_node"] = *p.Params.Node
+			if v.node != "" {
+				meta["langgraph_node"] = v.node
 			}
 			m, _ := json.Marshal(meta)
-			tail = append(server.AppendJSONString([]byte(`,"id":`), f.open[ns]),
+			tail = append(server.AppendJSONString([]byte(`,"id":`), f.open[v.ns]),
 				`,"type":"ai","tool_calls":[],"invalid_tool_calls":[],"tool_call_chunks":[],"additional_kwargs":{},"response_metadata":{}},`...)
 			tail = append(append(tail, m...), ']')
 			if f.tails == nil {
 				f.tails = map[string][]byte{}
 			}
-			f.tails[ns] = tail
+			f.tails[v.ns] = tail
 		}
-		buf = append(buf, "event: messages\ndata: [{\"content\":"...)
-		buf = server.AppendJSONString(buf, t.Text)
-		buf = append(buf, tail...)
-		buf = append(buf, "\nid: "...)
-		buf = strconv.AppendUint(buf, seq, 10)
-		buf = append(buf, "\n\n"...)
-	case *protocol.MessageFinishData:
-		delete(f.open, ns)
-		delete(f.tails, ns)
+		// The whole frame is the same for every reader of this run that
+		// saw the message start: made once, under that message's key.
+		fr := e.View(tupleKey{run: f.run, message: f.open[v.ns]}, func() any {
+			b := append([]byte("event: messages\ndata: [{\"content\":"), v.data...)
+			b = append(b, tail...)
+			b = append(b, "\nid: "...)
+			b = strconv.AppendUint(b, seq, 10)
+			return append(b, "\n\n"...)
+		}).([]byte)
+		buf = append(buf, fr...)
+	case viewFinish:
+		delete(f.open, v.ns)
+		delete(f.tails, v.ns)
 	}
 	return buf
 }
@@ -353,7 +437,7 @@ func (f *platformFrames) message(buf []byte, seq uint64, ns string, p *protocol.
 // legacyMessage appends the `messages` mode's frames: messages/metadata
 // as a message starts, messages/partial with its text so far at each text
 // delta, messages/complete with the whole as it finishes.
-func (f *platformFrames) legacyMessage(buf []byte, seq uint64, ns string, p *protocol.ServerEventMessages) []byte {
+func (f *platformFrames) legacyMessage(buf []byte, seq uint64, v *view) []byte {
 	if f.texts == nil {
 		f.texts = map[string]string{}
 	}
@@ -361,22 +445,20 @@ func (f *platformFrames) legacyMessage(buf []byte, seq uint64, ns string, p *pro
 		return []any{map[string]any{"content": text, "id": id, "type": "ai", "tool_calls": []any{}, "invalid_tool_calls": []any{},
 			"additional_kwargs": map[string]any{}, "response_metadata": map[string]any{}}}
 	}
-	switch d := p.Params.Data.Value.(type) {
-	case *protocol.MessageStartData:
-		f.open[ns], f.texts[ns] = d.ID, ""
+	switch v.kind {
+	case viewStart:
+		f.open[v.ns], f.texts[v.ns] = v.id, ""
 		meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
-		if p.Params.Node != nil {
-			meta["langgraph_node"] = *p.Params.Node
+		if v.node != "" {
+			meta["langgraph_node"] = v.node
 		}
-		buf = frame(buf, "messages/metadata", seq, map[string]any{d.ID: map[string]any{"metadata": meta}})
-	case *protocol.ContentBlockDeltaData:
-		if t, ok := d.Delta.Value.(*protocol.TextDelta); ok {
-			f.texts[ns] += t.Text
-			buf = frame(buf, "messages/partial", seq, msg(f.open[ns], f.texts[ns]))
-		}
-	case *protocol.MessageFinishData:
-		buf = frame(buf, "messages/complete", seq, msg(f.open[ns], f.texts[ns]))
-		delete(f.texts, ns)
+		buf = frame(buf, "messages/metadata", seq, map[string]any{v.id: map[string]any{"metadata": meta}})
+	case viewDelta:
+		f.texts[v.ns] += v.text
+		buf = frame(buf, "messages/partial", seq, msg(f.open[v.ns], f.texts[v.ns]))
+	case viewFinish:
+		buf = frame(buf, "messages/complete", seq, msg(f.open[v.ns], f.texts[v.ns]))
+		delete(f.texts, v.ns)
 	}
 	return buf
 }
