@@ -22,12 +22,13 @@ const maxBody = 1 << 20
 // Handler serves the Platform API's resource routes.
 type Handler struct {
 	wire.Context
-	started time.Time // the assistants' created_at: when the wire started
+	started time.Time  // the assistants' created_at: when the wire started
+	views   *viewCache // replayed events' views, shared by their readers
 }
 
 // New returns the wire's handler on c.Server.
 func New(c wire.Context) *Handler {
-	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC()}
+	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC(), views: newViewCache(maxViewBytes)}
 }
 
 // Routes are the wire's routes. Reads of lists and of an assistant are

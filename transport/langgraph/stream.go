@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -125,7 +126,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			first = frame(first, "messages/complete", from, []any{o})
 		}
 	}
-	f := &platformFrames{thread: thread, run: runID, modes: modes, open: map[string]string{}}
+	f := &platformFrames{thread: thread, run: runID, modes: modes, open: map[string]string{}, views: h.views}
 	if stateless && temporary(&req) {
 		// The thread goes once this stream has read the run's end (not
 		// as the run ends: a reader behind it would lose its last
@@ -207,7 +208,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	f := &platformFrames{thread: thread, run: rec.ID, modes: modes, open: map[string]string{}}
+	f := &platformFrames{thread: thread, run: rec.ID, modes: modes, open: map[string]string{}, views: h.views}
 	hdr := http.Header{}
 	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+rec.ID)
 	hdr.Set("Location", "/threads/"+thread+"/runs/"+rec.ID+"/stream")
@@ -222,6 +223,7 @@ type platformFrames struct {
 	tails       map[string][]byte // namespace -> the open message's chunk after its content
 	texts       map[string]string // namespace -> the open message's text so far (the messages mode)
 	ended       func()            // called once as the run's end is read, if set
+	views       *viewCache
 }
 
 func (f *platformFrames) wants(mode string) bool { return slices.Contains(f.modes, mode) }
@@ -329,6 +331,64 @@ func makeView(e *server.Event) any {
 	return v
 }
 
+// maxViewBytes bounds what the view cache holds.
+const maxViewBytes = 16 << 20
+
+// viewCache shares the views of events by thread and event id. A live
+// event is one object for all its readers (Event.View shares its view),
+// but a log's replay makes each reader its own copy of an event: the
+// joins of a run from its start would each decode it again.
+type viewCache struct {
+	mu    sync.Mutex
+	m     map[viewAt]*view
+	fifo  []viewAt // oldest first
+	bytes int
+	max   int
+}
+
+type viewAt struct{ thread, id string }
+
+func newViewCache(max int) *viewCache { return &viewCache{m: map[viewAt]*view{}, max: max} }
+
+func (v *view) size() int {
+	return 64 + len(v.data) + len(v.frame) + len(v.frame2) + len(v.text) + len(v.id) + len(v.node) + len(v.ns)
+}
+
+// get returns e's view, made once while the cache holds it.
+func (c *viewCache) get(thread string, e *server.Event) any {
+	if c == nil || e.EventID() == "" {
+		return makeView(e)
+	}
+	k := viewAt{thread, e.EventID()}
+	c.mu.Lock()
+	v := c.m[k]
+	c.mu.Unlock()
+	if v != nil {
+		return v
+	}
+	v = makeView(e).(*view)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.m[k]; old != nil {
+		return old
+	}
+	c.m[k] = v
+	c.fifo = append(c.fifo, k)
+	c.bytes += v.size()
+	for c.bytes > c.max && len(c.fifo) > 0 {
+		old := c.fifo[0]
+		c.fifo = c.fifo[1:]
+		if ov := c.m[old]; ov != nil {
+			c.bytes -= ov.size()
+			delete(c.m, old)
+		}
+	}
+	if cap(c.fifo) > 4*len(c.fifo)+1024 { // give back what the front's removals left
+		c.fifo = slices.Clone(c.fifo)
+	}
+	return v
+}
+
 // rawFrame appends one `event: NAME` frame of JSON data.
 func rawFrame(buf []byte, name string, seq uint64, data []byte) []byte {
 	buf = append(buf, "event: "...)
@@ -347,7 +407,7 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		}
 		return buf, false // the state as the subscription was made: the run's own values follow
 	}
-	v := e.View(viewKey{}, func() any { return makeView(e) }).(*view)
+	v := e.View(viewKey{}, func() any { return f.views.get(f.thread, e) }).(*view)
 	switch v.kind {
 	case viewEnd:
 		if v.data != nil {
