@@ -243,6 +243,7 @@ func (t *thread) resume(r *run, ids []string, answers []any) {
 	_, _ = t.publish(eventData{p: protocol.NewServerEventInputAnswered(protocol.InputAnsweredData{InterruptIds: ids})})
 	if len(r.pending) == 0 {
 		r.status = statusRunning
+		t.srv.recordRun(r, RunRunning)
 		_, _ = t.publishLifecycle(nil, protocol.AgentStatusRunning, r.assistantID, nil, "")
 	}
 }

@@ -321,11 +321,11 @@ type ItemSearch struct {
 // shared namespaces, the shared store's (of which only the granted
 // namespaces are seen).
 func scopes(p *auth.Principal) []string {
-	if own := ItemScope(p, nil); own != "" && len(p.Store) > 0 {
+	own := ItemScope(p, nil)
+	if own != "" && len(p.Store) > 0 {
 		return []string{own, ""}
-	} else {
-		return []string{own}
 	}
+	return []string{own}
 }
 
 // sees reports whether p sees an item of scope in namespace.

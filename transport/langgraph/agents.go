@@ -130,7 +130,7 @@ func (h *Handler) byRunID(w http.ResponseWriter, r *http.Request) (server.RunRec
 		return rec, false
 	}
 	r.SetPathValue("id", rec.Thread)
-	return h.waiting(rec), true
+	return rec, true
 }
 
 // getAgentRun serves GET /runs/{run}.

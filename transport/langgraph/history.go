@@ -73,18 +73,8 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		}
 		before = r.URL.Query().Get("before")
 	}
-	info, found, err := h.Server.Thread(r.Context(), thread)
-	if err != nil {
-		serverError(w, err)
-		return
-	}
-	if !found {
-		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
-		return
-	}
-	cps, err := h.Server.Checkpoints(r.Context(), thread)
-	if err != nil {
-		serverError(w, err)
+	info, cps, ok := h.checkpoints(w, r, thread)
+	if !ok {
 		return
 	}
 	// Where the page starts: at `checkpoint`, or after `before`.
@@ -129,6 +119,27 @@ func (h *Handler) copyThread(w http.ResponseWriter, r *http.Request) {
 	answerThread(w, id, info, found, err, false)
 }
 
+// checkpoints is thread as the Platform shows it and its checkpoints,
+// newest first; it answers the request itself when it cannot (404 for a
+// thread that does not exist).
+func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request, thread string) (server.ThreadInfo, []server.CheckpointRecord, bool) {
+	info, found, err := h.Server.Thread(r.Context(), thread)
+	if err != nil {
+		serverError(w, err)
+		return info, nil, false
+	}
+	if !found {
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
+		return info, nil, false
+	}
+	cps, err := h.Server.Checkpoints(r.Context(), thread)
+	if err != nil {
+		serverError(w, err)
+		return info, nil, false
+	}
+	return info, cps, true
+}
+
 // emptyState is the state of a thread with no checkpoint (or of a
 // checkpoint it does not have), as the Platform shows it.
 func emptyState(thread, checkpointID string) map[string]any {
@@ -142,18 +153,8 @@ func emptyState(thread, checkpointID string) map[string]any {
 // stateAt answers the state at checkpoint id of thread (the newest when
 // id is empty).
 func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id string) {
-	info, found, err := h.Server.Thread(r.Context(), thread)
-	if err != nil {
-		serverError(w, err)
-		return
-	}
-	if !found {
-		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
-		return
-	}
-	cps, err := h.Server.Checkpoints(r.Context(), thread)
-	if err != nil {
-		serverError(w, err)
+	info, cps, ok := h.checkpoints(w, r, thread)
+	if !ok {
 		return
 	}
 	for i, cp := range cps {
@@ -227,11 +228,8 @@ func (h *Handler) updateState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if p := auth.FromContext(r.Context()); p != nil {
-		if err := h.Server.Authorize(p, thread, true); err != nil {
-			serverError(w, err)
-			return
-		}
+	if !h.mayChange(w, r, thread) {
+		return
 	}
 	var req LgStateUpdate
 	if !h.body(w, r, &req) {

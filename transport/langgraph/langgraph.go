@@ -218,6 +218,19 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, id string) 
 	return true
 }
 
+// mayChange checks that the caller may change thread (make it, run on it,
+// change its state or runs): authorize for a command, as the protocol's
+// commands are.
+func (h *Handler) mayChange(w http.ResponseWriter, r *http.Request, thread string) bool {
+	if p := auth.FromContext(r.Context()); p != nil {
+		if err := h.Server.Authorize(p, thread, true); err != nil {
+			serverError(w, err)
+			return false
+		}
+	}
+	return true
+}
+
 // getThread serves GET /threads/{id}.
 func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.authorizedThread(w, r)

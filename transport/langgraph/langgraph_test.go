@@ -21,7 +21,6 @@ import (
 	"github.com/agentstream/agentstream/internal/testkit/lgtest"
 	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/internal/testkit/sdktest"
-	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/langgraph"
@@ -210,11 +209,7 @@ func TestThreadsAsResources(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { threadsAsResources(t, start(t, server.Config{}, transport.Options{})) })
 	t.Run("disk", func(t *testing.T) {
 		dir := t.TempDir()
-		open := func() *node {
-			eng, err := diskstore.Open(diskstore.Options{Dir: dir})
-			require.NoError(t, err)
-			return start(t, server.Config{Engine: eng}, transport.Options{})
-		}
+		open := func() *node { return diskNode(t, dir) }
 		n := open()
 		threadsAsResources(t, n)
 		var before langgraph.LgThread
@@ -284,22 +279,7 @@ func TestThreadsAreEachPrincipals(t *testing.T) {
 func TestPlatformResourcesMatchTheReference(t *testing.T) {
 	nodeBin, script := sdktest.Script(t, "platform-resources.mjs")
 	ref := lgtest.Start(t)
-	run := func(url string) map[string]any {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, nodeBin, script, url)
-		cmd.Dir = filepath.Dir(script)
-		out, err := cmd.Output()
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		require.NoError(t, err, "%s", stderr)
-		var steps map[string]any
-		require.NoError(t, json.Unmarshal(out, &steps), "%s", out)
-		return steps
-	}
-	want := run(ref.URL)
+	want := sdkSteps(t, nodeBin, script, ref.URL, 90*time.Second)
 	require.NotEmpty(t, want)
 	// Differences by choice (docs/langgraph.md): agentstream's answer
 	// for these steps, tested here instead.
@@ -325,8 +305,8 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// multitask strategy's rollback of the state).
 		"runs.cancel rollback": map[string]any{"got": float64(404), "list": float64(1), "messages": float64(2)},
 	}
-	compare := func(t *testing.T, url string) {
-		got := run(url)
+	onEachEngine(t, func(t *testing.T, n *node) {
+		got := sdkSteps(t, nodeBin, script, n.url, 90*time.Second)
 		for step, w := range want {
 			if c, ok := chosen[step]; ok {
 				w = c
@@ -334,20 +314,6 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 			assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
 		}
 		require.Len(t, got, len(want))
-	}
-	t.Run("memory", func(t *testing.T) { compare(t, start(t, server.Config{}, transport.Options{}).url) })
-	t.Run("disk", func(t *testing.T) {
-		eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
-		require.NoError(t, err)
-		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
-	})
-	t.Run("redis", func(t *testing.T) {
-		rs := redistest.Start(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
-		require.NoError(t, err)
-		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
 	})
 }
 
@@ -356,13 +322,7 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 // the other, and deleted there for both.
 func TestThreadsOnRedis(t *testing.T) {
 	rs := redistest.Start(t)
-	open := func() *node {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
-		require.NoError(t, err)
-		return start(t, server.Config{Engine: eng}, transport.Options{})
-	}
+	open := func() *node { return redisNode(t, rs) }
 	a, b := open(), open()
 	threadsAsResources(t, a)
 	var th langgraph.LgThread
@@ -694,22 +654,7 @@ func agentRuns(t *testing.T, n *node) {
 
 // TestAgentProtocolRuns: the Agent Protocol's run routes by run id
 // (get, wait, cancel, delete, search) on each engine.
-func TestAgentProtocolRuns(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { agentRuns(t, start(t, server.Config{}, transport.Options{})) })
-	t.Run("disk", func(t *testing.T) {
-		eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
-		require.NoError(t, err)
-		agentRuns(t, start(t, server.Config{Engine: eng}, transport.Options{}))
-	})
-	t.Run("redis", func(t *testing.T) {
-		rs := redistest.Start(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
-		require.NoError(t, err)
-		agentRuns(t, start(t, server.Config{Engine: eng}, transport.Options{}))
-	})
-}
+func TestAgentProtocolRuns(t *testing.T) { onEachEngine(t, agentRuns) }
 
 // TestPlatformRoutesAreEachPrincipals: every route of a thread (state,
 // updateState, history, copy, runs and their Agent Protocol paths) is
@@ -770,11 +715,7 @@ func TestPlatformRoutesAreEachPrincipals(t *testing.T) {
 // outlive a restart.
 func TestRunsSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
-	open := func() *node {
-		eng, err := diskstore.Open(diskstore.Options{Dir: dir})
-		require.NoError(t, err)
-		return start(t, server.Config{Engine: eng}, transport.Options{})
-	}
+	open := func() *node { return diskNode(t, dir) }
 	n := open()
 	var values map[string]any
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/keep-1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}, "metadata": {"k": "v"}}`, "", &values))
@@ -807,22 +748,7 @@ func TestRunsSurviveARestart(t *testing.T) {
 func TestRunStreamsMatchTheReference(t *testing.T) {
 	nodeBin, script := sdktest.Script(t, "platform-stream.mjs")
 	ref := lgtest.Start(t)
-	run := func(url string) map[string]any {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, nodeBin, script, url)
-		cmd.Dir = filepath.Dir(script)
-		out, err := cmd.Output()
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		require.NoError(t, err, "%s", stderr)
-		var steps map[string]any
-		require.NoError(t, json.Unmarshal(out, &steps), "%s", out)
-		return steps
-	}
-	want := run(ref.URL)
+	want := sdkSteps(t, nodeBin, script, ref.URL, 60*time.Second)
 	require.NotEmpty(t, want)
 	// Differences by choice (docs/langgraph.md), tested with agentstream's
 	// answer: a join streams the modes it asks for (the reference streams
@@ -830,8 +756,8 @@ func TestRunStreamsMatchTheReference(t *testing.T) {
 	chosen := map[string]any{
 		"join a running run": map[string]any{"values": []any{"a b c d e f g h i j k l", "a b c d e f g h i j k l"}, "kinds": []any{"messages", "values"}},
 	}
-	compare := func(t *testing.T, url string) {
-		got := run(url)
+	onEachEngine(t, func(t *testing.T, n *node) {
+		got := sdkSteps(t, nodeBin, script, n.url, 60*time.Second)
 		for step, w := range want {
 			if c, ok := chosen[step]; ok {
 				w = c
@@ -839,20 +765,6 @@ func TestRunStreamsMatchTheReference(t *testing.T) {
 			assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
 		}
 		require.Len(t, got, len(want))
-	}
-	t.Run("memory", func(t *testing.T) { compare(t, start(t, server.Config{}, transport.Options{}).url) })
-	t.Run("disk", func(t *testing.T) {
-		eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
-		require.NoError(t, err)
-		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
-	})
-	t.Run("redis", func(t *testing.T) {
-		rs := redistest.Start(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
-		require.NoError(t, err)
-		compare(t, start(t, server.Config{Engine: eng}, transport.Options{}).url)
 	})
 }
 
@@ -926,13 +838,7 @@ func TestUseStreamInABrowser(t *testing.T) {
 // with Last-Event-ID: the text the chunks assemble is whole, once.
 func TestRunStreamResumesOnAnotherNode(t *testing.T) {
 	rs := redistest.Start(t)
-	open := func() *node {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
-		require.NoError(t, err)
-		return start(t, server.Config{Engine: eng}, transport.Options{})
-	}
+	open := func() *node { return redisNode(t, rs) }
 	a, b := open(), open()
 	const words = "a b c d e f g h i j k l"
 	// frames reads SSE frames (event, data, id) until fn says stop.
@@ -998,11 +904,7 @@ func TestRunStreamResumesOnAnotherNode(t *testing.T) {
 // run's start (Last-Event-ID -1) and after one of its frames.
 func TestRunStreamReplaysAfterARestart(t *testing.T) {
 	dir := t.TempDir()
-	open := func() *node {
-		eng, err := diskstore.Open(diskstore.Options{Dir: dir})
-		require.NoError(t, err)
-		return start(t, server.Config{Engine: eng}, transport.Options{})
-	}
+	open := func() *node { return diskNode(t, dir) }
 	n := open()
 	const words = "one two three four five"
 	read := func(resp *http.Response) (text string, ids []string) {

@@ -47,11 +47,8 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	}
 	ctx := r.Context()
 	p := auth.FromContext(ctx)
-	if p != nil {
-		if err := h.Server.Authorize(p, thread, true); err != nil {
-			serverError(w, err)
-			return "", nil, false
-		}
+	if !h.mayChange(w, r, thread) {
+		return "", nil, false
 	}
 	if req.IfNotExists != nil && *req.IfNotExists == "reject" {
 		if _, found, err := h.Server.Thread(ctx, thread); err != nil {
@@ -295,22 +292,17 @@ func (h *Handler) waitStateless(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
-	var req LgRunCreate
-	if !h.body(w, r, &req) {
+	req, thread, stateless, ok := h.readRun(w, r, thread, stateless)
+	if !ok {
 		return
 	}
-	if stateless {
-		if thread, stateless = h.bodyThread(w, &req); thread == "" {
-			return
-		}
-	}
-	runID, ss, ok := h.startRun(w, r, thread, &req)
+	runID, ss, ok := h.startRun(w, r, thread, req)
 	if !ok {
 		return
 	}
 	defer ss.Close()
 	h.waitEnd(w, r, thread, runID, ss)
-	if stateless && temporary(&req) {
+	if stateless && temporary(req) {
 		// Deleted now, or when the run ends if the client went before.
 		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
 	}
@@ -326,6 +318,23 @@ func temporary(req *LgRunCreate) bool {
 // on_completion is "keep".
 func (h *Handler) createStateless(w http.ResponseWriter, r *http.Request) {
 	h.startInBackground(w, r, "", true)
+}
+
+// readRun reads the run a request asks for, and the thread it runs on:
+// thread, or for a route without one (stateless), the body's thread_id
+// (the run is then not stateless) or a new thread. It answers the
+// request itself when it cannot (ok false).
+func (h *Handler) readRun(w http.ResponseWriter, r *http.Request, thread string, stateless bool) (req *LgRunCreate, _ string, _ bool, ok bool) {
+	req = &LgRunCreate{}
+	if !h.body(w, r, req) {
+		return nil, "", false, false
+	}
+	if stateless {
+		if thread, stateless = h.bodyThread(w, req); thread == "" {
+			return nil, "", false, false
+		}
+	}
+	return req, thread, stateless, true
 }
 
 // bodyThread is the thread a run of POST /runs or /runs/wait runs on: the
@@ -348,11 +357,8 @@ func (h *Handler) deleteRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if p := auth.FromContext(r.Context()); p != nil {
-		if err := h.Server.Authorize(p, thread, true); err != nil {
-			serverError(w, err)
-			return
-		}
+	if !h.mayChange(w, r, thread) {
+		return
 	}
 	if err := h.Server.DeleteRun(r.Context(), thread, rec.ID); err != nil {
 		serverError(w, err)
@@ -372,21 +378,16 @@ func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
 // startInBackground starts the run the body asks for on thread and
 // answers its record.
 func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
-	var req LgRunCreate
-	if !h.body(w, r, &req) {
+	req, thread, stateless, ok := h.readRun(w, r, thread, stateless)
+	if !ok {
 		return
 	}
-	if stateless {
-		if thread, stateless = h.bodyThread(w, &req); thread == "" {
-			return
-		}
-	}
-	runID, ss, ok := h.startRun(w, r, thread, &req)
+	runID, ss, ok := h.startRun(w, r, thread, req)
 	if !ok {
 		return
 	}
 	ss.Close()
-	if stateless && temporary(&req) {
+	if stateless && temporary(req) {
 		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
 	}
 	name, _ := h.assistantName(req.assistant())
@@ -415,15 +416,6 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	// the Platform answers.
 	rec.Status, rec.UpdatedAt = server.RunPending, rec.CreatedAt
 	write(w, http.StatusOK, lgRun(rec))
-}
-
-// waiting shows a run that waits on its interrupts as the Platform does:
-// interrupted (its run has ended there; the resume is the next).
-func (h *Handler) waiting(rec server.RunRecord) server.RunRecord {
-	if (rec.Status == server.RunRunning || rec.Status == server.RunPending) && h.Server.RunWaits(rec.Thread, rec.ID) {
-		rec.Status = server.RunInterrupted
-	}
-	return rec
 }
 
 // lgRun is a run's record as the wire shows it.
@@ -475,7 +467,6 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []LgRun{}
 	for _, rec := range runs {
-		rec = h.waiting(rec)
 		if st := q.Get("status"); st != "" && rec.Status != st {
 			continue
 		}
@@ -519,7 +510,7 @@ func (h *Handler) findRun(w http.ResponseWriter, r *http.Request) (thread string
 		}
 		for _, known := range runs {
 			if known.ID == r.PathValue("run") {
-				return thread, h.waiting(known), true
+				return thread, known, true
 			}
 		}
 	}

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/auth"
-	"github.com/agentstream/agentstream/diskstore"
 	"github.com/agentstream/agentstream/internal/testkit/redistest"
-	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/langgraph"
@@ -125,11 +123,7 @@ func TestStore(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { storeScenario(t, start(t, server.Config{}, transport.Options{})) })
 	t.Run("disk", func(t *testing.T) {
 		dir := t.TempDir()
-		open := func() *node {
-			eng, err := diskstore.Open(diskstore.Options{Dir: dir})
-			require.NoError(t, err)
-			return start(t, server.Config{Engine: eng}, transport.Options{})
-		}
+		open := func() *node { return diskNode(t, dir) }
 		n := open()
 		storeScenario(t, n)
 		before := getItem(t, n, "prefs.ann", "theme", "")
@@ -140,13 +134,7 @@ func TestStore(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		rs := redistest.Start(t)
-		open := func() *node {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			eng, err := redisstore.New(ctx, redisstore.Options{URL: rs.URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
-			require.NoError(t, err)
-			return start(t, server.Config{Engine: eng}, transport.Options{})
-		}
+		open := func() *node { return redisNode(t, rs) }
 		a, b := open(), open()
 		storeScenario(t, a)
 		require.Equal(t, []string{"docs/a", "prefs.ann/theme"}, searchKeys(t, b, `{"namespace_prefix": []}`, ""), "the store is shared")

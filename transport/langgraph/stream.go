@@ -76,16 +76,11 @@ func (h *Handler) streamStateless(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread string, stateless bool) {
-	var req LgRunCreate
-	if !h.body(w, r, &req) {
+	req, thread, stateless, ok := h.readRun(w, r, thread, stateless)
+	if !ok {
 		return
 	}
-	if stateless {
-		if thread, stateless = h.bodyThread(w, &req); thread == "" {
-			return
-		}
-	}
-	modes, err := modesOf(&req)
+	modes, err := modesOf(req)
 	if err != nil {
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
 		return
@@ -105,7 +100,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			before = append(slices.Clone(before), more...)
 		}
 	}
-	runID, ss, ok := h.startRunWith(w, r, thread, &req, channels.Filter{Channels: chans, Depth: 0})
+	runID, ss, ok := h.startRunWith(w, r, thread, req, channels.Filter{Channels: chans, Depth: 0})
 	if !ok {
 		return
 	}
@@ -126,8 +121,8 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			first = frame(first, "messages/complete", from, []any{o})
 		}
 	}
-	f := &platformFrames{thread: thread, run: runID, modes: modes, open: map[string]string{}, views: h.views}
-	if stateless && temporary(&req) {
+	f := newFrames(thread, runID, modes, h.views)
+	if stateless && temporary(req) {
 		// The thread goes once this stream has read the run's end (not
 		// as the run ends: a reader behind it would lose its last
 		// events); a run whose reader went first keeps it until
@@ -208,7 +203,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	f := &platformFrames{thread: thread, run: rec.ID, modes: modes, open: map[string]string{}, views: h.views}
+	f := newFrames(thread, rec.ID, modes, h.views)
 	hdr := http.Header{}
 	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+rec.ID)
 	hdr.Set("Location", "/threads/"+thread+"/runs/"+rec.ID+"/stream")
@@ -218,15 +213,20 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 // platformFrames makes the Platform's frames of one run's events.
 type platformFrames struct {
 	thread, run string
-	modes       []string
-	open        map[string]string // namespace -> the id of its open message
-	tails       map[string][]byte // namespace -> the open message's chunk after its content
-	texts       map[string]string // namespace -> the open message's text so far (the messages mode)
-	ended       func()            // called once as the run's end is read, if set
-	views       *viewCache
+	// The modes asked for (read for every event: flags, not a list).
+	values, updates, tuple, legacy, custom bool
+	open                                   map[string]string // namespace -> the id of its open message
+	tails                                  map[string][]byte // namespace -> the open message's chunk after its content
+	texts                                  map[string]string // namespace -> the open message's text so far (the messages mode)
+	ended                                  func()            // called once as the run's end is read, if set
+	views                                  *viewCache
 }
 
-func (f *platformFrames) wants(mode string) bool { return slices.Contains(f.modes, mode) }
+func newFrames(thread, run string, modes []string, views *viewCache) *platformFrames {
+	return &platformFrames{thread: thread, run: run, open: map[string]string{}, views: views,
+		values: slices.Contains(modes, "values"), updates: slices.Contains(modes, "updates"), tuple: slices.Contains(modes, "messages-tuple"),
+		legacy: slices.Contains(modes, "messages"), custom: slices.Contains(modes, "custom")}
+}
 
 // frame appends one `event: NAME` frame of v, its id the event's seq.
 func frame(buf []byte, name string, seq uint64, v any) []byte {
@@ -234,13 +234,7 @@ func frame(buf []byte, name string, seq uint64, v any) []byte {
 	if err != nil {
 		return buf
 	}
-	buf = append(buf, "event: "...)
-	buf = append(buf, name...)
-	buf = append(buf, "\ndata: "...)
-	buf = append(buf, b...)
-	buf = append(buf, "\nid: "...)
-	buf = strconv.AppendUint(buf, seq, 10)
-	return append(buf, "\n\n"...)
+	return rawFrame(buf, name, seq, b)
 }
 
 // tupleKey keys a text delta's messages-tuple frame, the same for every
@@ -419,31 +413,31 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		}
 		return buf, true
 	case viewValues:
-		if f.wants("values") && v.ns == "" {
+		if f.values && v.ns == "" {
 			buf = append(buf, v.frame...)
 		}
 	case viewUpdates:
-		if f.wants("updates") && v.ns == "" {
+		if f.updates && v.ns == "" {
 			buf = append(buf, v.frame...)
 		}
 	case viewCustom:
-		if f.wants("custom") {
+		if f.custom {
 			buf = append(buf, v.frame...)
 		}
 	case viewStart, viewDelta, viewFinish:
-		if f.wants("messages") {
+		if f.legacy {
 			buf = f.legacyMessage(buf, e.Seq, v)
 		}
-		if f.wants("messages-tuple") {
+		if f.tuple {
 			buf = f.message(buf, e, v)
 		}
 	case viewInterrupt:
 		// The run waits: the interrupt as the Platform shows it, and the
 		// stream ends (the run goes on with the next run's command).
-		if f.wants("updates") {
+		if f.updates {
 			buf = append(buf, v.frame...)
 		}
-		if f.wants("values") {
+		if f.values {
 			buf = append(buf, v.frame2...)
 		}
 		return buf, true
