@@ -173,6 +173,24 @@ func userText(input any) (string, map[string]any, error) {
 }
 
 // history returns the messages already in the thread's state.
+// withInput saves and emits the state as the run starts, as LangGraph's
+// graphs do: the conversation so far and the user's message (its id, or
+// one of the run's). It returns the conversation.
+func withInput(rc *server.RunContext, text, humanID string) ([]any, error) {
+	msgs, err := history(rc)
+	if err != nil {
+		return nil, err
+	}
+	if humanID == "" {
+		humanID = "human_" + rc.RunID()
+	}
+	msgs = append(msgs, map[string]any{"type": "human", "content": text, "id": humanID})
+	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
 func history(rc *server.RunContext) ([]any, error) {
 	state, err := rc.State()
 	if err != nil {
@@ -214,11 +232,17 @@ func streamText(ctx context.Context, rc *server.RunContext, text string, delay t
 }
 
 // Echo answers the last user message with its own text: one AI message
-// streamed as a text-delta per word, then the values (the conversation so
-// far in LangChain's serialized message shape), an update and a
+// streamed as a text-delta per word, between two values (the conversation
+// so far in LangChain's serialized message shape: with the question as
+// the run starts, with the answer as it ends), then an update and a
 // checkpoint.
 func Echo(ctx context.Context, rc *server.RunContext) error {
 	text, user, err := userText(rc.Input())
+	if err != nil {
+		return err
+	}
+	humanID, _ := user["id"].(string)
+	msgs, err := withInput(rc, text, humanID)
 	if err != nil {
 		return err
 	}
@@ -226,17 +250,8 @@ func Echo(ctx context.Context, rc *server.RunContext) error {
 	if err != nil {
 		return err
 	}
-	humanID, _ := user["id"].(string)
-	if humanID == "" {
-		humanID = "human_" + rc.RunID()
-	}
-	human := map[string]any{"type": "human", "content": text, "id": humanID}
 	ai := map[string]any{"type": "ai", "content": text, "id": aiID}
-	msgs, err := history(rc)
-	if err != nil {
-		return err
-	}
-	msgs = append(msgs, human, ai)
+	msgs = append(msgs, ai)
 	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 // Demo is a scripted multi-agent run that uses every channel:
 //
+//  0. The state with the question (values), as the run starts.
 //  1. The root agent streams a message with a reasoning block, a text block
 //     and a tool_call block whose arguments stream with tool-call-delta.
 //  2. The `research` tool starts; it runs a subagent in namespace
@@ -25,6 +26,10 @@ func Demo(ctx context.Context, rc *server.RunContext) error {
 	question, _, err := userText(rc.Input())
 	if err != nil || question == "" {
 		question = "What is agentstream?"
+	}
+	msgs, err := withInput(rc, question, "")
+	if err != nil {
+		return err
 	}
 	callID := "call_" + rc.RunID()
 	args := map[string]any{"query": question}
@@ -135,13 +140,7 @@ func Demo(ctx context.Context, rc *server.RunContext) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := history(rc)
-	if err != nil {
-		return err
-	}
-	msgs = append(msgs,
-		map[string]any{"type": "human", "content": question, "id": "human_" + rc.RunID()},
-		map[string]any{"type": "ai", "content": final, "id": aiID})
+	msgs = append(msgs, map[string]any{"type": "ai", "content": final, "id": aiID})
 	if err := rc.Values(map[string]any{"messages": msgs, "approved": approved}); err != nil {
 		return err
 	}

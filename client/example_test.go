@@ -204,6 +204,6 @@ func Example_followAcrossRestart() {
 	follow()
 	// Output:
 	// before the restart
-	// missed events after 13
+	// missed events after 14
 	// after the restart
 }

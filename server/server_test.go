@@ -27,7 +27,7 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 	require.Empty(t, es[0].Payload.(*protocol.ServerEventValues).Params.Data, "empty, as nothing has set it yet")
 	es = es[1:]
 	require.Equal(t, []string{
-		"lifecycle[] started", "lifecycle[] running",
+		"lifecycle[] started", "lifecycle[] running", "values[]",
 		"messages[] message-start ai", "messages[] content-block-start 0",
 		"messages[] content-block-delta 0", "messages[] content-block-delta 0", "messages[] content-block-delta 0",
 		"messages[] content-block-finish 0", "messages[] message-finish",
@@ -38,10 +38,14 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 		require.Equal(t, uint64(i+1), e.Seq, "seq starts at 1 and never skips")
 		require.Equal(t, e.EventID(), string(mustField(t, e.JSON(), "event_id")))
 	}
-	// Message events carry the run id, and the values hold LangChain messages.
-	start := es[2].Payload.(*protocol.ServerEventMessages).Params.Data.Value.(*protocol.MessageStartData)
+	// The state as the run starts holds the question; message events carry
+	// the run id, and the values hold LangChain messages.
+	first := es[2].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)["messages"].([]any)
+	require.Len(t, first, 1)
+	require.Equal(t, "human", first[0].(map[string]any)["type"])
+	start := es[3].Payload.(*protocol.ServerEventMessages).Params.Data.Value.(*protocol.MessageStartData)
 	require.Equal(t, runID, start.Extra["run_id"])
-	vals := es[9].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
+	vals := es[10].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
 	msgs := vals["messages"].([]any)
 	require.Equal(t, "human", msgs[0].(map[string]any)["type"])
 	require.Equal(t, "ai", msgs[1].(map[string]any)["type"])
@@ -612,10 +616,10 @@ func TestIdleThreadsReleaseTheirBufferButKeepState(t *testing.T) {
 	start(t, s, "t", "echo", userInput("keep me"))
 	collect(t, sub, rootEnded)
 	servetest.Sweep(s)
-	require.Equal(t, 12, server.BufferedEvents(s, "t"), "a thread with a subscriber is not idle")
+	require.Equal(t, 13, server.BufferedEvents(s, "t"), "a thread with a subscriber is not idle")
 	sub.Close()
 	servetest.Sweep(s)
-	require.Equal(t, 12, server.BufferedEvents(s, "t"), "not idle for long enough yet")
+	require.Equal(t, 13, server.BufferedEvents(s, "t"), "not idle for long enough yet")
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
@@ -624,12 +628,12 @@ func TestIdleThreadsReleaseTheirBufferButKeepState(t *testing.T) {
 	st, ok, _ := s.State(context.Background(), "t")
 	require.True(t, ok)
 	require.Len(t, st.Values["messages"], 2)
-	require.Equal(t, uint64(12), s.LastSeq("t"), "sequence numbers are never reused")
+	require.Equal(t, uint64(13), s.LastSeq("t"), "sequence numbers are never reused")
 	start(t, s, "t", "echo", userInput("again"))
 	sub, _, _ = s.Subscribe("t", all, nil)
 	defer sub.Close()
 	es := collect(t, sub, rootEnded)
-	require.Equal(t, uint64(13), seqs(es)[0])
+	require.Equal(t, uint64(14), seqs(es)[0])
 }
 
 func TestSessionSubscriptionsAndReconnect(t *testing.T) {

@@ -24,7 +24,7 @@ const input = (text) => ({ messages: [{ role: "user", content: text }] });
 async function read(stream) {
   const kinds = new Set();
   const text = new Map();
-  let last = null, runId = null, interrupt = null;
+  let last = null, first = null, runId = null, interrupt = null;
   const updated = [];
   for await (const ev of stream) {
     kinds.add(ev.event);
@@ -35,7 +35,10 @@ async function read(stream) {
     }
     if (ev.event === "values") {
       if (ev.data.__interrupt__) interrupt = ev.data.__interrupt__.map((i) => i.value?.question ?? i.value);
-      else last = ev.data;
+      else {
+        last = ev.data;
+        first ??= ev.data;
+      }
     }
     if (ev.event === "updates") {
       for (const [node, v] of Object.entries(ev.data)) {
@@ -44,13 +47,14 @@ async function read(stream) {
       }
     }
   }
-  return { kinds: [...kinds].sort(), runId: typeof runId === "string", text: [...text.values()], values: contents(last?.messages), updated: [...new Set(updated)].sort(), interrupt };
+  return { kinds: [...kinds].sort(), runId: typeof runId === "string", text: [...text.values()], values: contents(last?.messages), first: contents(first?.messages), updated: [...new Set(updated)].sort(), interrupt };
 }
 
 const thread = (await client.threads.create()).thread_id;
 await step("values", async () => {
   const r = await read(client.runs.stream(thread, "echo", { input: input("hi there"), streamMode: "values" }));
-  return { kinds: r.kinds, runId: r.runId, values: r.values };
+  // The first values are the state as the run starts: with the input.
+  return { kinds: r.kinds, runId: r.runId, values: r.values, first: r.first };
 });
 await step("messages-tuple", async () => {
   const r = await read(client.runs.stream(thread, "echo", { input: input("one two three"), streamMode: "messages-tuple" }));
@@ -87,6 +91,36 @@ await step("interrupt, then resume", async () => {
   // (What else a node's update holds is the graph's: the reference's demo
   // adds its message in the same update, agentstream's in the values.)
   return { asked: asked.interrupt, status: state.status, resumed: done.updated.includes("approved"), approved: after.values.approved };
+});
+// The modes that show the graph's steps: what a reader can rely on (the
+// node names and the number of checkpoints a step makes are the graph's).
+async function frames(stream) {
+  const out = [];
+  for await (const ev of stream) out.push(ev);
+  return out;
+}
+const keys = (o) => Object.keys(o ?? {}).sort();
+await step("tasks", async () => {
+  const evs = (await frames(client.runs.stream(thread, "echo", { input: input("task me"), streamMode: "tasks" }))).filter((e) => e.event === "tasks");
+  const starts = evs.filter((e) => "triggers" in e.data), results = evs.filter((e) => "result" in e.data);
+  return {
+    startKeys: keys(starts[0]?.data), resultKeys: keys(results[0]?.data),
+    paired: starts.length === results.length && starts.every((s, i) => s.data.id === results[i].data.id && s.data.name === results[i].data.name),
+    answer: contents(results.at(-1)?.data.result.messages).at(-1),
+  };
+});
+await step("checkpoints", async () => {
+  const evs = (await frames(client.runs.stream(thread, "echo", { input: input("keep me"), streamMode: "checkpoints" }))).filter((e) => e.event === "checkpoints");
+  const last = evs.at(-1)?.data;
+  return { some: evs.length > 0, has: ["metadata", "next", "values"].filter((k) => k in (last ?? {})), next: last?.next, source: last?.metadata?.source, values: contents(last?.values.messages).slice(-2) };
+});
+await step("debug", async () => {
+  const evs = (await frames(client.runs.stream(thread, "echo", { input: input("debug me"), streamMode: "debug" }))).filter((e) => e.event === "debug");
+  return { types: [...new Set(evs.map((e) => e.data.type))].sort(), shape: [...new Set(evs.map((e) => keys(e.data).join()))], answer: contents(evs.filter((e) => e.data.type === "task_result").at(-1)?.data.payload.result.messages).at(-1) };
+});
+await step("subgraphs: the root's frames", async () => {
+  const evs = await frames(client.runs.stream(thread, "echo", { input: input("deep"), streamMode: ["updates", "messages-tuple", "values"], streamSubgraphs: true }));
+  return { root: [...new Set(evs.map((e) => e.event).filter((k) => !k.includes("|")))].sort() };
 });
 const slow = (text) => ({ input: input(text), config: { configurable: { token_delay_ms: 40 } } });
 const words = "a b c d e f g h i j k l";
@@ -125,6 +159,51 @@ await step("join a run that ended", async () => {
   await client.runs.join(t, run.run_id);
   const r = await read(client.runs.joinStream(t, run.run_id));
   return { kinds: r.kinds.filter((k) => k !== "metadata"), values: r.values };
+});
+await step("cancel a streamed run", async () => {
+  const t = (await client.threads.create()).thread_id;
+  let runId = null, text = "", cancelled = false, after = 0;
+  const kinds = new Set();
+  for await (const ev of client.runs.stream(t, "echo", { ...slow(words), streamMode: ["messages-tuple", "values"] })) {
+    kinds.add(ev.event);
+    if (ev.event === "metadata") runId = ev.data.run_id;
+    if (ev.event === "messages") {
+      text += ev.data[0].content;
+      if (cancelled) after++;
+      if (!cancelled && text.split(" ").length > 3) {
+        await client.runs.cancel(t, runId);
+        cancelled = true;
+      }
+    }
+  }
+  const run = await client.runs.get(t, runId);
+  const thread = await client.threads.get(t);
+  return { partial: text.length > 0 && text !== words, ended: true, few: after <= 2, run: run.status, thread: thread.status };
+});
+await step("on_disconnect: cancel", async () => {
+  const t = (await client.threads.create()).thread_id;
+  let runId = null, frames = 0;
+  const gone = new AbortController();
+  try {
+    for await (const ev of client.runs.stream(t, "echo", { ...slow(words), streamMode: ["messages-tuple"], onDisconnect: "cancel", signal: gone.signal })) {
+      if (ev.event === "metadata") runId = ev.data.run_id;
+      if (ev.event === "messages" && ++frames === 2) {
+        gone.abort(); // the client goes
+        break;
+      }
+    }
+  } catch (e) {
+    if (!gone.signal.aborted) throw e;
+  }
+  let run;
+  for (let i = 0; i < 50; i++) {
+    run = await client.runs.get(t, runId);
+    if (run.status !== "running" && run.status !== "pending") break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const state = await client.threads.getState(t);
+  const answered = contents(state.values.messages).filter((m) => m === words).length;
+  return { run: run.status, answered };
 });
 await step("unknown assistant", () => read(client.runs.stream(thread, "nope", { input: input("x") })));
 console.log(JSON.stringify(steps));

@@ -4,7 +4,8 @@
 // streamed tokens render as they arrive; the demo's interrupt renders and
 // is answered from the page; a reload mid-run rejoins the run
 // (reconnectOnMount) and shows it whole; a second tab on the thread shows
-// the same conversation. The page is served by a small server here that
+// the same conversation, and one opened while a run goes on joins it and
+// sees it stream. The page is served by a small server here that
 // passes /api/* to API (one origin, as a front end behind a proxy that keeps the Host header).
 //
 // Usage: node usestream-e2e.mjs http://host:port
@@ -116,9 +117,32 @@ try {
   const partial = (await messages(r)).find(([type]) => type === "ai")?.[1] ?? "";
   check(partial.length < words.length, "reloaded mid-run");
   await r.reload();
-  await r.waitForFunction((w) => [...document.querySelectorAll("#messages li.ai")].some((li) => li.textContent === w), words, { timeout: 15000 });
+  await r.waitForFunction((w) => [...document.querySelectorAll("#messages li.ai")].some((li) => li.textContent === w), words, { timeout: 15000 })
+    .catch(async (e) => { throw new Error(`${e.message}: the page shows ${JSON.stringify(await messages(r))}`); });
   const whole = await messages(r);
   check(whole.filter(([type]) => type === "ai").length === 1 && whole.find(([type]) => type === "ai")[1] === words, "after the reload the run is whole, once");
+  // 5. A second tab joins a run going on and sees it stream, whole.
+  const a = await context.newPage();
+  a.on("pageerror", (e) => errors.push(String(e)));
+  await a.goto(`${base}/?api=${base}/api&assistant=echo&delay=150`);
+  await a.fill("#q", words);
+  await a.click("#send");
+  await a.waitForFunction(() => [...document.querySelectorAll("#messages li.ai")].some((li) => li.textContent.length > 0), null, { timeout: 10000 });
+  const t2 = new URL(a.url()).searchParams.get("thread");
+  const b = await context.newPage();
+  b.on("pageerror", (e) => errors.push(String(e)));
+  await b.goto(`${base}/?api=${base}/api&assistant=echo&thread=${t2}&watch=1`);
+  const states = new Set();
+  for (let i = 0; i < 400; i++) {
+    const ai = (await messages(b)).filter(([type]) => type === "ai").map(([, text]) => text)[0];
+    if (ai) states.add(ai);
+    if (ai === words) break;
+    await b.waitForTimeout(25);
+  }
+  check([...states].some((t) => t.length > 0 && t.length < words.length), `the second tab saw the run stream (${states.size} states seen)`);
+  await b.waitForFunction(() => document.querySelector("#loading").textContent === "idle", null, { timeout: 15000 });
+  await a.waitForFunction(() => document.querySelector("#loading").textContent === "idle", null, { timeout: 15000 });
+  check(JSON.stringify(await messages(b)) === JSON.stringify(await messages(a)) && (await messages(b)).length === 2, "both tabs show the run whole, once");
   check(errors.length === 0, `no page errors (${errors.join("; ")})`);
   console.log(results.join("\n"));
 } catch (e) {

@@ -121,7 +121,7 @@ func main() {
 		}
 		if *op == "stream" {
 			do = func(int) error {
-				b, _ := json.Marshal(map[string]any{"assistant_id": "echo", "input": input, "stream_mode": "messages-tuple",
+				b, _ := json.Marshal(map[string]any{"assistant_id": "echo", "input": input, "stream_mode": "messages-tuple", "if_not_exists": "create",
 					"config": map[string]any{"configurable": map[string]any{"token_delay_ms": 0}}})
 				resp, err := client.Post(*url+"/threads/"+uuid()+"/runs/stream", "application/json", bytes.NewReader(b))
 				if err != nil {

@@ -162,8 +162,9 @@ func Example_subscribeThroughDo() {
 	// 0 values 0 messages
 	// 1 lifecycle started
 	// 2 lifecycle running
-	// 5 messages "hi "
-	// 6 messages "there"
-	// 9 values 2 messages
-	// 12 lifecycle completed
+	// 3 values 1 messages
+	// 6 messages "hi "
+	// 7 messages "there"
+	// 10 values 2 messages
+	// 13 lifecycle completed
 }

@@ -1191,12 +1191,21 @@ type LgRunCreate struct {
 	Command           *LgCommand           `json:"command,omitempty" cbor:"command,omitempty"`
 	IfNotExists       *LgIfNotExists       `json:"if_not_exists,omitempty" cbor:"if_not_exists,omitempty"`
 	OnCompletion      *LgOnCompletion      `json:"on_completion,omitempty" cbor:"on_completion,omitempty"`
+	// Run streams: the modes (one or a list; "values" when absent), the
+	// subgraphs' events too (as `MODE|NAMESPACE` frames), a Location to
+	// come back to, and whether the run is cancelled when the stream's
+	// client goes before it ends.
+	// stream_mode: an LgStreamMode or a list of them (checked by the handler).
+	StreamMode      any             `json:"stream_mode,omitempty" cbor:"stream_mode,omitempty"`
+	StreamSubgraphs *bool           `json:"stream_subgraphs,omitempty" cbor:"stream_subgraphs,omitempty"`
+	StreamResumable *bool           `json:"stream_resumable,omitempty" cbor:"stream_resumable,omitempty"`
+	OnDisconnect    *LgOnDisconnect `json:"on_disconnect,omitempty" cbor:"on_disconnect,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion"}}
+var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect"}}
 
 // CDDLMembers describes LgRunCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgRunCreate) CDDLMembers() *cddlrt.Members {
@@ -1228,10 +1237,15 @@ func (s LgRunCreate) Validate() error {
 			return cddlrt.At("on_completion", err)
 		}
 	}
+	if s.OnDisconnect != nil {
+		if err := s.OnDisconnect.Validate(); err != nil {
+			return cddlrt.At("on_disconnect", err)
+		}
+	}
 	return nil
 }
 
-var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true}
+var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true, "stream_mode": true, "stream_subgraphs": true, "stream_resumable": true, "on_disconnect": true}
 
 // MarshalJSON encodes LgRunCreate with its literal members and Extra.
 func (s LgRunCreate) MarshalJSON() ([]byte, error) {
@@ -1261,6 +1275,85 @@ func (s *LgRunCreate) UnmarshalCBOR(data []byte) error {
 
 // LgRunCreateConfig is generated from CDDL rule "LgRunCreateConfig".
 type LgRunCreateConfig = map[string]any
+
+// LgStreamMode is generated from CDDL rule "LgStreamMode".
+type LgStreamMode string
+
+// The values of LgStreamMode.
+const (
+	LgStreamModeValues        LgStreamMode = "values"
+	LgStreamModeUpdates       LgStreamMode = "updates"
+	LgStreamModeMessages      LgStreamMode = "messages"
+	LgStreamModeMessagesTuple LgStreamMode = "messages-tuple"
+	LgStreamModeCustom        LgStreamMode = "custom"
+	LgStreamModeTasks         LgStreamMode = "tasks"
+	LgStreamModeCheckpoints   LgStreamMode = "checkpoints"
+	LgStreamModeDebug         LgStreamMode = "debug"
+	LgStreamModeEvents        LgStreamMode = "events"
+)
+
+// Valid reports whether v is one of the values of LgStreamMode.
+func (v LgStreamMode) Valid() bool {
+	switch v {
+	case LgStreamModeValues, LgStreamModeUpdates, LgStreamModeMessages, LgStreamModeMessagesTuple, LgStreamModeCustom, LgStreamModeTasks, LgStreamModeCheckpoints, LgStreamModeDebug, LgStreamModeEvents:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgStreamMode.
+func (v *LgStreamMode) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgStreamMode", LgStreamMode.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgStreamMode.
+func (v *LgStreamMode) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgStreamMode", LgStreamMode.Valid)
+}
+
+// Validate reports a value that is not one of LgStreamMode's.
+func (v LgStreamMode) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgStreamMode", "value must be one of \"values\", \"updates\", \"messages\", \"messages-tuple\", \"custom\", \"tasks\", \"checkpoints\", \"debug\", \"events\", not %v", v)
+	}
+	return nil
+}
+
+// LgOnDisconnect is generated from CDDL rule "LgOnDisconnect".
+type LgOnDisconnect string
+
+// The values of LgOnDisconnect.
+const (
+	LgOnDisconnectCancel   LgOnDisconnect = "cancel"
+	LgOnDisconnectContinue LgOnDisconnect = "continue"
+)
+
+// Valid reports whether v is one of the values of LgOnDisconnect.
+func (v LgOnDisconnect) Valid() bool {
+	switch v {
+	case LgOnDisconnectCancel, LgOnDisconnectContinue:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgOnDisconnect.
+func (v *LgOnDisconnect) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgOnDisconnect", LgOnDisconnect.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgOnDisconnect.
+func (v *LgOnDisconnect) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgOnDisconnect", LgOnDisconnect.Valid)
+}
+
+// Validate reports a value that is not one of LgOnDisconnect's.
+func (v LgOnDisconnect) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgOnDisconnect", "value must be one of \"cancel\", \"continue\", not %v", v)
+	}
+	return nil
+}
 
 // LgIfNotExists is generated from CDDL rule "LgIfNotExists".
 type LgIfNotExists string

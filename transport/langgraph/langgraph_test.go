@@ -752,9 +752,11 @@ func TestRunStreamsMatchTheReference(t *testing.T) {
 	require.NotEmpty(t, want)
 	// Differences by choice (docs/langgraph.md), tested with agentstream's
 	// answer: a join streams the modes it asks for (the reference streams
-	// the run's own, here values alone).
+	// the run's own, here values alone); with stream_subgraphs only the
+	// modes asked for (the reference adds checkpoints frames).
 	chosen := map[string]any{
-		"join a running run": map[string]any{"values": []any{"a b c d e f g h i j k l", "a b c d e f g h i j k l"}, "kinds": []any{"messages", "values"}},
+		"join a running run":           map[string]any{"values": []any{"a b c d e f g h i j k l", "a b c d e f g h i j k l"}, "kinds": []any{"messages", "values"}},
+		"subgraphs: the root's frames": map[string]any{"root": []any{"messages", "metadata", "updates", "values"}},
 	}
 	onEachEngine(t, func(t *testing.T, n *node) {
 		got := sdkSteps(t, nodeBin, script, n.url, 60*time.Second)
@@ -841,28 +843,7 @@ func TestRunStreamResumesOnAnotherNode(t *testing.T) {
 	open := func() *node { return redisNode(t, rs) }
 	a, b := open(), open()
 	const words = "a b c d e f g h i j k l"
-	// frames reads SSE frames (event, data, id) until fn says stop.
-	frames := func(resp *http.Response, fn func(event, data, id string) bool) {
-		defer resp.Body.Close()
-		var event, data, id string
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "event: "):
-				event = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				data = line[6:]
-			case strings.HasPrefix(line, "id: "):
-				id = line[4:]
-			case line == "" && event != "":
-				if !fn(event, data, id) {
-					return
-				}
-				event, data, id = "", "", ""
-			}
-		}
-	}
+	frames := sseFrames
 	text := func(data string) string {
 		var tuple []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(data), &tuple))

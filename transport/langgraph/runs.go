@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"net/http"
 	"strconv"
 
@@ -232,15 +231,14 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		return
 	}
 	if h.Server.RunWaits(thread, runID) {
-		// It waits on interrupts: the values and what it asks, as the
-		// Platform answers a run that ended at an interrupt.
-		out := maps.Clone(orEmpty(st.Values))
+		// It waits on interrupts: what it asks, alone, as the Platform
+		// answers a run that ended at an interrupt (its last values
+		// chunk).
 		asks := []map[string]any{}
 		for _, in := range st.Interrupts {
 			asks = append(asks, map[string]any{"id": in.ID, "value": in.Payload})
 		}
-		out["__interrupt__"] = asks
-		write(w, http.StatusOK, out)
+		write(w, http.StatusOK, map[string]any{"__interrupt__": asks})
 		return
 	}
 	if failed != nil {

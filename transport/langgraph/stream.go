@@ -2,6 +2,7 @@ package langgraph
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
@@ -23,23 +26,26 @@ import (
 // error` when it fails); the stream ends with the run, or as it waits on
 // interrupts (after the `__interrupt__` frames).
 
-// streamModes are the stream modes served, and the protocol channels each
-// reads.
-var streamModes = map[string]string{
-	"values":         channels.Values,
-	"updates":        channels.Updates,
-	"messages-tuple": channels.Messages,
-	"messages":       channels.Messages,
-	"custom":         channels.Custom,
+// modeChannels are the protocol channels each served stream mode reads
+// (the run's lifecycle and input requests are read always).
+var modeChannels = map[string][]string{
+	"values":         {channels.Values},
+	"updates":        {channels.Updates},
+	"messages-tuple": {channels.Messages},
+	"messages":       {channels.Messages},
+	"custom":         {channels.Custom},
+	"tasks":          {channels.Updates},
+	"checkpoints":    {channels.Checkpoints, channels.Values},
+	"debug":          {channels.Checkpoints, channels.Values, channels.Updates},
 }
 
-// modesOf reads a run's stream_mode: one mode or a list ("values" when
-// absent). A mode not served yet is an error naming it.
-func modesOf(req *LgRunCreate) ([]string, error) {
+// modesOf reads a stream_mode: one mode or a list (def when absent). A
+// mode not served is an error naming it.
+func modesOf(v any, def ...string) ([]string, error) {
 	var modes []string
-	switch v := req.Extra["stream_mode"].(type) {
+	switch v := v.(type) {
 	case nil:
-		modes = []string{"values"}
+		modes = def
 	case string:
 		modes = []string{v}
 	case []any:
@@ -50,16 +56,39 @@ func modesOf(req *LgRunCreate) ([]string, error) {
 			}
 			modes = append(modes, s)
 		}
+	case []string: // a query's, def when empty
+		modes = v
+		if len(v) == 0 {
+			modes = def
+		}
 	default:
 		return nil, fmt.Errorf("stream_mode: a mode or a list of modes")
 	}
 	for _, m := range modes {
-		if _, ok := streamModes[m]; !ok {
-			return nil, fmt.Errorf("stream_mode %q is not served (served: values, updates, messages-tuple, messages, custom)", m)
+		if m == "events" {
+			return nil, fmt.Errorf("stream_mode \"events\" is not served: agentstream's assistants report no LangChain callback events (messages-tuple streams the tokens, debug the tasks and checkpoints)")
+		}
+		if _, ok := modeChannels[m]; !ok {
+			return nil, fmt.Errorf("stream_mode %q is not a stream mode (served: values, updates, messages-tuple, messages, custom, tasks, checkpoints, debug)", m)
 		}
 	}
 	slices.Sort(modes)
 	return slices.Compact(modes), nil
+}
+
+// streamFilter is what a stream of modes subscribes to: the root's
+// events, or with subgraphs every namespace's.
+func streamFilter(modes []string, subgraphs bool) channels.Filter {
+	f := channels.Filter{Channels: []string{channels.Lifecycle, channels.Input}, Depth: 0}
+	for _, m := range modes {
+		f.Channels = append(f.Channels, modeChannels[m]...)
+	}
+	slices.Sort(f.Channels)
+	f.Channels = slices.Compact(f.Channels)
+	if subgraphs {
+		f.Depth = channels.Unlimited
+	}
+	return f
 }
 
 // streamRun serves POST /threads/{id}/runs/stream.
@@ -80,15 +109,12 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 	if !ok {
 		return
 	}
-	modes, err := modesOf(req)
+	modes, err := modesOf(req.StreamMode, "values")
 	if err != nil {
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
 		return
 	}
-	chans := []string{channels.Lifecycle, channels.Input}
-	for _, m := range modes {
-		chans = append(chans, streamModes[m])
-	}
+	subgraphs := req.StreamSubgraphs != nil && *req.StreamSubgraphs
 	from := h.Server.LastSeq(thread) // the metadata frame's id: a resume from it reads the whole run
 	var before []any                 // the messages mode: the thread's messages, and the input's, as the run starts
 	if slices.Contains(modes, "messages") {
@@ -100,7 +126,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			before = append(slices.Clone(before), more...)
 		}
 	}
-	runID, ss, ok := h.startRunWith(w, r, thread, req, channels.Filter{Channels: chans, Depth: 0})
+	runID, ss, ok := h.startRunWith(w, r, thread, req, streamFilter(modes, subgraphs))
 	if !ok {
 		return
 	}
@@ -121,7 +147,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			first = frame(first, "messages/complete", from, []any{o})
 		}
 	}
-	f := newFrames(thread, runID, modes, h.views)
+	f := newFrames(thread, runID, modes, subgraphs, h.views)
 	if stateless && temporary(req) {
 		// The thread goes once this stream has read the run's end (not
 		// as the run ends: a reader behind it would lose its last
@@ -133,11 +159,29 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 	}
 	hdr := http.Header{}
 	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+runID)
-	if req.Extra["stream_resumable"] == true {
+	if req.StreamResumable != nil && *req.StreamResumable {
 		// Where the SDK comes back, with Last-Event-ID, if the stream is cut.
 		hdr.Set("Location", "/threads/"+thread+"/runs/"+runID+"/stream")
 	}
-	h.Streams.Serve(w, r, ss, wire.Stream{Frames: f, First: first, Header: hdr})
+	st := wire.Stream{Frames: f, First: first, Header: hdr}
+	if req.OnDisconnect != nil && *req.OnDisconnect == LgOnDisconnectCancel {
+		st.Closed = h.cancelOnDisconnect(r, thread, runID, f)
+	}
+	h.Streams.Serve(w, r, ss, st)
+}
+
+// cancelOnDisconnect is a stream's Closed for on_disconnect "cancel": a
+// stream that ends before its frames read the run's end (the client went,
+// or was cut off as a slow consumer) cancels the run, as run.cancel does;
+// a server shutting down cancels nothing.
+func (h *Handler) cancelOnDisconnect(r *http.Request, thread, runID string, f *platformFrames) func(shutdown bool) {
+	ctx := context.WithoutCancel(r.Context()) // the principal's, past the request
+	return func(shutdown bool) {
+		if shutdown || f.done.Load() {
+			return
+		}
+		_, _ = h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1, Params: protocol.RunCancelParams{RunID: &runID}}})
+	}
 }
 
 // joinStream serves GET and POST /threads/{id}/runs/{run}/stream (and
@@ -145,9 +189,12 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 // on, or after the event a Last-Event-ID header names (a frame's id is
 // its event's sequence number, so a reader cut off resumes where it
 // stopped, on any node; -1, as useStream sends, is the run's start), to
-// the run's end. stream_mode (repeated in the
-// query) selects the modes; without it, every mode served. A run that has
-// ended answers an empty stream, or its frames after Last-Event-ID.
+// the run's end. stream_mode (repeated in the query) selects the modes;
+// without it, every mode the Platform's SDK reads by default;
+// stream_subgraphs=true adds the subgraphs' frames, and
+// cancel_on_disconnect=true cancels the run if the stream ends first. A
+// run that has ended answers an empty stream, or its frames after
+// Last-Event-ID.
 func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 	if r.PathValue("id") == "" { // /runs/{run}/stream
 		if _, ok := h.byRunID(w, r); !ok {
@@ -159,21 +206,13 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	modes := r.URL.Query()["stream_mode"]
-	if len(modes) == 0 {
-		modes = []string{"values", "updates", "messages-tuple", "custom"}
-	}
-	req := LgRunCreate{Extra: map[string]any{}}
-	list := make([]any, len(modes))
-	for i, m := range modes {
-		list[i] = m
-	}
-	req.Extra["stream_mode"] = list
-	modes, err := modesOf(&req)
+	q := r.URL.Query()
+	modes, err := modesOf(q["stream_mode"], "values", "updates", "messages-tuple", "custom")
 	if err != nil {
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
 		return
 	}
+	subgraphs, cancel := isTrue(q.Get("stream_subgraphs")), isTrue(q.Get("cancel_on_disconnect"))
 	cursor := server.SeqCursor(h.Server.LastSeq(thread))
 	resume := r.Header.Get("Last-Event-ID")
 	if resume == "-1" && rec.Status != server.RunPending { // the SDK's "from the run's start"
@@ -193,39 +232,48 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	chans := []string{channels.Lifecycle, channels.Input}
-	for _, m := range modes {
-		chans = append(chans, streamModes[m])
-	}
 	ss := h.Server.NewSession(thread)
-	if _, _, err := ss.Subscribe(channels.Filter{Channels: chans, Depth: 0}, cursor); err != nil {
+	if _, _, err := ss.Subscribe(streamFilter(modes, subgraphs), cursor); err != nil {
 		ss.Close()
 		serverError(w, err)
 		return
 	}
-	f := newFrames(thread, rec.ID, modes, h.views)
+	f := newFrames(thread, rec.ID, modes, subgraphs, h.views)
 	hdr := http.Header{}
 	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+rec.ID)
 	hdr.Set("Location", "/threads/"+thread+"/runs/"+rec.ID+"/stream")
-	h.Streams.Serve(w, r, ss, wire.Stream{Frames: f, Header: hdr})
+	st := wire.Stream{Frames: f, Header: hdr}
+	if cancel {
+		st.Closed = h.cancelOnDisconnect(r, thread, rec.ID, f)
+	}
+	h.Streams.Serve(w, r, ss, st)
 }
+
+// isTrue reads a query's boolean.
+func isTrue(s string) bool { return s == "true" || s == "1" }
 
 // platformFrames makes the Platform's frames of one run's events.
 type platformFrames struct {
 	thread, run string
 	// The modes asked for (read for every event: flags, not a list).
-	values, updates, tuple, legacy, custom bool
-	open                                   map[string]string // namespace -> the id of its open message
-	tails                                  map[string][]byte // namespace -> the open message's chunk after its content
-	texts                                  map[string]string // namespace -> the open message's text so far (the messages mode)
-	ended                                  func()            // called once as the run's end is read, if set
-	views                                  *viewCache
+	values, updates, tuple, legacy, custom, tasks, checkpoints, debug bool
+	subgraphs                                                         bool              // frames of every namespace, named MODE|NAMESPACE
+	open                                                              map[string]string // namespace -> the id of its open message
+	tails                                                             map[string][]byte // namespace -> the open message's chunk after its content
+	texts                                                             map[string]string // namespace -> the open message's text so far (the messages mode)
+	state                                                             map[string][]byte // namespace -> its latest values (checkpoints, debug)
+	graph                                                             string            // the root graph's name (an interrupt's task)
+	step                                                              int64             // the tasks seen (debug's step of a task)
+	ended                                                             func()            // called once as the run's end is read, if set
+	done                                                              atomic.Bool       // the stream read the run's end, or its interrupt
+	views                                                             *viewCache
 }
 
-func newFrames(thread, run string, modes []string, views *viewCache) *platformFrames {
-	return &platformFrames{thread: thread, run: run, open: map[string]string{}, views: views,
-		values: slices.Contains(modes, "values"), updates: slices.Contains(modes, "updates"), tuple: slices.Contains(modes, "messages-tuple"),
-		legacy: slices.Contains(modes, "messages"), custom: slices.Contains(modes, "custom")}
+func newFrames(thread, run string, modes []string, subgraphs bool, views *viewCache) *platformFrames {
+	has := func(m string) bool { return slices.Contains(modes, m) }
+	return &platformFrames{thread: thread, run: run, open: map[string]string{}, views: views, subgraphs: subgraphs,
+		values: has("values"), updates: has("updates"), tuple: has("messages-tuple"), legacy: has("messages"), custom: has("custom"),
+		tasks: has("tasks"), checkpoints: has("checkpoints"), debug: has("debug")}
 }
 
 // frame appends one `event: NAME` frame of v, its id the event's seq.
@@ -235,6 +283,20 @@ func frame(buf []byte, name string, seq uint64, v any) []byte {
 		return buf
 	}
 	return rawFrame(buf, name, seq, b)
+}
+
+// named appends fr, a frame made as `event: NAME`, as the frame of
+// namespace ns: `event: NAME|NS` (the Platform's name of a subgraph's
+// frame) when ns is not the root.
+func named(buf, fr []byte, name, ns string) []byte {
+	if ns == "" {
+		return append(buf, fr...)
+	}
+	buf = append(buf, "event: "...)
+	buf = append(buf, name...)
+	buf = append(buf, '|')
+	buf = append(buf, ns...)
+	return append(buf, fr[len("event: ")+len(name):]...)
 }
 
 // tupleKey keys a text delta's messages-tuple frame, the same for every
@@ -251,28 +313,47 @@ type viewKey struct{}
 type view struct {
 	kind viewKind
 	ns   string // the namespace, labels joined by "|"
+	ts   uint64 // when, in Unix ms
 	// data: a failure's error object; for a text delta, its text as a
-	// JSON string.
-	data     []byte
-	frame    []byte // values, updates, custom: the whole frame
-	frame2   []byte // the interrupt: its values frame (frame: its updates frame)
-	text     string // a text delta's text
-	id, node string // a message's id (at its start), the node
+	// JSON string; values: the values (within frame); an update: its
+	// values; the interrupt: its __interrupt__ list.
+	data   []byte
+	frame  []byte // values, updates, custom: the whole frame
+	frame2 []byte // the interrupt: its values frame (frame: its updates frame)
+	text   string // a text delta's text
+	// id: a message's id (at its start), a checkpoint's, the task an
+	// update or an interrupt shows; node: a message's or an update's
+	// node, the graph's name as it starts.
+	id, node string
+	parent   string // a checkpoint's parent
+	step     int64  // a checkpoint's step
+	source   string // a checkpoint's source
 }
 
 type viewKind uint8
 
 const (
-	viewNone viewKind = iota
-	viewEnd           // the root run ended (data: the error frame's, when it failed)
+	viewNone    viewKind = iota
+	viewStarted          // the root graph starts (node: its name)
+	viewEnd              // the root run ended (data: the error frame's, when it failed)
 	viewValues
 	viewUpdates
 	viewCustom
+	viewCheckpoint
 	viewStart // a message starts
 	viewDelta // a text delta of the open message
 	viewFinish
 	viewInterrupt // the run asks (data: the __interrupt__ list)
 )
+
+// taskID is the id of the task an update shows: a UUID made of the
+// update's event id, the same for every reader.
+func taskID(eventID string) string {
+	h := sha1.Sum([]byte("agentstream task " + eventID))
+	h[6] = h[6]&0x0f | 0x50
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
 
 // makeView decodes e once for every reader.
 func makeView(e *server.Event) any {
@@ -284,6 +365,7 @@ func makeView(e *server.Event) any {
 	enc := func(x any) []byte { b, _ := json.Marshal(x); return b }
 	switch p := e.Payload.(type) {
 	case *protocol.ServerEventLifecycle:
+		v.ts = uint64(p.Params.Timestamp)
 		if len(e.Namespace) == 0 && e.EndsRun() {
 			v.kind = viewEnd
 			if d := p.Params.Data; d.Event == protocol.AgentStatusFailed {
@@ -293,20 +375,38 @@ func makeView(e *server.Event) any {
 				}
 				v.data = enc(map[string]any{"error": "RunError", "message": msg})
 			}
+		} else if len(e.Namespace) == 0 && p.Params.Data.Event == protocol.AgentStatusStarted {
+			v.kind = viewStarted
+			if g := p.Params.Data.GraphName; g != nil {
+				v.node = *g
+			}
 		}
 	case *protocol.ServerEventValues:
-		v.kind, v.frame = viewValues, rawFrame(nil, "values", e.Seq, enc(p.Params.Data))
+		data := enc(p.Params.Data)
+		v.kind, v.ts, v.frame = viewValues, uint64(p.Params.Timestamp), rawFrame(nil, "values", e.Seq, data)
+		at := len("event: values\ndata: ")
+		v.data = v.frame[at : at+len(data)]
 	case *protocol.ServerEventUpdates:
 		node := "agent"
 		if p.Params.Data.Node != nil {
 			node = *p.Params.Data.Node
 		}
-		v.kind, v.frame = viewUpdates, rawFrame(nil, "updates", e.Seq, enc(map[string]any{node: p.Params.Data.Values}))
+		v.kind, v.ts, v.node, v.id = viewUpdates, uint64(p.Params.Timestamp), node, taskID(e.EventID())
+		v.frame = rawFrame(nil, "updates", e.Seq, enc(map[string]any{node: p.Params.Data.Values}))
+		v.data = enc(p.Params.Data.Values)
 	case *protocol.ServerEventCustom:
-		v.kind, v.frame = viewCustom, rawFrame(nil, "custom", e.Seq, enc(p.Params.Data.Payload))
+		v.kind, v.ts, v.frame = viewCustom, uint64(p.Params.Timestamp), rawFrame(nil, "custom", e.Seq, enc(p.Params.Data.Payload))
+	case *protocol.ServerEventCheckpoints:
+		d := p.Params.Data
+		v.kind, v.ts, v.id, v.step, v.source = viewCheckpoint, uint64(p.Params.Timestamp), d.ID, int64(d.Step), string(d.Source)
+		if d.ParentID != nil {
+			v.parent = *d.ParentID
+		}
 	case *protocol.ServerEventInputRequested:
-		ask := enc(map[string]any{"__interrupt__": []map[string]any{{"id": p.Params.Data.InterruptID, "value": p.Params.Data.Payload}}})
-		v.kind, v.frame, v.frame2 = viewInterrupt, rawFrame(nil, "updates", e.Seq, ask), rawFrame(nil, "values", e.Seq, ask)
+		v.data = enc([]map[string]any{{"id": p.Params.Data.InterruptID, "value": p.Params.Data.Payload}})
+		ask := append(append([]byte(`{"__interrupt__":`), v.data...), '}')
+		v.kind, v.ts, v.frame, v.frame2 = viewInterrupt, uint64(p.Params.Timestamp), rawFrame(nil, "updates", e.Seq, ask), rawFrame(nil, "values", e.Seq, ask)
+		v.id = taskID(e.EventID())
 	case *protocol.ServerEventMessages:
 		if p.Params.Node != nil {
 			v.node = *p.Params.Node
@@ -345,7 +445,8 @@ type viewAt struct{ thread, id string }
 func newViewCache(max int) *viewCache { return &viewCache{m: map[viewAt]*view{}, max: max} }
 
 func (v *view) size() int {
-	return 64 + len(v.data) + len(v.frame) + len(v.frame2) + len(v.text) + len(v.id) + len(v.node) + len(v.ns)
+	return 96 + len(v.frame) + len(v.frame2) + len(v.text) + len(v.id) + len(v.node) + len(v.ns) + len(v.parent) + len(v.source) +
+		max(len(v.data)-len(v.frame), 0) // a values view's data is within its frame
 }
 
 // get returns e's view, made once while the cache holds it.
@@ -402,30 +503,45 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		return buf, false // the state as the subscription was made: the run's own values follow
 	}
 	v := e.View(viewKey{}, func() any { return f.views.get(f.thread, e) }).(*view)
+	if v.ns != "" && !f.subgraphs && v.kind != viewEnd {
+		return buf, false
+	}
 	switch v.kind {
+	case viewStarted:
+		f.graph = v.node
 	case viewEnd:
 		if v.data != nil {
 			buf = rawFrame(buf, "error", e.Seq, v.data)
 		}
+		f.done.Store(true)
 		if f.ended != nil {
 			f.ended()
 			f.ended = nil
 		}
 		return buf, true
 	case viewValues:
-		if f.values && v.ns == "" {
-			buf = append(buf, v.frame...)
+		if f.values {
+			buf = named(buf, v.frame, "values", v.ns)
+		}
+		if f.checkpoints || f.debug {
+			if f.state == nil {
+				f.state = map[string][]byte{}
+			}
+			f.state[v.ns] = v.data
 		}
 	case viewUpdates:
-		if f.updates && v.ns == "" {
-			buf = append(buf, v.frame...)
+		if f.updates {
+			buf = named(buf, v.frame, "updates", v.ns)
 		}
+		buf = f.task(buf, e.Seq, v, v.node, v.data, []byte("[]"))
 	case viewCustom:
 		if f.custom {
-			buf = append(buf, v.frame...)
+			buf = named(buf, v.frame, "custom", v.ns)
 		}
+	case viewCheckpoint:
+		buf = f.checkpoint(buf, e.Seq, v)
 	case viewStart, viewDelta, viewFinish:
-		if f.legacy {
+		if f.legacy && v.ns == "" {
 			buf = f.legacyMessage(buf, e.Seq, v)
 		}
 		if f.tuple {
@@ -435,14 +551,88 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		// The run waits: the interrupt as the Platform shows it, and the
 		// stream ends (the run goes on with the next run's command).
 		if f.updates {
-			buf = append(buf, v.frame...)
+			buf = named(buf, v.frame, "updates", v.ns)
 		}
 		if f.values {
-			buf = append(buf, v.frame2...)
+			buf = named(buf, v.frame2, "values", v.ns)
 		}
+		if f.tasks || f.debug {
+			name := f.graph
+			if name == "" {
+				name = "agent"
+			}
+			buf = f.task(buf, e.Seq, v, name, []byte("{}"), v.data)
+		}
+		if v.ns != "" {
+			return buf, false // the root's own request ends the stream
+		}
+		f.done.Store(true)
 		return buf, true
 	}
 	return buf, false
+}
+
+// task appends the tasks mode's frames of task v.id, node name's (its
+// start, then its result and interrupts, JSON) and debug's (`task`,
+// `task_result`).
+func (f *platformFrames) task(buf []byte, seq uint64, v *view, name string, result, interrupts []byte) []byte {
+	if !f.tasks && !f.debug {
+		return buf
+	}
+	start, _ := json.Marshal(map[string]any{"id": v.id, "name": name, "input": nil, "triggers": []string{"branch:to:" + name}, "interrupts": []any{},
+		"metadata": map[string]any{"run_id": f.run, "thread_id": f.thread, "langgraph_node": name}})
+	result, _ = json.Marshal(map[string]any{"id": v.id, "name": name, "result": json.RawMessage(result), "interrupts": json.RawMessage(interrupts), "error": nil})
+	if f.tasks {
+		buf = named(buf, rawFrame(nil, "tasks", seq, start), "tasks", v.ns)
+		buf = named(buf, rawFrame(nil, "tasks", seq, result), "tasks", v.ns)
+	}
+	if f.debug {
+		f.step++
+		ts := time.UnixMilli(int64(v.ts)).UTC().Format("2006-01-02T15:04:05.000Z")
+		for i, p := range [][]byte{start, result} {
+			kind := [...]string{"task", "task_result"}[i]
+			buf = named(buf, frame(nil, "debug", seq, map[string]any{"step": f.step, "type": kind, "timestamp": ts, "payload": json.RawMessage(p)}), "debug", v.ns)
+		}
+	}
+	return buf
+}
+
+// checkpoint appends the checkpoints mode's frame of a checkpoint (the
+// namespace's latest values, its metadata and config) and debug's.
+func (f *platformFrames) checkpoint(buf []byte, seq uint64, v *view) []byte {
+	if !f.checkpoints && !f.debug {
+		return buf
+	}
+	values := json.RawMessage(f.state[v.ns])
+	if values == nil {
+		values = json.RawMessage("{}")
+	}
+	at := func(id string) map[string]any {
+		return map[string]any{"thread_id": f.thread, "checkpoint_ns": v.ns, "checkpoint_id": id, "checkpoint_map": nil}
+	}
+	config := func(id string) any {
+		if id == "" {
+			return nil
+		}
+		return map[string]any{"configurable": map[string]any{"thread_id": f.thread, "checkpoint_ns": v.ns, "checkpoint_id": id}}
+	}
+	cp := map[string]any{"values": values, "next": []any{}, "tasks": []any{},
+		"metadata": map[string]any{"source": v.source, "step": v.step, "parents": map[string]any{}, "run_id": f.run},
+		"config":   config(v.id), "parent_config": config(v.parent)}
+	if f.checkpoints {
+		buf = named(buf, frame(nil, "checkpoints", seq, cp), "checkpoints", v.ns)
+	}
+	if f.debug {
+		cp["checkpoint"] = at(v.id)
+		if v.parent != "" {
+			cp["parent_checkpoint"] = at(v.parent)
+		} else {
+			cp["parent_checkpoint"] = nil
+		}
+		d := map[string]any{"step": v.step, "type": "checkpoint", "timestamp": time.UnixMilli(int64(v.ts)).UTC().Format("2006-01-02T15:04:05.000Z"), "payload": cp}
+		buf = named(buf, frame(nil, "debug", seq, d), "debug", v.ns)
+	}
+	return buf
 }
 
 // message appends a messages-tuple frame for a text delta of the open
@@ -462,6 +652,9 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 			if v.node != "" {
 				meta["langgraph_node"] = v.node
 			}
+			if v.ns != "" {
+				meta["langgraph_checkpoint_ns"] = v.ns
+			}
 			m, _ := json.Marshal(meta)
 			tail = append(server.AppendJSONString([]byte(`,"id":`), f.open[v.ns]),
 				`,"type":"ai","tool_calls":[],"invalid_tool_calls":[],"tool_call_chunks":[],"additional_kwargs":{},"response_metadata":{}},`...)
@@ -480,7 +673,7 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 			b = strconv.AppendUint(b, seq, 10)
 			return append(b, "\n\n"...)
 		}).([]byte)
-		buf = append(buf, fr...)
+		buf = named(buf, fr, "messages", v.ns)
 	case viewFinish:
 		delete(f.open, v.ns)
 		delete(f.tails, v.ns)

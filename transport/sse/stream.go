@@ -96,6 +96,9 @@ func (s *stream) run(wait func()) {
 	s.session.Close()
 	s.out.end() // makes a write under way fail at once
 	s.writer.Stop()
+	if s.wire != nil && s.wire.Closed != nil {
+		s.wire.Closed(s.ending.Load())
+	}
 }
 
 // heartbeat asks for a heartbeat when the stream has been quiet for the

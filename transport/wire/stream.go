@@ -31,6 +31,11 @@ type Stream struct {
 	HeartbeatEvery time.Duration
 	// Header holds more response headers.
 	Header http.Header
+	// Closed, when set, is called once the stream has ended and its
+	// frames are no longer made: shutdown says the server is shutting
+	// down (otherwise the client went, was cut off, or the frames ended
+	// the stream).
+	Closed func(shutdown bool)
 }
 
 // Streams serves a wire's streams (sse.Handler).

@@ -1,9 +1,11 @@
 // A small chat page on React's useStream (@langchain/langgraph-sdk/react),
 // as LangGraph front ends use it, for the browser test of the Platform
 // API's run streams (usestream-e2e.mjs). The query says where:
-// ?api=URL&assistant=ID[&thread=ID][&delay=MS].
+// ?api=URL&assistant=ID[&thread=ID][&delay=MS][&watch=1] (watch: join
+// the run going on in the thread, as a second window on it does).
 import { createRoot } from "react-dom/client";
-import { useState } from "react";
+import { useEffect, useState } from "react";
+import { Client } from "@langchain/langgraph-sdk";
 import { useStream } from "@langchain/langgraph-sdk/react";
 
 const params = new URLSearchParams(location.search);
@@ -23,6 +25,11 @@ function App() {
     },
     reconnectOnMount: true,
   });
+  useEffect(() => {
+    if (!params.has("watch") || !threadId) return;
+    new Client({ apiUrl: params.get("api") }).runs.list(threadId, { status: "running", limit: 1 })
+      .then(([run]) => run && stream.joinStream(run.run_id));
+  }, [threadId]);
   const send = (e) => {
     e.preventDefault();
     const text = e.target.elements.q.value;
