@@ -449,9 +449,11 @@ func (v *view) size() int {
 		max(len(v.data)-len(v.frame), 0) // a values view's data is within its frame
 }
 
-// get returns e's view, made once while the cache holds it.
+// get returns e's view, made once while the cache holds it. An event this
+// process made is one object for all its readers, which share its view
+// through it (Event.View): it is not cached.
 func (c *viewCache) get(thread string, e *server.Event) any {
-	if c == nil || e.EventID() == "" {
+	if _, live := e.Age(); live || c == nil || e.EventID() == "" {
 		return makeView(e)
 	}
 	k := viewAt{thread, e.EventID()}
