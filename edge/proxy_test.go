@@ -30,7 +30,7 @@ func TestEdgePassesThePlatformAPI(t *testing.T) {
 	defer up.Kill()
 	ts, _ := startEdge(t, up.URL, edge.Options{IdleAfter: time.Second})
 	run := func(url string) map[string]any {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, nodeBin, script, url)
 		cmd.Dir = filepath.Dir(script)
@@ -76,6 +76,12 @@ func TestEdgePassesThePlatformAPI(t *testing.T) {
 	require.Equal(t, "metadata", events[0])
 	require.Contains(t, events, "values")
 	require.Equal(t, runStream(up.URL), events, "the upstream's frames")
+
+	// The SDK's streaming scenario (every mode, joins, Last-Event-ID,
+	// cancel, on_disconnect): the same through the edge as direct.
+	nodeBin, script = sdktest.Script(t, "platform-stream.mjs")
+	direct, through = run(up.URL), run(ts.URL)
+	require.Equal(t, direct, through, "the upstream's streams, through the edge")
 }
 
 // TestEdgeKeepsEachPrincipalsPlatformThreads: with authentication on, the
