@@ -303,6 +303,14 @@ func named(buf, fr []byte, name, ns string) []byte {
 // reader of the run that knows the message it belongs to.
 type tupleKey struct{ run, message string }
 
+// partialKey keys a text delta's messages/partial frame (the legacy
+// messages mode), the same for every reader of the run that has as much
+// of the message's text.
+type partialKey struct {
+	run, message string
+	n            int
+}
+
 // viewKey keys the wire's view of an event (server.Event.View): what every
 // reader of the event shares, made once (decoded and encoded), of which
 // each stream makes its frames with its own state (its modes, the message
@@ -544,7 +552,7 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		buf = f.checkpoint(buf, e.Seq, v)
 	case viewStart, viewDelta, viewFinish:
 		if f.legacy && v.ns == "" {
-			buf = f.legacyMessage(buf, e.Seq, v)
+			buf = f.legacyMessage(buf, e, v)
 		}
 		if f.tuple {
 			buf = f.message(buf, e, v)
@@ -686,7 +694,8 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 // legacyMessage appends the `messages` mode's frames: messages/metadata
 // as a message starts, messages/partial with its text so far at each text
 // delta, messages/complete with the whole as it finishes.
-func (f *platformFrames) legacyMessage(buf []byte, seq uint64, v *view) []byte {
+func (f *platformFrames) legacyMessage(buf []byte, e *server.Event, v *view) []byte {
+	seq := e.Seq
 	if f.texts == nil {
 		f.texts = map[string]string{}
 	}
@@ -704,7 +713,13 @@ func (f *platformFrames) legacyMessage(buf []byte, seq uint64, v *view) []byte {
 		buf = frame(buf, "messages/metadata", seq, map[string]any{v.id: map[string]any{"metadata": meta}})
 	case viewDelta:
 		f.texts[v.ns] += v.text
-		buf = frame(buf, "messages/partial", seq, msg(f.open[v.ns], f.texts[v.ns]))
+		// The same for every reader that saw the message from its start
+		// (a reader that joined later has less of its text): made once.
+		id, text := f.open[v.ns], f.texts[v.ns]
+		fr := e.View(partialKey{run: f.run, message: id, n: len(text)}, func() any {
+			return frame(nil, "messages/partial", seq, msg(id, text))
+		}).([]byte)
+		buf = append(buf, fr...)
 	case viewFinish:
 		buf = frame(buf, "messages/complete", seq, msg(f.open[v.ns], f.texts[v.ns]))
 		delete(f.texts, v.ns)

@@ -221,3 +221,54 @@ func TestOnDisconnectCancel(t *testing.T) {
 	assert.Equal(t, "interrupted", ended("od-join", id))
 	assert.False(t, answered("od-join"))
 }
+
+// TestLegacyMessagesShareFramesOnlyWhereTheTextIsTheSame: readers of the
+// legacy messages mode share a messages/partial frame only when they hold
+// as much of the message: one from the run's start reads the whole text,
+// one that joined in the middle of the message only what it saw.
+func TestLegacyMessagesShareFramesOnlyWhereTheTextIsTheSame(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	const words = "a b c d e f g h i j k l"
+	resp, err := http.Post(n.url+"/threads/legacy/runs/stream", "application/json", strings.NewReader(
+		`{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 30}, "stream_mode": "messages"}`))
+	require.NoError(t, err)
+	runID := strings.TrimPrefix(resp.Header.Get("Content-Location"), "/threads/legacy/runs/")
+	partials := func(resp *http.Response, stop int) []string {
+		var out []string
+		sseFrames(resp, func(event, data, _ string) bool {
+			if event == "messages/partial" {
+				var m []map[string]any
+				require.NoError(t, json.Unmarshal([]byte(data), &m))
+				out = append(out, m[0]["content"].(string))
+			}
+			return stop == 0 || len(out) < stop
+		})
+		return out
+	}
+	first := partials(resp, 4) // the run has streamed 4 words
+	join := func(lastEventID string) []string {
+		req, err := http.NewRequest("GET", n.url+"/threads/legacy/runs/"+runID+"/stream?stream_mode=messages", nil)
+		require.NoError(t, err)
+		if lastEventID != "" {
+			req.Header.Set("Last-Event-ID", lastEventID)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return partials(resp, 0)
+	}
+	type result struct{ whole, late []string }
+	done := make(chan result)
+	go func() {
+		var r result
+		r.late = join("") // from now: mid-message
+		done <- r
+	}()
+	whole := join("-1")
+	r := <-done
+	require.Equal(t, "a ", first[0])
+	require.Equal(t, words, whole[len(whole)-1], "from the run's start: the whole text")
+	require.NotEmpty(t, r.late)
+	last := r.late[len(r.late)-1]
+	require.Less(t, len(last), len(words), "joined mid-message: only what it saw")
+	require.True(t, strings.HasSuffix(words, last), "%q", last)
+}
