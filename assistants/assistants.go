@@ -234,8 +234,8 @@ func streamText(ctx context.Context, rc *server.RunContext, text string, delay t
 // Echo answers the last user message with its own text: one AI message
 // streamed as a text-delta per word, between two values (the conversation
 // so far in LangChain's serialized message shape: with the question as
-// the run starts, with the answer as it ends), then an update and a
-// checkpoint.
+// the run starts, with the answer as it ends, after the node's update, as
+// LangGraph orders a step's updates and values), then a checkpoint.
 func Echo(ctx context.Context, rc *server.RunContext) error {
 	text, user, err := userText(rc.Input())
 	if err != nil {
@@ -252,10 +252,10 @@ func Echo(ctx context.Context, rc *server.RunContext) error {
 	}
 	ai := map[string]any{"type": "ai", "content": text, "id": aiID}
 	msgs = append(msgs, ai)
-	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
+	if err := rc.Update("echo", map[string]any{"messages": []any{ai}}); err != nil {
 		return err
 	}
-	if err := rc.Update("echo", map[string]any{"messages": []any{ai}}); err != nil {
+	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
 		return err
 	}
 	_, err = rc.Checkpoint(protocol.CheckpointSourceLoop, int64(len(msgs)/2))

@@ -31,7 +31,7 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 		"messages[] message-start ai", "messages[] content-block-start 0",
 		"messages[] content-block-delta 0", "messages[] content-block-delta 0", "messages[] content-block-delta 0",
 		"messages[] content-block-finish 0", "messages[] message-finish",
-		"values[]", "updates[]", "checkpoints[]", "lifecycle[] completed",
+		"updates[]", "values[]", "checkpoints[]", "lifecycle[] completed",
 	}, describeAll(es))
 	require.Equal(t, "Hello  big world", text(es))
 	for i, e := range es {
@@ -45,7 +45,7 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 	require.Equal(t, "human", first[0].(map[string]any)["type"])
 	start := es[3].Payload.(*protocol.ServerEventMessages).Params.Data.Value.(*protocol.MessageStartData)
 	require.Equal(t, runID, start.Extra["run_id"])
-	vals := es[10].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
+	vals := es[11].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
 	msgs := vals["messages"].([]any)
 	require.Equal(t, "human", msgs[0].(map[string]any)["type"])
 	require.Equal(t, "ai", msgs[1].(map[string]any)["type"])
@@ -447,7 +447,7 @@ func TestMultitaskStrategies(t *testing.T) {
 		do(t, s, "rb", strategy(protocol.MultitaskStrategyRollback))
 		collect(t, sub, rootEnded)
 		es := collect(t, sub, rootEnded)
-		vals := es[len(es)-4].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
+		vals := es[len(es)-3].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
 		msgs := vals["messages"].([]any)
 		require.Len(t, msgs, 4, "the dirty run's state was rolled back before the new run")
 		require.Equal(t, "kept", msgs[0].(map[string]any)["content"])

@@ -78,6 +78,13 @@ await step("modes together", async () => {
   const r = await read(client.runs.stream(thread, "echo", { input: input("all of it"), streamMode: ["values", "updates", "messages-tuple"] }));
   return { kinds: r.kinds, text: r.text, values: r.values.slice(-2), updated: r.updated };
 });
+await step("modes together: the order of the frames", async () => {
+  const order = [];
+  for await (const ev of client.runs.stream(thread, "echo", { input: input("in order"), streamMode: ["values", "updates", "messages-tuple", "custom"] })) {
+    if (order.at(-1) !== ev.event) order.push(ev.event);
+  }
+  return order;
+});
 await step("stateless", async () => {
   const r = await read(client.runs.stream(null, "echo", { input: input("alone"), streamMode: ["messages-tuple"] }));
   return { kinds: r.kinds, text: r.text };

@@ -165,6 +165,6 @@ func Example_subscribeThroughDo() {
 	// 3 values 1 messages
 	// 6 messages "hi "
 	// 7 messages "there"
-	// 10 values 2 messages
+	// 11 values 2 messages
 	// 13 lifecycle completed
 }
