@@ -28,8 +28,9 @@ fi
 export AGENTSTREAM_REQUIRE_TOOLS=1
 go mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy" >&2; exit 1; }
 go vet ./...
-# One line per package, the output of each failed test, and a last line
-# naming every skipped test and why (redis-server, Chromium, ../shared);
+# One line per package, the output of each failed test, then last the
+# failures again, one line each (test, package, first failing line), and a
+# line naming every skipped test and why (redis-server, Chromium, ../shared);
 # AGENTSTREAM_REQUIRE_ALL=1 (as .ci/run sets) makes any skip fail the run.
 go build -o "${TMPDIR:-/tmp}/agentstream-testsummary" ./internal/testkit/testsummary
 set +e

@@ -1,7 +1,8 @@
 // Command testsummary reads `go test -json` on its input and prints what a
 // person running the tests needs: a line per package (ok or FAIL, with
-// the output of each failed test), then one line naming every skipped test
-// and why. It exits 1 when a test or a package failed, and, with
+// the output of each failed test), then, last, the failures again, one
+// line each (the test, its package, its first failing line), and one line
+// naming every skipped test and why. It exits 1 when a test or a package failed, and, with
 // AGENTSTREAM_REQUIRE_ALL=1, when any test was skipped. test.sh pipes the
 // suite through it.
 package main
@@ -34,6 +35,7 @@ func main() {
 func summarize(in io.Reader, out io.Writer, requireAll bool) int {
 	outputs := map[string][]string{} // package/test -> its output lines
 	var skips []string
+	var failures []failure
 	failed := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -56,6 +58,7 @@ func summarize(in io.Reader, out io.Writer, requireAll bool) int {
 			} else {
 				fmt.Fprintf(out, "FAIL\t%s\t%.3fs\n%s", e.Package, e.Elapsed, packageOutput(outputs[key]))
 			}
+			failures = append(failures, failure{pkg: e.Package, test: e.Test, line: firstFailure(outputs[key])})
 			delete(outputs, key)
 		case "skip":
 			if e.Test != "" {
@@ -73,6 +76,16 @@ func summarize(in io.Reader, out io.Writer, requireAll bool) int {
 		fmt.Fprintln(out, "testsummary:", err)
 		return 1
 	}
+	if failures = leaves(failures); len(failures) > 0 {
+		fmt.Fprintf(out, "\nfailed (%d):\n", len(failures))
+		for _, f := range failures {
+			name := f.test
+			if name == "" {
+				name = "the package"
+			}
+			fmt.Fprintf(out, "  %s (%s): %s\n", name, shortPkg(f.pkg), f.line)
+		}
+	}
 	sort.Strings(skips)
 	if len(skips) == 0 {
 		fmt.Fprintln(out, "skipped: none")
@@ -87,6 +100,56 @@ func summarize(in io.Reader, out io.Writer, requireAll bool) int {
 		return 1
 	}
 	return 0
+}
+
+// failure is a failed test, or a package that failed outside its tests.
+type failure struct{ pkg, test, line string }
+
+// leaves drops a failed test whose subtests failed (they say why), and a
+// failed package whose tests did, keeping the order.
+func leaves(fs []failure) []failure {
+	var out []failure
+	for _, f := range fs {
+		covered := false
+		for _, g := range fs {
+			if g.pkg == f.pkg && g != f && (f.test == "" && g.test != "" || f.test != "" && strings.HasPrefix(g.test, f.test+"/")) {
+				covered = true
+			}
+		}
+		if !covered {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// firstFailure is the first line of a failure's output that says what
+// went wrong: its first line that is not the framework's own, with the
+// assertion's message when that line has none (testify's "file.go:N:"
+// then "Error: ...").
+func firstFailure(lines []string) string {
+	var at string
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "", strings.HasPrefix(l, "=== "), strings.HasPrefix(l, "--- FAIL"), strings.HasPrefix(l, "--- PASS"),
+			l == "FAIL", strings.HasPrefix(l, "FAIL\t"), strings.HasPrefix(l, "exit status"), strings.HasPrefix(l, "Error Trace:"):
+			continue
+		case at != "":
+			if msg, ok := strings.CutPrefix(l, "Error:"); ok {
+				return at + " " + strings.TrimSpace(msg)
+			}
+		case strings.HasSuffix(l, ":") && strings.Contains(l, ".go:"):
+			at = l // the message follows
+			continue
+		default:
+			return l
+		}
+	}
+	if at != "" {
+		return at
+	}
+	return "no output"
 }
 
 // reason is a skip's message: the last line of its output that is not
