@@ -7,6 +7,7 @@
 //	agentstream tail [flags] URL THREAD
 //	agentstream load --url http://127.0.0.1:2024 [flags]
 //	agentstream token --secret-file F --sub alice [--admin] [--ttl 1h]
+//	agentstream version
 //
 // serve runs the server (in memory, or on Redis with --redis); tail follows
 // a thread in the terminal, as a person reads it; load measures a running
@@ -137,6 +138,10 @@ type config struct {
 
 // run is the command; ready, when not nil, receives the listening address.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) int {
+	if len(args) > 0 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
 	if len(args) > 0 && args[0] == "load" {
 		return load(ctx, args[1:], stdout, stderr)
 	}
@@ -153,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return bare(ctx, args[1:], stderr)
 	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD | agentstream bare [--addr]   (-h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream version | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD | agentstream bare [--addr]   (-h for the flags)")
 		return 2
 	}
 	var c config
@@ -280,7 +285,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return 2
 	}
 	if err := serve(ctx, c, log, ready); err != nil {
-		log.Error().Err(err).Msg("server stopped")
+		var ns notStarted
+		if errors.As(err, &ns) {
+			log.Error().Err(ns.error).Msg("server did not start")
+		} else {
+			log.Error().Err(err).Msg("server stopped")
+		}
 		return 1
 	}
 	return 0
@@ -351,8 +361,11 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		return err
 	}
 	ln, err := net.Listen("tcp", c.addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return notStarted{fmt.Errorf("%s is in use (another server?): choose another address with --addr HOST:PORT or AGENTSTREAM_ADDR (%w)", c.addr, err)}
+	}
 	if err != nil {
-		return err
+		return notStarted{fmt.Errorf("--addr %s: %w", c.addr, err)}
 	}
 	loopback := isLoopback(ln.Addr())
 	if !loopback && !c.insecure && authn == nil {
@@ -518,7 +531,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		mln, err := net.Listen("tcp", c.metricsAddr)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("--metrics-addr: %w", err)
+			return notStarted{fmt.Errorf("--metrics-addr %s: %w", c.metricsAddr, err)}
 		}
 		ms := &http.Server{Handler: h.MetricsHandler(), ReadHeaderTimeout: c.readHeaderTimeout}
 		go func() { _ = ms.Serve(mln) }()
@@ -937,3 +950,46 @@ func playgroundHandler(on bool) http.Handler {
 	}
 	return playground.Handler()
 }
+
+// version says which build this is, from the build information Go keeps
+// in the binary: the module's version ("(devel)" for a build from a
+// checkout), the VCS revision and time with "+dirty" for uncommitted
+// changes, and the Go version.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "agentstream (no build information)"
+	}
+	v := "agentstream " + bi.Main.Version
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" && !strings.Contains(bi.Main.Version, rev) { // a pseudo-version names it already
+		v += " " + rev
+		if dirty {
+			v += "+dirty"
+		}
+	}
+	if at != "" {
+		v += " " + at
+	}
+	return v + " " + bi.GoVersion
+}
+
+// notStarted is an error that kept the server from starting (an address
+// it could not listen on), said as such rather than as a stop.
+type notStarted struct{ error }
+
+func (e notStarted) Unwrap() error { return e.error }

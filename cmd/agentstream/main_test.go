@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"debug/elf"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -985,4 +988,55 @@ func TestPublishAcrossTwoNodes(t *testing.T) {
 	cancel()
 	require.Equal(t, 0, <-doneA)
 	require.Equal(t, 0, <-doneB)
+}
+
+// TestVersion: `version` and `--version` print the build's version (the
+// module's, its VCS revision when the build has one) and Go's.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		var out bytes.Buffer
+		require.Equal(t, 0, run(context.Background(), []string{arg}, &out, io.Discard, nil))
+		require.Regexp(t, `^agentstream \S+.* `+regexp.QuoteMeta(runtime.Version())+`\n$`, out.String())
+	}
+}
+
+// TestPortInUseSaysHowToChooseAnother: serve on an address that is taken
+// exits 1 saying the server did not start, and how to choose another.
+func TestPortInUseSaysHowToChooseAnother(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var stderr bytes.Buffer
+	t.Setenv("AGENTSTREAM_LOG_FORMAT", "json")
+	require.Equal(t, 1, run(context.Background(), []string{"serve", "--addr", ln.Addr().String()}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "server did not start")
+	require.Contains(t, stderr.String(), ln.Addr().String()+" is in use")
+	require.Contains(t, stderr.String(), "--addr HOST:PORT or AGENTSTREAM_ADDR")
+	require.NotContains(t, stderr.String(), "server stopped")
+}
+
+// TestStaticBuild: the binary builds with CGO_ENABLED=0 into one static
+// executable (no program interpreter, no shared libraries), as the README
+// and the container image say.
+func TestStaticBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "agentstream")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	f, err := elf.Open(bin)
+	require.NoError(t, err)
+	defer f.Close()
+	for _, p := range f.Progs {
+		require.NotEqual(t, elf.PT_INTERP, p.Type, "a dynamically linked executable")
+	}
+	libs, err := f.ImportedLibraries()
+	require.NoError(t, err)
+	require.Empty(t, libs)
+	v, err := exec.Command(bin, "version").Output()
+	require.NoError(t, err)
+	require.Contains(t, string(v), "agentstream ")
 }
