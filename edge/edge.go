@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -487,6 +488,30 @@ func (e *Edge) runCancel(ctx context.Context, thread string, c *protocol.ClientC
 		code = protocol.ErrorCodeInvalidArgument // its refusal, passed on (its run API takes UUID thread ids only)
 	}
 	return nil, protocol.NewError(&id, code, "the upstream's run cancel answered %d: %.300s", status, b)
+}
+
+// Assistants lists the upstream's graphs (the graph_id of each of its
+// assistants, sorted, each once), for the server's banner.
+func (e *Edge) Assistants(ctx context.Context) ([]string, error) {
+	status, b, err := e.c.DoWith(ctx, "POST", "/assistants/search", []byte(`{"limit": 1000}`), nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("the upstream's assistants search answered %d: %.200s", status, b)
+	}
+	var list []struct {
+		GraphID string `json:"graph_id"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("the upstream's assistants search: %w", err)
+	}
+	var out []string
+	for _, a := range list {
+		out = append(out, a.GraphID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // State returns the upstream's answer to GET /threads/{id}/state, for the

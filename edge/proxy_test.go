@@ -28,7 +28,10 @@ func TestEdgePassesThePlatformAPI(t *testing.T) {
 	nodeBin, script := sdktest.Script(t, "platform-resources.mjs")
 	up := lgtest.Start(t)
 	defer up.Kill()
-	ts, _ := startEdge(t, up.URL, edge.Options{IdleAfter: time.Second})
+	ts, e := startEdge(t, up.URL, edge.Options{IdleAfter: time.Second})
+	graphs, err := e.Assistants(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []string{"approve", "chat", "demo", "echo", "firehose"}, graphs, "the upstream's graphs, for the banner")
 	run := func(url string) map[string]any {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()

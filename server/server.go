@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -503,6 +504,7 @@ func (s *Server) Assistants() []string {
 			out = append(out, id)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -557,7 +557,19 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			errc <- hs.Serve(ln)
 		}
 	}()
-	ev := log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Bool("auth", authn != nil).Strs("assistants", srv.Assistants())
+	ev := log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Bool("auth", authn != nil).Strs("profiles", splitList(c.profiles))
+	if up != nil {
+		// Its runs are the upstream's: its graphs, as it lists them now.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		graphs, err := up.Assistants(actx)
+		cancel()
+		if err != nil {
+			log.Warn().Err(err).Msg("could not list the upstream's assistants")
+		}
+		ev = ev.Str("upstream", c.upstream).Strs("assistants", graphs)
+	} else {
+		ev = ev.Strs("assistants", srv.Assistants())
+	}
 	if c.playground {
 		scheme := "http"
 		if tlsConfig != nil {

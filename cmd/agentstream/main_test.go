@@ -1040,3 +1040,27 @@ func TestStaticBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(v), "agentstream ")
 }
+
+// TestBannerNamesProfilesAndAssistants: the listening line names the
+// profiles served and the assistants, sorted.
+func TestBannerNamesProfilesAndAssistants(t *testing.T) {
+	t.Setenv("AGENTSTREAM_LOG_FORMAT", "json")
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs bytes.Buffer
+	_, done := startServe(t, ctx, &logs, "--profiles", "langgraph,openai")
+	cancel()
+	<-done
+	var banner struct {
+		Message    string
+		Profiles   []string
+		Assistants []string
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if json.Unmarshal([]byte(line), &banner) == nil && banner.Message == "agentstream listening" {
+			break
+		}
+	}
+	require.Equal(t, "agentstream listening", banner.Message, logs.String())
+	require.Equal(t, []string{"langgraph", "openai"}, banner.Profiles)
+	require.Equal(t, []string{"demo", "echo", "firehose"}, banner.Assistants)
+}
