@@ -132,7 +132,14 @@ func (d Decoder) EventStreamRequest(data []byte) (*EventStreamRequest, *ErrorRes
 	if err := s.Validate(v); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
-			return nil, NewError(nil, ErrorCodeInvalidArgument, "%s", describe(ve))
+			msg := describe(ve)
+			if rest, ok := strings.CutPrefix(msg, "command: "); ok { // the whole body
+				msg = "the stream request: " + rest
+				if strings.Contains(rest, "'channels'") {
+					msg += `; it names the channels to stream, as {"channels": ["messages", "lifecycle"]}`
+				}
+			}
+			return nil, NewError(nil, ErrorCodeInvalidArgument, "%s", msg)
 		}
 		return nil, NewError(nil, ErrorCodeInvalidArgument, "%v", err)
 	}

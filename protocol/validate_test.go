@@ -462,3 +462,17 @@ func mutate(v any, fn func(any), kinds []any) {
 	}
 	walk(v, func(x any) any { return x })
 }
+
+// TestStreamRequestErrorsNameTheRequest: a stream request's body that is
+// wrong as a whole is said to be the stream request's (not a command's),
+// with what it needs.
+func TestStreamRequestErrorsNameTheRequest(t *testing.T) {
+	_, e := DecodeEventStreamRequest([]byte(`{}`))
+	require.NotNil(t, e)
+	require.Equal(t, ErrorCodeInvalidArgument, e.Code)
+	require.True(t, strings.HasPrefix(e.Message, "the stream request: missing properties: 'channels'"), e.Message)
+	require.Contains(t, e.Message, `{"channels": ["messages", "lifecycle"]}`)
+	_, e = DecodeEventStreamRequest([]byte(`{"channels": ["nope"]}`))
+	require.NotNil(t, e)
+	require.True(t, strings.HasPrefix(e.Message, "channels[0]: "), e.Message)
+}

@@ -645,7 +645,9 @@ func (s *Server) HasThread(ctx context.Context, id string) (bool, error) {
 func (s *Server) LastSeq(id string) uint64 {
 	t, _ := s.thread(id, false)
 	if t == nil {
-		return 0
+		// Not held now: a durable log's head says where it is (after a
+		// restart, say), without making the thread.
+		return s.head(id).seq
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

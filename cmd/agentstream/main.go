@@ -810,8 +810,13 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	case "export":
-		if _, err := eng.Export(rest[1], stdout); err != nil {
+		n, err := eng.Export(rest[1], stdout)
+		if err != nil {
 			fmt.Fprintln(stderr, "agentstream data:", err)
+			return 1
+		}
+		if n == 0 {
+			fmt.Fprintf(stderr, "agentstream data: thread %q has no events in %s\n", rest[1], *dir)
 			return 1
 		}
 	default:

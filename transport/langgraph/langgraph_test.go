@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -930,4 +931,24 @@ func TestRunStreamReplaysAfterARestart(t *testing.T) {
 	}
 	require.Equal(t, words, join("-1"), "the whole run, from the disk")
 	require.Equal(t, strings.TrimPrefix(words, "one two "), join(ids[1]), "after its second token")
+
+	// A new run's stream on the thread, after the restart, starts where
+	// the thread is: its metadata frame's id is past the old run's frames.
+	n.stop()
+	n = open()
+	resp, err = http.Post(n.url+"/threads/replay-1/runs/stream", "application/json", strings.NewReader(
+		`{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "again"}]}, "stream_mode": "values"}`))
+	require.NoError(t, err)
+	var metaID string
+	sseFrames(resp, func(event, _, id string) bool {
+		if event == "metadata" {
+			metaID = id
+		}
+		return true
+	})
+	last, err := strconv.ParseUint(ids[len(ids)-1], 10, 64)
+	require.NoError(t, err)
+	got, err := strconv.ParseUint(metaID, 10, 64)
+	require.NoError(t, err)
+	require.Greater(t, got, last)
 }
