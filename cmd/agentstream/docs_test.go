@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,9 +128,14 @@ func replacePorts(line string, ports map[string]string) string {
 func docsScript(t *testing.T, root, bin string, block []string) string {
 	t.Helper()
 	dir := t.TempDir()
-	ports := map[string]string{}
-	for _, p := range []string{"2024", "2097", "2098", "2099", "2101", "2102", "2108", "2123", "6390"} {
-		ports[p] = freePort(t)
+	// Every port a page names (2000-2999, and Redis's 6390) gets a free one.
+	ports := map[string]string{"2024": freePort(t), "6390": freePort(t)}
+	for _, line := range block {
+		for _, m := range portRef.FindAllStringSubmatch(line, -1) {
+			if n, err := strconv.Atoi(m[2]); err == nil && n >= 2000 && n <= 2999 && ports[m[2]] == "" {
+				ports[m[2]] = freePort(t)
+			}
+		}
 	}
 	for _, p := range []string{"7001", "7002", "7003"} { // a Redis Cluster's nodes: their bus ports too
 		_, ports[p], _ = net.SplitHostPort(redistest.ClusterAddr(t))

@@ -94,6 +94,7 @@ type config struct {
 	authFailureBurst                                                 int
 	threadTTL, readHeaderTimeout, idleTimeout, bodyTimeout           time.Duration
 	allowedHosts                                                     string
+	trustedProxies                                                   string
 	commandRate                                                      float64
 	commandBurst                                                     int
 	httpCommandRate                                                  float64
@@ -200,6 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time to read a request's headers")
 	fs.DurationVar(&c.bodyTimeout, "body-timeout", transport.DefaultBodyTimeout, "time to read a command's or stream request's body (408 after)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "how long a kept-alive HTTP connection may wait for its next request")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated addresses and CIDR prefixes of reverse proxies whose Forwarded or X-Forwarded-For header names the client, for per-client limits, the failed-authentication throttle and logs (from any other peer those headers are ignored; default: none)")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "comma-separated Host name patterns served besides the loopback names, on a loopback address (protects against DNS rebinding; \"*\": any)")
 	fs.Float64Var(&c.commandRate, "command-rate", ws.DefaultCommandRate, "commands a second one WebSocket may send on average; more are answered rate_limited")
 	fs.IntVar(&c.commandBurst, "command-burst", ws.DefaultCommandBurst, "commands one WebSocket may send at once above --command-rate")
@@ -259,14 +261,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.ingestMaxWait, "ingest-max-wait", redisstore.DefaultIngestMaxWait, "with --ingest-stream: how long an entry waits for its thread (written by another node's run, or Redis away) before it goes to the dead-letter stream")
 	fs.StringVar(&c.redisURL, "redis", "", "keep threads in Redis so that they survive a restart: redis://[user:password@]HOST:PORT/DB (rediss:// for TLS; ?prefix=NAME for the keys, default agentstream); a Redis Cluster: its seed nodes, redis://HOST:PORT,HOST:PORT,...; empty: in memory")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this separate address, open; with auth on, /metrics on the main address is then for admins only as before")
-	if err := applyEnv(fs); err != nil {
-		fmt.Fprintln(stderr, "agentstream:", err)
-		return 2
-	}
+	configPath := fs.String("config", "", "a TOML file setting these flags by name (AGENTSTREAM_CONFIG too); the command line wins over the environment, which wins over the file")
+	printCfg := fs.Bool("print-config", false, "print the configuration in effect (every flag, from the file, the environment and the command line) as a config file, and exit")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	fs.Visit(func(f *flag.Flag) { c.bufferEventsSet = c.bufferEventsSet || f.Name == "buffer-events" })
+	set, err := applySources(fs, *configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream:", err)
+		return 2
+	}
+	if *printCfg {
+		printConfig(stdout, fs, set)
+		return 0
+	}
+	_, envBuffer := os.LookupEnv(envName("buffer-events"))
+	c.bufferEventsSet = set.cmdline["buffer-events"] || envBuffer || set.inFile["buffer-events"]
 	if err := c.check(); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
 		return 2
@@ -294,21 +304,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return 1
 	}
 	return 0
-}
-
-// applyEnv sets each flag from AGENTSTREAM_<NAME> when that is set; flags
-// on the command line still win.
-func applyEnv(fs *flag.FlagSet) error {
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "AGENTSTREAM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && err == nil {
-			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, e)
-			}
-		}
-	})
-	return err
 }
 
 // isTerminal reports whether w is a terminal (NO_COLOR set says no).
@@ -547,7 +542,12 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		handler = mux
 	}
-	hs := &http.Server{Handler: logRequests(handler, log), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}
+	proxies, err := transport.ParseTrustedProxies(c.trustedProxies)
+	if err != nil {
+		ln.Close()
+		return notStarted{fmt.Errorf("--trusted-proxies: %w", err)}
+	}
+	hs := &http.Server{Handler: proxies.Wrap(logRequests(handler, log)), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}
 	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
 	hs.TLSConfig = tlsConfig
 	go func() {
@@ -848,7 +848,7 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		next.ServeHTTP(w, r)
-		log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Str("query", auth.Redact(r.URL.RawQuery)).Dur("took", time.Since(start)).Msg("request")
+		log.Debug().Str("client", r.RemoteAddr).Str("method", r.Method).Str("path", r.URL.Path).Str("query", auth.Redact(r.URL.RawQuery)).Dur("took", time.Since(start)).Msg("request")
 	})
 }
 
@@ -885,6 +885,9 @@ const defaultShutdownTimeout = 10 * time.Second
 // check refuses a zero or negative size or duration: in the libraries'
 // options zero means "the default", which a command line states instead.
 func (c config) check() error {
+	if _, err := transport.ParseTrustedProxies(c.trustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	if c.memoryTarget < 0 {
 		return fmt.Errorf("--memory-target must be 0 (none) or more")
 	}

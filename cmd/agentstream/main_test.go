@@ -128,6 +128,10 @@ func TestUsageAndBadFlags(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 2, run(context.Background(), []string{"serve"}, io.Discard, &stderr, nil))
 	require.Contains(t, stderr.String(), "log level")
+	t.Setenv("AGENTSTREAM_LOG_LEVEL", "info")
+	stderr.Reset()
+	require.Equal(t, 2, run(context.Background(), []string{"serve", "--trusted-proxies", "10.0.0.0/8,proxy.local"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), `--trusted-proxies: trusted proxy "proxy.local": not an address or a CIDR prefix`)
 }
 
 // Zero means "the default" in the libraries' options; on the command line
@@ -1063,4 +1067,53 @@ func TestBannerNamesProfilesAndAssistants(t *testing.T) {
 	require.Equal(t, "agentstream listening", banner.Message, logs.String())
 	require.Equal(t, []string{"langgraph", "openai"}, banner.Profiles)
 	require.Equal(t, []string{"demo", "echo", "firehose"}, banner.Assistants)
+}
+
+// TestConfigFile: a TOML file sets serve's flags by name (a list as the
+// comma-separated value); the environment wins over it and the command
+// line over both; a key that is no flag, or a bad value, is refused naming
+// it; --print-config prints every flag as a file that reads back the same.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agentstream.toml")
+	require.NoError(t, os.WriteFile(file, []byte("max-threads = 777\nprofiles = [\"langgraph\", \"openai\"]\nlog-level = \"warn\"\nplayground = false\nwrite-interval = \"2ms\"\n"), 0o600))
+	printed := func(args ...string) (string, int, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"serve", "--print-config"}, args...), &out, &errOut, nil)
+		return out.String(), code, errOut.String()
+	}
+	out, code, _ := printed("--config", file)
+	require.Equal(t, 0, code)
+	for _, want := range []string{"max-threads = 777\n", `profiles = "langgraph,openai"` + "\n", `log-level = "warn"` + "\n", "playground = false\n", `write-interval = "2ms"` + "\n", `addr = "127.0.0.1:2024"` + "\n"} {
+		require.Contains(t, out, want)
+	}
+	t.Setenv("AGENTSTREAM_MAX_THREADS", "888")
+	out, _, _ = printed("--config", file)
+	require.Contains(t, out, "max-threads = 888\n", "the environment wins over the file")
+	out, _, _ = printed("--config", file, "--max-threads", "999")
+	require.Contains(t, out, "max-threads = 999\n", "the command line wins over both")
+	t.Setenv("AGENTSTREAM_CONFIG", file)
+	out, _, _ = printed()
+	require.Contains(t, out, `profiles = "langgraph,openai"`, "AGENTSTREAM_CONFIG names the file")
+	os.Unsetenv("AGENTSTREAM_CONFIG")
+
+	// What it prints reads back the same.
+	again := filepath.Join(dir, "printed.toml")
+	require.NoError(t, os.WriteFile(again, []byte(out), 0o600))
+	out2, code, errOut := printed("--config", again)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, strings.SplitN(out, "\n", 2)[1], strings.SplitN(out2, "\n", 2)[1])
+
+	os.Unsetenv("AGENTSTREAM_MAX_THREADS")
+	for body, want := range map[string]string{
+		"max-thread = 5\n":       `"max-thread" is not a flag of serve`,
+		"max-threads = \"x\"\n":  `max-threads = "x"`,
+		"addr = {a = 1}\n":       "addr: a string, a number, a boolean or a list of them",
+		"addr = \"x\"\naddr = 1": "agentstream.toml",
+	} {
+		require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+		_, code, errOut := printed("--config", file)
+		require.Equal(t, 2, code, body)
+		require.Contains(t, errOut, want, body)
+	}
 }
