@@ -8,6 +8,7 @@
 //	agentstream load --url http://127.0.0.1:2024 [flags]
 //	agentstream token --secret-file F --sub alice [--admin] [--ttl 1h]
 //	agentstream version
+//	agentstream probe [URL]
 //
 // serve runs the server (in memory, or on Redis with --redis); tail follows
 // a thread in the terminal, as a person reads it; load measures a running
@@ -143,6 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		fmt.Fprintln(stdout, version())
 		return 0
 	}
+	if len(args) > 0 && args[0] == "probe" {
+		return probe(ctx, args[1:], stderr)
+	}
 	if len(args) > 0 && args[0] == "load" {
 		return load(ctx, args[1:], stdout, stderr)
 	}
@@ -159,7 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return bare(ctx, args[1:], stderr)
 	}
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream version | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD | agentstream bare [--addr]   (-h for the flags)")
+		fmt.Fprintln(stderr, "usage: agentstream serve [flags] | agentstream version | agentstream probe [URL] | agentstream tail URL THREAD [flags] | agentstream load [flags] | agentstream token [flags] | agentstream data --data-dir DIR stats|compact|export THREAD | agentstream bare [--addr]   (-h for the flags)")
 		return 2
 	}
 	var c config
@@ -1013,3 +1017,35 @@ func version() string {
 type notStarted struct{ error }
 
 func (e notStarted) Unwrap() error { return e.error }
+
+// probe asks URL (the local server's /readyz by default) and exits 0 on a
+// 200, 1 otherwise: a container's health check, where the image holds
+// nothing but this binary.
+func probe(ctx context.Context, args []string, stderr io.Writer) int {
+	target := "http://127.0.0.1:2024/readyz"
+	if len(args) == 1 {
+		target = args[0]
+	} else if len(args) > 1 {
+		fmt.Fprintln(stderr, "usage: agentstream probe [URL]")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", target, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream probe:", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentstream probe:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		fmt.Fprintf(stderr, "agentstream probe: %s answered %d %s\n", target, resp.StatusCode, strings.TrimSpace(string(b)))
+		return 1
+	}
+	return 0
+}
