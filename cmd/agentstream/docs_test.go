@@ -188,7 +188,7 @@ wait_redis() { for i in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 &&
 		case strings.HasPrefix(line, "curl -N"):
 			line += ` -sSf --max-time 3 >"$DIR/stream.out" || [ $? -eq 28 ]`
 		}
-		if strings.Contains(line, `"$AS" serve`) || strings.Contains(line, `"$AS" bare`) {
+		if (strings.Contains(line, `"$AS" serve`) && !strings.Contains(line, "--print-config")) || strings.Contains(line, `"$AS" bare`) { // (--print-config prints and exits)
 			cmd, after, _ := strings.Cut(line, "&") // the server in the background, in any case
 			cmd = strings.TrimSpace(cmd)
 			if !strings.Contains(cmd, "--addr") {

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// codeBlocks returns the ```LANG blocks of a Markdown file, in order.
+func codeBlocks(t *testing.T, path, lang string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var blocks []string
+	var cur strings.Builder
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case !in && l == "```"+lang:
+			in = true
+			cur.Reset()
+		case in && strings.HasPrefix(l, "```"):
+			in = false
+			blocks = append(blocks, cur.String())
+		case in:
+			cur.WriteString(l + "\n")
+		}
+	}
+	require.NoError(t, sc.Err())
+	return blocks
+}
+
+// readmePort is a port of the README's examples (2024, 2103, ...).
+var readmePort = regexp.MustCompile(`(127\.0\.0\.1|localhost):2\d{3}\b`)
+
+// TestREADMESnippets runs the README's JavaScript and Go examples as
+// written, against a server this test starts (its address in place of the
+// examples'): the SDK's stream prints the echoed text, the openai
+// package's stream prints it, and the embedding snippet, wrapped in a
+// main function, subscribes, starts a run and reads its first event.
+func TestREADMESnippets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers and builds programs")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	readme := filepath.Join(root, "README.md")
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--profiles", "openai")
+	defer func() { cancel(); <-done }()
+
+	js := codeBlocks(t, readme, "js")
+	require.Len(t, js, 2)
+	nodeDir := filepath.Join(root, "tools", "node")
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "openai")); err != nil {
+		if os.Getenv("AGENTSTREAM_REQUIRE_TOOLS") == "1" {
+			t.Fatal("tools/node's packages are not installed (npm ci --prefix tools/node)")
+		}
+		t.Skip("tools/node's packages are not installed (npm ci --prefix tools/node)")
+	}
+	for i, want := range []string{"Hi!", "hi"} {
+		// In tools/node, where the packages are; a name of its own, gone after.
+		f, err := os.CreateTemp(nodeDir, ".readme-snippet-*.mjs")
+		require.NoError(t, err)
+		t.Cleanup(func() { os.Remove(f.Name()) })
+		_, err = f.WriteString(readmePort.ReplaceAllString(js[i], addr))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(rctx, "node", f.Name()).CombinedOutput()
+		rcancel()
+		require.NoError(t, err, "README js block %d:\n%s\n%s", i+1, js[i], out)
+		require.Contains(t, string(out), want, "README js block %d", i+1)
+		t.Logf("js block %d: %s", i+1, out)
+	}
+
+	golang := codeBlocks(t, readme, "go")
+	require.Len(t, golang, 1)
+	dir, err := os.MkdirTemp(root, "_readme_snippet_") // in the module, so that it imports it
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	src := `package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/inproc"
+)
+
+func main() {
+	ctx := context.Background()
+	var myAssistant server.Assistant = server.AssistantFunc(func(context.Context, *server.RunContext) error { return nil })
+` + readmePort.ReplaceAllString(golang[0], "127.0.0.1:0") + `	fmt.Println("first event:", e.Method)
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644))
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	cmd := exec.CommandContext(rctx, "go", "run", "./"+filepath.Base(dir))
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the README's Go block in a main function:\n%s\n%s", src, out)
+	require.Regexp(t, `first event: \S+`, string(out), fmt.Sprintf("%s", out))
+	t.Logf("the Go block: %s", out)
+}
