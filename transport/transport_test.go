@@ -914,3 +914,43 @@ func TestDeliveryLatencyIsSampled(t *testing.T) {
 	require.Equal(t, want, metricCount(t, ts, queued), "a replay is not sampled")
 	require.Equal(t, want, metricCount(t, ts, written))
 }
+
+// TestRunEndWaitsForTheSubscribesAfterRunStart: the official SDK sends the
+// subscribes of a run's projections once it has read run.start's answer,
+// on a loaded machine tens of milliseconds later, and counts the run's
+// end, read on its earlier subscription, against them. A run that ends
+// at once has its end held for pace.StartedHold after that answer: the
+// values the later subscribe replays arrive before the end (120 ms
+// later here; the subscribe-only hold, 50 ms, was too short and
+// thread.values resolved to undefined).
+func TestRunEndWaitsForTheSubscribesAfterRunStart(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{})
+	c := dial(t, ts, "t-started", nil)
+	wsSend(t, c, `{"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle", "input"]}}`)
+	require.Equal(t, "success", wsRead(t, c)["type"])
+	wsSend(t, c, `{"id": 2, "method": "run.start", "params": {"assistant_id": "echo", "config": {"token_delay_ms": 0}, "input": {"messages": [{"role": "user", "content": "quick"}]}}}`)
+	var methods []string
+	record := func(m map[string]any) bool { // reports the run's end
+		if m["type"] != "event" {
+			return false
+		}
+		methods = append(methods, m["method"].(string))
+		d, _ := m["params"].(map[string]any)["data"].(map[string]any)
+		return m["method"] == "lifecycle" && d["event"] == "completed"
+	}
+	ended := false
+	for {
+		m := wsRead(t, c)
+		ended = record(m) || ended
+		if m["type"] == "success" && m["id"] == float64(2) {
+			break
+		}
+	}
+	require.False(t, ended, "the run's end was written before run.start's answer")
+	time.Sleep(120 * time.Millisecond) // the client reads the answer, then subscribes
+	wsSend(t, c, `{"id": 3, "method": "subscription.subscribe", "params": {"channels": ["values", "lifecycle", "input"]}}`)
+	for !ended {
+		ended = record(wsRead(t, c))
+	}
+	require.Contains(t, methods, "values", "the later subscribe's replay came before the end: %v", methods)
+}

@@ -318,6 +318,9 @@ type connection struct {
 	// clock (time since its Epoch, at least 1; 0: never): a run's end
 	// within pace.RunEndHold of it is held as a replay's is (runEnded).
 	subscribedAt atomic.Int64
+	// startedAt is when the connection last answered a run.start or
+	// input.respond, on the pacer's clock (0: never); see started.
+	startedAt atomic.Int64
 }
 
 // subscribed holds the next write when a subscription is added, so that
@@ -325,7 +328,7 @@ type connection struct {
 // when what it queued holds the end of a run, which a client may act on
 // (the SDK closes its projections) before its other subscribes are read.
 func (c *connection) subscribed(runEnded bool) {
-	c.subscribedAt.Store(max(int64(time.Since(c.h.pacer.Epoch())), 1))
+	c.markSubscribe()
 	if runEnded {
 		c.writer.HoldRunEnd()
 	} else {
@@ -339,7 +342,12 @@ func (c *connection) subscribed(runEnded bool) {
 // read yet, and their replays hold what came before the end); otherwise
 // it is written as any event.
 func (c *connection) runEnded() {
-	if at := c.subscribedAt.Load(); at != 0 && time.Duration(int64(time.Since(c.h.pacer.Epoch()))-at) < pace.RunEndHold {
+	now := time.Duration(int64(time.Since(c.h.pacer.Epoch())))
+	if at := c.startedAt.Load(); at != 0 && now-time.Duration(at) < pace.StartedHold {
+		c.writer.HoldFor(time.Duration(at) + pace.StartedHold - now) // started()
+		return
+	}
+	if at := c.subscribedAt.Load(); at != 0 && now-time.Duration(at) < pace.RunEndHold {
 		c.writer.HoldRunEnd()
 		return
 	}
@@ -545,12 +553,42 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 	if c.principal != nil {
 		ctx = auth.NewContext(ctx, c.principal) // for the principal's quotas
 	}
+	starts := false
+	switch cmd.Value.(type) {
+	case *protocol.ClientCommandRunStart, *protocol.ClientCommandInputRespond:
+		starts = true
+		c.markSubscribe() // a run that ends while this is carried out is held
+	}
 	resp, err := c.session.Do(ctx, cmd)
 	if err != nil {
 		id := cmd.Value.GetID()
 		return c.send(protocol.ErrorResponseOf(&id, err))
 	}
-	return c.send(resp)
+	ok := c.send(resp)
+	if starts {
+		c.started()
+	}
+	return ok
+}
+
+// started is told that a run.start or input.respond was answered. The
+// official SDK sends the subscribes of the projections it opens for a run
+// (thread.values, its messages) only once it has read that answer, while
+// it already counts the run's end, read on an earlier subscription,
+// against them: a run end written before those subscribes arrive ends
+// them empty (thread.values resolves to undefined; on a loaded machine
+// the client may take tens of milliseconds to send them). So a run end
+// held now, or coming within pace.StartedHold of this answer, is held
+// until StartedHold after it.
+func (c *connection) started() {
+	c.startedAt.Store(max(int64(time.Since(c.h.pacer.Epoch())), 1))
+	c.writer.ExtendHold(pace.StartedHold)
+}
+
+// markSubscribe notes now as the time of the connection's last subscribe
+// (runEnded reads it).
+func (c *connection) markSubscribe() {
+	c.subscribedAt.Store(max(int64(time.Since(c.h.pacer.Epoch())), 1))
 }
 
 // refresh is auth.refresh: a valid credential whose principal may use the

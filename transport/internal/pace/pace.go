@@ -348,6 +348,24 @@ const RunEndHold = 50 * time.Millisecond
 // several milliseconds apart. Only joiners of runs that have ended wait.
 func (w *Writer) HoldRunEnd() { w.hold1(max(RunEndHold, w.p.interval)) }
 
+// StartedHold is how long a transport holds a run's end after it answered
+// the command that started the run (HoldFor, ExtendHold).
+const StartedHold = 200 * time.Millisecond
+
+// HoldFor is Hold for d from now (at least an interval): a run's end
+// that a client may still be about to subscribe for.
+func (w *Writer) HoldFor(d time.Duration) { w.hold1(max(d, w.p.interval)) }
+
+// ExtendHold restarts a hold under way for d from now; without one it
+// does nothing.
+func (w *Writer) ExtendHold(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hold != nil && !w.stopped && w.p.interval > 0 {
+		w.hold.Reset(max(d, w.p.interval))
+	}
+}
+
 func (w *Writer) hold1(first time.Duration) {
 	if w.p.interval <= 0 {
 		w.Kick()
