@@ -183,3 +183,47 @@ func TestTailPrintsTextAsItStreams(t *testing.T) {
 	cancel()
 	require.Equal(t, 0, <-done)
 }
+
+// TestTailAfterARestartShowsTheHistory: with --data-dir, a thread of a
+// server restarted since is not "without events": tail, the first to ask
+// for it after the restart, shows its history and then the new run.
+func TestTailAfterARestartShowsTheHistory(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done := startServe(t, ctx, io.Discard, "--data-dir", dir)
+	c, err := client.Dial(ctx, "http://"+addr, client.Options{})
+	require.NoError(t, err)
+	th := c.Thread("kept")
+	sub, err := th.Subscribe(ctx, client.Filter{Channels: []string{"lifecycle"}})
+	require.NoError(t, err)
+	started, err := th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": "before the restart"}}}})
+	require.NoError(t, err)
+	for {
+		e, err := sub.Next(ctx)
+		require.NoError(t, err)
+		if e.RunEndAfter(started.AppliedThroughSeq) != "" {
+			break
+		}
+	}
+	c.Close()
+	cancel()
+	require.Equal(t, 0, <-done)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	addr, done = startServe(t, ctx, io.Discard, "--data-dir", dir)
+	c, err = client.Dial(ctx, "http://"+addr, client.Options{})
+	require.NoError(t, err)
+	defer c.Close()
+	var out, errb bytes.Buffer
+	code := tailWhile(t, []string{"tail", addr, "kept", "--until-done"}, &out, &errb, func() {
+		_, err := c.Thread("kept").Run.Start(ctx, protocol.RunStartParams{AssistantID: "echo", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": "after it"}}}})
+		require.NoError(t, err)
+	})
+	require.Equal(t, 0, code, errb.String())
+	require.NotContains(t, errb.String(), "no events yet")
+	require.Contains(t, out.String(), "before the restart")
+	require.Contains(t, out.String(), "ai: after it")
+	cancel()
+	require.Equal(t, 0, <-done)
+}
