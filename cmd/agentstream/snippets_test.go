@@ -122,3 +122,96 @@ func main() {
 	require.Regexp(t, `first event: \S+`, string(out), fmt.Sprintf("%s", out))
 	t.Logf("the Go block: %s", out)
 }
+
+// docsGoPreamble is what a Go block of docs/ is compiled in: the
+// packages the pages use, and a function giving the names the blocks take
+// as known (ctx, input).
+const docsGoPreamble = `package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/channels"
+	"github.com/agentstream/agentstream/client"
+	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/redisstore"
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/inproc"
+)
+
+var (
+	_ = fmt.Sprint
+	_ = assistants.Register
+	_ channels.Filter
+	_ = client.Dial
+	_ protocol.Channel
+	_ = redisstore.New
+	_ = server.New
+	_ = inproc.Connect
+)
+
+func main() {}
+
+func snippet(ctx context.Context, input any) {
+`
+
+// declared finds the names a block declares with := at its top level (to
+// use them once, as a reader's program would go on to).
+var declared = regexp.MustCompile(`(?m)^([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*:=`)
+
+// TestDocsSnippetsCompile: every Go block of docs/*.md compiles as written
+// (in a function that has ctx and input), against this checkout's
+// packages; every JavaScript block is valid ES module syntax (node
+// --check) and every Python block valid Python (py_compile). The README's
+// blocks are run by TestREADMESnippets.
+func TestDocsSnippetsCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds programs")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	n := 0
+	for _, page := range pages {
+		for i, block := range codeBlocks(t, page, "go") {
+			n++
+			name := fmt.Sprintf("%s#go%d", filepath.Base(page), i+1)
+			var uses strings.Builder
+			for _, m := range declared.FindAllStringSubmatch(block, -1) {
+				for _, id := range strings.Split(m[1], ",") {
+					if id = strings.TrimSpace(id); id != "_" && id != "" {
+						fmt.Fprintf(&uses, "\t_ = %s\n", id)
+					}
+				}
+			}
+			dir, err := os.MkdirTemp(root, "_docs_snippet_")
+			require.NoError(t, err)
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			src := docsGoPreamble + block + uses.String() + "}\n"
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644))
+			cmd := exec.Command("go", "vet", "./"+filepath.Base(dir))
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s does not compile as written:\n%s\n%s", name, block, out)
+		}
+		for i, block := range codeBlocks(t, page, "js") {
+			n++
+			f := filepath.Join(t.TempDir(), "snippet.mjs")
+			require.NoError(t, os.WriteFile(f, []byte(block), 0o644))
+			out, err := exec.Command("node", "--check", f).CombinedOutput()
+			require.NoError(t, err, "%s#js%d:\n%s\n%s", filepath.Base(page), i+1, block, out)
+		}
+		for i, block := range codeBlocks(t, page, "python") {
+			n++
+			f := filepath.Join(t.TempDir(), "snippet.py")
+			require.NoError(t, os.WriteFile(f, []byte(block), 0o644))
+			out, err := exec.Command("python3", "-m", "py_compile", f).CombinedOutput()
+			require.NoError(t, err, "%s#python%d:\n%s\n%s", filepath.Base(page), i+1, block, out)
+		}
+	}
+	require.Positive(t, n)
+	t.Logf("%d blocks checked", n)
+}
