@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentstream/agentstream/client"
+	"github.com/agentstream/agentstream/protocol"
 )
 
 // codeBlocks returns the ```LANG blocks of a Markdown file, in order.
@@ -214,4 +217,81 @@ func TestDocsSnippetsCompile(t *testing.T) {
 	}
 	require.Positive(t, n)
 	t.Logf("%d blocks checked", n)
+}
+
+// TestDocsWorkerSnippetsRun runs docs/workers.md's Python and Node
+// workers as written (the server's address in place of theirs) and a run
+// of their assistant through the Go client: its streamed message, its
+// interrupt answered, its values.
+func TestDocsWorkerSnippetsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers and workers")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	page := filepath.Join(root, "docs", "workers.md")
+	for _, lang := range []string{"python", "js"} {
+		t.Run(lang, func(t *testing.T) {
+			// A server each: a worker killed stays the assistant's until
+			// its lease ends.
+			ctx, cancel := context.WithCancel(context.Background())
+			addr, done := startServe(t, ctx, io.Discard)
+			defer func() { cancel(); <-done }()
+			base := "http://" + addr
+			blocks := codeBlocks(t, page, lang)
+			require.NotEmpty(t, blocks)
+			src := readmePort.ReplaceAllString(blocks[0], addr)
+			var cmd *exec.Cmd
+			if lang == "python" {
+				f := filepath.Join(t.TempDir(), "worker.py")
+				require.NoError(t, os.WriteFile(f, []byte(src), 0o644))
+				cmd = exec.Command("python3", f)
+				cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "bindings", "python"))
+			} else {
+				// In the package's directory: it imports itself by name.
+				f, err := os.CreateTemp(filepath.Join(root, "bindings", "ts"), ".docs-worker-*.mjs")
+				require.NoError(t, err)
+				t.Cleanup(func() { os.Remove(f.Name()) })
+				_, err = f.WriteString(src)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				cmd = exec.Command("node", f.Name())
+			}
+			var out syncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			require.NoError(t, cmd.Start())
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+			c, err := client.Dial(ctx, base, client.Options{})
+			require.NoError(t, err)
+			defer c.Close()
+			th := c.Thread("docs-worker-" + lang)
+			sub, err := th.Subscribe(ctx, client.Filter{Channels: []string{"messages", "lifecycle", "input"}})
+			require.NoError(t, err)
+			var started *client.Started
+			require.Eventually(t, func() bool { // once the worker serves shout
+				started, err = th.Run.Start(ctx, protocol.RunStartParams{AssistantID: "shout", Input: map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hello there"}}}})
+				return err == nil
+			}, 30*time.Second, 100*time.Millisecond, "the worker never served shout: %v\n%s", err, &out)
+			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer rcancel()
+			text := ""
+			for {
+				e, err := sub.Next(rctx)
+				require.NoError(t, err, "%s", &out)
+				text += e.TextDelta()
+				if req, ok := e.Payload.(*protocol.ServerEventInputRequested); ok {
+					require.NoError(t, th.Input.RespondOne(rctx, []string{}, req.Params.Data.InterruptID, "yes"))
+				}
+				if end := e.RunEndAfter(started.AppliedThroughSeq); end != "" {
+					require.Equal(t, protocol.AgentStatusCompleted, end, "%s", &out)
+					break
+				}
+			}
+			require.Equal(t, "HELLOTHERE", strings.ReplaceAll(text, " ", ""), "the streamed message")
+			st, err := th.State.Get(rctx, protocol.StateGetParams{})
+			require.NoError(t, err)
+			require.Equal(t, "yes", st.Values["answer"], "the values it set")
+		})
+	}
 }
