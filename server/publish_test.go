@@ -50,10 +50,10 @@ func TestPublishWaitsForTheSync(t *testing.T) {
 			log := &syncedLog{MemoryLog: server.NewMemoryLog(100, 1<<20), synced: make(chan struct{})}
 			tc.cfg.Log = log
 			s := newServer(t, tc.cfg)
+			start := time.Now() // before the timer: the sync comes 100 ms after it at the earliest
 			if tc.sync {
 				time.AfterFunc(100*time.Millisecond, func() { close(log.synced) })
 			}
-			start := time.Now()
 			res, err := s.Publish(context.Background(), "t", oneEvent())
 			took := time.Since(start)
 			if tc.refuse {
