@@ -172,7 +172,6 @@ func userText(input any) (string, map[string]any, error) {
 	return "", nil, errors.New(`input.messages[-1].content must be text`)
 }
 
-// history returns the messages already in the thread's state.
 // withInput saves and emits the state as the run starts, as LangGraph's
 // graphs do: the conversation so far and the user's message (its id, or
 // one of the run's). It returns the conversation.
@@ -191,6 +190,7 @@ func withInput(rc *server.RunContext, text, humanID string) ([]any, error) {
 	return msgs, nil
 }
 
+// history returns the messages already in the thread's state.
 func history(rc *server.RunContext) ([]any, error) {
 	state, err := rc.State()
 	if err != nil {

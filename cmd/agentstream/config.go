@@ -25,24 +25,24 @@ import (
 // or the command line sets is not read). A key that names no flag is
 // refused, naming it.
 
-// settings records where each flag's value came from.
+// settings records where the flags' values came from.
 type settings struct {
 	cmdline map[string]bool // set on the command line
-	inFile  map[string]bool // named in the config file
+	given   map[string]bool // set by any source: the command line, the environment or the file
 	file    string          // the config file read, if any
 }
 
 // applySources sets fs's flags from the environment and the config file
 // for those the command line did not set (fs has been parsed).
 func applySources(fs *flag.FlagSet, configPath string) (settings, error) {
-	s := settings{cmdline: map[string]bool{}, inFile: map[string]bool{}}
-	fs.Visit(func(f *flag.Flag) { s.cmdline[f.Name] = true })
+	s := settings{cmdline: map[string]bool{}, given: map[string]bool{}}
+	fs.Visit(func(f *flag.Flag) { s.cmdline[f.Name], s.given[f.Name] = true, true })
 	if configPath == "" {
 		configPath = os.Getenv("AGENTSTREAM_CONFIG")
 	}
 	if configPath != "" {
 		s.file = configPath
-		if err := applyConfigFile(fs, configPath, s.cmdline, s.inFile); err != nil {
+		if err := applyConfigFile(fs, configPath, s.cmdline, s.given); err != nil {
 			return s, err
 		}
 	}
@@ -53,6 +53,7 @@ func applySources(fs *flag.FlagSet, configPath string) (settings, error) {
 		}
 		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok {
+			s.given[f.Name] = true
 			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
 			}

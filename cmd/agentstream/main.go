@@ -96,6 +96,7 @@ type config struct {
 	threadTTL, readHeaderTimeout, idleTimeout, bodyTimeout           time.Duration
 	allowedHosts                                                     string
 	trustedProxies                                                   string
+	proxies                                                          transport.TrustedProxies // --trusted-proxies, read
 	commandRate                                                      float64
 	commandBurst                                                     int
 	httpCommandRate                                                  float64
@@ -279,10 +280,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		printConfig(stdout, fs, set)
 		return 0
 	}
-	_, envBuffer := os.LookupEnv(envName("buffer-events"))
-	c.bufferEventsSet = set.cmdline["buffer-events"] || envBuffer || set.inFile["buffer-events"]
+	c.bufferEventsSet = set.given["buffer-events"]
 	if err := c.check(); err != nil {
 		fmt.Fprintln(stderr, "agentstream:", err)
+		return 2
+	}
+	if c.proxies, err = transport.ParseTrustedProxies(c.trustedProxies); err != nil {
+		fmt.Fprintln(stderr, "agentstream: --trusted-proxies:", err)
 		return 2
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
@@ -546,12 +550,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		handler = mux
 	}
-	proxies, err := transport.ParseTrustedProxies(c.trustedProxies)
-	if err != nil {
-		ln.Close()
-		return notStarted{fmt.Errorf("--trusted-proxies: %w", err)}
-	}
-	hs := &http.Server{Handler: proxies.Wrap(logRequests(handler, log)), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}
+	hs := &http.Server{Handler: c.proxies.Wrap(logRequests(handler, log)), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}
 	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
 	hs.TLSConfig = tlsConfig
 	go func() {
@@ -889,9 +888,6 @@ const defaultShutdownTimeout = 10 * time.Second
 // check refuses a zero or negative size or duration: in the libraries'
 // options zero means "the default", which a command line states instead.
 func (c config) check() error {
-	if _, err := transport.ParseTrustedProxies(c.trustedProxies); err != nil {
-		return fmt.Errorf("--trusted-proxies: %w", err)
-	}
 	if c.memoryTarget < 0 {
 		return fmt.Errorf("--memory-target must be 0 (none) or more")
 	}

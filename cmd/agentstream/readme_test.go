@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -27,30 +26,18 @@ func readmeBlocks(t *testing.T) [][]string {
 // a command continued with a backslash joined into one line.
 func shBlocks(t *testing.T, path string) [][]string {
 	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
 	var blocks [][]string
-	var cur []string
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := sc.Text()
-		switch {
-		case !in && strings.HasPrefix(l, "```sh"):
-			in, cur = true, nil
-		case in && strings.HasPrefix(l, "```"):
-			in = false
-			blocks = append(blocks, cur)
-		case in:
+	for _, block := range codeBlocks(t, path, "sh") {
+		var cur []string
+		for _, l := range strings.Split(strings.TrimSuffix(block, "\n"), "\n") {
 			if n := len(cur); n > 0 && strings.HasSuffix(cur[n-1], "\\") {
 				cur[n-1] = strings.TrimSuffix(cur[n-1], "\\") + strings.TrimSpace(l)
 			} else {
 				cur = append(cur, l)
 			}
 		}
+		blocks = append(blocks, cur)
 	}
-	require.NoError(t, sc.Err())
 	return blocks
 }
 

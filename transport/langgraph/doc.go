@@ -6,8 +6,8 @@
 // (items, search, namespaces), and the Agent Protocol's agents paths: the
 // routes `@langchain/langgraph-sdk`'s classic client calls, on the same
 // threads the protocol serves, and run streams (runs.stream, joinStream
-// with Last-Event-ID) in the modes values, updates, messages-tuple,
-// messages and custom, translated from the run's protocol events (stream.go).
+// with Last-Event-ID) in every stream mode but events, translated from
+// the run's protocol events (stream.go).
 //
 // The wire's Go types (langgraph_gen.go) are generated from
 // protocol/langgraph.cddl; `go generate ./transport/langgraph`

@@ -13,6 +13,7 @@ import (
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -60,4 +61,20 @@ func sdkSteps(t *testing.T, nodeBin, script, url string, timeout time.Duration) 
 	var steps map[string]any
 	require.NoError(t, json.Unmarshal(out, &steps), "%s", out)
 	return steps
+}
+
+// matchOnEachEngine runs the SDK script on each engine and compares its
+// steps' answers with want (the reference server's), step by step, but
+// for those chosen answers instead.
+func matchOnEachEngine(t *testing.T, nodeBin, script string, timeout time.Duration, want, chosen map[string]any) {
+	onEachEngine(t, func(t *testing.T, n *node) {
+		got := sdkSteps(t, nodeBin, script, n.url, timeout)
+		for step, w := range want {
+			if c, ok := chosen[step]; ok {
+				w = c
+			}
+			assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
+		}
+		require.Len(t, got, len(want))
+	})
 }

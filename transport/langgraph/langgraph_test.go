@@ -25,7 +25,6 @@ import (
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/langgraph"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -306,16 +305,7 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// multitask strategy's rollback of the state).
 		"runs.cancel rollback": map[string]any{"got": float64(404), "list": float64(1), "messages": float64(2)},
 	}
-	onEachEngine(t, func(t *testing.T, n *node) {
-		got := sdkSteps(t, nodeBin, script, n.url, 90*time.Second)
-		for step, w := range want {
-			if c, ok := chosen[step]; ok {
-				w = c
-			}
-			assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
-		}
-		require.Len(t, got, len(want))
-	})
+	matchOnEachEngine(t, nodeBin, script, 90*time.Second, want, chosen)
 }
 
 // TestThreadsOnRedis: the threads scenario on the Redis engine, and two
@@ -759,16 +749,7 @@ func TestRunStreamsMatchTheReference(t *testing.T) {
 		"join a running run":           map[string]any{"values": []any{"a b c d e f g h i j k l", "a b c d e f g h i j k l"}, "kinds": []any{"messages", "values"}},
 		"subgraphs: the root's frames": map[string]any{"root": []any{"messages", "metadata", "updates", "values"}},
 	}
-	onEachEngine(t, func(t *testing.T, n *node) {
-		got := sdkSteps(t, nodeBin, script, n.url, 60*time.Second)
-		for step, w := range want {
-			if c, ok := chosen[step]; ok {
-				w = c
-			}
-			assert.Equal(t, w, got[step], "step %q: the reference server's answer (or the chosen one), then agentstream's", step)
-		}
-		require.Len(t, got, len(want))
-	})
+	matchOnEachEngine(t, nodeBin, script, 60*time.Second, want, chosen)
 }
 
 // TestRunStreamRefusals: a stream mode not served, a bad stream_mode and

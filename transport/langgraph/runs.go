@@ -29,55 +29,58 @@ func (h *Handler) assistantName(id string) (string, bool) {
 // thread's root lifecycle from now on (for waitEnd; the caller closes
 // it). It answers the request itself when it cannot (ok false).
 func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate) (runID string, ss *server.Session, ok bool) {
-	return h.startRunWith(w, r, thread, req, channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0})
+	runID, ss, _, ok = h.startRunWith(w, r, thread, req, channels.Filter{Channels: []string{channels.Lifecycle}, Depth: 0})
+	return runID, ss, ok
 }
 
-// startRunWith is startRun with a session that sees what filter selects.
-func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate, filter channels.Filter) (runID string, ss *server.Session, ok bool) {
+// startRunWith is startRun with a session that sees what filter selects
+// after the thread's event number after.
+func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread string, req *LgRunCreate, filter channels.Filter) (runID string, ss *server.Session, after uint64, ok bool) {
 	id := req.assistant()
 	if id == "" {
 		fail(w, http.StatusUnprocessableEntity, "assistant_id (or agent_id): required")
-		return "", nil, false
+		return "", nil, 0, false
 	}
 	name, found := h.assistantName(id)
 	if !found {
 		fail(w, http.StatusNotFound, "Assistant %s not found", id)
-		return "", nil, false
+		return "", nil, 0, false
 	}
 	ctx := r.Context()
 	p := auth.FromContext(ctx)
 	if !h.mayChange(w, r, thread) {
-		return "", nil, false
+		return "", nil, 0, false
 	}
 	if req.IfNotExists != nil && *req.IfNotExists == "reject" {
 		if _, found, err := h.Server.Thread(ctx, thread); err != nil {
 			serverError(w, err)
-			return "", nil, false
+			return "", nil, 0, false
 		} else if !found {
 			fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
-			return "", nil, false
+			return "", nil, 0, false
 		}
 	}
 	// Its record, so that a Platform client lists it (a thread that
 	// exists keeps its own).
 	if _, _, err := h.Server.CreateThread(ctx, p, thread, nil, "do_nothing"); err != nil {
 		serverError(w, err)
-		return "", nil, false
+		return "", nil, 0, false
 	}
 	ss = h.Server.NewSession(thread)
-	if _, _, err := ss.Subscribe(filter, server.SeqCursor(h.Server.LastSeq(thread))); err != nil {
+	after = h.Server.LastSeq(thread)
+	if _, _, err := ss.Subscribe(filter, server.SeqCursor(after)); err != nil {
 		ss.Close()
 		serverError(w, err)
-		return "", nil, false
+		return "", nil, 0, false
 	}
 	if req.Command != nil {
 		runID, resumed, ok := h.command(w, r, thread, req)
 		if !ok {
 			ss.Close()
-			return "", nil, false
+			return "", nil, 0, false
 		}
 		if resumed {
-			return runID, ss, true
+			return runID, ss, after, true
 		}
 	}
 	params := protocol.RunStartParams{AssistantID: name, Input: req.Input}
@@ -101,10 +104,10 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 				status = http.StatusUnprocessableEntity // as the reference answers multitask_strategy reject
 			}
 			fail(w, status, "%s", e.Message)
-			return "", nil, false
+			return "", nil, 0, false
 		}
 		serverError(w, err)
-		return "", nil, false
+		return "", nil, 0, false
 	}
 	if res, ok := resp.Result.(protocol.RunResult); ok && res.RunID != nil {
 		runID = *res.RunID
@@ -113,9 +116,9 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	if _, _, err := h.Server.UpdateThread(ctx, thread, map[string]any{"graph_id": name, "assistant_id": AssistantID(name)}); err != nil {
 		ss.Close()
 		serverError(w, err)
-		return "", nil, false
+		return "", nil, 0, false
 	}
-	return runID, ss, true
+	return runID, ss, after, true
 }
 
 // command carries out req's command on thread: with interrupts pending,

@@ -115,8 +115,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 		return
 	}
 	subgraphs := req.StreamSubgraphs != nil && *req.StreamSubgraphs
-	from := h.Server.LastSeq(thread) // the metadata frame's id: a resume from it reads the whole run
-	var before []any                 // the messages mode: the thread's messages, and the input's, as the run starts
+	var before []any // the messages mode: the thread's messages, and the input's, as the run starts
 	if slices.Contains(modes, "messages") {
 		if st, ok, err := h.Server.State(r.Context(), thread); err == nil && ok {
 			before, _ = st.Values["messages"].([]any)
@@ -126,7 +125,9 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			before = append(slices.Clone(before), more...)
 		}
 	}
-	runID, ss, ok := h.startRunWith(w, r, thread, req, streamFilter(modes, subgraphs))
+	// from, the metadata frame's id, is where the stream's session starts:
+	// a resume from it reads the whole run.
+	runID, ss, from, ok := h.startRunWith(w, r, thread, req, streamFilter(modes, subgraphs))
 	if !ok {
 		return
 	}
@@ -157,14 +158,22 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 			go func() { _ = h.Server.DeleteOnCompletion(context.Background(), thread, runID) }()
 		}
 	}
+	h.serveRun(w, r, ss, thread, runID, f, first, req.StreamResumable != nil && *req.StreamResumable,
+		req.OnDisconnect != nil && *req.OnDisconnect == LgOnDisconnectCancel)
+}
+
+// serveRun streams the frames f makes of session ss's events (after
+// first): with Content-Location, the join's path as Location when
+// resumable (where the SDK comes back, with Last-Event-ID, if the stream
+// is cut), and the run cancelled if the stream ends before it when cancel.
+func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, ss *server.Session, thread, runID string, f *platformFrames, first []byte, resumable, cancel bool) {
 	hdr := http.Header{}
 	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+runID)
-	if req.StreamResumable != nil && *req.StreamResumable {
-		// Where the SDK comes back, with Last-Event-ID, if the stream is cut.
+	if resumable {
 		hdr.Set("Location", "/threads/"+thread+"/runs/"+runID+"/stream")
 	}
 	st := wire.Stream{Frames: f, First: first, Header: hdr}
-	if req.OnDisconnect != nil && *req.OnDisconnect == LgOnDisconnectCancel {
+	if cancel {
 		st.Closed = h.cancelOnDisconnect(r, thread, runID, f)
 	}
 	h.Streams.Serve(w, r, ss, st)
@@ -238,15 +247,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	f := newFrames(thread, rec.ID, modes, subgraphs, h.views)
-	hdr := http.Header{}
-	hdr.Set("Content-Location", "/threads/"+thread+"/runs/"+rec.ID)
-	hdr.Set("Location", "/threads/"+thread+"/runs/"+rec.ID+"/stream")
-	st := wire.Stream{Frames: f, Header: hdr}
-	if cancel {
-		st.Closed = h.cancelOnDisconnect(r, thread, rec.ID, f)
-	}
-	h.Streams.Serve(w, r, ss, st)
+	h.serveRun(w, r, ss, thread, rec.ID, newFrames(thread, rec.ID, modes, subgraphs, h.views), nil, true, cancel)
 }
 
 // isTrue reads a query's boolean.
@@ -257,16 +258,17 @@ type platformFrames struct {
 	thread, run string
 	// The modes asked for (read for every event: flags, not a list).
 	values, updates, tuple, legacy, custom, tasks, checkpoints, debug bool
-	subgraphs                                                         bool              // frames of every namespace, named MODE|NAMESPACE
-	open                                                              map[string]string // namespace -> the id of its open message
-	tails                                                             map[string][]byte // namespace -> the open message's chunk after its content
-	texts                                                             map[string]string // namespace -> the open message's text so far (the messages mode)
-	state                                                             map[string][]byte // namespace -> its latest values (checkpoints, debug)
-	graph                                                             string            // the root graph's name (an interrupt's task)
-	step                                                              int64             // the tasks seen (debug's step of a task)
-	ended                                                             func()            // called once as the run's end is read, if set
-	done                                                              atomic.Bool       // the stream read the run's end, or its interrupt
-	views                                                             *viewCache
+
+	subgraphs bool              // frames of every namespace, named MODE|NAMESPACE
+	open      map[string]string // namespace -> the id of its open message
+	tuples    map[string]tuple  // namespace -> its open message's messages-tuple parts
+	texts     map[string]string // namespace -> the open message's text so far (the messages mode)
+	state     map[string][]byte // namespace -> its latest values (checkpoints, debug)
+	graph     string            // the root graph's name (an interrupt's task)
+	step      int64             // the tasks seen (debug's step of a task)
+	ended     func()            // called once as the run's end is read, if set
+	done      atomic.Bool       // the stream read the run's end, or its interrupt
+	views     *viewCache
 }
 
 func newFrames(thread, run string, modes []string, subgraphs bool, views *viewCache) *platformFrames {
@@ -303,6 +305,14 @@ func named(buf, fr []byte, name, ns string) []byte {
 // reader of the run that knows the message it belongs to.
 type tupleKey struct{ run, message string }
 
+// tuple is what a stream keeps of its open message for messages-tuple
+// frames: the key of their shared frames, boxed once per message rather
+// than at each delta, and the chunk after its content.
+type tuple struct {
+	key  any // a tupleKey
+	tail []byte
+}
+
 // partialKey keys a text delta's messages/partial frame (the legacy
 // messages mode), the same for every reader of the run that has as much
 // of the message's text.
@@ -336,6 +346,11 @@ type view struct {
 	parent   string // a checkpoint's parent
 	step     int64  // a checkpoint's step
 	source   string // a checkpoint's source
+}
+
+// isoTime is when the event happened, as the debug mode's timestamps.
+func (v *view) isoTime() string {
+	return time.UnixMilli(int64(v.ts)).UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
 type viewKind uint8
@@ -400,8 +415,9 @@ func makeView(e *server.Event) any {
 			node = *p.Params.Data.Node
 		}
 		v.kind, v.ts, v.node, v.id = viewUpdates, uint64(p.Params.Timestamp), node, taskID(e.EventID())
-		v.frame = rawFrame(nil, "updates", e.Seq, enc(map[string]any{node: p.Params.Data.Values}))
-		v.data = enc(p.Params.Data.Values)
+		v.data = enc(p.Params.Data.Values) // {node: values}, its frame, holds it
+		upd := append(append(server.AppendJSONString([]byte{'{'}, node), ':'), v.data...)
+		v.frame = rawFrame(nil, "updates", e.Seq, append(upd, '}'))
 	case *protocol.ServerEventCustom:
 		v.kind, v.ts, v.frame = viewCustom, uint64(p.Params.Timestamp), rawFrame(nil, "custom", e.Seq, enc(p.Params.Data.Payload))
 	case *protocol.ServerEventCheckpoints:
@@ -453,8 +469,11 @@ type viewAt struct{ thread, id string }
 func newViewCache(max int) *viewCache { return &viewCache{m: map[viewAt]*view{}, max: max} }
 
 func (v *view) size() int {
-	return 96 + len(v.frame) + len(v.frame2) + len(v.text) + len(v.id) + len(v.node) + len(v.ns) + len(v.parent) + len(v.source) +
-		max(len(v.data)-len(v.frame), 0) // a values view's data is within its frame
+	n := 96 + len(v.frame) + len(v.frame2) + len(v.text) + len(v.id) + len(v.node) + len(v.ns) + len(v.parent) + len(v.source)
+	if v.kind != viewValues { // a values view's data is within its frame
+		n += len(v.data)
+	}
+	return n
 }
 
 // get returns e's view, made once while the cache holds it. An event this
@@ -598,10 +617,9 @@ func (f *platformFrames) task(buf []byte, seq uint64, v *view, name string, resu
 	}
 	if f.debug {
 		f.step++
-		ts := time.UnixMilli(int64(v.ts)).UTC().Format("2006-01-02T15:04:05.000Z")
 		for i, p := range [][]byte{start, result} {
 			kind := [...]string{"task", "task_result"}[i]
-			buf = named(buf, frame(nil, "debug", seq, map[string]any{"step": f.step, "type": kind, "timestamp": ts, "payload": json.RawMessage(p)}), "debug", v.ns)
+			buf = named(buf, frame(nil, "debug", seq, map[string]any{"step": f.step, "type": kind, "timestamp": v.isoTime(), "payload": json.RawMessage(p)}), "debug", v.ns)
 		}
 	}
 	return buf
@@ -639,7 +657,7 @@ func (f *platformFrames) checkpoint(buf []byte, seq uint64, v *view) []byte {
 		} else {
 			cp["parent_checkpoint"] = nil
 		}
-		d := map[string]any{"step": v.step, "type": "checkpoint", "timestamp": time.UnixMilli(int64(v.ts)).UTC().Format("2006-01-02T15:04:05.000Z"), "payload": cp}
+		d := map[string]any{"step": v.step, "type": "checkpoint", "timestamp": v.isoTime(), "payload": cp}
 		buf = named(buf, frame(nil, "debug", seq, d), "debug", v.ns)
 	}
 	return buf
@@ -654,31 +672,24 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 	switch v.kind {
 	case viewStart:
 		f.open[v.ns] = v.id
-		delete(f.tails, v.ns)
+		delete(f.tuples, v.ns)
 	case viewDelta:
-		tail := f.tails[v.ns]
-		if tail == nil {
-			meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
-			if v.node != "" {
-				meta["langgraph_node"] = v.node
-			}
-			if v.ns != "" {
-				meta["langgraph_checkpoint_ns"] = v.ns
-			}
-			m, _ := json.Marshal(meta)
-			tail = append(server.AppendJSONString([]byte(`,"id":`), f.open[v.ns]),
+		tu, ok := f.tuples[v.ns]
+		if !ok {
+			m, _ := json.Marshal(f.messageMeta(v))
+			tail := append(server.AppendJSONString([]byte(`,"id":`), f.open[v.ns]),
 				`,"type":"ai","tool_calls":[],"invalid_tool_calls":[],"tool_call_chunks":[],"additional_kwargs":{},"response_metadata":{}},`...)
-			tail = append(append(tail, m...), ']')
-			if f.tails == nil {
-				f.tails = map[string][]byte{}
+			tu = tuple{key: tupleKey{run: f.run, message: f.open[v.ns]}, tail: append(append(tail, m...), ']')}
+			if f.tuples == nil {
+				f.tuples = map[string]tuple{}
 			}
-			f.tails[v.ns] = tail
+			f.tuples[v.ns] = tu
 		}
 		// The whole frame is the same for every reader of this run that
 		// saw the message start: made once, under that message's key.
-		fr := e.View(tupleKey{run: f.run, message: f.open[v.ns]}, func() any {
+		fr := e.View(tu.key, func() any {
 			b := append([]byte("event: messages\ndata: [{\"content\":"), v.data...)
-			b = append(b, tail...)
+			b = append(b, tu.tail...)
 			b = append(b, "\nid: "...)
 			b = strconv.AppendUint(b, seq, 10)
 			return append(b, "\n\n"...)
@@ -686,9 +697,22 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 		buf = named(buf, fr, "messages", v.ns)
 	case viewFinish:
 		delete(f.open, v.ns)
-		delete(f.tails, v.ns)
+		delete(f.tuples, v.ns)
 	}
 	return buf
+}
+
+// messageMeta is the metadata of a message's frames: the run, the thread,
+// the node and the namespace where they are known.
+func (f *platformFrames) messageMeta(v *view) map[string]any {
+	meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
+	if v.node != "" {
+		meta["langgraph_node"] = v.node
+	}
+	if v.ns != "" {
+		meta["langgraph_checkpoint_ns"] = v.ns
+	}
+	return meta
 }
 
 // legacyMessage appends the `messages` mode's frames: messages/metadata
@@ -706,11 +730,7 @@ func (f *platformFrames) legacyMessage(buf []byte, e *server.Event, v *view) []b
 	switch v.kind {
 	case viewStart:
 		f.open[v.ns], f.texts[v.ns] = v.id, ""
-		meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
-		if v.node != "" {
-			meta["langgraph_node"] = v.node
-		}
-		buf = frame(buf, "messages/metadata", seq, map[string]any{v.id: map[string]any{"metadata": meta}})
+		buf = frame(buf, "messages/metadata", seq, map[string]any{v.id: map[string]any{"metadata": f.messageMeta(v)}})
 	case viewDelta:
 		f.texts[v.ns] += v.text
 		// The same for every reader that saw the message from its start

@@ -328,7 +328,7 @@ type connection struct {
 // when what it queued holds the end of a run, which a client may act on
 // (the SDK closes its projections) before its other subscribes are read.
 func (c *connection) subscribed(runEnded bool) {
-	c.markSubscribe()
+	c.subscribedAt.Store(c.clock())
 	if runEnded {
 		c.writer.HoldRunEnd()
 	} else {
@@ -342,12 +342,12 @@ func (c *connection) subscribed(runEnded bool) {
 // read yet, and their replays hold what came before the end); otherwise
 // it is written as any event.
 func (c *connection) runEnded() {
-	now := time.Duration(int64(time.Since(c.h.pacer.Epoch())))
-	if at := c.startedAt.Load(); at != 0 && now-time.Duration(at) < pace.StartedHold {
-		c.writer.HoldFor(time.Duration(at) + pace.StartedHold - now) // started()
+	now := c.clock()
+	if at := c.startedAt.Load(); at != 0 && time.Duration(now-at) < pace.StartedHold {
+		c.writer.HoldFor(time.Duration(at-now) + pace.StartedHold) // started()
 		return
 	}
-	if at := c.subscribedAt.Load(); at != 0 && now-time.Duration(at) < pace.RunEndHold {
+	if at := c.subscribedAt.Load(); at != 0 && time.Duration(now-at) < pace.RunEndHold {
 		c.writer.HoldRunEnd()
 		return
 	}
@@ -557,7 +557,7 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 	switch cmd.Value.(type) {
 	case *protocol.ClientCommandRunStart, *protocol.ClientCommandInputRespond:
 		starts = true
-		c.markSubscribe() // a run that ends while this is carried out is held
+		c.startedAt.Store(c.clock()) // a run that ends while this is carried out is held
 	}
 	resp, err := c.session.Do(ctx, cmd)
 	if err != nil {
@@ -581,14 +581,14 @@ func (c *connection) command(typ websocket.MessageType, data []byte) bool {
 // held now, or coming within pace.StartedHold of this answer, is held
 // until StartedHold after it.
 func (c *connection) started() {
-	c.startedAt.Store(max(int64(time.Since(c.h.pacer.Epoch())), 1))
+	c.startedAt.Store(c.clock())
 	c.writer.ExtendHold(pace.StartedHold)
 }
 
-// markSubscribe notes now as the time of the connection's last subscribe
-// (runEnded reads it).
-func (c *connection) markSubscribe() {
-	c.subscribedAt.Store(max(int64(time.Since(c.h.pacer.Epoch())), 1))
+// clock is now on the pacer's clock (time since its Epoch), at least 1:
+// what subscribedAt and startedAt hold.
+func (c *connection) clock() int64 {
+	return max(int64(time.Since(c.h.pacer.Epoch())), 1)
 }
 
 // refresh is auth.refresh: a valid credential whose principal may use the

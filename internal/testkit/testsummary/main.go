@@ -2,9 +2,9 @@
 // person running the tests needs: a line per package (ok or FAIL, with
 // the output of each failed test), then, last, the failures again, one
 // line each (the test, its package, its first failing line), and one line
-// naming every skipped test and why. It exits 1 when a test or a package failed, and, with
-// AGENTSTREAM_REQUIRE_ALL=1, when any test was skipped. test.sh pipes the
-// suite through it.
+// naming every skipped test and why. It exits 1 when a test or a package
+// failed, and, with AGENTSTREAM_REQUIRE_ALL=1, when any test was skipped.
+// test.sh pipes the suite through it.
 package main
 
 import (
