@@ -28,7 +28,9 @@ import (
 // XADD MINID ARGV[2] ARGV[3], id ARGV[1], field e ARGV[4], and src ARGV[5]
 // when not empty) and records the producer's batch (KEYS[2], field
 // ARGV[6], value ARGV[7]); past ARGV[8] producers the one used longest
-// ago is forgotten. It returns the stream entry's id, or XADD's error.
+// ago is forgotten; unless ARGV[9] is ” the event is published on that
+// channel, the thread's (see appendScript). It returns the stream entry's
+// id, or XADD's error.
 var producedScript = `
 local add = {'XADD', KEYS[1], 'MINID', ARGV[2], ARGV[3], ARGV[1], 'e', ARGV[4]}
 if ARGV[5] ~= '' then
@@ -36,6 +38,9 @@ if ARGV[5] ~= '' then
   add[#add + 1] = ARGV[5]
 end
 local id = redis.call(unpack(add))
+if ARGV[9] ~= '' then
+  redis.call('SPUBLISH', ARGV[9], ARGV[4])
+end
 if redis.call('HSET', KEYS[2], ARGV[6], ARGV[7]) == 1 and redis.call('HLEN', KEYS[2]) > tonumber(ARGV[8]) then
   local all = redis.call('HGETALL', KEYS[2])
   local oldest, at = nil, nil

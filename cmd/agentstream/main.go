@@ -136,6 +136,7 @@ type config struct {
 	redisWriteQueueBytes                                             int64
 	redisWriters                                                     int
 	redisQueueWait                                                   time.Duration
+	redisWriteGather                                                 time.Duration
 	redisWriteThrough                                                bool
 }
 
@@ -236,6 +237,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.redisWriters, "redis-writers", redisstore.DefaultWriters, "with --redis: how many pipelined batches of events may be on their way to Redis at once, each from a writer serving a share of the threads")
 	fs.IntVar(&c.redisWriteQueue, "redis-write-queue", redisstore.DefaultWriteQueue, "with --redis: how many events may wait to be written to Redis; past it publishers wait (--redis-queue-wait), then their events are refused (agentstream_redis_events_dropped_total)")
 	fs.Int64Var(&c.redisWriteQueueBytes, "redis-write-queue-bytes", redisstore.DefaultWriteQueueBytes, "with --redis: how many bytes of events (their JSON) may wait to be written to Redis; past it publishers wait as past --redis-write-queue")
+	fs.DurationVar(&c.redisWriteGather, "redis-write-gather", 0, "with --redis: the least time between two batches of one writer: a busy node gathers events this long and sends fewer, larger batches (each costs Redis and the nodes system calls, whatever it carries), less CPU for more latency; a quiet one sends at once; 0 (the default) sends every batch at once")
 	fs.BoolVar(&c.redisWriteThrough, "redis-write-through", true, "with --redis: deliver an event to clients, this node's too, only once Redis holds it, so no client sees an event Redis lost or gave to another writer; =false delivers to this node's clients first (one Redis round trip less latency, without that guarantee)")
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits, while Redis fails its writes or the write queue is full, before its event is refused and the run's emitter gets unavailable (the run then ends failed, which every client sees once Redis is back); the longest Redis outage a run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
@@ -400,7 +402,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		engine, err := redisstore.New(rctx, redisstore.Options{
 			URL: c.redisURL, TTL: c.threadTTL, MaxCheckpoints: c.maxCheckpoints,
 			Log: redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal,
-				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, QueueWait: c.redisQueueWait, DeliverFirst: !c.redisWriteThrough, MaxProducers: c.maxProducersPerThread},
+				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, WriteGather: c.redisWriteGather, QueueWait: c.redisQueueWait, DeliverFirst: !c.redisWriteThrough, MaxProducers: c.maxProducersPerThread},
 			Cluster:  redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL},
 			OnError:  func(err error) { log.Warn().Err(err).Msg("redis") },
 			OnHealth: func(err error) { logRedisHealth(log, err) },
@@ -641,6 +643,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 10*time.Second, "with --threads: how long each thread's run publishes")
 	bareURL := fs.String("bare-url", "", "with --threads: also run the workload against the bare reference server at this URL (agentstream bare), alternated with --url, --rounds times each, and print both with their ratios")
 	barePID := fs.Int("bare-pid", 0, "with --bare-url: the bare server's process id, for its CPU")
+	centrifugo := fs.Bool("centrifugo", false, "with --threads: the nodes are Centrifugo's (v6, JSON protocol, insecure client mode): each thread a channel, its subscribers WebSocket clients of --sub-urls, its events published through the HTTP API at --url (POST /api/batch); see tools/centrifugo")
 	rounds := fs.Int("rounds", 3, "with --bare-url: alternated runs against each")
 	idleWait := fs.Duration("idle-wait", 0, "with --threads: wait this long after the runs, connections closed, and read the server's RSS and live heap per thread again (the heap needs --pprof, and a short --idle-release to see buffers go)")
 	chat := fs.String("chat", "", "instead: runs of --model, each streamed to the client that started it, through openai (POST /v1/chat/completions; the server's --profiles openai) or sse (the protocol's stream and run.start): time to first token and server CPU per token")
@@ -691,7 +694,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *threads > 0 {
 		r, err := loadtest.RunMany(ctx, loadtest.ManyConfig{URL: c.URL, Transport: c.Transport, Threads: *threads, SubsPerThread: *perThread,
-			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID, IdleWait: *idleWait, SubscribeURLs: c.SubscribeURLs, OtherPIDs: c.OtherPIDs})
+			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID, IdleWait: *idleWait, SubscribeURLs: c.SubscribeURLs, OtherPIDs: c.OtherPIDs, Centrifugo: *centrifugo})
 		fmt.Fprintf(stdout, "%s, %d threads × %d subscribers, %g events/s each for %v: %s\n", c.Transport, *threads, *perThread, c.Rate, *duration, r)
 		if err != nil {
 			fmt.Fprintln(stderr, "agentstream load:", termsafe.String(err.Error()))
@@ -902,6 +905,9 @@ func (c config) check() error {
 	}
 	if c.redisWriters > 256 {
 		return fmt.Errorf("--redis-writers must be at most 256")
+	}
+	if c.redisWriteGather < 0 || c.redisWriteGather > 100*time.Millisecond {
+		return fmt.Errorf("--redis-write-gather must be between 0 and 100ms")
 	}
 	if c.dataCommitEvery > time.Second {
 		return fmt.Errorf("--data-commit-every must be at most 1s")
