@@ -9,6 +9,9 @@
 #   go build -o /tmp/agentstream ./cmd/agentstream
 #   tools/capacity/run.sh SHARDS NODES [THREADS WATCHERS_PER_THREAD RATE]
 #
+# SHARDS 0 runs one node on the in-memory engine (NODES must be 1): the
+# baseline the Redis engine's cost is compared with.
+#
 # Needs redis-server and redis-cli; uses ports 27101.. and 24181...
 set -u
 AS=${AS:-/tmp/agentstream}
@@ -25,7 +28,10 @@ for i in $(seq $S); do
   PIDS+=($!)
 done
 for p in ${RPORTS[@]}; do until redis-cli -p $p ping >/dev/null 2>&1; do sleep 0.1; done; done
-if [ $S -gt 1 ]; then
+if [ $S -eq 0 ]; then
+  [ $N -eq 1 ] || { echo "SHARDS 0 (in-memory) takes one node" >&2; exit 2; }
+  URL=""
+elif [ $S -gt 1 ]; then
   redis-cli --cluster create $(for p in ${RPORTS[@]}; do echo -n "127.0.0.1:$p "; done) --cluster-yes >/dev/null
   until redis-cli -p ${RPORTS[0]} cluster info | grep -q cluster_state:ok; do sleep 0.2; done
   URL="redis://$(for p in ${RPORTS[@]}; do echo -n "127.0.0.1:$p,"; done | sed 's/,$//')"
@@ -37,16 +43,21 @@ NURLS=()
 NPIDS=()
 for i in $(seq $N); do
   P=$((24180+i))
-  taskset -c 0 $AS serve --addr 127.0.0.1:$P --log-level warn --http-stream-rate 1000000 --http-stream-burst 1000000 --redis $URL &
+  taskset -c 0 $AS serve --addr 127.0.0.1:$P --log-level warn --http-stream-rate 1000000 --http-stream-burst 1000000 ${URL:+--redis $URL} ${AS_FLAGS:-} &
   PIDS+=($!); NPIDS+=($!); NURLS+=("http://127.0.0.1:$P")
 done
 for u in ${NURLS[@]}; do for i in $(seq 100); do curl -sf $u/healthz >/dev/null && break; sleep 0.1; done; done
 stats() { for p in ${RPORTS[@]}; do redis-cli -p $p info | grep -E "^(used_cpu_sys|used_cpu_user|total_commands_processed|total_net_input_bytes|total_net_output_bytes):" | tr -d '\r'; done | awk -F: '{s[$1]+=$2} END {for (k in s) printf "%s=%s ", k, s[k]; print ""}'; }
+cpus() { for p in ${PIDS[@]}; do awk -v p=$p '{printf "%s=%.2f ", p, ($14+$15)/100}' /proc/$p/stat; done; echo; }
 B=$(stats)
+CB=$(cpus)
 OTHER=$(echo ${NPIDS[@]:1} ${PIDS[@]:0:$S} | tr ' ' ',')
 SUBURLS=$(echo ${NURLS[@]} | tr ' ' ',')
-taskset -c 1 $AS load --url ${NURLS[0]} --sub-urls $SUBURLS --transport ws --threads $TH --subs-per-thread $SUBS --rate $RATE --duration 10s --pid ${NPIDS[0]} --other-pids $OTHER 2>&1 | grep delivered | sed -E 's/runs started.*server CPU/CPU/; s/client CPU.*//'
+taskset -c 1 $AS load --url ${NURLS[0]} --sub-urls $SUBURLS --transport ws --threads $TH --subs-per-thread $SUBS --rate $RATE --duration 10s --pid ${NPIDS[0]} ${OTHER:+--other-pids $OTHER} 2>&1 | grep delivered | sed -E 's/runs started.*server CPU/CPU/; s/client CPU.*//'
 A=$(stats)
+CA=$(cpus)
+echo "process CPU seconds before: $CB (redis: $RPIDS; nodes: ${NPIDS[*]})"
+echo "process CPU seconds after:  $CA"
 echo "redis before: $B"
 echo "redis after:  $A"
 for u in ${NURLS[@]}; do curl -s $u/metrics | grep -E "^agentstream_(redis_write_commands_total|events_published_total|events_delivered_total) "; done
