@@ -36,6 +36,10 @@ type ManyConfig struct {
 	// SubscribeURLs and OtherPIDs: as Config's.
 	SubscribeURLs []string
 	OtherPIDs     []int
+	// Centrifugo runs the workload against Centrifugo nodes instead
+	// (centrifugo.go): URL is the node whose HTTP API publishes,
+	// SubscribeURLs the nodes the subscribers connect to.
+	Centrifugo bool
 }
 
 // ManyResult is what a many-conversations measurement found.
@@ -186,7 +190,9 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 				}
 			}
 			var err error
-			if cfg.Transport == "ws" {
+			if cfg.Centrifugo {
+				err = centrifugoSubscriber(ctx, sub, thread, i, sampleEvery, &st, ready, done)
+			} else if cfg.Transport == "ws" {
 				err = wsSubscriber(ctx, sub, thread, i, sampleEvery, &st, ready, done)
 			} else {
 				err = sseSubscriber(ctx, sub, thread, i, sampleEvery, &st, ready, done)
@@ -204,7 +210,11 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 	res.HeapConnected, _ = liveHeap(cfg.URL)
 
 	// Start every run, cfg.Start requests at a time.
-	stages0, haveStages := readStages(cfg.URL)
+	var stages0 stageSnapshot
+	haveStages := false
+	if !cfg.Centrifugo {
+		stages0, haveStages = readStages(cfg.URL)
+	}
 	cpu0, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self0 := SelfCPU()
 	begin := time.Now()
@@ -236,8 +246,19 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 			}
 		})
 	}
-	for t := range cfg.Threads {
-		threads <- t
+	published := make(chan error, 1)
+	if cfg.Centrifugo {
+		// Nothing to start: the events are published from here, while
+		// the subscribers read.
+		names := make([]string, cfg.Threads)
+		for t := range names {
+			names[t] = prefix + fmt.Sprint(t)
+		}
+		go func() { published <- centrifugoPublisher(ctx, cfg.URL, names, count, cfg.Rate, cfg.Size) }()
+	} else {
+		for t := range cfg.Threads {
+			threads <- t
+		}
 	}
 	close(threads)
 	starters.Wait()
@@ -252,11 +273,19 @@ func RunMany(ctx context.Context, cfg ManyConfig) (ManyResult, error) {
 
 	// Wait for every delivery, or the timeout.
 	var waitErr error
-	select {
-	case <-allDone:
-	case err := <-errs:
-		waitErr = err
-	case <-ctx.Done():
+	for waiting := true; waiting; {
+		select {
+		case <-allDone:
+			waiting = false
+		case err := <-errs:
+			waitErr, waiting = err, false
+		case err := <-published:
+			if err != nil {
+				waitErr, waiting = err, false
+			}
+		case <-ctx.Done():
+			waiting = false
+		}
 	}
 	cpu1, _ := Config{ServerPID: cfg.ServerPID, OtherPIDs: cfg.OtherPIDs}.serverCPU()
 	self1 := SelfCPU()
