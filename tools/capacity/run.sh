@@ -48,7 +48,7 @@ for i in $(seq $N); do
 done
 for u in ${NURLS[@]}; do for i in $(seq 100); do curl -sf $u/healthz >/dev/null && break; sleep 0.1; done; done
 stats() { for p in ${RPORTS[@]}; do redis-cli -p $p info | grep -E "^(used_cpu_sys|used_cpu_user|total_commands_processed|total_net_input_bytes|total_net_output_bytes):" | tr -d '\r'; done | awk -F: '{s[$1]+=$2} END {for (k in s) printf "%s=%s ", k, s[k]; print ""}'; }
-cpus() { for p in ${PIDS[@]}; do awk -v p=$p '{printf "%s=%.2fs", p, ($14+$15)/100}' /proc/$p/stat; awk '/^syscr/ {r=$2} /^syscw/ {w=$2} END {printf "/%dr/%dw ", r, w}' /proc/$p/io; done; echo; }
+cpus() { for p in ${PIDS[@]}; do awk -v p=$p '{printf "%s=%.2fs", p, ($14+$15)/100}' /proc/$p/stat; awk '/^syscr/ {r=$2} /^syscw/ {w=$2} END {printf "/%dr/%dw", r, w}' /proc/$p/io; cat /proc/$p/task/*/status 2>/dev/null | awk '/ctxt_switches/ {c+=$2} END {printf "/%dcs ", c}'; done; echo; }
 B=$(stats)
 CB=$(cpus)
 OTHER=$(echo ${NPIDS[@]:1} ${PIDS[@]:0:$S} | tr ' ' ',')
@@ -56,8 +56,8 @@ SUBURLS=$(echo ${NURLS[@]} | tr ' ' ',')
 taskset -c 1 $AS load --url ${NURLS[0]} --sub-urls $SUBURLS --transport ws --threads $TH --subs-per-thread $SUBS --rate $RATE --duration 10s --pid ${NPIDS[0]} ${OTHER:+--other-pids $OTHER} 2>&1 | grep delivered | sed -E 's/runs started.*server CPU/CPU/; s/client CPU.*//'
 A=$(stats)
 CA=$(cpus)
-echo "processes' CPU/read calls/write calls before: $CB (redis: $RPIDS; nodes: ${NPIDS[*]})"
-echo "processes' CPU/read calls/write calls after:  $CA"
+echo "processes' CPU/read calls/write calls/context switches before: $CB (redis: $RPIDS; nodes: ${NPIDS[*]})"
+echo "processes' CPU/read calls/write calls/context switches after:  $CA"
 echo "redis before: $B"
 echo "redis after:  $A"
 for u in ${NURLS[@]}; do curl -s $u/metrics | grep -E "^agentstream_(redis_write_commands_total|events_published_total|events_delivered_total) "; done
