@@ -679,6 +679,10 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		c.OtherPIDs = append(c.OtherPIDs, pid)
 	}
+	if *centrifugo && (*threads <= 0 || *bareURL != "") {
+		fmt.Fprintln(stderr, "agentstream load: --centrifugo runs the many-conversations workload: it needs --threads, and no --bare-url")
+		return 2
+	}
 	if *threads > 0 && *bareURL != "" {
 		many := loadtest.ManyConfig{URL: c.URL, Transport: c.Transport, Threads: *threads, SubsPerThread: *perThread,
 			Rate: c.Rate, Duration: *duration, Size: c.Size, ServerPID: c.ServerPID}

@@ -149,11 +149,16 @@ func TestZeroLimitsAreRefused(t *testing.T) {
 		{"--data-commit-every", "0", "--data-commit-every must be more than 0"},
 		{"--data-commit-every", "2s", "--data-commit-every must be at most 1s"},
 		{"--ingest-ack-timeout", "0s", "--ingest-ack-timeout must be more than 0"},
+		{"--redis-write-gather", "1s", "--redis-write-gather must be between 0 and 100ms"},
+		{"--redis-write-gather", "-1ms", "--redis-write-gather must be between 0 and 100ms"},
 	} {
 		var stderr bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), []string{"serve", tc.flag, tc.value}, io.Discard, &stderr, nil), tc.flag+" "+tc.value)
 		require.Contains(t, stderr.String(), tc.want)
 	}
+	var stderr bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"load", "--centrifugo"}, io.Discard, &stderr, nil))
+	require.Contains(t, stderr.String(), "--centrifugo runs the many-conversations workload")
 	var f intervalFlag
 	require.NoError(t, f.Set("off"))
 	require.Equal(t, "off", f.String())
