@@ -27,7 +27,11 @@
 // second. A process near its CPU limit that keeps up (a collection's
 // burst of CPU, say, with many quiet conversations whose events come
 // further apart than the interval) keeps the interval: a longer one would
-// gather nothing and only delay every event.
+// gather nothing and only delay every event. A node that keeps up at some
+// interval runs below the busy mark there and so halves it, and at half
+// is busy again and doubles back: when a halving is undone that soon, the
+// interval stays at least the one that carried the load for five seconds
+// (floorMemory), rather than swinging between the two.
 package pace
 
 import (
@@ -84,6 +88,7 @@ type Pacer struct {
 	cpu          cpuuse.Gauge // guarded by mu
 	sched        schedGauge   // guarded by mu
 	uses         useHistory   // the last windows' CPU use, guarded by mu
+	floor        floorMemory  // guarded by mu
 
 	// Kicks since the last adaptation; waited counts those of them that
 	// waited for the interval (guarded by mu, which wait holds anyway).
@@ -137,6 +142,7 @@ func (p *Pacer) adapt() {
 	case since > 10*adaptEvery && use < idleBelow:
 		p.cur.Store(int64(p.interval)) // quiet for a while: no pacing left over from a past overload
 		p.uses = useHistory{}
+		p.floor = floorMemory{}
 	default:
 		p.setFrom(use, waits >= p.interval/4 || gathered >= gatherShare)
 	}
@@ -164,13 +170,42 @@ func (p *Pacer) setFrom(use float64, behind bool) {
 	cur := time.Duration(p.cur.Load())
 	p.uses.add(use)
 	busy := p.uses.over(busyWindows, busyAbove)
+	f := &p.floor
+	f.windows++
 	switch {
 	case busy && (behind || cur > p.interval || p.uses.over(overloadWindows, busyAbove)) && cur < MaxInterval:
+		if f.halvedTo == cur && f.windows-f.halvedAt <= floorAfter {
+			// Halved to cur a moment ago and busy again at once: the
+			// interval it came from is the one that carries the load.
+			f.at, f.until = 2*cur, f.windows+floorFor
+		}
 		p.cur.Store(int64(min(2*cur, MaxInterval)))
-	case (use < idleBelow || !busy && !behind) && cur > p.interval:
-		p.cur.Store(int64(max(cur/2, p.interval)))
+	case (use < idleBelow || !busy && !behind) && cur > p.interval && (cur/2 >= f.at || f.windows >= f.until):
+		f.halvedTo, f.halvedAt = max(cur/2, p.interval), f.windows
+		p.cur.Store(int64(f.halvedTo))
 	}
 }
+
+// floorMemory keeps the interval from swinging between one that carries
+// the load and half of it: a node that keeps up at some interval runs
+// below the busy mark there (so the interval halves), and at half it is
+// busy again (so it doubles), every few windows, and every event waits
+// the longer interval in turn with the backlog of the shorter. When a
+// halving is followed by a doubling within floorAfter windows, the
+// interval does not go below the doubled one for floorFor windows.
+type floorMemory struct {
+	windows  int           // windows seen
+	halvedTo time.Duration // the interval the last halving set
+	halvedAt int           // the window it was set in
+	at       time.Duration // the floor, while windows < until
+	until    int
+}
+
+// floorAfter and floorFor: see floorMemory.
+const (
+	floorAfter = 5
+	floorFor   = 50
+)
 
 // useHistory keeps the CPU use of the last overloadWindows windows.
 type useHistory struct {

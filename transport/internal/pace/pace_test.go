@@ -294,6 +294,42 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	require.Equal(t, 5*time.Millisecond, p.Current(), "and forgets the busy windows before the quiet")
 }
 
+// TestIntervalKeepsTheOneThatCarriesTheLoad: a node that keeps up at an
+// interval runs below the busy mark there, so the interval halves; busy
+// again at once at half, it doubles back, and then stays: for floorFor
+// windows it does not go below the interval that carried the load, while
+// windows with CPU to spare come and go; afterwards it may halve again.
+func TestIntervalKeepsTheOneThatCarriesTheLoad(t *testing.T) {
+	p := New(5 * time.Millisecond)
+	window := func(use float64, behind bool) time.Duration {
+		p.setFrom(use, behind)
+		return p.Current()
+	}
+	for p.Current() < 80*time.Millisecond {
+		window(1, true)
+	}
+	require.Equal(t, 80*time.Millisecond, p.Current())
+	require.Equal(t, 40*time.Millisecond, window(0.5, false), "a window with CPU to spare: halved")
+	window(1, true)
+	window(1, true)
+	require.Equal(t, 80*time.Millisecond, window(1, true), "busy again at once at half: doubled back")
+	for i := range floorFor - 1 {
+		require.Equal(t, 80*time.Millisecond, window(0.5, false), "window %d: not below the interval that carried the load", i)
+	}
+	require.Equal(t, 40*time.Millisecond, window(0.5, false), "the floor lasts floorFor windows")
+
+	// A halving that holds (no doubling soon after) sets no floor.
+	q := New(5 * time.Millisecond)
+	for q.Current() < 80*time.Millisecond {
+		q.setFrom(1, true)
+	}
+	q.setFrom(0.5, false)
+	for range floorAfter + 1 {
+		q.setFrom(0.8, false)
+	}
+	require.Equal(t, 5*time.Millisecond, q.Current(), "halved step by step while it keeps up")
+}
+
 // TestSchedGaugeSeesGoroutinesWaiting: on one processor, goroutines that
 // each hold it for 2 ms make the others wait to run; the gauge's 99th
 // percentile shows it (and reads nothing at its first read).
