@@ -98,7 +98,7 @@ func (e *Engine) Stores() server.EngineStores {
 		p := &e.parts
 		p.log = e.Log(lo)
 		p.state = e.State()
-		p.state.MaxCheckpoints, p.state.OnError = o.MaxCheckpoints, o.OnError
+		p.state.MaxCheckpoints, p.state.OnError, p.state.Flushed = o.MaxCheckpoints, o.OnError, p.log.Flushed
 		p.live = e.Live(o.OnError)
 		co := o.Cluster
 		co.Flushed = p.log.Flushed

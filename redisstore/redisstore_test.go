@@ -792,3 +792,29 @@ func TestIngestAnnouncesWhatTheStreamLost(t *testing.T) {
 	require.Equal(t, []string{"1", "missed 3: 1-5", "5"}, got)
 	require.Equal(t, uint64(1), b.srv.Metrics().StreamGaps)
 }
+
+// TestDeletedThreadStaysDeleted: a thread deleted while some of its
+// events still wait to be written to Redis (delivered first, gathered
+// into a later batch) is deleted once they are written, not before: a
+// batch written after the deletion would make its stream again, and the
+// thread would come back.
+func TestDeletedThreadStaysDeleted(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	l := e.Log(redisstore.LogOptions{DeliverFirst: true, WriteGather: 100 * time.Millisecond})
+	st := e.State()
+	st.Flushed = l.Flushed
+	a := startNodeWith(t, l, st)
+	runToEnd(t, a.srv, "gone", "firehose", map[string]any{"count": float64(300)})
+	require.Positive(t, l.Stats().Pending, "the run's last events still wait for their batch")
+	_, err := a.srv.DeleteThread(context.Background(), "gone")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // a batch that was still to come would be written by now
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	n, err := c.Do(context.Background(), c.B().Exists().Key("agentstream:{gone}:events", "agentstream:{gone}:writer").Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing of the thread is left in Redis")
+}

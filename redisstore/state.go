@@ -26,6 +26,11 @@ type State struct {
 	OnError func(error)
 	// Timeout bounds each command (2s when 0).
 	Timeout time.Duration
+	// Flushed, when set, reports whether the thread's events appended to
+	// the engine's Log are all written to Redis (Log.Flushed): a thread is
+	// deleted only once they are, or a late batch would make its stream
+	// again after the deletion, and the thread would come back.
+	Flushed func(thread string) bool
 }
 
 var _ server.StateStore = (*State)(nil)
