@@ -75,10 +75,9 @@ type LogOptions struct {
 	// OnError, when set, hears of every failed Redis command.
 	OnError func(error)
 	// WriteGather is the least time between the starts of two batches of
-	// one writer (none by default): a writer that sent
-	// one less than WriteGather ago waits out the rest before it sends the
-	// next, unless a full batch waits, so that a busy node sends fewer,
-	// larger batches. A writer that has been quiet sends at once: a quiet
+	// one writer (none by default): a writer that sent one less than
+	// WriteGather ago waits out the rest before it sends the next, unless
+	// a full batch waits, so that a busy node sends fewer, larger batches. A writer that has been quiet sends at once: a quiet
 	// thread's events gain no latency. Each batch costs Redis, and both
 	// the writing node and the nodes that follow its threads, a few system
 	// calls whatever it carries; at a few thousand events a second they
@@ -282,7 +281,6 @@ func (e *Engine) Log(opts LogOptions) *Log {
 		opts.Writers = DefaultWriters
 	}
 	opts.WriteGather = max(opts.WriteGather, 0)
-
 	if opts.MaxProducers <= 0 {
 		opts.MaxProducers = server.DefaultMaxProducersPerThread
 	}
