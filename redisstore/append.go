@@ -15,14 +15,17 @@ import (
 // in the round trip that stores it (a following node hears of it as soon
 // as the writing node does).
 //
-// KEYS[1] is the stream, KEYS[2] the channel (the same slot: both carry
-// the thread's hash tag). ARGV[1] is '1' to publish, ARGV[2] the events'
-// src field (” for none); then four arguments per event: its entry id,
-// the MINID mode ('~' or '='), the MINID, and its JSON. It returns one
-// string per event tried: ” when the stream took it, else the error of
-// its XADD. An id already taken (this very event, sent before and taken,
-// or another writer's) does not stop the rest; any other error does, and
-// the events after it are not tried (the reply is shorter than the run).
+// KEYS[1] is the stream. ARGV[1] is the channel to publish on, empty for
+// none: it carries the thread's hash tag, so it is in the stream's slot,
+// and it is not declared as a key, since a key that never exists would
+// have a migrating slot refuse the script (TRYAGAIN) until the migration
+// ends. ARGV[2] is the events' src field, empty for none; then come four
+// arguments per event: its entry id, the MINID mode (~ or =), the MINID,
+// and its JSON. It returns one string per event tried: empty when the
+// stream took it, else the error of its XADD. An id already taken (this
+// very event, sent before and taken, or another writer's) does not stop
+// the rest; any other error does, and the events after it are not tried
+// (the reply is shorter than the run).
 const appendScript = `
 local out = {}
 local src = ARGV[2]

@@ -28,9 +28,9 @@ import (
 // XADD MINID ARGV[2] ARGV[3], id ARGV[1], field e ARGV[4], and src ARGV[5]
 // when not empty) and records the producer's batch (KEYS[2], field
 // ARGV[6], value ARGV[7]); past ARGV[8] producers the one used longest
-// ago is forgotten; unless ARGV[9] is ” the event is published on that
-// channel, the thread's (see appendScript). It returns the stream entry's
-// id, or XADD's error.
+// ago is forgotten; unless ARGV[9] is empty, the event is published on
+// that channel, the thread's (see appendScript). It returns the stream
+// entry's id, or XADD's error.
 var producedScript = `
 local add = {'XADD', KEYS[1], 'MINID', ARGV[2], ARGV[3], ARGV[1], 'e', ARGV[4]}
 if ARGV[5] ~= '' then
