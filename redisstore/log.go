@@ -557,9 +557,9 @@ func (l *Log) flush(q *writeQueue, deadline time.Time) bool {
 	q.pending = q.pending[n:]
 	if n > 0 {
 		q.lastSent = time.Now()
+		q.sentAt = q.lastSent
 		close(q.room) // waiting publishers: there is room
 		q.room = make(chan struct{})
-		q.sentAt = time.Now()
 		if q.stall == nil {
 			q.stall = time.AfterFunc(stallAfter, q.markStalled)
 		} else {
@@ -770,7 +770,7 @@ func (l *Log) send(q *writeQueue, batch []entry) (retry []entry) {
 // segment is a run of one thread's entries of a batch (batch[from:to])
 // that one command writes: a producer's event alone (producedScript),
 // else the thread's consecutive events of the batch with the same src
-// (appendScript, or XADD when nothing is published).
+// (appendScript).
 type segment struct{ from, to int }
 
 // segmentsOf cuts batch into segments, in order. A batch is ordered by
@@ -807,10 +807,11 @@ func segmentsOf(batch []entry) []segment {
 	return segs
 }
 
-// appendCommand is the command that writes run, the entries of segment
-// sg, to the stream k. Scripts go by their SHA (EVALSHA), but for an
-// entry sent again because Redis did not hold the script (EVAL, which
-// loads it).
+// appendCommand is the command that writes run, the entries of one
+// segment, to the stream k: producedScript for a producer's event,
+// appendScript for the others (publishing each unless the Log does not
+// publish). Scripts go by their SHA (EVALSHA), but for an entry sent again
+// because Redis did not hold the script (EVAL, which loads it).
 func (l *Log) appendCommand(run []entry, k string, now time.Time) rueidis.Completed {
 	c := l.e.c
 	en := run[0]
@@ -819,11 +820,7 @@ func (l *Log) appendCommand(run []entry, k string, now time.Time) rueidis.Comple
 		live = l.e.key(en.thread, "live")
 	}
 	if en.by != nil {
-		mode := "~"
-		if en.exact {
-			mode = "="
-		}
-		args := []string{itoa(en.e.Seq) + "-0", mode, itoa(en.minID), rueidis.BinaryString(en.e.JSON()), en.e.Source, en.by.Producer,
+		args := []string{itoa(en.e.Seq) + "-0", minIDMode(en.exact), itoa(en.minID), rueidis.BinaryString(en.e.JSON()), en.e.Source, en.by.Producer,
 			producedMark(en.e, en.by, now.UnixMilli()), itoa(uint64(l.opts.MaxProducers)), live}
 		keys := []string{k, l.e.key(en.thread, "producers")}
 		if en.eval {
@@ -831,38 +828,27 @@ func (l *Log) appendCommand(run []entry, k string, now time.Time) rueidis.Comple
 		}
 		return c.B().Evalsha().Sha1(producedSHA).Numkeys(2).Key(keys...).Arg(args...).Build()
 	}
-	if !l.opts.Publish && len(run) == 1 {
-		// Nothing to publish: a plain XADD. Approximate trimming (whole
-		// nodes of the stream, cheap) for the count cap; exact for the
-		// byte cap, where a node of large events would keep many times
-		// the cap.
-		id, floor, v := itoa(en.e.Seq)+"-0", itoa(en.minID), rueidis.BinaryString(en.e.JSON())
-		switch {
-		case en.e.Source != "" && en.exact: // with the ingest entry it came from (ingest.go)
-			return c.B().Xadd().Key(k).Minid().Exact().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).FieldValue("src", en.e.Source).Build()
-		case en.e.Source != "":
-			return c.B().Xadd().Key(k).Minid().Almost().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).FieldValue("src", en.e.Source).Build()
-		case en.exact:
-			return c.B().Xadd().Key(k).Minid().Exact().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
-		default:
-			return c.B().Xadd().Key(k).Minid().Almost().Threshold(floor).Id(id).FieldValue().FieldValue("e", v).Build()
-		}
-	}
 	args := make([]string, 0, 2+4*len(run))
 	args = append(args, live, en.e.Source)
 	eval := false
 	for _, r := range run {
-		mode := "~"
-		if r.exact {
-			mode = "="
-		}
-		args = append(args, itoa(r.e.Seq)+"-0", mode, itoa(r.minID), rueidis.BinaryString(r.e.JSON()))
+		args = append(args, itoa(r.e.Seq)+"-0", minIDMode(r.exact), itoa(r.minID), rueidis.BinaryString(r.e.JSON()))
 		eval = eval || r.eval
 	}
 	if eval {
 		return c.B().Eval().Script(appendScript).Numkeys(1).Key(k).Arg(args...).Build()
 	}
 	return c.B().Evalsha().Sha1(appendSHA).Numkeys(1).Key(k).Arg(args...).Build()
+}
+
+// minIDMode is an XADD's MINID trimming: approximate (whole nodes of the
+// stream, cheap) for the count cap; exact for the byte cap, where a node
+// of large events would keep many times the cap.
+func minIDMode(exact bool) string {
+	if exact {
+		return "="
+	}
+	return "~"
 }
 
 // fatesOf sets the fates of segment sg's entries from its command's
@@ -891,29 +877,25 @@ func (l *Log) fatesOf(batch []entry, sg segment, r rueidis.RedisResult, fates []
 		}
 		return
 	}
-	en := batch[sg.from]
-	if err != nil || en.by != nil || !l.opts.Publish && sg.to-sg.from == 1 {
-		for j := sg.from; j < sg.to; j++ {
-			one(j, err)
+	if err == nil && batch[sg.from].by == nil {
+		// appendScript's reply: one string per event tried.
+		var msgs []string
+		if msgs, err = r.AsStrSlice(); err == nil {
+			for j := sg.from; j < sg.to; j++ {
+				switch i := j - sg.from; {
+				case i >= len(msgs): // not tried: an earlier event's error stopped the run
+					fates[j] = again
+				case msgs[i] == "":
+					fates[j] = taken
+				default:
+					one(j, scriptError(msgs[i]))
+				}
+			}
+			return
 		}
-		return
-	}
-	msgs, err := r.AsStrSlice()
-	if err != nil {
-		for j := sg.from; j < sg.to; j++ {
-			one(j, err)
-		}
-		return
 	}
 	for j := sg.from; j < sg.to; j++ {
-		switch i := j - sg.from; {
-		case i >= len(msgs): // not tried: an earlier event's error stopped the run
-			fates[j] = again
-		case msgs[i] == "":
-			fates[j] = taken
-		default:
-			one(j, scriptError(msgs[i]))
-		}
+		one(j, err)
 	}
 }
 
@@ -1174,6 +1156,25 @@ func (l *Log) Flushed(thread string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.unsent[thread] == 0
+}
+
+// awaitFlushed waits, polling, until flushed (a Log's Flushed) reports
+// thread's queued events all written to Redis, or ctx ends; it reports
+// whether they were. A nil flushed has nothing to wait for.
+func awaitFlushed(ctx context.Context, flushed func(string) bool, thread string) bool {
+	if flushed == nil || flushed(thread) {
+		return true
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !flushed(thread) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // Cache implements server.DurableLog: an event another node wrote is kept

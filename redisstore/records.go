@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/redis/rueidis"
@@ -129,31 +128,13 @@ func (s *State) Records(ctx context.Context, fn func(server.ThreadRecord) bool) 
 func (s *State) DeleteThread(ctx context.Context, thread string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if err := s.awaitFlushed(ctx, thread); err != nil {
-		return err
+	if !awaitFlushed(ctx, s.Flushed, thread) {
+		return fmt.Errorf("%w: the thread's last events are still being written", ErrUnavailable)
 	}
 	if err := s.e.Forget(ctx, thread); err != nil {
 		return s.fail(err)
 	}
 	return s.fail(s.e.c.Do(ctx, s.e.c.B().Zrem().Key(s.e.threadsKey()).Member(thread).Build()).Error())
-}
-
-// awaitFlushed waits, within ctx, until the thread's events still queued
-// for Redis are written (see State.Flushed).
-func (s *State) awaitFlushed(ctx context.Context, thread string) error {
-	if s.Flushed == nil || s.Flushed(thread) {
-		return nil
-	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !s.Flushed(thread) {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return fmt.Errorf("%w: the thread's last events are still being written", ErrUnavailable)
-		}
-	}
-	return nil
 }
 
 // The threads' runs (server.RunCatalog): a hash per thread,

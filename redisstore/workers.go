@@ -184,12 +184,10 @@ type yieldReply struct {
 // queued run there, once its events are all in Redis (waiting a little
 // for them), and reports whether the lease is free of this node.
 func (c *Cluster) yield(thread string) bool {
-	deadline := time.Now().Add(c.opts.ForwardTimeout / 2)
-	for c.opts.Flushed != nil && !c.opts.Flushed(thread) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.ForwardTimeout/2)
+	defer cancel()
+	if !awaitFlushed(ctx, c.opts.Flushed, thread) {
+		return false
 	}
 	if c.srv.RunActive(thread) {
 		return false

@@ -174,12 +174,13 @@ func (p *Pacer) setFrom(use float64, behind bool) {
 	f.windows++
 	switch {
 	case busy && (behind || cur > p.interval || p.uses.over(overloadWindows, busyAbove)) && cur < MaxInterval:
+		next := min(2*cur, MaxInterval)
 		if f.halvedTo == cur && f.windows-f.halvedAt <= floorAfter {
 			// Halved to cur a moment ago and busy again at once: the
 			// interval it came from is the one that carries the load.
-			f.at, f.until = 2*cur, f.windows+floorFor
+			f.at, f.until = next, f.windows+floorFor
 		}
-		p.cur.Store(int64(min(2*cur, MaxInterval)))
+		p.cur.Store(int64(next))
 	case (use < idleBelow || !busy && !behind) && cur > p.interval && (cur/2 >= f.at || f.windows >= f.until):
 		f.halvedTo, f.halvedAt = max(cur/2, p.interval), f.windows
 		p.cur.Store(int64(f.halvedTo))

@@ -39,39 +39,22 @@ func centrifugoSubscriber(ctx context.Context, cfg Config, channel string, i, sa
 	if err := c.Write(ctx, websocket.MessageText, []byte(`{"id":1,"connect":{}}`+"\n"+`{"id":2,"subscribe":{"channel":"`+channel+`"}}`)); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { c.CloseNow() })
-	defer stop()
 	subscribed := false
 	got := 0
-	var buf bytes.Buffer
-	for {
-		_, r, err := c.Reader(context.Background())
-		if err == nil {
-			buf.Reset()
-			_, err = buf.ReadFrom(r)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		for _, line := range bytes.Split(buf.Bytes(), []byte("\n")) {
+	return readMessages(ctx, c, func(msg []byte) error {
+		for _, line := range bytes.Split(msg, []byte("\n")) {
 			switch {
-			case len(line) == 0:
 			case bytes.Equal(line, []byte("{}")): // a ping
 				if err := c.Write(ctx, websocket.MessageText, []byte("{}")); err != nil {
 					return err
 				}
-			case bytes.HasPrefix(line, []byte(`{"push":`)):
-				if !bytes.Contains(line, []byte(`"pub":`)) {
-					continue
-				}
+			case bytes.HasPrefix(line, []byte(`{"push":`)) && bytes.Contains(line, []byte(`"pub":`)):
 				got++
 				st.recordAt(cfg.nodeOf(i), line, (got+i)%sampleEvery == 0)
 				if got == cfg.Count {
 					done()
 				}
+			case bytes.HasPrefix(line, []byte(`{"push":`)): // another push (a join, say)
 			case bytes.Contains(line, []byte(`"error":`)):
 				return fmt.Errorf("centrifugo: %s", line)
 			case bytes.HasPrefix(line, []byte(`{"id":2,`)) && !subscribed:
@@ -79,7 +62,8 @@ func centrifugoSubscriber(ctx context.Context, cfg Config, channel string, i, sa
 				ready()
 			}
 		}
-	}
+		return nil
+	})
 }
 
 // centrifugoPublisher publishes count events to each channel, rate a

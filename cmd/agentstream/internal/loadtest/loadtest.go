@@ -385,30 +385,40 @@ func wsSubscriber(ctx context.Context, cfg Config, thread string, i, sampleEvery
 		return fmt.Errorf("subscribe: %s", b)
 	}
 	ready()
-	// Read with a context that never ends (the library would otherwise
-	// arm and disarm a watcher per message) and one reused buffer, so the
-	// client spends its core on reading; the connection is closed when ctx
-	// ends.
+	got := 0
+	return readMessages(ctx, c, func(msg []byte) error {
+		got++
+		st.recordAt(cfg.nodeOf(i), msg, (got+i)%sampleEvery == 0)
+		if got == cfg.Count {
+			done()
+		}
+		return nil
+	})
+}
+
+// readMessages hands each message c receives to fn, in one reused buffer
+// valid until fn returns, until reading fails, fn returns an error, or ctx
+// ends (which closes c; that end is no error). It reads with a context
+// that never ends (the library would otherwise arm and disarm a watcher
+// per message), so the client spends its core on reading.
+func readMessages(ctx context.Context, c *websocket.Conn, fn func(msg []byte) error) error {
 	stop := context.AfterFunc(ctx, func() { c.CloseNow() })
 	defer stop()
 	var buf bytes.Buffer
-	got := 0
 	for {
 		_, r, err := c.Reader(context.Background())
 		if err == nil {
 			buf.Reset()
 			_, err = buf.ReadFrom(r)
 		}
+		if err == nil {
+			err = fn(buf.Bytes())
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
-		}
-		got++
-		st.recordAt(cfg.nodeOf(i), buf.Bytes(), (got+i)%sampleEvery == 0)
-		if got == cfg.Count {
-			done()
 		}
 	}
 }
