@@ -183,7 +183,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.Int64Var(&c.queueTotal, "queue-total-bytes", server.DefaultQueueTotalBytes, "unread events all connections together may hold, in bytes; past it the connections holding more than their share are cut off first")
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
-	fs.Var((*intervalFlag)(&c.writeInterval), "write-interval", "least time between two writes of events to one connection; events arriving meanwhile go out together; it doubles, up to 400ms, while the server uses over 90% of its CPU and is behind (\"off\": no pacing)")
+	fs.Var((*intervalFlag)(&c.writeInterval), "write-interval", "least time between two writes of events to one connection; events arriving meanwhile go out together; while the server uses over 90% of its CPU and falls behind it doubles, up to 400ms, and it halves once the halved interval would fit in the CPU (\"off\": no pacing)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns (\"*\": all) whose browser pages may use the server across origins: WebSockets, and CORS for the HTTP routes (default: same origin)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS (and HTTP/2) with this PEM certificate chain; needs --tls-key")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")

@@ -160,6 +160,7 @@ func (s *stream) write() bool {
 		sampled.Written()
 		if n > 0 {
 			s.h.opts.Observer.Delivered(n)
+			s.h.pacer.Delivered(n)
 		}
 		if n < s.h.opts.MaxBatch {
 			return true

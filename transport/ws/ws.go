@@ -475,6 +475,7 @@ func (c *connection) writeReady() bool {
 		sampled.Written()
 		if n > 0 {
 			c.h.opts.Observer.Delivered(n)
+			c.h.pacer.Delivered(n)
 		}
 		if n < c.h.opts.MaxBatch {
 			return true

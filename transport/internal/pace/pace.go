@@ -9,32 +9,51 @@
 // interval, and in exchange the server's cost per event drops several
 // times (syscalls dominate it) and so does the latency of a busy server.
 //
-// The interval adapts: while the process uses nearly all the CPU it may
-// and is behind, it doubles, up to MaxInterval, so that each write
-// carries more events and the same CPU delivers more; once there is CPU
-// to spare again, or the process is neither at its limit nor behind, it
-// halves back to the configured one. Throughput then rises under
-// overload and latency stays bounded by about MaxInterval plus the
-// scheduling delay, instead of queues growing. At its limit means over
-// 90% of the CPU time the process could have had (see cpuuse.Gauge),
-// averaged over the last three 100-ms windows: a single window's figure
-// swings with a collection or with what the machine does besides.
-// Behind, for the first step, means that goroutines wait to run a
-// quarter of the configured interval or more (the runtime's scheduling
-// latency, 99th percentile), that writes are being gathered already (a
-// good share of kicks find their connection written to within the
-// interval), or that the CPU has been at its limit, on average, for a
-// second. A process near its CPU limit that keeps up (a collection's
-// burst of CPU, say, with many quiet conversations whose events come
-// further apart than the interval) keeps the interval: a longer one would
-// gather nothing and only delay every event. A node that keeps up at some
-// interval runs below the busy mark there and so halves it, and at half
-// is busy again and doubles back: when a halving is undone that soon, the
+// Each waiting connection is released when its own interval ends (a
+// timer set for the earliest, starting those due within a sixteenth of
+// an interval together), not with every other waiting connection at one
+// shared release: a shared release starts thousands of writes at once,
+// and the events of the last of them wait for all the others' writes
+// besides their interval.
+//
+// The interval adapts, in 100-ms windows, to be the smallest that carries
+// the load. What it reads in each window: the process's CPU use (a share
+// of the CPU time it could have had, see cpuuse.Gauge; busy above 90%,
+// averaged over three windows, since one window's figure swings with a
+// collection or with what the machine does besides); the share of kicks
+// that found their connection written to within the interval (the writes
+// are gathering events); the runtime's scheduling latency (how long
+// goroutines waited to run, 99th percentile); and how many events each
+// write carried and how much of the CPU the writes took.
+//
+// At the configured interval, a busy process doubles it when behind:
+// goroutines wait to run a quarter of the interval, or writes are
+// gathering already, or the CPU has been at its limit for a second. A
+// process near its limit that keeps up (a collection's burst of CPU, say,
+// with many quiet conversations whose events come further apart than the
+// interval) keeps it: a longer one would gather nothing and only delay
+// every event.
+//
+// Above it, CPU use no longer says whether the load is carried: a node
+// that carries all it is offered at 80 ms may read 100% in most windows,
+// and one that does not at 40 ms reads the same (its producers, slowed,
+// offer less). So a busy process doubles the interval only on two
+// windows in a row of one of two signs: its writes gather next to
+// nothing (a longer interval then costs no delay, and may gather), or
+// goroutines wait to run half the interval or more (it does not keep up
+// even gathering). A busy process whose writes gather and whose
+// goroutines run on time carries its load and keeps the interval. It
+// halves the interval when the halved one would fit in the CPU: its use
+// plus the writes' share again for each write that would become two
+// (halvedUse). Each interval above the configured one is kept three
+// windows at least before it moves (the first drains the backlog of the
+// one before), and when a halving is undone within five windows, the
 // interval stays at least the one that carried the load for five seconds
-// (floorMemory), rather than swinging between the two.
+// (floorMemory). After a quiet while it is back at the configured one.
 package pace
 
 import (
+	"runtime"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
@@ -47,9 +66,9 @@ import (
 const MaxInterval = 400 * time.Millisecond
 
 // The CPU use (cpuuse.Gauge's share), averaged over the last
-// busyWindows windows, above which the interval doubles (a burst does not
-// slow a server that keeps up); and the use of one window under which it
-// halves at once.
+// busyWindows windows, above which the process is busy (a burst does not
+// slow a server that keeps up); and the use under which, after a quiet
+// while, the interval is back at the configured one.
 const (
 	busyAbove   = cpuuse.Busy
 	busyWindows = 3
@@ -60,6 +79,11 @@ const (
 // busyAbove have the interval double even with no sign of being behind: a
 // second at the limit is overload, whatever the signs say.
 const overloadWindows = 10
+
+// sparseShare is the share of kicks in a window under which, having
+// waited for the interval, the writes gather next to nothing: a longer
+// interval costs no delay then.
+const sparseShare = 0.1
 
 // gatherShare is the share of kicks in a window that, having found their
 // connection written to within the interval (and so waited for it), has
@@ -89,16 +113,27 @@ type Pacer struct {
 	sched        schedGauge   // guarded by mu
 	uses         useHistory   // the last windows' CPU use, guarded by mu
 	floor        floorMemory  // guarded by mu
+	signs        signs        // guarded by mu
+	settled      int          // windows since the interval changed, guarded by mu
 
 	// Kicks since the last adaptation; waited counts those of them that
 	// waited for the interval (guarded by mu, which wait holds anyway).
 	kicks atomic.Uint64
 
-	mu     sync.Mutex
-	waited uint64
-	due    []*Writer
-	timer  *time.Timer
-	armed  bool
+	// Events written since the last adaptation (Delivered), and the time
+	// the writes took (nanoseconds).
+	events  atomic.Uint64
+	writing atomic.Int64
+
+	// Writes started since the last adaptation.
+	runs atomic.Uint64
+
+	mu      sync.Mutex
+	waited  uint64
+	due     dueQueue    // the writers waiting, by when their interval ends
+	timer   *time.Timer // fires at armedAt while any writer waits
+	armed   bool
+	armedAt time.Duration // on the pacer's clock
 }
 
 // New returns a pacer with the given interval; 0 or less turns pacing off
@@ -120,8 +155,8 @@ func (p *Pacer) Current() time.Duration { return time.Duration(p.cur.Load()) }
 // the window CPU use is measured over.
 const adaptEvery = 100 * time.Millisecond
 
-// adapt sets the interval from the process's CPU use since the last
-// adaptation. The caller holds p.mu.
+// adapt sets the interval from what the window since the last adaptation
+// saw. The caller holds p.mu.
 func (p *Pacer) adapt() {
 	now := p.now()
 	if p.interval <= 0 || now-time.Duration(p.adapted.Load()) < adaptEvery {
@@ -137,15 +172,47 @@ func (p *Pacer) adapt() {
 		gathered = float64(waited) / float64(kicks)
 	}
 	waits := p.sched.p99()
+	runs, events := p.runs.Swap(0), p.events.Swap(0)
+	writes := float64(p.writing.Swap(0)) / float64(since*time.Duration(runtime.GOMAXPROCS(0)))
 	switch {
 	case !ok:
 	case since > 10*adaptEvery && use < idleBelow:
-		p.cur.Store(int64(p.interval)) // quiet for a while: no pacing left over from a past overload
+		p.set(p.interval) // quiet for a while: no pacing left over from a past overload
 		p.uses = useHistory{}
 		p.floor = floorMemory{}
 	default:
-		p.setFrom(use, waits >= p.interval/4 || gathered >= gatherShare)
+		gathering := gathered >= gatherShare
+		p.setFrom(window{
+			use:       use,
+			behind:    waits >= p.interval/4 || gathering,
+			gathering: gathering,
+			sparse:    gathered < sparseShare,
+			late:      waits >= p.Current()/2,
+			batch:     float64(events) / float64(max(runs, 1)),
+			writes:    writes,
+		})
 	}
+}
+
+// window is what the pacer saw in one adaptation window.
+type window struct {
+	use       float64 // the CPU use, a share of what the process could have had
+	behind    bool    // goroutines waited to run a quarter interval, or writes were gathered
+	gathering bool    // a good share of kicks waited for the interval (gatherShare)
+	sparse    bool    // next to no kick waited for the interval (sparseShare)
+	late      bool    // goroutines waited to run half the interval in force, or more
+	batch     float64 // events per write (Delivered over the writes started)
+	writes    float64 // the time the writes took, a share of the cores the process may use
+}
+
+// halvedUse is what the process's CPU use would be, roughly, at half the
+// interval, from a window at this one (use being the average of the
+// windows at it): each write carrying batch events becomes min(2, batch)
+// writes (a write that carries one event stays one), each costing what a
+// write costs now; the rest of the work does not change. It errs high,
+// since a write of fewer events costs less.
+func halvedUse(use float64, w window) float64 {
+	return use + w.writes*(min(2, max(w.batch, 1))-1)
 }
 
 // maybeAdapt adapts the interval if it is due (a writer is kicked while
@@ -160,31 +227,82 @@ func (p *Pacer) maybeAdapt(now time.Duration) {
 	p.mu.Unlock()
 }
 
-// setFrom moves the interval one step given the CPU use of the last
-// window (a share of the cores the process may use) and whether it was
-// behind in it (see the package comment). Once above the configured
-// interval, a busy process doubles it without more signs, and one neither
-// busy nor behind halves it (as does a window with CPU to spare). The
-// caller holds p.mu.
-func (p *Pacer) setFrom(use float64, behind bool) {
+// setFrom moves the interval one step given what the last window saw
+// (see the package comment for the rules and why). The caller holds
+// p.mu.
+func (p *Pacer) setFrom(win window) {
 	cur := time.Duration(p.cur.Load())
-	p.uses.add(use)
-	busy := p.uses.over(busyWindows, busyAbove)
+	p.uses.add(win.use)
 	f := &p.floor
 	f.windows++
+	p.settled++
+	if p.settled > 1 {
+		p.signs.add(win) // the first window at an interval drains the one before
+	}
+	busy := p.uses.over(busyWindows, busyAbove)
+	var climb, halve bool
+	if cur > p.interval {
+		if p.settled < settleWindows {
+			return // the interval has not shown yet what it carries
+		}
+		// Judged by the windows at this interval only, the first left out.
+		busy = p.uses.over(min(busyWindows, p.settled-1), busyAbove)
+		climb = p.signs.sparse >= signWindows || p.signs.late >= signWindows
+		halve = !win.late && halvedUse(p.uses.mean(min(busyWindows, p.settled-1)), win) < 1
+	} else {
+		climb = win.behind || p.uses.over(overloadWindows, busyAbove)
+	}
 	switch {
-	case busy && (behind || cur > p.interval || p.uses.over(overloadWindows, busyAbove)) && cur < MaxInterval:
+	case busy && climb && cur < MaxInterval:
 		next := min(2*cur, MaxInterval)
 		if f.halvedTo == cur && f.windows-f.halvedAt <= floorAfter {
 			// Halved to cur a moment ago and busy again at once: the
 			// interval it came from is the one that carries the load.
 			f.at, f.until = next, f.windows+floorFor
 		}
-		p.cur.Store(int64(next))
-	case (use < idleBelow || !busy && !behind) && cur > p.interval && (cur/2 >= f.at || f.windows >= f.until):
+		p.set(next)
+	case halve && (cur/2 >= f.at || f.windows >= f.until):
 		f.halvedTo, f.halvedAt = max(cur/2, p.interval), f.windows
-		p.cur.Store(int64(f.halvedTo))
+		p.set(f.halvedTo)
 	}
+}
+
+// set changes the interval. The caller holds p.mu.
+func (p *Pacer) set(d time.Duration) {
+	p.cur.Store(int64(d))
+	p.settled = 0
+	p.signs = signs{}
+}
+
+// settleWindows is how many windows an interval above the configured one
+// lasts at least: the first drains the backlog (or the held writes) of
+// the interval before, and the next ones show what this one carries.
+const settleWindows = 3
+
+// signWindows is how many windows in a row a sign must show, above the
+// configured interval, before the interval doubles on it: writes
+// gathering next to nothing, or goroutines waiting half an interval to
+// run. A single window's sign is often a collection or a burst the next
+// window absorbs.
+const signWindows = 2
+
+// signs counts the windows in a row, at the interval in force, that
+// showed each sign.
+type signs struct {
+	sparse int // windows whose writes gathered next to nothing (window.sparse)
+	late   int // windows whose goroutines waited to run (window.late)
+}
+
+func (s *signs) add(w window) {
+	s.sparse = count(s.sparse, w.sparse)
+	s.late = count(s.late, w.late)
+}
+
+func count(n int, sign bool) int {
+	if sign {
+		return n + 1
+	}
+	return 0
 }
 
 // floorMemory keeps the interval from swinging between one that carries
@@ -221,17 +339,24 @@ func (h *useHistory) add(use float64) {
 	h.n = min(h.n+1, len(h.use))
 }
 
-// over reports whether the last k windows (all of them recorded) used
-// more than limit on average.
-func (h *useHistory) over(k int, limit float64) bool {
-	if h.n < k {
-		return false
+// mean is the average use of the last k windows (those recorded, if
+// fewer).
+func (h *useHistory) mean(k int) float64 {
+	k = min(k, h.n)
+	if k == 0 {
+		return 0
 	}
 	sum := 0.0
 	for i := 1; i <= k; i++ {
 		sum += h.use[(h.next-i+len(h.use))%len(h.use)]
 	}
-	return sum/float64(k) > limit
+	return sum / float64(k)
+}
+
+// over reports whether the last k windows (all of them recorded) used
+// more than limit on average.
+func (h *useHistory) over(k int, limit float64) bool {
+	return h.n >= k && h.mean(k) > limit
 }
 
 // schedGauge reads the runtime's scheduling latencies (how long
@@ -275,38 +400,120 @@ func (g *schedGauge) p99() time.Duration {
 	return 0
 }
 
+// Delivered counts n events written by one of the pacer's writers (the
+// transports call it after each write): with the writes started, the
+// events a write carries.
+func (p *Pacer) Delivered(n int) { p.events.Add(uint64(n)) }
+
 // Epoch is the base of the pacer's monotonic clock.
 func (p *Pacer) Epoch() time.Time { return p.epoch }
 
 func (p *Pacer) now() time.Duration { return time.Since(p.epoch) }
 
-// wait queues w until the next release.
-func (p *Pacer) wait(w *Writer) {
+// wait queues w until at, when its interval ends (on the pacer's clock).
+// Each writer waits for its own interval, not for a release shared by
+// all: a shared one would start every waiting connection's write at
+// once, and on a busy node the events of the last of them would wait for
+// all the others' writes besides their interval.
+func (p *Pacer) wait(w *Writer, at time.Duration) {
 	p.mu.Lock()
-	p.due = append(p.due, w)
+	p.due.push(w, at)
 	p.waited++
-	if !p.armed {
-		p.armed = true
-		if p.timer == nil {
-			p.timer = time.AfterFunc(p.Current(), p.release)
-		} else {
-			p.timer.Reset(p.Current())
-		}
+	if !p.armed || at < p.armedAt {
+		p.arm(at, p.now())
 	}
 	p.mu.Unlock()
 }
 
-// release starts the writers that waited.
+// arm sets the timer to fire at at (now being the pacer's clock). The
+// caller holds p.mu.
+func (p *Pacer) arm(at, now time.Duration) {
+	p.armed, p.armedAt = true, at
+	d := max(at-now, 0)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(d, p.release)
+	} else {
+		p.timer.Reset(d)
+	}
+}
+
+// releaseSlack is how early, at most, a writer is started with others
+// that are due: one timer firing starts every writer due within the slack
+// (a sixteenth of the interval, at most a millisecond), rather than one
+// firing each.
+func releaseSlack(interval time.Duration) time.Duration {
+	return min(interval/16, time.Millisecond)
+}
+
+// release starts the writers whose interval has ended, and sets the timer
+// for the next one.
 func (p *Pacer) release() {
 	p.mu.Lock()
 	p.adapt()
-	due := p.due
-	p.due = nil
+	now := p.now()
+	var ready []*Writer
+	for limit := now + releaseSlack(p.Current()); p.due.len() > 0 && p.due.first() <= limit; {
+		ready = append(ready, p.due.pop())
+	}
 	p.armed = false
+	if p.due.len() > 0 {
+		p.arm(p.due.first(), now)
+	}
 	p.mu.Unlock()
-	for _, w := range due {
+	for _, w := range ready {
 		w.release()
 	}
+}
+
+// dueQueue is a min-heap of waiting writers by the end of their interval.
+type dueQueue struct{ items []dueWriter }
+
+type dueWriter struct {
+	at time.Duration
+	w  *Writer
+}
+
+func (q *dueQueue) len() int             { return len(q.items) }
+func (q *dueQueue) first() time.Duration { return q.items[0].at }
+func (q *dueQueue) less(i, j int) bool   { return q.items[i].at < q.items[j].at }
+func (q *dueQueue) swap(i, j int)        { q.items[i], q.items[j] = q.items[j], q.items[i] }
+
+func (q *dueQueue) push(w *Writer, at time.Duration) {
+	q.items = append(q.items, dueWriter{at, w})
+	for i := len(q.items) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q.swap(i, parent)
+		i = parent
+	}
+}
+
+func (q *dueQueue) pop() *Writer {
+	w := q.items[0].w
+	last := len(q.items) - 1
+	q.items[0] = q.items[last]
+	q.items[last] = dueWriter{}
+	q.items = q.items[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < last && q.less(l, m) {
+			m = l
+		}
+		if r < last && q.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q.swap(i, m)
+		i = m
+	}
+	if cap(q.items) > 1024 && len(q.items) < cap(q.items)/4 {
+		q.items = append([]dueWriter(nil), q.items...) // a burst's queue is not kept
+	}
+	return w
 }
 
 // Writer runs one connection's write function. It is safe to Kick from
@@ -351,10 +558,11 @@ func (w *Writer) Kick() {
 	}
 	if w.p.interval > 0 {
 		w.p.kicks.Add(1) // what the interval's adaptation reads (none without pacing)
-		if w.wrote && now-w.last < w.p.Current() {
+		if cur := w.p.Current(); w.wrote && now-w.last < cur {
 			w.waiting = true
+			at := w.last + cur
 			w.mu.Unlock()
-			w.p.wait(w)
+			w.p.wait(w, at)
 			return
 		}
 	}
@@ -482,11 +690,17 @@ func (w *Writer) startLocked() {
 // (and so waits for the interval like anything else).
 func (w *Writer) run() {
 	defer w.wg.Done()
+	start := w.p.now()
 	ok := w.write()
+	end := w.p.now()
+	if w.p.interval > 0 {
+		w.p.runs.Add(1)
+		w.p.writing.Add(int64(end - start))
+	}
 	w.mu.Lock()
 	w.running = false
 	w.wrote = true
-	w.last = w.p.now()
+	w.last = end
 	if !ok {
 		w.stopped = true
 	}

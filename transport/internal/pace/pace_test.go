@@ -227,52 +227,38 @@ func TestHoldGoesOnWhileBusyUpToItsBound(t *testing.T) {
 	w.Stop()
 }
 
-// TestIntervalAdaptsToCPUUse: a process using all its CPU and behind
-// doubles the interval up to MaxInterval; one with CPU to spare brings it
-// back to the configured one; one that keeps up keeps it, however busy.
-func TestIntervalAdaptsToCPUUse(t *testing.T) {
-	windows := func(p *Pacer, n int, use float64, behind bool) {
+// TestIntervalAdaptsAtTheConfiguredOne: at the configured interval, a
+// process using all its CPU and behind doubles it; one that keeps up
+// keeps it, however busy, unless at its limit for a second.
+func TestIntervalAdaptsAtTheConfiguredOne(t *testing.T) {
+	windows := func(p *Pacer, n int, w window) {
 		for range n {
-			p.setFrom(use, behind)
+			p.setFrom(w)
 		}
 	}
 	p := New(5 * time.Millisecond)
 	require.Equal(t, 5*time.Millisecond, p.Current())
-	windows(p, overloadWindows, 0.5, true)
-	windows(p, 2, 1, true)
+	windows(p, overloadWindows, window{use: 0.5, behind: true})
+	windows(p, 2, window{use: 1, behind: true})
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a burst is not overload")
 
 	p = New(5 * time.Millisecond)
-	windows(p, overloadWindows-1, 1, false)
+	windows(p, overloadWindows-1, window{use: 1})
 	require.Equal(t, 5*time.Millisecond, p.Current(), "busy but keeping up: a longer interval would only delay events")
-	windows(p, 1, 1, false)
+	windows(p, 1, window{use: 1})
 	require.Equal(t, 10*time.Millisecond, p.Current(), "at the limit for a second: overload, doubled without other signs")
 
 	p = New(5 * time.Millisecond)
-	windows(p, overloadWindows-1, 1, false)
-	windows(p, 1, 0.75, false)
+	windows(p, overloadWindows-1, window{use: 1})
+	windows(p, 1, window{use: 0.75})
 	require.Equal(t, 10*time.Millisecond, p.Current(), "a second at the limit on average, one window under it: overload still")
-	windows(p, 1, 1, false)
-	require.Equal(t, 20*time.Millisecond, p.Current(), "paced up already: busy is enough")
 
 	p = New(5 * time.Millisecond)
-	windows(p, busyWindows-1, 1, true)
+	windows(p, busyWindows-1, window{use: 1, behind: true})
 	require.Equal(t, 5*time.Millisecond, p.Current())
-	windows(p, 1, 1, true)
+	windows(p, 1, window{use: 1, behind: true})
 	require.Equal(t, 10*time.Millisecond, p.Current(), "busy for windows on end, and behind: doubled")
-	windows(p, 30, 1, true)
-	require.Equal(t, MaxInterval, p.Current(), "behind: the interval grows to its bound, and no further")
-	windows(p, 1, 0.8, false)
-	require.Equal(t, MaxInterval, p.Current(), "one window under the limit while busy on average: nothing changes")
-	windows(p, 1, 0.75, false)
-	require.Equal(t, MaxInterval/2, p.Current(), "between the thresholds on average and keeping up: halved")
-	windows(p, 1, 0.75, true)
-	require.Equal(t, MaxInterval/2, p.Current(), "between the thresholds and still behind: nothing changes")
-	windows(p, 10, 0.1, true)
-	require.Equal(t, 5*time.Millisecond, p.Current(), "CPU to spare: back to the configured interval, and no lower")
-	windows(p, 30, 1, true)
-	windows(p, 1, 0.3, false)
-	require.Equal(t, MaxInterval/2, p.Current(), "one window with CPU to spare halves at once")
+
 	off := New(Off)
 	off.mu.Lock()
 	off.adapt()
@@ -280,9 +266,8 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	require.Zero(t, off.Current(), "pacing off stays off")
 
 	// After a quiet while, a kick finds the interval back where it was set.
-	for range 30 {
-		p.setFrom(1, true)
-	}
+	windows(p, 40, window{use: 1, sparse: true})
+	require.Equal(t, MaxInterval, p.Current())
 	p.cpu.Use()                // the gauge's first read, then a quiet
 	time.Sleep(2 * adaptEvery) // while (the process sleeps)
 	p.adapted.Store(int64(p.now() - 20*adaptEvery))
@@ -290,44 +275,103 @@ func TestIntervalAdaptsToCPUUse(t *testing.T) {
 	w.Kick()
 	w.Stop()
 	require.Equal(t, 5*time.Millisecond, p.Current(), "a quiet process resets the interval")
-	windows(p, busyWindows-1, 1, true)
+	windows(p, busyWindows-1, window{use: 1, behind: true})
 	require.Equal(t, 5*time.Millisecond, p.Current(), "and forgets the busy windows before the quiet")
 }
 
-// TestIntervalKeepsTheOneThatCarriesTheLoad: a node that keeps up at an
-// interval runs below the busy mark there, so the interval halves; busy
-// again at once at half, it doubles back, and then stays: for floorFor
-// windows it does not go below the interval that carried the load, while
-// windows with CPU to spare come and go; afterwards it may halve again.
+// TestIntervalAboveTheConfiguredOne: above the configured interval, a
+// busy process doubles it only on two windows in a row of writes that
+// gather next to nothing, or of goroutines waiting half an interval to
+// run; busy, gathering and on time, it keeps it, however busy; it halves
+// it when the halved interval would fit in the CPU; and each interval
+// lasts settleWindows windows at least.
+func TestIntervalAboveTheConfiguredOne(t *testing.T) {
+	p := New(5 * time.Millisecond)
+	step := func(w window) time.Duration {
+		p.setFrom(w)
+		return p.Current()
+	}
+	carrying := window{use: 1, behind: true, gathering: true, batch: 1.6, writes: 0.5}
+	for range busyWindows {
+		step(window{use: 1, behind: true})
+	}
+	require.Equal(t, 10*time.Millisecond, p.Current())
+	require.Equal(t, 10*time.Millisecond, step(window{use: 1, sparse: true}), "the first window at an interval drains the one before: not a sign")
+	require.Equal(t, 10*time.Millisecond, step(window{use: 1, sparse: true}), "one window of a sign is not enough")
+	require.Equal(t, 20*time.Millisecond, step(window{use: 1, sparse: true}), "two in a row, busy: writes gather nothing, doubled")
+	step(window{use: 1})
+	step(window{use: 1, late: true})
+	require.Equal(t, 40*time.Millisecond, step(window{use: 1, late: true}), "goroutines wait half an interval, two windows in a row: doubled")
+	for i := range 50 {
+		require.Equal(t, 40*time.Millisecond, step(carrying), "window %d: busy, gathering, on time: the load is carried", i)
+	}
+	quiet := window{use: 0.7, sparse: true, batch: 1.6, writes: 0.5}
+	step(quiet)
+	require.Equal(t, 40*time.Millisecond, step(quiet), "not busy: a sign alone does not double")
+
+	// Halving: when the halved interval fits, by halvedUse.
+	q := New(5 * time.Millisecond)
+	for q.Current() < 160*time.Millisecond {
+		q.setFrom(window{use: 1, sparse: true})
+	}
+	wide := window{use: 0.7, gathering: true, batch: 3.2, writes: 0.5}
+	for range 10 {
+		q.setFrom(wide)
+	}
+	require.Equal(t, 160*time.Millisecond, q.Current(), "0.7 of the CPU, writes 0.5 of it, halved: 1.2, does not fit")
+	fits := window{use: 0.7, gathering: true, batch: 3.2, writes: 0.2}
+	q.setFrom(fits)
+	require.Equal(t, 80*time.Millisecond, q.Current(), "0.7 + 0.2: fits, halved")
+	q.setFrom(fits)
+	q.setFrom(fits)
+	require.Equal(t, 80*time.Millisecond, q.Current(), "an interval lasts settleWindows windows at least")
+	q.setFrom(window{use: 0.3, gathering: true, batch: 1, writes: 0.3, late: true})
+	require.Equal(t, 80*time.Millisecond, q.Current(), "goroutines waiting: not halved, however idle")
+	q.setFrom(window{use: 0.3, gathering: true, batch: 1, writes: 0.3})
+	require.Equal(t, 40*time.Millisecond, q.Current(), "one event a write: halving adds no write, it fits")
+}
+
+func TestHalvedUse(t *testing.T) {
+	assert.InDelta(t, 1.0, halvedUse(0.6, window{batch: 4, writes: 0.4}), 1e-9, "every write becomes two")
+	assert.InDelta(t, 0.8, halvedUse(0.6, window{batch: 1.5, writes: 0.4}), 1e-9, "half the writes become two")
+	assert.InDelta(t, 0.6, halvedUse(0.6, window{batch: 1, writes: 0.4}), 1e-9, "one event a write: as many writes")
+	assert.InDelta(t, 0.6, halvedUse(0.6, window{}), 1e-9, "no writes")
+}
+
+// TestIntervalKeepsTheOneThatCarriesTheLoad: when a halving is undone
+// within floorAfter windows, the interval does not go below the one that
+// carried the load for floorFor windows, however much the halved one
+// seems to fit; afterwards it may halve again.
 func TestIntervalKeepsTheOneThatCarriesTheLoad(t *testing.T) {
 	p := New(5 * time.Millisecond)
-	window := func(use float64, behind bool) time.Duration {
-		p.setFrom(use, behind)
+	step := func(w window) time.Duration {
+		p.setFrom(w)
 		return p.Current()
 	}
 	for p.Current() < 80*time.Millisecond {
-		window(1, true)
+		step(window{use: 1, sparse: true})
 	}
-	require.Equal(t, 80*time.Millisecond, p.Current())
-	require.Equal(t, 40*time.Millisecond, window(0.5, false), "a window with CPU to spare: halved")
-	window(1, true)
-	window(1, true)
-	require.Equal(t, 80*time.Millisecond, window(1, true), "busy again at once at half: doubled back")
+	fits := window{use: 0.5, gathering: true, batch: 1.6, writes: 0.2}
+	step(fits)
+	step(fits)
+	require.Equal(t, 40*time.Millisecond, step(fits), "fits at half: halved")
+	step(window{use: 1, sparse: true})
+	step(window{use: 1, sparse: true})
+	require.Equal(t, 80*time.Millisecond, step(window{use: 1, sparse: true}), "at half, writes gather nothing: doubled back")
 	for i := range floorFor - 1 {
-		require.Equal(t, 80*time.Millisecond, window(0.5, false), "window %d: not below the interval that carried the load", i)
+		require.Equal(t, 80*time.Millisecond, step(fits), "window %d: not below the interval that carried the load", i)
 	}
-	require.Equal(t, 40*time.Millisecond, window(0.5, false), "the floor lasts floorFor windows")
+	require.Equal(t, 40*time.Millisecond, step(fits), "the floor lasts floorFor windows")
 
 	// A halving that holds (no doubling soon after) sets no floor.
 	q := New(5 * time.Millisecond)
 	for q.Current() < 80*time.Millisecond {
-		q.setFrom(1, true)
+		q.setFrom(window{use: 1, sparse: true})
 	}
-	q.setFrom(0.5, false)
-	for range floorAfter + 1 {
-		q.setFrom(0.8, false)
+	for range 3 * settleWindows {
+		q.setFrom(fits)
 	}
-	require.Equal(t, 5*time.Millisecond, q.Current(), "halved step by step while it keeps up")
+	require.Equal(t, 10*time.Millisecond, q.Current(), "halved step by step while the halved one fits")
 }
 
 // TestSchedGaugeSeesGoroutinesWaiting: on one processor, goroutines that
@@ -389,4 +433,92 @@ func TestHoldRunEndHoldsLonger(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), RunEndHold, "held for RunEndHold at least")
 	assert.Equal(t, int64(1), c.writes.Load(), "one write after the hold")
 	w.Stop()
+}
+
+// TestEachWriterWaitsForItsOwnInterval: two connections that wrote an
+// interval's half apart, kicked together, are released each when its own
+// interval ends, not together; neither writes twice within its interval.
+func TestEachWriterWaitsForItsOwnInterval(t *testing.T) {
+	const interval = 400 * time.Millisecond
+	p := New(interval)
+	p.adapted.Store(int64(time.Hour)) // no adaptation during the test
+	var mu sync.Mutex
+	wrote := map[string][]time.Duration{}
+	writer := func(name string, c *conn) *Writer {
+		return p.NewWriter(func() bool {
+			mu.Lock()
+			wrote[name] = append(wrote[name], p.now())
+			mu.Unlock()
+			return c.write()
+		}, c.pending)
+	}
+	ca, cb := &conn{}, &conn{}
+	a, b := writer("a", ca), writer("b", cb)
+	times := func(name string) []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Duration(nil), wrote[name]...)
+	}
+	ca.publish(a, 1)
+	require.Eventually(t, func() bool { return ca.written.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(interval / 2)
+	cb.publish(b, 1)
+	require.Eventually(t, func() bool { return cb.written.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(interval / 8)
+	ca.publish(a, 1)
+	cb.publish(b, 1)
+	require.Eventually(t, func() bool { return ca.written.Load() == 2 && cb.written.Load() == 2 }, 5*time.Second, time.Millisecond)
+	a.Stop()
+	b.Stop()
+	ta, tb := times("a"), times("b")
+	slack := releaseSlack(interval)
+	assert.GreaterOrEqual(t, ta[1]-ta[0], interval-slack, "a waited for its interval")
+	assert.GreaterOrEqual(t, tb[1]-tb[0], interval-slack, "b waited for its interval")
+	assert.GreaterOrEqual(t, tb[1]-ta[1], interval/4, "b released after a, at the end of its own interval")
+	p.mu.Lock()
+	assert.Zero(t, p.due.len(), "nothing left waiting")
+	p.mu.Unlock()
+}
+
+// TestWritesAreMeasured: what the adaptation reads of the writes: how
+// many started, how long they took, how many events they carried.
+func TestWritesAreMeasured(t *testing.T) {
+	p := New(time.Millisecond)
+	p.adapted.Store(int64(time.Hour)) // no adaptation (which resets the counts) during the test
+	c := &conn{}
+	w := p.NewWriter(func() bool {
+		time.Sleep(2 * time.Millisecond)
+		p.Delivered(3)
+		return c.write()
+	}, c.pending)
+	for i := 1; i <= 5; i++ {
+		c.publish(w, 1)
+		require.Eventually(t, func() bool { return c.written.Load() == int64(i) }, 5*time.Second, time.Millisecond)
+	}
+	w.Stop()
+	assert.Equal(t, uint64(5), p.runs.Load())
+	assert.Equal(t, uint64(15), p.events.Load())
+	assert.GreaterOrEqual(t, time.Duration(p.writing.Load()), 10*time.Millisecond)
+	p.mu.Lock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+}
+
+func TestDueQueueOrders(t *testing.T) {
+	var q dueQueue
+	ws := make([]*Writer, 200)
+	for i := range ws {
+		ws[i] = &Writer{}
+		q.push(ws[i], time.Duration((i*7919)%200)*time.Millisecond) // every due time once, shuffled
+	}
+	last := time.Duration(-1)
+	for q.len() > 0 {
+		at := q.first()
+		require.Greater(t, at, last)
+		last = at
+		q.pop()
+	}
+	assert.Equal(t, 199*time.Millisecond, last)
 }
