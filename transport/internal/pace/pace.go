@@ -80,9 +80,9 @@ const (
 // second at the limit is overload, whatever the signs say.
 const overloadWindows = 10
 
-// sparseShare is the share of kicks in a window under which, having
-// waited for the interval, the writes gather next to nothing: a longer
-// interval costs no delay then.
+// sparseShare is the share of a window's kicks that waited for the
+// interval under which the writes gather next to nothing: a longer
+// interval then costs no delay.
 const sparseShare = 0.1
 
 // gatherShare is the share of kicks in a window that, having found their
