@@ -181,28 +181,25 @@ func (p *Pacer) adapt() {
 		p.uses = useHistory{}
 		p.floor = floorMemory{}
 	default:
-		gathering := gathered >= gatherShare
 		p.setFrom(window{
-			use:       use,
-			behind:    waits >= p.interval/4 || gathering,
-			gathering: gathering,
-			sparse:    gathered < sparseShare,
-			late:      waits >= p.Current()/2,
-			batch:     float64(events) / float64(max(runs, 1)),
-			writes:    writes,
+			use:    use,
+			behind: waits >= p.interval/4 || gathered >= gatherShare,
+			sparse: gathered < sparseShare,
+			late:   waits >= p.Current()/2,
+			batch:  float64(events) / float64(max(runs, 1)),
+			writes: writes,
 		})
 	}
 }
 
 // window is what the pacer saw in one adaptation window.
 type window struct {
-	use       float64 // the CPU use, a share of what the process could have had
-	behind    bool    // goroutines waited to run a quarter interval, or writes were gathered
-	gathering bool    // a good share of kicks waited for the interval (gatherShare)
-	sparse    bool    // next to no kick waited for the interval (sparseShare)
-	late      bool    // goroutines waited to run half the interval in force, or more
-	batch     float64 // events per write (Delivered over the writes started)
-	writes    float64 // the time the writes took, a share of the cores the process may use
+	use    float64 // the CPU use, a share of what the process could have had
+	behind bool    // goroutines waited to run a quarter interval, or writes were gathered
+	sparse bool    // next to no kick waited for the interval (sparseShare)
+	late   bool    // goroutines waited to run half the interval in force, or more
+	batch  float64 // events per write (Delivered over the writes started)
+	writes float64 // the time the writes took, a share of the cores the process may use
 }
 
 // halvedUse is what the process's CPU use would be, roughly, at half the
@@ -246,9 +243,10 @@ func (p *Pacer) setFrom(win window) {
 			return // the interval has not shown yet what it carries
 		}
 		// Judged by the windows at this interval only, the first left out.
-		busy = p.uses.over(min(busyWindows, p.settled-1), busyAbove)
+		use := p.uses.mean(min(busyWindows, p.settled-1))
+		busy = use > busyAbove
 		climb = p.signs.sparse >= signWindows || p.signs.late >= signWindows
-		halve = !win.late && halvedUse(p.uses.mean(min(busyWindows, p.settled-1)), win) < 1
+		halve = !win.late && halvedUse(use, win) < 1
 	} else {
 		climb = win.behind || p.uses.over(overloadWindows, busyAbove)
 	}

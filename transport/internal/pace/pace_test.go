@@ -291,7 +291,7 @@ func TestIntervalAboveTheConfiguredOne(t *testing.T) {
 		p.setFrom(w)
 		return p.Current()
 	}
-	carrying := window{use: 1, behind: true, gathering: true, batch: 1.6, writes: 0.5}
+	carrying := window{use: 1, behind: true, batch: 1.6, writes: 0.5}
 	for range busyWindows {
 		step(window{use: 1, behind: true})
 	}
@@ -314,20 +314,20 @@ func TestIntervalAboveTheConfiguredOne(t *testing.T) {
 	for q.Current() < 160*time.Millisecond {
 		q.setFrom(window{use: 1, sparse: true})
 	}
-	wide := window{use: 0.7, gathering: true, batch: 3.2, writes: 0.5}
+	wide := window{use: 0.7, batch: 3.2, writes: 0.5}
 	for range 10 {
 		q.setFrom(wide)
 	}
 	require.Equal(t, 160*time.Millisecond, q.Current(), "0.7 of the CPU, writes 0.5 of it, halved: 1.2, does not fit")
-	fits := window{use: 0.7, gathering: true, batch: 3.2, writes: 0.2}
+	fits := window{use: 0.7, batch: 3.2, writes: 0.2}
 	q.setFrom(fits)
 	require.Equal(t, 80*time.Millisecond, q.Current(), "0.7 + 0.2: fits, halved")
 	q.setFrom(fits)
 	q.setFrom(fits)
 	require.Equal(t, 80*time.Millisecond, q.Current(), "an interval lasts settleWindows windows at least")
-	q.setFrom(window{use: 0.3, gathering: true, batch: 1, writes: 0.3, late: true})
+	q.setFrom(window{use: 0.3, batch: 1, writes: 0.3, late: true})
 	require.Equal(t, 80*time.Millisecond, q.Current(), "goroutines waiting: not halved, however idle")
-	q.setFrom(window{use: 0.3, gathering: true, batch: 1, writes: 0.3})
+	q.setFrom(window{use: 0.3, batch: 1, writes: 0.3})
 	require.Equal(t, 40*time.Millisecond, q.Current(), "one event a write: halving adds no write, it fits")
 }
 
@@ -351,7 +351,7 @@ func TestIntervalKeepsTheOneThatCarriesTheLoad(t *testing.T) {
 	for p.Current() < 80*time.Millisecond {
 		step(window{use: 1, sparse: true})
 	}
-	fits := window{use: 0.5, gathering: true, batch: 1.6, writes: 0.2}
+	fits := window{use: 0.5, batch: 1.6, writes: 0.2}
 	step(fits)
 	step(fits)
 	require.Equal(t, 40*time.Millisecond, step(fits), "fits at half: halved")
