@@ -479,7 +479,7 @@ func (c *Cluster) reap() {
 	if err != nil || c.recentFailure() {
 		return
 	}
-	threads := c.srv.RemoteRuns()
+	threads := c.srv.RemoteRuns(0)
 	seen := make(map[string]bool, len(threads))
 	for _, th := range threads {
 		seen[th] = true

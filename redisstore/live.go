@@ -25,8 +25,12 @@ import (
 // When the connection is lost Live reconnects, with a backoff, and
 // subscribes again to every thread it holds. And every CatchUpEvery it
 // reads the streams of the threads whose run, on another node, has not
-// ended (server.RemoteRuns): a run's last events, lost in a pub/sub
-// outage, have no next event to bring them.
+// ended and sent nothing for CatchUpEvery (server.RemoteRuns): a run's
+// last events, lost in a pub/sub outage, have no next event to bring
+// them. A run whose events still arrive is not read: its next event
+// fills any gap (server.Ingest), and reading every followed run's stream
+// every second would cost Redis a round trip per thread per second, as
+// much as the events of a thread written a few times a second.
 type Live struct {
 	e    *Engine
 	sub  *subscriber
@@ -36,7 +40,9 @@ type Live struct {
 }
 
 // CatchUpEvery is how often Live reads the streams of the followed threads
-// whose remote run has not ended.
+// whose remote run has not ended, and how long such a run must have sent
+// nothing for its stream to be read: a run's last event lost in a pub/sub
+// outage reaches this node within two CatchUpEvery.
 const CatchUpEvery = time.Second
 
 var _ server.Watcher = (*Live)(nil)
@@ -89,7 +95,7 @@ func (l *Live) sweep() {
 			return
 		case <-tick.C:
 		}
-		for _, th := range l.srv.RemoteRuns() {
+		for _, th := range l.srv.RemoteRuns(CatchUpEvery) {
 			select {
 			case <-l.stop:
 				return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -791,6 +792,36 @@ func TestIngestAnnouncesWhatTheStreamLost(t *testing.T) {
 	}
 	require.Equal(t, []string{"1", "missed 3: 1-5", "5"}, got)
 	require.Equal(t, uint64(1), b.srv.Metrics().StreamGaps)
+}
+
+// TestQuietRemoteRunsAreTheOnesToCatchUp: a node lists the threads whose
+// run on another node is open; asked for the quiet ones (those to read
+// the stream of, lest a run's last events lost in a pub/sub outage never
+// arrive), it leaves out a run whose events arrived within that time: its
+// next event fills any gap, and reading every followed stream every
+// second would cost Redis a round trip per thread.
+func TestQuietRemoteRunsAreTheOnesToCatchUp(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	b := startNode(t, e, redisstore.LogOptions{})
+	sub, _, err := b.srv.Subscribe("followed", channels.All, nil) // b holds the thread
+	require.NoError(t, err)
+	defer sub.Close()
+
+	a := startNode(t, e, redisstore.LogOptions{})
+	evs := runToEnd(t, a.srv, "source", "firehose", map[string]any{"count": 10.0})
+	require.True(t, rootEnded(evs[len(evs)-1]))
+	for _, ev := range evs[:len(evs)-1] { // all but the run's end: its run is open
+		b.host.Ingest("followed", ev)
+	}
+	require.Equal(t, []string{"followed"}, b.host.RemoteRuns(0))
+	require.Empty(t, b.host.RemoteRuns(time.Hour), "events arrived within the hour")
+	require.Eventually(t, func() bool {
+		return slices.Equal(b.host.RemoteRuns(20*time.Millisecond), []string{"followed"})
+	}, 5*time.Second, 10*time.Millisecond, "quiet for 20 ms")
+
+	b.host.Ingest("followed", evs[len(evs)-1])
+	require.Empty(t, b.host.RemoteRuns(0), "the run ended")
 }
 
 // TestDeletedThreadStaysDeleted: a thread deleted while some of its

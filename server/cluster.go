@@ -219,15 +219,18 @@ func (s *Server) runActive(threadID string) bool {
 }
 
 // remoteRuns lists the threads this node follows whose run, on another
-// node, has started and not ended (as far as the events it ingested say).
-func (s *Server) remoteRuns() []string {
+// node, has started and not ended (as far as the events it ingested say),
+// less, when quiet is above zero, those it received an event of within
+// quiet.
+func (s *Server) remoteRuns(quiet time.Duration) []string {
 	s.mu.Lock()
 	threads := s.threadList()
 	s.mu.Unlock()
+	now := s.cfg.Now()
 	var out []string
 	for _, t := range threads {
 		t.mu.Lock()
-		if t.remoteRun && t.run == nil {
+		if t.remoteRun && t.run == nil && (quiet <= 0 || now.Sub(t.remoteSeen) >= quiet) {
 			out = append(out, t.id)
 		}
 		t.mu.Unlock()

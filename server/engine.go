@@ -85,8 +85,11 @@ type IngestHost interface {
 	CatchUp(thread string) error
 	// RemoteRuns lists the threads this node follows whose run, on
 	// another node, has started and not ended (those to catch up on, and
-	// to fail when their node is lost).
-	RemoteRuns() []string
+	// to fail when their node is lost), leaving out, when quiet is above
+	// zero, those from which an event arrived within quiet (a run whose
+	// events still arrive needs no catching up: its next event fills any
+	// gap before it).
+	RemoteRuns(quiet time.Duration) []string
 }
 
 // RunHost is what an engine's Cluster calls: the runs of this node and of
@@ -102,7 +105,7 @@ type RunHost interface {
 	// another node.
 	RunState(thread string) (status string, interrupts []PendingInterrupt)
 	// RemoteRuns: as IngestHost's.
-	RemoteRuns() []string
+	RemoteRuns(quiet time.Duration) []string
 	// FailLostRun ends, for every node's clients, the run of a node that
 	// died, unless the stream shows it ended or this node received one of
 	// its events within quiet (its node is alive, late to renew); the
@@ -126,10 +129,12 @@ var _ EngineHost = host{}
 func (h host) Ingest(thread string, e *Event) { h.s.ingest(thread, e) }
 func (h host) CatchUp(thread string) error    { return h.s.catchUp(thread) }
 func (h host) RunActive(thread string) bool   { return h.s.runActive(thread) }
-func (h host) RemoteRuns() []string           { return h.s.remoteRuns() }
-func (h host) Fence(thread string)            { h.s.fence(thread) }
-func (h host) SetUnavailable(err error)       { h.s.setUnavailable(err) }
-func (h host) WorkerRoom() map[string]int     { return h.s.workers.room() }
+func (h host) RemoteRuns(quiet time.Duration) []string {
+	return h.s.remoteRuns(quiet)
+}
+func (h host) Fence(thread string)        { h.s.fence(thread) }
+func (h host) SetUnavailable(err error)   { h.s.setUnavailable(err) }
+func (h host) WorkerRoom() map[string]int { return h.s.workers.room() }
 func (h host) RunState(thread string) (string, []PendingInterrupt) {
 	return h.s.runState(thread)
 }
