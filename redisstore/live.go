@@ -54,11 +54,13 @@ func (e *Engine) Live(onErr func(error)) *Live {
 	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{})}
 	l.sub = newSubscriber(e, l.message, onErr)
 	l.sub.onSubscribed = func(chans []string) {
-		for _, ch := range chans {
-			// What cannot be read now comes with the thread's next event
-			// (server.Ingest fills the gap).
-			_ = l.srv.CatchUp(l.thread(ch))
+		threads := make([]string, len(chans))
+		for i, ch := range chans {
+			threads[i] = l.thread(ch)
 		}
+		// What cannot be read now comes with the thread's next event
+		// (server.Ingest fills the gap).
+		_ = l.srv.CatchUp(threads...)
 	}
 	return l
 }
@@ -95,13 +97,16 @@ func (l *Live) sweep() {
 			return
 		case <-tick.C:
 		}
-		for _, th := range l.srv.RemoteRuns(CatchUpEvery) {
+		quiet := l.srv.RemoteRuns(CatchUpEvery)
+		for len(quiet) > 0 {
 			select {
 			case <-l.stop:
 				return
 			default:
 			}
-			_ = l.srv.CatchUp(th) // what cannot be read now, the next sweep reads
+			part := quiet[:min(len(quiet), headsPerRoundTrip)]
+			quiet = quiet[len(part):]
+			_ = l.srv.CatchUp(part...) // what cannot be read now, the next sweep reads
 		}
 	}
 }

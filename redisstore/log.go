@@ -252,7 +252,10 @@ func (q *writeQueue) minID(opts *LogOptions, thread string, seq uint64, size int
 	return byCount, false
 }
 
-var _ server.DurableLog = (*Log)(nil)
+var (
+	_ server.DurableLog  = (*Log)(nil)
+	_ server.HeadsReader = (*Log)(nil)
+)
 
 // Log returns the engine's event log and starts its writers; Close it.
 func (e *Engine) Log(opts LogOptions) *Log {
@@ -1199,35 +1202,87 @@ func (l *Log) Release(ctx context.Context, thread string) {
 // Head implements server.DurableLog from the stream's newest entry, or
 // from an event still on its way there.
 func (l *Log) Head(ctx context.Context, thread string) (epoch string, seq uint64, err error) {
+	if h, ok := l.pendingHead(thread); ok {
+		return h.Epoch, h.Seq, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
+	defer cancel()
+	h := l.headOf(l.e.c.Do(ctx, l.headCommand(thread)))
+	return h.Epoch, h.Seq, h.Err
+}
+
+// headsPerRoundTrip is how many streams' heads Heads reads in one
+// pipelined round trip.
+const headsPerRoundTrip = 1000
+
+// Heads implements server.HeadsReader: Head for each thread, those not
+// on their way to Redis read in pipelined round trips of
+// headsPerRoundTrip (a node following thousands of threads catches up on
+// them in a few round trips, not one each).
+func (l *Log) Heads(ctx context.Context, threads []string) []server.Head {
+	out := make([]server.Head, len(threads))
+	var ask []int // indexes of the threads to read from Redis
+	for i, th := range threads {
+		if h, ok := l.pendingHead(th); ok {
+			out[i] = h
+		} else {
+			ask = append(ask, i)
+		}
+	}
+	for len(ask) > 0 {
+		part := ask[:min(len(ask), headsPerRoundTrip)]
+		ask = ask[len(part):]
+		cmds := make(rueidis.Commands, len(part))
+		for j, i := range part {
+			cmds[j] = l.headCommand(threads[i])
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
+		for j, r := range l.e.c.DoMulti(rctx, cmds...) {
+			out[part[j]] = l.headOf(r)
+		}
+		cancel()
+	}
+	return out
+}
+
+// pendingHead is the thread's last event still on its way to Redis, if
+// any. The server reads the head to go on from where the stream stands:
+// refusing the thread's events (another writer's ids) ends here.
+func (l *Log) pendingHead(thread string) (server.Head, bool) {
 	q := l.queue(thread)
 	q.mu.Lock()
-	// The server reads the head to go on from where the stream stands:
-	// refusing the thread's events (another writer's ids) ends here.
+	defer q.mu.Unlock()
 	delete(q.refused, thread)
 	for i := len(q.pending) - 1; i >= 0; i-- {
 		if en := q.pending[i]; en.thread == thread {
-			q.mu.Unlock()
-			return en.e.Epoch(), en.e.Seq, nil
+			return server.Head{Epoch: en.e.Epoch(), Seq: en.e.Seq}, true
 		}
 	}
-	q.mu.Unlock()
+	return server.Head{}, false
+}
+
+// headCommand reads the thread stream's newest entry.
+func (l *Log) headCommand(thread string) rueidis.Completed {
 	c := l.e.c
-	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
-	defer cancel()
-	entries, err := c.Do(ctx, c.B().Xrevrange().Key(l.e.key(thread, "events")).End("+").Start("-").Count(1).Build()).AsXRange()
+	return c.B().Xrevrange().Key(l.e.key(thread, "events")).End("+").Start("-").Count(1).Build()
+}
+
+// headOf is the head headCommand's reply r names.
+func (l *Log) headOf(r rueidis.RedisResult) server.Head {
+	entries, err := r.AsXRange()
 	if err != nil {
 		l.fail(err)
-		return "", 0, err
+		return server.Head{Err: err}
 	}
 	if len(entries) == 0 {
-		return "", 0, nil
+		return server.Head{}
 	}
 	ev, err := server.DecodeEvent([]byte(entries[0].FieldValues["e"]))
 	if err != nil {
 		l.fail(err)
-		return "", 0, err
+		return server.Head{Err: err}
 	}
-	return ev.Epoch(), ev.Seq, nil
+	return server.Head{Epoch: ev.Epoch(), Seq: ev.Seq}
 }
 
 func seqOf(id string) (uint64, bool) {

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
 }
 
-func open(t *testing.T, url string) *redisstore.Engine {
+func open(t testing.TB, url string) *redisstore.Engine {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -61,13 +61,13 @@ func (h *hostEngine) Stores() server.EngineStores        { return h.stores }
 func (h *hostEngine) Start(host server.EngineHost) error { h.host = host; return nil }
 func (h *hostEngine) Close() error                       { return nil }
 
-func startNode(t *testing.T, e *redisstore.Engine, opts redisstore.LogOptions) *node {
+func startNode(t testing.TB, e *redisstore.Engine, opts redisstore.LogOptions) *node {
 	t.Helper()
 	return startNodeWith(t, e.Log(opts), e.State())
 }
 
 // startNodeWith is startNode with a log and a state store of the caller's.
-func startNodeWith(t *testing.T, l *redisstore.Log, st server.StateStore) *node {
+func startNodeWith(t testing.TB, l *redisstore.Log, st server.StateStore) *node {
 	t.Helper()
 	he := &hostEngine{stores: server.EngineStores{Log: l, State: st}}
 	srv := server.New(server.Config{Engine: he})
@@ -95,7 +95,7 @@ func rootEnded(e *server.Event) bool {
 
 // runToEnd starts a run and returns every event of the thread's stream
 // up to the run's end.
-func runToEnd(t *testing.T, srv *server.Server, thread, assistant string, input any) []*server.Event {
+func runToEnd(t testing.TB, srv *server.Server, thread, assistant string, input any) []*server.Event {
 	t.Helper()
 	sub, _, err := srv.Subscribe(thread, channels.All, &server.Cursor{Seq: srv.LastSeq(thread)})
 	require.NoError(t, err)
@@ -822,6 +822,40 @@ func TestQuietRemoteRunsAreTheOnesToCatchUp(t *testing.T) {
 
 	b.host.Ingest("followed", evs[len(evs)-1])
 	require.Empty(t, b.host.RemoteRuns(0), "the run ended")
+}
+
+// TestCatchUpOfManyThreads: a node catching up on many threads at once
+// (after it subscribed to them, or in its sweep) reads their heads in
+// pipelined round trips, and brings each to its own stream's head: a
+// thread with more events, one with fewer, one Redis holds nothing of,
+// and, among them, one the node does not hold (left out, the others'
+// heads still matched to their threads).
+func TestCatchUpOfManyThreads(t *testing.T) {
+	rs := redistest.Start(t)
+	e := open(t, rs.URL())
+	b := startNode(t, e, redisstore.LogOptions{})
+	for _, th := range []string{"few", "many", "empty"} {
+		sub, _, err := b.srv.Subscribe(th, channels.All, nil) // b holds them
+		require.NoError(t, err)
+		defer sub.Close()
+	}
+	a := startNode(t, e, redisstore.LogOptions{})
+	few := runToEnd(t, a.srv, "few", "firehose", map[string]any{"count": 2.0})
+	many := runToEnd(t, a.srv, "many", "firehose", map[string]any{"count": 9.0})
+	runToEnd(t, a.srv, "elsewhere", "firehose", map[string]any{"count": 1.0})
+	require.Eventually(t, func() bool { return a.log.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, b.srv.LastSeq("few"), "b has not ingested a's events")
+
+	heads := b.log.Heads(context.Background(), []string{"many", "empty", "few"})
+	require.Equal(t, []uint64{many[len(many)-1].Seq, 0, few[len(few)-1].Seq}, []uint64{heads[0].Seq, heads[1].Seq, heads[2].Seq})
+	for _, h := range heads {
+		require.NoError(t, h.Err)
+	}
+
+	require.NoError(t, b.host.CatchUp("elsewhere", "many", "empty", "few"))
+	require.Equal(t, many[len(many)-1].Seq, b.srv.LastSeq("many"))
+	require.Equal(t, few[len(few)-1].Seq, b.srv.LastSeq("few"))
+	require.Zero(t, b.srv.LastSeq("empty"))
 }
 
 // TestDeletedThreadStaysDeleted: a thread deleted while some of its

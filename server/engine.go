@@ -78,11 +78,12 @@ type IngestHost interface {
 	// missing before it are read from the durable log first. A thread
 	// this node does not hold is ignored.
 	Ingest(thread string, e *Event)
-	// CatchUp delivers what the thread's durable log holds beyond the
-	// last event this node has (what another node published while the
-	// subscription to it was being made). An error says the log could not
-	// be read.
-	CatchUp(thread string) error
+	// CatchUp delivers what the threads' durable log holds beyond the
+	// last event this node has of each (what another node published
+	// while the subscriptions to them were being made), reading their
+	// heads at once when the log can (HeadsReader). An error says the log
+	// could not be read for some.
+	CatchUp(threads ...string) error
 	// RemoteRuns lists the threads this node follows whose run, on
 	// another node, has started and not ended (those to catch up on, and
 	// to fail when their node is lost), leaving out, when quiet is above
@@ -126,9 +127,9 @@ type host struct{ s *Server }
 
 var _ EngineHost = host{}
 
-func (h host) Ingest(thread string, e *Event) { h.s.ingest(thread, e) }
-func (h host) CatchUp(thread string) error    { return h.s.catchUp(thread) }
-func (h host) RunActive(thread string) bool   { return h.s.runActive(thread) }
+func (h host) Ingest(thread string, e *Event)  { h.s.ingest(thread, e) }
+func (h host) CatchUp(threads ...string) error { return h.s.catchUp(threads...) }
+func (h host) RunActive(thread string) bool    { return h.s.runActive(thread) }
 func (h host) RemoteRuns(quiet time.Duration) []string {
 	return h.s.remoteRuns(quiet)
 }

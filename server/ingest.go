@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -66,24 +67,54 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 	t.deliver(e)
 }
 
-// catchUp delivers what the thread's durable log holds beyond the last
-// event this node has: the events another node published before this
-// node's subscription to them took effect. A Watcher calls it once its
-// subscription is made. An error says the log could not be read: the
-// node may not have everything.
-func (s *Server) catchUp(threadID string) error {
-	t, _ := s.thread(threadID, false)
-	if t == nil {
-		return nil
-	}
+// catchUp delivers what the threads' durable log holds beyond the last
+// event this node has of each: the events another node published before
+// this node's subscription to them took effect. A Watcher calls it once
+// its subscriptions are made. The heads are read at once when the log
+// reads many (HeadsReader). An error says the log could not be read for
+// some: the node may not have everything of them.
+func (s *Server) catchUp(threadIDs ...string) error {
 	d := s.durable
 	if d == nil {
 		return nil
 	}
-	epoch, head, err := d.Head(context.Background(), threadID)
-	if err != nil {
-		return err
+	var held []*thread
+	var ids []string
+	for _, id := range threadIDs {
+		if t, _ := s.thread(id, false); t != nil {
+			held = append(held, t)
+			ids = append(ids, id)
+		}
 	}
+	if len(held) == 0 {
+		return nil
+	}
+	var heads []Head
+	if hr, ok := d.(HeadsReader); ok {
+		heads = hr.Heads(context.Background(), ids)
+	} else {
+		heads = make([]Head, len(ids))
+		for i, id := range ids {
+			heads[i].Epoch, heads[i].Seq, heads[i].Err = d.Head(context.Background(), id)
+		}
+	}
+	var errs []error
+	for i, t := range held {
+		err := heads[i].Err
+		if err == nil {
+			err = t.catchUpTo(d, heads[i].Epoch, heads[i].Seq)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// catchUpTo delivers what d holds of the thread beyond the last event
+// this node has, up to head, the log's last sequence number (in epoch).
+func (t *thread) catchUpTo(d DurableLog, epoch string, head uint64) error {
+	threadID := t.id
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.evicted {
@@ -93,7 +124,7 @@ func (s *Server) catchUp(threadID string) error {
 	if head <= t.seq {
 		return nil
 	}
-	err = d.Stored(context.Background(), threadID, t.seq, func(e *Event) bool {
+	err := d.Stored(context.Background(), threadID, t.seq, func(e *Event) bool {
 		t.ingestOne(d, e)
 		return true
 	})

@@ -106,6 +106,21 @@ type DurableLog interface {
 	Stored(ctx context.Context, thread string, seq uint64, fn func(*Event) bool) error
 }
 
+// HeadsReader is a DurableLog that reads the heads of many threads at
+// once (in one round trip to its store, where Head takes one each): a
+// node catching up on thousands of followed threads uses it.
+type HeadsReader interface {
+	// Heads returns, for each thread, what Head returns for it, in order.
+	Heads(ctx context.Context, threads []string) []Head
+}
+
+// Head is what DurableLog.Head returns for one thread.
+type Head struct {
+	Epoch string
+	Seq   uint64
+	Err   error
+}
+
 // TailClaimer is a DurableLog that knows when a stream's store may have
 // lost the tail of what its last writer wrote (the store restarted from an
 // older copy): a node taking over the writing of a thread then goes on in
