@@ -69,6 +69,13 @@ type Cluster struct {
 	srv  server.RunHost
 	sub  *subscriber
 
+	// onHold, when set, hears when this node starts (true) and stops
+	// (false) holding a thread's lease: the engine's Live does not
+	// follow, over pub/sub, the threads whose every event this node
+	// writes. Called outside mu, for each change once, in order for one
+	// thread as long as one goroutine changes it at a time.
+	onHold func(thread string, held bool)
+
 	mu      sync.Mutex
 	held    map[string]time.Time // threads whose lease this node holds, and when it last took it (Acquire)
 	waiting map[string]chan []byte
@@ -315,10 +322,25 @@ func (c *Cluster) acquire(thread, purpose string) (string, error) {
 		// Kept at least a LeaseTTL from now (renew): a producer
 		// publishing batch after batch keeps the lease while it publishes.
 		c.mu.Lock()
+		_, had := c.held[thread]
 		c.held[thread] = time.Now()
 		c.mu.Unlock()
+		if !had && c.onHold != nil {
+			c.onHold(thread, true)
+		}
 	}
 	return holder, nil
+}
+
+// unhold forgets this node's lease on thread (given up, or lost).
+func (c *Cluster) unhold(thread string) {
+	c.mu.Lock()
+	_, had := c.held[thread]
+	delete(c.held, thread)
+	c.mu.Unlock()
+	if had && c.onHold != nil {
+		c.onHold(thread, false)
+	}
 }
 
 // Holds implements server.LeaseHolder.
@@ -392,11 +414,9 @@ func (c *Cluster) renew() {
 			drop = append(drop, th)
 		}
 	}
-	c.mu.Lock()
 	for _, th := range drop {
-		delete(c.held, th)
+		c.unhold(th)
 	}
-	c.mu.Unlock()
 	for i := 0; i < len(keep); i += 1000 {
 		part := keep[i:min(i+1000, len(keep))]
 		stmts := make([]rueidis.LuaExec, len(part))
@@ -423,9 +443,7 @@ func (c *Cluster) renew() {
 			// (renewScript) before any node reaps it.
 			if err == nil && n == 0 {
 				c.fail(fmt.Errorf("the run lease of thread %s is another node's now: its run here is stopped", th))
-				c.mu.Lock()
-				delete(c.held, th)
-				c.mu.Unlock()
+				c.unhold(th)
 				c.srv.Fence(th)
 			}
 		}
@@ -521,9 +539,7 @@ func (c *Cluster) reap() {
 				if !c.srv.RunActive(th) {
 					// Taken to look, not to run: give it back at once, so
 					// that the thread's next run starts where it is asked.
-					c.mu.Lock()
-					delete(c.held, th)
-					c.mu.Unlock()
+					c.unhold(th)
 					c.release(th)
 					if found == server.LostRunUnsure {
 						c.lookAgain(th)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -12,7 +13,8 @@ import (
 // one's sharded channel (SSUBSCRIBE; a Log with Publish set sends every
 // event there) and hands what other nodes publish to the server's Ingest.
 // It is a server.Watcher. A node subscribes only to the threads it holds,
-// so publishing costs the same however many nodes there are.
+// so publishing costs the same however many nodes there are, and not to
+// those whose run lease it holds (Held): it writes every event of them.
 //
 // Pub/sub was chosen over each node reading the streams (XREAD BLOCK on
 // every watched key) because a node may hold tens of thousands of threads:
@@ -37,6 +39,12 @@ type Live struct {
 	srv  server.IngestHost
 	stop chan struct{}
 	done chan struct{}
+
+	// mu orders the subscription changes: a thread's channel is
+	// subscribed while it is watched and not held.
+	mu      sync.Mutex
+	watched map[string]bool // the threads the node holds (Watch)
+	held    map[string]bool // the threads whose lease the node holds (Held)
 }
 
 // CatchUpEvery is how often Live reads the streams of the followed threads
@@ -51,7 +59,7 @@ var _ server.Watcher = (*Live)(nil)
 // the server's IngestHost and closed after the server (the engine New
 // makes does both). onErr, when set, hears of connection losses.
 func (e *Engine) Live(onErr func(error)) *Live {
-	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{}), watched: map[string]bool{}, held: map[string]bool{}}
 	l.sub = newSubscriber(e, l.message, onErr)
 	l.sub.onSubscribed = func(chans []string) {
 		threads := make([]string, len(chans))
@@ -129,7 +137,44 @@ func (l *Live) message(m rueidis.PubSubMessage) {
 
 // Watch implements server.Watcher: the node holds the thread now. It
 // does not wait for Redis.
-func (l *Live) Watch(thread string) { l.sub.change(l.channel(thread), true) }
+func (l *Live) Watch(thread string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watched[thread] = true
+	if !l.held[thread] {
+		l.sub.change(l.channel(thread), true)
+	}
+}
 
 // Unwatch implements server.Watcher.
-func (l *Live) Unwatch(thread string) { l.sub.change(l.channel(thread), false) }
+func (l *Live) Unwatch(thread string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.watched, thread)
+	if !l.held[thread] {
+		l.sub.change(l.channel(thread), false)
+	}
+}
+
+// Held says this node holds the thread's lease (held), or no longer does.
+// While it holds it, no other node writes the thread's stream, and every
+// event of it is one this node wrote and delivered: its channel is not
+// followed (Redis would send each event back to the node that wrote it,
+// a read and a decoding for nothing). When the lease is given up or lost
+// it is followed again, and the subscription's catch-up reads what
+// another node may have written since.
+func (l *Live) Held(thread string, held bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[thread] == held {
+		return
+	}
+	if held {
+		l.held[thread] = true
+	} else {
+		delete(l.held, thread)
+	}
+	if l.watched[thread] {
+		l.sub.change(l.channel(thread), !held)
+	}
+}

@@ -192,9 +192,7 @@ func (c *Cluster) yield(thread string) bool {
 	if c.srv.RunActive(thread) {
 		return false
 	}
-	c.mu.Lock()
-	delete(c.held, thread)
-	c.mu.Unlock()
+	c.unhold(thread)
 	c.release(thread)
 	return true
 }
