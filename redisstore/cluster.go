@@ -69,12 +69,11 @@ type Cluster struct {
 	srv  server.RunHost
 	sub  *subscriber
 
-	// onHold, when set, hears when this node starts (true) and stops
-	// (false) holding a thread's lease: the engine's Live does not
-	// follow, over pub/sub, the threads whose every event this node
-	// writes. Called outside mu, for each change once, in order for one
-	// thread as long as one goroutine changes it at a time.
-	onHold func(thread string, held bool)
+	// onHold, when set, hears when this node starts or stops holding a
+	// thread's lease (it reads Holds): the engine's Live does not follow,
+	// over pub/sub, the threads whose every event this node writes.
+	// Called outside mu, after each change.
+	onHold func(thread string)
 
 	mu      sync.Mutex
 	held    map[string]time.Time // threads whose lease this node holds, and when it last took it (Acquire)
@@ -326,7 +325,7 @@ func (c *Cluster) acquire(thread, purpose string) (string, error) {
 		c.held[thread] = time.Now()
 		c.mu.Unlock()
 		if !had && c.onHold != nil {
-			c.onHold(thread, true)
+			c.onHold(thread)
 		}
 	}
 	return holder, nil
@@ -339,7 +338,7 @@ func (c *Cluster) unhold(thread string) {
 	delete(c.held, thread)
 	c.mu.Unlock()
 	if had && c.onHold != nil {
-		c.onHold(thread, false)
+		c.onHold(thread)
 	}
 }
 
