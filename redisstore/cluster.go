@@ -69,12 +69,6 @@ type Cluster struct {
 	srv  server.RunHost
 	sub  *subscriber
 
-	// onHold, when set, hears when this node starts or stops holding a
-	// thread's lease (it reads Holds): the engine's Live does not follow,
-	// over pub/sub, the threads whose every event this node writes.
-	// Called outside mu, after each change.
-	onHold func(thread string)
-
 	mu      sync.Mutex
 	held    map[string]time.Time // threads whose lease this node holds, and when it last took it (Acquire)
 	waiting map[string]chan []byte
@@ -321,25 +315,10 @@ func (c *Cluster) acquire(thread, purpose string) (string, error) {
 		// Kept at least a LeaseTTL from now (renew): a producer
 		// publishing batch after batch keeps the lease while it publishes.
 		c.mu.Lock()
-		_, had := c.held[thread]
 		c.held[thread] = time.Now()
 		c.mu.Unlock()
-		if !had && c.onHold != nil {
-			c.onHold(thread)
-		}
 	}
 	return holder, nil
-}
-
-// unhold forgets this node's lease on thread (given up, or lost).
-func (c *Cluster) unhold(thread string) {
-	c.mu.Lock()
-	_, had := c.held[thread]
-	delete(c.held, thread)
-	c.mu.Unlock()
-	if had && c.onHold != nil {
-		c.onHold(thread)
-	}
 }
 
 // Holds implements server.LeaseHolder.
@@ -413,9 +392,11 @@ func (c *Cluster) renew() {
 			drop = append(drop, th)
 		}
 	}
+	c.mu.Lock()
 	for _, th := range drop {
-		c.unhold(th)
+		delete(c.held, th)
 	}
+	c.mu.Unlock()
 	for i := 0; i < len(keep); i += 1000 {
 		part := keep[i:min(i+1000, len(keep))]
 		stmts := make([]rueidis.LuaExec, len(part))
@@ -442,7 +423,9 @@ func (c *Cluster) renew() {
 			// (renewScript) before any node reaps it.
 			if err == nil && n == 0 {
 				c.fail(fmt.Errorf("the run lease of thread %s is another node's now: its run here is stopped", th))
-				c.unhold(th)
+				c.mu.Lock()
+				delete(c.held, th)
+				c.mu.Unlock()
 				c.srv.Fence(th)
 			}
 		}
@@ -538,7 +521,9 @@ func (c *Cluster) reap() {
 				if !c.srv.RunActive(th) {
 					// Taken to look, not to run: give it back at once, so
 					// that the thread's next run starts where it is asked.
-					c.unhold(th)
+					c.mu.Lock()
+					delete(c.held, th)
+					c.mu.Unlock()
 					c.release(th)
 					if found == server.LostRunUnsure {
 						c.lookAgain(th)

@@ -329,46 +329,6 @@ func runsFollowTheirLease(t *testing.T, url string) {
 	}
 }
 
-// TestLeaseHolderDoesNotFollowItsOwnEvents: a node does not subscribe to
-// a thread's channel while it holds the thread's lease (it writes every
-// event of it; Redis would send each back), yet its clients see every
-// event of its run; once it gives the lease up it follows the thread
-// again, and its clients see the run of the node that takes it next.
-func TestLeaseHolderDoesNotFollowItsOwnEvents(t *testing.T) {
-	rs := redistest.Start(t)
-	a, b := startClusterNode(t, rs.URL()), startClusterNode(t, rs.URL())
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rs.Addr}, DisableCache: true})
-	require.NoError(t, err)
-	defer rc.Close()
-	subscribers := func() int64 {
-		m, err := rc.Do(context.Background(), rc.B().PubsubShardnumsub().Channel("agentstream:{own}:live").Build()).AsIntMap()
-		require.NoError(t, err)
-		return m["agentstream:{own}:live"]
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	onA := openSSE(t, ctx, a.ts.URL, "own", "")
-	onB := openSSE(t, ctx, b.ts.URL, "own", "")
-	require.Eventually(t, func() bool { return subscribers() == 2 }, 5*time.Second, 20*time.Millisecond, "both nodes follow the thread")
-
-	status, body := command(t, a, "own", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 30, "rate": 100}}}`)
-	require.Equal(t, 200, status, body)
-	require.Eventually(t, func() bool { return subscribers() == 1 }, 5*time.Second, 20*time.Millisecond, "A, holding the lease, does not")
-	never := func(sseEvent) bool { return false }
-	first := sseRead(t, onA, never) // the whole run, to its end
-	inOrderOnce(t, first)
-	require.Greater(t, len(first), 30)
-	inOrderOnce(t, sseRead(t, onB, never))
-
-	require.Eventually(t, func() bool { h, _ := a.cluster().Holder("own"); return h == "" }, 10*time.Second, 50*time.Millisecond)
-	require.Eventually(t, func() bool { return subscribers() == 2 }, 5*time.Second, 20*time.Millisecond, "A follows the thread again")
-	status, body = command(t, b, "own", `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 30, "rate": 100}}}`)
-	require.Equal(t, 200, status, body)
-	second := sseRead(t, onA, never) // B's run, to its end, as A's client sees it
-	require.Greater(t, len(second), 30)
-	inOrderOnce(t, append(first, second...))
-}
-
 // sseReadRaw reads frames until stop says so.
 func sseReadRaw(t *testing.T, r *bufio.Reader, stop func(method, data string) bool) {
 	t.Helper()

@@ -106,7 +106,6 @@ func (e *Engine) Stores() server.EngineStores {
 			co.OnError = o.OnError
 		}
 		p.cluster = e.Cluster(co)
-		p.cluster.onHold, p.live.holds = p.live.HoldChanged, p.cluster.Holds
 		p.detached = e.Detached()
 		p.detached.state.OnError = o.OnError
 	})

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
@@ -13,9 +12,7 @@ import (
 // one's sharded channel (SSUBSCRIBE; a Log with Publish set sends every
 // event there) and hands what other nodes publish to the server's Ingest.
 // It is a server.Watcher. A node subscribes only to the threads it holds,
-// so publishing costs the same however many nodes there are, and not to
-// those whose run lease it holds (HoldChanged): it writes every event of
-// them.
+// so publishing costs the same however many nodes there are.
 //
 // Pub/sub was chosen over each node reading the streams (XREAD BLOCK on
 // every watched key) because a node may hold tens of thousands of threads:
@@ -40,15 +37,6 @@ type Live struct {
 	srv  server.IngestHost
 	stop chan struct{}
 	done chan struct{}
-
-	// holds, when set, says whether this node holds the thread's run
-	// lease (the engine's Cluster.Holds).
-	holds func(thread string) bool
-	// mu orders the subscription changes: a thread's channel is
-	// subscribed while it is watched and its lease not held.
-	mu         sync.Mutex
-	watched    map[string]bool // the threads the node holds (Watch)
-	subscribed map[string]bool // those whose channel is subscribed
 }
 
 // CatchUpEvery is how often Live reads the streams of the followed threads
@@ -63,7 +51,7 @@ var _ server.Watcher = (*Live)(nil)
 // the server's IngestHost and closed after the server (the engine New
 // makes does both). onErr, when set, hears of connection losses.
 func (e *Engine) Live(onErr func(error)) *Live {
-	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{}), watched: map[string]bool{}, subscribed: map[string]bool{}}
+	l := &Live{e: e, stop: make(chan struct{}), done: make(chan struct{})}
 	l.sub = newSubscriber(e, l.message, onErr)
 	l.sub.onSubscribed = func(chans []string) {
 		threads := make([]string, len(chans))
@@ -141,47 +129,7 @@ func (l *Live) message(m rueidis.PubSubMessage) {
 
 // Watch implements server.Watcher: the node holds the thread now. It
 // does not wait for Redis.
-func (l *Live) Watch(thread string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.watched[thread] = true
-	l.settle(thread)
-}
+func (l *Live) Watch(thread string) { l.sub.change(l.channel(thread), true) }
 
 // Unwatch implements server.Watcher.
-func (l *Live) Unwatch(thread string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.watched, thread)
-	l.settle(thread)
-}
-
-// HoldChanged says this node's lease on the thread was taken, given up or
-// lost. While the node holds it, no other node writes the thread's
-// stream, and every event of it is one this node wrote and delivered: its
-// channel is not followed (Redis would send each event back to the node
-// that wrote it, a read and a decoding for nothing). When the lease is
-// given up or lost it is followed again, and the subscription's catch-up
-// reads what another node may have written since. The lease is read
-// again (holds) rather than passed: of two changes told in the wrong
-// order, the last still leaves the subscription as the lease is.
-func (l *Live) HoldChanged(thread string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.settle(thread)
-}
-
-// settle subscribes to the thread's channel, or unsubscribes from it, as
-// it is watched and its lease not held. The caller holds l.mu.
-func (l *Live) settle(thread string) {
-	want := l.watched[thread] && (l.holds == nil || !l.holds(thread))
-	if want == l.subscribed[thread] {
-		return
-	}
-	if want {
-		l.subscribed[thread] = true
-	} else {
-		delete(l.subscribed, thread)
-	}
-	l.sub.change(l.channel(thread), want)
-}
+func (l *Live) Unwatch(thread string) { l.sub.change(l.channel(thread), false) }

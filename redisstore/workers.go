@@ -192,7 +192,9 @@ func (c *Cluster) yield(thread string) bool {
 	if c.srv.RunActive(thread) {
 		return false
 	}
-	c.unhold(thread)
+	c.mu.Lock()
+	delete(c.held, thread)
+	c.mu.Unlock()
 	c.release(thread)
 	return true
 }
