@@ -1202,12 +1202,7 @@ func (l *Log) Release(ctx context.Context, thread string) {
 // Head implements server.DurableLog from the stream's newest entry, or
 // from an event still on its way there.
 func (l *Log) Head(ctx context.Context, thread string) (epoch string, seq uint64, err error) {
-	if h, ok := l.pendingHead(thread); ok {
-		return h.Epoch, h.Seq, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.opts.ReadTimeout)
-	defer cancel()
-	h := l.headOf(l.e.c.Do(ctx, l.headCommand(thread)))
+	h := l.Heads(ctx, []string{thread})[0]
 	return h.Epoch, h.Seq, h.Err
 }
 

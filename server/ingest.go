@@ -114,7 +114,6 @@ func (s *Server) catchUp(threadIDs ...string) error {
 // catchUpTo delivers what d holds of the thread beyond the last event
 // this node has, up to head, the log's last sequence number (in epoch).
 func (t *thread) catchUpTo(d DurableLog, epoch string, head uint64) error {
-	threadID := t.id
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.evicted {
@@ -124,12 +123,12 @@ func (t *thread) catchUpTo(d DurableLog, epoch string, head uint64) error {
 	if head <= t.seq {
 		return nil
 	}
-	err := d.Stored(context.Background(), threadID, t.seq, func(e *Event) bool {
+	err := d.Stored(context.Background(), t.id, t.seq, func(e *Event) bool {
 		t.ingestOne(d, e)
 		return true
 	})
 	if err == nil && t.seq < head {
-		err = fmt.Errorf("server: thread %s: the log's head is %d, read up to %d", threadID, head, t.seq)
+		err = fmt.Errorf("server: thread %s: the log's head is %d, read up to %d", t.id, head, t.seq)
 	}
 	return err
 }

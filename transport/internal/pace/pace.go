@@ -236,8 +236,7 @@ func (p *Pacer) setFrom(win window) {
 	if p.settled > 1 {
 		p.signs.add(win) // the first window at an interval drains the one before
 	}
-	busy := p.uses.over(busyWindows, busyAbove)
-	var climb, halve bool
+	var busy, climb, halve bool
 	if cur > p.interval {
 		if p.settled < settleWindows {
 			return // the interval has not shown yet what it carries
@@ -248,6 +247,7 @@ func (p *Pacer) setFrom(win window) {
 		climb = p.signs.sparse >= signWindows || p.signs.late >= signWindows
 		halve = !win.late && halvedUse(use, win) < 1
 	} else {
+		busy = p.uses.over(busyWindows, busyAbove)
 		climb = win.behind || p.uses.over(overloadWindows, busyAbove)
 	}
 	switch {
@@ -401,7 +401,11 @@ func (g *schedGauge) p99() time.Duration {
 // Delivered counts n events written by one of the pacer's writers (the
 // transports call it after each write): with the writes started, the
 // events a write carries.
-func (p *Pacer) Delivered(n int) { p.events.Add(uint64(n)) }
+func (p *Pacer) Delivered(n int) {
+	if p.interval > 0 { // read only to adapt the interval
+		p.events.Add(uint64(n))
+	}
+}
 
 // Epoch is the base of the pacer's monotonic clock.
 func (p *Pacer) Epoch() time.Time { return p.epoch }
@@ -688,10 +692,14 @@ func (w *Writer) startLocked() {
 // (and so waits for the interval like anything else).
 func (w *Writer) run() {
 	defer w.wg.Done()
-	start := w.p.now()
+	paced := w.p.interval > 0
+	var start time.Duration
+	if paced {
+		start = w.p.now()
+	}
 	ok := w.write()
 	end := w.p.now()
-	if w.p.interval > 0 {
+	if paced {
 		w.p.runs.Add(1)
 		w.p.writing.Add(int64(end - start))
 	}
