@@ -437,6 +437,20 @@ func Redact(rawQuery string) string {
 	return strings.Join(parts, "&")
 }
 
+// RedactURL is raw with its password, if any, replaced by REDACTED, for
+// logs, errors and printed configuration; a URL that does not parse is
+// REDACTED whole, since any part of it could be a secret.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "REDACTED"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	}
+	return u.String()
+}
+
 // ReadSecretFile reads an HS256 secret: the file's contents, trimmed of
 // surrounding white space.
 func ReadSecretFile(path string) ([]byte, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentstream/agentstream/auth"
 	"io"
 	"net/http"
 	"net/url"
@@ -27,7 +28,7 @@ type Client struct {
 func NewClient(base string, header http.Header) (*Client, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("edge: the upstream %q is not an http(s)://host:port URL", base)
+		return nil, fmt.Errorf("edge: the upstream %q is not an http(s)://host:port URL", auth.RedactURL(base))
 	}
 	return &Client{base: strings.TrimSuffix(base, "/"), header: header.Clone(),
 		http: &http.Client{Timeout: 30 * time.Second}, stream: &http.Client{}}, nil

@@ -37,6 +37,11 @@ type Options struct {
 	// follows a thread renews its claim to write it, and the others ask
 	// whether it is free (DefaultClaimEvery; well within --lease-ttl).
 	ClaimEvery time.Duration
+	// ResponseTimeout bounds the wait for the head of the upstream's
+	// answer to a passed-through request (DefaultResponseTimeout): past
+	// it the client gets 504. A join (GET .../join), whose answer is the
+	// run's end, waits for as long as the client does.
+	ResponseTimeout time.Duration
 }
 
 // Defaults of Options.
@@ -44,6 +49,8 @@ const (
 	DefaultIdleAfter  = 30 * time.Second
 	DefaultMaxBackoff = 5 * time.Second
 	DefaultClaimEvery = time.Second
+	// DefaultResponseTimeout is Options.ResponseTimeout's default.
+	DefaultResponseTimeout = 30 * time.Second
 )
 
 // Edge is the upstream of a server in edge mode (server.Config.Upstream):
@@ -96,6 +103,9 @@ func New(opts Options) (*Edge, error) {
 	if opts.ClaimEvery <= 0 {
 		opts.ClaimEvery = DefaultClaimEvery
 	}
+	if opts.ResponseTimeout <= 0 {
+		opts.ResponseTimeout = DefaultResponseTimeout
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Edge{c: c, opts: opts, ctx: ctx, cancel: cancel, follows: map[string]*follower{}, runs: map[string]string{}}, nil
 }
@@ -104,7 +114,7 @@ func New(opts Options) (*Edge, error) {
 // into srv (whose Config.Upstream is e).
 func (e *Edge) Start(ctx context.Context, srv *server.Server) error {
 	if err := e.c.Check(ctx); err != nil {
-		return fmt.Errorf("edge: the upstream %s does not answer: %w", e.opts.URL, err)
+		return fmt.Errorf("edge: the upstream %s does not answer: %w", auth.RedactURL(e.opts.URL), err)
 	}
 	e.mu.Lock()
 	e.srv = srv

@@ -85,7 +85,8 @@ type Engine struct {
 func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL: %w", err)
+		// url.Parse's error holds the URL, password and all.
+		return nil, errors.New("redis URL: it does not parse as redis://[user:password@]HOST:PORT/DB (not shown: it may hold a password)")
 	}
 	prefix := u.Query().Get("prefix")
 	if prefix == "" {
@@ -100,7 +101,12 @@ func Open(ctx context.Context, rawURL string, ttl time.Duration) (*Engine, error
 	u.Host = seeds[0]
 	opt, err := rueidis.ParseURL(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("redis URL: %w", err)
+		msg := err.Error()
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "REDACTED")
+			msg = strings.ReplaceAll(msg, url.UserPassword("", pw).String()[1:], "REDACTED")
+		}
+		return nil, fmt.Errorf("redis URL: %s", msg)
 	}
 	for _, s := range seeds[1:] {
 		if _, _, err := net.SplitHostPort(s); err != nil {

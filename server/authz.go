@@ -128,7 +128,7 @@ func (s *Server) Owner(ctx context.Context, threadID string) (string, error) {
 // storeError is the error of a call to the StateStore that failed: the
 // store is unavailable (codeOf: unavailable).
 func storeError(err error) error {
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTooManyThreads) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTooManyThreads) || errors.Is(err, ErrTooLarge) {
 		return err // a limit is not the store being down
 	}
 	return fmt.Errorf("%w: the thread's store: %v", ErrUnavailable, err)

@@ -127,6 +127,9 @@ func (s *Server) CreateThread(ctx context.Context, p *auth.Principal, id string,
 		info, err := s.threadInfo(ctx, rec, false)
 		return info, false, err
 	}
+	if err := s.sizeOK(metadata, s.cfg.MaxThreadMetadataBytes, LimitThreadMetadata, "the thread's metadata", "--max-thread-metadata-bytes"); err != nil {
+		return ThreadInfo{}, false, err
+	}
 	now := s.cfg.Now().UTC()
 	rec = ThreadRecord{ID: id, CreatedAt: now, UpdatedAt: now, Metadata: orEmptyMap(metadata), Config: map[string]any{}}
 	if p != nil {
@@ -252,7 +255,10 @@ func (s *Server) UpdateThread(ctx context.Context, id string, metadata map[strin
 		}
 		maps.Copy(rec.Metadata, metadata)
 		rec.UpdatedAt = s.cfg.Now().UTC()
-		err = c.SetRecord(ctx, rec)
+		err = s.sizeOK(rec.Metadata, s.cfg.MaxThreadMetadataBytes, LimitThreadMetadata, "the thread's metadata", "--max-thread-metadata-bytes")
+		if err == nil {
+			err = c.SetRecord(ctx, rec)
+		}
 	}
 	s.catalogMu.Unlock()
 	if err != nil {
@@ -585,6 +591,9 @@ func (s *Server) UpdateState(ctx context.Context, id string, values map[string]a
 			v = addMessages(merged[k], v)
 		}
 		merged[k] = v
+	}
+	if err := s.sizeOK(merged, s.cfg.MaxStateBytes, LimitState, "the thread's values", "--max-state-bytes"); err != nil {
+		return CheckpointRecord{}, true, err
 	}
 	cp := CheckpointRecord{ID: s.cfg.NewID("ckpt_"), Source: "update", Node: asNode, Time: s.cfg.Now(), Values: maps.Clone(merged),
 		Metadata: map[string]any{}}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -53,9 +54,21 @@ const (
 	LimitIngestAck Limit = "ingest_ack"
 	// LimitStoreItems: Config.MaxStoreItems items in the long-term store.
 	LimitStoreItems Limit = "store_items"
+	// LimitThreadMetadata: Config.MaxThreadMetadataBytes of a thread's
+	// metadata.
+	LimitThreadMetadata Limit = "thread_metadata_bytes"
+	// LimitState: Config.MaxStateBytes of a thread's values changed by a
+	// client.
+	LimitState Limit = "state_bytes"
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck, LimitStoreItems}
+// Defaults of the size limits.
+const (
+	DefaultMaxThreadMetadataBytes = 64 << 10
+	DefaultMaxStateBytes          = 4 << 20
+)
+
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck, LimitStoreItems, LimitThreadMetadata, LimitState}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256
@@ -68,7 +81,24 @@ var (
 	// ErrQuota: the principal is over one of its quotas
 	// (MaxThreadsPerPrincipal, MaxRunsPerMinute).
 	ErrQuota = errors.New("server: over the principal's quota")
+	// ErrTooLarge: a thread's metadata or values would be larger than
+	// their limit (Config.MaxThreadMetadataBytes, MaxStateBytes).
+	ErrTooLarge = errors.New("server: too large")
 )
+
+// sizeOK refuses v, as JSON, larger than max bytes: ErrTooLarge naming
+// what and the flag, counted as limit.
+func (s *Server) sizeOK(v any, max int, limit Limit, what, flag string) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if len(b) > max {
+		s.metrics.refused.add(limit)
+		return fmt.Errorf("%w: %s would be %d bytes as JSON, more than %d (%s)", ErrTooLarge, what, len(b), max, flag)
+	}
+	return nil
+}
 
 // Errors of authorization, for errors.Is.
 var (

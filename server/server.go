@@ -128,6 +128,15 @@ type Config struct {
 	// 1,000,000); a new item past it is refused (counted as limit
 	// store_items).
 	MaxStoreItems int
+	// MaxThreadMetadataBytes caps a thread record's metadata, as JSON,
+	// after a creation, copy or change (DefaultMaxThreadMetadataBytes,
+	// 64 KiB); past it the change is refused (ErrTooLarge, counted as
+	// limit thread_metadata_bytes).
+	MaxThreadMetadataBytes int
+	// MaxStateBytes caps a thread's values, as JSON, after a client's
+	// change of them (UpdateState; DefaultMaxStateBytes, 4 MiB); past it
+	// the change is refused (ErrTooLarge, counted as limit state_bytes).
+	MaxStateBytes int
 	// IngestAckTimeout bounds how long Publish waits for a SyncedLog (the
 	// disk engine) to sync a producer's batch before it answers
 	// (DefaultIngestAckTimeout, 5 s); past it the batch is refused as
@@ -221,6 +230,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStoreItems <= 0 {
 		c.MaxStoreItems = DefaultMaxStoreItems
+	}
+	if c.MaxThreadMetadataBytes <= 0 {
+		c.MaxThreadMetadataBytes = DefaultMaxThreadMetadataBytes
+	}
+	if c.MaxStateBytes <= 0 {
+		c.MaxStateBytes = DefaultMaxStateBytes
 	}
 	if c.MaxSessionSubscriptions <= 0 {
 		c.MaxSessionSubscriptions = DefaultMaxSessionSubscriptions

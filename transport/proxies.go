@@ -54,9 +54,12 @@ func (tp TrustedProxies) trusts(a netip.Addr) bool {
 
 // Client is the address of the client a request comes from: the peer's,
 // or, when the peer is a trusted proxy, the address the forwarding
-// headers name (Forwarded's for=, else X-Forwarded-For), read from the
-// right, past every trusted proxy: the entries to the left of the first
-// untrusted one are the client's to write, and are not believed.
+// headers name, each read from the right past every trusted proxy (the
+// entries to the left of the first untrusted one are the client's to
+// write, and are not believed). Forwarded's for= and X-Forwarded-For are
+// one chain under one rule: when both are sent they must name the same
+// client, else the client is the peer itself, since a proxy that keeps
+// only one of them passes the other on as the client wrote it.
 func (tp TrustedProxies) Client(r *http.Request) netip.Addr {
 	peer, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
@@ -70,7 +73,23 @@ func (tp TrustedProxies) Client(r *http.Request) netip.Addr {
 	if len(tp) == 0 || !tp.trusts(client) {
 		return client
 	}
-	hops := forwardedFor(r.Header)
+	fwd, xff := forwardedFor(r.Header), xForwardedFor(r.Header)
+	switch {
+	case len(fwd) > 0 && len(xff) > 0:
+		if a, b := tp.walk(client, fwd), tp.walk(client, xff); a == b {
+			return a
+		}
+		return client
+	case len(fwd) > 0:
+		return tp.walk(client, fwd)
+	}
+	return tp.walk(client, xff)
+}
+
+// walk reads hops (the client first) from the right, from the trusted
+// peer, to the first hop that is not a trusted proxy.
+func (tp TrustedProxies) walk(peer netip.Addr, hops []string) netip.Addr {
+	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := parseHop(hops[i])
 		if !ok {
@@ -100,24 +119,26 @@ func (tp TrustedProxies) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// forwardedFor lists the hops the forwarding headers name, the client
-// first: Forwarded's for= parameters (RFC 7239) when it is present, else
-// X-Forwarded-For's entries.
+// forwardedFor lists the hops Forwarded's for= parameters (RFC 7239)
+// name, the client first.
 func forwardedFor(h http.Header) []string {
 	var hops []string
-	if fwd := h.Values("Forwarded"); len(fwd) > 0 {
-		for _, line := range fwd {
-			for _, elem := range strings.Split(line, ",") {
-				for _, pair := range strings.Split(elem, ";") {
-					k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-					if ok && strings.EqualFold(k, "for") {
-						hops = append(hops, strings.Trim(v, `"`))
-					}
+	for _, line := range h.Values("Forwarded") {
+		for _, elem := range strings.Split(line, ",") {
+			for _, pair := range strings.Split(elem, ";") {
+				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(k, "for") {
+					hops = append(hops, strings.Trim(v, `"`))
 				}
 			}
 		}
-		return hops
 	}
+	return hops
+}
+
+// xForwardedFor lists X-Forwarded-For's entries, the client first.
+func xForwardedFor(h http.Header) []string {
+	var hops []string
 	for _, line := range h.Values("X-Forwarded-For") {
 		for _, item := range strings.Split(line, ",") {
 			if item = strings.TrimSpace(item); item != "" {

@@ -213,6 +213,10 @@ type Handler struct {
 	upstreamState func(ctx context.Context, thread string) (int, []byte, error)
 	ingest        IngestOptions
 	ingestLimiter *keyrate.Limiter // events published per producer
+	// edge: the threads are an upstream's, which may read several
+	// spellings of a UUID as one (canonicalThreadID).
+	edge      bool
+	runOwners runOwners // stateless runs started through the edge
 }
 
 // New builds the handler for srv.
@@ -235,7 +239,8 @@ func New(srv *server.Server, opts Options) *Handler {
 		opts.SSE.Decode = opts.Decode
 	}
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
-		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState}
+		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState,
+		edge: opts.UpstreamProxy != nil || opts.UpstreamState != nil}
 	if h.maxBody <= 0 {
 		h.maxBody = 1 << 20
 	}
@@ -419,6 +424,13 @@ func (h *Handler) streamSlot(w http.ResponseWriter, r *http.Request, p *auth.Pri
 // request with the refusal when it may not. A nil p (authentication off)
 // may.
 func (h *Handler) authorize(w http.ResponseWriter, p *auth.Principal, threadID string, create bool) bool {
+	if h.edge {
+		if err := canonicalThreadID(threadID); err != nil {
+			h.metrics.Refused(string(server.LimitThreadID))
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+			return false
+		}
+	}
 	if p == nil {
 		return true
 	}
@@ -543,10 +555,18 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind wire.Kin
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "a cross-site request without an Origin may not use this route"))
 		return false
 	}
-	if r.Method != http.MethodPost {
+	ct := r.Header.Get("Content-Type")
+	switch r.Method {
+	case http.MethodPost:
+	case http.MethodPut, http.MethodPatch, http.MethodDelete:
+		// Every method with a body says it is JSON; one without a body
+		// (a DELETE) needs no Content-Type.
+		if ct == "" && !hasBody(r) {
+			return true
+		}
+	default:
 		return true
 	}
-	ct := r.Header.Get("Content-Type")
 	if (kind == wire.StreamRoute || kind == wire.CommandRoute || kind == wire.WorkerRoute) && ct == "" && r.ContentLength == 0 {
 		return true
 	}
@@ -653,12 +673,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cors(w, r) {
 		return
 	}
+	if hasBody(r) {
+		// A body is read within --body-timeout, by every route that reads
+		// one (httpjson.ReadBody moves this deadline, then clears it);
+		// one refused before it is read (no credential, a limit) is not
+		// waited for past it either, however slowly it trickles in.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyTimeout))
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
 // threadOK answers 400 for a request whose path names no valid thread.
 func (h *Handler) threadOK(w http.ResponseWriter, r *http.Request) bool {
-	if err := server.ValidThreadID(r.PathValue("id")); err != nil {
+	err := server.ValidThreadID(r.PathValue("id"))
+	if err == nil && h.edge {
+		err = canonicalThreadID(r.PathValue("id"))
+	}
+	if err != nil {
 		h.metrics.Refused(string(server.LimitThreadID))
 		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return false

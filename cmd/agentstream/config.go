@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/agentstream/agentstream/auth"
 	"io"
 	"os"
 	"sort"
@@ -143,7 +144,7 @@ func printConfig(w io.Writer, fs *flag.FlagSet, s settings) {
 		if f.Name == "config" || f.Name == "print-config" {
 			return
 		}
-		v := f.Value.String()
+		v := printedValue(f.Name, f.Value.String())
 		if v == "" { // unset (a list flag takes no empty item)
 			fmt.Fprintf(w, "# %s = \"\"\n", f.Name)
 			return
@@ -155,6 +156,32 @@ func printConfig(w io.Writer, fs *flag.FlagSet, s settings) {
 			fmt.Fprintf(w, "%s = %s\n", f.Name, tomlString(v))
 		}
 	})
+}
+
+// secretFlags are the flags whose values are secrets: printed as REDACTED.
+var secretFlags = map[string]bool{"upstream-api-key": true}
+
+// urlFlags are the flags whose values are URLs (comma-separated for a
+// Redis Cluster's seeds) that may carry a password: printed with it
+// REDACTED.
+var urlFlags = map[string]bool{"redis": true, "upstream": true, "auth-jwks-url": true}
+
+// printedValue is a flag's value as --print-config and the logs may show
+// it: secrets redacted.
+func printedValue(name, v string) string {
+	switch {
+	case v == "":
+		return v
+	case secretFlags[name]:
+		return "REDACTED"
+	case urlFlags[name]:
+		parts := strings.Split(v, ",")
+		for i, p := range parts {
+			parts[i] = auth.RedactURL(p)
+		}
+		return strings.Join(parts, ",")
+	}
+	return v
 }
 
 // tomlString is s as a TOML basic string.

@@ -30,7 +30,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -110,6 +109,8 @@ type config struct {
 	ingestRate                                                       float64
 	maxProducersPerThread                                            int
 	maxStoreItems                                                    int
+	maxThreadMetadataBytes, maxStateBytes                            int
+	upstreamTimeout                                                  time.Duration
 	ingestAckTimeout                                                 time.Duration
 	ingestFastAck                                                    bool
 	maxWorkers, maxRunsPerWorker, maxQueuedWorkerRuns                int
@@ -230,6 +231,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.ingestAckTimeout, "ingest-ack-timeout", server.DefaultIngestAckTimeout, "with --data-dir: how long a producer's batch waits for its group commit to be synced before it is answered; past it 503 (retry with the same producer and batch number: nothing is appended twice)")
 	fs.BoolVar(&c.ingestFastAck, "ingest-fast-ack", false, "with --data-dir: answer a producer's batch once it is appended, before it is synced (lower latency; a crash may lose batches that were acknowledged)")
 	fs.IntVar(&c.maxStoreItems, "max-store-items", server.DefaultMaxStoreItems, "items the long-term store (the LangGraph Platform API's /store) holds, of every principal; a new item past it is refused")
+	fs.IntVar(&c.maxThreadMetadataBytes, "max-thread-metadata-bytes", server.DefaultMaxThreadMetadataBytes, "the largest a thread's metadata may grow, as JSON, through the LangGraph Platform API (creations, copies, PATCH); past it the change is refused (413)")
+	fs.IntVar(&c.maxStateBytes, "max-state-bytes", server.DefaultMaxStateBytes, "the largest a thread's values may grow, as JSON, through a client's state update (the LangGraph Platform API's POST /threads/{id}/state, a run's command.update); past it the update is refused (413)")
 	fs.IntVar(&c.maxProducersPerThread, "max-producers-per-thread", server.DefaultMaxProducersPerThread, "producers a thread remembers the last batch of, so that a batch sent again appends nothing; past it the one used longest ago is forgotten")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address although nothing authenticates clients (no --auth-* flag)")
 	c.auth.register(fs)
@@ -253,6 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.StringVar(&c.dataDir, "data-dir", "", "keep threads (events, values, checkpoints, owners) on disk under this directory, so that they outlive a restart; empty: in memory")
 	fs.StringVar(&c.upstream, "upstream", "", "edge mode: the LangGraph server (http://host:port) whose assistants run the threads; commands go to it and each thread in use holds one stream of it, fanned out here")
 	fs.StringVar(&c.upstreamAPIKey, "upstream-api-key", "", "with --upstream: sent to it as X-Api-Key")
+	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", edge.DefaultResponseTimeout, "with --upstream: how long a passed-through request waits for the head of the upstream's answer before it is answered 504 (a join waits for its run)")
 	fs.StringVar(&c.upstreamIdentity, "upstream-identity-header", "", "with --upstream and authentication: the header that carries the caller's principal (its subject) with each command forwarded")
 	fs.Func("upstream-header", "with --upstream: a header 'Name: value' sent with every request to it (repeatable)", func(v string) error {
 		if name, _, ok := strings.Cut(v, ":"); !ok || strings.TrimSpace(name) == "" {
@@ -392,7 +396,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
-		MaxProducersPerThread: c.maxProducersPerThread, MaxStoreItems: c.maxStoreItems, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
+		MaxProducersPerThread: c.maxProducersPerThread, MaxStoreItems: c.maxStoreItems, MaxThreadMetadataBytes: c.maxThreadMetadataBytes, MaxStateBytes: c.maxStateBytes, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
 		WorkerLease: c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
 	}
 	var readyCheck func(context.Context) error
@@ -415,7 +419,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		cfg.Engine = engine
 		registry.MustRegister(engine.Collectors()...)
 		readyCheck = engine.Ping
-		log.Info().Str("redis", redactURL(c.redisURL)).Str("node", engine.Node()).Msg("threads kept in redis")
+		log.Info().Str("redis", auth.RedactURL(c.redisURL)).Str("node", engine.Node()).Msg("threads kept in redis")
 	}
 	if c.dataDir != "" {
 		if c.redisURL != "" {
@@ -464,7 +468,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			hdr.Set("X-Api-Key", c.upstreamAPIKey)
 		}
 		var err error
-		if up, err = edge.New(edge.Options{URL: c.upstream, Header: hdr, IdentityHeader: c.upstreamIdentity}); err != nil {
+		if up, err = edge.New(edge.Options{URL: c.upstream, Header: hdr, IdentityHeader: c.upstreamIdentity, ResponseTimeout: c.upstreamTimeout}); err != nil {
 			ln.Close()
 			return fmt.Errorf("--upstream: %w", err)
 		}
@@ -484,7 +488,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			return fmt.Errorf("--upstream: %w", err)
 		}
 		defer up.Close()
-		log.Info().Str("upstream", redactURL(c.upstream)).Msg("edge mode: the assistants are the upstream's")
+		log.Info().Str("upstream", auth.RedactURL(c.upstream)).Msg("edge mode: the assistants are the upstream's")
 	}
 	stopIngest := func() {}
 	if c.ingestStream != "" {
@@ -571,7 +575,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		if err != nil {
 			log.Warn().Err(err).Msg("could not list the upstream's assistants")
 		}
-		ev = ev.Str("upstream", c.upstream).Strs("assistants", graphs)
+		ev = ev.Str("upstream", auth.RedactURL(c.upstream)).Strs("assistants", graphs)
 	} else {
 		ev = ev.Strs("assistants", srv.Assistants())
 	}
@@ -862,16 +866,6 @@ func logRequests(next http.Handler, log zerolog.Logger) http.Handler {
 	})
 }
 
-// (0: the default, negative: off).
-// redactURL hides a URL's password, for logs.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable)"
-	}
-	return u.Redacted()
-}
-
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(v string) []string {
 	var out []string
@@ -937,6 +931,7 @@ func (c config) check() error {
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
 		{"--ingest-max-events", int64(c.ingestMaxEvents)}, {"--ingest-max-event-bytes", int64(c.ingestMaxEventBytes)}, {"--ingest-max-batch-bytes", c.ingestMaxBatchBytes},
 		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)}, {"--max-store-items", int64(c.maxStoreItems)},
+		{"--max-thread-metadata-bytes", int64(c.maxThreadMetadataBytes)}, {"--max-state-bytes", int64(c.maxStateBytes)}, {"--upstream-timeout", int64(c.upstreamTimeout)},
 		{"--worker-lease", int64(c.workerLease)}, {"--max-workers", int64(c.maxWorkers)}, {"--max-runs-per-worker", int64(c.maxRunsPerWorker)}, {"--max-queued-worker-runs", int64(c.maxQueuedWorkerRuns)},
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},
 		{"--auth-failure-rate", int64(c.authFailureRate * 1000)}, {"--auth-failure-burst", int64(c.authFailureBurst)},

@@ -112,6 +112,8 @@ func serverError(w http.ResponseWriter, err error) {
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
 	case errors.Is(err, server.ErrTooManyThreads), errors.Is(err, server.ErrQuota):
 		fail(w, http.StatusTooManyRequests, "%v", err)
+	case errors.Is(err, server.ErrTooLarge):
+		fail(w, http.StatusRequestEntityTooLarge, "%v", err)
 	case errors.Is(err, server.ErrNoCatalog):
 		fail(w, http.StatusNotImplemented, "%v", err)
 	default:

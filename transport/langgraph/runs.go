@@ -62,10 +62,18 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	}
 	// Its record, so that a Platform client lists it (a thread that
 	// exists keeps its own).
-	if _, _, err := h.Server.CreateThread(ctx, p, thread, nil, "do_nothing"); err != nil {
+	_, created, err := h.Server.CreateThread(ctx, p, thread, nil, "do_nothing")
+	if err != nil {
 		serverError(w, err)
 		return "", nil, 0, false
 	}
+	// A run refused on a thread made for it leaves no thread behind, nor
+	// one counted against the principal's quota.
+	defer func() {
+		if !ok && created {
+			_, _ = h.Server.DeleteThread(context.WithoutCancel(ctx), thread)
+		}
+	}()
 	ss = h.Server.NewSession(thread)
 	after = h.Server.LastSeq(thread)
 	if _, _, err := ss.Subscribe(filter, server.SeqCursor(after)); err != nil {
