@@ -2,7 +2,9 @@ package diskstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,34 +120,114 @@ func (s *State) SetValues(_ context.Context, thread string, values map[string]an
 	return nil
 }
 
-// AddCheckpoint implements server.StateStore.
+// AddCheckpoint implements server.StateStore. A checkpoint is kept as its
+// record and references to its values: each top-level value (each item,
+// for a list, such as the messages) is kept once per thread under the hash
+// of its JSON, so that a checkpoint costs the disk what changed since the
+// ones before it, not every value again (a thread's copy, once each).
 func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.CheckpointRecord) error {
-	b, err := json.Marshal(cp)
-	if err != nil {
-		return err
-	}
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := uint64(0)
-	if list, err := s.checkpoints(thread); err == nil && len(list) > 0 {
-		n = list[0].n + 1
+	b := s.db.NewBatch()
+	defer b.Close()
+	stored := storedCheckpoint{CheckpointRecord: cp, Refs: map[string]valueRef{}}
+	stored.Values = nil
+	put := func(v any) (string, error) {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256(raw)
+		h := hex.EncodeToString(sum[:16])
+		key := stateKey(thread, "b"+h)
+		if _, ok, err := s.get(key); err != nil {
+			return "", err
+		} else if !ok {
+			if err := b.Set(key, raw, nil); err != nil {
+				return "", err
+			}
+		}
+		return h, nil
 	}
-	if err := s.db.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), b, pebble.NoSync); err != nil {
+	for k, v := range cp.Values {
+		var ref valueRef
+		if list, ok := v.([]any); ok {
+			ref.List, ref.Items = true, make([]string, len(list))
+			for i, item := range list {
+				h, err := put(item)
+				if err != nil {
+					return err
+				}
+				ref.Items[i] = h
+			}
+		} else {
+			h, err := put(v)
+			if err != nil {
+				return err
+			}
+			ref.Hash = h
+		}
+		stored.Refs[k] = ref
+	}
+	rec, err := json.Marshal(stored)
+	if err != nil {
+		return err
+	}
+	n, err := s.nextCheckpoint(thread)
+	if err != nil {
+		return err
+	}
+	if err := b.Set(binary.BigEndian.AppendUint64(stateKey(thread, "c"), n), rec, nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
 	s.log.unsynced.Store(true) // synced with the next group commit
 	return nil
 }
 
-type numbered struct {
-	n  uint64
-	cp server.CheckpointRecord
+// storedCheckpoint is a checkpoint as the disk keeps it: its record, its
+// values by reference (Refs; a checkpoint written before values were
+// shared has them inline, in Values).
+type storedCheckpoint struct {
+	server.CheckpointRecord
+	Refs map[string]valueRef `json:"R,omitempty"`
 }
 
-// checkpoints lists the thread's checkpoints, newest first.
+// valueRef names a checkpoint's value: the hash of its JSON, or for a
+// list the hash of each item's.
+type valueRef struct {
+	Hash  string   `json:"h,omitempty"`
+	List  bool     `json:"l,omitempty"`
+	Items []string `json:"i,omitempty"`
+}
+
+// nextCheckpoint is the number of the thread's next checkpoint (s.mu held).
+func (s *State) nextCheckpoint(thread string) (uint64, error) {
+	prefix := stateKey(thread, "c")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	k := it.Key()
+	return binary.BigEndian.Uint64(k[len(k)-8:]) + 1, nil
+}
+
+type numbered struct {
+	n  uint64
+	cp storedCheckpoint
+}
+
+// checkpoints lists the thread's checkpoints, newest first, their values
+// not read yet (resolve).
 func (s *State) checkpoints(thread string) ([]numbered, error) {
 	prefix := stateKey(thread, "c")
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
@@ -156,23 +238,75 @@ func (s *State) checkpoints(thread string) ([]numbered, error) {
 	var out []numbered
 	for it.Last(); it.Valid(); it.Prev() {
 		k := it.Key()
-		var cp server.CheckpointRecord
+		var cp storedCheckpoint
 		if err := json.Unmarshal(it.Value(), &cp); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("diskstore: thread %s's checkpoint %d: %w", thread, binary.BigEndian.Uint64(k[len(k)-8:]), err)
 		}
 		out = append(out, numbered{binary.BigEndian.Uint64(k[len(k)-8:]), cp})
 	}
 	return out, it.Error()
 }
 
+// resolve reads a stored checkpoint's values; blobs (by hash, read once
+// per call's cache) are decoded anew for each checkpoint, so no two
+// records share a value.
+func (s *State) resolve(thread string, cp storedCheckpoint, blobs map[string][]byte) (server.CheckpointRecord, error) {
+	out := cp.CheckpointRecord
+	if cp.Refs == nil {
+		return out, nil
+	}
+	value := func(h string) (any, error) {
+		raw, ok := blobs[h]
+		if !ok {
+			var found bool
+			var err error
+			if raw, found, err = s.get(stateKey(thread, "b"+h)); err != nil {
+				return nil, err
+			} else if !found {
+				return nil, fmt.Errorf("diskstore: thread %s's checkpoint %s: value %s is missing", thread, cp.ID, h)
+			}
+			blobs[h] = raw
+		}
+		var v any
+		return v, json.Unmarshal(raw, &v)
+	}
+	out.Values = make(map[string]any, len(cp.Refs))
+	for k, ref := range cp.Refs {
+		if !ref.List {
+			v, err := value(ref.Hash)
+			if err != nil {
+				return out, err
+			}
+			out.Values[k] = v
+			continue
+		}
+		list := make([]any, len(ref.Items))
+		for i, h := range ref.Items {
+			v, err := value(h)
+			if err != nil {
+				return out, err
+			}
+			list[i] = v
+		}
+		out.Values[k] = list
+	}
+	return out, nil
+}
+
 // Checkpoints implements server.StateStore.
 func (s *State) Checkpoints(_ context.Context, thread string) ([]server.CheckpointRecord, error) {
 	list, err := s.checkpoints(thread)
-	out := make([]server.CheckpointRecord, len(list))
-	for i, n := range list {
-		out[i] = n.cp
+	if err != nil {
+		return nil, err
 	}
-	return out, err
+	out := make([]server.CheckpointRecord, len(list))
+	blobs := map[string][]byte{}
+	for i, n := range list {
+		if out[i], err = s.resolve(thread, n.cp, blobs); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Checkpoint implements server.StateStore.
@@ -180,7 +314,8 @@ func (s *State) Checkpoint(_ context.Context, thread, id string) (server.Checkpo
 	list, err := s.checkpoints(thread)
 	for _, n := range list {
 		if n.cp.ID == id {
-			return n.cp, true, nil
+			cp, err := s.resolve(thread, n.cp, map[string][]byte{})
+			return cp, err == nil, err
 		}
 	}
 	return server.CheckpointRecord{}, false, err

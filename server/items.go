@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/agentstream/agentstream/auth"
@@ -113,7 +114,9 @@ func ValidItemNamespace(namespace []string, empty bool, key *string) error {
 	return nil
 }
 
-// plainText checks 1 to max bytes of UTF-8 without control characters.
+// plainText checks 1 to max bytes of UTF-8 without control characters
+// (Unicode's Cc, C0 and C1 alike: U+0085 is a line break to many readers)
+// or line and paragraph separators.
 func plainText(s string, max int) error {
 	if s == "" || len(s) > max {
 		return fmt.Errorf("1 to %d bytes", max)
@@ -122,8 +125,8 @@ func plainText(s string, max int) error {
 		return errors.New("not UTF-8")
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return errors.New("a control character")
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return fmt.Errorf("a control character (%U)", r)
 		}
 	}
 	return nil

@@ -50,6 +50,11 @@ func (h *Handler) putItem(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ttl = time.Duration(minutes * float64(time.Minute))
+		if ttl < time.Second {
+			// Rounded to nothing, it would keep the item for ever.
+			fail(w, http.StatusUnprocessableEntity, "ttl: at least 1 second (%g minutes); leave it out for an item that does not expire", 1.0/60)
+			return
+		}
 	}
 	if err := h.Server.PutItem(r.Context(), auth.FromContext(r.Context()), req.Namespace, req.Key, req.Value, ttl); err != nil {
 		storeError(w, err)

@@ -2,6 +2,7 @@ package langgraph_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,19 @@ func storeScenario(t *testing.T, n *node) {
 	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "", "value": {}}`, "", nil))
 	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k\u0000", "value": {}}`, "", nil))
 	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "value": {}}`, "", nil))
+	for _, ttl := range []string{"1e-12", "0", "-5", "0.016"} { // under a second: it would never expire
+		require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k", "value": {}, "ttl": `+ttl+`}`, "", nil), "ttl %s", ttl)
+	}
+	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a\u0085b"], "key": "k", "value": {}}`, "", nil), "a label with U+0085")
+	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k\u2028", "value": {}}`, "", nil), "a key with U+2028")
+	for _, method := range []string{"PUT", "DELETE"} { // every method with a body says it is JSON, as POST does
+		req, _ := http.NewRequest(method, n.url+"/store/items", strings.NewReader(`{"namespace": ["a"], "key": "k", "value": {}}`))
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 415, resp.StatusCode, method)
+	}
 	require.Equal(t, 422, call(t, "GET", n.url+"/store/items?namespace=a", "", "", nil), "a get needs a key")
 	require.Equal(t, 400, call(t, "GET", n.url+"/store/items?key=k", "", "", nil), "and a namespace")
 
@@ -103,12 +117,12 @@ func storeScenario(t *testing.T, n *node) {
 	require.Equal(t, []string{"docs", "prefs.ann"}, namespaces(t, n, `{}`, ""))
 
 	// An item with a TTL (minutes) is gone once it ran out.
-	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["tmp"], "key": "k", "value": {}, "ttl": 0.01}`, "", nil))
+	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["tmp"], "key": "k", "value": {}, "ttl": 0.02}`, "", nil))
 	require.NotNil(t, getItem(t, n, "tmp", "k", ""))
-	// A read refreshes it by default: read every 200 ms, it lives past
-	// its 600 ms.
-	for range 5 {
-		time.Sleep(200 * time.Millisecond)
+	// A read refreshes it by default: read every 300 ms, it lives past
+	// its 1.2 s.
+	for range 6 {
+		time.Sleep(300 * time.Millisecond)
 		require.NotNil(t, getItem(t, n, "tmp", "k", ""), "a read renews the TTL")
 	}
 	require.Eventually(t, func() bool { return getItem(t, n, "tmp", "k&refresh_ttl=false", "") == nil }, 5*time.Second, 20*time.Millisecond,
@@ -187,7 +201,7 @@ func TestStoreIsEachPrincipals(t *testing.T) {
 func TestStoreIsBounded(t *testing.T) {
 	n := start(t, server.Config{MaxStoreItems: 2}, transport.Options{})
 	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "1", "value": {}}`, "", nil))
-	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "2", "value": {}, "ttl": 0.001}`, "", nil))
+	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "2", "value": {}, "ttl": 0.017}`, "", nil))
 	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "1", "value": {"v": 2}}`, "", nil))
 	require.Eventually(t, func() bool { return getItem(t, n, "a", "2&refresh_ttl=false", "") == nil }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "3", "value": {}}`, "", nil), "the expired item made room")
