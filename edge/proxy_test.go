@@ -135,4 +135,39 @@ func TestEdgeKeepsEachPrincipalsPlatformThreads(t *testing.T) {
 	require.Equal(t, 200, status)
 	status, _ = do("GET", "/threads/"+annThread.ThreadID, "", "k-bob")
 	require.Equal(t, 403, status, "another's thread by id")
+
+	// What the real upstream would resolve is what the edge authorizes.
+	var bobThread struct {
+		ThreadID string `json:"thread_id"`
+	}
+	status, body = do("POST", "/threads", `{}`, "k-bob")
+	require.Equal(t, 200, status, "%s", body)
+	require.NoError(t, json.Unmarshal(body, &bobThread))
+	raw := func(method, path, key string) int {
+		req, _ := http.NewRequest(method, ts.URL+"/", nil)
+		req.URL.Opaque = path // as written: %2e%2e
+		req.Header.Set("x-api-key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, m := range []string{"GET", "PATCH", "DELETE"} {
+		require.Equal(t, 400, raw(m, "/threads/"+bobThread.ThreadID+"/%2e%2e/"+annThread.ThreadID+"/state", "k-bob"), m)
+	}
+	require.Equal(t, 400, raw("POST", "/threads/"+bobThread.ThreadID+"/%2e%2e/search", "k-bob"))
+	require.Equal(t, 400, raw("GET", "/threads/"+strings.ToUpper(annThread.ThreadID), "k-bob"), "another spelling of ann's thread")
+	status, body = do("POST", "/threads", `{"thread_id": "`+annThread.ThreadID+`", "if_exists": "do_nothing"}`, "k-bob")
+	require.Equal(t, 403, status, "%s", body)
+	require.NotContains(t, string(body), "topic")
+	// A new thread is its creator's before anyone else reads it.
+	status, body = do("POST", "/threads", `{}`, "k-ann")
+	require.Equal(t, 200, status, "%s", body)
+	require.NoError(t, json.Unmarshal(body, &annThread))
+	status, _ = do("GET", "/threads/"+annThread.ThreadID, "", "k-bob")
+	require.Equal(t, 403, status, "bob first: still ann's")
+	status, _ = do("GET", "/threads/"+annThread.ThreadID, "", "k-ann")
+	require.Equal(t, 200, status)
+	status, _ = do("DELETE", "/assistants/echo", "", "k-bob")
+	require.Equal(t, 403, status, "assistants are changed by admins")
 }
