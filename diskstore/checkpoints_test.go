@@ -3,6 +3,8 @@ package diskstore
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,4 +76,38 @@ func TestCheckpointsKeepWhatChanged(t *testing.T) {
 	// A thread deleted takes its shared values with it.
 	require.NoError(t, eng.state.Delete(ctx, "a"))
 	require.Zero(t, stateBytes(t, eng.state, "a"))
+}
+
+// TestCheckFindsTableDamage: Check reads every block, so damage where no
+// read has gone yet is found, as an error naming the table.
+func TestCheckFindsTableDamage(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := Open(Options{Dir: dir})
+	require.NoError(t, err)
+	defer eng.Close()
+	ctx := context.Background()
+	for i := range 300 {
+		require.NoError(t, eng.state.SetValues(ctx, fmt.Sprintf("t%03d", i), map[string]any{"v": strings.Repeat("z", 500)}))
+	}
+	require.NoError(t, eng.Compact(ctx))
+	ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, ssts)
+	var hit string
+	for _, f := range ssts {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if len(b) < 100_000 {
+			continue
+		}
+		for i := len(b) / 2; i < len(b)/2+16; i++ {
+			b[i] ^= 0xa5
+		}
+		require.NoError(t, os.WriteFile(f, b, 0o640))
+		hit = f
+	}
+	require.NotEmpty(t, hit)
+	err = eng.Check()
+	require.ErrorIs(t, err, ErrTableDamaged)
+	require.Contains(t, err.Error(), hit)
 }

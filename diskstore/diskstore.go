@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,10 @@ type Options struct {
 	// holes they leave (events.missed). Without it such a store is
 	// refused (ErrDamaged).
 	Repair bool
+	// Existing opens only a store that is there (ErrNotAStore for a
+	// directory without one), writing nothing into any other directory:
+	// for tools that read a store (agentstream data).
+	Existing bool
 	// BufferEvents and BufferBytes cap the in-memory replay buffer of each
 	// thread, the hot cache in front of the disk (DefaultBufferEvents and
 	// the server's DefaultBufferBytes when zero): older replays read the
@@ -144,6 +149,11 @@ func Open(opts Options) (*Engine, error) {
 		return nil, errors.New("diskstore: no directory")
 	}
 	opts = withDefaults(opts)
+	if opts.Existing {
+		if err := isStore(opts.Dir); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("diskstore: %w", err)
 	}
@@ -177,7 +187,11 @@ func Open(opts Options) (*Engine, error) {
 	if err == nil {
 		fs = aiosync.FS(fs, syncer)
 	}
-	po := &pebble.Options{Logger: quiet{}, FS: fs}
+	// Damage Pebble finds in a table is the read's error, which names
+	// the file, not the process's end (its default listener calls
+	// Fatalf).
+	po := &pebble.Options{Logger: quiet{}, FS: fs, ErrorIfNotExists: opts.Existing,
+		EventListener: &pebble.EventListener{DataCorruption: func(pebble.DataCorruptionInfo) {}}}
 	// The values are compressed already (codec): Pebble's own block
 	// compression would only spend CPU on them in every flush and
 	// compaction.
@@ -198,7 +212,7 @@ func Open(opts Options) (*Engine, error) {
 		wal.Close()
 		db.Close()
 		syncer.Close()
-		return nil, err
+		return nil, tableDamage(opts.Dir, err)
 	}
 	// A store not closed cleanly (a crash, kill -9, power lost) may have
 	// lost the last events it was told of: every thread goes on in a new
@@ -330,6 +344,28 @@ var ErrDamaged = errors.New("diskstore: the store is damaged")
 // closed first.
 var ErrClosed = errors.New("diskstore: the store closed")
 
+// ErrNotAStore refuses, with Options.Existing, a directory that holds no
+// store (empty, or another program's).
+var ErrNotAStore = errors.New("diskstore: not a store")
+
+// isStore reports ErrNotAStore unless dir holds a store: Pebble's options
+// and manifest, and the commit log.
+func isStore(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("diskstore: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrNotAStore, dir)
+	}
+	for _, pattern := range []string{"OPTIONS-*", "MANIFEST-*", commitDir} {
+		if m, _ := filepath.Glob(filepath.Join(dir, pattern)); len(m) == 0 {
+			return fmt.Errorf("%w: %s has no %s (an agentstream --data-dir has); nothing was written to it", ErrNotAStore, dir, pattern)
+		}
+	}
+	return nil
+}
+
 // notHeld reports ErrInUse when another process holds dir's lock (the
 // LOCK file Pebble flocks).
 func notHeld(dir string) error {
@@ -426,3 +462,40 @@ func cpuBusy() func() bool {
 		return ok && use >= cpuuse.Busy
 	}
 }
+
+// Check reads every key and value of the store, so that damage in any of
+// its tables is found (Pebble checks each block's checksum as it reads
+// it): the first damage, as an error naming the file, or nil.
+func (e *Engine) Check() error {
+	it, err := e.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("diskstore: %w", err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if _, err := it.ValueAndErr(); err != nil {
+			_ = it.Close()
+			return tableDamage(e.opts.Dir, err)
+		}
+	}
+	return tableDamage(e.opts.Dir, errors.Join(it.Error(), it.Close()))
+}
+
+// ErrTableDamaged is damage in one of the store's tables (its checksums
+// do not match what is read): ErrDamaged, which repair does not mend.
+var ErrTableDamaged = fmt.Errorf("%w: table", ErrDamaged)
+
+// tableDamage is err as ErrTableDamaged, naming the file and what was
+// found, when Pebble found a table damaged; err otherwise.
+func tableDamage(dir string, err error) error {
+	if err == nil || !pebble.IsCorruptionError(err) {
+		return err
+	}
+	what, _, _ := strings.Cut(err.Error(), "\n")
+	if m := pebbleFile.FindStringSubmatch(what); m != nil {
+		what = filepath.Join(dir, m[1]+".sst") + ": " + m[2]
+	}
+	return fmt.Errorf("%w %s", ErrTableDamaged, what)
+}
+
+// pebbleFile finds the table a Pebble corruption error names.
+var pebbleFile = regexp.MustCompile(`pebble: file (\d+): (.*)`)

@@ -441,6 +441,9 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			MaxPending: c.dataMaxPending, Repair: c.dataRepair, MaxProducers: c.maxProducersPerThread})
 		if err != nil {
 			ln.Close()
+			if errors.Is(err, diskstore.ErrTableDamaged) {
+				return fmt.Errorf("--data-dir: %w (a damaged table is not repaired: restore the store from a backup)", err)
+			}
 			if errors.Is(err, diskstore.ErrDamaged) {
 				return fmt.Errorf("--data-dir: %w (agentstream data --data-dir %s check reports it; serve --data-repair starts keeping every commit that can be read)", err, c.dataDir)
 			}
@@ -783,8 +786,14 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentstream data:", err)
 		return 1
 	}
-	eng, err := diskstore.Open(diskstore.Options{Dir: *dir, MinFree: 1, Repair: rest[0] == "repair"})
+	eng, err := diskstore.Open(diskstore.Options{Dir: *dir, MinFree: 1, Repair: rest[0] == "repair", Existing: true})
 	switch {
+	case errors.Is(err, diskstore.ErrTableDamaged):
+		fmt.Fprintf(stderr, "agentstream data: %v\n(a damaged table is not repaired here: restore the store from a backup)\n", err)
+		return 1
+	case errors.Is(err, diskstore.ErrNotAStore):
+		fmt.Fprintf(stderr, "agentstream data: %v\n", err)
+		return 1
 	case errors.Is(err, diskstore.ErrDamaged):
 		fmt.Fprintf(stderr, "agentstream data: %v\n(agentstream data --data-dir %s repair keeps every commit that can be read)\n", err, *dir)
 		return 1
@@ -811,8 +820,16 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "threads %d\nevents %d\nbytes %d\n", st.Threads, st.Events, st.Bytes)
 	case "check":
+		if err := eng.Check(); err != nil {
+			fmt.Fprintf(stderr, "agentstream data: %v\n(a damaged table is not repaired here: restore the store from a backup, or export what can be read)\n", err)
+			return 1
+		}
 		fmt.Fprintln(stdout, "no damage found")
 	case "repair":
+		if err := eng.Check(); err != nil {
+			fmt.Fprintf(stderr, "agentstream data: %v\n(the commit log and the tree's log are repaired; a damaged table is not: restore the store from a backup)\n", err)
+			return 1
+		}
 		if r := eng.Repaired(); r != "" {
 			fmt.Fprintln(stdout, "repaired, these could not be read and are lost:", r)
 		} else {
