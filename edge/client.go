@@ -74,7 +74,7 @@ func (c *Client) DoWith(ctx context.Context, method, path string, body []byte, e
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("edge: the upstream %s: %w", c.base, err)
+		return 0, nil, fmt.Errorf("edge: the upstream %s: %w", auth.RedactURL(c.base), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 )
@@ -88,4 +89,37 @@ func TestPerClientLimitsBehindATrustedProxy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAForwardedHeaderTheProxyPassesOnIsNotBelieved: behind a proxy that
+// appends the client to X-Forwarded-For and passes the client's own
+// Forwarded on (nginx's default), a client rotating its Forwarded header
+// is still one client: its failed authentications reach the throttle's
+// 429.
+func TestAForwardedHeaderTheProxyPassesOnIsNotBelieved(t *testing.T) {
+	a, err := auth.New(t.Context(), auth.Config{APIKeys: map[string]auth.Principal{"k-ann": {Subject: "ann"}}})
+	require.NoError(t, err)
+	srv := server.New(server.Config{})
+	t.Cleanup(func() { _ = srv.Close(t.Context()) })
+	h := transport.New(srv, transport.Options{Auth: a, AuthFailureRate: 0.001, AuthFailureBurst: 5})
+	t.Cleanup(func() { _ = h.Shutdown(t.Context()) })
+	tp, err := transport.ParseTrustedProxies("127.0.0.1")
+	require.NoError(t, err)
+	ts := httptest.NewServer(tp.Wrap(h))
+	t.Cleanup(ts.Close)
+	limited := 0
+	for i := range 20 {
+		req, _ := http.NewRequest("POST", ts.URL+"/threads/tp/commands", strings.NewReader(`{"id": 1, "method": "state.get", "params": {"namespace": []}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", fmt.Sprint("bad-", i))
+		req.Header.Set("X-Forwarded-For", "198.51.100.9")               // what the proxy appended
+		req.Header.Set("Forwarded", fmt.Sprintf("for=203.0.113.%d", i)) // what the client wrote
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		if resp.StatusCode == 429 {
+			limited++
+		}
+	}
+	require.Positive(t, limited, "the throttle counts one client")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
 )
 
 // assistantName is the assistant a run names: by its name, or by the
@@ -107,7 +108,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		ss.Close()
 		var e *protocol.ErrorResponse
 		if errors.As(err, &e) {
-			status := http.StatusBadRequest
+			status := httpjson.StatusOf(e.Code) // 400 for a bad run, 429 past a quota
 			if e.Extra["reason"] == server.ReasonThreadBusy {
 				status = http.StatusUnprocessableEntity // as the reference answers multitask_strategy reject
 			}
