@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -144,4 +145,38 @@ func TestBadHTTPInput(t *testing.T) {
 	for _, limit := range []string{"origin", "content_type", "body_timeout", "body_size", "command_values"} {
 		require.Regexp(t, `agentstream_refusals_total\{limit="`+limit+`"\} [1-9]`, string(b))
 	}
+}
+
+// TestRefusedBeforeTheBodyIsNotHeld: a request refused before its body is
+// read (no credential, here) with a body trickled in slowly is answered
+// within the body timeout, not held as long as the client trickles; 200
+// of them at once hold nothing past it.
+func TestRefusedBeforeTheBodyIsNotHeld(t *testing.T) {
+	a, err := auth.New(t.Context(), auth.Config{APIKeys: map[string]auth.Principal{"k-ann": {Subject: "ann"}}})
+	require.NoError(t, err)
+	ts, _, _ := start(t, transport.Options{BodyTimeout: 300 * time.Millisecond, Auth: a, AuthFailureBurst: 1000})
+	const n = 50
+	lines := make(chan string, n)
+	start := time.Now()
+	for range n {
+		go func() {
+			c, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+			if err != nil {
+				lines <- err.Error()
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			_, _ = io.WriteString(c, "POST /threads/t/commands HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n{")
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				line = err.Error()
+			}
+			lines <- line
+		}()
+	}
+	for range n {
+		require.Contains(t, <-lines, " 401 ", "answered, not held")
+	}
+	require.Less(t, time.Since(start), 10*time.Second)
 }
