@@ -439,7 +439,8 @@ func TestEdgePassThroughIsBounded(t *testing.T) {
 	require.Equal(t, 413, status, body)
 	deep := `{"namespace": ["a"], "key": "k", "value": ` + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + `}`
 	status, body = he.do(t, "PUT", "/store/items", deep, "k-ann")
-	require.Equal(t, 413, status, body)
+	require.Equal(t, 400, status, body)
+	require.Contains(t, body, "nested deeper")
 	req, _ := http.NewRequest("PATCH", he.url+"/threads/"+server.NewUUID(), strings.NewReader(`{}`))
 	req.Header.Set("Content-Type", "text/plain")
 	req.Header.Set("X-Api-Key", "k-ann")

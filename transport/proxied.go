@@ -187,8 +187,12 @@ func (h *Handler) proxyBody(w http.ResponseWriter, r *http.Request) ([]byte, boo
 		return nil, false
 	}
 	if err := h.decoder.Limits.Check(body); err != nil {
-		h.metrics.Refused("request_" + err.(*protocol.LimitError).Limit)
-		httpjson.Write(w, http.StatusRequestEntityTooLarge, protocol.NewError(nil, protocol.ErrorCodeResourceExhausted, "the request's body is %v", err))
+		// As every route's body past the bounds (wire.Context.WithinLimits).
+		var le *protocol.LimitError
+		if errors.As(err, &le) {
+			h.metrics.Refused("body_" + le.Limit)
+		}
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "request: %v", err))
 		return nil, false
 	}
 	return body, true
