@@ -39,6 +39,12 @@ func startEdge(t *testing.T, upstream string, opts edge.Options) (*httptest.Serv
 // startEdgeWith is startEdge with the server's config (an engine).
 func startEdgeWith(t *testing.T, cfg server.Config, upstream string, opts edge.Options) (*httptest.Server, *edge.Edge) {
 	t.Helper()
+	return startEdgeOpts(t, cfg, transport.Options{Auth: edgeAuth[t.Name()]}, upstream, opts)
+}
+
+// startEdgeOpts is startEdgeWith with the transport's options.
+func startEdgeOpts(t *testing.T, cfg server.Config, topts transport.Options, upstream string, opts edge.Options) (*httptest.Server, *edge.Edge) {
+	t.Helper()
 	opts.URL = upstream
 	e, err := edge.New(opts)
 	require.NoError(t, err)
@@ -47,7 +53,8 @@ func startEdgeWith(t *testing.T, cfg server.Config, upstream string, opts edge.O
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, e.Start(ctx, srv))
-	h := transport.New(srv, transport.Options{UpstreamState: e.State, UpstreamProxy: e.Proxy(), Auth: edgeAuth[t.Name()]})
+	topts.UpstreamState, topts.UpstreamProxy = e.State, e.Proxy()
+	h := transport.New(srv, topts)
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

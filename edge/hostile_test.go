@@ -171,7 +171,6 @@ func (u *looseUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type hostileEdge struct {
 	url string
 	up  *looseUpstream
-	srv *server.Server
 }
 
 func startHostile(t *testing.T, topts transport.Options, eopts edge.Options) *hostileEdge {
@@ -182,25 +181,9 @@ func startHostile(t *testing.T, topts transport.Options, eopts edge.Options) *ho
 	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{
 		"k-ann": {Subject: "ann"}, "k-bob": {Subject: "bob"}, "k-root": {Subject: "root", Admin: true}}})
 	require.NoError(t, err)
-	eopts.URL = us.URL
-	e, err := edge.New(eopts)
-	require.NoError(t, err)
-	srv := server.New(server.Config{Upstream: e})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, e.Start(ctx, srv))
-	topts.UpstreamState, topts.UpstreamProxy, topts.Auth = e.State, e.Proxy(), a
-	h := transport.New(srv, topts)
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = h.Shutdown(ctx)
-		ts.Close()
-		e.Close()
-		_ = srv.Close(ctx)
-	})
-	return &hostileEdge{url: ts.URL, up: up, srv: srv}
+	topts.Auth = a
+	ts, _ := startEdgeOpts(t, server.Config{}, topts, us.URL, eopts)
+	return &hostileEdge{url: ts.URL, up: up}
 }
 
 // do sends a request as key, the path written as it is (no cleaning),

@@ -99,13 +99,7 @@ func TestDamagedCommitLog(t *testing.T) {
 	}
 	dir := t.TempDir()
 	url, proc := startProcessNode(t, "--data-dir", dir)
-	for i := 0; i < 20; i++ {
-		b := strings.NewReader(fmt.Sprintf(`[{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"n","payload":{"i":%d,"pad":"%s"}}}}]`, i, strings.Repeat("x", 200)))
-		resp, err := http.Post(url+"/threads/dmg/events", "application/json", b)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, 200, resp.StatusCode)
-	}
+	publishPadded(t, url, "dmg", 20, 200)
 	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
 	_ = proc.Wait()
 	segs, err := filepath.Glob(filepath.Join(dir, "commits", "*.log"))
@@ -183,4 +177,17 @@ func TestDamagedCommitLog(t *testing.T) {
 		return prev < 20
 	}))
 	require.Positive(t, notices, "the lost commit's events are announced")
+}
+
+// publishPadded publishes n custom events into thread, each padded with
+// pad bytes, one batch each.
+func publishPadded(t *testing.T, url, thread string, n, pad int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		b := strings.NewReader(fmt.Sprintf(`[{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"n","payload":{"i":%d,"pad":"%s"}}}}]`, i, strings.Repeat("x", pad)))
+		resp, err := http.Post(url+"/threads/"+thread+"/events", "application/json", b)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+	}
 }

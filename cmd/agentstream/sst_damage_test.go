@@ -3,31 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// damagedStore makes a store with one table (events of one thread and
-// the values of 300 others, compacted) and flips 16 bytes of the table at
+// damagedStore makes a store with one table (50 events of one thread,
+// compacted) and flips 16 bytes of the table at
 // the fraction at of its length; it returns the directory and the table.
 func damagedStore(t *testing.T, at float64) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	url, proc := startProcessNode(t, "--data-dir", dir)
-	for i := 0; i < 50; i++ {
-		b := strings.NewReader(fmt.Sprintf(`[{"type":"event","method":"custom","params":{"namespace":[],"data":{"name":"n","payload":{"i":%d,"pad":"%s"}}}}]`, i, strings.Repeat("x", 2000)))
-		resp, err := http.Post(url+"/threads/dmg/events", "application/json", b)
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, 200, resp.StatusCode)
-	}
+	publishPadded(t, url, "dmg", 50, 2000)
 	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
 	_ = proc.Wait()
 	code, _, stderr := runMain("data", "--data-dir", dir, "compact")
