@@ -15,6 +15,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configure an Edge.
@@ -66,7 +67,8 @@ type Edge struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	open atomic.Int64 // upstream streams held
+	open     atomic.Int64 // upstream streams held
+	timeouts atomic.Int64 // passed-through requests answered 504 (Options.ResponseTimeout)
 
 	mu      sync.Mutex
 	follows map[string]*follower
@@ -322,6 +324,20 @@ func (e *Edge) writer(ctx context.Context, thread string) (_ context.Context, st
 
 // OpenStreams is how many upstream streams this edge holds now.
 func (e *Edge) OpenStreams() int { return int(e.open.Load()) }
+
+// Timeouts is how many passed-through requests were answered 504.
+func (e *Edge) Timeouts() int64 { return e.timeouts.Load() }
+
+// Collectors are the edge's metrics: the upstream streams it holds, and
+// the passed-through requests the upstream did not answer in time.
+func (e *Edge) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_upstream_streams", Help: "Upstream streams the edge holds (one per thread in use)."},
+			func() float64 { return float64(e.open.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agentstream_upstream_timeouts_total", Help: "Passed-through requests answered 504: the upstream did not start its answer within --upstream-timeout."},
+			func() float64 { return float64(e.timeouts.Load()) }),
+	}
+}
 
 // reap stops the followers of threads with no subscriber here and no run
 // under way upstream for Options.IdleAfter.

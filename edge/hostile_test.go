@@ -169,8 +169,9 @@ func (u *looseUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // hostileEdge is an edge with ann, bob and an admin in front of a
 // looseUpstream.
 type hostileEdge struct {
-	url string
-	up  *looseUpstream
+	url  string
+	up   *looseUpstream
+	edge *edge.Edge
 }
 
 func startHostile(t *testing.T, topts transport.Options, eopts edge.Options) *hostileEdge {
@@ -182,8 +183,8 @@ func startHostile(t *testing.T, topts transport.Options, eopts edge.Options) *ho
 		"k-ann": {Subject: "ann"}, "k-bob": {Subject: "bob"}, "k-root": {Subject: "root", Admin: true}}})
 	require.NoError(t, err)
 	topts.Auth = a
-	ts, _ := startEdgeOpts(t, server.Config{}, topts, us.URL, eopts)
-	return &hostileEdge{url: ts.URL, up: up}
+	ts, e := startEdgeOpts(t, server.Config{}, topts, us.URL, eopts)
+	return &hostileEdge{url: ts.URL, up: up, edge: e}
 }
 
 // do sends a request as key, the path written as it is (no cleaning),
@@ -437,6 +438,7 @@ func TestEdgePassThroughIsBounded(t *testing.T) {
 	start := time.Now()
 	status, body = he.do(t, "GET", "/hang", "", "k-root")
 	require.Equal(t, 504, status, body)
+	require.Equal(t, int64(1), he.edge.Timeouts(), "counted")
 	require.Less(t, time.Since(start), 10*time.Second)
 
 	raw := func(request string) string {

@@ -65,6 +65,7 @@ func (e *Edge) Proxy() http.Handler {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				e.timeouts.Add(1)
 				proxyError(w, http.StatusGatewayTimeout, "the upstream did not answer within "+e.opts.ResponseTimeout.String()+" (--upstream-timeout)")
 				return
 			}

@@ -491,6 +491,7 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 			return fmt.Errorf("--upstream: %w", err)
 		}
 		defer up.Close()
+		registry.MustRegister(up.Collectors()...)
 		log.Info().Str("upstream", auth.RedactURL(c.upstream)).Msg("edge mode: the assistants are the upstream's")
 	}
 	stopIngest := func() {}
