@@ -466,3 +466,23 @@ func TestEdgePassThroughIsBounded(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 	require.Len(t, he.seen(), before+1, "only /hang reached the upstream")
 }
+
+// TestEdgeAuthorizesARunsThread: a run without a thread route that names
+// its thread in the body is authorized for it; one that names another
+// principal's is refused before it reaches the upstream, in a batch too.
+func TestEdgeAuthorizesARunsThread(t *testing.T) {
+	he := startHostile(t, transport.Options{}, edge.Options{})
+	alice := he.newThread(t, "k-ann")
+	before := len(he.seen())
+	for _, p := range []string{"/runs", "/runs/wait", "/runs/stream"} {
+		status, body := he.do(t, "POST", p, `{"assistant_id": "agent", "thread_id": "`+alice+`"}`, "k-bob")
+		require.Equal(t, 403, status, "%s: %s", p, body)
+		status, _ = he.do(t, "POST", p, `{"assistant_id": "agent", "thread_id": "`+strings.ToUpper(alice)+`"}`, "k-bob")
+		require.Equal(t, 400, status, p)
+	}
+	status, body := he.do(t, "POST", "/runs/batch", `[{"assistant_id": "agent"}, {"assistant_id": "agent", "thread_id": "`+alice+`"}]`, "k-bob")
+	require.Equal(t, 403, status, body)
+	require.Len(t, he.seen(), before, "none reached the upstream")
+	status, _ = he.do(t, "POST", "/runs", `{"assistant_id": "agent", "thread_id": "`+alice+`"}`, "k-ann")
+	require.NotEqual(t, 403, status, "ann's own thread")
+}

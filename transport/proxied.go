@@ -340,6 +340,33 @@ func (h *Handler) proxyCopyThread(next http.Handler, w http.ResponseWriter, r *h
 // may join its stream by run id, and the thread the upstream made for it
 // is its creator's.
 func (h *Handler) proxyStatelessRun(next http.Handler, w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) {
+	// A run may name its thread in the body (the Agent Protocol's
+	// stateful run): authorized as the thread's own routes are.
+	var runs []map[string]any
+	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
+		if json.Unmarshal(body, &runs) != nil {
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the body is a JSON array of runs"))
+			return
+		}
+	} else if m, ok := objectBody(w, body); ok {
+		runs = append(runs, m)
+	} else {
+		return
+	}
+	for _, run := range runs {
+		id, named := run["thread_id"].(string)
+		if !named {
+			continue
+		}
+		if err := canonicalThreadID(id); err != nil {
+			h.metrics.Refused(string(server.LimitThreadID))
+			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+			return
+		}
+		if !h.authorize(w, p, id, true) {
+			return
+		}
+	}
 	if strings.HasSuffix(r.URL.Path, "/wait") || strings.HasSuffix(r.URL.Path, "/stream") {
 		// The answer is a stream: its head says the run.
 		forward(next, &headWriter{ResponseWriter: w, head: func(hd http.Header) {
