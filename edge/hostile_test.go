@@ -350,6 +350,9 @@ func TestEdgeOwnsWhatItCreates(t *testing.T) {
 	status, body = he.do(t, "POST", "/threads/search", `{"metadata": {"owner": "ann"}}`, "k-bob")
 	require.Equal(t, 200, status, body)
 	require.NotContains(t, body, alice, "a search is bob's own whatever it asks for")
+	status, body = he.do(t, "POST", "/threads/%73earch", `{}`, "k-bob")
+	require.Equal(t, 200, status, body)
+	require.NotContains(t, body, alice, "spelled with an escape, still bob's search")
 	status, body = he.do(t, "POST", "/threads/search", `{}`, "k-root")
 	require.Equal(t, 200, status, body)
 	require.Contains(t, body, alice, "an admin's search is not limited")
@@ -407,8 +410,11 @@ func TestEdgeKeepsEachPrincipalsStore(t *testing.T) {
 	he.up.mu.Lock()
 	require.Equal(t, []string{"agent"}, he.up.deleted)
 	he.up.mu.Unlock()
-	status, _ = he.do(t, "GET", "/some/custom/route", "", "k-bob")
-	require.Equal(t, 403, status, "a route the edge has no rule for is an admin's")
+	for _, p := range []string{"/some/custom/route", "/Threads/search", "/threads/search/x", "/threads/count/x"} {
+		status, _ = he.do(t, "POST", p, `{}`, "k-bob")
+		require.Equal(t, 403, status, "%s: a route the edge has no rule for is an admin's", p)
+	}
+
 }
 
 // TestEdgePassThroughIsBounded: pass-through routes read bodies under the

@@ -246,7 +246,7 @@ func proxyRuleOf(method string, seg []string) proxyRule {
 			return proxyRule{serve: (*Handler).proxyListThreads}
 		case n == 3 && post && seg[2] == "copy":
 			return proxyRule{thread: seg[1], serve: (*Handler).proxyCopyThread}
-		case n >= 2:
+		case n >= 2 && seg[1] != "search" && seg[1] != "count":
 			return proxyRule{thread: seg[1]}
 		}
 	case "assistants":
