@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/agentstream/agentstream/protocol"
 	"maps"
 	"reflect"
 	"slices"
@@ -50,17 +51,17 @@ type ThreadDeleter interface {
 
 // ErrNoCatalog refuses the Platform API's thread routes on an engine whose
 // StateStore keeps no ThreadRecords.
-var ErrNoCatalog = errors.New("server: this engine keeps no thread records (the LangGraph Platform API's threads)")
+var ErrNoCatalog = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no thread records (the LangGraph Platform API's threads)")
 
 // ErrThreadExists refuses to create a thread that exists (if_exists
 // raise).
-var ErrThreadExists = errors.New("server: the thread exists")
+var ErrThreadExists = coded(protocol.ErrorCodeInvalidArgument, ReasonConflict, "server: the thread exists")
 
 // ErrThreadDeleted ends the sessions of a thread that was deleted.
 var ErrThreadDeleted = errors.New("server: the thread was deleted")
 
 // ErrThreadBusy refuses to delete a thread while a run of it goes on.
-var ErrThreadBusy = errors.New("server: the thread has an active run")
+var ErrThreadBusy = coded(protocol.ErrorCodeInvalidArgument, ReasonThreadBusy, "server: the thread has an active run")
 
 // ThreadInfo is a thread as the Platform API shows it: its record, its
 // status (idle, busy, interrupted) and, when asked, its values and

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentstream/agentstream/protocol"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,14 +77,14 @@ const (
 // Errors of the store, for errors.Is.
 var (
 	// ErrItemNamespace: a namespace or key the store does not take.
-	ErrItemNamespace = errors.New("server: bad store namespace or key")
+	ErrItemNamespace = coded(protocol.ErrorCodeInvalidArgument, "", "server: bad store namespace or key")
 	// ErrNoNamespace: an item's namespace is missing (also an
 	// ErrItemNamespace).
 	ErrNoNamespace = fmt.Errorf("%w: a namespace is needed", ErrItemNamespace)
 	// ErrTooManyItems: Config.MaxStoreItems items held.
-	ErrTooManyItems = errors.New("server: the store holds as many items as it may")
+	ErrTooManyItems = coded(protocol.ErrorCodeResourceExhausted, "", "server: the store holds as many items as it may")
 	// ErrNoItemStore: the engine's StateStore keeps no items.
-	ErrNoItemStore = errors.New("server: this engine keeps no store items")
+	ErrNoItemStore = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no store items")
 )
 
 // ValidItemNamespace checks a namespace (empty only when empty is true,

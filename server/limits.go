@@ -75,15 +75,15 @@ const MaxThreadIDLength = 256
 
 // Errors of the limits, for errors.Is.
 var (
-	ErrThreadID             = errors.New("server: bad thread id")
-	ErrTooManyThreads       = errors.New("server: too many threads")
-	ErrTooManySubscriptions = errors.New("server: too many subscriptions on one connection")
+	ErrThreadID             = coded(protocol.ErrorCodeInvalidArgument, "", "server: bad thread id")
+	ErrTooManyThreads       = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many threads")
+	ErrTooManySubscriptions = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many subscriptions on one connection")
 	// ErrQuota: the principal is over one of its quotas
 	// (MaxThreadsPerPrincipal, MaxRunsPerMinute).
-	ErrQuota = errors.New("server: over the principal's quota")
+	ErrQuota = coded(protocol.ErrorCodeResourceExhausted, "", "server: over the principal's quota")
 	// ErrTooLarge: a thread's metadata or values would be larger than
 	// their limit (Config.MaxThreadMetadataBytes, MaxStateBytes).
-	ErrTooLarge = errors.New("server: too large")
+	ErrTooLarge = coded(protocol.ErrorCodeResourceExhausted, ReasonTooLarge, "server: too large")
 )
 
 // sizeOK refuses v, as JSON, larger than max bytes: ErrTooLarge naming
@@ -104,11 +104,11 @@ func (s *Server) sizeOK(v any, max int, limit Limit, what, flag string) error {
 var (
 	// ErrUnauthenticated: authentication is on and the caller has no
 	// valid credential.
-	ErrUnauthenticated = errors.New("server: unauthenticated")
+	ErrUnauthenticated = coded(protocol.ErrorCodeUnauthenticated, "", "server: unauthenticated")
 	// ErrPermissionDenied: the principal may not use the thread.
-	ErrPermissionDenied = errors.New("server: permission denied")
+	ErrPermissionDenied = coded(protocol.ErrorCodePermissionDenied, "", "server: permission denied")
 	// ErrNoSuchThread: a read of a thread the server does not have.
-	ErrNoSuchThread = errors.New("server: no such thread")
+	ErrNoSuchThread = coded(protocol.ErrorCodeNoSuchThread, "", "server: no such thread")
 )
 
 // ValidThreadID reports whether id may name a thread: 1 to 256 bytes of
@@ -184,17 +184,8 @@ type InputValidator interface {
 	ValidateInput(input any, config map[string]any) error
 }
 
-// codeOf is the protocol error code for an error of the core.
+// codeOf is the protocol error code for an error of the core (CodeOf).
 func codeOf(err error) protocol.ErrorCode {
-	switch {
-	case errors.Is(err, ErrThreadID):
-		return protocol.ErrorCodeInvalidArgument
-	case errors.Is(err, ErrTooManyThreads), errors.Is(err, ErrTooManySubscriptions), errors.Is(err, ErrQuota):
-		return protocol.ErrorCodeResourceExhausted
-	case errors.Is(err, ErrPermissionDenied):
-		return protocol.ErrorCodePermissionDenied
-	case errors.Is(err, ErrUnavailable):
-		return protocol.ErrorCodeUnavailable
-	}
-	return protocol.ErrorCodeUnknownError
+	code, _ := CodeOf(err)
+	return code
 }

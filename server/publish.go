@@ -57,7 +57,7 @@ type producerMark struct {
 
 // ErrNotTheWriter refuses a batch sent to a node while another node holds
 // the thread's run lease (with a Cluster): only the holder writes it.
-var ErrNotTheWriter = errors.New("server: another node writes this thread")
+var ErrNotTheWriter = coded(protocol.ErrorCodeUnavailable, ReasonConflict, "server: another node writes this thread")
 
 // Producers' batch numbers: at most MaxProducerSeq (the largest integer
 // every JSON client reads exactly), and at most MaxProducerSeqJump above
@@ -72,7 +72,7 @@ const (
 // ErrProducerSeq refuses a producer's batch whose number breaks the rule
 // above: nothing is appended, and the producer's last batch stays as it
 // was.
-var ErrProducerSeq = errors.New("server: a producer's batch number")
+var ErrProducerSeq = coded(protocol.ErrorCodeInvalidArgument, "", "server: a producer's batch number")
 
 // Publish appends a producer's batch to a thread, creating the thread if
 // it is new, and delivers it to the thread's subscribers like a run's

@@ -30,7 +30,7 @@ func (f AssistantFunc) Run(ctx context.Context, rc *RunContext) error { return f
 var (
 	// ErrRunEnded: the run is over (finished or cancelled); nothing more
 	// can be emitted for it.
-	ErrRunEnded = errors.New("server: the run has ended")
+	ErrRunEnded = coded(protocol.ErrorCodeNoSuchRun, ReasonConflict, "server: the run has ended")
 	// ErrLifecycle: the call breaks a lifecycle rule of the protocol (a
 	// block started while another is open, a delta outside a block, a
 	// message finished twice, ...). The message says which.

@@ -1,14 +1,14 @@
 package server
 
 import (
-	"errors"
 	"fmt"
+	"github.com/agentstream/agentstream/protocol"
 )
 
 // ErrUnavailable is wrapped by the error of a server whose engine cannot
 // reach its store (EngineHost.SetUnavailable): streams end with it, and commands and
 // new subscriptions are refused with it until the store is back.
-var ErrUnavailable = errors.New("server: unavailable")
+var ErrUnavailable = coded(protocol.ErrorCodeUnavailable, "", "server: unavailable")
 
 type unavailableErr struct{ err error }
 

@@ -41,11 +41,11 @@ const (
 // Errors of the worker calls.
 var (
 	// ErrNoSuchWorker: the worker is not connected (never was, or was lost).
-	ErrNoSuchWorker = errors.New("server: no such worker")
+	ErrNoSuchWorker = coded(protocol.ErrorCodeInvalidArgument, ReasonNotFound, "server: no such worker")
 	// ErrNotWorkersRun: the run is not one the worker serves (now).
-	ErrNotWorkersRun = errors.New("server: not a run of this worker")
+	ErrNotWorkersRun = coded(protocol.ErrorCodeNoSuchRun, ReasonConflict, "server: not a run of this worker")
 	// ErrTooManyWorkers: MaxWorkers are connected.
-	ErrTooManyWorkers = errors.New("server: too many workers")
+	ErrTooManyWorkers = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many workers")
 )
 
 // WorkerHello is what a worker says when it connects.
@@ -81,11 +81,11 @@ type AssistantGrant struct {
 
 // ErrAssistantNotYours refuses a worker that would serve an assistant id
 // its principal may not serve.
-var ErrAssistantNotYours = errors.New("server: the principal may not serve this assistant")
+var ErrAssistantNotYours = coded(protocol.ErrorCodePermissionDenied, "", "server: the principal may not serve this assistant")
 
 // ErrOwnedAssistants refuses a worker whose principal would own more than
 // MaxOwnedAssistants assistant ids by serving them first.
-var ErrOwnedAssistants = errors.New("server: too many assistant ids owned")
+var ErrOwnedAssistants = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many assistant ids owned")
 
 // Worker is a connected worker, as its connection sees it.
 type Worker struct {
@@ -189,7 +189,7 @@ func (hub *Workers) Connect(h WorkerHello) (*Worker, error) {
 	now := s.cfg.Now()
 	if w, ok := hub.workers[h.ID]; ok && h.ID != "" {
 		if w.owner != h.Owner {
-			return nil, fmt.Errorf("%w: worker %s belongs to another principal", ErrNoSuchWorker, h.ID)
+			return nil, fmt.Errorf("%w: %w: worker %s belongs to another principal", ErrPermissionDenied, ErrNoSuchWorker, h.ID)
 		}
 		close(w.attached)
 		w.attached = make(chan struct{})
@@ -612,7 +612,7 @@ type WorkerOp struct {
 
 // ErrWorkerOp refuses an operation of a batch (the ops before it were
 // applied): the message says which and why.
-var ErrWorkerOp = errors.New("server: refused")
+var ErrWorkerOp = coded(protocol.ErrorCodeInvalidArgument, "", "server: refused")
 
 // Publish applies a worker's batch to one of its runs, in order:
 // events are published in the run's name, an interrupt is raised, the end

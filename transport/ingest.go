@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -103,17 +102,10 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.srv.Publish(r.Context(), r.PathValue("id"), b)
 	if err != nil {
-		code, status := protocol.ErrorCodeUnavailable, http.StatusServiceUnavailable
-		switch {
-		case errors.Is(err, server.ErrNotTheWriter):
-			status = http.StatusConflict
-		case errors.Is(err, server.ErrThreadID), errors.Is(err, server.ErrProducerSeq):
-			code, status = protocol.ErrorCodeInvalidArgument, http.StatusBadRequest
-		}
+		status, e := httpjson.Refusal(err)
 		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
-		e := protocol.NewError(nil, code, "%v", err)
 		if res != nil && len(res.Seqs) > 0 {
 			e.Message += " (the batch's first " + strconv.Itoa(len(res.Seqs)) + " events were appended)"
 		}

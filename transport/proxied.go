@@ -462,7 +462,7 @@ func (h *Handler) rewriteAnswer(next http.Handler, w http.ResponseWriter, r *htt
 	}
 	out, err := rewrite(cw.status, cw.body.Bytes())
 	if err != nil {
-		h.refuseCore(w, err)
+		httpjson.WriteRefusal(w, err)
 		return
 	}
 	for k, v := range cw.header {
@@ -473,17 +473,6 @@ func (h *Handler) rewriteAnswer(next http.Handler, w http.ResponseWriter, r *htt
 	_, _ = w.Write(out)
 }
 
-// refuseCore answers an error of the core's (server.Authorize's).
-func (h *Handler) refuseCore(w http.ResponseWriter, err error) {
-	code := protocol.ErrorCodePermissionDenied
-	switch {
-	case errors.Is(err, server.ErrTooManyThreads), errors.Is(err, server.ErrQuota):
-		code = protocol.ErrorCodeResourceExhausted
-	case errors.Is(err, server.ErrUnavailable):
-		code = protocol.ErrorCodeUnavailable
-	}
-	httpjson.Write(w, httpjson.StatusOf(code), protocol.NewError(nil, code, "%v", err))
-}
 
 // captureWriter holds an upstream answer back, up to maxRewritten bytes.
 type captureWriter struct {

@@ -438,26 +438,13 @@ func (h *Handler) authorize(w http.ResponseWriter, p *auth.Principal, threadID s
 	if err == nil {
 		return true
 	}
-	code := protocol.ErrorCodePermissionDenied
 	switch {
-	case errors.Is(err, server.ErrNoSuchThread):
-		code = protocol.ErrorCodeNoSuchThread
 	case errors.Is(err, server.ErrTooManyThreads):
 		h.metrics.Refused(string(server.LimitThreads))
-		code = protocol.ErrorCodeResourceExhausted
-	case errors.Is(err, server.ErrQuota):
-		code = protocol.ErrorCodeResourceExhausted
 	case errors.Is(err, server.ErrPermissionDenied):
 		h.metrics.AuthRefused("permission_denied")
-	case errors.Is(err, server.ErrUnavailable):
-		code = protocol.ErrorCodeUnavailable
-	default:
-		// An error the store gave that names no refusal: unknown_error,
-		// but 503 (retry), not StatusOf's 500.
-		httpjson.Write(w, http.StatusServiceUnavailable, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err))
-		return false
 	}
-	httpjson.Write(w, httpjson.StatusOf(code), protocol.NewError(nil, code, "%v", err))
+	httpjson.WriteRefusal(w, err)
 	return false
 }
 

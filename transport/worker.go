@@ -130,17 +130,10 @@ func (h *Handler) workerConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	wk, err := h.srv.Workers().Connect(hello)
 	if err != nil {
-		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
-		switch {
-		case errors.Is(err, server.ErrTooManyWorkers):
+		if errors.Is(err, server.ErrTooManyWorkers) {
 			h.metrics.Refused(string(server.LimitWorkers))
-			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
-		case errors.Is(err, server.ErrOwnedAssistants):
-			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
-		case errors.Is(err, server.ErrNoSuchWorker), errors.Is(err, server.ErrAssistantNotYours):
-			status, code = http.StatusForbidden, protocol.ErrorCodePermissionDenied
 		}
-		httpjson.Write(w, status, protocol.NewError(nil, code, "%v", err))
+		httpjson.WriteRefusal(w, err)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -248,17 +241,7 @@ func (h *Handler) workerBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.srv.Workers().Publish(r.PathValue("worker"), owner(r), r.PathValue("run"), server.WorkerBatch{Seq: seq, Ops: ops})
 	if err != nil {
-		status, code := http.StatusBadRequest, protocol.ErrorCodeInvalidArgument
-		switch {
-		case errors.Is(err, server.ErrNoSuchWorker):
-			status = http.StatusNotFound
-		case errors.Is(err, server.ErrNotWorkersRun), errors.Is(err, server.ErrRunEnded):
-			status, code = http.StatusConflict, protocol.ErrorCodeNoSuchRun
-		case errors.Is(err, server.ErrWorkerOp):
-		default:
-			status, code = http.StatusServiceUnavailable, protocol.ErrorCodeUnavailable
-		}
-		e := protocol.NewError(nil, code, "%v", err)
+		status, e := httpjson.Refusal(err)
 		if res != nil && len(res.Seqs) > 0 {
 			e.Message += fmt.Sprintf(" (the batch's first %d events were published)", len(res.Seqs))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/wire"
 )
 
@@ -97,28 +98,31 @@ func write(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// serverError answers an error of the server's core with its status.
+// serverError answers an error of the server's core with its status:
+// the one table (httpjson.Refusal), but where the Platform answers
+// otherwise (platformStatus).
 func serverError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, server.ErrPermissionDenied):
-		fail(w, http.StatusForbidden, "%v", err)
-	case errors.Is(err, server.ErrUnauthenticated):
-		fail(w, http.StatusUnauthorized, "%v", err)
-	case errors.Is(err, server.ErrNoSuchThread):
-		fail(w, http.StatusNotFound, "%v", err)
-	case errors.Is(err, server.ErrThreadExists), errors.Is(err, server.ErrThreadBusy):
-		fail(w, http.StatusConflict, "%v", err)
-	case errors.Is(err, server.ErrThreadID):
-		fail(w, http.StatusUnprocessableEntity, "%v", err)
-	case errors.Is(err, server.ErrTooManyThreads), errors.Is(err, server.ErrQuota):
-		fail(w, http.StatusTooManyRequests, "%v", err)
-	case errors.Is(err, server.ErrTooLarge):
-		fail(w, http.StatusRequestEntityTooLarge, "%v", err)
-	case errors.Is(err, server.ErrNoCatalog):
-		fail(w, http.StatusNotImplemented, "%v", err)
-	default:
-		fail(w, http.StatusServiceUnavailable, "%v", err)
+	status, _ := httpjson.Refusal(err)
+	for _, o := range platformStatus {
+		if errors.Is(err, o.err) {
+			status = o.status
+			break
+		}
 	}
+	fail(w, status, "%v", err)
+}
+
+// platformStatus are the errors the reference Platform server answers
+// with another status than the core's table, first match first: a thread
+// id or a store namespace its schema refuses is 422, a missing namespace
+// 400.
+var platformStatus = []struct {
+	err    error
+	status int
+}{
+	{server.ErrNoNamespace, http.StatusBadRequest},
+	{server.ErrItemNamespace, http.StatusUnprocessableEntity},
+	{server.ErrThreadID, http.StatusUnprocessableEntity},
 }
 
 // body reads and strictly decodes a JSON body (an empty one is {}) into

@@ -1,7 +1,6 @@
 package langgraph
 
 import (
-	"errors"
 	"math"
 	"net/http"
 	"strings"
@@ -13,23 +12,6 @@ import (
 
 // The long-term store's routes (client.store.*), on the server's
 // ItemStore: the items of the principal that asks (server.ItemScope).
-
-// storeError answers an error of the store as the Platform does: 400 for
-// a missing namespace, 422 for a bad one.
-func storeError(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, server.ErrNoNamespace):
-		fail(w, http.StatusBadRequest, "Namespace is required")
-	case errors.Is(err, server.ErrItemNamespace):
-		fail(w, http.StatusUnprocessableEntity, "%v", err)
-	case errors.Is(err, server.ErrTooManyItems):
-		fail(w, http.StatusTooManyRequests, "%v", err)
-	case errors.Is(err, server.ErrNoItemStore):
-		fail(w, http.StatusNotImplemented, "%v", err)
-	default:
-		serverError(w, err)
-	}
-}
 
 // lgItem is an item as the wire shows it.
 func lgItem(it server.StoreItem) LgItem {
@@ -57,7 +39,7 @@ func (h *Handler) putItem(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := h.Server.PutItem(r.Context(), auth.FromContext(r.Context()), req.Namespace, req.Key, req.Value, ttl); err != nil {
-		storeError(w, err)
+		serverError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -81,7 +63,7 @@ func (h *Handler) getItem(w http.ResponseWriter, r *http.Request) {
 	}
 	it, ok, err := h.Server.GetItem(r.Context(), auth.FromContext(r.Context()), ns, q.Get("key"), refresh)
 	if err != nil {
-		storeError(w, err)
+		serverError(w, err)
 		return
 	}
 	if !ok {
@@ -102,7 +84,7 @@ func (h *Handler) deleteItem(w http.ResponseWriter, r *http.Request) {
 		ns = *req.Namespace
 	}
 	if err := h.Server.DeleteItem(r.Context(), auth.FromContext(r.Context()), ns, req.Key); err != nil {
-		storeError(w, err)
+		serverError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -130,7 +112,7 @@ func (h *Handler) searchItems(w http.ResponseWriter, r *http.Request) {
 	}
 	items, err := h.Server.SearchItems(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
-		storeError(w, err)
+		serverError(w, err)
 		return
 	}
 	out := LgItemList{Items: make([]LgItem, len(items))}
@@ -162,7 +144,7 @@ func (h *Handler) listNamespaces(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := h.Server.ListNamespaces(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
-		storeError(w, err)
+		serverError(w, err)
 		return
 	}
 	write(w, http.StatusOK, LgNamespaceList{Namespaces: list})

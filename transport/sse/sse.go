@@ -214,14 +214,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, _, err := h.srv.Subscribe(thread, f, cursor)
 	if err != nil {
-		status, code := http.StatusServiceUnavailable, protocol.ErrorCodeUnknownError
-		switch {
-		case errors.Is(err, server.ErrTooManyThreads):
-			status, code = http.StatusTooManyRequests, protocol.ErrorCodeResourceExhausted
-		case errors.Is(err, server.ErrUnavailable):
-			code = protocol.ErrorCodeUnavailable
-		}
-		writeError(w, status, protocol.NewError(nil, code, "%v", err))
+		status, e := httpjson.Refusal(err)
+		writeError(w, status, e)
 		return
 	}
 	h.serve(w, r, sub, nil)

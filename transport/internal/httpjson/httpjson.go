@@ -76,23 +76,64 @@ func StatusOf(code protocol.ErrorCode) int {
 	return http.StatusInternalServerError // unknown_error, and any code newer than this table
 }
 
+// Status is the HTTP status of an error code and the reason an error of
+// the core gives (server.CodeOf): the few reasons a plain HTTP answer
+// tells apart from the rest of their code, then StatusOf. It is the one
+// table from the core's errors to statuses; a wire whose reference
+// answers otherwise (the LangGraph Platform's 422s) overrides it for the
+// errors it names, and says so.
+func Status(code protocol.ErrorCode, reason string) int {
+	switch reason {
+	case server.ReasonThreadBusy, server.ReasonConflict:
+		return http.StatusConflict
+	case server.ReasonTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case server.ReasonNotServed:
+		return http.StatusNotImplemented
+	case server.ReasonNotFound:
+		return http.StatusNotFound
+	}
+	return StatusOf(code)
+}
+
+// Refusal is err, an error of the core, as an ErrorResponse without an id
+// and its HTTP status (Status of its code and reason). An error that
+// carries no code is a store's failure: unavailable, 503, worth a retry.
+func Refusal(err error) (int, *protocol.ErrorResponse) {
+	code, reason := server.CodeOf(err)
+	var e *protocol.ErrorResponse
+	if errors.As(err, &e) {
+		c := *e
+		c.ID = nil
+		return Status(code, reason), &c
+	}
+	if code == protocol.ErrorCodeUnknownError {
+		code = protocol.ErrorCodeUnavailable
+	}
+	return Status(code, reason), protocol.NewError(nil, code, "%v", err)
+}
+
+// WriteRefusal answers err, an error of the core, as Refusal says.
+func WriteRefusal(w http.ResponseWriter, err error) {
+	status, e := Refusal(err)
+	Write(w, status, e)
+}
+
 // CommandError is err (from server.Session.Do) as an ErrorResponse
 // without an id, and its HTTP status for the other wires, which start
-// runs over plain HTTP: StatusOf its code, but 409 for the server's
-// refusal of a second run on a busy thread (multitask strategy reject,
-// the one invalid_argument that is a conflict, marked with the reason
-// server.ReasonThreadBusy). The protocol's own command route answers it
-// 400, as StatusOf does.
+// runs over plain HTTP: Status of its code and reason (409 for the
+// server's refusal of a second run on a busy thread, multitask strategy
+// reject); an error that is no ErrorResponse is unknown_error (500). The
+// protocol's own command route answers by the code alone (StatusOf: 400
+// for a busy thread), as the protocol's codes say.
 func CommandError(err error) (int, *protocol.ErrorResponse) {
 	var e *protocol.ErrorResponse
 	if !errors.As(err, &e) {
 		e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
 	}
 	e.ID = nil
-	if e.Extra["reason"] == server.ReasonThreadBusy {
-		return http.StatusConflict, e
-	}
-	return StatusOf(e.Code), e
+	reason, _ := e.Extra["reason"].(string)
+	return Status(e.Code, reason), e
 }
 
 // ErrorShape wraps next so that the body of an error answer (a status of

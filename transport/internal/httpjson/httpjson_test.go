@@ -2,6 +2,7 @@ package httpjson
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -51,4 +52,41 @@ func TestStatusOfEveryCode(t *testing.T) {
 	status, e = CommandError(errors.New("disk on fire"))
 	require.Equal(t, 500, status)
 	require.Equal(t, protocol.ErrorCodeUnknownError, e.Code)
+}
+
+// TestRefusalIsTheOneTable: each of the core's errors answers with its own
+// code and the status its code and reason give, wrapped or not; an error
+// without a code is unavailable (503).
+func TestRefusalIsTheOneTable(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   protocol.ErrorCode
+	}{
+		{server.ErrThreadID, 400, protocol.ErrorCodeInvalidArgument},
+		{fmt.Errorf("%w: 300 bytes", server.ErrThreadID), 400, protocol.ErrorCodeInvalidArgument},
+		{server.ErrTooManyThreads, 429, protocol.ErrorCodeResourceExhausted},
+		{server.ErrQuota, 429, protocol.ErrorCodeResourceExhausted},
+		{server.ErrTooLarge, 413, protocol.ErrorCodeResourceExhausted},
+		{server.ErrPermissionDenied, 403, protocol.ErrorCodePermissionDenied},
+		{server.ErrUnauthenticated, 401, protocol.ErrorCodeUnauthenticated},
+		{server.ErrNoSuchThread, 404, protocol.ErrorCodeNoSuchThread},
+		{server.ErrThreadExists, 409, protocol.ErrorCodeInvalidArgument},
+		{server.ErrThreadBusy, 409, protocol.ErrorCodeInvalidArgument},
+		{server.ErrNotTheWriter, 409, protocol.ErrorCodeUnavailable},
+		{server.ErrRunEnded, 409, protocol.ErrorCodeNoSuchRun},
+		{server.ErrNoSuchWorker, 404, protocol.ErrorCodeInvalidArgument},
+		{server.ErrNoCatalog, 501, protocol.ErrorCodeNotSupported},
+		{server.ErrUnavailable, 503, protocol.ErrorCodeUnavailable},
+		{errors.New("disk on fire"), 503, protocol.ErrorCodeUnavailable},
+		{protocol.NewError(nil, protocol.ErrorCodeNoSuchRun, "x"), 404, protocol.ErrorCodeNoSuchRun},
+	} {
+		status, e := Refusal(tc.err)
+		require.Equal(t, tc.status, status, "%v", tc.err)
+		require.Equal(t, tc.code, e.Code, "%v", tc.err)
+		var resp *protocol.ErrorResponse
+		if !errors.As(tc.err, &resp) {
+			require.Equal(t, tc.err.Error(), e.Message)
+		}
+	}
 }

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/agentstream/agentstream/protocol"
+)
+
+// Error is an error of the core that says how it is answered: its
+// protocol error code, and a reason for the few refusals a plain HTTP
+// answer tells apart from others of their code (a conflict with the state
+// of a thread, run or writer; a size past its limit; a capability the
+// engine lacks). The core's sentinel errors are Errors, and the errors
+// that wrap them (fmt.Errorf("%w: ...")) carry them: CodeOf reads them,
+// and httpjson.StatusOf turns code and reason into an HTTP status, the
+// one table every wire uses.
+type Error struct {
+	msg    string
+	Code   protocol.ErrorCode
+	Reason string
+}
+
+func (e *Error) Error() string { return e.msg }
+
+// Reasons an Error gives, besides ReasonThreadBusy.
+const (
+	// ReasonConflict: the state of a thread, run or writer refuses the
+	// request as it stands (a thread that exists, a run that ended,
+	// another node writing the thread): retrying the same request does not
+	// help (HTTP 409).
+	ReasonConflict = "conflict"
+	// ReasonTooLarge: what the request would leave is larger than its
+	// limit (HTTP 413).
+	ReasonTooLarge = "too_large"
+	// ReasonNotServed: the engine does not keep what the request needs
+	// (HTTP 501).
+	ReasonNotServed = "not_served"
+	// ReasonNotFound: what the request names (a worker) is not there, and
+	// its code is not a no_such_* one (HTTP 404).
+	ReasonNotFound = "not_found"
+)
+
+func coded(code protocol.ErrorCode, reason, msg string) *Error {
+	return &Error{msg: msg, Code: code, Reason: reason}
+}
+
+// CodeOf is the protocol error code of err and its reason, if any: those
+// of the core Error it wraps, of a protocol ErrorResponse (its "reason"
+// extension), or unknown_error for any other error.
+func CodeOf(err error) (protocol.ErrorCode, string) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code, e.Reason
+	}
+	var r *protocol.ErrorResponse
+	if errors.As(err, &r) {
+		reason, _ := r.Extra["reason"].(string)
+		return r.Code, reason
+	}
+	return protocol.ErrorCodeUnknownError, ""
+}
