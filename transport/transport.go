@@ -76,22 +76,37 @@ const (
 	ProfileLangGraph = "langgraph"
 )
 
-// Profiles lists the wires Options.Profiles may name.
-var Profiles = []string{ProfileMinimal, ProfileJobs, ProfileInstanceAI, ProfileOpenAI, ProfileLangGraph}
+// profileWires are the wires Options.Profiles may name, each with how it
+// is built on the transport's context, in the order they are listed.
+var profileWires = []struct {
+	name  string
+	build func(c wire.Context, opts *Options) wire.Wire
+}{
+	{ProfileMinimal, func(c wire.Context, _ *Options) wire.Wire { return minimal.New(c) }},
+	{ProfileJobs, func(c wire.Context, _ *Options) wire.Wire { return jobs.New(c) }},
+	{ProfileInstanceAI, func(c wire.Context, o *Options) wire.Wire {
+		return instanceai.New(c, instanceai.Options{Assistant: o.InstanceAIAssistant})
+	}},
+	{ProfileOpenAI, func(c wire.Context, _ *Options) wire.Wire { return openai.New(c, openai.Options{}) }},
+	{ProfileLangGraph, func(c wire.Context, _ *Options) wire.Wire { return langgraph.New(c) }},
+}
 
-// profileWire builds the wire a profile names on the transport's context.
+// Profiles lists the wires Options.Profiles may name.
+var Profiles = func() []string {
+	var names []string
+	for _, p := range profileWires {
+		names = append(names, p.name)
+	}
+	return names
+}()
+
+// profileWire builds the wire a profile names on the transport's context
+// (nil for a name no wire has).
 func profileWire(name string, c wire.Context, opts *Options) wire.Wire {
-	switch name {
-	case ProfileMinimal:
-		return minimal.New(c)
-	case ProfileJobs:
-		return jobs.New(c)
-	case ProfileInstanceAI:
-		return instanceai.New(c, instanceai.Options{Assistant: opts.InstanceAIAssistant})
-	case ProfileOpenAI:
-		return openai.New(c, openai.Options{})
-	case ProfileLangGraph:
-		return langgraph.New(c)
+	for _, p := range profileWires {
+		if p.name == name {
+			return p.build(c, opts)
+		}
 	}
 	return nil
 }
@@ -219,6 +234,50 @@ type Handler struct {
 	runOwners runOwners // stateless runs started through the edge
 }
 
+// withDefaults is o with every field left zero set to its default, and
+// the SSE and WebSocket handlers' settings that follow the handler's own
+// (the body timeout, the decode limits, authentication) set from them.
+func (o Options) withDefaults() Options {
+	if o.SSE.BodyTimeout == 0 {
+		o.SSE.BodyTimeout = o.BodyTimeout // one setting for both routes that read a body
+	}
+	o.WS.Auth = o.Auth
+	if o.WS.Decode == (protocol.DecodeLimits{}) {
+		o.WS.Decode = o.Decode
+	}
+	if o.SSE.Decode == (protocol.DecodeLimits{}) {
+		o.SSE.Decode = o.Decode
+	}
+	if o.MaxCommandBody <= 0 {
+		o.MaxCommandBody = 1 << 20
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
+	}
+	if o.HTTPCommandRate <= 0 {
+		o.HTTPCommandRate = DefaultHTTPCommandRate
+	}
+	if o.HTTPCommandBurst <= 0 {
+		o.HTTPCommandBurst = DefaultHTTPCommandBurst
+	}
+	if o.HTTPStreamRate <= 0 {
+		o.HTTPStreamRate = DefaultHTTPStreamRate
+	}
+	if o.HTTPStreamBurst <= 0 {
+		o.HTTPStreamBurst = DefaultHTTPStreamBurst
+	}
+	if o.AuthFailureRate <= 0 {
+		o.AuthFailureRate = DefaultAuthFailureRate
+	}
+	if o.AuthFailureBurst <= 0 {
+		o.AuthFailureBurst = DefaultAuthFailureBurst
+	}
+	if o.MaxStreamsPerPrincipal <= 0 {
+		o.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
+	}
+	return o
+}
+
 // New builds the handler for srv.
 func New(srv *server.Server, opts Options) *Handler {
 	reg := opts.Registry
@@ -226,51 +285,15 @@ func New(srv *server.Server, opts Options) *Handler {
 		reg = prometheus.NewRegistry()
 	}
 	m := newMetrics(reg, srv)
+	opts = opts.withDefaults()
 	opts.SSE.Observer = wire.Join(opts.SSE.Observer, m)
 	opts.WS.Observer = wire.Join(opts.WS.Observer, m)
-	if opts.SSE.BodyTimeout == 0 {
-		opts.SSE.BodyTimeout = opts.BodyTimeout // one setting for both routes that read a body
-	}
-	opts.WS.Auth = opts.Auth
-	if opts.WS.Decode == (protocol.DecodeLimits{}) {
-		opts.WS.Decode = opts.Decode
-	}
-	if opts.SSE.Decode == (protocol.DecodeLimits{}) {
-		opts.SSE.Decode = opts.Decode
-	}
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
 		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState,
 		edge: opts.UpstreamProxy != nil || opts.UpstreamState != nil}
-	if h.maxBody <= 0 {
-		h.maxBody = 1 << 20
-	}
-	if h.bodyTimeout <= 0 {
-		h.bodyTimeout = DefaultBodyTimeout
-	}
-	if opts.HTTPCommandRate <= 0 {
-		opts.HTTPCommandRate = DefaultHTTPCommandRate
-	}
-	if opts.HTTPCommandBurst <= 0 {
-		opts.HTTPCommandBurst = DefaultHTTPCommandBurst
-	}
 	h.limiter = keyrate.New(opts.HTTPCommandRate, opts.HTTPCommandBurst)
-	if opts.HTTPStreamRate <= 0 {
-		opts.HTTPStreamRate = DefaultHTTPStreamRate
-	}
-	if opts.HTTPStreamBurst <= 0 {
-		opts.HTTPStreamBurst = DefaultHTTPStreamBurst
-	}
 	h.streamLimiter = keyrate.New(opts.HTTPStreamRate, opts.HTTPStreamBurst)
-	if opts.AuthFailureRate <= 0 {
-		opts.AuthFailureRate = DefaultAuthFailureRate
-	}
-	if opts.AuthFailureBurst <= 0 {
-		opts.AuthFailureBurst = DefaultAuthFailureBurst
-	}
 	h.authFailures = keyrate.New(opts.AuthFailureRate, opts.AuthFailureBurst)
-	if opts.MaxStreamsPerPrincipal <= 0 {
-		opts.MaxStreamsPerPrincipal = DefaultMaxStreamsPerPrincipal
-	}
 	h.streams = &streamQuota{max: opts.MaxStreamsPerPrincipal, open: map[string]int{}}
 	h.decoder = protocol.Decoder{Limits: opts.Decode, OnLimit: func(limit string) { m.Refused("command_" + limit) }}
 	h.ingest = opts.Ingest.withDefaults()
