@@ -473,7 +473,6 @@ func (h *Handler) rewriteAnswer(next http.Handler, w http.ResponseWriter, r *htt
 	_, _ = w.Write(out)
 }
 
-
 // captureWriter holds an upstream answer back, up to maxRewritten bytes.
 type captureWriter struct {
 	header http.Header
