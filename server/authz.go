@@ -2,8 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/agentstream/agentstream/protocol"
 
 	"github.com/agentstream/agentstream/auth"
 )
@@ -128,8 +128,8 @@ func (s *Server) Owner(ctx context.Context, threadID string) (string, error) {
 // storeError is the error of a call to the StateStore that failed: the
 // store is unavailable (codeOf: unavailable).
 func storeError(err error) error {
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTooManyThreads) || errors.Is(err, ErrTooLarge) {
-		return err // a limit is not the store being down
+	if code, _ := CodeOf(err); code != protocol.ErrorCodeUnknownError {
+		return err // a refusal of the core's (a limit, unavailable already) is not the store being down
 	}
 	return fmt.Errorf("%w: the thread's store: %v", ErrUnavailable, err)
 }

@@ -12,8 +12,8 @@ import (
 // of a thread, run or writer; a size past its limit; a capability the
 // engine lacks). The core's sentinel errors are Errors, and the errors
 // that wrap them (fmt.Errorf("%w: ...")) carry them: CodeOf reads them,
-// and httpjson.StatusOf turns code and reason into an HTTP status, the
-// one table every wire uses.
+// and the transport's httpjson.Status turns code and reason into an HTTP
+// status, the one table every wire uses.
 type Error struct {
 	msg    string
 	Code   protocol.ErrorCode

@@ -27,8 +27,9 @@ import (
 //     as is a request asking to upgrade the connection: the edge tunnels
 //     nothing it does not read;
 //   - a thread id spelled as a UUID other than in its canonical form
-//     (lower case, hyphenated) is refused, since the upstream may read
-//     every spelling as one thread (canonicalThreadID);
+//     (lower case, hyphenated) is refused, in the path and in a body that
+//     names one, since the upstream may read every spelling as one thread
+//     (authorize checks it in edge mode: canonicalThreadID);
 //   - a body is read here under the limits of every route (size, time,
 //     depth and values, a JSON Content-Type) and forwarded as read;
 //   - a read (GET, HEAD) is admitted as a read, a run stream or join as a
@@ -51,13 +52,6 @@ func (h *Handler) proxied(next http.Handler) http.Handler {
 			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeNotSupported, "%s %s: this route does not upgrade the connection", r.Method, r.URL.Path))
 			return
 		}
-		if id, ok := pathThread(seg); ok {
-			if err := canonicalThreadID(id); err != nil {
-				h.metrics.Refused(string(server.LimitThreadID))
-				httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
-				return
-			}
-		}
 		kind := wire.CommandRoute
 		switch {
 		case r.Method == http.MethodGet || r.Method == http.MethodHead:
@@ -76,18 +70,19 @@ func (h *Handler) proxied(next http.Handler) http.Handler {
 				return
 			}
 		}
+		rule := proxyRuleOf(r.Method, seg)
+		// Without authentication authorize only checks the id's spelling.
+		if rule.thread != "" && !h.authorize(w, p, rule.thread, true) {
+			return
+		}
 		if p == nil {
 			forward(next, w, r, body)
 			return
 		}
 		r = r.WithContext(auth.NewContext(r.Context(), p))
-		rule := proxyRuleOf(r.Method, seg)
 		if !p.Admin && rule.adminOnly {
 			h.metrics.AuthRefused("permission_denied")
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%s %s is for admins only through the edge (%s)", r.Method, r.URL.Path, rule.why))
-			return
-		}
-		if rule.thread != "" && !h.authorize(w, p, rule.thread, true) {
 			return
 		}
 		if rule.serve != nil {
@@ -125,14 +120,6 @@ func proxyPath(u *url.URL) ([]string, error) {
 		seg[i] = d
 	}
 	return seg, nil
-}
-
-// pathThread is the thread a pass-through path names (/threads/{id}/...).
-func pathThread(seg []string) (string, bool) {
-	if len(seg) >= 2 && seg[0] == "threads" && seg[1] != "search" && seg[1] != "count" {
-		return seg[1], true
-	}
-	return "", false
 }
 
 // canonicalThreadID refuses, in edge mode, a thread id that spells a UUID
@@ -268,7 +255,10 @@ func proxyRuleOf(method string, seg []string) proxyRule {
 		case n == 2 && post && (seg[1] == "wait" || seg[1] == "stream" || seg[1] == "batch"):
 			return proxyRule{serve: (*Handler).proxyStatelessRun}
 		case n == 3 && get && seg[2] == "stream":
-			return proxyRule{serve: (*Handler).proxyJoinStatelessRun}
+			run := seg[1]
+			return proxyRule{serve: func(h *Handler, next http.Handler, w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) {
+				h.proxyJoinStatelessRun(next, w, r, p, run, body)
+			}}
 		}
 		return proxyRule{adminOnly: true, why: "crons without a thread are no principal's"}
 	}
@@ -289,12 +279,8 @@ func (h *Handler) proxyCreateThread(next http.Handler, w http.ResponseWriter, r 
 	if id == "" {
 		id = server.NewUUID()
 		m["thread_id"] = id
-	} else if err := canonicalThreadID(id); err != nil {
-		h.metrics.Refused(string(server.LimitThreadID))
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
-		return
 	}
-	if !h.authorize(w, p, id, true) {
+	if !h.authorize(w, p, id, true) { // the id's spelling too
 		return
 	}
 	if !p.Admin {
@@ -342,28 +328,17 @@ func (h *Handler) proxyCopyThread(next http.Handler, w http.ResponseWriter, r *h
 func (h *Handler) proxyStatelessRun(next http.Handler, w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) {
 	// A run may name its thread in the body (the Agent Protocol's
 	// stateful run): authorized as the thread's own routes are.
-	var runs []map[string]any
-	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("[")) {
-		if json.Unmarshal(body, &runs) != nil {
-			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the body is a JSON array of runs"))
-			return
-		}
-	} else if m, ok := objectBody(w, body); ok {
-		runs = append(runs, m)
-	} else {
+	type run struct {
+		RunID    string  `json:"run_id"`
+		ThreadID *string `json:"thread_id"`
+	}
+	asked, err := oneOrMany[run](body)
+	if err != nil {
+		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "the body is a run or a JSON array of runs: %v", err))
 		return
 	}
-	for _, run := range runs {
-		id, named := run["thread_id"].(string)
-		if !named {
-			continue
-		}
-		if err := canonicalThreadID(id); err != nil {
-			h.metrics.Refused(string(server.LimitThreadID))
-			httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
-			return
-		}
-		if !h.authorize(w, p, id, true) {
+	for _, rn := range asked {
+		if rn.ThreadID != nil && !h.authorize(w, p, *rn.ThreadID, true) {
 			return
 		}
 	}
@@ -380,25 +355,11 @@ func (h *Handler) proxyStatelessRun(next http.Handler, w http.ResponseWriter, r 
 		if status/100 != 2 {
 			return b, nil
 		}
-		type run struct {
-			RunID    string `json:"run_id"`
-			ThreadID string `json:"thread_id"`
-		}
-		var runs []run
-		if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
-			_ = json.Unmarshal(b, &runs)
-		} else {
-			var one run
-			if json.Unmarshal(b, &one) == nil {
-				runs = append(runs, one)
-			}
-		}
-		for _, rn := range runs {
-			if rn.RunID != "" {
-				h.runOwners.add(rn.RunID, p.Subject)
-			}
-			if rn.ThreadID != "" {
-				if err := h.srv.Authorize(p, rn.ThreadID, true); err != nil {
+		started, _ := oneOrMany[run](b)
+		for _, rn := range started {
+			h.runOwners.add(rn.RunID, p.Subject)
+			if rn.ThreadID != nil && *rn.ThreadID != "" {
+				if err := h.srv.Authorize(p, *rn.ThreadID, true); err != nil {
 					return nil, err
 				}
 			}
@@ -407,11 +368,10 @@ func (h *Handler) proxyStatelessRun(next http.Handler, w http.ResponseWriter, r 
 	})
 }
 
-// proxyJoinStatelessRun forwards GET /runs/{run}/stream for the principal
+// proxyJoinStatelessRun forwards GET /runs/{run}/stream (of run) for the principal
 // that started the run through this node (proxyStatelessRun), or an
 // admin.
-func (h *Handler) proxyJoinStatelessRun(next http.Handler, w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) {
-	run := strings.Split(strings.Trim(r.URL.Path, "/"), "/")[1]
+func (h *Handler) proxyJoinStatelessRun(next http.Handler, w http.ResponseWriter, r *http.Request, p *auth.Principal, run string, body []byte) {
 	if !p.Admin && h.runOwners.owner(run) != p.Subject {
 		h.metrics.AuthRefused("permission_denied")
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "run %s was not started by %q through this node: join it by its thread (/threads/{id}/runs/{run}/stream)", run, p.Subject))
@@ -432,6 +392,25 @@ func objectBody(w http.ResponseWriter, body []byte) (map[string]any, bool) {
 		return nil, false
 	}
 	return m, true
+}
+
+// oneOrMany decodes a JSON value that is one T or an array of them (an
+// empty body is none).
+func oneOrMany[T any](b []byte) ([]T, error) {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0:
+		return nil, nil
+	case b[0] == '[':
+		var many []T
+		err := json.Unmarshal(b, &many)
+		return many, err
+	}
+	var one T
+	if err := json.Unmarshal(b, &one); err != nil {
+		return nil, err
+	}
+	return []T{one}, nil
 }
 
 // markOwner sets m[member].owner to p's subject.

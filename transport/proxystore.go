@@ -3,7 +3,6 @@ package transport
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 
@@ -49,7 +48,13 @@ func (h *Handler) proxyStore(next http.Handler, w http.ResponseWriter, r *http.R
 		q.Set("namespace", ns)
 		r.URL.RawQuery = q.Encode()
 		h.rewriteAnswer(next, w, r, nil, func(status int, b []byte) ([]byte, error) {
-			return stripItem(status, b, label)
+			if status/100 != 2 {
+				return b, nil
+			}
+			if it, ok := stripItem(b, label); ok {
+				return it, nil
+			}
+			return []byte("null"), nil // none, or another label's
 		})
 	case path == "store/items" && (r.Method == http.MethodPut || r.Method == http.MethodDelete):
 		m, ok := objectBody(w, body)
@@ -75,7 +80,7 @@ func (h *Handler) proxyStore(next http.Handler, w http.ResponseWriter, r *http.R
 			_ = json.Unmarshal(ans["items"], &items)
 			kept := make([]json.RawMessage, 0, len(items))
 			for _, it := range items {
-				if s, err := stripItem(status, it, label); err == nil && s != nil {
+				if s, ok := stripItem(it, label); ok {
 					kept = append(kept, s)
 				}
 			}
@@ -113,19 +118,20 @@ func (h *Handler) proxyStore(next http.Handler, w http.ResponseWriter, r *http.R
 	}
 }
 
-// stripItem takes label off a store item's namespace; an item under
-// another label is null.
-func stripItem(status int, b []byte, label string) ([]byte, error) {
+// stripItem takes label off a store item's namespace; ok is false for
+// what is no item under label (null, another label's).
+func stripItem(b []byte, label string) (_ []byte, ok bool) {
 	var it map[string]json.RawMessage
-	if status/100 != 2 || json.Unmarshal(b, &it) != nil || it == nil {
-		return b, nil
+	if json.Unmarshal(b, &it) != nil || it == nil {
+		return nil, false
 	}
 	var ns []string
 	if json.Unmarshal(it["namespace"], &ns) != nil || len(ns) == 0 || ns[0] != label {
-		return []byte("null"), nil
+		return nil, false
 	}
 	it["namespace"], _ = json.Marshal(ns[1:])
-	return json.Marshal(it)
+	out, err := json.Marshal(it)
+	return out, err == nil
 }
 
 // maxRunOwners bounds the stateless runs whose creators a node remembers
@@ -141,7 +147,7 @@ type runOwners struct {
 }
 
 func (o *runOwners) add(run, subject string) {
-	if _, err := url.PathUnescape(run); err != nil || run == "" {
+	if run == "" {
 		return
 	}
 	o.mu.Lock()

@@ -166,8 +166,8 @@ var secretFlags = map[string]bool{"upstream-api-key": true}
 // REDACTED.
 var urlFlags = map[string]bool{"redis": true, "upstream": true, "auth-jwks-url": true}
 
-// printedValue is a flag's value as --print-config and the logs may show
-// it: secrets redacted.
+// printedValue is a flag's value as --print-config shows it: secrets
+// redacted.
 func printedValue(name, v string) string {
 	switch {
 	case v == "":

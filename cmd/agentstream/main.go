@@ -790,7 +790,7 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	eng, err := diskstore.Open(diskstore.Options{Dir: *dir, MinFree: 1, Repair: rest[0] == "repair", Existing: true})
 	switch {
 	case errors.Is(err, diskstore.ErrTableDamaged):
-		fmt.Fprintf(stderr, "agentstream data: %v\n(a damaged table is not repaired here: restore the store from a backup)\n", err)
+		fmt.Fprintf(stderr, "agentstream data: %v\n%s\n", err, tableDamageHint)
 		return 1
 	case errors.Is(err, diskstore.ErrNotAStore):
 		fmt.Fprintf(stderr, "agentstream data: %v\n", err)
@@ -822,13 +822,13 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "threads %d\nevents %d\nbytes %d\n", st.Threads, st.Events, st.Bytes)
 	case "check":
 		if err := eng.Check(); err != nil {
-			fmt.Fprintf(stderr, "agentstream data: %v\n(a damaged table is not repaired here: restore the store from a backup, or export what can be read)\n", err)
+			fmt.Fprintf(stderr, "agentstream data: %v\n%s\n", err, tableDamageHint)
 			return 1
 		}
 		fmt.Fprintln(stdout, "no damage found")
 	case "repair":
 		if err := eng.Check(); err != nil {
-			fmt.Fprintf(stderr, "agentstream data: %v\n(the commit log and the tree's log are repaired; a damaged table is not: restore the store from a backup)\n", err)
+			fmt.Fprintf(stderr, "agentstream data: %v\n%s\n", err, tableDamageHint)
 			return 1
 		}
 		if r := eng.Repaired(); r != "" {
@@ -857,6 +857,9 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// tableDamageHint is what a data command says after a damaged table.
+const tableDamageHint = "(repair mends the commit log and the tree's log, not a damaged table: restore the store from a backup)"
 
 // upstreamProxy passes the routes the edge does not serve to its
 // upstream, or is nil without one.

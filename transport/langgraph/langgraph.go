@@ -103,26 +103,31 @@ func write(w http.ResponseWriter, status int, v any) {
 // otherwise (platformStatus).
 func serverError(w http.ResponseWriter, err error) {
 	status, _ := httpjson.Refusal(err)
+	detail := err.Error()
 	for _, o := range platformStatus {
 		if errors.Is(err, o.err) {
 			status = o.status
+			if o.detail != "" {
+				detail = o.detail
+			}
 			break
 		}
 	}
-	fail(w, status, "%v", err)
+	fail(w, status, "%s", detail)
 }
 
 // platformStatus are the errors the reference Platform server answers
-// with another status than the core's table, first match first: a thread
-// id or a store namespace its schema refuses is 422, a missing namespace
-// 400.
+// otherwise than the core's table, first match first: a missing namespace
+// is 400 with its message, a thread id or a store namespace its schema
+// refuses 422.
 var platformStatus = []struct {
 	err    error
 	status int
+	detail string // the reference's message, when the wire says it
 }{
-	{server.ErrNoNamespace, http.StatusBadRequest},
-	{server.ErrItemNamespace, http.StatusUnprocessableEntity},
-	{server.ErrThreadID, http.StatusUnprocessableEntity},
+	{server.ErrNoNamespace, http.StatusBadRequest, "Namespace is required"},
+	{server.ErrItemNamespace, http.StatusUnprocessableEntity, ""},
+	{server.ErrThreadID, http.StatusUnprocessableEntity, ""},
 }
 
 // body reads and strictly decodes a JSON body (an empty one is {}) into

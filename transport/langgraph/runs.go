@@ -108,7 +108,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		ss.Close()
 		var e *protocol.ErrorResponse
 		if errors.As(err, &e) {
-			status := httpjson.StatusOf(e.Code) // 400 for a bad run, 429 past a quota
+			status, e := httpjson.CommandError(err) // 400 for a bad run, 429 past a quota
 			if e.Extra["reason"] == server.ReasonThreadBusy {
 				status = http.StatusUnprocessableEntity // as the reference answers multitask_strategy reject
 			}

@@ -129,11 +129,9 @@ func WriteRefusal(w http.ResponseWriter, err error) {
 func CommandError(err error) (int, *protocol.ErrorResponse) {
 	var e *protocol.ErrorResponse
 	if !errors.As(err, &e) {
-		e = protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
+		return http.StatusInternalServerError, protocol.NewError(nil, protocol.ErrorCodeUnknownError, "%v", err)
 	}
-	e.ID = nil
-	reason, _ := e.Extra["reason"].(string)
-	return Status(e.Code, reason), e
+	return Refusal(e)
 }
 
 // ErrorShape wraps next so that the body of an error answer (a status of
