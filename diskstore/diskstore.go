@@ -390,9 +390,15 @@ func (quiet) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("diskstore: pebble: "+format, args...))
 }
 
-// Stores implements server.Engine.
+// Stores implements server.Engine: the Log and State, and what they can
+// do.
 func (e *Engine) Stores() server.EngineStores {
-	return server.EngineStores{Log: e.log, State: e.state}
+	l, st := e.log, e.state
+	return server.EngineStores{
+		Log: l, State: st,
+		Durable: l, Producers: l, Synced: l, Memory: l.Memory(),
+		Catalog: st, Index: st, Runs: st, Items: st,
+	}
 }
 
 // Start implements server.Engine: the runs the store shows open belong

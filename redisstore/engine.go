@@ -82,7 +82,9 @@ type parts struct {
 var _ server.Engine = (*Engine)(nil)
 
 // Stores implements server.Engine: the Log, State, Live (the Watcher),
-// Cluster and Detached of opts, made on the first call.
+// Cluster and Detached of opts, made on the first call, and what the Log
+// and State can do (no IndexedCatalog: searches by metadata read every
+// record).
 func (e *Engine) Stores() server.EngineStores {
 	e.parts.once.Do(func() {
 		o := e.opts
@@ -109,7 +111,12 @@ func (e *Engine) Stores() server.EngineStores {
 		p.detached = e.Detached()
 		p.detached.state.OnError = o.OnError
 	})
-	return server.EngineStores{Log: e.parts.log, State: e.parts.state, Watcher: e.parts.live, Cluster: e.parts.cluster, Detached: e.parts.detached}
+	l, st := e.parts.log, e.parts.state
+	return server.EngineStores{
+		Log: l, State: st, Watcher: e.parts.live, Cluster: e.parts.cluster, Detached: e.parts.detached,
+		Durable: l, Heads: l, Tails: l, Producers: l, WriteThrough: l, Memory: l.Memory(),
+		Catalog: st, Deleter: st, Runs: st, Items: st,
+	}
 }
 
 // Start implements server.Engine: it follows the other nodes' events,

@@ -69,7 +69,15 @@ func startNode(t testing.TB, e *redisstore.Engine, opts redisstore.LogOptions) *
 // startNodeWith is startNode with a log and a state store of the caller's.
 func startNodeWith(t testing.TB, l *redisstore.Log, st server.StateStore) *node {
 	t.Helper()
-	he := &hostEngine{stores: server.EngineStores{Log: l, State: st}}
+	stores := server.EngineStores{Log: l, State: st, Durable: l, Heads: l, Tails: l, Producers: l, WriteThrough: l, Memory: l.Memory()}
+	switch st := st.(type) {
+	case *redisstore.State:
+		stores.Catalog, stores.Deleter, stores.Runs, stores.Items = st, st, st, st
+	case *server.MemoryState:
+		m := server.MemoryStores(nil, st)
+		stores.Catalog, stores.Index, stores.Runs, stores.Items = m.Catalog, m.Index, m.Runs, m.Items
+	}
+	he := &hostEngine{stores: stores}
 	srv := server.New(server.Config{Engine: he})
 	assistants.Register(srv)
 	n := &node{srv: srv, log: l, host: he.host}

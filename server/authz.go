@@ -31,7 +31,7 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 		return err
 	}
 	ctx := context.Background() // the store bounds its own calls
-	owner, ok, err := s.cfg.State.Owner(ctx, threadID)
+	owner, ok, err := s.st.State.Owner(ctx, threadID)
 	if err != nil {
 		return storeError(err)
 	}
@@ -43,7 +43,7 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 		if hist {
 			// Another request may have claimed the thread since the
 			// owner was read (its claim is state too): read it again.
-			if owner, ok, err = s.cfg.State.Owner(ctx, threadID); err != nil {
+			if owner, ok, err = s.st.State.Owner(ctx, threadID); err != nil {
 				return storeError(err)
 			}
 		}
@@ -73,7 +73,7 @@ func (s *Server) Authorize(p *auth.Principal, threadID string, create bool) erro
 		if _, err := s.threadFor(threadID, true, p); err != nil {
 			return err
 		}
-		if owner, err = s.cfg.State.ClaimOwner(ctx, threadID, p.Subject); err != nil {
+		if owner, err = s.st.State.ClaimOwner(ctx, threadID, p.Subject); err != nil {
 			return storeError(err)
 		}
 	}
@@ -109,7 +109,7 @@ func (s *Server) hasHistory(ctx context.Context, threadID string) (bool, error) 
 			return true, nil
 		}
 	}
-	ok, err := s.cfg.State.Exists(ctx, threadID)
+	ok, err := s.st.State.Exists(ctx, threadID)
 	if err != nil {
 		return false, storeError(err)
 	}
@@ -118,7 +118,7 @@ func (s *Server) hasHistory(ctx context.Context, threadID string) (bool, error) 
 
 // Owner returns the principal that owns thread threadID ("" for none).
 func (s *Server) Owner(ctx context.Context, threadID string) (string, error) {
-	o, _, err := s.cfg.State.Owner(ctx, threadID)
+	o, _, err := s.st.State.Owner(ctx, threadID)
 	if err != nil {
 		return "", storeError(err)
 	}

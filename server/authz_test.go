@@ -122,11 +122,11 @@ func (c *claimBetween) Owner(ctx context.Context, thread string) (string, bool, 
 // WebSockets of one thread at once, and got 403 about one run in five.
 func TestConcurrentFirstRequestsOfOneOwner(t *testing.T) {
 	st := &claimBetween{MemoryState: server.NewMemoryState(), claimer: "alice"}
-	srv := server.New(server.Config{State: st})
+	srv := server.New(server.Config{Stores: server.EngineStores{State: st}})
 	defer srv.Close(context.Background())
 	require.NoError(t, srv.Authorize(&auth.Principal{Subject: "alice"}, "new", true))
 	st2 := &claimBetween{MemoryState: server.NewMemoryState(), claimer: "alice"}
-	srv2 := server.New(server.Config{State: st2})
+	srv2 := server.New(server.Config{Stores: server.EngineStores{State: st2}})
 	defer srv2.Close(context.Background())
 	require.ErrorIs(t, srv2.Authorize(&auth.Principal{Subject: "bob"}, "new", true), server.ErrPermissionDenied, "another principal's claim still wins")
 }

@@ -75,8 +75,8 @@ type ThreadInfo struct {
 
 // catalog is the StateStore's ThreadCatalog.
 func (s *Server) catalog() (ThreadCatalog, error) {
-	c, ok := s.cfg.State.(ThreadCatalog)
-	if !ok {
+	c := s.st.Catalog
+	if c == nil {
 		return nil, ErrNoCatalog
 	}
 	return c, nil
@@ -156,7 +156,7 @@ func (s *Server) threadExists(ctx context.Context, id string) (bool, error) {
 			return true, nil
 		}
 	}
-	ok, err := s.cfg.State.Exists(ctx, id)
+	ok, err := s.st.State.Exists(ctx, id)
 	if err != nil {
 		return false, storeError(err)
 	}
@@ -169,7 +169,7 @@ func (s *Server) threadExists(ctx context.Context, id string) (bool, error) {
 // adoptRecord gives a thread the protocol made a record, dated now, owned
 // by its owner. The caller holds s.catalogMu.
 func (s *Server) adoptRecord(ctx context.Context, c ThreadCatalog, id string) (ThreadRecord, error) {
-	owner, _, err := s.cfg.State.Owner(ctx, id)
+	owner, _, err := s.st.State.Owner(ctx, id)
 	if err != nil {
 		return ThreadRecord{}, storeError(err)
 	}
@@ -225,7 +225,7 @@ func (s *Server) threadInfo(ctx context.Context, rec ThreadRecord, full bool) (T
 	}
 	if full {
 		info.Interrupts = interrupts
-		v, ok, err := s.cfg.State.Values(ctx, rec.ID)
+		v, ok, err := s.st.State.Values(ctx, rec.ID)
 		if err != nil {
 			return ThreadInfo{}, storeError(err)
 		}
@@ -314,14 +314,14 @@ func (s *Server) DeleteThread(ctx context.Context, id string) (ok bool, err erro
 	s.SyncRunRecords(ctx)
 	s.catalogMu.Lock()
 	defer s.catalogMu.Unlock()
-	del := s.cfg.State.Delete
-	if d, ok := s.cfg.State.(ThreadDeleter); ok {
+	del := s.st.State.Delete
+	if d := s.st.Deleter; d != nil {
 		del = d.DeleteThread
 	}
 	if err := del(ctx, id); err != nil {
 		return true, storeError(err)
 	}
-	s.cfg.Log.Release(ctx, id)
+	s.st.Log.Release(ctx, id)
 	return true, nil
 }
 
@@ -376,7 +376,7 @@ func (s *Server) SearchThreads(ctx context.Context, p *auth.Principal, q ThreadQ
 		found = append(found, info)
 		return true
 	}
-	switch ic, indexed := c.(IndexedCatalog); {
+	switch ic, indexed := s.st.Index, s.st.Index != nil; {
 	case len(q.IDs) > 0: // the ids asked for, read one by one
 		for _, id := range slices.Compact(slices.Sorted(slices.Values(q.IDs))) {
 			rec, ok, rerr := c.Record(ctx, id)
@@ -504,7 +504,7 @@ func NewUUID() string {
 // Checkpoints lists thread id's checkpoints, newest first (the Platform's
 // history).
 func (s *Server) Checkpoints(ctx context.Context, id string) ([]CheckpointRecord, error) {
-	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	cps, err := s.st.State.Checkpoints(ctx, id)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -529,17 +529,17 @@ func (s *Server) CopyThread(ctx context.Context, p *auth.Principal, id string) (
 	if err != nil {
 		return ThreadInfo{}, true, err
 	}
-	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	cps, err := s.st.State.Checkpoints(ctx, id)
 	if err != nil {
 		return ThreadInfo{}, true, storeError(err)
 	}
 	for i := len(cps) - 1; i >= 0; i-- { // oldest first, as they were added
-		if err := s.cfg.State.AddCheckpoint(ctx, dst.ID, cps[i]); err != nil {
+		if err := s.st.State.AddCheckpoint(ctx, dst.ID, cps[i]); err != nil {
 			return ThreadInfo{}, true, storeError(err)
 		}
 	}
 	if src.Values != nil {
-		if err := s.cfg.State.SetValues(ctx, dst.ID, src.Values); err != nil {
+		if err := s.st.State.SetValues(ctx, dst.ID, src.Values); err != nil {
 			return ThreadInfo{}, true, storeError(err)
 		}
 	}
@@ -562,7 +562,7 @@ func (s *Server) UpdateState(ctx context.Context, id string, values map[string]a
 	if err != nil || !ok {
 		return CheckpointRecord{}, ok, err
 	}
-	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	cps, err := s.st.State.Checkpoints(ctx, id)
 	if err != nil {
 		return CheckpointRecord{}, true, storeError(err)
 	}
@@ -579,7 +579,7 @@ func (s *Server) UpdateState(ctx context.Context, id string, values map[string]a
 			return CheckpointRecord{}, true, ErrThreadBusy
 		}
 	}
-	cur, _, err := s.cfg.State.Values(ctx, id)
+	cur, _, err := s.st.State.Values(ctx, id)
 	if err != nil {
 		return CheckpointRecord{}, true, storeError(err)
 	}
@@ -601,10 +601,10 @@ func (s *Server) UpdateState(ctx context.Context, id string, values map[string]a
 	if len(cps) > 0 {
 		cp.ParentID, cp.Step = cps[0].ID, cps[0].Step+1
 	}
-	if err := s.cfg.State.SetValues(ctx, id, merged); err != nil {
+	if err := s.st.State.SetValues(ctx, id, merged); err != nil {
 		return CheckpointRecord{}, true, storeError(err)
 	}
-	if err := s.cfg.State.AddCheckpoint(ctx, id, cp); err != nil {
+	if err := s.st.State.AddCheckpoint(ctx, id, cp); err != nil {
 		return CheckpointRecord{}, true, storeError(err)
 	}
 	return cp, true, nil

@@ -14,7 +14,7 @@ import (
 // of them hold, the newest 10 (the SDK's default page).
 func BenchmarkSearchThreads(b *testing.B) {
 	st := server.NewMemoryState()
-	srv := server.New(server.Config{State: st})
+	srv := server.New(server.Config{Stores: server.MemoryStores(nil, st)})
 	b.Cleanup(func() { _ = srv.Close(context.Background()) })
 	ctx := context.Background()
 	base := time.Now()

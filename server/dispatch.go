@@ -319,7 +319,7 @@ func (s *Server) inputRespond(ctx context.Context, threadID string, id uint64, p
 		seen[want] = true
 	}
 	if update != nil {
-		values, _, err := s.cfg.State.Values(ctx, threadID)
+		values, _, err := s.st.State.Values(ctx, threadID)
 		if err != nil {
 			return nil, storeErrorResponse(id, err)
 		}
@@ -328,7 +328,7 @@ func (s *Server) inputRespond(ctx context.Context, threadID string, id uint64, p
 			merged = map[string]any{}
 		}
 		maps.Copy(merged, update)
-		if err := s.cfg.State.SetValues(ctx, threadID, merged); err != nil {
+		if err := s.st.State.SetValues(ctx, threadID, merged); err != nil {
 			return nil, storeErrorResponse(id, err)
 		}
 	}
@@ -363,7 +363,7 @@ func (s *Server) stateGet(ctx context.Context, threadID string, id uint64, p *pr
 	if len(p.Namespace) > 0 {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchNamespace, "params.namespace: state is kept for the root namespace only")
 	}
-	values, _, err := s.cfg.State.Values(ctx, threadID)
+	values, _, err := s.st.State.Values(ctx, threadID)
 	if err != nil {
 		return nil, storeErrorResponse(id, err)
 	}
@@ -378,7 +378,7 @@ func (s *Server) stateGet(ctx context.Context, threadID string, id uint64, p *pr
 		}
 	}
 	res := protocol.StateGetResult{Values: out}
-	cps, err := s.cfg.State.Checkpoints(ctx, threadID)
+	cps, err := s.st.State.Checkpoints(ctx, threadID)
 	if err != nil {
 		return nil, storeErrorResponse(id, err)
 	}
@@ -390,7 +390,7 @@ func (s *Server) stateGet(ctx context.Context, threadID string, id uint64, p *pr
 
 func (s *Server) listCheckpoints(ctx context.Context, threadID string, id uint64, p *protocol.ListCheckpointsParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	applied := s.LastSeq(threadID)
-	all, err := s.cfg.State.Checkpoints(ctx, threadID)
+	all, err := s.st.State.Checkpoints(ctx, threadID)
 	if err != nil {
 		return nil, storeErrorResponse(id, err)
 	}
@@ -425,7 +425,7 @@ func (s *Server) listCheckpoints(ctx context.Context, threadID string, id uint64
 // the thread's last run) gets the input. Forking on the same thread, as
 // LangGraph's time travel does, keeps one history per thread.
 func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *protocol.StateForkParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
-	cp, ok, err := s.cfg.State.Checkpoint(ctx, threadID, p.CheckpointID)
+	cp, ok, err := s.st.State.Checkpoint(ctx, threadID, p.CheckpointID)
 	if err != nil {
 		return nil, storeErrorResponse(id, err)
 	}
@@ -449,7 +449,7 @@ func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *p
 		return nil, e
 	}
 	applied := t.seq
-	if err := s.cfg.State.SetValues(ctx, threadID, cp.Values); err != nil {
+	if err := s.st.State.SetValues(ctx, threadID, cp.Values); err != nil {
 		return nil, storeErrorResponse(id, err)
 	}
 	config := maps.Clone(p.Config)

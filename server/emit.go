@@ -61,7 +61,7 @@ func (rc *RunContext) WithNode(node string) *RunContext {
 // State returns the thread's current values (nil before any), or the
 // StateStore's error.
 func (rc *RunContext) State() (map[string]any, error) {
-	v, _, err := rc.r.t.srv.cfg.State.Values(rc.r.ctx, rc.r.t.id)
+	v, _, err := rc.r.t.srv.st.State.Values(rc.r.ctx, rc.r.t.id)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -115,7 +115,7 @@ func lifecycleErr(format string, args ...any) error {
 // Values saves the thread's full state and emits it on the values channel.
 func (rc *RunContext) Values(values map[string]any) error {
 	return rc.emit(func() (eventData, error) {
-		if err := rc.r.t.srv.cfg.State.SetValues(rc.r.ctx, rc.r.t.id, values); err != nil {
+		if err := rc.r.t.srv.st.State.SetValues(rc.r.ctx, rc.r.t.id, values); err != nil {
 			return eventData{}, storeError(err)
 		}
 		return eventData{p: protocol.NewServerEventValues(maps.Clone(values))}, nil
@@ -140,7 +140,7 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 	t := rc.r.t
 	id := t.srv.cfg.NewID("ckpt_")
 	err := rc.emit(func() (eventData, error) {
-		values, _, err := t.srv.cfg.State.Values(rc.r.ctx, t.id)
+		values, _, err := t.srv.st.State.Values(rc.r.ctx, t.id)
 		if err != nil {
 			return eventData{}, storeError(err)
 		}
@@ -148,7 +148,7 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 			Node: rc.node, Time: t.srv.cfg.Now(), Values: maps.Clone(values),
 			Metadata: map[string]any{"assistant_id": rc.r.assistantID, "run_id": rc.r.id}}
 		cp := protocol.Checkpoint{ID: id, Step: protocol.JsInt(step), Source: source}
-		prev, err := t.srv.cfg.State.Checkpoints(rc.r.ctx, t.id)
+		prev, err := t.srv.st.State.Checkpoints(rc.r.ctx, t.id)
 		if err != nil {
 			return eventData{}, storeError(err)
 		}
@@ -156,7 +156,7 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 			rec.ParentID = prev[0].ID
 			cp.ParentID = &rec.ParentID
 		}
-		if err := t.srv.cfg.State.AddCheckpoint(rc.r.ctx, t.id, rec); err != nil {
+		if err := t.srv.st.State.AddCheckpoint(rc.r.ctx, t.id, rec); err != nil {
 			return eventData{}, storeError(err)
 		}
 		return eventData{p: protocol.NewServerEventCheckpoints(cp)}, nil

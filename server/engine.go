@@ -15,11 +15,11 @@ import (
 //
 // New calls Stores, then Start; Close calls the engine's Close after the
 // server's runs have stopped. An embedder sets Config.Engine and nothing
-// else.
+// else; one that brings only its own stores sets Config.Stores.
 type Engine interface {
-	// Stores returns what the server keeps threads in; nil members take
-	// the in-memory ones (as Config's do). New calls it once, first, and
-	// a member set here wins over Config's.
+	// Stores returns what the server keeps threads in and what each can
+	// do; a nil Log or State takes the in-memory one. New calls it once,
+	// first, and uses it instead of Config.Stores.
 	Stores() EngineStores
 	// Start begins the engine's own work for the server (following the
 	// events other nodes publish, renewing leases, watching its store's
@@ -31,10 +31,14 @@ type Engine interface {
 	Close() error
 }
 
-// EngineStores are an engine's stores (Engine.Stores).
+// EngineStores are the stores a server keeps threads in (an engine's,
+// Engine.Stores, or Config.Stores), and what each can do beyond its
+// interface. Every capability is a field the engine sets: the server
+// never probes a store for one, so a store that has a capability the
+// engine does not name here is not used for it. A nil member takes the
+// in-memory store, with the in-memory store's capabilities.
 type EngineStores struct {
-	// Log keeps each thread's events; a DurableLog lets other nodes
-	// replay them.
+	// Log keeps each thread's events.
 	Log EventLog
 	// State keeps values, checkpoints and owners.
 	State StateStore
@@ -46,6 +50,48 @@ type EngineStores struct {
 	// Detached keeps dropped sessions' subscriptions where every node
 	// finds them (subscription.reconnect on any node).
 	Detached DetachedStore
+
+	// What Log can do (each nil when it cannot).
+	//
+	// Durable lets other nodes replay the log; Heads reads many threads'
+	// last sequence numbers at once; Tails claims a thread's stream for
+	// one epoch; Producers remembers producers' batches with their
+	// events; Synced is waited for before a producer's batch is
+	// acknowledged; WriteThrough delivers events once its store holds
+	// them; Memory is the in-memory buffer the log keeps (the log itself
+	// for the in-memory one), whose budget a memory governor moves.
+	Durable      DurableLog
+	Heads        HeadsReader
+	Tails        TailClaimer
+	Producers    ProducerLog
+	Synced       SyncedLog
+	WriteThrough WriteThroughLog
+	Memory       *MemoryLog
+
+	// What State can do (each nil when it cannot).
+	//
+	// Catalog keeps thread records (the Platform API's threads); Index
+	// finds them by metadata without reading them all; Deleter deletes a
+	// thread with its records; Runs keeps run records; Items keeps the
+	// store's items.
+	Catalog ThreadCatalog
+	Index   IndexedCatalog
+	Deleter ThreadDeleter
+	Runs    RunCatalog
+	Items   ItemStore
+}
+
+// MemoryStores names the in-memory stores' capabilities: a MemoryLog
+// (log) and a MemoryState (state), for Config.Stores.
+func MemoryStores(log *MemoryLog, state *MemoryState) EngineStores {
+	st := EngineStores{}
+	if log != nil {
+		st.Log, st.Memory = log, log
+	}
+	if state != nil {
+		st.State, st.Catalog, st.Index, st.Runs, st.Items = state, state, state, state, state
+	}
+	return st
 }
 
 // EngineHost is how an engine reaches the server it was started for

@@ -90,7 +90,7 @@ func (s *Server) catchUp(threadIDs ...string) error {
 		return nil
 	}
 	var heads []Head
-	if hr, ok := d.(HeadsReader); ok {
+	if hr := s.st.Heads; hr != nil {
 		heads = hr.Heads(context.Background(), ids)
 	} else {
 		heads = make([]Head, len(ids))
@@ -157,7 +157,7 @@ func (t *thread) follow(epoch string, seq uint64) {
 // holds t.mu.
 func (t *thread) restart() {
 	const base = 0
-	t.srv.cfg.Log.Release(context.Background(), t.id)
+	t.srv.st.Log.Release(context.Background(), t.id)
 	since := t.acked
 	t.seq, t.acked = base, base
 	t.tree = map[string]*treeNode{}

@@ -196,8 +196,8 @@ func ItemScope(p *auth.Principal, namespace []string) string {
 }
 
 func (s *Server) itemStore() (ItemStore, error) {
-	st, ok := s.cfg.State.(ItemStore)
-	if !ok {
+	st := s.st.Items
+	if st == nil {
 		return nil, ErrNoItemStore
 	}
 	return st, nil

@@ -48,7 +48,7 @@ func TestPublishWaitsForTheSync(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := &syncedLog{MemoryLog: server.NewMemoryLog(100, 1<<20), synced: make(chan struct{})}
-			tc.cfg.Log = log
+			tc.cfg.Stores = server.EngineStores{Log: log, Synced: log}
 			s := newServer(t, tc.cfg)
 			start := time.Now() // before the timer: the sync comes 100 ms after it at the earliest
 			if tc.sync {

@@ -111,7 +111,7 @@ func (t *thread) startRun(r *run) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.ctx, r.cancelFn = ctx, cancel
 	r.status = statusRunning
-	v, ok, err := t.srv.cfg.State.Values(ctx, t.id)
+	v, ok, err := t.srv.st.State.Values(ctx, t.id)
 	if err != nil {
 		cancel(err)
 		return storeError(err)
@@ -195,7 +195,7 @@ func (t *thread) finish(r *run, err error) {
 	case cause != nil:
 		status, msg, cancelled = protocol.AgentStatusFailed, cause.Error(), true
 		if errors.Is(cause, errRollback) {
-			if err := t.srv.cfg.State.SetValues(context.Background(), t.id, r.before); err != nil {
+			if err := t.srv.st.State.SetValues(context.Background(), t.id, r.before); err != nil {
 				msg += "; its state could not be rolled back: " + storeError(err).Error()
 			}
 		}

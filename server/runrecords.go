@@ -71,8 +71,8 @@ type recorded struct {
 }
 
 func (s *Server) startRunRecorder() {
-	rc, ok := s.cfg.State.(RunCatalog)
-	if !ok {
+	rc := s.st.Runs
+	if rc == nil {
 		return
 	}
 	r := &runRecorder{ch: make(chan recorded, runRecordQueue), done: make(chan struct{})}
@@ -172,8 +172,8 @@ func endStatus(st protocol.AgentStatus, cancelled bool) string {
 // Runs lists thread id's runs, newest first (ErrNoCatalog on an engine
 // that keeps none).
 func (s *Server) Runs(ctx context.Context, id string) ([]RunRecord, error) {
-	rc, ok := s.cfg.State.(RunCatalog)
-	if !ok {
+	rc := s.st.Runs
+	if rc == nil {
 		return nil, ErrNoCatalog
 	}
 	runs, err := rc.Runs(ctx, id)
@@ -207,8 +207,8 @@ func (s *Server) RunEnded(thread, runID string) bool {
 // run that is queued, running or interrupted is ErrThreadBusy (cancel it
 // first).
 func (s *Server) DeleteRun(ctx context.Context, thread, runID string) error {
-	rc, ok := s.cfg.State.(RunCatalog)
-	if !ok {
+	rc := s.st.Runs
+	if rc == nil {
 		return ErrNoCatalog
 	}
 	if t, _ := s.thread(thread, false); t != nil {
@@ -309,8 +309,8 @@ func (s *Server) RunWaits(thread, runID string) bool {
 // FindRun finds run runID by its id alone (the Agent Protocol's routes):
 // its record; ok is false when no thread keeps it.
 func (s *Server) FindRun(ctx context.Context, runID string) (RunRecord, bool, error) {
-	rc, ok := s.cfg.State.(RunCatalog)
-	if !ok {
+	rc := s.st.Runs
+	if rc == nil {
 		return RunRecord{}, false, ErrNoCatalog
 	}
 	s.SyncRunRecords(ctx)

@@ -156,11 +156,11 @@ type Config struct {
 	// keeps per thread, the oldest dropped first (DefaultMaxCheckpoints,
 	// 100). It does not apply to a State given here.
 	MaxCheckpoints int
-	// State stores thread state and checkpoints (in memory).
-	State StateStore
-	// Log keeps each thread's replay buffer (in memory, capped by
-	// BufferEvents and BufferBytes).
-	Log EventLog
+	// Stores are the stores threads are kept in and what they can do,
+	// when there is no Engine (whose stores are used instead): a nil Log
+	// is an in-memory one capped by BufferEvents and BufferBytes, a nil
+	// State an in-memory one capped by MaxCheckpoints and MaxThreads.
+	Stores EngineStores
 	// Engine, when set, keeps threads beyond this process and shares them
 	// with the other nodes that use it (redisstore.Engine): New takes its
 	// stores and starts it, Close closes it.
@@ -243,19 +243,22 @@ func (c Config) withDefaults() Config {
 	if c.MaxCheckpoints <= 0 {
 		c.MaxCheckpoints = DefaultMaxCheckpoints
 	}
-	if c.State == nil {
-		st := NewMemoryState()
-		st.MaxCheckpoints = c.MaxCheckpoints
-		st.MaxRecords = c.MaxThreads
-		c.State = st
-	}
 	if c.BufferTotalBytes <= 0 {
 		c.BufferTotalBytes = DefaultBufferTotalBytes()
 	}
-	if c.Log == nil {
+	if c.Stores.State == nil {
+		st := NewMemoryState()
+		st.MaxCheckpoints = c.MaxCheckpoints
+		st.MaxRecords = c.MaxThreads
+		mem := MemoryStores(nil, st)
+		c.Stores.State, c.Stores.Catalog, c.Stores.Index, c.Stores.Runs, c.Stores.Items = mem.State, mem.Catalog, mem.Index, mem.Runs, mem.Items
+		c.Stores.Deleter = nil
+	}
+	if c.Stores.Log == nil {
 		l := NewMemoryLog(c.BufferEvents, c.BufferBytes)
 		l.SetTotalBytes(c.BufferTotalBytes)
-		c.Log = l
+		c.Stores.Log, c.Stores.Memory = l, l
+		c.Stores.Durable, c.Stores.Heads, c.Stores.Tails, c.Stores.Producers, c.Stores.Synced, c.Stores.WriteThrough = nil, nil, nil, nil, nil, nil
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -277,6 +280,9 @@ type Server struct {
 
 	cfg     Config
 	watcher Watcher // the engine's (nil: none)
+	// st are the stores and their capabilities (Config.Stores, or the
+	// engine's, with the in-memory defaults).
+	st      EngineStores
 	cluster Cluster // the engine's (nil: one node)
 	// detachedStore is the engine's (nil: dropped sessions' subscriptions
 	// are restorable on this node only, from detached).
@@ -385,18 +391,14 @@ type MetricsSnapshot struct {
 // New returns a running Server, its engine (Config.Engine) started. Close
 // it to stop its runs and its engine.
 func New(cfg Config) *Server {
-	var stores EngineStores
 	if cfg.Engine != nil {
-		stores = cfg.Engine.Stores()
-		if stores.Log != nil {
-			cfg.Log = stores.Log
-		}
-		if stores.State != nil {
-			cfg.State = stores.State
-		}
+		cfg.Stores = cfg.Engine.Stores()
 	}
+	cfg = cfg.withDefaults()
+	stores := cfg.Stores
 	s := &Server{
-		cfg:           cfg.withDefaults(),
+		cfg:           cfg,
+		st:            stores,
 		watcher:       stores.Watcher,
 		cluster:       stores.Cluster,
 		detachedStore: stores.Detached,
@@ -407,14 +409,11 @@ func New(cfg Config) *Server {
 		stop:          make(chan struct{}),
 	}
 	s.runs = keyrate.New(float64(s.cfg.MaxRunsPerMinute)/60, s.cfg.MaxRunsPerMinute)
-	// The log's capabilities, detected once.
-	s.durable, _ = s.cfg.Log.(DurableLog)
-	s.tails, _ = s.cfg.Log.(TailClaimer)
-	s.producerLog, _ = s.cfg.Log.(ProducerLog)
+	s.durable, s.tails, s.producerLog = stores.Durable, stores.Tails, stores.Producers
 	if !s.cfg.IngestFastAck {
-		s.syncs, _ = s.cfg.Log.(SyncedLog)
+		s.syncs = stores.Synced
 	}
-	if wt, ok := s.cfg.Log.(WriteThroughLog); ok {
+	if wt := stores.WriteThrough; wt != nil {
 		s.writeThrough = wt.WritesThrough()
 		wt.OnWritten(s.written)
 	}
@@ -489,15 +488,7 @@ func (s *Server) BufferLimit() int64 {
 
 // memoryLog is the MemoryLog behind the configured log: the log itself, or
 // the cache a durable log keeps in memory (redisstore's), or nil.
-func (s *Server) memoryLog() *MemoryLog {
-	switch l := s.cfg.Log.(type) {
-	case *MemoryLog:
-		return l
-	case interface{ Memory() *MemoryLog }:
-		return l.Memory()
-	}
-	return nil
-}
+func (s *Server) memoryLog() *MemoryLog { return s.st.Memory }
 
 // Register adds an assistant under id; a later registration replaces it.
 func (s *Server) Register(id string, a Assistant) {
@@ -649,7 +640,7 @@ func (s *Server) HasThread(ctx context.Context, id string) (bool, error) {
 	if ok {
 		return true, nil
 	}
-	ok, err := s.cfg.State.Exists(ctx, id)
+	ok, err := s.st.State.Exists(ctx, id)
 	if err != nil {
 		return false, storeError(err)
 	}
@@ -689,7 +680,7 @@ type PendingInterrupt struct {
 func (s *Server) State(ctx context.Context, id string) (st ThreadState, ok bool, err error) {
 	t, _ := s.thread(id, false)
 	if t == nil {
-		exists, err := s.cfg.State.Exists(ctx, id)
+		exists, err := s.st.State.Exists(ctx, id)
 		if err != nil {
 			return ThreadState{}, false, storeError(err)
 		}
@@ -698,14 +689,14 @@ func (s *Server) State(ctx context.Context, id string) (st ThreadState, ok bool,
 		}
 	}
 	st = ThreadState{Status: "idle"}
-	v, ok, err := s.cfg.State.Values(ctx, id)
+	v, ok, err := s.st.State.Values(ctx, id)
 	if err != nil {
 		return ThreadState{}, false, storeError(err)
 	}
 	if ok {
 		st.Values = v
 	}
-	cps, err := s.cfg.State.Checkpoints(ctx, id)
+	cps, err := s.st.State.Checkpoints(ctx, id)
 	if err != nil {
 		return ThreadState{}, false, storeError(err)
 	}
@@ -844,13 +835,13 @@ func (s *Server) sweep() {
 		if forget {
 			t.evicted = true
 		} else if t.idle(now.Add(-s.cfg.IdleRelease)) {
-			s.cfg.Log.Release(context.Background(), t.id)
+			s.st.Log.Release(context.Background(), t.id)
 		}
 		t.mu.Unlock()
 		if forget {
 			s.unhold(t)
-			s.cfg.Log.Release(context.Background(), t.id)
-			_ = s.cfg.State.Delete(context.Background(), t.id) // what it cannot delete, the store expires (Redis) or keeps
+			s.st.Log.Release(context.Background(), t.id)
+			_ = s.st.State.Delete(context.Background(), t.id) // what it cannot delete, the store expires (Redis) or keeps
 		}
 	}
 }
@@ -898,7 +889,7 @@ func (s *Server) bufferedEvents(id string) int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return s.cfg.Log.Len(context.Background(), id)
+	return s.st.Log.Len(context.Background(), id)
 }
 
 // errorResponse builds a protocol error for a command.

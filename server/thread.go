@@ -102,7 +102,7 @@ func (t *thread) append(e *Event, by *ProducedBy) error {
 	if pl := t.srv.producerLog; by != nil && pl != nil {
 		err = pl.AppendProduced(context.Background(), t.id, e, *by)
 	} else {
-		err = t.srv.cfg.Log.Append(context.Background(), t.id, e)
+		err = t.srv.st.Log.Append(context.Background(), t.id, e)
 	}
 	if err != nil {
 		return storeError(err)
@@ -277,7 +277,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 		// The protocol: "the first replayed values event is the current full
 		// state". Before anything set it, that is an empty state: a client
 		// gets its baseline whenever it subscribes, mid-run included.
-		state, ok, err := t.srv.cfg.State.Values(ctx, t.id)
+		state, ok, err := t.srv.st.State.Values(ctx, t.id)
 		if err != nil {
 			return nil, 0, 0, 0, false, storeError(err)
 		}
@@ -307,7 +307,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 // oldest is the first event the log holds, or the next one to come when
 // it holds none. The caller holds t.mu.
 func (t *thread) oldest(ctx context.Context) (uint64, error) {
-	oldest, err := t.srv.cfg.Log.Oldest(ctx, t.id)
+	oldest, err := t.srv.st.Log.Oldest(ctx, t.id)
 	if err != nil {
 		return 0, storeError(err)
 	}
@@ -326,7 +326,7 @@ func (t *thread) oldest(ctx context.Context) (uint64, error) {
 func (t *thread) history(out []queued, match func(*Event) bool, prev uint64, fromStart bool, upTo uint64, budget int, now uint64) (_ []queued, replayed int, reached uint64, more bool, err error) {
 	var gapErr error
 	bytes := 0
-	err = t.srv.cfg.Log.After(context.Background(), t.id, prev, func(e *Event) bool {
+	err = t.srv.st.Log.After(context.Background(), t.id, prev, func(e *Event) bool {
 		if e.Seq > upTo {
 			// A durable log shared with other nodes may hold events this
 			// node has not ingested yet, and a write-through log events

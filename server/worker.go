@@ -744,7 +744,7 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 		if !ok {
 			return 0, lifecycleErr("a values event's data is a map of the thread's values")
 		}
-		if err := t.srv.cfg.State.SetValues(rc.r.ctx, t.id, values); err != nil {
+		if err := t.srv.st.State.SetValues(rc.r.ctx, t.id, values); err != nil {
 			return 0, storeError(err)
 		}
 	case *protocol.ServerEventCustom:
