@@ -17,6 +17,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -880,7 +881,7 @@ func TestDeletedThreadStaysDeleted(t *testing.T) {
 	a := startNodeWith(t, l, st)
 	runToEnd(t, a.srv, "gone", "firehose", map[string]any{"count": float64(300)})
 	require.Positive(t, l.Stats().Pending, "the run's last events still wait for their batch")
-	_, err := a.srv.DeleteThread(context.Background(), "gone")
+	_, err := threads.Of(a.srv).Delete(context.Background(), "gone")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return l.Stats().Pending == 0 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(150 * time.Millisecond) // a batch that was still to come would be written by now

@@ -127,6 +127,17 @@ func (s *Server) Owner(ctx context.Context, threadID string) (string, error) {
 
 // storeError is the error of a call to the StateStore that failed: the
 // store is unavailable (codeOf: unavailable).
+// StoreError is err, a store's failure, as the core answers it: a coded
+// error of the core (a limit, unavailable already) as it is, any other as
+// ErrUnavailable naming it. The resource packages answer their stores'
+// failures with it.
+func StoreError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return storeError(err)
+}
+
 func storeError(err error) error {
 	if code, _ := CodeOf(err); code != protocol.ErrorCodeUnknownError {
 		return err // a refusal of the core's (a limit, unavailable already) is not the store being down

@@ -210,7 +210,7 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
 		r.strategy = string(*strategy)
 		t.queued = append(t.queued, r)
-		s.recordRun(r, RunPending)
+		s.runChanged(r, RunPending)
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
 	default: // interrupt or rollback: the new run replaces the active one
 		cause := errInterruptStrategy
@@ -220,7 +220,7 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 		r := s.newRun(t, a, p.AssistantID, p.Input, p.Config, p.Metadata)
 		r.strategy = string(*strategy)
 		t.queued = append([]*run{r}, t.queued...)
-		s.recordRun(r, RunPending)
+		s.runChanged(r, RunPending)
 		cur.cancel(cause)
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
 	}
@@ -243,7 +243,7 @@ func (t *thread) resume(r *run, ids []string, answers []any) {
 	_, _ = t.publish(eventData{p: protocol.NewServerEventInputAnswered(protocol.InputAnsweredData{InterruptIds: ids})})
 	if len(r.pending) == 0 {
 		r.status = statusRunning
-		t.srv.recordRun(r, RunRunning)
+		t.srv.runChanged(r, RunRunning)
 		_, _ = t.publishLifecycle(nil, protocol.AgentStatusRunning, r.assistantID, nil, "")
 	}
 }

@@ -210,7 +210,7 @@ func (rc *RunContext) interrupt(ctx context.Context, payload any, ready chan<- e
 	_, err := t.publish(eventData{p: protocol.NewServerEventInputRequested(protocol.InputRequestedData{InterruptID: in.id, Payload: payload}), namespace: rc.ns})
 	if err == nil && len(rc.r.pending) == 1 { // the first pending interrupt interrupts the run
 		_, err = t.publishLifecycle(nil, protocol.AgentStatusInterrupted, rc.r.assistantID, nil, "")
-		t.srv.recordRun(rc.r, RunInterrupted) // as the Platform lists a run that asks
+		t.srv.runChanged(rc.r, RunInterrupted) // as the Platform lists a run that asks
 	}
 	t.mu.Unlock()
 	if ready != nil {

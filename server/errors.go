@@ -40,6 +40,11 @@ const (
 	ReasonNotFound = "not_found"
 )
 
+// NewError returns an Error with the code, reason (or "") and message:
+// how a resource package (server/threads, server/items) defines its
+// sentinel errors in the one table.
+func NewError(code protocol.ErrorCode, reason, msg string) *Error { return coded(code, reason, msg) }
+
 func coded(code protocol.ErrorCode, reason, msg string) *Error {
 	return &Error{msg: msg, Code: code, Reason: reason}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/agentstream/agentstream/internal/compact"
+	"github.com/agentstream/agentstream/internal/jsonval"
 )
 
 // IndexedCatalog is a ThreadCatalog that finds the records whose metadata
@@ -49,7 +50,7 @@ func postingKey(member string, v any) (string, bool) {
 	case nil:
 		val = "z"
 	default:
-		f, ok := number(v)
+		f, ok := jsonval.Number(v)
 		if !ok {
 			return "", false
 		}

@@ -58,21 +58,23 @@ type run struct {
 	metadata    map[string]any
 	status      string
 
-	ctx       context.Context
-	cancelFn  context.CancelCauseFunc
-	ended     bool
-	inbox     chan any // injected input; buffered, see injectCapacity
-	pending   []*interrupt
-	openMsgs  map[string]*MessageWriter // by namespace+node: one message at a time
-	openTool  map[string]*ToolCall
-	openSubs  map[string]*Subagent
-	extra     map[string]any // {"run_id": id}, carried by every message event
-	before    map[string]any // values at the start, for multitask_strategy rollback
-	endCause  error          // why the run was stopped from outside, if it was
-	strategy  string         // the multitask strategy it was started with
-	temporary bool           // delete the thread once it ended (DeleteOnCompletion)
-	after     uint64         // the thread's last seq before it started (RunRecord.After)
-	createdAt time.Time      // when its record was first written
+	ctx      context.Context
+	cancelFn context.CancelCauseFunc
+	ended    bool
+	inbox    chan any // injected input; buffered, see injectCapacity
+	pending  []*interrupt
+	openMsgs map[string]*MessageWriter // by namespace+node: one message at a time
+	openTool map[string]*ToolCall
+	openSubs map[string]*Subagent
+	extra    map[string]any // {"run_id": id}, carried by every message event
+	before   map[string]any // values at the start, for multitask_strategy rollback
+	endCause error          // why the run was stopped from outside, if it was
+	strategy string         // the multitask strategy it was started with
+	// afterwards is called once it ended with no run waiting behind it
+	// (ResourceHost.AfterRun: the thread deleted on completion).
+	afterwards func()
+	after      uint64    // the thread's last seq before it started (RunRecord.After)
+	createdAt  time.Time // when its record was first written
 	// rawOpen: the messages and tool calls a worker's events opened and
 	// did not end, to close at the run's end.
 	rawOpen map[string]openItem
@@ -121,7 +123,7 @@ func (t *thread) startRun(r *run) error {
 	}
 	t.run = r
 	r.after = t.seq
-	t.srv.recordRun(r, RunRunning)
+	t.srv.runChanged(r, RunRunning)
 	if _, err := t.publishLifecycle(nil, protocol.AgentStatusStarted, r.assistantID, nil, ""); err != nil {
 		return err
 	}
@@ -148,12 +150,10 @@ func (t *thread) execute(r *run) {
 		}()
 		return r.assistant.Run(r.ctx, rc)
 	}()
-	deleteAfter := false
+	var afterwards func()
 	defer func() { // after t.mu is let go
-		if deleteAfter {
-			// One that cannot be deleted now (a store down, a run
-			// started on it meanwhile) is left to --thread-ttl.
-			_, _ = t.srv.DeleteThread(context.Background(), t.id)
+		if afterwards != nil {
+			afterwards()
 		}
 	}()
 	t.mu.Lock()
@@ -162,7 +162,9 @@ func (t *thread) execute(r *run) {
 	if t.run == r {
 		t.run = nil
 	}
-	deleteAfter = r.temporary && len(t.queued) == 0
+	if len(t.queued) == 0 {
+		afterwards = r.afterwards
+	}
 	for len(t.queued) > 0 && t.run == nil {
 		next := t.queued[0]
 		t.queued = t.queued[1:]
@@ -205,7 +207,7 @@ func (t *thread) finish(r *run, err error) {
 		status = protocol.AgentStatusCompleted
 	}
 	t.setStatus(nil, status, r.assistantID)
-	t.srv.recordRun(r, endStatus(status, cancelled))
+	t.srv.runChanged(r, endStatus(status, cancelled))
 	data := protocol.LifecycleData{Event: status, GraphName: &r.assistantID}
 	if msg != "" {
 		data.Error = &msg

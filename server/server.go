@@ -318,14 +318,11 @@ type Server struct {
 	runsWG  sync.WaitGroup // every run goroutine
 	running atomic.Int64   // how many there are
 	stop    chan struct{}  // closed by Close: ends the janitor
-	runRecs *runRecorder   // writes run records (nil: the store keeps none)
-	// catalogMu serializes the changes of thread records (CreateThread,
-	// UpdateThread, DeleteThread) on this node.
-	catalogMu sync.Mutex
-	// itemsMu serializes the changes of the store's items (PutItem), so
-	// that the count checked is the count written to.
-	itemsMu sync.Mutex
-	janitor sync.WaitGroup
+	// hooks are the resources' (ResourceHost); runHooks their run hooks,
+	// read without a lock as runs change.
+	hooks    resourceHooks
+	runHooks atomic.Pointer[[]func(RunRecord)]
+	janitor  sync.WaitGroup
 
 	metrics counters
 }
@@ -418,7 +415,6 @@ func New(cfg Config) *Server {
 		wt.OnWritten(s.written)
 	}
 	s.workers = newWorkerHub(s)
-	s.startRunRecorder()
 	s.janitor.Add(2)
 	// Idle threads' buffers and expired dropped sessions; remote workers
 	// whose lease ran out, checked four times a lease.
@@ -449,46 +445,20 @@ func (s *Server) Metrics() MetricsSnapshot {
 		Refused:          s.metrics.refused.snapshot(),
 	}
 	m.Workers, m.QueuedWorkerRuns = s.workers.counts()
-	if l := s.memoryLog(); l != nil {
+	if l := s.st.Memory; l != nil {
 		m.BufferTrimmed, m.BufferUsed, m.BufferUndecodable = l.Trimmed(), l.Used(), l.Undecodable()
 	}
 	return m
 }
 
-// BufferedBytes is what the in-memory replay buffers count against
-// Config.BufferTotalBytes now: the events they hold, each its JSON plus
-// EventOverhead (0 with a log that keeps no MemoryLog).
-func (s *Server) BufferedBytes() int64 {
-	if l := s.memoryLog(); l != nil {
-		return l.Used()
-	}
-	return 0
-}
-
-// SetBufferLimit changes the budget of all the replay buffers together
-// (Config.BufferTotalBytes at the start) while the server runs: a memory
-// governor lowers it to keep the process within a memory target
-// (server/memgov). Lowered below what they hold, the least recently active
-// threads' buffers are dropped at once. It does nothing with a log that
-// keeps no MemoryLog.
-func (s *Server) SetBufferLimit(n int64) {
-	if l := s.memoryLog(); l != nil {
-		l.SetTotalBytes(n)
-	}
-}
-
-// BufferLimit is the budget of the replay buffers now (see
-// SetBufferLimit); 0 with a log that keeps no MemoryLog.
-func (s *Server) BufferLimit() int64 {
-	if l := s.memoryLog(); l != nil {
-		return l.TotalBytes()
-	}
-	return 0
-}
-
-// memoryLog is the MemoryLog behind the configured log: the log itself, or
-// the cache a durable log keeps in memory (redisstore's), or nil.
-func (s *Server) memoryLog() *MemoryLog { return s.st.Memory }
+// Buffers is the in-memory replay buffers of the log (the MemoryLog
+// itself, or the one a durable log keeps: EngineStores.Memory), nil with
+// a log that keeps none. Their budget (Config.BufferTotalBytes at the
+// start) moves while the server runs: a memory governor lowers it to keep
+// the process within a memory target (server/memgov); lowered below what
+// they hold, the least recently active threads' buffers are dropped at
+// once.
+func (s *Server) Buffers() *MemoryLog { return s.st.Memory }
 
 // Register adds an assistant under id; a later registration replaces it.
 func (s *Server) Register(id string, a Assistant) {
@@ -775,7 +745,7 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("server: %d runs still stopping: %w", s.running.Load(), ctx.Err())
 	}
-	s.stopRunRecorder(ctx) // after the runs, whose last records it writes
+	s.closeResources(ctx) // after the runs, whose last changes they write
 	if s.cfg.Engine != nil {
 		// After the runs, whose last events the engine flushes.
 		err = errors.Join(err, s.cfg.Engine.Close())

@@ -95,7 +95,12 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 		counter("agentstream_buffer_undecodable_events_total", "Buffered events a replay could not rebuild from their JSON and skipped (a bug if ever more than 0).", func(s server.MetricsSnapshot) uint64 { return s.BufferUndecodable }),
 		counter("agentstream_buffer_trimmed_events_total", "Events dropped from replay buffers to keep them all within --buffer-total-bytes.", func(s server.MetricsSnapshot) uint64 { return s.BufferTrimmed }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_buffer_bytes", Help: "What the replay buffers count against --buffer-total-bytes."}, func() float64 { return float64(srv.Metrics().BufferUsed) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_buffer_limit_bytes", Help: "The replay buffers' budget now: --buffer-total-bytes, or less while --memory-target lowers it."}, func() float64 { return float64(srv.BufferLimit()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_buffer_limit_bytes", Help: "The replay buffers' budget now: --buffer-total-bytes, or less while --memory-target lowers it."}, func() float64 {
+			if b := srv.Buffers(); b != nil {
+				return float64(b.TotalBytes())
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_workers", Help: "Remote workers registered now."}, func() float64 { return float64(srv.Metrics().Workers) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_queued_worker_runs", Help: "Runs waiting for a free remote worker (bounded per assistant by --max-queued-worker-runs)."}, func() float64 { return float64(srv.Metrics().QueuedWorkerRuns) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentstream_subscriptions", Help: "Open subscriptions."}, func() float64 { return float64(srv.Subscriptions()) }),

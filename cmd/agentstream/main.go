@@ -514,8 +514,8 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		registry.MustRegister(ingest.Collectors()...)
 		log.Info().Str("stream", c.ingestStream).Str("group", c.ingestGroup).Msg("ingesting a redis stream")
 	}
-	if c.gcBuffers {
-		gov := memgov.Start(srv, memgov.Options{Target: c.memoryTarget})
+	if b := srv.Buffers(); c.gcBuffers && b != nil {
+		gov := memgov.Start(b, memgov.Options{Target: c.memoryTarget})
 		defer gov.Stop()
 	}
 	if c.builtins {

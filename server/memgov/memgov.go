@@ -67,13 +67,14 @@ type Options struct {
 	Target int64
 }
 
-// Buffers is what a Governor reads and steers: a *server.Server.
+// Buffers is what a Governor reads and steers: a server's replay
+// buffers, a *server.MemoryLog (Server.Buffers).
 type Buffers interface {
-	// BufferedBytes is what the replay buffers hold.
-	BufferedBytes() int64
-	// BufferLimit is their budget now; SetBufferLimit changes it.
-	BufferLimit() int64
-	SetBufferLimit(n int64)
+	// Used is what the replay buffers hold.
+	Used() int64
+	// TotalBytes is their budget now; SetTotalBytes changes it.
+	TotalBytes() int64
+	SetTotalBytes(n int64)
 }
 
 // The runtime metrics a Governor reads, by their index in sampleNames.
@@ -130,7 +131,7 @@ func Start(buffers Buffers, opts Options) *Governor {
 	if opts.ChurnWindow <= 0 {
 		opts.ChurnWindow = 10 * time.Second
 	}
-	g := &Governor{buffers: buffers, budget: buffers.BufferLimit(), opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
+	g := &Governor{buffers: buffers, budget: buffers.TotalBytes(), opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
 		samples: make([]metrics.Sample, len(sampleNames)),
 		allocs:  make([]int64, 0, max(int(opts.ChurnWindow/opts.Interval), 1)+1)}
 	for i, name := range sampleNames {
@@ -166,7 +167,7 @@ func (g *Governor) Stop() {
 		}
 		if g.opts.Target > 0 {
 			debug.SetMemoryLimit(g.oldLimit)
-			g.buffers.SetBufferLimit(g.budget)
+			g.buffers.SetTotalBytes(g.budget)
 		}
 	})
 }
@@ -254,7 +255,7 @@ func (g *Governor) adjust() {
 			return // read again after the collection, at the next reading
 		}
 	}
-	buffered := g.buffers.BufferedBytes()
+	buffered := g.buffers.Used()
 	if g.base > 0 && cycles > 0 {
 		p := GCPercent(g.base, live, buffered, g.opts.MinHeadroom, churn)
 		if p != g.Percent() {
@@ -272,9 +273,9 @@ func (g *Governor) adjust() {
 		// stacks and the runtime's own (free pages it can return).
 		other := max(v(sTotal)-v(sReleased)-v(sFree)-v(sObjects), 0)
 		headroom := headroom(max(g.base, 0), live, buffered, g.opts.MinHeadroom, churn)
-		cur := g.buffers.BufferLimit()
+		cur := g.buffers.TotalBytes()
 		if next := BufferLimit(g.opts.Target, g.budget, cur, live+other+headroom, buffered); next != cur {
-			g.buffers.SetBufferLimit(next)
+			g.buffers.SetTotalBytes(next)
 		}
 	}
 }

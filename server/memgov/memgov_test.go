@@ -82,19 +82,19 @@ type fakeBuffers struct {
 	held, limit int64
 }
 
-func (f *fakeBuffers) BufferedBytes() int64 {
+func (f *fakeBuffers) Used() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return min(f.held, f.limit)
 }
 
-func (f *fakeBuffers) BufferLimit() int64 {
+func (f *fakeBuffers) TotalBytes() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.limit
 }
 
-func (f *fakeBuffers) SetBufferLimit(n int64) {
+func (f *fakeBuffers) SetTotalBytes(n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.limit = n
@@ -137,9 +137,9 @@ func TestGovernorHoldsTheTarget(t *testing.T) {
 	require.Equal(t, int64(64<<20), debug.SetMemoryLimit(-1))
 	require.Eventually(t, func() bool {
 		runtime.GC()
-		return b.BufferLimit() < 64<<20
+		return b.TotalBytes() < 64<<20
 	}, 10*time.Second, 20*time.Millisecond, "the budget comes down")
-	low := b.BufferLimit()
+	low := b.TotalBytes()
 	runtime.KeepAlive(held)
 
 	held = nil
@@ -148,12 +148,12 @@ func TestGovernorHoldsTheTarget(t *testing.T) {
 	b.mu.Unlock()
 	require.Eventually(t, func() bool {
 		runtime.GC()
-		return b.BufferLimit() > low
+		return b.TotalBytes() > low
 	}, 10*time.Second, 20*time.Millisecond, "with room again, the budget goes back up")
 
 	g.Stop()
 	require.Equal(t, oldLimit, debug.SetMemoryLimit(-1), "Stop put the limit back")
-	require.Equal(t, int64(128<<20), b.BufferLimit(), "and the budget")
+	require.Equal(t, int64(128<<20), b.TotalBytes(), "and the budget")
 }
 
 var sink []byte

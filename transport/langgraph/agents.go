@@ -8,6 +8,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 )
 
 // The assistants' schemas, and the Agent Protocol's paths for assistants
@@ -117,7 +118,7 @@ func agentRun(rec server.RunRecord) LgAgentRun {
 // thread, and sets {id} to the thread for the thread routes' handlers;
 // it answers 404 itself.
 func (h *Handler) byRunID(w http.ResponseWriter, r *http.Request) (server.RunRecord, bool) {
-	rec, found, err := h.Server.FindRun(r.Context(), r.PathValue("run"))
+	rec, found, err := h.catalog.FindRun(r.Context(), r.PathValue("run"))
 	if err != nil {
 		serverError(w, err)
 		return rec, false
@@ -182,7 +183,7 @@ func (h *Handler) waitAgentRun(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	for !h.Server.RunEnded(rec.Thread, rec.ID) && !h.Server.RunWaits(rec.Thread, rec.ID) {
+	for !h.catalog.Run(rec.Thread, rec.ID).Ended() && !h.catalog.Run(rec.Thread, rec.ID).Waits {
 		if _, err := ss.Next(r.Context()); err != nil {
 			if r.Context().Err() == nil {
 				fail(w, http.StatusServiceUnavailable, "the run's events: %v", err)
@@ -190,7 +191,7 @@ func (h *Handler) waitAgentRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if now, found, err := h.Server.FindRun(r.Context(), rec.ID); err == nil && found {
+	if now, found, err := h.catalog.FindRun(r.Context(), rec.ID); err == nil && found {
 		rec = now
 	}
 	st, _, err := h.Server.State(r.Context(), rec.Thread)
@@ -209,26 +210,26 @@ func (h *Handler) searchAgentRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := auth.FromContext(r.Context())
-	var threads []string
+	var ids []string
 	if req.ThreadID != nil {
 		if !h.authorized(w, r, *req.ThreadID) {
 			return
 		}
-		threads = []string{*req.ThreadID}
+		ids = []string{*req.ThreadID}
 	} else {
-		found, _, err := h.Server.SearchThreads(r.Context(), p, server.ThreadQuery{Limit: math.MaxInt32}, p == nil)
+		found, _, err := h.catalog.Search(r.Context(), p, threads.ThreadQuery{Limit: math.MaxInt32}, p == nil)
 		if err != nil {
 			serverError(w, err)
 			return
 		}
 		for _, t := range found {
-			threads = append(threads, t.ID)
+			ids = append(ids, t.ID)
 		}
 	}
-	h.Server.SyncRunRecords(r.Context())
+	h.catalog.SyncRuns(r.Context())
 	var all []server.RunRecord
-	for _, t := range threads {
-		runs, err := h.Server.Runs(r.Context(), t)
+	for _, t := range ids {
+		runs, err := h.catalog.Runs(r.Context(), t)
 		if err != nil {
 			serverError(w, err)
 			return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 )
 
 // snapshot is a checkpoint as the Platform's history shows it: the
@@ -115,15 +116,15 @@ func (h *Handler) copyThread(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	info, found, err := h.Server.CopyThread(r.Context(), auth.FromContext(r.Context()), id)
+	info, found, err := h.catalog.Copy(r.Context(), auth.FromContext(r.Context()), id)
 	answerThread(w, id, info, found, err, false)
 }
 
 // checkpoints is thread as the Platform shows it and its checkpoints,
 // newest first; it answers the request itself when it cannot (404 for a
 // thread that does not exist).
-func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request, thread string) (server.ThreadInfo, []server.CheckpointRecord, bool) {
-	info, found, err := h.Server.Thread(r.Context(), thread)
+func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request, thread string) (threads.ThreadInfo, []server.CheckpointRecord, bool) {
+	info, found, err := h.catalog.Get(r.Context(), thread)
 	if err != nil {
 		serverError(w, err)
 		return info, nil, false
@@ -132,7 +133,7 @@ func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request, thread str
 		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
 		return info, nil, false
 	}
-	cps, err := h.Server.Checkpoints(r.Context(), thread)
+	cps, err := h.catalog.Checkpoints(r.Context(), thread)
 	if err != nil {
 		serverError(w, err)
 		return info, nil, false
@@ -184,7 +185,7 @@ func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id str
 // withNow completes the newest state with what the thread has now: its
 // values, and the interrupts it waits on as the Platform's tasks show
 // them.
-func withNow(st map[string]any, info server.ThreadInfo) {
+func withNow(st map[string]any, info threads.ThreadInfo) {
 	if info.Values != nil {
 		st["values"] = info.Values
 	}
@@ -263,9 +264,9 @@ func (h *Handler) updateState(w http.ResponseWriter, r *http.Request) {
 	if req.AsNode != nil {
 		node = *req.AsNode
 	}
-	cp, found, err := h.Server.UpdateState(r.Context(), thread, values, node)
+	cp, found, err := h.catalog.UpdateState(r.Context(), thread, values, node)
 	switch {
-	case errors.Is(err, server.ErrNoGraph):
+	case errors.Is(err, threads.ErrNoGraph):
 		fail(w, http.StatusBadRequest, "Thread %s has no graph ID", thread)
 	case err != nil:
 		serverError(w, err)

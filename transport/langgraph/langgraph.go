@@ -13,6 +13,8 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/items"
+	"github.com/agentstream/agentstream/server/threads"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/wire"
 )
@@ -25,11 +27,16 @@ type Handler struct {
 	wire.Context
 	started time.Time  // the assistants' created_at: when the wire started
 	views   *viewCache // replayed events' views, shared by their readers
+	// catalog and store are the server's Platform resources: its threads
+	// and their runs, and the store's items.
+	catalog *threads.Catalog
+	store   *items.Store
 }
 
 // New returns the wire's handler on c.Server.
 func New(c wire.Context) *Handler {
-	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC(), views: newViewCache(maxViewBytes)}
+	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC(), views: newViewCache(maxViewBytes),
+		catalog: threads.Of(c.Server), store: items.Of(c.Server)}
 }
 
 // Routes are the wire's routes. Reads of lists and of an assistant are
@@ -160,7 +167,7 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z
 
 // thread is info as the wire shows it; full adds its values and
 // interrupts once it has values.
-func thread(info server.ThreadInfo, full bool) LgThread {
+func thread(info threads.ThreadInfo, full bool) LgThread {
 	t := LgThread{ThreadID: info.ID, CreatedAt: stamp(info.CreatedAt), UpdatedAt: stamp(info.UpdatedAt),
 		Metadata: orEmpty(info.Metadata), Status: LgThreadStatus(info.Status), Config: orEmpty(info.Config)}
 	if full && (info.Values != nil || len(info.Interrupts) > 0) { // a thread with no state yet has neither, as the Platform shows it
@@ -206,7 +213,7 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) {
 	if req.Metadata != nil {
 		md = *req.Metadata
 	}
-	info, _, err := h.Server.CreateThread(r.Context(), auth.FromContext(r.Context()), id, md, ifExists)
+	info, _, err := h.catalog.Create(r.Context(), auth.FromContext(r.Context()), id, md, ifExists)
 	if err != nil {
 		serverError(w, err)
 		return
@@ -248,13 +255,13 @@ func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	info, ok, err := h.Server.Thread(r.Context(), id)
+	info, ok, err := h.catalog.Get(r.Context(), id)
 	answerThread(w, id, info, ok, err, true)
 }
 
 // answerThread answers a thread read or changed (full: with its values):
 // the error, 404 when it does not exist, or the thread.
-func answerThread(w http.ResponseWriter, id string, info server.ThreadInfo, ok bool, err error, full bool) {
+func answerThread(w http.ResponseWriter, id string, info threads.ThreadInfo, ok bool, err error, full bool) {
 	switch {
 	case err != nil:
 		serverError(w, err)
@@ -279,7 +286,7 @@ func (h *Handler) patchThread(w http.ResponseWriter, r *http.Request) {
 	if req.Metadata != nil {
 		md = *req.Metadata
 	}
-	info, ok, err := h.Server.UpdateThread(r.Context(), id, md)
+	info, ok, err := h.catalog.Update(r.Context(), id, md)
 	answerThread(w, id, info, ok, err, false)
 }
 
@@ -289,7 +296,7 @@ func (h *Handler) deleteThread(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ok, err := h.Server.DeleteThread(r.Context(), id)
+	ok, err := h.catalog.Delete(r.Context(), id)
 	switch {
 	case err != nil:
 		serverError(w, err)
@@ -301,8 +308,8 @@ func (h *Handler) deleteThread(w http.ResponseWriter, r *http.Request) {
 }
 
 // query is a search's or a count's selection.
-func query(md, values *map[string]any, status *LgThreadStatus) server.ThreadQuery {
-	var q server.ThreadQuery
+func query(md, values *map[string]any, status *LgThreadStatus) threads.ThreadQuery {
+	var q threads.ThreadQuery
 	if md != nil {
 		q.Metadata = *md
 	}
@@ -339,7 +346,7 @@ func (h *Handler) searchThreads(w http.ResponseWriter, r *http.Request) {
 		q.SortOrder = string(*req.SortOrder)
 	}
 	p := auth.FromContext(r.Context())
-	found, _, err := h.Server.SearchThreads(r.Context(), p, q, p == nil)
+	found, _, err := h.catalog.Search(r.Context(), p, q, p == nil)
 	if err != nil {
 		serverError(w, err)
 		return
@@ -360,7 +367,7 @@ func (h *Handler) countThreads(w http.ResponseWriter, r *http.Request) {
 	q := query((*map[string]any)(req.Metadata), (*map[string]any)(req.Values), req.Status)
 	q.Limit = 1
 	p := auth.FromContext(r.Context())
-	_, total, err := h.Server.SearchThreads(r.Context(), p, q, p == nil)
+	_, total, err := h.catalog.Search(r.Context(), p, q, p == nil)
 	if err != nil {
 		serverError(w, err)
 		return

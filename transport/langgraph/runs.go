@@ -11,6 +11,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 )
 
@@ -53,7 +54,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		return "", nil, 0, false
 	}
 	if req.IfNotExists != nil && *req.IfNotExists == "reject" {
-		if _, found, err := h.Server.Thread(ctx, thread); err != nil {
+		if _, found, err := h.catalog.Get(ctx, thread); err != nil {
 			serverError(w, err)
 			return "", nil, 0, false
 		} else if !found {
@@ -63,7 +64,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	}
 	// Its record, so that a Platform client lists it (a thread that
 	// exists keeps its own).
-	_, created, err := h.Server.CreateThread(ctx, p, thread, nil, "do_nothing")
+	_, created, err := h.catalog.Create(ctx, p, thread, nil, "do_nothing")
 	if err != nil {
 		serverError(w, err)
 		return "", nil, 0, false
@@ -72,7 +73,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	// one counted against the principal's quota.
 	defer func() {
 		if !ok && created {
-			_, _ = h.Server.DeleteThread(context.WithoutCancel(ctx), thread)
+			_, _ = h.catalog.Delete(context.WithoutCancel(ctx), thread)
 		}
 	}()
 	ss = h.Server.NewSession(thread)
@@ -122,7 +123,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		runID = *res.RunID
 	}
 	// The thread says which graph runs on it, as the Platform's do.
-	if _, _, err := h.Server.UpdateThread(ctx, thread, map[string]any{"graph_id": name, "assistant_id": AssistantID(name)}); err != nil {
+	if _, _, err := h.catalog.Update(ctx, thread, map[string]any{"graph_id": name, "assistant_id": AssistantID(name)}); err != nil {
 		ss.Close()
 		serverError(w, err)
 		return "", nil, 0, false
@@ -141,7 +142,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request, thread string,
 	if cmd.Update != nil {
 		update = *cmd.Update
 	}
-	info, _, err := h.Server.Thread(r.Context(), thread)
+	info, _, err := h.catalog.Get(r.Context(), thread)
 	if err != nil {
 		serverError(w, err)
 		return "", false, false
@@ -155,7 +156,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request, thread string,
 			fail(w, http.StatusUnprocessableEntity, "command.goto: served with a resume only (the thread has no pending interrupt)")
 			return "", false, false
 		case update != nil:
-			if _, _, err := h.Server.UpdateState(r.Context(), thread, update, ""); err != nil && !errors.Is(err, server.ErrNoGraph) {
+			if _, _, err := h.catalog.UpdateState(r.Context(), thread, update, ""); err != nil && !errors.Is(err, threads.ErrNoGraph) {
 				serverError(w, err)
 				return "", false, false
 			}
@@ -191,7 +192,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request, thread string,
 		}
 		many.Goto = &g
 	}
-	runID, _ = h.Server.ActiveRun(thread)
+	runID, _ = h.catalog.ActiveRun(thread)
 	if _, err := h.Server.Do(r.Context(), thread, &protocol.ClientCommand{Value: &protocol.ClientCommandInputRespond{ID: 1, Params: protocol.InputRespondParams{Value: many}}}); err != nil {
 		var e *protocol.ErrorResponse
 		if errors.As(err, &e) {
@@ -210,7 +211,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request, thread string,
 func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID string, ss *server.Session) {
 	ctx := r.Context()
 	var failed *protocol.LifecycleData
-	for !h.Server.RunEnded(thread, runID) && !h.Server.RunWaits(thread, runID) {
+	for !h.catalog.Run(thread, runID).Ended() && !h.catalog.Run(thread, runID).Waits {
 		e, err := ss.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -228,8 +229,8 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		}
 	}
 	if failed == nil {
-		h.Server.SyncRunRecords(ctx)
-		if runs, err := h.Server.Runs(ctx, thread); err == nil {
+		h.catalog.SyncRuns(ctx)
+		if runs, err := h.catalog.Runs(ctx, thread); err == nil {
 			for _, rec := range runs {
 				if rec.ID == runID && rec.Status == server.RunError {
 					failed = &protocol.LifecycleData{}
@@ -242,7 +243,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		serverError(w, err)
 		return
 	}
-	if h.Server.RunWaits(thread, runID) {
+	if h.catalog.Run(thread, runID).Waits {
 		// It waits on interrupts: what it asks, alone, as the Platform
 		// answers a run that ended at an interrupt (its last values
 		// chunk).
@@ -314,7 +315,7 @@ func (h *Handler) runAndWait(w http.ResponseWriter, r *http.Request, thread stri
 	h.waitEnd(w, r, thread, runID, ss)
 	if stateless && temporary(req) {
 		// Deleted now, or when the run ends if the client went before.
-		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
+		_ = h.catalog.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
 	}
 }
 
@@ -370,7 +371,7 @@ func (h *Handler) deleteRun(w http.ResponseWriter, r *http.Request) {
 	if !h.mayChange(w, r, thread) {
 		return
 	}
-	if err := h.Server.DeleteRun(r.Context(), thread, rec.ID); err != nil {
+	if err := h.catalog.DeleteRun(r.Context(), thread, rec.ID); err != nil {
 		serverError(w, err)
 		return
 	}
@@ -398,7 +399,7 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	}
 	ss.Close()
 	if stateless && temporary(req) {
-		_ = h.Server.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
+		_ = h.catalog.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
 	}
 	name, _ := h.assistantName(req.assistant())
 	rec := server.RunRecord{ID: runID, Thread: thread, Assistant: name, Status: server.RunPending, Input: req.Input, MultitaskStrategy: "reject"}
@@ -411,8 +412,8 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	if req.MultitaskStrategy != nil {
 		rec.MultitaskStrategy = string(*req.MultitaskStrategy)
 	}
-	h.Server.SyncRunRecords(r.Context())
-	if runs, err := h.Server.Runs(r.Context(), thread); err == nil {
+	h.catalog.SyncRuns(r.Context())
+	if runs, err := h.catalog.Runs(r.Context(), thread); err == nil {
 		for _, known := range runs {
 			if known.ID == runID {
 				rec = known
@@ -469,8 +470,8 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = n
 	}
-	h.Server.SyncRunRecords(r.Context())
-	runs, err := h.Server.Runs(r.Context(), thread)
+	h.catalog.SyncRuns(r.Context())
+	runs, err := h.catalog.Runs(r.Context(), thread)
 	if err != nil {
 		serverError(w, err)
 		return
@@ -501,7 +502,7 @@ func (h *Handler) findRun(w http.ResponseWriter, r *http.Request) (thread string
 	}
 	// (A run of a thread that is gone is gone: its join must not make
 	// the thread again by subscribing to it.)
-	if _, found, err := h.Server.Thread(r.Context(), thread); err != nil || !found {
+	if _, found, err := h.catalog.Get(r.Context(), thread); err != nil || !found {
 		if err != nil {
 			serverError(w, err)
 		} else {
@@ -511,9 +512,9 @@ func (h *Handler) findRun(w http.ResponseWriter, r *http.Request) (thread string
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		if attempt == 1 {
-			h.Server.SyncRunRecords(r.Context()) // one written just now is read then
+			h.catalog.SyncRuns(r.Context()) // one written just now is read then
 		}
-		runs, err := h.Server.Runs(r.Context(), thread)
+		runs, err := h.catalog.Runs(r.Context(), thread)
 		if err != nil {
 			serverError(w, err)
 			return "", rec, false
@@ -574,13 +575,13 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	if action == "rollback" {
 		// The state goes back to the run's start, and the run is
 		// deleted once it ended, as the Platform does.
-		h.Server.RollbackRun(thread, runID)
-		for !h.Server.RunEnded(thread, runID) {
+		h.catalog.RollbackRun(thread, runID)
+		for !h.catalog.Run(thread, runID).Ended() {
 			if _, err := ss.Next(r.Context()); err != nil {
 				return
 			}
 		}
-		if err := h.Server.DeleteRun(context.WithoutCancel(r.Context()), thread, runID); err != nil {
+		if err := h.catalog.DeleteRun(context.WithoutCancel(r.Context()), thread, runID); err != nil {
 			serverError(w, err)
 			return
 		}
@@ -592,7 +593,7 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Query().Get("wait") == "true" || r.URL.Query().Get("wait") == "1" {
-		for !h.Server.RunEnded(thread, runID) {
+		for !h.catalog.Run(thread, runID).Ended() {
 			if _, err := ss.Next(r.Context()); err != nil {
 				return
 			}

@@ -8,10 +8,11 @@ import (
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/items"
 )
 
 // The long-term store's routes (client.store.*), on the server's
-// ItemStore: the items of the principal that asks (server.ItemScope).
+// ItemStore: the items of the principal that asks (items.ItemScope).
 
 // lgItem is an item as the wire shows it.
 func lgItem(it server.StoreItem) LgItem {
@@ -38,7 +39,7 @@ func (h *Handler) putItem(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := h.Server.PutItem(r.Context(), auth.FromContext(r.Context()), req.Namespace, req.Key, req.Value, ttl); err != nil {
+	if err := h.store.Put(r.Context(), auth.FromContext(r.Context()), req.Namespace, req.Key, req.Value, ttl); err != nil {
 		serverError(w, err)
 		return
 	}
@@ -61,7 +62,7 @@ func (h *Handler) getItem(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("refresh_ttl"); v != "" {
 		refresh = v == "true" || v == "1" || strings.EqualFold(v, "yes") || strings.EqualFold(v, "True")
 	}
-	it, ok, err := h.Server.GetItem(r.Context(), auth.FromContext(r.Context()), ns, q.Get("key"), refresh)
+	it, ok, err := h.store.Get(r.Context(), auth.FromContext(r.Context()), ns, q.Get("key"), refresh)
 	if err != nil {
 		serverError(w, err)
 		return
@@ -83,7 +84,7 @@ func (h *Handler) deleteItem(w http.ResponseWriter, r *http.Request) {
 	if req.Namespace != nil {
 		ns = *req.Namespace
 	}
-	if err := h.Server.DeleteItem(r.Context(), auth.FromContext(r.Context()), ns, req.Key); err != nil {
+	if err := h.store.Delete(r.Context(), auth.FromContext(r.Context()), ns, req.Key); err != nil {
 		serverError(w, err)
 		return
 	}
@@ -96,7 +97,7 @@ func (h *Handler) searchItems(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
-	q := server.ItemSearch{Prefix: req.NamespacePrefix, Limit: 10, Refresh: req.RefreshTTL != nil && *req.RefreshTTL}
+	q := items.ItemSearch{Prefix: req.NamespacePrefix, Limit: 10, Refresh: req.RefreshTTL != nil && *req.RefreshTTL}
 	if req.Filter != nil {
 		q.Filter = *req.Filter
 	}
@@ -110,7 +111,7 @@ func (h *Handler) searchItems(w http.ResponseWriter, r *http.Request) {
 	if req.Offset != nil {
 		q.Offset = int(min(*req.Offset, math.MaxInt32))
 	}
-	items, err := h.Server.SearchItems(r.Context(), auth.FromContext(r.Context()), q)
+	items, err := h.store.Search(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
 		serverError(w, err)
 		return
@@ -128,7 +129,7 @@ func (h *Handler) listNamespaces(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
-	q := server.NamespaceQuery{Prefix: req.Prefix, Suffix: req.Suffix, Limit: 100}
+	q := items.NamespaceQuery{Prefix: req.Prefix, Suffix: req.Suffix, Limit: 100}
 	if req.MaxDepth != nil {
 		q.MaxDepth = int(*req.MaxDepth)
 	}
@@ -142,7 +143,7 @@ func (h *Handler) listNamespaces(w http.ResponseWriter, r *http.Request) {
 	if req.Offset != nil {
 		q.Offset = int(min(*req.Offset, math.MaxInt32))
 	}
-	list, err := h.Server.ListNamespaces(r.Context(), auth.FromContext(r.Context()), q)
+	list, err := h.store.Namespaces(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
 		serverError(w, err)
 		return

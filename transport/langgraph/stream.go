@@ -155,7 +155,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 		// events); a run whose reader went first keeps it until
 		// --thread-ttl.
 		f.ended = func() {
-			go func() { _ = h.Server.DeleteOnCompletion(context.Background(), thread, runID) }()
+			go func() { _ = h.catalog.DeleteOnCompletion(context.Background(), thread, runID) }()
 		}
 	}
 	h.serveRun(w, r, ss, thread, runID, f, first, req.StreamResumable != nil && *req.StreamResumable,
@@ -210,7 +210,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h.Server.SyncRunRecords(r.Context()) // the record of a run just started says where it starts
+	h.catalog.SyncRuns(r.Context()) // the record of a run just started says where it starts
 	thread, rec, ok := h.findRun(w, r)
 	if !ok {
 		return
@@ -236,7 +236,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cursor = server.SeqCursor(seq)
-	} else if h.Server.RunEnded(thread, rec.ID) || h.Server.RunWaits(thread, rec.ID) {
+	} else if h.catalog.Run(thread, rec.ID).Ended() || h.catalog.Run(thread, rec.ID).Waits {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		return

@@ -1,4 +1,4 @@
-package server_test
+package threads_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentstream/agentstream/diskstore"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,9 +29,9 @@ func TestSearchByMetadataUsesTheIndex(t *testing.T) {
 			s := server.New(cfg(t))
 			ctx := context.Background()
 			t.Cleanup(func() { _ = s.Close(ctx) })
-			ids := func(q server.ThreadQuery) []string {
+			ids := func(q threads.ThreadQuery) []string {
 				q.Limit, q.SortBy, q.SortOrder = 1000, "thread_id", "asc"
-				found, _, err := s.SearchThreads(ctx, nil, q, true)
+				found, _, err := threads.Of(s).Search(ctx, nil, q, true)
 				require.NoError(t, err)
 				out := []string{}
 				for _, f := range found {
@@ -43,20 +44,20 @@ func TestSearchByMetadataUsesTheIndex(t *testing.T) {
 				if i%10 == 0 {
 					md["flag"] = true
 				}
-				_, _, err := s.CreateThread(ctx, nil, fmt.Sprintf("th-%02d", i), md, "raise")
+				_, _, err := threads.Of(s).Create(ctx, nil, fmt.Sprintf("th-%02d", i), md, "raise")
 				require.NoError(t, err)
 			}
-			require.Equal(t, []string{"th-00", "th-10", "th-20"}, ids(server.ThreadQuery{Metadata: map[string]any{"flag": true}}))
-			require.Equal(t, []string{"th-00", "th-06", "th-12", "th-18", "th-24"}, ids(server.ThreadQuery{Metadata: map[string]any{"n": float64(0), "team": "t0"}}))
-			require.Equal(t, []string{"th-00", "th-10", "th-20"}, ids(server.ThreadQuery{Metadata: map[string]any{"tags": map[string]any{"a": float64(0)}, "team": "t0"}}), "an object member is checked, not indexed")
-			require.Len(t, ids(server.ThreadQuery{Metadata: map[string]any{"tags": map[string]any{"a": float64(1)}}}), 6, "an object member alone: every record read")
-			require.Equal(t, []string{"th-03", "th-05"}, ids(server.ThreadQuery{IDs: []string{"th-05", "th-03", "th-05", "nope"}}))
-			_, _, err := s.UpdateThread(ctx, "th-10", map[string]any{"flag": false})
+			require.Equal(t, []string{"th-00", "th-10", "th-20"}, ids(threads.ThreadQuery{Metadata: map[string]any{"flag": true}}))
+			require.Equal(t, []string{"th-00", "th-06", "th-12", "th-18", "th-24"}, ids(threads.ThreadQuery{Metadata: map[string]any{"n": float64(0), "team": "t0"}}))
+			require.Equal(t, []string{"th-00", "th-10", "th-20"}, ids(threads.ThreadQuery{Metadata: map[string]any{"tags": map[string]any{"a": float64(0)}, "team": "t0"}}), "an object member is checked, not indexed")
+			require.Len(t, ids(threads.ThreadQuery{Metadata: map[string]any{"tags": map[string]any{"a": float64(1)}}}), 6, "an object member alone: every record read")
+			require.Equal(t, []string{"th-03", "th-05"}, ids(threads.ThreadQuery{IDs: []string{"th-05", "th-03", "th-05", "nope"}}))
+			_, _, err := threads.Of(s).Update(ctx, "th-10", map[string]any{"flag": false})
 			require.NoError(t, err)
-			_, err = s.DeleteThread(ctx, "th-20")
+			_, err = threads.Of(s).Delete(ctx, "th-20")
 			require.NoError(t, err)
-			require.Equal(t, []string{"th-00"}, ids(server.ThreadQuery{Metadata: map[string]any{"flag": true}}), "after an update and a delete")
-			require.Equal(t, []string{"th-10"}, ids(server.ThreadQuery{Metadata: map[string]any{"flag": false}}))
+			require.Equal(t, []string{"th-00"}, ids(threads.ThreadQuery{Metadata: map[string]any{"flag": true}}), "after an update and a delete")
+			require.Equal(t, []string{"th-10"}, ids(threads.ThreadQuery{Metadata: map[string]any{"flag": false}}))
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package server_test
+package threads_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 )
 
 // BenchmarkSearchThreads is one Platform threads.search over 100,000
@@ -25,10 +26,11 @@ func BenchmarkSearchThreads(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	q := server.ThreadQuery{Metadata: map[string]any{"user": "u3"}, Limit: 10}
+	cat := threads.Of(srv)
+	q := threads.ThreadQuery{Metadata: map[string]any{"user": "u3"}, Limit: 10}
 	b.ResetTimer()
 	for b.Loop() {
-		found, total, err := srv.SearchThreads(ctx, nil, q, true)
+		found, total, err := cat.Search(ctx, nil, q, true)
 		if err != nil || len(found) != 10 || total != 10_000 {
 			b.Fatal(err, len(found), total)
 		}

@@ -1,0 +1,297 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/agentstream/agentstream/auth"
+)
+
+// ResourceHost is what a resource of the Platform API (the thread
+// catalog and run records of package server/threads, the store's items of
+// package server/items, and those to come) uses of the server it sits on:
+// the stores and limits, the questions only the thread/run core can
+// answer, and the run-lifecycle hook. A resource is a package of its own
+// on this interface and on the engine interface it keeps its data in
+// (ThreadCatalog, RunCatalog, ItemStore); it is not part of Server's API
+// for transports. Its methods are safe for concurrent use.
+type ResourceHost interface {
+	// Stores are the server's stores and what they can do.
+	Stores() EngineStores
+	// Config is the server's configuration, its defaults applied.
+	Config() Config
+	// Refused counts a refusal because of limit (MetricsSnapshot.Refused).
+	Refused(limit Limit)
+	// SizeOK is nil when v is at most max bytes as JSON; otherwise it
+	// counts the refusal and is ErrTooLarge naming what and the flag.
+	SizeOK(v any, max int, limit Limit, what, flag string) error
+	// Shared returns the server's one value under key, made by make on
+	// the first call: a resource's state, one per server however many
+	// transports use it.
+	Shared(key any, make func() any) any
+	// OnRun calls fn with a run's record each time the run's status
+	// changes (pending, running, interrupted, and its end), under the
+	// thread's lock: fn must not block. Runs started before the call are
+	// heard from their next change.
+	OnRun(fn func(RunRecord))
+	// OnClose calls fn when the server closes, after its runs stopped
+	// (whose last changes fn may still be writing) and before its engine.
+	OnClose(fn func(ctx context.Context))
+	// Authorize is Server.Authorize.
+	Authorize(p *auth.Principal, threadID string, create bool) error
+	// ThreadExists reports whether the thread has state or history, or a
+	// run or events on this node.
+	ThreadExists(ctx context.Context, id string) (bool, error)
+	// RunStatus is the thread's run as the Platform shows it: idle,
+	// running or interrupted (on this node or, with a cluster, the node
+	// that runs it), and its pending interrupts.
+	RunStatus(thread string) (status string, interrupts []PendingInterrupt)
+	// Run is run runID of the thread as this node has it.
+	Run(thread, runID string) LiveRun
+	// ActiveRun is the id of the thread's active run (running or waiting
+	// on interrupts) on this node; ok is false when it has none.
+	ActiveRun(thread string) (runID string, ok bool)
+	// RollbackRun cancels run runID as multitask_strategy rollback does:
+	// the thread's values go back to what they were when it started.
+	// found is false when the run is neither active nor queued.
+	RollbackRun(thread, runID string) (found bool)
+	// AfterRun calls fn once run runID has ended with no run waiting
+	// behind it, on the run's goroutine, the thread's lock let go (how a
+	// thread is deleted on completion); marked is false when the run is
+	// neither active nor queued (it ended), and fn is not called.
+	AfterRun(thread, runID string, fn func()) (marked bool)
+	// Release ends the thread on this node before its data is deleted:
+	// its sessions end (ErrThreadDeleted) and its buffer goes. A thread
+	// with a run active on this node, or queued, is ErrThreadBusy.
+	Release(id string) error
+	// WhileIdle calls fn with no run starting on the thread meanwhile;
+	// a thread whose run goes on (but one waiting for its interrupts'
+	// answers) is ErrThreadBusy, and fn is not called.
+	WhileIdle(thread string, fn func() error) error
+}
+
+// LiveRun is a run as this node has it (ResourceHost.Run).
+type LiveRun struct {
+	// Current: it is the thread's run, still finishing if it ended;
+	// Active: it is and has not ended; Queued: it waits behind another.
+	Current, Active, Queued bool
+	// Waits: it is active and waits for its interrupts to be answered.
+	Waits bool
+}
+
+// Ended reports whether the run is neither the thread's nor queued here.
+func (r LiveRun) Ended() bool { return !r.Current && !r.Queued }
+
+// Resources is the server's ResourceHost, for the resource packages.
+func (s *Server) Resources() ResourceHost { return resourceHost{s} }
+
+// resourceHost is a Server's ResourceHost.
+type resourceHost struct{ s *Server }
+
+// resourceHooks are what the resources asked of the server.
+type resourceHooks struct {
+	// sharedMu is held while a shared value is made, which may add hooks
+	// (under mu).
+	sharedMu sync.Mutex
+	shared   map[any]any
+	mu       sync.Mutex
+	onRun    []func(RunRecord)
+	// onClose: the resources' closers.
+	onClose []func(context.Context)
+}
+
+func (h resourceHost) Stores() EngineStores { return h.s.st }
+func (h resourceHost) Config() Config       { return h.s.cfg }
+func (h resourceHost) Refused(l Limit)      { h.s.metrics.refused.add(l) }
+func (h resourceHost) SizeOK(v any, max int, limit Limit, what, flag string) error {
+	return h.s.sizeOK(v, max, limit, what, flag)
+}
+
+func (h resourceHost) Shared(key any, make func() any) any {
+	r := &h.s.hooks
+	r.sharedMu.Lock()
+	defer r.sharedMu.Unlock()
+	if v, ok := r.shared[key]; ok {
+		return v
+	}
+	if r.shared == nil {
+		r.shared = map[any]any{}
+	}
+	v := make()
+	r.shared[key] = v
+	return v
+}
+
+func (h resourceHost) OnRun(fn func(RunRecord)) {
+	r := &h.s.hooks
+	r.mu.Lock()
+	r.onRun = append(slices.Clone(r.onRun), fn) // read without the lock by runChanged
+	h.s.runHooks.Store(&r.onRun)
+	r.mu.Unlock()
+}
+
+func (h resourceHost) OnClose(fn func(context.Context)) {
+	r := &h.s.hooks
+	r.mu.Lock()
+	r.onClose = append(r.onClose, fn)
+	r.mu.Unlock()
+}
+
+func (h resourceHost) Authorize(p *auth.Principal, id string, create bool) error {
+	return h.s.Authorize(p, id, create)
+}
+
+func (h resourceHost) ThreadExists(ctx context.Context, id string) (bool, error) {
+	return h.s.threadExists(ctx, id)
+}
+
+func (h resourceHost) RunStatus(thread string) (string, []PendingInterrupt) {
+	return h.s.runState(thread)
+}
+
+func (h resourceHost) Run(thread, runID string) LiveRun {
+	var lr LiveRun
+	t, _ := h.s.thread(thread, false)
+	if t == nil {
+		return lr
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.run; r != nil && r.id == runID {
+		lr.Current = true
+	}
+	if r := t.run; r != nil && r.id == runID && !r.ended {
+		lr.Active = true
+		lr.Waits = r.status == statusInterrupted && len(r.pending) > 0
+	}
+	for _, q := range t.queued {
+		lr.Queued = lr.Queued || q.id == runID
+	}
+	return lr
+}
+
+func (h resourceHost) ActiveRun(thread string) (string, bool) {
+	t, _ := h.s.thread(thread, false)
+	if t == nil {
+		return "", false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.run == nil || t.run.ended {
+		return "", false
+	}
+	return t.run.id, true
+}
+
+func (h resourceHost) RollbackRun(thread, runID string) bool {
+	t, _ := h.s.thread(thread, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.run; r != nil && r.id == runID && !r.ended {
+		r.cancel(errRollback)
+		return true
+	}
+	for i, q := range t.queued {
+		if q.id == runID {
+			q.endCause = errRollback
+			t.queued = slices.Delete(t.queued, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+func (h resourceHost) AfterRun(thread, runID string, fn func()) bool {
+	t, _ := h.s.thread(thread, false)
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	marked := false
+	if r := t.run; r != nil && r.id == runID && !r.ended {
+		r.afterwards, marked = fn, true
+	}
+	for _, q := range t.queued {
+		if q.id == runID {
+			q.afterwards, marked = fn, true
+		}
+	}
+	return marked
+}
+
+func (h resourceHost) Release(id string) error {
+	s := h.s
+	if s.runActive(id) {
+		return fmt.Errorf("%w: cancel it first", ErrThreadBusy)
+	}
+	t, _ := s.thread(id, false)
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	if t.run != nil || len(t.queued) > 0 {
+		t.mu.Unlock()
+		return fmt.Errorf("%w: cancel it first", ErrThreadBusy)
+	}
+	t.evicted = true
+	sessions := t.sessionList()
+	for _, ss := range sessions {
+		ss.leave(t)
+	}
+	t.mu.Unlock()
+	for _, ss := range sessions {
+		ss.end(ErrThreadDeleted)
+	}
+	s.unhold(t)
+	return nil
+}
+
+func (h resourceHost) WhileIdle(thread string, fn func() error) error {
+	t, _ := h.s.thread(thread, false)
+	if t == nil {
+		return fn()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.run; r != nil && (r.over() || len(r.pending) == 0) {
+		return ErrThreadBusy
+	}
+	return fn()
+}
+
+// runChanged tells the run hooks (ResourceHost.OnRun) run r's status. The
+// caller holds r's thread's lock.
+func (s *Server) runChanged(r *run, status string) {
+	hooks := s.runHooks.Load()
+	if hooks == nil || len(*hooks) == 0 {
+		return
+	}
+	now := s.cfg.Now().UTC()
+	if r.createdAt.IsZero() {
+		r.createdAt = now
+	}
+	rec := RunRecord{ID: r.id, Thread: r.t.id, Assistant: r.assistantID, Status: status, MultitaskStrategy: r.strategy,
+		Input: r.input, Config: r.config, Metadata: r.metadata, CreatedAt: r.createdAt, UpdatedAt: now, After: r.after}
+	for _, fn := range *hooks {
+		fn(rec)
+	}
+}
+
+// closeResources runs the resources' closers (ResourceHost.OnClose), the
+// last added first.
+func (s *Server) closeResources(ctx context.Context) {
+	r := &s.hooks
+	r.mu.Lock()
+	closers := r.onClose
+	r.onClose = nil
+	r.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i](ctx)
+	}
+}

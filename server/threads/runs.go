@@ -1,0 +1,199 @@
+package threads
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/agentstream/agentstream/server"
+)
+
+// recorder writes run records in the order runs change, off the threads'
+// locks, on a goroutine of its own (stopped when the server closes, once
+// its runs have ended); a record that finds its queue full is dropped
+// (counted).
+type recorder struct {
+	mu      sync.Mutex
+	ch      chan recorded
+	closed  bool
+	done    chan struct{}
+	dropped uint64
+}
+
+const recordQueue = 4096
+
+// recorded is a record to write, or (done set) a mark to close once what
+// was queued before it is written.
+type recorded struct {
+	rec  server.RunRecord
+	done chan struct{}
+}
+
+// startRecorder starts writing the run records the core's run hook
+// gives, when the engine keeps them.
+func (cat *Catalog) startRecorder() {
+	rc := cat.st.Runs
+	if rc == nil {
+		return
+	}
+	r := &recorder{ch: make(chan recorded, recordQueue), done: make(chan struct{})}
+	cat.runs = r
+	go func() {
+		defer close(r.done)
+		for it := range r.ch {
+			if it.done != nil {
+				close(it.done)
+				continue
+			}
+			_ = rc.SetRun(context.Background(), it.rec) // a store that fails loses the record, not the run
+		}
+	}()
+	cat.host.OnRun(r.record)
+	cat.host.OnClose(r.stop)
+}
+
+// record queues rec (the core's run hook: it never blocks).
+func (r *recorder) record(rec server.RunRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	select {
+	case r.ch <- recorded{rec: rec}:
+	default:
+		r.dropped++
+	}
+}
+
+// stop writes what is queued and stops the recorder.
+func (r *recorder) stop(ctx context.Context) {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.ch)
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+}
+
+// SyncRuns waits until the run records queued before the call are
+// written (or ctx ends): a read that follows sees them.
+func (cat *Catalog) SyncRuns(ctx context.Context) {
+	r := cat.runs
+	if r == nil {
+		return
+	}
+	done := make(chan struct{})
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	select {
+	case r.ch <- recorded{done: done}:
+	case <-ctx.Done():
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// Runs lists thread id's runs, newest first (server.ErrNoCatalog on an
+// engine that keeps none).
+func (cat *Catalog) Runs(ctx context.Context, id string) ([]server.RunRecord, error) {
+	rc := cat.st.Runs
+	if rc == nil {
+		return nil, server.ErrNoCatalog
+	}
+	runs, err := rc.Runs(ctx, id)
+	if err != nil {
+		return nil, server.StoreError(err)
+	}
+	return runs, nil
+}
+
+// FindRun finds run runID by its id alone (the Agent Protocol's routes):
+// its record; ok is false when no thread keeps it.
+func (cat *Catalog) FindRun(ctx context.Context, runID string) (server.RunRecord, bool, error) {
+	rc := cat.st.Runs
+	if rc == nil {
+		return server.RunRecord{}, false, server.ErrNoCatalog
+	}
+	cat.SyncRuns(ctx)
+	thread, ok, err := rc.RunThread(ctx, runID)
+	if err != nil {
+		return server.RunRecord{}, false, server.StoreError(err)
+	}
+	if !ok {
+		return server.RunRecord{}, false, nil
+	}
+	runs, err := rc.Runs(ctx, thread)
+	if err != nil {
+		return server.RunRecord{}, false, server.StoreError(err)
+	}
+	for _, r := range runs {
+		if r.ID == runID {
+			return r, true, nil
+		}
+	}
+	return server.RunRecord{}, false, nil
+}
+
+// DeleteRun forgets run runID of thread (the Platform's runs.delete); a
+// run that is queued, running or interrupted is server.ErrThreadBusy
+// (cancel it first).
+func (cat *Catalog) DeleteRun(ctx context.Context, thread, runID string) error {
+	rc := cat.st.Runs
+	if rc == nil {
+		return server.ErrNoCatalog
+	}
+	if lr := cat.host.Run(thread, runID); lr.Active || lr.Queued {
+		return fmt.Errorf("%w: the run goes on; cancel it first", server.ErrThreadBusy)
+	}
+	cat.SyncRuns(ctx) // its last record written before it is deleted
+	if err := rc.DeleteRun(ctx, thread, runID); err != nil {
+		return server.StoreError(err)
+	}
+	return nil
+}
+
+// DeleteOnCompletion deletes thread once run runID has ended and no run
+// waits behind it (the Platform's stateless runs, on_completion delete).
+// A run that ended already has its thread deleted now.
+func (cat *Catalog) DeleteOnCompletion(ctx context.Context, thread, runID string) error {
+	if cat.host.AfterRun(thread, runID, func() {
+		// One that cannot be deleted now (a store down, a run started on
+		// it meanwhile) is left to --thread-ttl.
+		_, _ = cat.Delete(context.Background(), thread)
+	}) {
+		return nil
+	}
+	_, err := cat.Delete(ctx, thread)
+	return err
+}
+
+// Run is run runID of thread as this node has it: active (and waiting
+// for its interrupts' answers), queued, or neither (ended, or another
+// node's).
+func (cat *Catalog) Run(thread, runID string) server.LiveRun { return cat.host.Run(thread, runID) }
+
+// ActiveRun is the id of thread's active run (running or waiting on
+// interrupts) on this node; ok is false when it has none.
+func (cat *Catalog) ActiveRun(thread string) (runID string, ok bool) {
+	return cat.host.ActiveRun(thread)
+}
+
+// RollbackRun cancels run runID of thread as multitask_strategy rollback
+// does: the thread's values go back to what they were when it started.
+// found is false when the run is neither active nor queued.
+func (cat *Catalog) RollbackRun(thread, runID string) (found bool) {
+	return cat.host.RollbackRun(thread, runID)
+}
