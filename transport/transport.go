@@ -399,8 +399,29 @@ func (h *Handler) MetricsHandler() http.Handler {
 // unknown thread is 404. With authentication off it checks the thread id
 // only.
 func (h *Handler) guard(next http.HandlerFunc, kind wire.Kind) http.Handler {
+	return h.guardRoute(wire.Route{Kind: kind, Handler: next})
+}
+
+// guardRoute is guard for a wire's route whose path names its thread,
+// with the route's choices (wire.Route.HandlerAuthorizes,
+// BadThreadStatus).
+func (h *Handler) guardRoute(rt wire.Route) http.Handler {
+	next, kind := rt.Handler.ServeHTTP, rt.Kind
+	bad := rt.BadThreadStatus
+	if bad == 0 {
+		bad = http.StatusBadRequest
+	}
+	create := kind != wire.ReadRoute
+	if rt.HandlerAuthorizes {
+		admitted := h.wireGuard(kind, rt.Handler)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if h.threadOK(w, r, bad) {
+				admitted.ServeHTTP(w, r)
+			}
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.threadOK(w, r) {
+		if !h.threadOK(w, r, bad) {
 			return
 		}
 		r, p, done, ok := h.admit(w, r, kind)
@@ -418,7 +439,7 @@ func (h *Handler) guard(next http.HandlerFunc, kind wire.Kind) http.Handler {
 			httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "%q may not publish events: a producer's credential is needed (a JWT with role producer, an API key listed with producer)", p.Subject))
 			return
 		}
-		if !h.authorize(w, p, r.PathValue("id"), kind != wire.ReadRoute) {
+		if !h.authorize(w, p, r.PathValue("id"), create) {
 			return
 		}
 		next(w, r.WithContext(auth.NewContext(r.Context(), p)))
@@ -482,7 +503,7 @@ func (h *Handler) route(rt wire.Route) http.Handler {
 	case rt.Kind == wire.WorkerRoute:
 		g = h.workerGuard(rt.Handler.ServeHTTP)
 	case rt.PathThread:
-		g = h.guard(rt.Handler.ServeHTTP, rt.Kind)
+		g = h.guardRoute(rt)
 	default:
 		g = h.wireGuard(rt.Kind, rt.Handler)
 	}
@@ -694,14 +715,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // threadOK answers 400 for a request whose path names no valid thread.
-func (h *Handler) threadOK(w http.ResponseWriter, r *http.Request) bool {
+func (h *Handler) threadOK(w http.ResponseWriter, r *http.Request, status int) bool {
 	err := server.ValidThreadID(r.PathValue("id"))
 	if err == nil && h.edge {
 		err = canonicalThreadID(r.PathValue("id"))
 	}
 	if err != nil {
 		h.metrics.Refused(string(server.LimitThreadID))
-		httpjson.Write(w, http.StatusBadRequest, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
+		httpjson.Write(w, status, protocol.NewError(nil, protocol.ErrorCodeInvalidArgument, "%v", err))
 		return false
 	}
 	return true

@@ -42,8 +42,14 @@ func New(c wire.Context) *Handler {
 // Routes are the wire's routes. Reads of lists and of an assistant are
 // reads; what creates or changes a thread is a command's.
 func (h *Handler) Routes() []wire.Route {
+	// A route of one thread (/threads/{id}...) has its id checked by the
+	// transport (422 for one that is no thread's, as the Platform
+	// answers); its handler asks Allowed for the thread as it comes to use
+	// it (authorizedThread, mayChange).
 	route := func(method, pattern string, kind wire.Kind, f http.HandlerFunc) wire.Route {
-		return wire.Route{Method: method, Pattern: pattern, Kind: kind, Handler: f, Outer: errorShape}
+		oneThread := strings.HasPrefix(pattern, "/threads/{id}")
+		return wire.Route{Method: method, Pattern: pattern, Kind: kind, Handler: f, Outer: errorShape,
+			PathThread: oneThread, HandlerAuthorizes: oneThread, BadThreadStatus: http.StatusUnprocessableEntity}
 	}
 	return []wire.Route{
 		route("POST", "/threads", wire.CommandRoute, h.createThread),
@@ -221,32 +227,21 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) {
 	write(w, http.StatusOK, thread(info, false))
 }
 
-// authorized asks whether the request may use an existing thread.
+// authorized asks whether the request may use an existing thread it
+// names elsewhere than in its path (a run's, a search's thread_id).
 func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
 	if err := server.ValidThreadID(id); err != nil {
 		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
 		return false
 	}
-	if p := auth.FromContext(r.Context()); p != nil {
-		if err := h.Server.Authorize(p, id, false); err != nil {
-			serverError(w, err)
-			return false
-		}
-	}
-	return true
+	return h.Allowed(w, r, id, false)
 }
 
 // mayChange checks that the caller may change thread (make it, run on it,
-// change its state or runs): authorize for a command, as the protocol's
+// change its state or runs): authorized for a command, as the protocol's
 // commands are.
 func (h *Handler) mayChange(w http.ResponseWriter, r *http.Request, thread string) bool {
-	if p := auth.FromContext(r.Context()); p != nil {
-		if err := h.Server.Authorize(p, thread, true); err != nil {
-			serverError(w, err)
-			return false
-		}
-	}
-	return true
+	return h.Allowed(w, r, thread, true)
 }
 
 // getThread serves GET /threads/{id}.

@@ -933,3 +933,54 @@ func TestRunStreamReplaysAfterARestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, got, last)
 }
+
+// TestPlatformRefusalsAreCounted: the Platform's routes of one thread
+// are checked and authorized through the transport, so that their
+// refusals count where every wire's do: another principal's thread in
+// agentstream_auth_refusals_total, an id that is no thread's (422, as the
+// Platform answers) in agentstream_refusals_total.
+func TestPlatformRefusalsAreCounted(t *testing.T) {
+	a, err := auth.New(context.Background(), auth.Config{APIKeys: map[string]auth.Principal{
+		"k-ann": {Subject: "ann"}, "k-bob": {Subject: "bob"},
+	}})
+	require.NoError(t, err)
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	h := transport.New(srv, transport.Options{Auth: a, Profiles: []string{transport.ProfileLangGraph}})
+	ts := httptest.NewServer(h)
+	ms := httptest.NewServer(h.MetricsHandler())
+	defer func() {
+		ts.Close()
+		ms.Close()
+		_ = srv.Close(context.Background())
+	}()
+	scrape := func() string {
+		resp, err := http.Get(ms.URL + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	count := func(text, series string) float64 {
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(line, series+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				require.NoError(t, err)
+				return f
+			}
+		}
+		return 0
+	}
+	const denied, badID = `agentstream_auth_refusals_total{reason="permission_denied"}`, `agentstream_refusals_total{limit="thread_id"}`
+	require.Equal(t, 200, call(t, "POST", ts.URL+"/threads/ann-1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "k-ann", nil))
+	before := scrape()
+	require.Equal(t, 403, call(t, "GET", ts.URL+"/threads/ann-1/state", "", "k-bob", nil))
+	require.Equal(t, 403, call(t, "PATCH", ts.URL+"/threads/ann-1", `{"metadata": {}}`, "k-bob", nil))
+	require.Equal(t, 403, call(t, "POST", ts.URL+"/threads/ann-1/runs/wait", `{"assistant_id": "echo", "input": {}}`, "k-bob", nil))
+	long := strings.Repeat("x", 300)
+	require.Equal(t, 422, call(t, "GET", ts.URL+"/threads/"+long, "", "k-ann", nil)) // call checks the {"detail": ...} shape
+	after := scrape()
+	require.Equal(t, 3.0, count(after, denied)-count(before, denied), "each refused principal counted")
+	require.Equal(t, 1.0, count(after, badID)-count(before, badID), "the bad id counted")
+}

@@ -265,20 +265,9 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 	write(w, http.StatusOK, orEmpty(st.Values))
 }
 
-// threadOf is the {id} of a route of one thread, checked and authorized
-// (create: made when new).
-func (h *Handler) threadOf(w http.ResponseWriter, r *http.Request) (string, bool) {
-	id := r.PathValue("id")
-	if err := server.ValidThreadID(id); err != nil {
-		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)
-		return "", false
-	}
-	return id, true
-}
-
 // waitRun serves POST /threads/{id}/runs/wait.
 func (h *Handler) waitRun(w http.ResponseWriter, r *http.Request) {
-	if id, ok := h.threadOf(w, r); ok {
+	if id := h.pathThread(r); id != "" {
 		h.runAndWait(w, r, id, false)
 	}
 }
@@ -381,7 +370,7 @@ func (h *Handler) deleteRun(w http.ResponseWriter, r *http.Request) {
 // createRun serves POST /threads/{id}/runs: the run starts in the
 // background; the answer is its record as it starts.
 func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
-	if thread, ok := h.threadOf(w, r); ok {
+	if thread := h.pathThread(r); thread != "" {
 		h.startInBackground(w, r, thread, false)
 	}
 }
@@ -440,11 +429,16 @@ func lgRun(rec server.RunRecord) LgRun {
 		Status: LgRunStatus(rec.Status), Metadata: orEmpty(rec.Metadata), Kwargs: kwargs, MultitaskStrategy: LgMultitaskStrategy(ms)}
 }
 
-// authorizedThread checks {id} and that the caller may use the thread.
+// authorizedThread is {id}, which the transport checked (the route's
+// PathThread), once the caller may use the thread as it is.
 func (h *Handler) authorizedThread(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	return id, h.authorized(w, r, id)
+	return id, h.Allowed(w, r, id, false)
 }
+
+// pathThread is {id}, which the transport checked, for a handler that
+// authorizes it later (a run's: mayChange once its assistant is known).
+func (h *Handler) pathThread(r *http.Request) string { return r.PathValue("id") }
 
 // listRuns serves GET /threads/{id}/runs (?limit=10&offset=0&status=).
 func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {

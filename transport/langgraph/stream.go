@@ -93,7 +93,7 @@ func streamFilter(modes []string, subgraphs bool) channels.Filter {
 
 // streamRun serves POST /threads/{id}/runs/stream.
 func (h *Handler) streamRun(w http.ResponseWriter, r *http.Request) {
-	if thread, ok := h.threadOf(w, r); ok {
+	if thread := h.pathThread(r); thread != "" {
 		h.startStream(w, r, thread, false)
 	}
 }

@@ -55,7 +55,17 @@ type Route struct {
 	// thread unless Kind is ReadRoute) before Handler runs. Otherwise the
 	// handler names its thread itself and asks Context.Thread.
 	PathThread bool
-	Handler    http.Handler
+	// HandlerAuthorizes, with PathThread, has the transport check the id
+	// and admit the request under its kind's rules, and the handler ask
+	// Context.Allowed for the thread as it comes to use it (as it is, or
+	// to create it): the Platform's routes, which answer a thread that
+	// does not exist 404, an assistant that does not exist before that, and
+	// make a thread only for a run.
+	HandlerAuthorizes bool
+	// BadThreadStatus, with PathThread, is the status of the answer to an
+	// {id} that is no valid thread id (400 when 0; the Platform's 422).
+	BadThreadStatus int
+	Handler         http.Handler
 	// Outer, when set, wraps the guarded route: how a wire whose clients
 	// read errors in a shape of their own reshapes the transport's
 	// refusals (OpenAI's error object).
