@@ -438,6 +438,10 @@ func TestBusyFoldsFastChunks(t *testing.T) {
 	busy.Store(true)
 	require.Eventually(t, eng.log.fast.Load, 5*time.Second, 10*time.Millisecond)
 	evs = append(evs, appendN(t, eng.log, "a", "ep", 30, 10, time.Now())...)
+	// Folded while busy, before the close (a fold left to the next run's
+	// recovery would be that run's, not busy yet: zstd).
+	require.Eventually(t, func() bool { return eng.Counters().Chunks == 4 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, uint64(3), eng.Counters().FastChunks)
 	require.NoError(t, eng.Close())
 	eng, err = Open(opts)
 	require.NoError(t, err)

@@ -22,14 +22,12 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -39,7 +37,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/cmd/agentstream/internal/loadtest"
 	"github.com/agentstream/agentstream/diskstore"
@@ -49,13 +46,10 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
-	"github.com/agentstream/agentstream/server/memgov"
 	"github.com/agentstream/agentstream/transport"
-	"github.com/agentstream/agentstream/transport/jobs"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/mattn/go-isatty"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -349,281 +343,6 @@ func logRedisHealth(log zerolog.Logger, err error) {
 	} else {
 		log.Info().Msg("redis is back")
 	}
-}
-
-func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- string) error {
-	if c.memoryLimit > 0 {
-		debug.SetMemoryLimit(c.memoryLimit)
-	}
-	var tlsConfig *tls.Config
-	if c.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
-		if err != nil {
-			return fmt.Errorf("--tls-cert, --tls-key: %w", err)
-		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
-	}
-	actx, stopAuth := context.WithCancel(context.Background())
-	defer stopAuth()
-	authn, err := c.auth.build(actx)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", c.addr)
-	if errors.Is(err, syscall.EADDRINUSE) {
-		return notStarted{fmt.Errorf("%s is in use (another server?): choose another address with --addr HOST:PORT or AGENTSTREAM_ADDR (%w)", c.addr, err)}
-	}
-	if err != nil {
-		return notStarted{fmt.Errorf("--addr %s: %w", c.addr, err)}
-	}
-	loopback := isLoopback(ln.Addr())
-	if !loopback && !c.insecure && authn == nil {
-		ln.Close()
-		return fmt.Errorf("%s is not a loopback address and clients are not authenticated: anyone who reaches it can read and steer every thread; turn authentication on (--auth-hs256-secret-file, --auth-public-key-file, --auth-jwks-url or --auth-api-keys-file), or pass --insecure to serve it anyway", ln.Addr())
-	}
-	var hosts []string
-	if loopback {
-		hosts = append(hosts, transport.LoopbackHosts...)
-		hosts = append(hosts, splitList(c.allowedHosts)...)
-		if slices.Contains(hosts, "*") {
-			hosts = nil
-		}
-	} else if c.allowedHosts != "" && c.allowedHosts != "*" {
-		hosts = splitList(c.allowedHosts)
-	}
-	cfg := server.Config{
-		BufferEvents: c.bufferEvents, BufferBytes: c.bufferBytes, BufferTotalBytes: c.bufferTotal, QueueBytes: c.queueBytes, QueueTotalBytes: c.queueTotal, IdleRelease: c.idleRelease,
-		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
-		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
-		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
-		MaxProducersPerThread: c.maxProducersPerThread, MaxStoreItems: c.maxStoreItems, MaxThreadMetadataBytes: c.maxThreadMetadataBytes, MaxStateBytes: c.maxStateBytes, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
-		WorkerLease: c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
-	}
-	var readyCheck func(context.Context) error
-	registry := prometheus.NewRegistry()
-	if c.redisURL != "" {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		engine, err := redisstore.New(rctx, redisstore.Options{
-			URL: c.redisURL, TTL: c.threadTTL, MaxCheckpoints: c.maxCheckpoints,
-			Log: redisstore.LogOptions{MaxEvents: c.bufferEvents, MaxBytes: c.bufferBytes, TotalBytes: c.bufferTotal,
-				WriteQueue: c.redisWriteQueue, WriteQueueBytes: c.redisWriteQueueBytes, Writers: c.redisWriters, WriteGather: c.redisWriteGather, QueueWait: c.redisQueueWait, DeliverFirst: !c.redisWriteThrough, MaxProducers: c.maxProducersPerThread},
-			Cluster:  redisstore.ClusterOptions{Node: c.nodeID, LeaseTTL: c.leaseTTL},
-			OnError:  func(err error) { log.Warn().Err(err).Msg("redis") },
-			OnHealth: func(err error) { logRedisHealth(log, err) },
-		})
-		cancel()
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--redis: %w", err)
-		}
-		cfg.Engine = engine
-		registry.MustRegister(engine.Collectors()...)
-		readyCheck = engine.Ping
-		log.Info().Str("redis", auth.RedactURL(c.redisURL)).Str("node", engine.Node()).Msg("threads kept in redis")
-	}
-	if c.dataDir != "" {
-		if c.redisURL != "" {
-			ln.Close()
-			return errors.New("--data-dir and --redis: one engine or the other")
-		}
-		if c.dataMinFree < 0 || c.dataMaxThreadBytes < 0 || c.dataMaxBytes < 0 {
-			ln.Close()
-			return errors.New("--data-min-free, --data-max-thread-bytes, --data-max-bytes: not negative")
-		}
-		// The hot cache of a thread on disk is small unless --buffer-events
-		// says otherwise: the rest of its history is a disk read away.
-		hot := 0
-		if c.bufferEventsSet {
-			hot = c.bufferEvents
-		}
-		engine, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
-			MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery,
-			MaxPending: c.dataMaxPending, Repair: c.dataRepair, MaxProducers: c.maxProducersPerThread})
-		if err != nil {
-			ln.Close()
-			if errors.Is(err, diskstore.ErrTableDamaged) {
-				return fmt.Errorf("--data-dir: %w (a damaged table is not repaired: restore the store from a backup)", err)
-			}
-			if errors.Is(err, diskstore.ErrDamaged) {
-				return fmt.Errorf("--data-dir: %w (agentstream data --data-dir %s check reports it; serve --data-repair starts keeping every commit that can be read)", err, c.dataDir)
-			}
-			return fmt.Errorf("--data-dir: %w", err)
-		}
-		if r := engine.Repaired(); r != "" {
-			log.Warn().Str("data_dir", c.dataDir).Str("lost", r).Msg("the store's commit log was damaged: started with what could be read (--data-repair)")
-		}
-		cfg.Engine = engine
-		registry.MustRegister(engine.Collectors()...)
-		readyCheck = engine.Ready
-		if engine.Crashed() {
-			log.Warn().Str("data_dir", c.dataDir).Msg("the store was not closed cleanly: its threads go on in new epochs")
-		}
-		log.Info().Str("data_dir", c.dataDir).Msg("threads kept on disk")
-	}
-	var up *edge.Edge
-	if c.upstream != "" {
-		hdr := http.Header{}
-		for _, h := range c.upstreamHeaders {
-			name, value, _ := strings.Cut(h, ":")
-			hdr.Add(strings.TrimSpace(name), strings.TrimSpace(value))
-		}
-		if c.upstreamAPIKey != "" {
-			hdr.Set("X-Api-Key", c.upstreamAPIKey)
-		}
-		var err error
-		if up, err = edge.New(edge.Options{URL: c.upstream, Header: hdr, IdentityHeader: c.upstreamIdentity, ResponseTimeout: c.upstreamTimeout}); err != nil {
-			ln.Close()
-			return fmt.Errorf("--upstream: %w", err)
-		}
-		cfg.Upstream = up
-	}
-	srv := server.New(cfg)
-	if d, ok := cfg.Engine.(*diskstore.Engine); ok && d.CutRuns() > 0 {
-		log.Warn().Int("runs", d.CutRuns()).Msg("runs the last stop cut short were ended (failed, run cut)")
-	}
-	defer func() { _ = srv.Close(context.Background()) }() // on an early return; a second Close does nothing
-	if up != nil {
-		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := up.Start(uctx, srv)
-		cancel()
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--upstream: %w", err)
-		}
-		defer up.Close()
-		registry.MustRegister(up.Collectors()...)
-		log.Info().Str("upstream", auth.RedactURL(c.upstream)).Msg("edge mode: the assistants are the upstream's")
-	}
-	stopIngest := func() {}
-	if c.ingestStream != "" {
-		engine := cfg.Engine.(*redisstore.Engine)
-		var entries func(map[string]string) (string, protocol.ProducerEvent, bool, string)
-		if slices.Contains(splitList(c.profiles), transport.ProfileJobs) {
-			entries = jobs.IngestEntry // entries naming a job: its envelopes and its end
-		}
-		ingest, err := engine.Ingest(srv, redisstore.IngestOptions{Stream: c.ingestStream, Group: c.ingestGroup, DeadLetter: c.ingestDeadLetter,
-			MaxEventBytes: c.ingestMaxEventBytes, LeaseTTL: c.leaseTTL, MaxWait: c.ingestMaxWait, Entries: entries,
-			Decoder: protocol.Decoder{Limits: protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues}},
-			OnError: func(err error) { log.Warn().Err(err).Msg("ingest") }})
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--ingest-stream: %w", err)
-		}
-		defer ingest.Close()      // on an early return
-		stopIngest = ingest.Close // before the server's Close: entries it holds stay pending for the next reader
-		registry.MustRegister(ingest.Collectors()...)
-		log.Info().Str("stream", c.ingestStream).Str("group", c.ingestGroup).Msg("ingesting a redis stream")
-	}
-	if b := srv.Buffers(); c.gcBuffers && b != nil {
-		gov := memgov.Start(b, memgov.Options{Target: c.memoryTarget})
-		defer gov.Stop()
-	}
-	if c.builtins {
-		assistants.Register(srv)
-	}
-	origins := splitList(c.allowedOrigins)
-	h := transport.New(srv, transport.Options{
-		SSE:             sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
-		WS:              ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst, CommandBytesRate: c.commandBytesRate},
-		CORSOrigins:     origins,
-		Hosts:           hosts,
-		BodyTimeout:     c.bodyTimeout,
-		Auth:            authn,
-		Ready:           readyCheck,
-		Registry:        registry,
-		Playground:      playgroundHandler(c.playground),
-		HTTPCommandRate: c.httpCommandRate, HTTPCommandBurst: c.httpCommandBurst,
-		HTTPStreamRate: c.httpStreamRate, HTTPStreamBurst: c.httpStreamBurst,
-		AuthFailureRate: c.authFailureRate, AuthFailureBurst: c.authFailureBurst, MaxStreamsPerPrincipal: c.maxStreamsPerPrincipal,
-		Decode:   protocol.DecodeLimits{MaxDepth: c.commandMaxDepth, MaxValues: c.commandMaxValues},
-		Profiles: splitList(c.profiles), InstanceAIAssistant: c.instanceAIAssistant,
-		UpstreamState: upstreamState(up), UpstreamProxy: upstreamProxy(up),
-		Ingest: transport.IngestOptions{MaxEvents: c.ingestMaxEvents, MaxEventBytes: c.ingestMaxEventBytes, MaxBatchBytes: c.ingestMaxBatchBytes, Rate: c.ingestRate, Burst: c.ingestBurst},
-	})
-	if c.metricsAddr != "" {
-		mln, err := net.Listen("tcp", c.metricsAddr)
-		if err != nil {
-			ln.Close()
-			return notStarted{fmt.Errorf("--metrics-addr %s: %w", c.metricsAddr, err)}
-		}
-		ms := &http.Server{Handler: h.MetricsHandler(), ReadHeaderTimeout: c.readHeaderTimeout}
-		go func() { _ = ms.Serve(mln) }()
-		defer ms.Close()
-		log.Info().Str("addr", mln.Addr().String()).Msg("metrics listening")
-	}
-	var handler http.Handler = h
-	if c.pprof {
-		mux := http.NewServeMux()
-		mux.Handle("/", h)
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		handler = mux
-	}
-	hs := &http.Server{Handler: c.proxies.Wrap(logRequests(handler, log)), ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout}
-	errc := make(chan error, 1) // Serve's one result; buffered so it never blocks
-	hs.TLSConfig = tlsConfig
-	go func() {
-		if tlsConfig != nil {
-			errc <- hs.ServeTLS(ln, "", "") // HTTP/2 by ALPN; WebSockets upgrade over HTTP/1.1
-		} else {
-			errc <- hs.Serve(ln)
-		}
-	}()
-	ev := log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsConfig != nil).Bool("auth", authn != nil).Strs("profiles", splitList(c.profiles))
-	if up != nil {
-		// Its runs are the upstream's: its graphs, as it lists them now.
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		graphs, err := up.Assistants(actx)
-		cancel()
-		if err != nil {
-			log.Warn().Err(err).Msg("could not list the upstream's assistants")
-		}
-		ev = ev.Str("upstream", auth.RedactURL(c.upstream)).Strs("assistants", graphs)
-	} else {
-		ev = ev.Strs("assistants", srv.Assistants())
-	}
-	if c.playground {
-		scheme := "http"
-		if tlsConfig != nil {
-			scheme = "https"
-		}
-		ev = ev.Str("playground", scheme+"://"+ln.Addr().String()+"/")
-	}
-	ev.Msg("agentstream listening")
-	if ready != nil {
-		ready <- ln.Addr().String()
-	}
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info().Msg("shutting down")
-	stopIngest()
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
-	defer cancel()
-	// Stop accepting, end the streams so their handlers return, then wait
-	// for the rest and stop the runs.
-	var errs []error
-	go func() { _ = h.Shutdown(sctx) }()
-	if err := hs.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("http: %w", err))
-	}
-	if err := h.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("streams: %w", err))
-	}
-	if err := srv.Close(sctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		errs = append(errs, err)
-	}
-	log.Info().Msg("stopped")
-	if len(errs) > 0 {
-		return fmt.Errorf("shutdown took longer than --shutdown-timeout %s: %w", c.shutdownTimeout, errors.Join(errs...))
-	}
-	return nil
 }
 
 // load runs the load tool against a running server.
