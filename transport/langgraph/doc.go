@@ -9,9 +9,12 @@
 // with Last-Event-ID) in every stream mode but events, translated from
 // the run's protocol events (stream.go).
 //
-// The wire's Go types (langgraph_gen.go) are generated from
-// protocol/langgraph.cddl; `go generate ./transport/langgraph`
-// regenerates them and a test fails when they are stale.
+// The wire's Go types (langgraph_gen.go), its stream frames and states
+// among them, and the JSON Schema its tests check them against
+// (schema.json) are generated from protocol/langgraph.cddl;
+// `go generate ./transport/langgraph` regenerates them and a test fails
+// when they are stale.
 package langgraph
 
 //go:generate go run ../../cmd/cddlgen --quiet --lang go --package langgraph --out langgraph_gen.go ../../protocol/langgraph.cddl
+//go:generate go run ../../cmd/cddlgen --quiet --lang jsonschema --root LgDocument --out schema.json ../../protocol/langgraph.cddl

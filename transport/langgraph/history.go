@@ -14,24 +14,29 @@ import (
 
 // snapshot is a checkpoint as the Platform's history shows it: the
 // state the thread had then.
-func snapshot(thread string, cp server.CheckpointRecord, latest bool, status string) map[string]any {
+func snapshot(thread string, cp server.CheckpointRecord, latest bool, status string) LgThreadState {
 	next := []string{}
 	if latest && status != "idle" {
 		next = []string{"agent"}
 	}
-	out := map[string]any{
-		"values":     orEmpty(cp.Values),
-		"next":       next,
-		"tasks":      []any{},
-		"metadata":   map[string]any{"step": cp.Step, "source": cp.Source},
-		"created_at": stamp(cp.Time),
-		"checkpoint": map[string]any{"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cp.ID, "checkpoint_map": nil},
+	created := stamp(cp.Time)
+	st := LgThreadState{
+		Values:     orEmpty(cp.Values),
+		Next:       next,
+		Tasks:      []LgStateTask{},
+		Metadata:   map[string]any{"step": cp.Step, "source": cp.Source},
+		CreatedAt:  &created,
+		Checkpoint: checkpointAt(thread, cp.ID),
 	}
-	out["parent_checkpoint"] = nil
 	if cp.ParentID != "" {
-		out["parent_checkpoint"] = map[string]any{"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cp.ParentID, "checkpoint_map": nil}
+		st.ParentCheckpoint = checkpointAt(thread, cp.ParentID)
 	}
-	return out
+	return st
+}
+
+// checkpointAt is checkpoint id of thread's root as a state names it.
+func checkpointAt(thread, id string) *LgCheckpointConfig {
+	return &LgCheckpointConfig{ThreadID: thread, CheckpointNs: "", CheckpointID: id}
 }
 
 // history serves GET and POST /threads/{id}/history: the thread's
@@ -91,7 +96,7 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	if (from != "" || before != "") && !slices.ContainsFunc(cps, func(cp server.CheckpointRecord) bool { return cp.ID == from || cp.ID == before }) {
 		start = len(cps) // a checkpoint the thread does not have: nothing before it
 	}
-	out := []map[string]any{}
+	out := []LgThreadState{}
 	for i := start; i < len(cps) && len(out) < limit; i++ {
 		cp := cps[i]
 		if metadata != nil {
@@ -143,12 +148,12 @@ func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request, thread str
 
 // emptyState is the state of a thread with no checkpoint (or of a
 // checkpoint it does not have), as the Platform shows it.
-func emptyState(thread, checkpointID string) map[string]any {
-	var cp any
+func emptyState(thread, checkpointID string) LgThreadState {
+	st := LgThreadState{Values: map[string]any{}, Next: []string{}, Tasks: []LgStateTask{}}
 	if checkpointID != "" {
-		cp = map[string]any{"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": checkpointID, "checkpoint_map": nil}
+		st.Checkpoint = checkpointAt(thread, checkpointID)
 	}
-	return map[string]any{"values": map[string]any{}, "next": []string{}, "tasks": []any{}, "created_at": nil, "checkpoint": cp, "parent_checkpoint": nil}
+	return st
 }
 
 // stateAt answers the state at checkpoint id of thread (the newest when
@@ -162,7 +167,7 @@ func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id str
 		if id == "" || cp.ID == id {
 			st := snapshot(thread, cp, i == 0, info.Status)
 			if i == 0 {
-				withNow(st, info)
+				withNow(&st, info)
 			}
 			write(w, http.StatusOK, st)
 			return
@@ -171,11 +176,11 @@ func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id str
 	if id == "" && (info.Values != nil || len(info.Interrupts) > 0) {
 		// State with no checkpoint yet (a run that asks before its first).
 		st := emptyState(thread, "")
-		st["metadata"] = map[string]any{}
+		st.Metadata = map[string]any{}
 		if info.Status != "idle" {
-			st["next"] = []string{"agent"}
+			st.Next = []string{"agent"}
 		}
-		withNow(st, info)
+		withNow(&st, info)
 		write(w, http.StatusOK, st)
 		return
 	}
@@ -185,22 +190,22 @@ func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id str
 // withNow completes the newest state with what the thread has now: its
 // values, and the interrupts it waits on as the Platform's tasks show
 // them.
-func withNow(st map[string]any, info threads.ThreadInfo) {
+func withNow(st *LgThreadState, info threads.ThreadInfo) {
 	if info.Values != nil {
-		st["values"] = info.Values
+		st.Values = info.Values
 	}
 	if len(info.Interrupts) == 0 {
 		return
 	}
-	ints := []any{}
+	ints := []LgTaskInterrupt{}
 	for _, in := range info.Interrupts {
 		ns := in.Namespace
 		if ns == nil {
 			ns = []string{}
 		}
-		ints = append(ints, map[string]any{"id": in.ID, "value": in.Payload, "namespace": ns})
+		ints = append(ints, LgTaskInterrupt{ID: in.ID, Value: in.Payload, Namespace: ns})
 	}
-	st["tasks"] = []any{map[string]any{"id": "interrupts", "name": "agent", "interrupts": ints}}
+	st.Tasks = []LgStateTask{{ID: "interrupts", Name: "agent", Interrupts: ints}}
 }
 
 // getState serves GET /threads/{id}/state and /state/{checkpoint}.

@@ -1972,6 +1972,127 @@ func (s *LgCheckpointRef) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgCheckpointRef", nil, lgCheckpointRefKnown, &s.Extra)
 }
 
+// A thread's state at one checkpoint, as threads.getState answers it and
+// threads.getHistory lists it (newest first): the values then, the nodes
+// to run next ("agent" while a run goes on), the interrupts it waits on
+// (one task, "interrupts"), the checkpoint's metadata (its step and
+// source) and its address. A thread with no checkpoint has a state with
+// empty values, no metadata and a null checkpoint.
+type LgThreadState struct {
+	Values           map[string]any      `json:"values" cbor:"values"`
+	Next             []string            `json:"next" cbor:"next"`
+	Tasks            []LgStateTask       `json:"tasks" cbor:"tasks"`
+	Metadata         map[string]any      `json:"metadata,omitzero" cbor:"metadata,omitzero"`
+	CreatedAt        *string             `json:"created_at" cbor:"created_at"`
+	Checkpoint       *LgCheckpointConfig `json:"checkpoint" cbor:"checkpoint"`
+	ParentCheckpoint *LgCheckpointConfig `json:"parent_checkpoint" cbor:"parent_checkpoint"`
+}
+
+var lgThreadStateMembers = cddlrt.Members{Rule: "LgThreadState", Required: []string{"values", "next", "tasks", "created_at", "checkpoint", "parent_checkpoint"}, Known: []string{"values", "next", "tasks", "metadata", "created_at", "checkpoint", "parent_checkpoint"}, Open: false, Nullable: []string{"created_at", "checkpoint", "parent_checkpoint"}}
+
+// CDDLMembers describes LgThreadState's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgThreadState) CDDLMembers() *cddlrt.Members {
+	return &lgThreadStateMembers
+}
+
+// Validate checks what the schema requires of the values of LgThreadState
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgThreadState) Validate() error {
+	for i0, e0 := range s.Tasks {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("tasks", i0), err)
+		}
+	}
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return cddlrt.At("checkpoint", err)
+		}
+	}
+	if s.ParentCheckpoint != nil {
+		if err := s.ParentCheckpoint.Validate(); err != nil {
+			return cddlrt.At("parent_checkpoint", err)
+		}
+	}
+	return nil
+}
+
+// A checkpoint's address in a state (checkpoint_map is always null here:
+// no subgraph checkpoints).
+type LgCheckpointConfig struct {
+	ThreadID      string `json:"thread_id" cbor:"thread_id"`
+	CheckpointNs  string `json:"checkpoint_ns" cbor:"checkpoint_ns"`
+	CheckpointID  string `json:"checkpoint_id" cbor:"checkpoint_id"`
+	CheckpointMap any    `json:"checkpoint_map" cbor:"checkpoint_map"`
+}
+
+var lgCheckpointConfigMembers = cddlrt.Members{Rule: "LgCheckpointConfig", Required: []string{"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint_map"}, Known: []string{"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint_map"}, Open: false, Nullable: []string{"checkpoint_map"}, Unchecked: []string{"checkpoint_map"}}
+
+// CDDLMembers describes LgCheckpointConfig's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgCheckpointConfig) CDDLMembers() *cddlrt.Members {
+	return &lgCheckpointConfigMembers
+}
+
+// Validate checks what the schema requires of the values of LgCheckpointConfig
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgCheckpointConfig) Validate() error {
+	_ = s
+	return nil
+}
+
+// A task of a state: the interrupts a run waits on.
+type LgStateTask struct {
+	ID         string            `json:"id" cbor:"id"`
+	Name       string            `json:"name" cbor:"name"`
+	Interrupts []LgTaskInterrupt `json:"interrupts" cbor:"interrupts"`
+}
+
+var lgStateTaskMembers = cddlrt.Members{Rule: "LgStateTask", Required: []string{"id", "name", "interrupts"}, Known: []string{"id", "name", "interrupts"}, Open: false}
+
+// CDDLMembers describes LgStateTask's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStateTask) CDDLMembers() *cddlrt.Members {
+	return &lgStateTaskMembers
+}
+
+// Validate checks what the schema requires of the values of LgStateTask
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStateTask) Validate() error {
+	for i0, e0 := range s.Interrupts {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("interrupts", i0), err)
+		}
+	}
+	return nil
+}
+
+// LgTaskInterrupt is generated from CDDL rule "LgTaskInterrupt".
+type LgTaskInterrupt struct {
+	ID        string   `json:"id" cbor:"id"`
+	Value     any      `json:"value" cbor:"value"`
+	Namespace []string `json:"namespace" cbor:"namespace"`
+}
+
+var lgTaskInterruptMembers = cddlrt.Members{Rule: "LgTaskInterrupt", Required: []string{"id", "value", "namespace"}, Known: []string{"id", "value", "namespace"}, Open: false, Nullable: []string{"value"}}
+
+// CDDLMembers describes LgTaskInterrupt's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgTaskInterrupt) CDDLMembers() *cddlrt.Members {
+	return &lgTaskInterruptMembers
+}
+
+// Validate checks what the schema requires of the values of LgTaskInterrupt
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgTaskInterrupt) Validate() error {
+	_ = s
+	return nil
+}
+
 // A checkpoint to read (threads.getState with a checkpoint).
 type LgStateAt struct {
 	Checkpoint LgStateAtCheckpoint `json:"checkpoint" cbor:"checkpoint"`
@@ -2458,3 +2579,517 @@ func (s LgError) Validate() error {
 	_ = s
 	return nil
 }
+
+// `event: error`: the stream ends early (StreamEnded, EventsMissed) or the
+// run failed (RunError).
+type LgStreamError struct {
+	Error   string `json:"error" cbor:"error"`
+	Message string `json:"message" cbor:"message"`
+}
+
+var lgStreamErrorMembers = cddlrt.Members{Rule: "LgStreamError", Required: []string{"error", "message"}, Known: []string{"error", "message"}, Open: false}
+
+// CDDLMembers describes LgStreamError's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStreamError) CDDLMembers() *cddlrt.Members {
+	return &lgStreamErrorMembers
+}
+
+// Validate checks what the schema requires of the values of LgStreamError
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStreamError) Validate() error {
+	_ = s
+	return nil
+}
+
+// `event: tasks` (and debug's task): a node's task as it starts.
+type LgTaskStart struct {
+	ID         string         `json:"id" cbor:"id"`
+	Name       string         `json:"name" cbor:"name"`
+	Input      any            `json:"input" cbor:"input"`
+	Triggers   []string       `json:"triggers" cbor:"triggers"`
+	Interrupts []any          `json:"interrupts" cbor:"interrupts"`
+	Metadata   LgTaskMetadata `json:"metadata" cbor:"metadata"`
+}
+
+var lgTaskStartMembers = cddlrt.Members{Rule: "LgTaskStart", Required: []string{"id", "name", "input", "triggers", "interrupts", "metadata"}, Known: []string{"id", "name", "input", "triggers", "interrupts", "metadata"}, Open: false, Nullable: []string{"input"}, Unchecked: []string{"input"}}
+
+// CDDLMembers describes LgTaskStart's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgTaskStart) CDDLMembers() *cddlrt.Members {
+	return &lgTaskStartMembers
+}
+
+// Validate checks what the schema requires of the values of LgTaskStart
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgTaskStart) Validate() error {
+	if err := s.Metadata.Validate(); err != nil {
+		return cddlrt.At("metadata", err)
+	}
+	return nil
+}
+
+// LgTaskMetadata is generated from CDDL rule "LgTaskMetadata".
+type LgTaskMetadata struct {
+	RunID         string `json:"run_id" cbor:"run_id"`
+	ThreadID      string `json:"thread_id" cbor:"thread_id"`
+	LanggraphNode string `json:"langgraph_node" cbor:"langgraph_node"`
+}
+
+var lgTaskMetadataMembers = cddlrt.Members{Rule: "LgTaskMetadata", Required: []string{"run_id", "thread_id", "langgraph_node"}, Known: []string{"run_id", "thread_id", "langgraph_node"}, Open: false}
+
+// CDDLMembers describes LgTaskMetadata's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgTaskMetadata) CDDLMembers() *cddlrt.Members {
+	return &lgTaskMetadataMembers
+}
+
+// Validate checks what the schema requires of the values of LgTaskMetadata
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgTaskMetadata) Validate() error {
+	_ = s
+	return nil
+}
+
+// `event: tasks` (and debug's task_result): the task's end.
+type LgTaskResult struct {
+	ID         string `json:"id" cbor:"id"`
+	Name       string `json:"name" cbor:"name"`
+	Result     any    `json:"result" cbor:"result"`
+	Interrupts any    `json:"interrupts" cbor:"interrupts"`
+	Error      any    `json:"error" cbor:"error"`
+}
+
+var lgTaskResultMembers = cddlrt.Members{Rule: "LgTaskResult", Required: []string{"id", "name", "result", "interrupts", "error"}, Known: []string{"id", "name", "result", "interrupts", "error"}, Open: false, Nullable: []string{"result", "interrupts", "error"}, Unchecked: []string{"error"}}
+
+// CDDLMembers describes LgTaskResult's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgTaskResult) CDDLMembers() *cddlrt.Members {
+	return &lgTaskResultMembers
+}
+
+// Validate checks what the schema requires of the values of LgTaskResult
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgTaskResult) Validate() error {
+	_ = s
+	return nil
+}
+
+// `event: debug`: a step of the run (task, task_result, checkpoint).
+type LgDebugFrame struct {
+	Step      int64            `json:"step" cbor:"step"`
+	Type      LgDebugFrameType `json:"type" cbor:"type"`
+	Timestamp string           `json:"timestamp" cbor:"timestamp"`
+	Payload   any              `json:"payload" cbor:"payload"`
+}
+
+var lgDebugFrameMembers = cddlrt.Members{Rule: "LgDebugFrame", Required: []string{"step", "type", "timestamp", "payload"}, Known: []string{"step", "type", "timestamp", "payload"}, Open: false, Nullable: []string{"payload"}}
+
+// CDDLMembers describes LgDebugFrame's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgDebugFrame) CDDLMembers() *cddlrt.Members {
+	return &lgDebugFrameMembers
+}
+
+// Validate checks what the schema requires of the values of LgDebugFrame
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgDebugFrame) Validate() error {
+	if err := s.Type.Validate(); err != nil {
+		return cddlrt.At("type", err)
+	}
+	return nil
+}
+
+// LgDebugFrameType is generated from CDDL rule "LgDebugFrameType".
+type LgDebugFrameType string
+
+// The values of LgDebugFrameType.
+const (
+	LgDebugFrameTypeTask       LgDebugFrameType = "task"
+	LgDebugFrameTypeTaskResult LgDebugFrameType = "task_result"
+	LgDebugFrameTypeCheckpoint LgDebugFrameType = "checkpoint"
+)
+
+// Valid reports whether v is one of the values of LgDebugFrameType.
+func (v LgDebugFrameType) Valid() bool {
+	switch v {
+	case LgDebugFrameTypeTask, LgDebugFrameTypeTaskResult, LgDebugFrameTypeCheckpoint:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgDebugFrameType.
+func (v *LgDebugFrameType) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgDebugFrameType", LgDebugFrameType.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgDebugFrameType.
+func (v *LgDebugFrameType) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgDebugFrameType", LgDebugFrameType.Valid)
+}
+
+// Validate reports a value that is not one of LgDebugFrameType's.
+func (v LgDebugFrameType) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgDebugFrameType", "value must be one of \"task\", \"task_result\", \"checkpoint\", not %v", v)
+	}
+	return nil
+}
+
+// `event: checkpoints`: a checkpoint the run saved.
+type LgStreamCheckpoint struct {
+	Values       any                        `json:"values" cbor:"values"`
+	Next         []string                   `json:"next" cbor:"next"`
+	Tasks        []any                      `json:"tasks" cbor:"tasks"`
+	Metadata     LgStreamCheckpointMetadata `json:"metadata" cbor:"metadata"`
+	Config       *LgRunnableConfig          `json:"config" cbor:"config"`
+	ParentConfig *LgRunnableConfig          `json:"parent_config" cbor:"parent_config"`
+}
+
+var lgStreamCheckpointMembers = cddlrt.Members{Rule: "LgStreamCheckpoint", Required: []string{"values", "next", "tasks", "metadata", "config", "parent_config"}, Known: []string{"values", "next", "tasks", "metadata", "config", "parent_config"}, Open: false, Nullable: []string{"values", "config", "parent_config"}}
+
+// CDDLMembers describes LgStreamCheckpoint's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStreamCheckpoint) CDDLMembers() *cddlrt.Members {
+	return &lgStreamCheckpointMembers
+}
+
+// Validate checks what the schema requires of the values of LgStreamCheckpoint
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStreamCheckpoint) Validate() error {
+	if err := s.Metadata.Validate(); err != nil {
+		return cddlrt.At("metadata", err)
+	}
+	if s.Config != nil {
+		if err := s.Config.Validate(); err != nil {
+			return cddlrt.At("config", err)
+		}
+	}
+	if s.ParentConfig != nil {
+		if err := s.ParentConfig.Validate(); err != nil {
+			return cddlrt.At("parent_config", err)
+		}
+	}
+	return nil
+}
+
+// debug's checkpoint: the same, with its address and its parent's.
+type LgDebugCheckpoint struct {
+	Values           any                        `json:"values" cbor:"values"`
+	Next             []string                   `json:"next" cbor:"next"`
+	Tasks            []any                      `json:"tasks" cbor:"tasks"`
+	Metadata         LgStreamCheckpointMetadata `json:"metadata" cbor:"metadata"`
+	Config           *LgRunnableConfig          `json:"config" cbor:"config"`
+	ParentConfig     *LgRunnableConfig          `json:"parent_config" cbor:"parent_config"`
+	Checkpoint       LgCheckpointConfig         `json:"checkpoint" cbor:"checkpoint"`
+	ParentCheckpoint *LgCheckpointConfig        `json:"parent_checkpoint" cbor:"parent_checkpoint"`
+}
+
+var lgDebugCheckpointMembers = cddlrt.Members{Rule: "LgDebugCheckpoint", Required: []string{"values", "next", "tasks", "metadata", "config", "parent_config", "checkpoint", "parent_checkpoint"}, Known: []string{"values", "next", "tasks", "metadata", "config", "parent_config", "checkpoint", "parent_checkpoint"}, Open: false, Nullable: []string{"values", "config", "parent_config", "parent_checkpoint"}}
+
+// CDDLMembers describes LgDebugCheckpoint's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgDebugCheckpoint) CDDLMembers() *cddlrt.Members {
+	return &lgDebugCheckpointMembers
+}
+
+// Validate checks what the schema requires of the values of LgDebugCheckpoint
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgDebugCheckpoint) Validate() error {
+	if err := s.Metadata.Validate(); err != nil {
+		return cddlrt.At("metadata", err)
+	}
+	if s.Config != nil {
+		if err := s.Config.Validate(); err != nil {
+			return cddlrt.At("config", err)
+		}
+	}
+	if s.ParentConfig != nil {
+		if err := s.ParentConfig.Validate(); err != nil {
+			return cddlrt.At("parent_config", err)
+		}
+	}
+	if err := s.Checkpoint.Validate(); err != nil {
+		return cddlrt.At("checkpoint", err)
+	}
+	if s.ParentCheckpoint != nil {
+		if err := s.ParentCheckpoint.Validate(); err != nil {
+			return cddlrt.At("parent_checkpoint", err)
+		}
+	}
+	return nil
+}
+
+// LgStreamCheckpointMembers is generated from CDDL rule "LgStreamCheckpointMembers".
+type LgStreamCheckpointMembers struct {
+	Values       any                        `json:"values" cbor:"values"`
+	Next         []string                   `json:"next" cbor:"next"`
+	Tasks        []any                      `json:"tasks" cbor:"tasks"`
+	Metadata     LgStreamCheckpointMetadata `json:"metadata" cbor:"metadata"`
+	Config       *LgRunnableConfig          `json:"config" cbor:"config"`
+	ParentConfig *LgRunnableConfig          `json:"parent_config" cbor:"parent_config"`
+}
+
+var lgStreamCheckpointMembersMembers = cddlrt.Members{Rule: "LgStreamCheckpointMembers", Required: []string{"values", "next", "tasks", "metadata", "config", "parent_config"}, Known: []string{"values", "next", "tasks", "metadata", "config", "parent_config"}, Open: false, Nullable: []string{"values", "config", "parent_config"}}
+
+// CDDLMembers describes LgStreamCheckpointMembers's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStreamCheckpointMembers) CDDLMembers() *cddlrt.Members {
+	return &lgStreamCheckpointMembersMembers
+}
+
+// Validate checks what the schema requires of the values of LgStreamCheckpointMembers
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStreamCheckpointMembers) Validate() error {
+	if err := s.Metadata.Validate(); err != nil {
+		return cddlrt.At("metadata", err)
+	}
+	if s.Config != nil {
+		if err := s.Config.Validate(); err != nil {
+			return cddlrt.At("config", err)
+		}
+	}
+	if s.ParentConfig != nil {
+		if err := s.ParentConfig.Validate(); err != nil {
+			return cddlrt.At("parent_config", err)
+		}
+	}
+	return nil
+}
+
+// LgStreamCheckpointMetadata is generated from CDDL rule "LgStreamCheckpointMetadata".
+type LgStreamCheckpointMetadata struct {
+	Source  string         `json:"source" cbor:"source"`
+	Step    int64          `json:"step" cbor:"step"`
+	Parents map[string]any `json:"parents" cbor:"parents"`
+	RunID   string         `json:"run_id" cbor:"run_id"`
+}
+
+var lgStreamCheckpointMetadataMembers = cddlrt.Members{Rule: "LgStreamCheckpointMetadata", Required: []string{"source", "step", "parents", "run_id"}, Known: []string{"source", "step", "parents", "run_id"}, Open: false}
+
+// CDDLMembers describes LgStreamCheckpointMetadata's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStreamCheckpointMetadata) CDDLMembers() *cddlrt.Members {
+	return &lgStreamCheckpointMetadataMembers
+}
+
+// Validate checks what the schema requires of the values of LgStreamCheckpointMetadata
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStreamCheckpointMetadata) Validate() error {
+	_ = s
+	return nil
+}
+
+// LgRunnableConfig is generated from CDDL rule "LgRunnableConfig".
+type LgRunnableConfig struct {
+	Configurable LgConfigurable `json:"configurable" cbor:"configurable"`
+}
+
+var lgRunnableConfigMembers = cddlrt.Members{Rule: "LgRunnableConfig", Required: []string{"configurable"}, Known: []string{"configurable"}, Open: false}
+
+// CDDLMembers describes LgRunnableConfig's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRunnableConfig) CDDLMembers() *cddlrt.Members {
+	return &lgRunnableConfigMembers
+}
+
+// Validate checks what the schema requires of the values of LgRunnableConfig
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRunnableConfig) Validate() error {
+	if err := s.Configurable.Validate(); err != nil {
+		return cddlrt.At("configurable", err)
+	}
+	return nil
+}
+
+// LgConfigurable is generated from CDDL rule "LgConfigurable".
+type LgConfigurable struct {
+	ThreadID     string `json:"thread_id" cbor:"thread_id"`
+	CheckpointNs string `json:"checkpoint_ns" cbor:"checkpoint_ns"`
+	CheckpointID string `json:"checkpoint_id" cbor:"checkpoint_id"`
+}
+
+var lgConfigurableMembers = cddlrt.Members{Rule: "LgConfigurable", Required: []string{"thread_id", "checkpoint_ns", "checkpoint_id"}, Known: []string{"thread_id", "checkpoint_ns", "checkpoint_id"}, Open: false}
+
+// CDDLMembers describes LgConfigurable's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgConfigurable) CDDLMembers() *cddlrt.Members {
+	return &lgConfigurableMembers
+}
+
+// Validate checks what the schema requires of the values of LgConfigurable
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgConfigurable) Validate() error {
+	_ = s
+	return nil
+}
+
+// An AI message of the `messages` mode's frames (messages/partial,
+// messages/complete carry a list of one).
+type LgAIMessage struct {
+	Content          string         `json:"content" cbor:"content"`
+	ID               string         `json:"id" cbor:"id"`
+	ToolCalls        []any          `json:"tool_calls" cbor:"tool_calls"`
+	InvalidToolCalls []any          `json:"invalid_tool_calls" cbor:"invalid_tool_calls"`
+	AdditionalKwargs map[string]any `json:"additional_kwargs" cbor:"additional_kwargs"`
+	ResponseMetadata map[string]any `json:"response_metadata" cbor:"response_metadata"`
+}
+
+var lgAIMessageMembers = cddlrt.Members{Rule: "LgAIMessage", Required: []string{"content", "id", "type", "tool_calls", "invalid_tool_calls", "additional_kwargs", "response_metadata"}, Known: []string{"content", "id", "type", "tool_calls", "invalid_tool_calls", "additional_kwargs", "response_metadata"}, Open: false}
+
+// CDDLMembers describes LgAIMessage's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAIMessage) CDDLMembers() *cddlrt.Members {
+	return &lgAIMessageMembers
+}
+
+// Validate checks what the schema requires of the values of LgAIMessage
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAIMessage) Validate() error {
+	_ = s
+	return nil
+}
+
+// LgAIMessageTypeValue is the value LgAIMessage always has in member "type".
+const LgAIMessageTypeValue = "ai"
+
+var lgAIMessageLiterals = []cddlrt.Literal{{Member: "type", Value: "ai"}}
+
+// MarshalJSON encodes LgAIMessage with its literal members and Extra.
+func (s LgAIMessage) MarshalJSON() ([]byte, error) {
+	type fields LgAIMessage
+	return cddlrt.MarshalJSON((*fields)(&s), lgAIMessageLiterals, nil)
+}
+
+// UnmarshalJSON decodes LgAIMessage, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAIMessage) UnmarshalJSON(data []byte) error {
+	type fields LgAIMessage
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAIMessage", lgAIMessageLiterals, nil, nil)
+}
+
+// MarshalCBOR encodes LgAIMessage with its literal members and Extra.
+func (s LgAIMessage) MarshalCBOR() ([]byte, error) {
+	type fields LgAIMessage
+	return cddlrt.MarshalCBOR((*fields)(&s), lgAIMessageLiterals, nil)
+}
+
+// UnmarshalCBOR decodes LgAIMessage, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAIMessage) UnmarshalCBOR(data []byte) error {
+	type fields LgAIMessage
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAIMessage", lgAIMessageLiterals, nil, nil)
+}
+
+// The metadata of a message's frames (messages-tuple's second member,
+// messages/metadata's).
+type LgMessageMetadata struct {
+	RunID                 string  `json:"run_id" cbor:"run_id"`
+	ThreadID              string  `json:"thread_id" cbor:"thread_id"`
+	LanggraphNode         *string `json:"langgraph_node,omitempty" cbor:"langgraph_node,omitempty"`
+	LanggraphCheckpointNs *string `json:"langgraph_checkpoint_ns,omitempty" cbor:"langgraph_checkpoint_ns,omitempty"`
+}
+
+var lgMessageMetadataMembers = cddlrt.Members{Rule: "LgMessageMetadata", Required: []string{"run_id", "thread_id"}, Known: []string{"run_id", "thread_id", "langgraph_node", "langgraph_checkpoint_ns"}, Open: false}
+
+// CDDLMembers describes LgMessageMetadata's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgMessageMetadata) CDDLMembers() *cddlrt.Members {
+	return &lgMessageMetadataMembers
+}
+
+// Validate checks what the schema requires of the values of LgMessageMetadata
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgMessageMetadata) Validate() error {
+	_ = s
+	return nil
+}
+
+// `event: metadata`: a run stream's first frame.
+type LgRunMetadata struct {
+	RunID   string `json:"run_id" cbor:"run_id"`
+	Attempt uint64 `json:"attempt" cbor:"attempt"`
+}
+
+var lgRunMetadataMembers = cddlrt.Members{Rule: "LgRunMetadata", Required: []string{"run_id", "attempt"}, Known: []string{"run_id", "attempt"}, Open: false}
+
+// CDDLMembers describes LgRunMetadata's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRunMetadata) CDDLMembers() *cddlrt.Members {
+	return &lgRunMetadataMembers
+}
+
+// Validate checks what the schema requires of the values of LgRunMetadata
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRunMetadata) Validate() error {
+	_ = s
+	return nil
+}
+
+// What runs.wait and runs.join answer for a run that stopped at
+// interrupts (what it asks), and for one that failed.
+type LgRunInterrupted struct {
+	Interrupt []LgInterrupt `json:"__interrupt__" cbor:"__interrupt__"`
+}
+
+var lgRunInterruptedMembers = cddlrt.Members{Rule: "LgRunInterrupted", Required: []string{"__interrupt__"}, Known: []string{"__interrupt__"}, Open: false}
+
+// CDDLMembers describes LgRunInterrupted's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRunInterrupted) CDDLMembers() *cddlrt.Members {
+	return &lgRunInterruptedMembers
+}
+
+// Validate checks what the schema requires of the values of LgRunInterrupted
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRunInterrupted) Validate() error {
+	for i0, e0 := range s.Interrupt {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("__interrupt__", i0), err)
+		}
+	}
+	return nil
+}
+
+// LgRunFailed is generated from CDDL rule "LgRunFailed".
+type LgRunFailed struct {
+	Error LgStreamError `json:"__error__" cbor:"__error__"`
+}
+
+var lgRunFailedMembers = cddlrt.Members{Rule: "LgRunFailed", Required: []string{"__error__"}, Known: []string{"__error__"}, Open: false}
+
+// CDDLMembers describes LgRunFailed's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRunFailed) CDDLMembers() *cddlrt.Members {
+	return &lgRunFailedMembers
+}
+
+// Validate checks what the schema requires of the values of LgRunFailed
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRunFailed) Validate() error {
+	if err := s.Error.Validate(); err != nil {
+		return cddlrt.At("__error__", err)
+	}
+	return nil
+}
+
+// What a run stream's frames and a state read carry, for the schema
+// (transport/langgraph/schema.json) its tests check them against.
+type LgDocument = any

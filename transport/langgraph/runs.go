@@ -247,11 +247,11 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		// It waits on interrupts: what it asks, alone, as the Platform
 		// answers a run that ended at an interrupt (its last values
 		// chunk).
-		asks := []map[string]any{}
+		asks := []LgInterrupt{}
 		for _, in := range st.Interrupts {
-			asks = append(asks, map[string]any{"id": in.ID, "value": in.Payload})
+			asks = append(asks, LgInterrupt{ID: in.ID, Value: in.Payload})
 		}
-		write(w, http.StatusOK, map[string]any{"__interrupt__": asks})
+		write(w, http.StatusOK, LgRunInterrupted{Interrupt: asks})
 		return
 	}
 	if failed != nil {
@@ -259,7 +259,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		if failed.Error != nil {
 			msg = *failed.Error
 		}
-		write(w, http.StatusOK, map[string]any{"__error__": map[string]any{"error": "RunError", "message": msg}})
+		write(w, http.StatusOK, LgRunFailed{Error: LgStreamError{Error: "RunError", Message: msg}})
 		return
 	}
 	write(w, http.StatusOK, orEmpty(st.Values))

@@ -131,7 +131,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, thread str
 	if !ok {
 		return
 	}
-	meta, _ := json.Marshal(map[string]any{"run_id": runID, "attempt": 1})
+	meta, _ := json.Marshal(LgRunMetadata{RunID: runID, Attempt: 1})
 	first := fmt.Appendf(nil, "event: metadata\ndata: %s\nid: %d\n\n", meta, from)
 	for _, m := range before {
 		// As the Platform's messages mode begins: each message the run
@@ -396,7 +396,7 @@ func makeView(e *server.Event) any {
 				if d.Error != nil {
 					msg = *d.Error
 				}
-				v.data = enc(map[string]any{"error": "RunError", "message": msg})
+				v.data = enc(LgStreamError{Error: "RunError", Message: msg})
 			}
 		} else if len(e.Namespace) == 0 && p.Params.Data.Event == protocol.AgentStatusStarted {
 			v.kind = viewStarted
@@ -427,7 +427,7 @@ func makeView(e *server.Event) any {
 			v.parent = *d.ParentID
 		}
 	case *protocol.ServerEventInputRequested:
-		v.data = enc([]map[string]any{{"id": p.Params.Data.InterruptID, "value": p.Params.Data.Payload}})
+		v.data = enc([]LgInterrupt{{ID: p.Params.Data.InterruptID, Value: p.Params.Data.Payload}})
 		ask := append(append([]byte(`{"__interrupt__":`), v.data...), '}')
 		v.kind, v.ts, v.frame, v.frame2 = viewInterrupt, uint64(p.Params.Timestamp), rawFrame(nil, "updates", e.Seq, ask), rawFrame(nil, "values", e.Seq, ask)
 		v.id = taskID(e.EventID())
@@ -527,7 +527,7 @@ func rawFrame(buf []byte, name string, seq uint64, data []byte) []byte {
 func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 	if e.Seq == 0 {
 		if e.Method == "events.missed" {
-			return frame(buf, "error", 0, map[string]any{"error": "EventsMissed", "message": "some of the run's events were missed (this stream fell behind the server's buffer)"}), true
+			return frame(buf, "error", 0, LgStreamError{Error: "EventsMissed", Message: "some of the run's events were missed (this stream fell behind the server's buffer)"}), true
 		}
 		return buf, false // the state as the subscription was made: the run's own values follow
 	}
@@ -608,9 +608,9 @@ func (f *platformFrames) task(buf []byte, seq uint64, v *view, name string, resu
 	if !f.tasks && !f.debug {
 		return buf
 	}
-	start, _ := json.Marshal(map[string]any{"id": v.id, "name": name, "input": nil, "triggers": []string{"branch:to:" + name}, "interrupts": []any{},
-		"metadata": map[string]any{"run_id": f.run, "thread_id": f.thread, "langgraph_node": name}})
-	result, _ = json.Marshal(map[string]any{"id": v.id, "name": name, "result": json.RawMessage(result), "interrupts": json.RawMessage(interrupts), "error": nil})
+	start, _ := json.Marshal(LgTaskStart{ID: v.id, Name: name, Triggers: []string{"branch:to:" + name}, Interrupts: []any{},
+		Metadata: LgTaskMetadata{RunID: f.run, ThreadID: f.thread, LanggraphNode: name}})
+	result, _ = json.Marshal(LgTaskResult{ID: v.id, Name: name, Result: json.RawMessage(result), Interrupts: json.RawMessage(interrupts)})
 	if f.tasks {
 		buf = named(buf, rawFrame(nil, "tasks", seq, start), "tasks", v.ns)
 		buf = named(buf, rawFrame(nil, "tasks", seq, result), "tasks", v.ns)
@@ -618,8 +618,8 @@ func (f *platformFrames) task(buf []byte, seq uint64, v *view, name string, resu
 	if f.debug {
 		f.step++
 		for i, p := range [][]byte{start, result} {
-			kind := [...]string{"task", "task_result"}[i]
-			buf = named(buf, frame(nil, "debug", seq, map[string]any{"step": f.step, "type": kind, "timestamp": v.isoTime(), "payload": json.RawMessage(p)}), "debug", v.ns)
+			kind := [...]LgDebugFrameType{LgDebugFrameTypeTask, LgDebugFrameTypeTaskResult}[i]
+			buf = named(buf, frame(nil, "debug", seq, LgDebugFrame{Step: f.step, Type: kind, Timestamp: v.isoTime(), Payload: json.RawMessage(p)}), "debug", v.ns)
 		}
 	}
 	return buf
@@ -635,29 +635,28 @@ func (f *platformFrames) checkpoint(buf []byte, seq uint64, v *view) []byte {
 	if values == nil {
 		values = json.RawMessage("{}")
 	}
-	at := func(id string) map[string]any {
-		return map[string]any{"thread_id": f.thread, "checkpoint_ns": v.ns, "checkpoint_id": id, "checkpoint_map": nil}
+	at := func(id string) LgCheckpointConfig {
+		return LgCheckpointConfig{ThreadID: f.thread, CheckpointNs: v.ns, CheckpointID: id}
 	}
-	config := func(id string) any {
+	config := func(id string) *LgRunnableConfig {
 		if id == "" {
 			return nil
 		}
-		return map[string]any{"configurable": map[string]any{"thread_id": f.thread, "checkpoint_ns": v.ns, "checkpoint_id": id}}
+		return &LgRunnableConfig{Configurable: LgConfigurable{ThreadID: f.thread, CheckpointNs: v.ns, CheckpointID: id}}
 	}
-	cp := map[string]any{"values": values, "next": []any{}, "tasks": []any{},
-		"metadata": map[string]any{"source": v.source, "step": v.step, "parents": map[string]any{}, "run_id": f.run},
-		"config":   config(v.id), "parent_config": config(v.parent)}
+	meta := LgStreamCheckpointMetadata{Source: v.source, Step: v.step, Parents: map[string]any{}, RunID: f.run}
 	if f.checkpoints {
+		cp := LgStreamCheckpoint{Values: values, Next: []string{}, Tasks: []any{}, Metadata: meta, Config: config(v.id), ParentConfig: config(v.parent)}
 		buf = named(buf, frame(nil, "checkpoints", seq, cp), "checkpoints", v.ns)
 	}
 	if f.debug {
-		cp["checkpoint"] = at(v.id)
+		cp := LgDebugCheckpoint{Values: values, Next: []string{}, Tasks: []any{}, Metadata: meta, Config: config(v.id), ParentConfig: config(v.parent),
+			Checkpoint: at(v.id)}
 		if v.parent != "" {
-			cp["parent_checkpoint"] = at(v.parent)
-		} else {
-			cp["parent_checkpoint"] = nil
+			parent := at(v.parent)
+			cp.ParentCheckpoint = &parent
 		}
-		d := map[string]any{"step": v.step, "type": "checkpoint", "timestamp": v.isoTime(), "payload": cp}
+		d := LgDebugFrame{Step: v.step, Type: LgDebugFrameTypeCheckpoint, Timestamp: v.isoTime(), Payload: cp}
 		buf = named(buf, frame(nil, "debug", seq, d), "debug", v.ns)
 	}
 	return buf
@@ -704,13 +703,13 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 
 // messageMeta is the metadata of a message's frames: the run, the thread,
 // the node and the namespace where they are known.
-func (f *platformFrames) messageMeta(v *view) map[string]any {
-	meta := map[string]any{"run_id": f.run, "thread_id": f.thread}
+func (f *platformFrames) messageMeta(v *view) LgMessageMetadata {
+	meta := LgMessageMetadata{RunID: f.run, ThreadID: f.thread}
 	if v.node != "" {
-		meta["langgraph_node"] = v.node
+		meta.LanggraphNode = &v.node
 	}
 	if v.ns != "" {
-		meta["langgraph_checkpoint_ns"] = v.ns
+		meta.LanggraphCheckpointNs = &v.ns
 	}
 	return meta
 }
@@ -723,14 +722,14 @@ func (f *platformFrames) legacyMessage(buf []byte, e *server.Event, v *view) []b
 	if f.texts == nil {
 		f.texts = map[string]string{}
 	}
-	msg := func(id, text string) []any {
-		return []any{map[string]any{"content": text, "id": id, "type": "ai", "tool_calls": []any{}, "invalid_tool_calls": []any{},
-			"additional_kwargs": map[string]any{}, "response_metadata": map[string]any{}}}
+	msg := func(id, text string) []LgAIMessage {
+		return []LgAIMessage{{Content: text, ID: id, ToolCalls: []any{}, InvalidToolCalls: []any{},
+			AdditionalKwargs: map[string]any{}, ResponseMetadata: map[string]any{}}}
 	}
 	switch v.kind {
 	case viewStart:
 		f.open[v.ns], f.texts[v.ns] = v.id, ""
-		buf = frame(buf, "messages/metadata", seq, map[string]any{v.id: map[string]any{"metadata": f.messageMeta(v)}})
+		buf = frame(buf, "messages/metadata", seq, map[string]map[string]LgMessageMetadata{v.id: {"metadata": f.messageMeta(v)}})
 	case viewDelta:
 		f.texts[v.ns] += v.text
 		// The same for every reader that saw the message from its start
@@ -753,5 +752,5 @@ func (f *platformFrames) AppendEnd(buf []byte, err error) []byte {
 	if err != nil {
 		msg = err.Error()
 	}
-	return frame(buf, "error", 0, map[string]any{"error": "StreamEnded", "message": msg})
+	return frame(buf, "error", 0, LgStreamError{Error: "StreamEnded", Message: msg})
 }
