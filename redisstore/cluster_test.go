@@ -445,7 +445,7 @@ func TestStateOnANodeThatHasNotSeenTheThread(t *testing.T) {
 func stallDuringRun(t *testing.T, ctx context.Context, rs *redistest.Server, a, b *clusterNode, thread string, stall time.Duration) []sseEvent {
 	t.Helper()
 	r := openSSE(t, ctx, b.ts.URL, thread, "")
-	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
+	rs.WaitSubscribers(t, redistest.LiveChannel(thread), 1) // B's subscription to the thread took effect
 	status, body := command(t, a, thread, `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
 	require.Equal(t, 200, status, body)
 	got := sseRead(t, r, func(e sseEvent) bool { return e.seq >= 20 })
@@ -614,7 +614,7 @@ func TestRunOutlivesAFiveSecondOutage(t *testing.T) {
 			return !rootDone(f.Event, f.Data)
 		})
 	}()
-	time.Sleep(200 * time.Millisecond) // B's subscription to the thread takes effect
+	rs.WaitSubscribers(t, redistest.LiveChannel("five"), 1) // B's subscription to the thread took effect
 	status, body := command(t, a, "five", `{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 100}}}`)
 	require.Equal(t, 200, status, body)
 	select {

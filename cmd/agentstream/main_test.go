@@ -502,10 +502,10 @@ func startBinaryNode(t *testing.T, bin string, flags ...string) (string, *exec.C
 // the survivor's subscription to the thread has taken effect.
 func victimAndSurvivor(t *testing.T, thread, channel string) (victim string, proc *exec.Cmd, survivor string, stream *http.Response, cancel context.CancelFunc, done <-chan int) {
 	t.Helper()
-	_, victim, proc, survivor, cancel, done = victimAndSurvivorNodes(t)
+	rs, victim, proc, survivor, cancel, done := victimAndSurvivorNodes(t)
 	stream, err := http.Post(survivor+"/threads/"+thread+"/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "`+channel+`"]}`))
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // the survivor's subscription to the thread takes effect
+	rs.WaitSubscribers(t, redistest.LiveChannel(thread), 1) // the survivor's subscription to the thread took effect
 	return victim, proc, survivor, stream, cancel, done
 }
 
@@ -970,7 +970,7 @@ func TestPublishAcrossTwoNodes(t *testing.T) {
 	stream, err := http.Post(b+"/threads/pn/stream", "application/json", strings.NewReader(`{"channels": ["custom"]}`))
 	require.NoError(t, err)
 	defer stream.Body.Close()
-	time.Sleep(300 * time.Millisecond) // node b follows the thread
+	rs.WaitSubscribers(t, redistest.LiveChannel("pn"), 1) // node b follows the thread
 
 	publish := func(base, body string) (int, string) {
 		r, err := http.Post(base+"/threads/pn/events", "application/json", strings.NewReader(body))

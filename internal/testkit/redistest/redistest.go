@@ -207,3 +207,59 @@ func ClusterAddr(t testing.TB) string {
 	}
 	return fmt.Sprintf("127.0.0.1:%d", port)
 }
+
+// LiveChannel is the channel the Redis engine publishes thread's live
+// events on (the default key prefix): what a node that follows the thread
+// is subscribed to.
+func LiveChannel(thread string) string { return "agentstream:{" + thread + "}:live" }
+
+// WaitSubscribers waits until at least n connections are subscribed to
+// channel (PUBSUB SHARDNUMSUB: a node's subscription to a thread, which
+// it makes asynchronously, has taken effect), failing the test after 10 s.
+func (s *Server) WaitSubscribers(t testing.TB, channel string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := shardNumSub(s.Addr, channel)
+		if err == nil && got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %d of %d subscribers to %s after 10 s (%v)", got, n, channel, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// shardNumSub is PUBSUB SHARDNUMSUB channel's count.
+func shardNumSub(addr, channel string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	cmd := "*3\r\n"
+	for _, arg := range []string{"PUBSUB", "SHARDNUMSUB", channel} {
+		cmd += fmt.Sprintf("$%d\r\n%s\r\n", len(arg), arg)
+	}
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		return 0, err
+	}
+	// *2 / $len / channel / :count
+	r := bufio.NewReader(c)
+	var lines []string
+	for len(lines) < 4 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		lines = append(lines, strings.TrimRight(line, "\r\n"))
+	}
+	if !strings.HasPrefix(lines[3], ":") {
+		return 0, fmt.Errorf("redis answered %q", lines)
+	}
+	var n int
+	_, err = fmt.Sscanf(lines[3], ":%d", &n)
+	return n, err
+}
