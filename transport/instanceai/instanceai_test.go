@@ -17,11 +17,11 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/diskstore"
 	"github.com/agentstream/agentstream/internal/testkit/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/instanceai"
-	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
@@ -674,32 +674,11 @@ func TestInstanceAIAuth(t *testing.T) {
 
 // TestInstanceAIKeepAlive: a quiet stream gets comment lines.
 func TestInstanceAIKeepAlive(t *testing.T) {
-	srv := server.New(server.Config{})
-	streams := sse.New(srv, sse.Options{})
-	h := instanceai.New(wire.Context{Server: srv, Streams: streams, Heartbeat: 30 * time.Millisecond}, instanceai.Options{})
-	mux := http.NewServeMux()
-	wire.Mount(mux, h)
-	ts := httptest.NewServer(mux)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = streams.Shutdown(ctx)
-		ts.Close()
-		_ = srv.Close(context.Background())
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/instance-ai/events/quiet", nil)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if sc.Text() == ": keep-alive" {
-			return
-		}
-	}
-	t.Fatal("no keep-alive came")
+	url := wiretest.Serve(t, server.New(server.Config{}), 30*time.Millisecond, func(c wire.Context) wire.Wire {
+		return instanceai.New(c, instanceai.Options{})
+	})
+	req, _ := http.NewRequest("GET", url+"/instance-ai/events/quiet", nil)
+	wiretest.KeepAlive(t, req, ": keep-alive")
 }
 
 // TestInstanceAIFullHistoryOnDisk: on the disk engine a stream without a

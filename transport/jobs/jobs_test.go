@@ -14,10 +14,10 @@ import (
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/testkit/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/jobs"
-	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
@@ -254,29 +254,9 @@ func TestJobWindow(t *testing.T) {
 
 // TestJobKeepAlive: a quiet stream gets `:keep-alive` lines.
 func TestJobKeepAlive(t *testing.T) {
-	srv := server.New(server.Config{})
-	streams := sse.New(srv, sse.Options{})
-	h := jobs.New(wire.Context{Server: srv, Streams: streams, Heartbeat: 30 * time.Millisecond})
-	mux := http.NewServeMux()
-	wire.Mount(mux, h)
-	ts := httptest.NewServer(mux)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = streams.Shutdown(ctx)
-		ts.Close()
-		_ = srv.Close(context.Background())
-	}()
-	resp, err := http.Get(ts.URL + "/jobs/quiet/stream")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if sc.Text() == ":keep-alive" {
-			return
-		}
-	}
-	t.Fatal("no keep-alive came")
+	url := wiretest.Serve(t, server.New(server.Config{}), 30*time.Millisecond, func(c wire.Context) wire.Wire { return jobs.New(c) })
+	req, _ := http.NewRequest("GET", url+"/jobs/quiet/stream", nil)
+	wiretest.KeepAlive(t, req, ":keep-alive")
 }
 
 // TestJobAuth: the job's creator and admins stream it, anyone else gets

@@ -15,11 +15,11 @@ import (
 	"github.com/agentstream/agentstream/assistants"
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/testkit/gentest"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/minimal"
-	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/wire"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
@@ -267,25 +267,10 @@ func TestMinimalRefusals(t *testing.T) {
 func TestMinimalKeepAlive(t *testing.T) {
 	srv := server.New(server.Config{})
 	srv.Register("workflow", server.AssistantFunc(workflow))
-	ts := httptest.NewServer(minimal.New(wire.Context{Server: srv, Streams: sse.New(srv, sse.Options{}), Heartbeat: 30 * time.Millisecond}))
-	defer func() {
-		ts.Close()
-		_ = srv.Close(context.Background())
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL, strings.NewReader(`{"assistant_id": "workflow", "message": "wait"}`))
+	url := wiretest.Serve(t, srv, 30*time.Millisecond, func(c wire.Context) wire.Wire { return minimal.New(c) })
+	req, _ := http.NewRequest("POST", url+"/minimal/stream", strings.NewReader(`{"assistant_id": "workflow", "message": "wait"}`))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if sc.Text() == ": keep-alive" {
-			return
-		}
-	}
-	t.Fatal("no keep-alive came")
+	wiretest.KeepAlive(t, req, ": keep-alive")
 }
 
 // TestMinimalAuth: with authentication on, no credential is 401; a thread
