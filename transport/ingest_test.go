@@ -53,11 +53,11 @@ const (
 // filter sees custom:NAME; the answer names each event's seq and id; a
 // producer's own timestamp is kept, a missing one stamped.
 func TestPublishReachesSubscribers(t *testing.T) {
-	ts, _, _ := start(t, transport.Options{})
+	ts, _, srv := start(t, transport.Options{})
 	stream, err := http.Post(ts.URL+"/threads/p/stream", "application/json", strings.NewReader(`{"channels": ["lifecycle", "custom:progress"]}`))
 	require.NoError(t, err)
 	defer stream.Body.Close()
-	time.Sleep(100 * time.Millisecond)
+	require.Eventually(t, func() bool { return srv.Subscriptions() == 1 }, 5*time.Second, time.Millisecond, "the stream's subscription is made")
 
 	status, out := publishBatch(t, ts.URL, "p", "application/json", "w1", 1, "["+evStarted+","+evProgress+"]")
 	require.Equal(t, 200, status, "%v", out)
