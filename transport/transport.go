@@ -794,9 +794,8 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request) {
 }
 
 // state serves GET /threads/{id}/state in the shape of LangGraph's thread
-// state, which the SDK reads to hydrate: values, next (non-empty while a
-// run is active), tasks with the pending interrupts, and the latest
-// checkpoint.
+// state, which the SDK reads to hydrate (langgraph.ProtocolState, whose
+// rule protocol/langgraph.cddl holds).
 func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if h.upstreamState != nil {
@@ -820,37 +819,5 @@ func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusNotFound, protocol.NewError(nil, protocol.ErrorCodeNoSuchThread, "no thread %q", id))
 		return
 	}
-	values := st.Values
-	if values == nil {
-		values = map[string]any{}
-	}
-	next := []string{}
-	if st.Status != "idle" {
-		next = []string{"agent"}
-	}
-	tasks := []any{}
-	if len(st.Interrupts) > 0 {
-		var ints []any
-		for _, in := range st.Interrupts {
-			ints = append(ints, map[string]any{"id": in.ID, "value": in.Payload, "namespace": nonNil(in.Namespace)})
-		}
-		tasks = append(tasks, map[string]any{"id": "interrupts", "name": "agent", "interrupts": ints})
-	}
-	out := map[string]any{"values": values, "next": next, "tasks": tasks, "metadata": map[string]any{}, "status": st.Status}
-	if cp := st.Checkpoint; cp != nil {
-		out["checkpoint"] = map[string]any{"thread_id": id, "checkpoint_ns": "", "checkpoint_id": cp.ID}
-		out["metadata"] = map[string]any{"step": cp.Step, "source": cp.Source}
-		out["created_at"] = cp.Time.UTC().Format(time.RFC3339Nano)
-		if cp.ParentID != "" {
-			out["parent_checkpoint"] = map[string]any{"thread_id": id, "checkpoint_ns": "", "checkpoint_id": cp.ParentID}
-		}
-	}
-	httpjson.Write(w, http.StatusOK, out)
-}
-
-func nonNil(ns []string) []string {
-	if ns == nil {
-		return []string{}
-	}
-	return ns
+	httpjson.Write(w, http.StatusOK, langgraph.ProtocolState(id, st))
 }

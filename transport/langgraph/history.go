@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
@@ -280,4 +281,40 @@ func (h *Handler) updateState(w http.ResponseWriter, r *http.Request) {
 	default:
 		write(w, http.StatusOK, LgStateUpdated{Checkpoint: LgCheckpointRef{ThreadID: thread, CheckpointNs: "", CheckpointID: cp.ID}})
 	}
+}
+
+// ProtocolState is the answer of the protocol's own GET
+// /threads/{id}/state for thread id (the core's route, on every profile):
+// st in the shape of LangGraph's thread state, which the SDK reads to
+// hydrate: values, next (non-empty while a run is active), tasks with the
+// pending interrupts, the thread's status, and the latest checkpoint.
+func ProtocolState(id string, st server.ThreadState) LgProtocolState {
+	out := LgProtocolState{Values: st.Values, Next: []string{}, Tasks: []LgStateTask{}, Metadata: map[string]any{}, Status: st.Status}
+	if out.Values == nil {
+		out.Values = map[string]any{}
+	}
+	if st.Status != "idle" {
+		out.Next = []string{"agent"}
+	}
+	if len(st.Interrupts) > 0 {
+		ints := make([]LgTaskInterrupt, 0, len(st.Interrupts))
+		for _, in := range st.Interrupts {
+			ns := in.Namespace
+			if ns == nil {
+				ns = []string{}
+			}
+			ints = append(ints, LgTaskInterrupt{ID: in.ID, Value: in.Payload, Namespace: ns})
+		}
+		out.Tasks = []LgStateTask{{ID: "interrupts", Name: "agent", Interrupts: ints}}
+	}
+	if cp := st.Checkpoint; cp != nil {
+		created := cp.Time.UTC().Format(time.RFC3339Nano)
+		out.Checkpoint = &LgCheckpointRef{ThreadID: id, CheckpointNs: "", CheckpointID: cp.ID}
+		out.Metadata = map[string]any{"step": cp.Step, "source": cp.Source}
+		out.CreatedAt = &created
+		if cp.ParentID != "" {
+			out.ParentCheckpoint = &LgCheckpointRef{ThreadID: id, CheckpointNs: "", CheckpointID: cp.ParentID}
+		}
+	}
+	return out
 }

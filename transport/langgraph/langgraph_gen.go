@@ -3093,3 +3093,48 @@ func (s LgRunFailed) Validate() error {
 // What a run stream's frames and a state read carry, for the schema
 // (transport/langgraph/schema.json) its tests check them against.
 type LgDocument = any
+
+// The protocol's own GET /threads/{thread_id}/state (every profile): the
+// thread's state in the shape of LangGraph's, which the SDK reads to
+// hydrate, with the thread's status; its newest checkpoint's address,
+// metadata and time when it has one.
+type LgProtocolState struct {
+	Values           map[string]any   `json:"values" cbor:"values"`
+	Next             []string         `json:"next" cbor:"next"`
+	Tasks            []LgStateTask    `json:"tasks" cbor:"tasks"`
+	Metadata         map[string]any   `json:"metadata" cbor:"metadata"`
+	Status           string           `json:"status" cbor:"status"`
+	Checkpoint       *LgCheckpointRef `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
+	ParentCheckpoint *LgCheckpointRef `json:"parent_checkpoint,omitempty" cbor:"parent_checkpoint,omitempty"`
+	CreatedAt        *string          `json:"created_at,omitempty" cbor:"created_at,omitempty"`
+}
+
+var lgProtocolStateMembers = cddlrt.Members{Rule: "LgProtocolState", Required: []string{"values", "next", "tasks", "metadata", "status"}, Known: []string{"values", "next", "tasks", "metadata", "status", "checkpoint", "parent_checkpoint", "created_at"}, Open: false}
+
+// CDDLMembers describes LgProtocolState's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgProtocolState) CDDLMembers() *cddlrt.Members {
+	return &lgProtocolStateMembers
+}
+
+// Validate checks what the schema requires of the values of LgProtocolState
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgProtocolState) Validate() error {
+	for i0, e0 := range s.Tasks {
+		if err := e0.Validate(); err != nil {
+			return cddlrt.At(cddlrt.Index("tasks", i0), err)
+		}
+	}
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return cddlrt.At("checkpoint", err)
+		}
+	}
+	if s.ParentCheckpoint != nil {
+		if err := s.ParentCheckpoint.Validate(); err != nil {
+			return cddlrt.At("parent_checkpoint", err)
+		}
+	}
+	return nil
+}

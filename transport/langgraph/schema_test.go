@@ -2,9 +2,14 @@ package langgraph_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
+
+	"github.com/agentstream/agentstream/assistants"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -112,6 +117,24 @@ func TestFramesMatchTheSchema(t *testing.T) {
 	var interrupted any
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/schema-4/runs/wait", `{"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "q"}]}}`, "", &interrupted))
 	check("LgRunInterrupted", interrupted)
+	// The protocol's own state route (a server without the Platform's,
+	// which replaces it), of a thread waiting on its interrupt and of one
+	// that ended.
+	srv := server.New(server.Config{})
+	assistants.Register(srv)
+	core := httptest.NewServer(transport.New(srv, transport.Options{}))
+	defer func() {
+		core.Close()
+		_ = srv.Close(context.Background())
+	}()
+	require.Equal(t, 200, call(t, "POST", core.URL+"/threads/p-1/commands", `{"id": 1, "method": "run.start", "params": {"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "q"}]}}}`, "", nil))
+	require.Eventually(t, func() bool {
+		var st map[string]any
+		return call(t, "GET", core.URL+"/threads/p-1/state", "", "", &st) == 200 && len(st["tasks"].([]any)) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the demo waits on its interrupt")
+	var protoState any
+	require.Equal(t, 200, call(t, "GET", core.URL+"/threads/p-1/state", "", "", &protoState))
+	check("LgProtocolState", protoState)
 	for _, event := range []string{"metadata", "tasks", "checkpoints", "debug/task", "debug/task_result", "debug/checkpoint", "messages/metadata", "messages/partial", "messages/complete", "messages"} {
 		require.Positive(t, seen[event], "a %s frame was checked", event)
 	}
