@@ -1122,3 +1122,21 @@ func TestConfigFile(t *testing.T) {
 		require.Contains(t, errOut, want, body)
 	}
 }
+
+// TestServeClosesWhatItOpenedOnAnError: serve that fails after it opened
+// the Redis engine (an --upstream that is no http(s) URL) ends with that
+// error and leaves nothing of the engine: its connections to Redis are
+// closed.
+func TestServeClosesWhatItOpenedOnAnError(t *testing.T) {
+	rs := redistest.Start(t)
+	before, err := rs.Clients()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--redis", rs.URL(), "--upstream", "ftp://upstream.example"}, io.Discard, &stderr, nil)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr.String(), "--upstream")
+	require.Eventually(t, func() bool {
+		n, err := rs.Clients()
+		return err == nil && n == before
+	}, 5*time.Second, 20*time.Millisecond, "the engine's connections are closed")
+}

@@ -263,3 +263,29 @@ func shardNumSub(addr, channel string) (int, error) {
 	_, err = fmt.Sscanf(lines[3], ":%d", &n)
 	return n, err
 }
+
+// Clients is how many clients are connected to the server now (INFO
+// clients' connected_clients, the asking connection included).
+func (s *Server) Clients() (int, error) {
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("*2\r\n$4\r\nINFO\r\n$7\r\nclients\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			var n int
+			_, err := fmt.Sscanf(v, "%d", &n)
+			return n, err
+		}
+	}
+}
