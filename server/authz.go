@@ -100,7 +100,7 @@ func (s *Server) hasHistory(ctx context.Context, threadID string) (bool, error) 
 			return true, nil
 		}
 	}
-	if d := s.durable; d != nil {
+	if d := s.st.Durable; d != nil {
 		epoch, _, err := d.Head(ctx, threadID)
 		if err != nil {
 			return false, storeError(err)

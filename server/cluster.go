@@ -361,7 +361,7 @@ func (s *Server) takeOver(threadID string) error {
 	if err := s.catchUp(threadID); err != nil {
 		return err
 	}
-	tc := s.tails
+	tc := s.st.Tails
 	if tc == nil {
 		return nil
 	}
@@ -404,7 +404,7 @@ const tailEvents = 4096
 // among them it answers assumeOpen, and with an empty stream false. ok
 // is false when the log could not be read. The caller holds t.mu.
 func (t *thread) tailRunOpen(assumeOpen bool) (open, ok bool) {
-	d := t.srv.durable
+	d := t.srv.st.Durable
 	if d == nil || t.acked == 0 {
 		return false, true
 	}

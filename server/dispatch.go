@@ -58,7 +58,7 @@ func (s *Server) do(ctx context.Context, threadID string, cmd *protocol.ClientCo
 			return resp, errResp
 		}
 	}
-	if c := s.cluster; c != nil {
+	if c := s.st.Cluster; c != nil {
 		if resp, errResp, done := s.route(ctx, c, threadID, id, cmd); done {
 			return resp, errResp
 		}
@@ -139,9 +139,9 @@ func (s *Server) newRun(t *thread, a Assistant, assistantID string, input any, c
 func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	a, ok := s.assistant(p.AssistantID)
 	if !ok {
-		if dir, isDir := s.cluster.(WorkerDirectory); isDir {
+		if dir, isDir := s.st.Cluster.(WorkerDirectory); isDir {
 			if node, err := dir.LocateWorkers(context.Background(), p.AssistantID); err == nil && node != "" {
-				return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "params.assistant_id: assistant %q is served by workers connected to other nodes (%s), and this thread's runs are on this node (%s) until its run ends: start it then", p.AssistantID, node, s.cluster.Node())
+				return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "params.assistant_id: assistant %q is served by workers connected to other nodes (%s), and this thread's runs are on this node (%s) until its run ends: start it then", p.AssistantID, node, s.st.Cluster.Node())
 			}
 		}
 		known := s.Assistants()

@@ -84,14 +84,26 @@ type EngineStores struct {
 // MemoryStores names the in-memory stores' capabilities: a MemoryLog
 // (log) and a MemoryState (state), for Config.Stores.
 func MemoryStores(log *MemoryLog, state *MemoryState) EngineStores {
-	st := EngineStores{}
+	var st EngineStores
 	if log != nil {
-		st.Log, st.Memory = log, log
+		st.memoryLog(log)
 	}
 	if state != nil {
-		st.State, st.Catalog, st.Index, st.Runs, st.Items = state, state, state, state, state
+		st.memoryState(state)
 	}
 	return st
+}
+
+// memoryLog makes l the log, with its capabilities and no others.
+func (st *EngineStores) memoryLog(l *MemoryLog) {
+	st.Log, st.Memory = l, l
+	st.Durable, st.Heads, st.Tails, st.Producers, st.Synced, st.WriteThrough = nil, nil, nil, nil, nil, nil
+}
+
+// memoryState makes m the state store, with its capabilities and no
+// others.
+func (st *EngineStores) memoryState(m *MemoryState) {
+	st.State, st.Catalog, st.Index, st.Runs, st.Items, st.Deleter = m, m, m, m, m, nil
 }
 
 // EngineHost is how an engine reaches the server it was started for

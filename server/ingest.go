@@ -32,7 +32,7 @@ func (s *Server) ingest(threadID string, e *Event) {
 	if e.Seq <= t.seq {
 		return
 	}
-	d := s.durable
+	d := s.st.Durable
 	if d != nil && e.Seq > t.seq+1 {
 		_ = d.Stored(context.Background(), threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
 			if prev.Seq >= e.Seq {
@@ -74,7 +74,7 @@ func (t *thread) ingestOne(d DurableLog, e *Event) {
 // reads many (HeadsReader). An error says the log could not be read for
 // some: the node may not have everything of them.
 func (s *Server) catchUp(threadIDs ...string) error {
-	d := s.durable
+	d := s.st.Durable
 	if d == nil {
 		return nil
 	}

@@ -44,7 +44,7 @@ func (s *Server) Mirrors() Mirrors { return Mirrors{s} }
 // node's.
 func (m Mirrors) ClaimWriter(id string) (holder string, mine bool, err error) {
 	s := m.s
-	c := s.cluster
+	c := s.st.Cluster
 	if c == nil {
 		return "", true, nil
 	}
@@ -98,7 +98,7 @@ func (m Mirrors) Append(threadID string, events [][]byte, offset uint64) (Mirror
 	if err := ValidThreadID(threadID); err != nil {
 		return MirrorResult{}, err
 	}
-	if c := s.cluster; c != nil && !holds(c, threadID) {
+	if c := s.st.Cluster; c != nil && !holds(c, threadID) {
 		// One node writes a thread: the holder of its lease, as for a
 		// producer's batch. A node that holds it (a follower renews it,
 		// ClaimWriter) appends without asking Redis for every event.
@@ -121,7 +121,7 @@ func (m Mirrors) Append(threadID string, events [][]byte, offset uint64) (Mirror
 		if err != nil {
 			return res, fmt.Errorf("server: mirrored event %d: %w", i, err)
 		}
-		if offset > 0 || s.cluster != nil {
+		if offset > 0 || s.st.Cluster != nil {
 			// With a Cluster the thread's ids are its epoch's (what the
 			// cluster's stream and its takeovers rest on): the seq stays.
 			if e, err = t.renumber(e, e.Seq+offset); err != nil {

@@ -151,7 +151,7 @@ func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) 
 	if err := ValidThreadID(threadID); err != nil {
 		return nil, err
 	}
-	if c := s.cluster; c != nil {
+	if c := s.st.Cluster; c != nil {
 		holder, err := s.claimToPublish(c, threadID)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -239,7 +239,7 @@ func (s *Server) producerMark(ctx context.Context, t *thread, key string, now ti
 	if m, ok := t.producers[key]; ok {
 		return m, nil
 	}
-	pl := s.producerLog
+	pl := s.st.Producers
 	if pl == nil {
 		return nil, nil
 	}

@@ -97,8 +97,8 @@ type resourceHooks struct {
 	sharedMu sync.Mutex
 	shared   map[any]any
 	mu       sync.Mutex
-	onRun    []func(RunRecord)
-	// onClose: the resources' closers.
+	// onClose: the resources' closers. (The run hooks are
+	// Server.runHooks, replaced whole under mu.)
 	onClose []func(context.Context)
 }
 
@@ -127,9 +127,13 @@ func (h resourceHost) Shared(key any, make func() any) any {
 func (h resourceHost) OnRun(fn func(RunRecord)) {
 	r := &h.s.hooks
 	r.mu.Lock()
-	r.onRun = append(slices.Clone(r.onRun), fn) // read without the lock by runChanged
-	h.s.runHooks.Store(&r.onRun)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	var hooks []func(RunRecord) // a new slice: runChanged reads the old one without the lock
+	if old := h.s.runHooks.Load(); old != nil {
+		hooks = slices.Clone(*old)
+	}
+	hooks = append(hooks, fn)
+	h.s.runHooks.Store(&hooks)
 }
 
 func (h resourceHost) OnClose(fn func(context.Context)) {

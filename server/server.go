@@ -250,15 +250,12 @@ func (c Config) withDefaults() Config {
 		st := NewMemoryState()
 		st.MaxCheckpoints = c.MaxCheckpoints
 		st.MaxRecords = c.MaxThreads
-		mem := MemoryStores(nil, st)
-		c.Stores.State, c.Stores.Catalog, c.Stores.Index, c.Stores.Runs, c.Stores.Items = mem.State, mem.Catalog, mem.Index, mem.Runs, mem.Items
-		c.Stores.Deleter = nil
+		c.Stores.memoryState(st)
 	}
 	if c.Stores.Log == nil {
 		l := NewMemoryLog(c.BufferEvents, c.BufferBytes)
 		l.SetTotalBytes(c.BufferTotalBytes)
-		c.Stores.Log, c.Stores.Memory = l, l
-		c.Stores.Durable, c.Stores.Heads, c.Stores.Tails, c.Stores.Producers, c.Stores.Synced, c.Stores.WriteThrough = nil, nil, nil, nil, nil, nil
+		c.Stores.memoryLog(l)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -278,28 +275,20 @@ var ErrServerClosed = errors.New("server: closed")
 type Server struct {
 	down atomic.Pointer[unavailableErr] // set while the engine's store cannot be reached (setUnavailable)
 
-	cfg     Config
-	watcher Watcher // the engine's (nil: none)
-	// st are the stores and their capabilities (Config.Stores, or the
-	// engine's, with the in-memory defaults).
-	st      EngineStores
-	cluster Cluster // the engine's (nil: one node)
-	// detachedStore is the engine's (nil: dropped sessions' subscriptions
-	// are restorable on this node only, from detached).
-	detachedStore DetachedStore
+	cfg Config
+	// st are the stores and what they can do (Config.Stores, or the
+	// engine's, with the in-memory defaults): its Watcher (nil: none), its
+	// Cluster (nil: one node), its Detached (nil: dropped sessions'
+	// subscriptions are restorable on this node only, from detached), its
+	// Durable, Tails and Producers (nil: producers' batches are
+	// remembered in memory only).
+	st EngineStores
 	// writeThrough: the log is a WriteThroughLog; events reach
 	// subscribers when its store holds them (Server.written).
 	writeThrough bool
-	// durable and tails are the log as a DurableLog and a TailClaimer
-	// (nil when it is not one), asserted once in New.
-	durable DurableLog
-	tails   TailClaimer
 	// syncs is the log as a SyncedLog when producers' acks wait for it
 	// (nil: it is not one, or Config.IngestFastAck).
 	syncs SyncedLog
-	// producerLog is the log as a ProducerLog (nil: producers' batches
-	// are remembered in memory only).
-	producerLog ProducerLog
 
 	mu         sync.Mutex
 	threads    map[string]*thread
@@ -394,19 +383,15 @@ func New(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	stores := cfg.Stores
 	s := &Server{
-		cfg:           cfg,
-		st:            stores,
-		watcher:       stores.Watcher,
-		cluster:       stores.Cluster,
-		detachedStore: stores.Detached,
-		threads:       map[string]*thread{},
-		created:       map[string]int{},
-		assistants:    map[string]Assistant{},
-		detached:      map[string]*detachedSub{},
-		stop:          make(chan struct{}),
+		cfg:        cfg,
+		st:         stores,
+		threads:    map[string]*thread{},
+		created:    map[string]int{},
+		assistants: map[string]Assistant{},
+		detached:   map[string]*detachedSub{},
+		stop:       make(chan struct{}),
 	}
 	s.runs = keyrate.New(float64(s.cfg.MaxRunsPerMinute)/60, s.cfg.MaxRunsPerMinute)
-	s.durable, s.tails, s.producerLog = stores.Durable, stores.Tails, stores.Producers
 	if !s.cfg.IngestFastAck {
 		s.syncs = stores.Synced
 	}
@@ -550,8 +535,8 @@ func (s *Server) threadFor(id string, create bool, p *auth.Principal) (*thread, 
 		s.created[p.Subject]++
 	}
 	s.threads[id] = t
-	if s.watcher != nil {
-		s.watcher.Watch(id)
+	if s.st.Watcher != nil {
+		s.st.Watcher.Watch(id)
 	}
 	s.threadsHW.Grew(len(s.threads))
 	return t, nil
@@ -575,7 +560,7 @@ type streamHead struct {
 }
 
 func (s *Server) head(id string) streamHead {
-	d := s.durable
+	d := s.st.Durable
 	if d == nil {
 		return streamHead{}
 	}
@@ -676,7 +661,7 @@ func (s *Server) State(ctx context.Context, id string) (st ThreadState, ok bool,
 	}
 	if t != nil && s.runActive(id) {
 		st.Status, st.Interrupts = s.runState(id)
-	} else if c := s.cluster; c != nil {
+	} else if c := s.st.Cluster; c != nil {
 		// The run, if any, is on the node that holds the thread's lease.
 		if holder, err := c.Holder(id); err == nil && holder != "" && holder != c.Node() {
 			if status, ints, err := c.ForwardRunState(context.Background(), holder, id); err == nil {
@@ -823,8 +808,8 @@ func (s *Server) unhold(t *thread) {
 	if s.threads[t.id] == t {
 		delete(s.threads, t.id)
 		s.uncreate(t)
-		if s.watcher != nil {
-			s.watcher.Unwatch(t.id)
+		if s.st.Watcher != nil {
+			s.st.Watcher.Unwatch(t.id)
 		}
 		s.threads = compact.Shrink(s.threads, &s.threadsHW)
 	}

@@ -862,7 +862,7 @@ func (ss *Session) Detach() {
 		ss.srv.detachedHW.Grew(len(ss.srv.detached))
 	}
 	ss.srv.mu.Unlock()
-	if st := ss.srv.detachedStore; st != nil {
+	if st := ss.srv.st.Detached; st != nil {
 		// Where other nodes find them too; a store that cannot keep
 		// them leaves them restorable here only.
 		for id, sub := range subs {
@@ -934,7 +934,7 @@ func (ss *Session) reconnect(ctx context.Context, c *protocol.ClientCommandSubsc
 		restore = append(restore, d)
 	}
 	ss.srv.mu.Unlock()
-	if st := ss.srv.detachedStore; st != nil {
+	if st := ss.srv.st.Detached; st != nil {
 		for _, id := range found {
 			_, _, _ = st.Take(ctx, ss.threadID, id) // restored here: not again elsewhere
 		}

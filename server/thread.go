@@ -99,7 +99,7 @@ func (t *thread) publish(d eventData) (*Event, error) {
 // batch. The caller holds t.mu.
 func (t *thread) append(e *Event, by *ProducedBy) error {
 	var err error
-	if pl := t.srv.producerLog; by != nil && pl != nil {
+	if pl := t.srv.st.Producers; by != nil && pl != nil {
 		err = pl.AppendProduced(context.Background(), t.id, e, *by)
 	} else {
 		err = t.srv.st.Log.Append(context.Background(), t.id, e)

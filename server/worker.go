@@ -366,7 +366,7 @@ func (hub *Workers) dispatchLocked() {
 			hub.waiting[a] = runs
 		}
 	}
-	if dir, ok := hub.s.cluster.(WorkerDirectory); ok {
+	if dir, ok := hub.s.st.Cluster.(WorkerDirectory); ok {
 		dir.WorkersChanged()
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
@@ -852,25 +852,6 @@ func TestCORSForAllowedOrigins(t *testing.T) {
 	require.Empty(t, resp2.Header.Get("Access-Control-Allow-Origin"))
 }
 
-// metricCount reads a metric's value (its first line that starts with
-// name) from ts's /metrics; 0 when absent.
-func metricCount(t *testing.T, ts *httptest.Server, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(ts.URL + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			require.NoError(t, err, line)
-			return f
-		}
-	}
-	return 0
-}
-
 // TestDeliveryLatencyIsSampled: live events written to a stream are
 // sampled, one in 16 by sequence number, into the delivery-latency
 // histogram, once as taken from the queue and once as written; a replay
@@ -880,7 +861,7 @@ func TestDeliveryLatencyIsSampled(t *testing.T) {
 	ts, _, _ := start(t, transport.Options{})
 	queued := `agentstream_delivery_latency_seconds_count{stage="queued"}`
 	written := `agentstream_delivery_latency_seconds_count{stage="written"}`
-	require.Zero(t, metricCount(t, ts, queued))
+	require.Zero(t, wiretest.Metric(t, ts.URL, queued))
 	stream := func() *http.Response {
 		req, _ := http.NewRequest("POST", ts.URL+"/threads/t/stream", strings.NewReader(`{"channels": ["custom", "lifecycle"]}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -902,17 +883,17 @@ func TestDeliveryLatencyIsSampled(t *testing.T) {
 	}
 	want := float64(last / 16) // every sequence number up to the last reached this stream
 	require.GreaterOrEqual(t, want, 4.0)
-	require.Eventually(t, func() bool { return metricCount(t, ts, written) == want }, 5*time.Second, 10*time.Millisecond,
-		"one written sample per sampled event (%v of %v)", metricCount(t, ts, written), want)
-	require.Equal(t, want, metricCount(t, ts, queued))
+	require.Eventually(t, func() bool { return wiretest.Metric(t, ts.URL, written) == want }, 5*time.Second, 10*time.Millisecond,
+		"one written sample per sampled event (%v of %v)", wiretest.Metric(t, ts.URL, written), want)
+	require.Equal(t, want, wiretest.Metric(t, ts.URL, queued))
 
 	replay, err := http.Post(ts.URL+"/threads/t/stream", "application/json", strings.NewReader(`{"channels": ["custom", "lifecycle"], "since": 0}`))
 	require.NoError(t, err)
 	replayed := readFrames(t, replay.Body, completed)
 	replay.Body.Close()
 	require.Len(t, replayed, len(frames), "the replay carries the same events")
-	require.Equal(t, want, metricCount(t, ts, queued), "a replay is not sampled")
-	require.Equal(t, want, metricCount(t, ts, written))
+	require.Equal(t, want, wiretest.Metric(t, ts.URL, queued), "a replay is not sampled")
+	require.Equal(t, want, wiretest.Metric(t, ts.URL, written))
 }
 
 // TestRunEndWaitsForTheSubscribesAfterRunStart: the official SDK sends the

@@ -99,9 +99,9 @@ func serve(ctx context.Context, c config, log zerolog.Logger, ready chan<- strin
 		return err
 	}
 	cfg := c.serverConfig()
-	cfg.Engine, cfg.Upstream = eng.Engine, up
-	if up == nil {
-		cfg.Upstream = nil // no typed nil in the interface
+	cfg.Engine = eng.Engine
+	if up != nil {
+		cfg.Upstream = up
 	}
 	srv := server.New(cfg)
 	serverOwnsEngine = true                                  // its Close closes the engine

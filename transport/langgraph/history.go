@@ -195,18 +195,23 @@ func withNow(st *LgThreadState, info threads.ThreadInfo) {
 	if info.Values != nil {
 		st.Values = info.Values
 	}
-	if len(info.Interrupts) == 0 {
-		return
+	if len(info.Interrupts) > 0 {
+		st.Tasks = interruptTasks(info.Interrupts)
 	}
-	ints := []LgTaskInterrupt{}
-	for _, in := range info.Interrupts {
+}
+
+// interruptTasks are a state's tasks while a run waits on interrupts, as
+// the Platform shows them: one task, "interrupts", with each of them.
+func interruptTasks(pending []server.PendingInterrupt) []LgStateTask {
+	ints := make([]LgTaskInterrupt, 0, len(pending))
+	for _, in := range pending {
 		ns := in.Namespace
 		if ns == nil {
 			ns = []string{}
 		}
 		ints = append(ints, LgTaskInterrupt{ID: in.ID, Value: in.Payload, Namespace: ns})
 	}
-	st.Tasks = []LgStateTask{{ID: "interrupts", Name: "agent", Interrupts: ints}}
+	return []LgStateTask{{ID: "interrupts", Name: "agent", Interrupts: ints}}
 }
 
 // getState serves GET /threads/{id}/state and /state/{checkpoint}.
@@ -297,15 +302,7 @@ func ProtocolState(id string, st server.ThreadState) LgProtocolState {
 		out.Next = []string{"agent"}
 	}
 	if len(st.Interrupts) > 0 {
-		ints := make([]LgTaskInterrupt, 0, len(st.Interrupts))
-		for _, in := range st.Interrupts {
-			ns := in.Namespace
-			if ns == nil {
-				ns = []string{}
-			}
-			ints = append(ints, LgTaskInterrupt{ID: in.ID, Value: in.Payload, Namespace: ns})
-		}
-		out.Tasks = []LgStateTask{{ID: "interrupts", Name: "agent", Interrupts: ints}}
+		out.Tasks = interruptTasks(st.Interrupts)
 	}
 	if cp := st.Checkpoint; cp != nil {
 		created := cp.Time.UTC().Format(time.RFC3339Nano)

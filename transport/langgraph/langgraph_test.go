@@ -22,6 +22,7 @@ import (
 	"github.com/agentstream/agentstream/internal/testkit/lgtest"
 	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/internal/testkit/sdktest"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/langgraph"
@@ -954,33 +955,14 @@ func TestPlatformRefusalsAreCounted(t *testing.T) {
 		ms.Close()
 		_ = srv.Close(context.Background())
 	}()
-	scrape := func() string {
-		resp, err := http.Get(ms.URL + "/metrics")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return string(b)
-	}
-	count := func(text, series string) float64 {
-		for _, line := range strings.Split(text, "\n") {
-			if v, ok := strings.CutPrefix(line, series+" "); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				require.NoError(t, err)
-				return f
-			}
-		}
-		return 0
-	}
 	const denied, badID = `agentstream_auth_refusals_total{reason="permission_denied"}`, `agentstream_refusals_total{limit="thread_id"}`
 	require.Equal(t, 200, call(t, "POST", ts.URL+"/threads/ann-1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "k-ann", nil))
-	before := scrape()
+	deniedBefore, badBefore := wiretest.Metric(t, ms.URL, denied), wiretest.Metric(t, ms.URL, badID)
 	require.Equal(t, 403, call(t, "GET", ts.URL+"/threads/ann-1/state", "", "k-bob", nil))
 	require.Equal(t, 403, call(t, "PATCH", ts.URL+"/threads/ann-1", `{"metadata": {}}`, "k-bob", nil))
 	require.Equal(t, 403, call(t, "POST", ts.URL+"/threads/ann-1/runs/wait", `{"assistant_id": "echo", "input": {}}`, "k-bob", nil))
 	long := strings.Repeat("x", 300)
 	require.Equal(t, 422, call(t, "GET", ts.URL+"/threads/"+long, "", "k-ann", nil)) // call checks the {"detail": ...} shape
-	after := scrape()
-	require.Equal(t, 3.0, count(after, denied)-count(before, denied), "each refused principal counted")
-	require.Equal(t, 1.0, count(after, badID)-count(before, badID), "the bad id counted")
+	require.Equal(t, 3.0, wiretest.Metric(t, ms.URL, denied)-deniedBefore, "each refused principal counted")
+	require.Equal(t, 1.0, wiretest.Metric(t, ms.URL, badID)-badBefore, "the bad id counted")
 }

@@ -267,9 +267,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 
 // waitRun serves POST /threads/{id}/runs/wait.
 func (h *Handler) waitRun(w http.ResponseWriter, r *http.Request) {
-	if id := h.pathThread(r); id != "" {
-		h.runAndWait(w, r, id, false)
-	}
+	h.runAndWait(w, r, r.PathValue("id"), false) // checked by the transport; authorized once its assistant is known
 }
 
 // assistant is the assistant the run names: assistant_id, or the Agent
@@ -370,9 +368,7 @@ func (h *Handler) deleteRun(w http.ResponseWriter, r *http.Request) {
 // createRun serves POST /threads/{id}/runs: the run starts in the
 // background; the answer is its record as it starts.
 func (h *Handler) createRun(w http.ResponseWriter, r *http.Request) {
-	if thread := h.pathThread(r); thread != "" {
-		h.startInBackground(w, r, thread, false)
-	}
+	h.startInBackground(w, r, r.PathValue("id"), false) // checked by the transport; authorized once its assistant is known
 }
 
 // startInBackground starts the run the body asks for on thread and
@@ -435,10 +431,6 @@ func (h *Handler) authorizedThread(w http.ResponseWriter, r *http.Request) (stri
 	id := r.PathValue("id")
 	return id, h.Allowed(w, r, id, false)
 }
-
-// pathThread is {id}, which the transport checked, for a handler that
-// authorizes it later (a run's: mayChange once its assistant is known).
-func (h *Handler) pathThread(r *http.Request) string { return r.PathValue("id") }
 
 // listRuns serves GET /threads/{id}/runs (?limit=10&offset=0&status=).
 func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {

@@ -1,34 +1,20 @@
 package langgraph_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/agentstream/agentstream/assistants"
+	"github.com/agentstream/agentstream/internal/testkit/gentest"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 	"github.com/stretchr/testify/require"
 )
-
-// schemaOf compiles the rule of protocol/langgraph.cddl named rule from
-// the generated schema.json.
-func schemaOf(t *testing.T, rule string) *jsonschema.Schema {
-	t.Helper()
-	b, err := os.ReadFile("schema.json")
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	require.NoError(t, c.AddResource("schema.json", bytes.NewReader(b)))
-	s, err := c.Compile("schema.json#/$defs/" + rule)
-	require.NoError(t, err, rule)
-	return s
-}
 
 // TestFramesMatchTheSchema: every frame of a run stream in every mode
 // whose data are the wire's own (metadata, tasks, checkpoints, debug,
@@ -41,7 +27,7 @@ func TestFramesMatchTheSchema(t *testing.T) {
 		t.Helper()
 		s := rules[rule]
 		if s == nil {
-			s = schemaOf(t, rule)
+			s = gentest.SchemaRule(t, "schema.json", rule)
 			rules[rule] = s
 		}
 		require.NoError(t, s.Validate(data), "%s: %v", rule, data)

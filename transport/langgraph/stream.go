@@ -93,9 +93,7 @@ func streamFilter(modes []string, subgraphs bool) channels.Filter {
 
 // streamRun serves POST /threads/{id}/runs/stream.
 func (h *Handler) streamRun(w http.ResponseWriter, r *http.Request) {
-	if thread := h.pathThread(r); thread != "" {
-		h.startStream(w, r, thread, false)
-	}
+	h.startStream(w, r, r.PathValue("id"), false) // checked by the transport; authorized once its assistant is known
 }
 
 // streamStateless serves POST /runs/stream: on a new thread (deleted once

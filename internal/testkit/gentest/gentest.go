@@ -46,13 +46,21 @@ func Fresh(t *testing.T, docFile string, want int) {
 }
 
 // Schema compiles the JSON Schema in file (the test's package directory).
-func Schema(t *testing.T, file string) *jsonschema.Schema {
+func Schema(t *testing.T, file string) *jsonschema.Schema { return SchemaRule(t, file, "") }
+
+// SchemaRule compiles the definition of one CDDL rule in the JSON Schema
+// in file (its $defs member rule; the whole schema when rule is "").
+func SchemaRule(t *testing.T, file, rule string) *jsonschema.Schema {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	require.NoError(t, err)
 	c := jsonschema.NewCompiler()
 	require.NoError(t, c.AddResource(file, bytes.NewReader(b)))
-	s, err := c.Compile(file)
-	require.NoError(t, err)
+	url := file
+	if rule != "" {
+		url += "#/$defs/" + rule
+	}
+	s, err := c.Compile(url)
+	require.NoError(t, err, rule)
 	return s
 }

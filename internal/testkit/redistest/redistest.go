@@ -176,16 +176,12 @@ func (s *Server) Restart() {
 }
 
 func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	r, done, err := send(addr, "PING")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	defer done()
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
@@ -193,6 +189,26 @@ func ping(addr string) error {
 		return fmt.Errorf("redis answered %q", line)
 	}
 	return nil
+}
+
+// send sends one command to the Redis at addr on a connection of its own
+// (a second to answer), and returns the answer's reader; done closes the
+// connection.
+func send(addr string, args ...string) (answer *bufio.Reader, done func(), err error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	cmd := fmt.Sprintf("*%d\r\n", len(args))
+	for _, arg := range args {
+		cmd += fmt.Sprintf("$%d\r\n%s\r\n", len(arg), arg)
+	}
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return bufio.NewReader(c), func() { c.Close() }, nil
 }
 
 // ClusterAddr is a free loopback address for a cluster node: its port
@@ -233,21 +249,12 @@ func (s *Server) WaitSubscribers(t testing.TB, channel string, n int) {
 
 // shardNumSub is PUBSUB SHARDNUMSUB channel's count.
 func shardNumSub(addr, channel string) (int, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	r, done, err := send(addr, "PUBSUB", "SHARDNUMSUB", channel)
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	cmd := "*3\r\n"
-	for _, arg := range []string{"PUBSUB", "SHARDNUMSUB", channel} {
-		cmd += fmt.Sprintf("$%d\r\n%s\r\n", len(arg), arg)
-	}
-	if _, err := c.Write([]byte(cmd)); err != nil {
-		return 0, err
-	}
+	defer done()
 	// *2 / $len / channel / :count
-	r := bufio.NewReader(c)
 	var lines []string
 	for len(lines) < 4 {
 		line, err := r.ReadString('\n')
@@ -256,27 +263,21 @@ func shardNumSub(addr, channel string) (int, error) {
 		}
 		lines = append(lines, strings.TrimRight(line, "\r\n"))
 	}
-	if !strings.HasPrefix(lines[3], ":") {
+	var n int
+	if _, err := fmt.Sscanf(lines[3], ":%d", &n); err != nil {
 		return 0, fmt.Errorf("redis answered %q", lines)
 	}
-	var n int
-	_, err = fmt.Sscanf(lines[3], ":%d", &n)
-	return n, err
+	return n, nil
 }
 
 // Clients is how many clients are connected to the server now (INFO
 // clients' connected_clients, the asking connection included).
 func (s *Server) Clients() (int, error) {
-	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	r, done, err := send(s.Addr, "INFO", "clients")
 	if err != nil {
 		return 0, err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("*2\r\n$4\r\nINFO\r\n$7\r\nclients\r\n")); err != nil {
-		return 0, err
-	}
-	r := bufio.NewReader(c)
+	defer done()
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {

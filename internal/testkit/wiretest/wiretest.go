@@ -1,14 +1,17 @@
 // Package wiretest is the test kit of the wires (transport/minimal, jobs,
 // instanceai, ...): a wire served alone on a real socket with the shared
-// stream handler, and the checks every wire's streams share (the
-// keep-alive of a quiet stream).
+// stream handler, the checks every wire's streams share (the keep-alive
+// of a quiet stream), and a series' value on a /metrics page.
 package wiretest
 
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +62,29 @@ func KeepAlive(t testing.TB, req *http.Request, keepAlive string) {
 		}
 	}
 	t.Fatalf("wiretest: no %q came within 5 s", keepAlive)
+}
+
+// Metric is the value of series (a metric's name with its labels, as
+// /metrics writes it) on base's /metrics page; 0 when absent.
+func Metric(t testing.TB, base, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("wiretest: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("wiretest: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("wiretest: %s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
