@@ -44,9 +44,10 @@ type Options struct {
 	// CommitEvery is the longest an event waits before its group commit
 	// (DefaultCommitEvery); a commit is synced to the disk.
 	CommitEvery time.Duration
-	// MaxPending caps the events appended and not yet on disk; past it an
-	// append waits for the disk, up to QueueWait, then fails
-	// (DefaultMaxPending).
+	// MaxPending caps the events appended and not yet on disk; past it a
+	// publisher waits for the disk (WaitRoom, before it takes its thread's
+	// lock), up to QueueWait, then fails (DefaultMaxPending). Append
+	// itself refuses at once past twice MaxPending.
 	MaxPending int
 	// QueueWait bounds that wait (DefaultQueueWait).
 	QueueWait time.Duration
@@ -396,7 +397,7 @@ func (e *Engine) Stores() server.EngineStores {
 	l, st := e.log, e.state
 	return server.EngineStores{
 		Log: l, State: st,
-		Durable: l, Producers: l, Synced: l, Memory: l.Memory(),
+		Durable: l, Producers: l, Room: l, Synced: l, Memory: l.Memory(),
 		Catalog: st, Index: st, Runs: st, Items: st,
 	}
 }

@@ -68,7 +68,11 @@ func TestADiskThatFillsUp(t *testing.T) {
 	var refusal error
 	for seq := uint64(101); seq < 20000 && refusal == nil; seq++ {
 		e := testEvent(t, "a", "ep", seq, time.Now())
-		if refusal = eng.log.Append(context.Background(), "a", e); refusal == nil {
+		// As the server appends: room first, then the event.
+		if refusal = eng.log.WaitRoom(context.Background(), "a"); refusal == nil {
+			refusal = eng.log.Append(context.Background(), "a", e)
+		}
+		if refusal == nil {
 			evs = append(evs, e)
 		}
 	}

@@ -766,9 +766,43 @@ func (l *Log) WaitSynced(ctx context.Context) error {
 func (l *Log) waiting() int { return len(l.pending) + l.inflight }
 
 // Append implements server.EventLog: the event is in the buffer at once
-// and on disk within CommitEvery.
+// and on disk within CommitEvery. It never waits: the server waits for
+// room first (WaitRoom); past twice MaxPending (a caller that did not
+// wait) it refuses at once (ErrBehind).
 func (l *Log) Append(ctx context.Context, thread string, e *server.Event) error {
 	return l.append(ctx, thread, e, nil)
+}
+
+// WaitRoom implements server.RoomWaiter: it returns once fewer than
+// MaxPending events wait for the disk, or ErrBehind (with the disk's
+// error, when it fails its commits) after QueueWait, or the log's refusal
+// when the disk is full, or ctx's error.
+func (l *Log) WaitRoom(ctx context.Context, thread string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.full != nil || l.waiting() < l.opts.MaxPending {
+		return nil // a full disk's Append says why
+	}
+	deadline := time.Now().Add(l.opts.QueueWait)
+	wake := func() { l.mu.Lock(); l.room.Broadcast(); l.mu.Unlock() }
+	timer := time.AfterFunc(l.opts.QueueWait, wake)
+	defer timer.Stop()
+	stop := context.AfterFunc(ctx, wake)
+	defer stop()
+	for l.waiting() >= l.opts.MaxPending && time.Now().Before(deadline) && ctx.Err() == nil {
+		l.room.Wait()
+	}
+	if l.waiting() < l.opts.MaxPending {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.refusedBehind.Add(1)
+	if l.err != nil {
+		return fmt.Errorf("%w: %v", ErrBehind, l.err)
+	}
+	return ErrBehind
 }
 
 // append appends e, of a producer's batch when by is set.
@@ -780,22 +814,14 @@ func (l *Log) append(ctx context.Context, thread string, e *server.Event, by *se
 		l.refusedFull.Add(1)
 		return err
 	}
-	if l.waiting() >= l.opts.MaxPending {
-		deadline := time.Now().Add(l.opts.QueueWait)
-		timer := time.AfterFunc(l.opts.QueueWait, func() { l.mu.Lock(); l.room.Broadcast(); l.mu.Unlock() })
-		for l.waiting() >= l.opts.MaxPending && time.Now().Before(deadline) {
-			l.room.Wait()
+	if l.waiting() >= 2*l.opts.MaxPending {
+		err := l.err
+		l.mu.Unlock()
+		l.refusedBehind.Add(1)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBehind, err)
 		}
-		timer.Stop()
-		if l.waiting() >= l.opts.MaxPending {
-			err := l.err
-			l.mu.Unlock()
-			l.refusedBehind.Add(1)
-			if err != nil {
-				return fmt.Errorf("%w: %v", ErrBehind, err)
-			}
-			return ErrBehind
-		}
+		return ErrBehind
 	}
 	t := l.tails[thread]
 	if t == nil {
@@ -836,14 +862,36 @@ func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*ser
 		seq = floor - 1 // dropped by the retention policy, from the buffer too
 	}
 	l.mu.Unlock()
-	if oldest, _ := l.mem.Oldest(ctx, thread); oldest > 0 && seq+1 >= oldest {
-		return l.mem.After(ctx, thread, seq, fn)
+	each := func(e *server.Event) bool {
+		seq = e.Seq
+		return fn(e)
 	}
-	more, last, err := l.stored(thread, seq, fn)
-	if err != nil || !more {
-		return err
+	// The server reads without the thread's lock, so the buffer may let go
+	// of its oldest events (appends trim it) between the look at its
+	// oldest and the read: the disk has them, and is read again for them
+	// (a few times at most: a hole the disk has too is the caller's to
+	// announce).
+	for round := 0; ; round++ {
+		if oldest, _ := l.mem.Oldest(ctx, thread); oldest == 0 || seq+1 < oldest {
+			more, _, err := l.stored(thread, seq, each)
+			if err != nil || !more {
+				return err
+			}
+		}
+		trimmed := false
+		err := l.mem.After(ctx, thread, seq, func(e *server.Event) bool {
+			if e.Seq > seq+1 && round < 3 {
+				if oldest, _ := l.mem.Oldest(ctx, thread); oldest > seq+1 {
+					trimmed = true // let go of since the look above
+					return false
+				}
+			}
+			return each(e)
+		})
+		if err != nil || !trimmed {
+			return err
+		}
 	}
-	return l.mem.After(ctx, thread, last, fn)
 }
 
 // stored calls fn with the thread's events after seq from its chunks

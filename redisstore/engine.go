@@ -111,12 +111,11 @@ func (e *Engine) Stores() server.EngineStores {
 		p.detached = e.Detached()
 		p.detached.state.OnError = o.OnError
 	})
-	l, st := e.parts.log, e.parts.state
-	return server.EngineStores{
-		Log: l, State: st, Watcher: e.parts.live, Cluster: e.parts.cluster, Detached: e.parts.detached,
-		Durable: l, Heads: l, Tails: l, Producers: l, WriteThrough: l, Memory: l.Memory(),
-		Catalog: st, Deleter: st, Runs: st, Items: st,
-	}
+	st := e.parts.state
+	stores := e.parts.log.Stores()
+	stores.State, stores.Watcher, stores.Cluster, stores.Detached = st, e.parts.live, e.parts.cluster, e.parts.detached
+	stores.Catalog, stores.Deleter, stores.Runs, stores.Items = st, st, st, st
+	return stores
 }
 
 // Start implements server.Engine: it follows the other nodes' events,

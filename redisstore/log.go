@@ -373,6 +373,12 @@ func (l *Log) Collectors() []prometheus.Collector {
 	}
 }
 
+// Stores is the log with what it can do, for a server's EngineStores (the
+// other stores left to the caller).
+func (l *Log) Stores() server.EngineStores {
+	return server.EngineStores{Log: l, Durable: l, Heads: l, Tails: l, Producers: l, Room: l, WriteThrough: l, Memory: l.Memory()}
+}
+
 // Memory is the in-memory part of the log (for its budget's metrics).
 func (l *Log) Memory() *server.MemoryLog { return l.mem }
 
@@ -393,11 +399,51 @@ var ErrSuperseded = errors.New("redisstore: another node wrote the thread's stre
 
 // Append implements server.EventLog: the event is queued for Redis and
 // kept in memory; the server delivers it once Redis holds it (OnWritten).
-// When the queue is full it waits for room (see LogOptions.WriteQueue),
-// at most QueueWait, and then refuses the event (ErrQueueFull).
+// It never waits: the server waits for room first (WaitRoom), without the
+// thread's lock. A queue past twice its bounds (a caller that did not
+// wait) refuses the event at once (ErrQueueFull); the end of a run is
+// queued past every bound.
 func (l *Log) Append(_ context.Context, thread string, e *server.Event) error {
 	return l.append(thread, e, nil)
 }
+
+// WaitRoom implements server.RoomWaiter: it returns once thread's write
+// queue has room (see LogOptions.WriteQueue), or ErrQueueFull when it has
+// had none for QueueWait, or ctx's error.
+func (l *Log) WaitRoom(ctx context.Context, thread string) error {
+	q := l.queue(thread)
+	q.mu.Lock()
+	if !q.mustWait() || q.refused[thread] {
+		q.mu.Unlock()
+		return nil // a refused thread's Append says why
+	}
+	l.waits.Add(1)
+	t := time.NewTimer(l.opts.QueueWait)
+	defer t.Stop()
+	for q.mustWait() {
+		room := q.room
+		q.mu.Unlock()
+		select {
+		case <-room:
+		case <-t.C:
+			l.dropped.Add(1)
+			return ErrQueueFull
+		case <-l.stop:
+			l.dropped.Add(1)
+			return ErrQueueFull
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		q.mu.Lock()
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// overshoot is how many events past twice its bound a write queue takes
+// from publishers that found room at once (each appends the few events of
+// one step under its thread's lock).
+const overshoot = 1024
 
 func (l *Log) append(thread string, e *server.Event, by *server.ProducedBy) error {
 	q := l.queue(thread)
@@ -407,28 +453,10 @@ func (l *Log) append(thread string, e *server.Event, by *server.ProducedBy) erro
 		l.refused.Add(1)
 		return ErrSuperseded
 	}
-	if q.mustWait() && !e.EndsRun() {
-		l.waits.Add(1)
-		var deadline <-chan time.Time
-		for q.mustWait() {
-			if deadline == nil {
-				t := time.NewTimer(l.opts.QueueWait)
-				defer t.Stop()
-				deadline = t.C
-			}
-			room := q.room
-			q.mu.Unlock()
-			select {
-			case <-room:
-			case <-deadline:
-				l.dropped.Add(1)
-				return ErrQueueFull
-			case <-l.stop:
-				l.dropped.Add(1)
-				return ErrQueueFull
-			}
-			q.mu.Lock()
-		}
+	if !e.EndsRun() && (len(q.pending) >= 2*q.bound+overshoot || len(q.pending) > 0 && q.bytes >= 2*q.maxBytes) {
+		q.mu.Unlock()
+		l.dropped.Add(1)
+		return ErrQueueFull
 	}
 	floor, exact := q.minID(&l.opts, thread, e.Seq, len(e.JSON()))
 	q.pending = append(q.pending, entry{thread: thread, e: e, minID: floor, exact: exact, by: by})
@@ -1062,24 +1090,48 @@ func (l *Log) deliverer(q *writeQueue) {
 // After implements server.EventLog: events after seq, from Redis as far
 // as memory does not hold them, then from memory.
 func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*server.Event) bool) error {
-	memOldest, _ := l.mem.Oldest(ctx, thread)
-	if memOldest == 0 || memOldest > seq+1 {
-		// Memory starts later than the cursor (or holds nothing): the
-		// stream has what comes before.
-		stop := uint64(0) // up to memory's oldest, exclusive
-		if memOldest > 0 {
-			stop = memOldest - 1
-		}
-		cont, err := l.fromRedis(ctx, thread, seq, stop, fn)
-		if err != nil {
-			return err // the events before memory's are not all there: a gap
-		}
-		if !cont || memOldest == 0 {
-			return nil
-		}
-		seq = memOldest - 1
+	stopped := false
+	each := func(e *server.Event) bool {
+		seq = e.Seq
+		stopped = !fn(e)
+		return !stopped
 	}
-	return l.mem.After(ctx, thread, seq, fn)
+	// The server reads without the thread's lock, so memory may let go of
+	// its oldest events (appends trim it) between the look at its oldest
+	// and the read: the stream has them, and is read again for them (a
+	// few times at most: a hole the stream has too is the caller's to
+	// announce).
+	for round := 0; ; round++ {
+		memOldest, _ := l.mem.Oldest(ctx, thread)
+		if memOldest == 0 || memOldest > seq+1 {
+			// Memory starts later than the cursor (or holds nothing): the
+			// stream has what comes before.
+			stop := uint64(0) // up to memory's oldest, exclusive
+			if memOldest > 0 {
+				stop = memOldest - 1
+			}
+			if _, err := l.fromRedis(ctx, thread, seq, stop, each); err != nil {
+				return err // the events before memory's are not all there: a gap
+			}
+			if stopped || memOldest == 0 {
+				return nil
+			}
+			seq = max(seq, memOldest-1)
+		}
+		trimmed := false
+		err := l.mem.After(ctx, thread, seq, func(e *server.Event) bool {
+			if e.Seq > seq+1 && round < 3 {
+				if oldest, _ := l.mem.Oldest(ctx, thread); oldest > seq+1 {
+					trimmed = true // let go of since the look above
+					return false
+				}
+			}
+			return each(e)
+		})
+		if err != nil || !trimmed {
+			return err
+		}
+	}
 }
 
 // fromRedis calls fn for the stream's events after seq, up to stop (0: to

@@ -70,7 +70,8 @@ func startNode(t testing.TB, e *redisstore.Engine, opts redisstore.LogOptions) *
 // startNodeWith is startNode with a log and a state store of the caller's.
 func startNodeWith(t testing.TB, l *redisstore.Log, st server.StateStore) *node {
 	t.Helper()
-	stores := server.EngineStores{Log: l, State: st, Durable: l, Heads: l, Tails: l, Producers: l, WriteThrough: l, Memory: l.Memory()}
+	stores := l.Stores()
+	stores.State = st
 	switch st := st.(type) {
 	case *redisstore.State:
 		stores.Catalog, stores.Deleter, stores.Runs, stores.Items = st, st, st, st

@@ -156,10 +156,14 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 	if strategy == nil {
 		strategy = p.MultitaskStrategyCamel
 	}
-	t, err := s.lockThread(threadID)
+	if err := s.waitRoom(context.Background(), threadID); err != nil {
+		return nil, errorResponse(id, codeOf(err), "%v", err)
+	}
+	t, before, err := s.lockThreadForRun(context.Background(), threadID)
 	if err != nil {
 		return nil, errorResponse(id, codeOf(err), "%v", err)
 	}
+	defer t.wmu.Unlock()
 	defer t.mu.Unlock()
 	applied := t.seq
 	cur := t.run
@@ -175,7 +179,7 @@ func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams
 		if strategy != nil {
 			r.strategy = string(*strategy)
 		}
-		if err := t.startRun(r); err != nil {
+		if err := t.startRun(r, before); err != nil {
 			return nil, errorResponse(id, protocol.ErrorCodeUnknownError, "%v", err)
 		}
 		return success(id, applied, protocol.RunResult{RunID: &r.id}), nil
@@ -295,6 +299,14 @@ func (s *Server) inputRespond(ctx context.Context, threadID string, id uint64, p
 	if t == nil {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchInterrupt, "no pending interrupt %q: the thread has no run", ids[0])
 	}
+	if err := s.waitRoom(ctx, threadID); err != nil {
+		return nil, storeErrorResponse(id, err)
+	}
+	// The writer lock keeps the interrupts pending while an update is
+	// written without the thread's lock: they are answered, and the run
+	// ends, only by holders of it.
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	applied := t.seq
@@ -319,21 +331,29 @@ func (s *Server) inputRespond(ctx context.Context, threadID string, id uint64, p
 		seen[want] = true
 	}
 	if update != nil {
-		values, _, err := s.st.State.Values(ctx, threadID)
+		t.unlockForStore()
+		err := s.mergeValues(ctx, threadID, update)
+		t.relockAfterStore()
 		if err != nil {
-			return nil, storeErrorResponse(id, err)
-		}
-		merged := maps.Clone(values)
-		if merged == nil {
-			merged = map[string]any{}
-		}
-		maps.Copy(merged, update)
-		if err := s.st.State.SetValues(ctx, threadID, merged); err != nil {
 			return nil, storeErrorResponse(id, err)
 		}
 	}
 	t.resume(r, ids, answers)
 	return success(id, applied, nil), nil
+}
+
+// mergeValues sets update's keys in the thread's values.
+func (s *Server) mergeValues(ctx context.Context, threadID string, update map[string]any) error {
+	values, _, err := s.st.State.Values(ctx, threadID)
+	if err != nil {
+		return err
+	}
+	merged := maps.Clone(values)
+	if merged == nil {
+		merged = map[string]any{}
+	}
+	maps.Copy(merged, update)
+	return s.st.State.SetValues(ctx, threadID, merged)
 }
 
 func (s *Server) inputInject(threadID string, id uint64, p *protocol.InputInjectParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
@@ -432,10 +452,14 @@ func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *p
 	if !ok {
 		return nil, errorResponse(id, protocol.ErrorCodeNoSuchCheckpoint, "params.checkpoint_id: no checkpoint %q on thread %s", p.CheckpointID, threadID)
 	}
-	t, err := s.lockThread(threadID)
+	if err := s.waitRoom(ctx, threadID); err != nil {
+		return nil, errorResponse(id, codeOf(err), "%v", err)
+	}
+	t, err := s.lockThreadWriting(threadID)
 	if err != nil {
 		return nil, errorResponse(id, codeOf(err), "%v", err)
 	}
+	defer t.wmu.Unlock() // no run starts before this one: runs start holding it
 	defer t.mu.Unlock()
 	if t.run != nil {
 		return nil, busy(errorResponse(id, protocol.ErrorCodeInvalidArgument, "thread %s has an active run (%s); cancel it before forking", threadID, t.run.id))
@@ -449,7 +473,10 @@ func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *p
 		return nil, e
 	}
 	applied := t.seq
-	if err := s.st.State.SetValues(ctx, threadID, cp.Values); err != nil {
+	t.unlockForStore()
+	err = s.st.State.SetValues(ctx, threadID, cp.Values)
+	t.relockAfterStore()
+	if err != nil {
 		return nil, storeErrorResponse(id, err)
 	}
 	config := maps.Clone(p.Config)
@@ -458,7 +485,7 @@ func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *p
 	}
 	config["forked_from"] = cp.ID
 	r := s.newRun(t, a, assistantID, p.Input, config, nil)
-	if err := t.startRun(r); err != nil {
+	if err := t.startRun(r, maps.Clone(cp.Values)); err != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeUnknownError, "%v", err)
 	}
 	return success(id, applied, protocol.StateForkResult{RunID: r.id, ThreadID: threadID}), nil

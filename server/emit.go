@@ -87,6 +87,9 @@ func (rc *RunContext) Sleep(ctx context.Context, d time.Duration) error {
 // thread's lock; build may refuse with an error.
 func (rc *RunContext) emit(build func() (eventData, error)) error {
 	t := rc.r.t
+	if err := rc.waitRoom(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rc.r.over() {
@@ -103,6 +106,16 @@ func (rc *RunContext) emit(build func() (eventData, error)) error {
 	return err
 }
 
+// waitRoom waits for the log to have room for the run's next event
+// (Server.waitRoom); a run that ends meanwhile gets ErrRunEnded.
+func (rc *RunContext) waitRoom() error {
+	err := rc.r.t.srv.waitRoom(rc.r.ctx, rc.r.t.id)
+	if err != nil && rc.r.ctx.Err() != nil {
+		return ErrRunEnded
+	}
+	return err
+}
+
 // just returns a build function for an event that needs no check.
 func just(d eventData) func() (eventData, error) {
 	return func() (eventData, error) { return d, nil }
@@ -112,9 +125,44 @@ func lifecycleErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrLifecycle, fmt.Sprintf(format, args...))
 }
 
+// emitStored publishes what store returns, once store has written what
+// the event announces to the StateStore: store runs holding the thread's
+// writer lock (wmu) and not its lock, so that the state and the stream
+// change in one order and the store's I/O holds up no reader.
+func (rc *RunContext) emitStored(store func() (eventData, error)) error {
+	t := rc.r.t
+	if err := rc.waitRoom(); err != nil {
+		return err
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.mu.Lock()
+	over := rc.r.over()
+	t.mu.Unlock()
+	if over {
+		return ErrRunEnded
+	}
+	d, err := store()
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rc.r.over() {
+		// Ended while the store wrote: a rollback (which waits for wmu)
+		// writes over what it wrote.
+		return ErrRunEnded
+	}
+	if d.namespace == nil {
+		d.namespace = rc.ns
+	}
+	_, err = t.publish(d)
+	return err
+}
+
 // Values saves the thread's full state and emits it on the values channel.
 func (rc *RunContext) Values(values map[string]any) error {
-	return rc.emit(func() (eventData, error) {
+	return rc.emitStored(func() (eventData, error) {
 		if err := rc.r.t.srv.st.State.SetValues(rc.r.ctx, rc.r.t.id, values); err != nil {
 			return eventData{}, storeError(err)
 		}
@@ -139,7 +187,7 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 	}
 	t := rc.r.t
 	id := t.srv.cfg.NewID("ckpt_")
-	err := rc.emit(func() (eventData, error) {
+	err := rc.emitStored(func() (eventData, error) {
 		values, _, err := t.srv.st.State.Values(rc.r.ctx, t.id)
 		if err != nil {
 			return eventData{}, storeError(err)
@@ -197,6 +245,12 @@ func (rc *RunContext) interrupt(ctx context.Context, payload any, ready chan<- e
 	in := &interrupt{id: t.srv.cfg.NewID("int_"), ns: slices.Clone(rc.ns), payload: payload, answer: make(chan any, 1)}
 	// The request and the run's interrupted status go out under one lock,
 	// so no answer can be published between them.
+	if err := rc.waitRoom(); err != nil {
+		if ready != nil {
+			ready <- err
+		}
+		return nil, err
+	}
 	t.mu.Lock()
 	if rc.r.over() {
 		t.mu.Unlock()

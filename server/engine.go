@@ -56,14 +56,16 @@ type EngineStores struct {
 	// Durable lets other nodes replay the log; Heads reads many threads'
 	// last sequence numbers at once; Tails claims a thread's stream for
 	// one epoch; Producers remembers producers' batches with their
-	// events; Synced is waited for before a producer's batch is
-	// acknowledged; WriteThrough delivers events once its store holds
+	// events; Room is waited for, without the thread's lock, before an
+	// append (a bounded write queue); Synced is waited for before a
+	// producer's batch is acknowledged; WriteThrough delivers events once its store holds
 	// them; Memory is the in-memory buffer the log keeps (the log itself
 	// for the in-memory one), whose budget a memory governor moves.
 	Durable      DurableLog
 	Heads        HeadsReader
 	Tails        TailClaimer
 	Producers    ProducerLog
+	Room         RoomWaiter
 	Synced       SyncedLog
 	WriteThrough WriteThroughLog
 	Memory       *MemoryLog
@@ -97,7 +99,7 @@ func MemoryStores(log *MemoryLog, state *MemoryState) EngineStores {
 // memoryLog makes l the log, with its capabilities and no others.
 func (st *EngineStores) memoryLog(l *MemoryLog) {
 	st.Log, st.Memory = l, l
-	st.Durable, st.Heads, st.Tails, st.Producers, st.Synced, st.WriteThrough = nil, nil, nil, nil, nil, nil
+	st.Durable, st.Heads, st.Tails, st.Producers, st.Room, st.Synced, st.WriteThrough = nil, nil, nil, nil, nil, nil, nil
 }
 
 // memoryState makes m the state store, with its capabilities and no

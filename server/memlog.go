@@ -37,8 +37,13 @@ type MemoryLog struct {
 }
 
 // logThread is one thread's buffer and its place in the hot-to-cold list.
+// Its ring changes with both the log's mu and its own held, and is read
+// with either: After reads it with the thread's alone, a part at a time,
+// so that a replay neither holds up other threads' appends nor sees its
+// own thread's change under it.
 type logThread struct {
 	id             string
+	mu             sync.Mutex
 	buf            *ring.Buffer[stored]
 	hotter, colder *logThread
 }
@@ -144,7 +149,7 @@ func (l *MemoryLog) unlink(t *logThread) {
 }
 
 // drop forgets a thread's buffer. Its ring is not touched: a reader that
-// took it before (under the thread's lock) goes on reading it.
+// took it before goes on reading it.
 func (l *MemoryLog) drop(t *logThread) {
 	l.unlink(t)
 	l.used -= t.cost()
@@ -158,7 +163,9 @@ func (l *MemoryLog) Append(_ context.Context, thread string, e *Event) error {
 	defer l.mu.Unlock()
 	t := l.buf(thread)
 	before := t.cost()
+	t.mu.Lock()
 	t.buf.Push(stored{seq: e.Seq, json: e.json})
+	t.mu.Unlock()
 	l.used += t.cost() - before
 	if l.hot != t { // to the hot end
 		l.unlink(t)
@@ -171,12 +178,13 @@ func (l *MemoryLog) Append(_ context.Context, thread string, e *Event) error {
 			l.cold = t
 		}
 	}
-	// Only the appending thread (the hottest) may be left over the budget
-	// (its caller holds its lock, so its ring may change): its oldest
-	// events go, the newest stays.
+	// Only the appending thread (the hottest) may be left over the budget:
+	// its oldest events go, the newest stays.
 	for l.dropColdest() && t.buf.Len() > 1 {
 		before := t.cost()
+		t.mu.Lock()
 		t.buf.PopOldest()
+		t.mu.Unlock()
 		l.used -= before - t.cost()
 		l.trimmed++
 	}
@@ -191,31 +199,50 @@ func (l *MemoryLog) After(_ context.Context, thread string, seq uint64, fn func(
 	if t == nil {
 		return nil
 	}
-	// The thread's lock keeps its ring from changing meanwhile. The events
-	// are made several at a time, one allocation for up to replaySlab,
+	// The ring is read a part at a time under its thread's lock (a
+	// buffer dropped meanwhile is still read: nothing changes it once
+	// dropped), and its events rebuilt and handed on without it. They are
+	// made several at a time, one allocation for up to replaySlab,
 	// starting small so that a short replay (a reconnect) makes few.
+	var part [replaySlab]stored
 	var slab []Event
 	size := 2
-	t.buf.After(seq, func(s stored) bool {
-		if len(slab) == 0 {
-			size = min(2*size, replaySlab)
-			slab = make([]Event, size)
+	for {
+		n := 0
+		t.mu.Lock()
+		t.buf.After(seq, func(s stored) bool {
+			part[n] = s
+			n++
+			return n < len(part)
+		})
+		t.mu.Unlock()
+		for _, s := range part[:n] {
+			if len(slab) == 0 {
+				size = min(2*size, replaySlab)
+				slab = make([]Event, size)
+			}
+			e := &slab[0]
+			if err := e.decode(s.json); err != nil {
+				slab[0] = Event{}
+				// It was encoded here (TestEncodeEventJSONMatchesTheGeneratedTypes
+				// and FuzzDecodeRouting hold the two together): count it
+				// rather than fail the replay.
+				l.mu.Lock()
+				l.undecodable++
+				l.mu.Unlock()
+				continue
+			}
+			slab = slab[1:]
+			if !fn(e) {
+				return nil
+			}
 		}
-		e := &slab[0]
-		if err := e.decode(s.json); err != nil {
-			slab[0] = Event{}
-			// It was encoded here (TestEncodeEventJSONMatchesTheGeneratedTypes
-			// and FuzzDecodeRouting hold the two together): count it rather
-			// than fail the replay.
-			l.mu.Lock()
-			l.undecodable++
-			l.mu.Unlock()
-			return true
+		if n < len(part) {
+			return nil
 		}
-		slab = slab[1:]
-		return fn(e)
-	})
-	return nil
+		seq = part[n-1].seq
+		clear(part[:])
+	}
 }
 
 // replaySlab is how many replayed events MemoryLog.After allocates at

@@ -110,6 +110,9 @@ func (m Mirrors) Append(threadID string, events [][]byte, offset uint64) (Mirror
 			return MirrorResult{}, fmt.Errorf("%w: node %s does", ErrNotTheWriter, holder)
 		}
 	}
+	if err := s.waitRoom(context.Background(), threadID); err != nil {
+		return MirrorResult{}, err
+	}
 	t, err := s.lockThread(threadID)
 	if err != nil {
 		return MirrorResult{}, err

@@ -160,6 +160,9 @@ func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) 
 			return nil, fmt.Errorf("%w: node %s does, while its run goes on; publish there or retry when it ends", ErrNotTheWriter, holder)
 		}
 	}
+	if err := s.waitRoom(ctx, threadID); err != nil {
+		return nil, err
+	}
 	t, err := s.lockThread(threadID)
 	if err != nil {
 		return nil, err

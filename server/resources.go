@@ -261,11 +261,18 @@ func (h resourceHost) WhileIdle(thread string, fn func() error) error {
 	if t == nil {
 		return fn()
 	}
+	// Runs start, and interrupts are answered, holding the writer lock:
+	// fn runs with it, without the thread's lock (its store's I/O holds
+	// up no reader).
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r := t.run; r != nil && (r.over() || len(r.pending) == 0) {
 		return ErrThreadBusy
 	}
+	t.unlockForStore()
+	defer t.relockAfterStore()
 	return fn()
 }
 

@@ -107,20 +107,14 @@ func (r *run) cancel(cause error) {
 	}
 }
 
-// startRun makes run r the thread's active run and starts its goroutine.
-// The caller holds t.mu.
-func (t *thread) startRun(r *run) error {
+// startRun makes run r the thread's active run and starts its goroutine;
+// before is the thread's values now (the run's rollback point), which the
+// caller read holding t.wmu, as it still does. The caller holds t.mu.
+func (t *thread) startRun(r *run, before map[string]any) error {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.ctx, r.cancelFn = ctx, cancel
 	r.status = statusRunning
-	v, ok, err := t.srv.st.State.Values(ctx, t.id)
-	if err != nil {
-		cancel(err)
-		return storeError(err)
-	}
-	if ok {
-		r.before = maps.Clone(v)
-	}
+	r.before = before
 	t.run = r
 	r.after = t.seq
 	t.srv.runChanged(r, RunRunning)
@@ -156,9 +150,34 @@ func (t *thread) execute(r *run) {
 			afterwards()
 		}
 	}()
+	// The run's end is published whatever the log says of its room (a
+	// log queues a run's end past its bound).
+	_ = t.srv.waitRoom(context.Background(), t.id)
+	// What the store must do (a rollback, the values the next queued run
+	// starts from) is done holding the writer lock, not the thread's.
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.mu.Lock()
+	cause := r.endCause
+	if cause == nil && r.ctx.Err() != nil {
+		cause = context.Cause(r.ctx)
+	}
+	queued := len(t.queued) > 0
+	t.mu.Unlock()
+	var rollbackErr error
+	if errors.Is(cause, errRollback) {
+		rollbackErr = t.srv.st.State.SetValues(context.Background(), t.id, r.before)
+	}
+	var next map[string]any
+	var nextErr error
+	if queued {
+		var v map[string]any
+		v, _, nextErr = t.srv.st.State.Values(context.Background(), t.id)
+		next = maps.Clone(v)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.finish(r, err)
+	t.finish(r, cause, err, rollbackErr)
 	if t.run == r {
 		t.run = nil
 	}
@@ -166,24 +185,29 @@ func (t *thread) execute(r *run) {
 		afterwards = r.afterwards
 	}
 	for len(t.queued) > 0 && t.run == nil {
-		next := t.queued[0]
+		r := t.queued[0]
 		t.queued = t.queued[1:]
-		if next.endCause != nil {
+		if r.endCause != nil {
 			continue // cancelled while it waited
 		}
-		if err := t.startRun(next); err != nil {
+		if nextErr != nil {
+			// Its values could not be read: it fails to start, as a
+			// run.start would have.
+			t.srv.runChanged(r, RunError)
+			continue
+		}
+		if err := t.startRun(r, maps.Clone(next)); err != nil {
 			t.run = nil
 		}
 	}
 }
 
 // finish emits the end of run r: its open subagents fail, then the root
-// lifecycle says how it ended. The caller holds t.mu.
-func (t *thread) finish(r *run, err error) {
-	cause := r.endCause
-	if cause == nil && r.ctx.Err() != nil {
-		cause = context.Cause(r.ctx)
-	}
+// lifecycle says how it ended: cause is why it was stopped (nil when it
+// returned by itself), err what it returned, rollbackErr why a rollback
+// (cause errRollback) could not write its values back. The caller holds
+// t.mu.
+func (t *thread) finish(r *run, cause, err, rollbackErr error) {
 	t.closeOpen(r, cause, err)
 	for _, key := range slices.Sorted(maps.Keys(r.openSubs)) {
 		sub := r.openSubs[key]
@@ -196,10 +220,8 @@ func (t *thread) finish(r *run, err error) {
 	switch {
 	case cause != nil:
 		status, msg, cancelled = protocol.AgentStatusFailed, cause.Error(), true
-		if errors.Is(cause, errRollback) {
-			if err := t.srv.st.State.SetValues(context.Background(), t.id, r.before); err != nil {
-				msg += "; its state could not be rolled back: " + storeError(err).Error()
-			}
+		if rollbackErr != nil {
+			msg += "; its state could not be rolled back: " + storeError(rollbackErr).Error()
 		}
 	case err != nil:
 		status, msg = protocol.AgentStatusFailed, err.Error()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -582,6 +583,46 @@ func (s *Server) lockThread(id string) (*thread, error) {
 			return t, nil
 		}
 		t.mu.Unlock()
+		runtime.Gosched() // the sweeper is taking it out of the map
+	}
+}
+
+// lockThreadForRun returns thread id locked as lockThread does, with its
+// writer lock (wmu) held too, and, when it has no active run, the values a
+// run started now starts from (nil for none), read with only wmu held: no
+// value changes before the caller, who unlocks both, starts its run.
+func (s *Server) lockThreadForRun(ctx context.Context, id string) (*thread, map[string]any, error) {
+	t, err := s.lockThreadWriting(id)
+	if err != nil || t.run != nil {
+		return t, nil, err
+	}
+	t.unlockForStore()
+	values, _, err := s.st.State.Values(ctx, id)
+	t.relockAfterStore()
+	if err != nil {
+		t.mu.Unlock()
+		t.wmu.Unlock()
+		return nil, nil, storeError(err)
+	}
+	return t, maps.Clone(values), nil
+}
+
+// lockThreadWriting returns thread id locked as lockThread does, with its
+// writer lock (wmu) held too: the caller may let mu go for the store's
+// I/O (unlockForStore) and take it again. It unlocks both.
+func (s *Server) lockThreadWriting(id string) (*thread, error) {
+	for {
+		t, err := s.thread(id, true)
+		if err != nil {
+			return nil, err
+		}
+		t.wmu.Lock()
+		t.mu.Lock()
+		if !t.evicted {
+			return t, nil
+		}
+		t.mu.Unlock()
+		t.wmu.Unlock()
 		runtime.Gosched() // the sweeper is taking it out of the map
 	}
 }

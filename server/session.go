@@ -69,6 +69,7 @@ type Session struct {
 
 	// Guarded by the thread's lock.
 	subs    map[string]*subscription // by subscription id
+	subsGen uint64                   // counts the changes of subs (a refill read for other ones is read again)
 	terms   map[term]*termEntry      // this session's entries in the thread's index
 	indexed bool                     // in the thread's index and sessions
 	offered uint64                   // the last event delivery handed it
@@ -204,35 +205,77 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 	if err := ss.srv.Unavailable(); err != nil {
 		return "", 0, err
 	}
-	t, err := ss.lockThread()
-	if err != nil {
-		return "", 0, err
+	// The replay is read without the thread's lock (the log and the state
+	// may be a store's I/O away), as of where the stream stood; the
+	// subscription joins the index with the lock taken again, after what
+	// was published meanwhile. A stream that moved to another epoch, or a
+	// session whose long replay moved on, meanwhile, is read again.
+	var (
+		t                    *thread
+		replay               []queued
+		after, upTo, reached uint64
+		replayed             int
+		more                 bool
+	)
+	for {
+		var err error
+		if t, err = ss.lockThread(); err != nil {
+			return "", 0, err
+		}
+		if err := ss.canSubscribe(); err != nil {
+			t.mu.Unlock()
+			return "", 0, err
+		}
+		// A session reading a long replay (behind) takes the new
+		// subscription's events after what it queued with the rest of it.
+		ss.mu.Lock()
+		budget, behind := ss.replayBudget(), ss.behind
+		upTo = t.acked
+		if behind {
+			upTo = ss.lastQueued
+		}
+		ss.mu.Unlock()
+		v := t.view()
+		t.mu.Unlock()
+		replay, after, replayed, reached, more, err = v.replay(f, cursor, upTo, budget)
+		if err != nil {
+			return "", 0, err
+		}
+		if t2, err := ss.lockThread(); err != nil {
+			return "", 0, err
+		} else if t2 != t {
+			t2.mu.Unlock() // the sweeper forgot it meanwhile
+			continue
+		}
+		ss.mu.Lock()
+		moved := ss.behind != behind || behind && ss.lastQueued != upTo
+		ss.mu.Unlock()
+		if t.epoch != v.epoch || moved {
+			t.mu.Unlock()
+			continue
+		}
+		if err := ss.canSubscribe(); err != nil {
+			t.mu.Unlock()
+			return "", 0, err
+		}
+		if !behind && !more && t.acked > upTo {
+			// Published while the replay was read: the log's newest events,
+			// which every engine serves from memory.
+			var n int
+			replay, n, reached, more, err = t.view().history(replay, func(e *Event) bool { return f.Matches(e.Channel, e.Name, e.Namespace) }, upTo, false, t.acked, budget, uint64(t.srv.cfg.Now().UnixMilli()))
+			if err != nil {
+				t.mu.Unlock()
+				return "", 0, err
+			}
+			replayed += n
+			upTo = t.acked
+		}
+		break
 	}
 	defer t.mu.Unlock()
-	ss.mu.Lock()
-	done := ss.closed
-	ss.mu.Unlock()
-	if done {
-		return "", 0, ErrClosed
-	}
-	if len(ss.subs) >= ss.srv.cfg.MaxSessionSubscriptions {
-		ss.srv.metrics.refused.add(LimitSessionSubscriptions)
-		return "", 0, fmt.Errorf("%w: %d, the most one connection may have (--max-subscriptions)", ErrTooManySubscriptions, len(ss.subs))
-	}
-	// A session reading a long replay (behind) takes the new
-	// subscription's events after what it queued with the rest of it.
-	ss.mu.Lock()
-	upTo, budget := t.acked, ss.replayBudget()
-	if ss.behind {
-		upTo = ss.lastQueued
-	}
-	ss.mu.Unlock()
-	replay, after, replayed, reached, more, err := t.replay(f, cursor, upTo, budget)
-	if err != nil {
-		return "", 0, err
-	}
 	sub := &subscription{id: id, filter: f}
 	ss.subs[id] = sub
+	ss.subsGen++
 	ss.index(t, sub)
 	if replayed > 0 {
 		t.srv.metrics.replays.Add(1)
@@ -245,6 +288,22 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 		u.Watch(ss.threadID)
 	}
 	return id, replayed, nil
+}
+
+// canSubscribe refuses a subscription to a closed session or one with
+// its most subscriptions. The caller holds the thread's lock.
+func (ss *Session) canSubscribe() error {
+	ss.mu.Lock()
+	done := ss.closed
+	ss.mu.Unlock()
+	if done {
+		return ErrClosed
+	}
+	if len(ss.subs) >= ss.srv.cfg.MaxSessionSubscriptions {
+		ss.srv.metrics.refused.add(LimitSessionSubscriptions)
+		return fmt.Errorf("%w: %d, the most one connection may have (--max-subscriptions)", ErrTooManySubscriptions, len(ss.subs))
+	}
+	return nil
 }
 
 // index adds sub's terms to the thread's index, sharing the entries the
@@ -340,6 +399,7 @@ func (ss *Session) Unsubscribe(id string) bool {
 		return false
 	}
 	delete(ss.subs, id)
+	ss.subsGen++
 	ss.unindex(t, sub)
 	if len(ss.subs) == 0 {
 		ss.leave(t) // a session with no subscription keeps no thread alive
@@ -605,39 +665,47 @@ func (ss *Session) replayBudget() int {
 // starts it (TryNext), one at a time; it ends with the part queued.
 func (ss *Session) refill() {
 	t := ss.t.Load()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ss.mu.Lock()
-	after, budget, stop := ss.lastQueued, ss.replayBudget(), ss.closed || !ss.indexed
-	ss.mu.Unlock()
-	if stop {
+	var (
+		out            []queued
+		after, reached uint64
+		budget         int
+		more           bool
+		err            error
+		v              streamView
+	)
+	for {
+		t.mu.Lock()
 		ss.mu.Lock()
-		ss.refilling, ss.behind = false, false
+		var stop bool
+		after, budget, stop = ss.lastQueued, ss.replayBudget(), ss.closed || !ss.indexed
 		ss.mu.Unlock()
-		return
-	}
-	now := uint64(t.srv.cfg.Now().UnixMilli())
-	var out []queued
-	oldest, err := t.oldest(context.Background())
-	if err == nil && oldest > after+1 {
-		// The log let go of events while the reader caught up (a
-		// buffer in memory): announced.
-		var notice *Event
-		notice, err = t.missedNotice(protocol.EventsMissedData{Since: after, FirstAvailableSeq: oldest, Missed: oldest - after - 1}, now)
-		out = append(out, queued{e: notice, key: after<<1 | 1})
-		after = oldest - 1
-	}
-	more, reached := false, uint64(0)
-	if err == nil {
-		match := func(e *Event) bool {
-			for _, sub := range ss.subs {
-				if sub.filter.Matches(e.Channel, e.Name, e.Namespace) {
-					return true
-				}
-			}
-			return false
+		if stop {
+			ss.mu.Lock()
+			ss.refilling, ss.behind = false, false
+			ss.mu.Unlock()
+			t.mu.Unlock()
+			return
 		}
-		out, _, reached, more, err = t.history(out, match, after, false, t.acked, budget, now)
+		// Read without the thread's lock, for the subscriptions the session
+		// has now; the session, behind, queues no live event meanwhile, and
+		// what it reads is read again if its subscriptions or the stream's
+		// epoch changed meanwhile.
+		var gen uint64
+		var match func(*Event) bool
+		v, gen, match = t.view(), ss.subsGen, ss.matcher()
+		t.mu.Unlock()
+		out, after, reached, more, err = v.refillPart(after, budget, match)
+		t.mu.Lock()
+		if t.epoch == v.epoch && ss.subsGen == gen {
+			break
+		}
+		t.mu.Unlock()
+	}
+	defer t.mu.Unlock()
+	if err == nil && !more && t.acked > v.acked {
+		// Published while the part was read: the log's newest events, which
+		// every engine serves from memory.
+		out, _, reached, more, err = t.view().history(out, ss.matcher(), v.acked, false, t.acked, budget, uint64(t.srv.cfg.Now().UnixMilli()))
 	}
 	t.srv.metrics.refills.Add(1)
 	if err != nil {
@@ -659,6 +727,45 @@ func (ss *Session) refill() {
 		return
 	}
 	ss.merge(out, t.acked, after, reached, more, false)
+}
+
+// matcher reports whether an event matches any of the session's
+// subscriptions (those it has now). The caller holds the thread's lock.
+func (ss *Session) matcher() func(*Event) bool {
+	filters := make([]channels.Filter, 0, len(ss.subs))
+	for _, sub := range ss.subs {
+		filters = append(filters, sub.filter)
+	}
+	return func(e *Event) bool {
+		for _, f := range filters {
+			if f.Matches(e.Channel, e.Name, e.Namespace) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// refillPart reads the next part of a replay after event after, for
+// Session.refill: the events that match, at most budget bytes of them,
+// after a missed-events notice when the log let go of events since.
+// It returns after moved past the events the log let go of.
+func (v streamView) refillPart(after uint64, budget int, match func(*Event) bool) (out []queued, _, reached uint64, more bool, err error) {
+	now := uint64(v.t.srv.cfg.Now().UnixMilli())
+	oldest, err := v.oldest(context.Background())
+	if err == nil && oldest > after+1 {
+		// The log let go of events while the reader caught up (a
+		// buffer in memory): announced.
+		var notice *Event
+		notice, err = v.missedNotice(protocol.EventsMissedData{Since: after, FirstAvailableSeq: oldest, Missed: oldest - after - 1}, now)
+		out = append(out, queued{e: notice, key: after<<1 | 1})
+		after = oldest - 1
+	}
+	reached = after
+	if err == nil {
+		out, _, reached, more, err = v.history(out, match, after, false, v.acked, budget, now)
+	}
+	return out, after, reached, more, err
 }
 
 // readyFn is the session's Ready function.
@@ -836,6 +943,7 @@ func (ss *Session) stop() map[string]*subscription {
 	ss.leave(t)
 	subs := ss.subs
 	ss.subs = map[string]*subscription{}
+	ss.subsGen++
 	return subs
 }
 

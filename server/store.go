@@ -58,16 +58,19 @@ type CheckpointRecord struct {
 }
 
 // EventLog keeps each thread's recent events for replay, in sequence
-// order, within its caps. The server calls it with the thread's lock held,
-// so calls for one thread never overlap; a shared log (Redis streams) lets
-// a node replay what another published. The in-memory one is
-// [NewMemoryLog]. Every method takes the context of what it serves; those
-// that can reach a store return its error: a replay that cannot be read
-// fails the subscription (unavailable), an append that is not kept fails
-// the emitter.
+// order, within its caps. The server appends with the thread's lock held,
+// so appends for one thread never overlap, and reads without it; a shared
+// log (Redis streams) lets a node replay what another published. The
+// in-memory one is [NewMemoryLog]. Every method takes the context of what
+// it serves; those that can reach a store return its error: a replay that
+// cannot be read fails the subscription (unavailable), an append that is
+// not kept fails the emitter.
 type EventLog interface {
 	// Append adds an event (its Seq above every other of the thread's);
-	// an error says the log did not keep it.
+	// an error says the log did not keep it. It must not wait for a
+	// store: a log that writes one hands the event to its writer (which
+	// keeps each thread's order) and, when that writer's queue is bounded,
+	// says so as a RoomWaiter.
 	Append(ctx context.Context, thread string, e *Event) error
 	// After calls fn for each event of the thread after seq, oldest first,
 	// until fn returns false; an error says the events could not all be
@@ -131,6 +134,19 @@ type TailClaimer interface {
 	// (proposed, or one an earlier takeover chose) when the tail may be
 	// lost.
 	ClaimTail(ctx context.Context, thread, proposed string) (string, error)
+}
+
+// RoomWaiter is an EventLog whose Append hands events to a bounded queue
+// for its store (Redis's write queue, the disk's group commit): WaitRoom
+// returns once the queue has room for another event of thread, or, when
+// the store has made none within the log's own bound on the wait, the
+// error that refuses the event, or ctx's. The server waits here before it
+// takes the thread's lock, so a stalled store holds up only the
+// publishers waiting for it: commands, subscriptions and reads of the
+// thread go on. The queue may pass its bound by the few events that
+// publishers which found room append at once.
+type RoomWaiter interface {
+	WaitRoom(ctx context.Context, thread string) error
 }
 
 // SyncedLog is a DurableLog that writes its store behind Append (in group

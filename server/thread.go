@@ -19,6 +19,16 @@ type thread struct {
 
 	epoch string // the stream's epoch (see Cursor); changes only when another node restarted the stream (Ingest)
 
+	// wmu orders the writes of the thread's state with the events that
+	// announce them: whoever writes its values or checkpoints to the
+	// StateStore (a run's Values and Checkpoint, a fork, an answer with an
+	// update, a rollback) holds it across the write and the publish, and
+	// whoever reads the values a run starts from holds it too. It is
+	// taken before mu, never while mu is held, so the store's I/O happens
+	// with mu free: commands, subscriptions and reads of the thread do not
+	// wait for the store.
+	wmu sync.Mutex
+
 	mu  sync.Mutex
 	seq uint64 // the last sequence number published
 	// acked is the last sequence number delivered: the store holds it
@@ -31,6 +41,9 @@ type thread struct {
 	cutoff     []*Session            // scratch: sessions ended during a publish
 	evicted    bool                  // forgotten by the sweeper: a new thread replaces it
 	lastActive time.Time
+	// storeWriters counts those writing the thread's state without its
+	// lock (unlockForStore): the thread is not idle meanwhile.
+	storeWriters int
 
 	// Runs.
 	run      *run                 // the active (running or interrupted) run, if any
@@ -113,6 +126,37 @@ func (t *thread) append(e *Event, by *ProducedBy) error {
 	if !t.srv.writeThrough {
 		t.acked = e.Seq
 		t.deliver(e)
+	}
+	return nil
+}
+
+// unlockForStore lets t.mu go while the caller, holding t.wmu, does the
+// store's I/O, and relockAfterStore takes it again: meanwhile the thread
+// counts a writer, so the sweeper does not forget it (and its state) under
+// the write.
+func (t *thread) unlockForStore() {
+	t.storeWriters++
+	t.mu.Unlock()
+}
+
+// relockAfterStore ends unlockForStore.
+func (t *thread) relockAfterStore() {
+	t.mu.Lock()
+	t.storeWriters--
+}
+
+// waitRoom waits, without the thread's lock, until the log can take
+// another event of thread (EngineStores.Room: its store's queue is
+// bounded), or returns the log's refusal, or ctx's error. Every publisher
+// waits here before it takes the lock, so that a stalled store holds up
+// no command, subscription or read of the thread.
+func (s *Server) waitRoom(ctx context.Context, threadID string) error {
+	r := s.st.Room
+	if r == nil {
+		return nil
+	}
+	if err := r.WaitRoom(ctx, threadID); err != nil {
+		return storeError(err)
 	}
 	return nil
 }
@@ -211,8 +255,28 @@ func (t *thread) endOverflowed() {
 // missedNotice is the events.missed notice of data, in the thread's
 // epoch, at now (Unix ms). The caller holds t.mu.
 func (t *thread) missedNotice(data protocol.EventsMissedData, now uint64) (*Event, error) {
-	data.Epoch = &t.epoch
-	return buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, t.epoch, 0, now)
+	return t.view().missedNotice(data, now)
+}
+
+// streamView is where a thread's stream stood when it was taken (under
+// the thread's lock): its epoch and its last delivered event. Replays
+// are read from the log through it without the lock, and the caller,
+// with the lock again, checks that the stream is still in that epoch.
+type streamView struct {
+	t     *thread
+	epoch string
+	acked uint64
+}
+
+// view is where the stream stands now. The caller holds t.mu.
+func (t *thread) view() streamView { return streamView{t: t, epoch: t.epoch, acked: t.acked} }
+
+// missedNotice is the events.missed notice of data, in the view's epoch,
+// at now (Unix ms).
+func (v streamView) missedNotice(data protocol.EventsMissedData, now uint64) (*Event, error) {
+	epoch := v.epoch
+	data.Epoch = &epoch
+	return buildEvent(eventData{p: protocol.NewServerEventEventsMissed(data)}, v.epoch, 0, now)
 }
 
 // cutOff takes a session that overflowed out of the thread. The caller
@@ -232,27 +296,29 @@ func (t *thread) cutOff(ss *Session) {
 // least one): more says it stopped short of upTo, after event reached,
 // the rest for the session to read as its reader makes room
 // (Session.refill).
-// after is the cursor used, replayed the number of buffered events. The
-// caller holds t.mu, so no event is published until the subscription is
-// in the index: replay and live delivery meet without gap or duplicate.
-func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget int) (out []queued, after uint64, replayed int, reached uint64, more bool, err error) {
+// after is the cursor used, replayed the number of buffered events. It
+// reads the log and the state without the thread's lock, as of the view:
+// the caller, with the lock again, adds what was published meanwhile
+// (Session.subscribe), so that replay and live delivery meet without gap
+// or duplicate.
+func (v streamView) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget int) (out []queued, after uint64, replayed int, reached uint64, more bool, err error) {
 	// A cursor of another epoch, or beyond the end of this stream (a bare
 	// number from before a restart), is from a stream that is gone: the
 	// client gets all of this one, after a notice that says so.
-	reset := cursor != nil && (cursor.Epoch != "" && cursor.Epoch != t.epoch || cursor.Seq > t.acked)
+	reset := cursor != nil && (cursor.Epoch != "" && cursor.Epoch != v.epoch || cursor.Seq > v.acked)
 	if cursor != nil && !reset {
 		after = cursor.Seq
 	}
-	now := uint64(t.srv.cfg.Now().UnixMilli())
+	now := uint64(v.t.srv.cfg.Now().UnixMilli())
 	noticeKey := after<<1 | 1
 	ctx := context.Background() // the log bounds its reads
 	var oldest uint64
-	if reset || after < t.acked {
+	if reset || after < v.acked {
 		// Only a cursor behind the head can have missed events: one at the
 		// head asks the log nothing (a log that cannot be read now does not
 		// fail a subscription that needs nothing of it).
 		var err error
-		if oldest, err = t.oldest(ctx); err != nil {
+		if oldest, err = v.oldest(ctx); err != nil {
 			return nil, 0, 0, 0, false, err
 		}
 	}
@@ -267,7 +333,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 		if reset {
 			data.Reset = &reset
 		}
-		notice, err := t.missedNotice(data, now)
+		notice, err := v.missedNotice(data, now)
 		if err != nil {
 			return nil, 0, 0, 0, false, err
 		}
@@ -277,14 +343,14 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 		// The protocol: "the first replayed values event is the current full
 		// state". Before anything set it, that is an empty state: a client
 		// gets its baseline whenever it subscribes, mid-run included.
-		state, ok, err := t.srv.st.State.Values(ctx, t.id)
+		state, ok, err := v.t.srv.st.State.Values(ctx, v.t.id)
 		if err != nil {
 			return nil, 0, 0, 0, false, storeError(err)
 		}
 		if !ok {
 			state = map[string]any{}
 		}
-		snap, err := buildEvent(eventData{p: protocol.NewServerEventValues(state)}, t.epoch, 0, now)
+		snap, err := buildEvent(eventData{p: protocol.NewServerEventValues(state)}, v.epoch, 0, now)
 		if err != nil {
 			return nil, 0, 0, 0, false, err
 		}
@@ -297,7 +363,7 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 	// (a gap before the oldest event kept has its notice above), or, for
 	// a replay from the start, the first one replayed.
 	prev, fromStart := max(after, oldest-min(oldest, 1)), cursor == nil || reset
-	out, replayed, reached, more, err = t.history(out, func(e *Event) bool { return f.Matches(e.Channel, e.Name, e.Namespace) }, prev, fromStart, upTo, budget, now)
+	out, replayed, reached, more, err = v.history(out, func(e *Event) bool { return f.Matches(e.Channel, e.Name, e.Namespace) }, prev, fromStart, upTo, budget, now)
 	if err != nil {
 		return nil, 0, 0, 0, false, err
 	}
@@ -305,14 +371,14 @@ func (t *thread) replay(f channels.Filter, cursor *Cursor, upTo uint64, budget i
 }
 
 // oldest is the first event the log holds, or the next one to come when
-// it holds none. The caller holds t.mu.
-func (t *thread) oldest(ctx context.Context) (uint64, error) {
-	oldest, err := t.srv.st.Log.Oldest(ctx, t.id)
+// it holds none.
+func (v streamView) oldest(ctx context.Context) (uint64, error) {
+	oldest, err := v.t.srv.st.Log.Oldest(ctx, v.t.id)
 	if err != nil {
 		return 0, storeError(err)
 	}
 	if oldest == 0 {
-		oldest = t.acked + 1 // nothing buffered: the next event is the first available
+		oldest = v.acked + 1 // nothing buffered: the next event is the first available
 	}
 	return oldest, nil
 }
@@ -322,11 +388,11 @@ func (t *thread) oldest(ctx context.Context) (uint64, error) {
 // stopped short of upTo, after event reached (every event to it queued
 // or not matching). A hole inside the log gets its missed-events
 // notice; fromStart takes the first event logged as the start (no hole
-// before it). The caller holds t.mu.
-func (t *thread) history(out []queued, match func(*Event) bool, prev uint64, fromStart bool, upTo uint64, budget int, now uint64) (_ []queued, replayed int, reached uint64, more bool, err error) {
+// before it).
+func (v streamView) history(out []queued, match func(*Event) bool, prev uint64, fromStart bool, upTo uint64, budget int, now uint64) (_ []queued, replayed int, reached uint64, more bool, err error) {
 	var gapErr error
 	bytes := 0
-	err = t.srv.st.Log.After(context.Background(), t.id, prev, func(e *Event) bool {
+	err = v.t.srv.st.Log.After(context.Background(), v.t.id, prev, func(e *Event) bool {
 		if e.Seq > upTo {
 			// A durable log shared with other nodes may hold events this
 			// node has not ingested yet, and a write-through log events
@@ -347,7 +413,7 @@ func (t *thread) history(out []queued, match func(*Event) bool, prev uint64, fro
 			// A hole inside the stream (a Redis restored from its
 			// append-only file without its last writes, under a writer
 			// that went on): announced, never passed off as continuity.
-			notice, err := t.missedNotice(protocol.EventsMissedData{Since: prev, FirstAvailableSeq: e.Seq, Missed: e.Seq - prev - 1}, now)
+			notice, err := v.missedNotice(protocol.EventsMissedData{Since: prev, FirstAvailableSeq: e.Seq, Missed: e.Seq - prev - 1}, now)
 			if err != nil {
 				gapErr = err
 				return false
@@ -375,5 +441,5 @@ func (t *thread) history(out []queued, match func(*Event) bool, prev uint64, fro
 // idle reports whether the thread has no run and no subscription and has
 // been so since before cutoff.
 func (t *thread) idle(cutoff time.Time) bool {
-	return t.run == nil && len(t.queued) == 0 && len(t.sessions) == 0 && t.lastActive.Before(cutoff)
+	return t.run == nil && len(t.queued) == 0 && len(t.sessions) == 0 && t.storeWriters == 0 && t.lastActive.Before(cutoff)
 }

@@ -725,6 +725,28 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 		ns = nil
 	}
 	t := rc.r.t
+	if err := rc.waitRoom(); err != nil {
+		return 0, err
+	}
+	if p, ok := pe.Event.(*protocol.ServerEventValues); ok {
+		values, ok := p.Params.Data.(map[string]any)
+		if !ok {
+			return 0, lifecycleErr("a values event's data is a map of the thread's values")
+		}
+		// Written as RunContext.Values writes (emitStored): under the
+		// writer lock, without the thread's.
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		t.mu.Lock()
+		over := rc.r.over()
+		t.mu.Unlock()
+		if over {
+			return 0, ErrRunEnded
+		}
+		if err := t.srv.st.State.SetValues(rc.r.ctx, t.id, values); err != nil {
+			return 0, storeError(err)
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rc.r.over() {
@@ -739,14 +761,6 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 		t.setStatus(ns, p.Params.Data.Event, derefString(p.Params.Data.GraphName))
 	case *protocol.ServerEventInputRequested:
 		return 0, lifecycleErr("input.requested is raised by an interrupt operation, so that its answer reaches the worker")
-	case *protocol.ServerEventValues:
-		values, ok := p.Params.Data.(map[string]any)
-		if !ok {
-			return 0, lifecycleErr("a values event's data is a map of the thread's values")
-		}
-		if err := t.srv.st.State.SetValues(rc.r.ctx, t.id, values); err != nil {
-			return 0, storeError(err)
-		}
 	case *protocol.ServerEventCustom:
 		d.name = derefString(p.Params.Data.Name)
 	}
