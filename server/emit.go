@@ -146,13 +146,11 @@ func (rc *RunContext) emitStored(store func() (eventData, error)) error {
 	if err != nil {
 		return err
 	}
+	// What the store took is announced even if the run was cancelled
+	// meanwhile: the cancel came after the write, as it would have come
+	// after the lock, and the run has not ended (its end waits for wmu).
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rc.r.over() {
-		// Ended while the store wrote: a rollback (which waits for wmu)
-		// writes over what it wrote.
-		return ErrRunEnded
-	}
 	if d.namespace == nil {
 		d.namespace = rc.ns
 	}
@@ -503,6 +501,9 @@ func (rc *RunContext) StartSubagent(name, graph string, cause *protocol.Lifecycl
 	ns := append(slices.Clone(rc.ns), name)
 	sub := &Subagent{rc: &RunContext{r: rc.r, ns: ns}, graph: graph}
 	t := rc.r.t
+	if err := rc.waitRoom(); err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rc.r.over() {
@@ -531,6 +532,9 @@ func (s *Subagent) Context() *RunContext { return s.rc }
 // End completes the subagent, or fails it when err is not nil.
 func (s *Subagent) End(err error) error {
 	t := s.rc.r.t
+	if err := s.rc.waitRoom(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.rc.r.ended {

@@ -728,6 +728,7 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 	if err := rc.waitRoom(); err != nil {
 		return 0, err
 	}
+	stored := false
 	if p, ok := pe.Event.(*protocol.ServerEventValues); ok {
 		values, ok := p.Params.Data.(map[string]any)
 		if !ok {
@@ -746,10 +747,11 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 		if err := t.srv.st.State.SetValues(rc.r.ctx, t.id, values); err != nil {
 			return 0, storeError(err)
 		}
+		stored = true // announced even if the run was cancelled meanwhile, as emitStored does
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rc.r.over() {
+	if !stored && rc.r.over() {
 		return 0, ErrRunEnded
 	}
 	d := eventData{p: pe.Event, namespace: ns, ts: pe.Timestamp}
