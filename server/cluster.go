@@ -316,6 +316,17 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 	if err != nil {
 		return LostRunUnsure
 	}
+	// The tail of a stream this node has no root lifecycle of is read
+	// without the thread's lock, up to the event it had then.
+	t.mu.Lock()
+	needTail, acked := t.tree[channels.Namespace(nil).Key()] == nil, t.acked
+	t.mu.Unlock()
+	var tail []*Event
+	if needTail {
+		if tail, err = t.readTail(acked); err != nil {
+			return LostRunUnsure
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.run != nil || len(t.queued) > 0 {
@@ -331,11 +342,10 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 	}
 	root := t.tree[channels.Namespace(nil).Key()]
 	if root == nil {
-		open, ok := t.tailRunOpen(assumeOpen)
-		if !ok {
-			return LostRunUnsure
+		if !needTail || t.acked != acked {
+			return LostRunUnsure // the stream moved while its tail was read: look again later
 		}
-		if !open {
+		if !t.tailRunOpen(tail, assumeOpen) {
 			return LostRunNone
 		}
 		root = t.tree[channels.Namespace(nil).Key()]
@@ -396,35 +406,48 @@ func openStatus(st protocol.AgentStatus) bool {
 // run of usual length. It is read once per lost run.
 const tailEvents = 4096
 
-// tailRunOpen learns, for a thread this node has no root lifecycle of,
-// whether its last run is open, from the root lifecycle events among the
-// stream's last tailEvents (recording them in the thread's tree), and
-// what that run left open (noteRemoteOpen: a message or tool call
-// started before those events is not known); with no root lifecycle
-// among them it answers assumeOpen, and with an empty stream false. ok
-// is false when the log could not be read. The caller holds t.mu.
-func (t *thread) tailRunOpen(assumeOpen bool) (open, ok bool) {
+// readTail reads the stream's last tailEvents up to event acked, for a
+// thread this node has no root lifecycle of (tailRunOpen), without the
+// thread's lock; an error says the log could not be read.
+func (t *thread) readTail(acked uint64) ([]*Event, error) {
 	d := t.srv.st.Durable
-	if d == nil || t.acked == 0 {
-		return false, true
+	if d == nil || acked == 0 {
+		return nil, nil
 	}
 	from := uint64(0)
-	if t.acked > tailEvents {
-		from = t.acked - tailEvents
+	if acked > tailEvents {
+		from = acked - tailEvents
 	}
-	open = assumeOpen
+	var tail []*Event
 	err := d.Stored(context.Background(), t.id, from, func(e *Event) bool {
-		if e.Seq > t.acked {
+		if e.Seq > acked {
 			return false
 		}
+		tail = append(tail, e)
+		return true
+	})
+	return tail, err
+}
+
+// tailRunOpen learns, from the stream's tail (readTail), whether the
+// thread's last run is open, from the root lifecycle events among it
+// (recording them in the thread's tree), and what that run left open
+// (noteRemoteOpen: a message or tool call started before those events is
+// not known); with no root lifecycle among them it answers assumeOpen,
+// and with an empty stream false. The caller holds t.mu.
+func (t *thread) tailRunOpen(tail []*Event, assumeOpen bool) bool {
+	if t.srv.st.Durable == nil || t.acked == 0 {
+		return false
+	}
+	open := assumeOpen
+	for _, e := range tail {
 		t.noteRemoteOpen(e)
 		if l, isLife := e.Payload.(*protocol.ServerEventLifecycle); isLife && len(e.Namespace) == 0 {
 			t.setStatus(nil, l.Params.Data.Event, derefString(l.Params.Data.GraphName))
 			open = openStatus(l.Params.Data.Event)
 		}
-		return true
-	})
-	return open, err == nil
+	}
+	return open
 }
 
 // ErrLeaseLost ends a run whose node lost the thread's run lease (it

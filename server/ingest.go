@@ -23,6 +23,8 @@ func (s *Server) ingest(threadID string, e *Event) {
 	if t == nil {
 		return
 	}
+	t.imu.Lock()
+	defer t.imu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.evicted {
@@ -34,15 +36,48 @@ func (s *Server) ingest(threadID string, e *Event) {
 	}
 	d := s.st.Durable
 	if d != nil && e.Seq > t.seq+1 {
-		_ = d.Stored(context.Background(), threadID, t.seq, func(prev *Event) bool { // what it cannot read stays missed
-			if prev.Seq >= e.Seq {
-				return false
-			}
-			t.ingestOne(d, prev)
-			return true
-		})
+		_ = t.ingestStored(d, e.Seq) // what it cannot read stays missed
+		if t.evicted {
+			return
+		}
 	}
 	t.ingestOne(d, e) // d is nil for a log that is not durable: nothing to cache
+}
+
+// ingestPart is how many events ingestStored reads from the durable log
+// at a time.
+const ingestPart = 256
+
+// ingestStored ingests the events the durable log holds after this
+// node's last one and before event upTo (0: all of them), read a part at
+// a time without t.mu, which the caller holds (and holds again when it
+// returns), as it holds t.imu, so that no other ingest comes between. It
+// stops at an evicted thread.
+func (t *thread) ingestStored(d DurableLog, upTo uint64) error {
+	from := t.seq
+	for upTo == 0 || from+1 < upTo {
+		part := make([]*Event, 0, 16)
+		t.mu.Unlock()
+		err := d.Stored(context.Background(), t.id, from, func(e *Event) bool {
+			if upTo != 0 && e.Seq >= upTo {
+				return false
+			}
+			part = append(part, e)
+			return len(part) < ingestPart
+		})
+		t.mu.Lock()
+		if t.evicted {
+			return nil
+		}
+		for _, e := range part {
+			t.ingestOne(d, e)
+		}
+		if err != nil || len(part) < ingestPart {
+			return err
+		}
+		from = part[len(part)-1].Seq
+	}
+	return nil
 }
 
 // ingestOne caches (when d is set) and delivers one event of another
@@ -114,6 +149,8 @@ func (s *Server) catchUp(threadIDs ...string) error {
 // catchUpTo delivers what d holds of the thread beyond the last event
 // this node has, up to head, the log's last sequence number (in epoch).
 func (t *thread) catchUpTo(d DurableLog, epoch string, head uint64) error {
+	t.imu.Lock()
+	defer t.imu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.evicted {
@@ -123,11 +160,8 @@ func (t *thread) catchUpTo(d DurableLog, epoch string, head uint64) error {
 	if head <= t.seq {
 		return nil
 	}
-	err := d.Stored(context.Background(), t.id, t.seq, func(e *Event) bool {
-		t.ingestOne(d, e)
-		return true
-	})
-	if err == nil && t.seq < head {
+	err := t.ingestStored(d, 0)
+	if err == nil && !t.evicted && t.seq < head {
 		err = fmt.Errorf("server: thread %s: the log's head is %d, read up to %d", t.id, head, t.seq)
 	}
 	return err

@@ -237,7 +237,7 @@ func (s *Server) publish(ctx context.Context, threadID string, b ProducerBatch) 
 // producerMark returns what the thread knows of the producer's last
 // batch: what it remembers, else what a ProducerLog keeps (remembered
 // from then on), nil when neither knows the producer. The caller holds
-// t.mu.
+// t.mu, which it lets go while the ProducerLog is read.
 func (s *Server) producerMark(ctx context.Context, t *thread, key string, now time.Time) (*producerMark, error) {
 	if m, ok := t.producers[key]; ok {
 		return m, nil
@@ -246,7 +246,14 @@ func (s *Server) producerMark(ctx context.Context, t *thread, key string, now ti
 	if pl == nil {
 		return nil, nil
 	}
+	// Read without the thread's lock: a batch of the producer's that
+	// came meanwhile is the one to go by.
+	t.unlockForStore()
 	lb, ok, err := pl.LastBatch(ctx, t.id, key)
+	t.relockAfterStore()
+	if m, ok := t.producers[key]; ok {
+		return m, nil
+	}
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -28,6 +28,11 @@ type thread struct {
 	// with mu free: commands, subscriptions and reads of the thread do not
 	// wait for the store.
 	wmu sync.Mutex
+	// imu orders what this node ingests of another node's writing of the
+	// thread (Ingest, CatchUp): it is held across the read of the events
+	// this node lacks from the durable log, which happens without mu, and
+	// their delivery. Taken before mu.
+	imu sync.Mutex
 
 	mu  sync.Mutex
 	seq uint64 // the last sequence number published
