@@ -153,7 +153,7 @@ func threeNodes(t *testing.T, url string) {
 	require.NoError(t, err)
 	require.Contains(t, string(resp), `"type":"success"`)
 	// Subscriptions to the thread's channel take effect asynchronously.
-	time.Sleep(200 * time.Millisecond)
+	redistest.WaitSubscribersAt(t, url, redistest.LiveChannel("x"), 2)
 
 	r, err := http.Post(a.ts.URL+"/threads/x/commands", "application/json", strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 300, "rate": 3000}}}`))
 	require.NoError(t, err)
@@ -253,7 +253,7 @@ func runsFollowTheirLease(t *testing.T, url string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	onC := openSSE(t, ctx, c.ts.URL, "d", "")
-	time.Sleep(200 * time.Millisecond) // C's subscription to the thread takes effect
+	redistest.WaitSubscribersAt(t, url, redistest.LiveChannel("d"), 1) // C's subscription to the thread took effect
 
 	status, _ := command(t, a, "d", `{"id": 1, "method": "run.start", "params": {"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "hi"}]}}}`)
 	require.Equal(t, 200, status)
@@ -535,7 +535,7 @@ func TestRedisRestoredFromAnOlderCopyNeverReusesAnID(t *testing.T) {
 	defer cancel()
 	seen := openSSE(t, ctx, a.ts.URL, "older", "")
 	onB := openSSE(t, ctx, b.ts.URL, "older", "") // a reader node throughout
-	time.Sleep(200 * time.Millisecond)
+	rs.WaitSubscribers(t, redistest.LiveChannel("older"), 2)
 	run := func(n *clusterNode, text string) {
 		status, body := command(t, n, "older", `{"id": 1, "method": "run.start", "params": {"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+text+`"}]}}}`)
 		require.Equal(t, 200, status, body)

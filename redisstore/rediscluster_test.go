@@ -72,7 +72,9 @@ func TestThreadsOnEveryShard(t *testing.T) {
 			got[i] = sseRead(t, r, func(sseEvent) bool { return false })
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // subscriptions take effect asynchronously
+	for i := range threads { // subscriptions take effect asynchronously
+		redistest.WaitSubscribersAt(t, rc.URL(), redistest.LiveChannel(fmt.Sprintf("t%d", i)), 1)
+	}
 	for i := range threads {
 		r, err := http.Post(fmt.Sprintf("%s/threads/t%d/commands", a.ts.URL, i), "application/json",
 			strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 100, "rate": 1000}}}`))
@@ -205,7 +207,7 @@ func TestMasterFailover(t *testing.T) {
 	defer cancel()
 
 	const thread = "failover"
-	read := followedRun(t, ctx, a, b, thread)
+	read := followedRun(t, ctx, rc.URL(), a, b, thread)
 
 	time.Sleep(1500 * time.Millisecond)
 	killMasterOf(t, rc, "agentstream:{"+thread+"}:events")
@@ -215,10 +217,11 @@ func TestMasterFailover(t *testing.T) {
 		len(logA.ids), connsA, len(logB.ids), connsB, len(replay.ids), logA.missed, logB.missed, replay.missed)
 }
 
-// followedRun has SSE clients follow thread on nodes a and b, as SSE
-// clients do (followToEnd), and starts a run of 2,000 firehose events at
-// 500/s on a; read waits for both clients to read to the run's end.
-func followedRun(t *testing.T, ctx context.Context, a, b *clusterNode, thread string) (read func() (framesA, framesB []ssetest.Frame, connsA, connsB int)) {
+// followedRun has SSE clients follow thread on nodes a and b (of the Redis
+// at url), as SSE clients do (followToEnd), and starts a run of 2,000
+// firehose events at 500/s on a; read waits for both clients to read to
+// the run's end.
+func followedRun(t *testing.T, ctx context.Context, url string, a, b *clusterNode, thread string) (read func() (framesA, framesB []ssetest.Frame, connsA, connsB int)) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var framesA, framesB []ssetest.Frame
@@ -226,7 +229,7 @@ func followedRun(t *testing.T, ctx context.Context, a, b *clusterNode, thread st
 	wg.Add(2)
 	go func() { defer wg.Done(); framesA, connsA = followToEnd(ctx, a.ts.URL, thread) }()
 	go func() { defer wg.Done(); framesB, connsB = followToEnd(ctx, b.ts.URL, thread) }()
-	time.Sleep(300 * time.Millisecond) // the subscriptions take effect
+	redistest.WaitSubscribersAt(t, url, redistest.LiveChannel(thread), 2) // both nodes follow the thread
 	r, err := http.Post(a.ts.URL+"/threads/"+thread+"/commands", "application/json",
 		strings.NewReader(`{"id": 1, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 2000, "rate": 500}}}`))
 	require.NoError(t, err)
@@ -275,7 +278,7 @@ func TestResharding(t *testing.T) {
 
 	const thread = "reshard"
 	key := "agentstream:{" + thread + "}:events"
-	read := followedRun(t, ctx, a, b, thread)
+	read := followedRun(t, ctx, rc.URL(), a, b, thread)
 
 	time.Sleep(time.Second)
 	moved, written := moveSlotOf(t, rc, key)
@@ -361,8 +364,8 @@ func TestClusterFaultRounds(t *testing.T) {
 	for round := range *clusterRounds {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		killedThread, movedThread := fmt.Sprintf("rounds-%d-failover", round), fmt.Sprintf("rounds-%d-moved", round)
-		readKilled := followedRun(t, ctx, a, b, killedThread)
-		readMoved := followedRun(t, ctx, b, a, movedThread)
+		readKilled := followedRun(t, ctx, rc.URL(), a, b, killedThread)
+		readMoved := followedRun(t, ctx, rc.URL(), b, a, movedThread)
 		time.Sleep(time.Second)
 		moved, written := moveSlotOf(t, rc, "agentstream:{"+movedThread+"}:events")
 		killed := killMasterOf(t, rc, "agentstream:{"+killedThread+"}:events")

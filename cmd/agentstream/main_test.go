@@ -33,6 +33,7 @@ import (
 
 	"github.com/agentstream/agentstream/internal/testkit/redistest"
 	"github.com/agentstream/agentstream/internal/testkit/ssetest"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/coder/websocket"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -591,7 +592,8 @@ func TestKilledNodeFailsItsRunForLateWatchers(t *testing.T) {
 		r.Body.Close()
 		require.Equal(t, 200, r.StatusCode)
 	}
-	time.Sleep(300 * time.Millisecond) // the runs are under way
+	// The runs are under way: each has published its start and some events.
+	wiretest.WaitMetricAbove(t, victim, "agentstream_events_published_total", float64(4*len(threads)))
 	for _, th := range threads {
 		stream, err := http.Post(survivor+"/threads/"+th+"/stream", "application/json", strings.NewReader(`{"channels": ["custom"]}`))
 		require.NoError(t, err)

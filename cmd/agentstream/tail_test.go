@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/client"
+	"github.com/agentstream/agentstream/internal/testkit/wiretest"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/stretchr/testify/require"
 )
@@ -59,9 +60,16 @@ func tailWhile(t *testing.T, args []string, out, errb *bytes.Buffer, start func(
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	base := args[1]
+	if !strings.HasPrefix(base, "http") {
+		base = "http://" + base
+	}
+	subscribed := wiretest.Metric(t, base, "agentstream_subscriptions")
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, out, errb, nil) }()
-	time.Sleep(300 * time.Millisecond) // attached: a run that starts later, or is under way as it attaches, is the one it follows
+	// Attached: a run that starts later, or is under way as it attaches,
+	// is the one it follows.
+	wiretest.WaitMetricAbove(t, base, "agentstream_subscriptions", subscribed)
 	start()
 	return <-done
 }
@@ -167,9 +175,10 @@ func TestTailPrintsTextAsItStreams(t *testing.T) {
 	var out, errb syncBuffer
 	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer tcancel()
+	subscribed := wiretest.Metric(t, "http://"+addr, "agentstream_subscriptions")
 	exited := make(chan int, 1)
 	go func() { exited <- run(tctx, []string{"tail", addr, "streaming", "--until-done"}, &out, &errb, nil) }()
-	time.Sleep(300 * time.Millisecond)
+	wiretest.WaitMetricAbove(t, "http://"+addr, "agentstream_subscriptions", subscribed) // attached
 	c, err := client.Dial(ctx, "http://"+addr, client.Options{})
 	require.NoError(t, err)
 	defer c.Close()

@@ -234,10 +234,24 @@ func LiveChannel(thread string) string { return "agentstream:{" + thread + "}:li
 // it makes asynchronously, has taken effect), failing the test after 10 s.
 func (s *Server) WaitSubscribers(t testing.TB, channel string, n int) {
 	t.Helper()
+	WaitSubscribersAt(t, s.URL(), channel, n)
+}
+
+// WaitSubscribersAt is WaitSubscribers for the Redis at url, a server's or
+// a cluster's (its nodes' counts added up: a channel's subscribers are on
+// the nodes that serve its slot).
+func WaitSubscribersAt(t testing.TB, url, channel string, n int) {
+	t.Helper()
+	hosts, _, _ := strings.Cut(strings.TrimPrefix(url, "redis://"), "/")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, err := shardNumSub(s.Addr, channel)
-		if err == nil && got >= n {
+		got := 0
+		var err error
+		for _, addr := range strings.Split(hosts, ",") {
+			c, e := shardNumSub(addr, channel)
+			got, err = got+c, errors.Join(err, e)
+		}
+		if got >= n {
 			return
 		}
 		if time.Now().After(deadline) {

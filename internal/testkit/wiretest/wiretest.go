@@ -88,3 +88,21 @@ func Metric(t testing.TB, base, series string) float64 {
 	}
 	return 0
 }
+
+// WaitMetricAbove waits until series on base's /metrics page is above v
+// (an effect of something asynchronous took place), failing the test
+// after 10 s.
+func WaitMetricAbove(t testing.TB, base, series string, v float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := Metric(t, base, series)
+		if got > v {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wiretest: %s is %v after 10 s, not above %v", series, got, v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
