@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// The long-term store's items (server.ItemStore): "i/" server.ItemPath
+// The long-term store's items (server.ItemStore): "i/" records.ItemPath
 // -> the item as JSON, written synced (an item put is kept once it was
 // answered). Byte order is the items' order, so a search is one range.
 // An expired item stays until it is read, or until the store is full
@@ -18,7 +19,7 @@ import (
 var _ server.ItemStore = (*State)(nil)
 
 func itemKey(scope string, namespace []string, key string) []byte {
-	return append([]byte("i/"), server.ItemPath(scope, namespace, key)...)
+	return append([]byte("i/"), records.ItemPath(scope, namespace, key)...)
 }
 
 // countItems is the items' count, counted once (s.itemsMu held).
@@ -46,7 +47,7 @@ func (s *State) PutItem(_ context.Context, item server.StoreItem) error {
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
-	b, err := server.MarshalStoreItem(item)
+	b, err := records.MarshalStoreItem(item)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func (s *State) GetItem(ctx context.Context, scope string, namespace []string, k
 	if err != nil || !ok {
 		return server.StoreItem{}, false, err
 	}
-	item, err := server.UnmarshalStoreItem(b)
+	item, err := records.UnmarshalStoreItem(b)
 	if err != nil {
 		return server.StoreItem{}, false, errors.Join(errCorrupt, err)
 	}
@@ -127,14 +128,14 @@ func (s *State) deleteItems(keys [][]byte) error {
 
 // ScanItems implements server.ItemStore: one range of the tree.
 func (s *State) ScanItems(_ context.Context, scope string, prefix []string, fn func(server.StoreItem) bool) error {
-	lo, hi := server.ItemRange(scope, prefix)
+	lo, hi := records.ItemRange(scope, prefix)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: append([]byte("i/"), lo...), UpperBound: append([]byte("i/"), hi...)})
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	for it.First(); it.Valid(); it.Next() {
-		item, err := server.UnmarshalStoreItem(it.Value())
+		item, err := records.UnmarshalStoreItem(it.Value())
 		if err != nil || item.Expired(now) {
 			continue // one that cannot be read is left out of lists
 		}
@@ -163,7 +164,7 @@ func (s *State) DeleteExpired(_ context.Context, now time.Time) error {
 	}
 	var gone [][]byte
 	for it.First(); it.Valid(); it.Next() {
-		if item, err := server.UnmarshalStoreItem(it.Value()); err == nil && item.Expired(now) {
+		if item, err := records.UnmarshalStoreItem(it.Value()); err == nil && item.Expired(now) {
 			gone = append(gone, append([]byte(nil), it.Key()...))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/cockroachdb/pebble/v2"
 )
 
@@ -18,7 +19,7 @@ var _ server.ThreadCatalog = (*State)(nil)
 func recordKey(thread string) []byte { return append([]byte("m/"), thread...) }
 
 func decodeRecord(thread string, b []byte) (server.ThreadRecord, error) {
-	r, err := server.UnmarshalThreadRecord(thread, b)
+	r, err := records.UnmarshalThreadRecord(thread, b)
 	if err != nil {
 		return server.ThreadRecord{}, errors.Join(errCorrupt, err)
 	}
@@ -40,7 +41,7 @@ func (s *State) SetRecord(_ context.Context, rec server.ThreadRecord) error {
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
-	b, err := server.MarshalThreadRecord(rec)
+	b, err := records.MarshalThreadRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
-	b, err := server.MarshalRunRecord(rec)
+	b, err := records.MarshalRunRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func (s *State) Runs(_ context.Context, thread string) ([]server.RunRecord, erro
 	}
 	var out []server.RunRecord
 	for it.First(); it.Valid(); it.Next() {
-		r, err := server.UnmarshalRunRecord(thread, string(it.Key()[len(prefix):]), it.Value())
+		r, err := records.UnmarshalRunRecord(thread, string(it.Key()[len(prefix):]), it.Value())
 		if err != nil {
 			continue // one that cannot be read is left out of lists
 		}

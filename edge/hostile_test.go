@@ -18,6 +18,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/edge"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -84,7 +85,7 @@ func (u *looseUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == "/threads" && r.Method == "POST":
 		id, _ := body["thread_id"].(string)
 		if id == "" {
-			id = server.NewUUID()
+			id = records.NewUUID()
 		}
 		id = canonical(id)
 		if md, ok := u.threads[id]; ok {
@@ -113,7 +114,7 @@ func (u *looseUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			delete(u.threads, seg[1])
 			w.WriteHeader(204)
 		case r.Method == "POST" && len(seg) == 3 && seg[2] == "copy":
-			id := server.NewUUID()
+			id := records.NewUUID()
 			u.threads[id] = md
 			write(map[string]any{"thread_id": id, "metadata": md})
 		default:
@@ -326,7 +327,7 @@ func TestEdgeOwnsWhatItCreates(t *testing.T) {
 		require.Equal(t, 403, status, "if_exists %q: %s", ifExists, body)
 		require.NotContains(t, body, "topic", "nothing of ann's thread answered")
 	}
-	named := server.NewUUID()
+	named := records.NewUUID()
 	status, body = he.do(t, "POST", "/threads", `{"thread_id": "`+named+`"}`, "k-bob")
 	require.Equal(t, 200, status, body)
 	status, _ = he.do(t, "GET", "/threads/"+named, "", "k-ann")
@@ -431,7 +432,7 @@ func TestEdgePassThroughIsBounded(t *testing.T) {
 	status, body = he.do(t, "PUT", "/store/items", deep, "k-ann")
 	require.Equal(t, 400, status, body)
 	require.Contains(t, body, "nested deeper")
-	req, _ := http.NewRequest("PATCH", he.url+"/threads/"+server.NewUUID(), strings.NewReader(`{}`))
+	req, _ := http.NewRequest("PATCH", he.url+"/threads/"+records.NewUUID(), strings.NewReader(`{}`))
 	req.Header.Set("Content-Type", "text/plain")
 	req.Header.Set("X-Api-Key", "k-ann")
 	resp, err := http.DefaultClient.Do(req)

@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/redis/rueidis"
 )
 
 // The long-term store's items (server.ItemStore) in Redis, shared by
-// every node: PREFIX:item:PATH (PATH a server.ItemPath) holds the item as
+// every node: PREFIX:item:PATH (PATH a records.ItemPath) holds the item as
 // JSON, with its TTL when it has one, and the sorted set PREFIX:items
 // holds every PATH (scores 0: ordered by bytes, which is the items'
 // order), so a search reads one lexicographic range. A member whose item
@@ -22,14 +23,14 @@ func (e *Engine) itemKey(path string) string { return e.prefix + ":item:" + path
 
 // PutItem implements server.ItemStore.
 func (s *State) PutItem(ctx context.Context, it server.StoreItem) error {
-	b, err := server.MarshalStoreItem(it)
+	b, err := records.MarshalStoreItem(it)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
-	path := server.ItemPath(it.Scope, it.Namespace, it.Key)
+	path := records.ItemPath(it.Scope, it.Namespace, it.Key)
 	set := c.B().Set().Key(s.e.itemKey(path)).Value(rueidis.BinaryString(b)).Build()
 	if !it.ExpiresAt.IsZero() {
 		ttl := max(time.Until(it.ExpiresAt), time.Millisecond)
@@ -48,14 +49,14 @@ func (s *State) GetItem(ctx context.Context, scope string, namespace []string, k
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
-	b, err := c.Do(ctx, c.B().Get().Key(s.e.itemKey(server.ItemPath(scope, namespace, key))).Build()).AsBytes()
+	b, err := c.Do(ctx, c.B().Get().Key(s.e.itemKey(records.ItemPath(scope, namespace, key))).Build()).AsBytes()
 	if rueidis.IsRedisNil(err) {
 		return server.StoreItem{}, false, nil
 	}
 	if err != nil {
 		return server.StoreItem{}, false, s.fail(err)
 	}
-	it, err := server.UnmarshalStoreItem(b)
+	it, err := records.UnmarshalStoreItem(b)
 	if err != nil || it.Expired(time.Now()) {
 		return server.StoreItem{}, false, nil // one that cannot be read is none
 	}
@@ -67,7 +68,7 @@ func (s *State) DeleteItem(ctx context.Context, scope string, namespace []string
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	c := s.e.c
-	path := server.ItemPath(scope, namespace, key)
+	path := records.ItemPath(scope, namespace, key)
 	for _, r := range c.DoMulti(ctx, c.B().Del().Key(s.e.itemKey(path)).Build(), c.B().Zrem().Key(s.e.itemsKey()).Member(path).Build()) {
 		if err := r.Error(); err != nil {
 			return s.fail(err)
@@ -111,7 +112,7 @@ func (s *State) scanPaths(ctx context.Context, lo, hi string, fn func(server.Sto
 				cancel()
 				return s.fail(err)
 			}
-			it, err := server.UnmarshalStoreItem(b)
+			it, err := records.UnmarshalStoreItem(b)
 			if err != nil || it.Expired(now) {
 				continue // one that cannot be read is left out of lists
 			}
@@ -132,7 +133,7 @@ func (s *State) scanPaths(ctx context.Context, lo, hi string, fn func(server.Sto
 
 // ScanItems implements server.ItemStore.
 func (s *State) ScanItems(ctx context.Context, scope string, prefix []string, fn func(server.StoreItem) bool) error {
-	lo, hi := server.ItemRange(scope, prefix)
+	lo, hi := records.ItemRange(scope, prefix)
 	return s.scanPaths(ctx, lo, hi, fn)
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/redis/rueidis"
 )
 
@@ -26,7 +27,7 @@ var (
 func (e *Engine) threadsKey() string { return e.prefix + ":threads" }
 
 func decodeRedisRecord(thread string, b []byte) (server.ThreadRecord, error) {
-	r, err := server.UnmarshalThreadRecord(thread, b)
+	r, err := records.UnmarshalThreadRecord(thread, b)
 	if err != nil {
 		return server.ThreadRecord{}, fmt.Errorf("redisstore: thread %s's record: %w", thread, err)
 	}
@@ -52,7 +53,7 @@ func (s *State) Record(ctx context.Context, thread string) (server.ThreadRecord,
 // SetRecord implements server.ThreadCatalog: the record, with the
 // thread's TTL, and its entry in the set of threads.
 func (s *State) SetRecord(ctx context.Context, rec server.ThreadRecord) error {
-	b, err := server.MarshalThreadRecord(rec)
+	b, err := records.MarshalThreadRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -145,7 +146,7 @@ var _ server.RunCatalog = (*State)(nil)
 
 // SetRun implements server.RunCatalog.
 func (s *State) SetRun(ctx context.Context, rec server.RunRecord) error {
-	b, err := server.MarshalRunRecord(rec)
+	b, err := records.MarshalRunRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -205,7 +206,7 @@ func (s *State) Runs(ctx context.Context, thread string) ([]server.RunRecord, er
 	}
 	out := make([]server.RunRecord, 0, len(m))
 	for id, v := range m {
-		r, err := server.UnmarshalRunRecord(thread, id, []byte(v))
+		r, err := records.UnmarshalRunRecord(thread, id, []byte(v))
 		if err != nil {
 			continue
 		}

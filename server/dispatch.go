@@ -30,11 +30,6 @@ func result(resp *protocol.CommandResponse, e *protocol.ErrorResponse) (*protoco
 	return resp, nil
 }
 
-// ReasonThreadBusy is the reason member ("reason", a protocol extension)
-// of the error a command gets when the thread's active run refuses it
-// (multitask_strategy reject, a fork): an HTTP wire answers it 409.
-const ReasonThreadBusy = "thread_busy"
-
 // busy marks e as a refusal by the thread's active run (ReasonThreadBusy).
 func busy(e *protocol.ErrorResponse) *protocol.ErrorResponse {
 	e.Extra = map[string]any{"reason": ReasonThreadBusy}

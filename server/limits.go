@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server/records"
 )
 
 // Limit names a limit of the server; each refusal it causes is counted
@@ -76,7 +77,7 @@ const MaxThreadIDLength = 256
 // Errors of the limits, for errors.Is.
 var (
 	ErrThreadID             = coded(protocol.ErrorCodeInvalidArgument, "", "server: bad thread id")
-	ErrTooManyThreads       = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many threads")
+	ErrTooManyThreads       = records.ErrTooManyThreads
 	ErrTooManySubscriptions = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many subscriptions on one connection")
 	// ErrQuota: the principal is over one of its quotas
 	// (MaxThreadsPerPrincipal, MaxRunsPerMinute).

@@ -349,3 +349,15 @@ func (t *thread) publishLifecycle(ns channels.Namespace, st protocol.AgentStatus
 	}
 	return t.publish(lifecycleEvent(ns, data))
 }
+
+// endStatus is the Platform's status of a run that ended with lifecycle
+// status st (cancelled: stopped from outside).
+func endStatus(st protocol.AgentStatus, cancelled bool) string {
+	switch {
+	case st == protocol.AgentStatusCompleted:
+		return RunSuccess
+	case cancelled:
+		return RunInterrupted
+	}
+	return RunError
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/wire"
 )
@@ -277,7 +278,7 @@ func (h *Handler) proxyCreateThread(next http.Handler, w http.ResponseWriter, r 
 	}
 	id, _ := m["thread_id"].(string)
 	if id == "" {
-		id = server.NewUUID()
+		id = records.NewUUID()
 		m["thread_id"] = id
 	}
 	if !h.authorize(w, p, id, true) { // the id's spelling too

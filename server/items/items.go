@@ -18,6 +18,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/internal/jsonval"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 )
 
 // Store is a server's items (Of).
@@ -83,7 +84,7 @@ func ItemScope(p *auth.Principal, namespace []string) string {
 // makes it expire that long after it was written or read with a refresh.
 // A new item past Config.MaxStoreItems is server.ErrTooManyItems.
 func (s *Store) Put(ctx context.Context, p *auth.Principal, namespace []string, key string, value map[string]any, ttl time.Duration) error {
-	if err := server.ValidItemNamespace(namespace, false, &key); err != nil {
+	if err := records.ValidItemNamespace(namespace, false, &key); err != nil {
 		return err
 	}
 	st, err := s.engine()
@@ -126,7 +127,7 @@ func (s *Store) Put(ctx context.Context, p *auth.Principal, namespace []string, 
 // GetItem returns p's item; ok is false when there is none. refresh
 // renews an item's TTL.
 func (s *Store) Get(ctx context.Context, p *auth.Principal, namespace []string, key string, refresh bool) (server.StoreItem, bool, error) {
-	if err := server.ValidItemNamespace(namespace, false, &key); err != nil {
+	if err := records.ValidItemNamespace(namespace, false, &key); err != nil {
 		return server.StoreItem{}, false, err
 	}
 	st, err := s.engine()
@@ -164,7 +165,7 @@ func (s *Store) refreshItems(ctx context.Context, st server.ItemStore, items []s
 
 // DeleteItem deletes p's item (none is no error).
 func (s *Store) Delete(ctx context.Context, p *auth.Principal, namespace []string, key string) error {
-	if err := server.ValidItemNamespace(namespace, false, &key); err != nil {
+	if err := records.ValidItemNamespace(namespace, false, &key); err != nil {
 		return err
 	}
 	st, err := s.engine()
@@ -247,7 +248,7 @@ func compareItems(a, b server.StoreItem) int {
 // SearchItems returns the items p sees that the search selects, in
 // namespace then key order.
 func (s *Store) Search(ctx context.Context, p *auth.Principal, q ItemSearch) ([]server.StoreItem, error) {
-	if err := server.ValidItemNamespace(q.Prefix, true, nil); err != nil {
+	if err := records.ValidItemNamespace(q.Prefix, true, nil); err != nil {
 		return nil, err
 	}
 	st, err := s.engine()
@@ -362,7 +363,7 @@ func (s *Store) Namespaces(ctx context.Context, p *auth.Principal, q NamespaceQu
 				plain = append(plain, l)
 			}
 		}
-		if err := server.ValidItemNamespace(plain, true, nil); err != nil {
+		if err := records.ValidItemNamespace(plain, true, nil); err != nil {
 			return nil, err
 		}
 	}

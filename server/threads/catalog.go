@@ -20,6 +20,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 )
 
 // Catalog is a server's threads as the Platform API shows them, and
@@ -79,7 +80,7 @@ func (cat *Catalog) Create(ctx context.Context, p *auth.Principal, id string, me
 		return ThreadInfo{}, false, err
 	}
 	if id == "" {
-		id = server.NewUUID()
+		id = records.NewUUID()
 	}
 	if p != nil {
 		if err := cat.host.Authorize(p, id, true); err != nil {
@@ -302,7 +303,7 @@ func (cat *Catalog) Search(ctx context.Context, p *auth.Principal, q ThreadQuery
 		if !anonymous && (p == nil || !p.MayUse(rec.ID, rec.Owner)) {
 			return true
 		}
-		if !server.MetadataMatches(rec.Metadata, q.Metadata) || len(q.IDs) > 0 && !slices.Contains(q.IDs, rec.ID) {
+		if !records.MetadataMatches(rec.Metadata, q.Metadata) || len(q.IDs) > 0 && !slices.Contains(q.IDs, rec.ID) {
 			return true
 		}
 		if late {
@@ -314,7 +315,7 @@ func (cat *Catalog) Search(ctx context.Context, p *auth.Principal, q ThreadQuery
 			ferr = err
 			return false
 		}
-		if q.Status != "" && info.Status != q.Status || !server.MetadataMatches(info.Values, q.Values) {
+		if q.Status != "" && info.Status != q.Status || !records.MetadataMatches(info.Values, q.Values) {
 			return true
 		}
 		info.Values = nil

@@ -8,6 +8,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/agentstream/agentstream/server/threads"
 )
 
@@ -239,7 +240,7 @@ func (h *Handler) searchAgentRuns(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case req.Status != nil && st != *req.Status,
 				req.AgentID != nil && rec.Assistant != *req.AgentID && AssistantID(rec.Assistant) != *req.AgentID,
-				req.Metadata != nil && !server.MetadataMatches(rec.Metadata, *req.Metadata):
+				req.Metadata != nil && !records.MetadataMatches(rec.Metadata, *req.Metadata):
 				continue
 			}
 			all = append(all, rec)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/agentstream/agentstream/server/threads"
 )
 
@@ -106,7 +107,7 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 				have = map[string]any{}
 			}
 			have["step"], have["source"] = float64(cp.Step), cp.Source
-			if !server.MetadataMatches(have, metadata) {
+			if !records.MetadataMatches(have, metadata) {
 				continue
 			}
 		}

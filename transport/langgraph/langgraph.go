@@ -14,6 +14,7 @@ import (
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/server/items"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/agentstream/agentstream/server/threads"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/wire"
@@ -404,7 +405,7 @@ func selectAssistants(all []LgAssistant, graph, name *string, md *LgMetadata) []
 		if graph != nil && a.GraphID != *graph || name != nil && a.Name != *name {
 			continue
 		}
-		if md != nil && !server.MetadataMatches(a.Metadata, *md) {
+		if md != nil && !records.MetadataMatches(a.Metadata, *md) {
 			continue
 		}
 		out = append(out, a)

@@ -11,6 +11,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/agentstream/agentstream/server/threads"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 )
@@ -340,7 +341,7 @@ func (h *Handler) readRun(w http.ResponseWriter, r *http.Request, thread string,
 // or a new one (stateless). It answers a bad id itself ("").
 func (h *Handler) bodyThread(w http.ResponseWriter, req *LgRunCreate) (thread string, stateless bool) {
 	if req.ThreadID == nil {
-		return server.NewUUID(), true
+		return records.NewUUID(), true
 	}
 	if err := server.ValidThreadID(*req.ThreadID); err != nil {
 		fail(w, http.StatusUnprocessableEntity, "thread_id: %v", err)

@@ -1,4 +1,4 @@
-package server
+package records
 
 import (
 	"context"
@@ -67,7 +67,7 @@ const (
 	// longest key, in bytes.
 	MaxItemLabelLength = 256
 	MaxItemKeyLength   = 1024
-	// DefaultMaxStoreItems is Config.MaxStoreItems's default.
+	// DefaultMaxStoreItems is server.Config.MaxStoreItems's default.
 	DefaultMaxStoreItems = 1_000_000
 )
 
@@ -78,7 +78,7 @@ var (
 	// ErrNoNamespace: an item's namespace is missing (also an
 	// ErrItemNamespace).
 	ErrNoNamespace = fmt.Errorf("%w: a namespace is needed", ErrItemNamespace)
-	// ErrTooManyItems: Config.MaxStoreItems items held.
+	// ErrTooManyItems: server.Config.MaxStoreItems items held.
 	ErrTooManyItems = coded(protocol.ErrorCodeResourceExhausted, "", "server: the store holds as many items as it may")
 	// ErrNoItemStore: the engine's StateStore keeps no items.
 	ErrNoItemStore = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no store items")

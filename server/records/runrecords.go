@@ -1,10 +1,8 @@
-package server
+package records
 
 import (
 	"context"
 	"time"
-
-	"github.com/agentstream/agentstream/protocol"
 )
 
 // RunRecord is a run as the LangGraph Platform API lists it: its thread,
@@ -45,15 +43,3 @@ const (
 	RunError       = "error"
 	RunInterrupted = "interrupted"
 )
-
-// endStatus is the Platform's status of a run that ended with lifecycle
-// status st (cancelled: stopped from outside).
-func endStatus(st protocol.AgentStatus, cancelled bool) string {
-	switch {
-	case st == protocol.AgentStatusCompleted:
-		return RunSuccess
-	case cancelled:
-		return RunInterrupted
-	}
-	return RunError
-}

@@ -1,4 +1,4 @@
-package server
+package records
 
 import (
 	"errors"
@@ -22,6 +22,11 @@ type Error struct {
 
 func (e *Error) Error() string { return e.msg }
 
+// ReasonThreadBusy is the reason member ("reason", a protocol extension)
+// of the error a command gets when the thread's active run refuses it
+// (multitask_strategy reject, a fork): an HTTP wire answers it 409.
+const ReasonThreadBusy = "thread_busy"
+
 // Reasons an Error gives, besides ReasonThreadBusy.
 const (
 	// ReasonConflict: the state of a thread, run or writer refuses the
@@ -39,6 +44,10 @@ const (
 	// its code is not a no_such_* one (HTTP 404).
 	ReasonNotFound = "not_found"
 )
+
+// ErrTooManyThreads refuses a thread past the most a server (or a store)
+// keeps.
+var ErrTooManyThreads = coded(protocol.ErrorCodeResourceExhausted, "", "server: too many threads")
 
 // NewError returns an Error with the code, reason (or "") and message:
 // how a resource package (server/threads, server/items) defines its
