@@ -878,17 +878,10 @@ func (l *Log) After(ctx context.Context, thread string, seq uint64, fn func(*ser
 				return err
 			}
 		}
-		trimmed := false
-		err := l.mem.After(ctx, thread, seq, func(e *server.Event) bool {
-			if e.Seq > seq+1 && round < 3 {
-				if oldest, _ := l.mem.Oldest(ctx, thread); oldest > seq+1 {
-					trimmed = true // let go of since the look above
-					return false
-				}
-			}
-			return each(e)
-		})
-		if err != nil || !trimmed {
+		if round == 3 {
+			return l.mem.After(ctx, thread, seq, each)
+		}
+		if trimmed, err := l.mem.AfterHeld(ctx, thread, seq, each); err != nil || !trimmed {
 			return err
 		}
 	}

@@ -134,14 +134,10 @@ func (rc *RunContext) emitStored(store func() (eventData, error)) error {
 	if err := rc.waitRoom(); err != nil {
 		return err
 	}
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	t.mu.Lock()
-	over := rc.r.over()
-	t.mu.Unlock()
-	if over {
-		return ErrRunEnded
+	if err := rc.lockWriter(); err != nil {
+		return err
 	}
+	defer t.wmu.Unlock()
 	d, err := store()
 	if err != nil {
 		return err
@@ -156,6 +152,21 @@ func (rc *RunContext) emitStored(store func() (eventData, error)) error {
 	}
 	_, err = t.publish(d)
 	return err
+}
+
+// lockWriter takes the thread's writer lock (wmu) for a write of its
+// state, or, not holding it, returns ErrRunEnded for a run that ended.
+func (rc *RunContext) lockWriter() error {
+	t := rc.r.t
+	t.wmu.Lock()
+	t.mu.Lock()
+	over := rc.r.over()
+	t.mu.Unlock()
+	if over {
+		t.wmu.Unlock()
+		return ErrRunEnded
+	}
+	return nil
 }
 
 // Values saves the thread's full state and emits it on the values channel.

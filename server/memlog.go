@@ -245,6 +245,24 @@ func (l *MemoryLog) After(_ context.Context, thread string, seq uint64, fn func(
 	}
 }
 
+// AfterHeld is After for a log that keeps the thread's older events in a
+// store of its own (Redis, the disk): it stops, and reports trimmed, when
+// the buffer no longer holds the event after the last one given, because
+// appends let go of it since the caller looked at Oldest: the caller
+// reads those from its store, and the buffer again after them. A hole
+// the buffer had before its oldest moved past it is passed on.
+func (l *MemoryLog) AfterHeld(ctx context.Context, thread string, seq uint64, fn func(*Event) bool) (trimmed bool, err error) {
+	err = l.After(ctx, thread, seq, func(e *Event) bool {
+		if e.Seq > seq+1 && l.oldest(thread) > seq+1 {
+			trimmed = true
+			return false
+		}
+		seq = e.Seq
+		return fn(e)
+	})
+	return trimmed, err
+}
+
 // replaySlab is how many replayed events MemoryLog.After allocates at
 // once: a slab stays in memory until the last of its events is
 // delivered, so it is kept small.

@@ -173,3 +173,51 @@ func oldestOf(l *MemoryLog, thread string) uint64 {
 	n, _ := l.Oldest(context.Background(), thread)
 	return n
 }
+
+// TestAfterHeldSaysWhatTheBufferLetGo: a log that keeps older events in
+// a store of its own reads the buffer with AfterHeld, which stops and
+// says so when appends made the buffer let go of the next event while it
+// was read (so that the log reads it from its store), and otherwise
+// passes on every event, a hole inside the buffer included.
+func TestAfterHeldSaysWhatTheBufferLetGo(t *testing.T) {
+	ev := func(seq uint64) *Event {
+		e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
+		require.NoError(t, err)
+		return e
+	}
+	ctx := context.Background()
+	l := NewMemoryLog(2*replaySlab, 1<<20)
+	for seq := uint64(1); seq <= 2*replaySlab; seq++ {
+		require.NoError(t, l.Append(ctx, "t", ev(seq)))
+	}
+	var got []uint64
+	trimmed, err := l.AfterHeld(ctx, "t", 0, func(e *Event) bool {
+		got = append(got, e.Seq)
+		if e.Seq == replaySlab { // the end of the first part read: the buffer moves on by a whole buffer
+			for seq := uint64(2*replaySlab + 1); seq <= 4*replaySlab; seq++ {
+				require.NoError(t, l.Append(ctx, "t", ev(seq)))
+			}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	require.True(t, trimmed, "the events after %d went while the buffer was read", replaySlab)
+	require.Len(t, got, replaySlab)
+	require.Equal(t, uint64(replaySlab), got[len(got)-1])
+
+	got = nil
+	trimmed, err = l.AfterHeld(ctx, "t", 2*replaySlab, func(e *Event) bool { got = append(got, e.Seq); return true })
+	require.NoError(t, err)
+	require.False(t, trimmed)
+	require.Len(t, got, 2*replaySlab, "everything the buffer holds after the cursor")
+
+	holes := NewMemoryLog(100, 1<<20)
+	for _, seq := range []uint64{1, 2, 5, 6} {
+		require.NoError(t, holes.Append(ctx, "t", ev(seq)))
+	}
+	got = nil
+	trimmed, err = holes.AfterHeld(ctx, "t", 0, func(e *Event) bool { got = append(got, e.Seq); return true })
+	require.NoError(t, err)
+	require.False(t, trimmed, "a hole the buffer had is the caller's to announce")
+	require.Equal(t, []uint64{1, 2, 5, 6}, got)
+}

@@ -736,14 +736,10 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 		}
 		// Written as RunContext.Values writes (emitStored): under the
 		// writer lock, without the thread's.
-		t.wmu.Lock()
-		defer t.wmu.Unlock()
-		t.mu.Lock()
-		over := rc.r.over()
-		t.mu.Unlock()
-		if over {
-			return 0, ErrRunEnded
+		if err := rc.lockWriter(); err != nil {
+			return 0, err
 		}
+		defer t.wmu.Unlock()
 		if err := t.srv.st.State.SetValues(rc.r.ctx, t.id, values); err != nil {
 			return 0, storeError(err)
 		}
