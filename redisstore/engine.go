@@ -113,7 +113,7 @@ func (e *Engine) Stores() server.EngineStores {
 	})
 	st := e.parts.state
 	stores := e.parts.log.Stores()
-	stores.State, stores.Watcher, stores.Cluster, stores.Detached = st, e.parts.live, e.parts.cluster, e.parts.detached
+	stores.State, stores.Watcher, stores.Cluster, stores.Workers, stores.Detached = st, e.parts.live, e.parts.cluster, e.parts.cluster, e.parts.detached
 	stores.Catalog, stores.Deleter, stores.Runs, stores.Items = st, st, st, st
 	return stores
 }

@@ -41,7 +41,7 @@ type Cluster interface {
 	ForwardRunState(ctx context.Context, node, thread string) (status string, interrupts []PendingInterrupt, err error)
 }
 
-// WorkerDirectory is what a Cluster may also do for remote workers: tell
+// WorkerDirectory is what a Cluster may also do (EngineStores.Workers) for remote workers: tell
 // every node which nodes have workers for an assistant, so that a
 // run.start arriving at a node without one runs on a node with one (the
 // worker's events then go from its node straight to the thread's stream,
@@ -133,8 +133,8 @@ func (s *Server) route(ctx context.Context, c Cluster, threadID string, id uint6
 // assistant is this node's, no node serves it, or the thread's lease
 // holder has a run (the holder then answers, as for any run.start).
 func (s *Server) routeToWorkers(ctx context.Context, c Cluster, threadID string, id uint64, assistantID string, cmd *protocol.ClientCommand) (resp *protocol.CommandResponse, errResp *protocol.ErrorResponse, done bool) {
-	dir, ok := c.(WorkerDirectory)
-	if !ok {
+	dir := s.st.Workers
+	if dir == nil {
 		return nil, nil, false
 	}
 	if _, local := s.assistant(assistantID); local {

@@ -134,7 +134,7 @@ func (s *Server) newRun(t *thread, a Assistant, assistantID string, input any, c
 func (s *Server) runStart(threadID string, id uint64, p *protocol.RunStartParams) (*protocol.CommandResponse, *protocol.ErrorResponse) {
 	a, ok := s.assistant(p.AssistantID)
 	if !ok {
-		if dir, isDir := s.st.Cluster.(WorkerDirectory); isDir {
+		if dir := s.st.Workers; dir != nil {
 			if node, err := dir.LocateWorkers(context.Background(), p.AssistantID); err == nil && node != "" {
 				return nil, errorResponse(id, protocol.ErrorCodeInvalidArgument, "params.assistant_id: assistant %q is served by workers connected to other nodes (%s), and this thread's runs are on this node (%s) until its run ends: start it then", p.AssistantID, node, s.st.Cluster.Node())
 			}

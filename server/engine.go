@@ -45,8 +45,10 @@ type EngineStores struct {
 	// Watcher is told when this node starts and stops holding a thread,
 	// so that it can follow the events other nodes publish on it.
 	Watcher Watcher
-	// Cluster shares runs with the other nodes.
+	// Cluster shares runs with the other nodes; Workers, when it can, also
+	// tells which nodes' remote workers serve an assistant.
 	Cluster Cluster
+	Workers WorkerDirectory
 	// Detached keeps dropped sessions' subscriptions where every node
 	// finds them (subscription.reconnect on any node).
 	Detached DetachedStore

@@ -366,7 +366,7 @@ func (hub *Workers) dispatchLocked() {
 			hub.waiting[a] = runs
 		}
 	}
-	if dir, ok := hub.s.st.Cluster.(WorkerDirectory); ok {
+	if dir := hub.s.st.Workers; dir != nil {
 		dir.WorkersChanged()
 	}
 }
