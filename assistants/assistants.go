@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/stream"
 )
 
 // The bounds of the built-ins' inputs.
@@ -381,6 +382,6 @@ func (f firehoseEvent) AppendJSON(b []byte) []byte {
 	b = append(b, `,"ts":`...)
 	b = strconv.AppendInt(b, f.TS, 10)
 	b = append(b, `,"pad":`...)
-	b = server.AppendJSONString(b, f.Pad)
+	b = stream.AppendJSONString(b, f.Pad)
 	return append(b, '}')
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentstream/agentstream/diskstore/internal/commitlog"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/stream"
 	"github.com/cockroachdb/pebble/v2"
 )
 
@@ -202,7 +203,7 @@ func (l *Log) recover() error {
 				if prev == nil {
 					return nil
 				}
-				by, err := server.DecodeProducedBy(json)
+				by, err := stream.DecodeProducedBy(json)
 				if err != nil {
 					return err
 				}

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/stream"
 	"github.com/cockroachdb/pebble/v2"
 )
 
@@ -62,7 +63,7 @@ func (l *Log) lastBatch(thread, producer string) (*server.LastBatch, bool, error
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	lb, err := server.DecodeLastBatch(v)
+	lb, err := stream.DecodeLastBatch(v)
 	if err != nil {
 		return nil, false, errors.Join(errCorrupt, err)
 	}
@@ -136,7 +137,7 @@ func (l *Log) pruneProducers(written map[string]int) {
 		}
 		var all []used
 		for it.First(); it.Valid(); it.Next() {
-			lb, err := server.DecodeLastBatch(it.Value())
+			lb, err := stream.DecodeLastBatch(it.Value())
 			all = append(all, used{append([]byte(nil), it.Key()...), lb.Used})
 			_ = err // one that cannot be read is the first to go (Used 0)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server/stream"
 )
 
 func benchThread(b *testing.B) (*Server, *thread) {
@@ -160,7 +161,7 @@ func (f firehoseOwn) AppendJSON(b []byte) []byte {
 	b = append(b, `,"ts":`...)
 	b = strconv.AppendInt(b, f.TS, 10)
 	b = append(b, `,"pad":`...)
-	b = AppendJSONString(b, f.Pad)
+	b = stream.AppendJSONString(b, f.Pad)
 	return append(b, '}')
 }
 
@@ -380,4 +381,8 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/event")
+}
+
+func customEvent(name string, d protocol.CustomData) eventData {
+	return eventData{p: protocol.NewServerEventCustom(d), name: name}
 }

@@ -525,9 +525,11 @@ func (t *thread) noteRemoteOpen(e *Event) {
 		// Events read back from a log carry their typed payload for
 		// lifecycle only: decode the few that open or close something,
 		// found without decoding the rest (the deltas).
-		switch string(dataEvent(e.json)) { // compared without allocating
+		switch string(dataEvent(e.JSON())) { // compared without allocating
 		case "message-start", "message-finish", "error", "tool-started", "tool-finished", "tool-error":
-			payload, _ = e.typed()
+			if full, err := e.WithPayload(); err == nil {
+				payload = full.Payload
+			}
 		}
 	}
 	if l, ok := payload.(*protocol.ServerEventLifecycle); ok {

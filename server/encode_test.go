@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/stream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,7 +48,7 @@ type ownJSON struct {
 
 func (o ownJSON) AppendJSON(b []byte) []byte {
 	b = append(b, `{"s":`...)
-	b = server.AppendJSONString(b, o.S)
+	b = stream.AppendJSONString(b, o.S)
 	b = append(b, `,"n":`...)
 	b = strconv.AppendInt(b, int64(o.N), 10)
 	return append(b, '}')

@@ -332,6 +332,7 @@ type counters struct {
 	gaps          atomic.Uint64
 	epochBumps    atomic.Uint64
 	replays       atomic.Uint64
+	subscribes    atomic.Uint64
 	refills       atomic.Uint64
 	commands      atomic.Uint64
 	denied        atomic.Uint64
@@ -357,6 +358,7 @@ type MetricsSnapshot struct {
 	// QueuedWorkerRuns how many runs wait for a free one.
 	Workers, QueuedWorkerRuns int
 	Replays                   uint64 // subscriptions that started with a replay
+	Subscribes                uint64 // subscriptions made (restored ones included)
 	// ReplayRefills counts the parts of replays longer than a session's
 	// queue read from the log as their readers made room.
 	ReplayRefills uint64
@@ -425,6 +427,7 @@ func (s *Server) Metrics() MetricsSnapshot {
 		IngestDuplicates: s.metrics.ingestDuplicates.Load(),
 		WorkersLost:      s.metrics.workersLost.Load(),
 		Replays:          s.metrics.replays.Load(),
+		Subscribes:       s.metrics.subscribes.Load(),
 		ReplayRefills:    s.metrics.refills.Load(),
 		Commands:         s.metrics.commands.Load(),
 		Denied:           s.metrics.denied.Load(),

@@ -277,6 +277,7 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 	ss.subs[id] = sub
 	ss.subsGen++
 	ss.index(t, sub)
+	t.srv.metrics.subscribes.Add(1)
 	if replayed > 0 {
 		t.srv.metrics.replays.Add(1)
 	}

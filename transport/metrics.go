@@ -90,6 +90,7 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 		counter("agentstream_ingested_events_total", "Events producers published into threads (POST /threads/{id}/events).", func(s server.MetricsSnapshot) uint64 { return s.Ingested }),
 		counter("agentstream_ingest_duplicate_batches_total", "Producer batches sent again (the same producer and batch number) that appended nothing.", func(s server.MetricsSnapshot) uint64 { return s.IngestDuplicates }),
 		counter("agentstream_replays_total", "Subscriptions that started with a replay.", func(s server.MetricsSnapshot) uint64 { return s.Replays }),
+		counter("agentstream_subscribes_total", "Subscriptions made (subscription.subscribe, an SSE stream's, a restored one).", func(s server.MetricsSnapshot) uint64 { return s.Subscribes }),
 		counter("agentstream_replay_refills_total", "Parts of replays longer than a connection's queue, read from the log as the reader made room.", func(s server.MetricsSnapshot) uint64 { return s.ReplayRefills }),
 		counter("agentstream_commands_total", "Commands dispatched, all transports.", func(s server.MetricsSnapshot) uint64 { return s.Commands }),
 		counter("agentstream_buffer_undecodable_events_total", "Buffered events a replay could not rebuild from their JSON and skipped (a bug if ever more than 0).", func(s server.MetricsSnapshot) uint64 { return s.BufferUndecodable }),

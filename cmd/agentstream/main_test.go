@@ -449,6 +449,9 @@ func TestServeWithRedis(t *testing.T) {
 	require.Eventually(t, func() bool { s, _ := cmd(); return s == 200 }, 10*time.Second, 50*time.Millisecond)
 	runEcho(base)
 	require.Eventually(t, func() bool { return strings.Contains(state(base), "remember me") }, 5*time.Second, 20*time.Millisecond, "runs work again")
+	// The run's values are in Redis as soon as they are set, its events once
+	// the log's writer has sent them.
+	wiretest.WaitMetricAbove(t, base, "agentstream_redis_events_written_total", 0)
 	metrics, err := http.Get(base + "/metrics")
 	require.NoError(t, err)
 	mb, _ := io.ReadAll(metrics.Body)

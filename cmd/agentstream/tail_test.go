@@ -64,12 +64,12 @@ func tailWhile(t *testing.T, args []string, out, errb *bytes.Buffer, start func(
 	if !strings.HasPrefix(base, "http") {
 		base = "http://" + base
 	}
-	subscribed := wiretest.Metric(t, base, "agentstream_subscriptions")
+	subscribed := wiretest.Metric(t, base, "agentstream_subscribes_total")
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, out, errb, nil) }()
 	// Attached: a run that starts later, or is under way as it attaches,
 	// is the one it follows.
-	wiretest.WaitMetricAbove(t, base, "agentstream_subscriptions", subscribed)
+	wiretest.WaitMetricAbove(t, base, "agentstream_subscribes_total", subscribed)
 	start()
 	return <-done
 }
@@ -175,10 +175,10 @@ func TestTailPrintsTextAsItStreams(t *testing.T) {
 	var out, errb syncBuffer
 	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer tcancel()
-	subscribed := wiretest.Metric(t, "http://"+addr, "agentstream_subscriptions")
+	subscribed := wiretest.Metric(t, "http://"+addr, "agentstream_subscribes_total")
 	exited := make(chan int, 1)
 	go func() { exited <- run(tctx, []string{"tail", addr, "streaming", "--until-done"}, &out, &errb, nil) }()
-	wiretest.WaitMetricAbove(t, "http://"+addr, "agentstream_subscriptions", subscribed) // attached
+	wiretest.WaitMetricAbove(t, "http://"+addr, "agentstream_subscribes_total", subscribed) // attached
 	c, err := client.Dial(ctx, "http://"+addr, client.Options{})
 	require.NoError(t, err)
 	defer c.Close()

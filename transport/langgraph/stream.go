@@ -17,6 +17,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/stream"
 	"github.com/agentstream/agentstream/transport/wire"
 )
 
@@ -414,7 +415,7 @@ func makeView(e *server.Event) any {
 		}
 		v.kind, v.ts, v.node, v.id = viewUpdates, uint64(p.Params.Timestamp), node, taskID(e.EventID())
 		v.data = enc(p.Params.Data.Values) // {node: values}, its frame, holds it
-		upd := append(append(server.AppendJSONString([]byte{'{'}, node), ':'), v.data...)
+		upd := append(append(stream.AppendJSONString([]byte{'{'}, node), ':'), v.data...)
 		v.frame = rawFrame(nil, "updates", e.Seq, append(upd, '}'))
 	case *protocol.ServerEventCustom:
 		v.kind, v.ts, v.frame = viewCustom, uint64(p.Params.Timestamp), rawFrame(nil, "custom", e.Seq, enc(p.Params.Data.Payload))
@@ -438,7 +439,7 @@ func makeView(e *server.Event) any {
 			v.kind, v.id = viewStart, d.ID
 		case *protocol.ContentBlockDeltaData:
 			if t, ok := d.Delta.Value.(*protocol.TextDelta); ok {
-				v.kind, v.text, v.data = viewDelta, t.Text, server.AppendJSONString(nil, t.Text)
+				v.kind, v.text, v.data = viewDelta, t.Text, stream.AppendJSONString(nil, t.Text)
 			}
 		case *protocol.MessageFinishData:
 			v.kind = viewFinish
@@ -674,7 +675,7 @@ func (f *platformFrames) message(buf []byte, e *server.Event, v *view) []byte {
 		tu, ok := f.tuples[v.ns]
 		if !ok {
 			m, _ := json.Marshal(f.messageMeta(v))
-			tail := append(server.AppendJSONString([]byte(`,"id":`), f.open[v.ns]),
+			tail := append(stream.AppendJSONString([]byte(`,"id":`), f.open[v.ns]),
 				`,"type":"ai","tool_calls":[],"invalid_tool_calls":[],"tool_call_chunks":[],"additional_kwargs":{},"response_metadata":{}},`...)
 			tu = tuple{key: tupleKey{run: f.run, message: f.open[v.ns]}, tail: append(append(tail, m...), ']')}
 			if f.tuples == nil {

@@ -1,4 +1,4 @@
-package server
+package stream
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 func TestMemoryLogTotalBudgetDropsTheColdestFirst(t *testing.T) {
 	ev := func(seq uint64) *Event {
-		e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
+		e, err := Build(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
 		require.NoError(t, err)
 		return e
 	}
@@ -76,7 +76,7 @@ func TestBufferedEventCost(t *testing.T) {
 	var jsonBytes int
 	before := heap()
 	for i := 1; i <= n; i++ {
-		e, err := buildEvent(customEvent("firehose", protocol.CustomData{Payload: map[string]any{"i": i, "pad": pad}}), "0123456789abcdef", uint64(i), 1763950000000)
+		e, err := Build(customEvent("firehose", protocol.CustomData{Payload: map[string]any{"i": i, "pad": pad}}), "0123456789abcdef", uint64(i), 1763950000000)
 		require.NoError(t, err)
 		jsonBytes += e.Size()
 		l.Append(context.Background(), "t", e)
@@ -96,18 +96,18 @@ func TestBufferedEventCost(t *testing.T) {
 // fields as the ones appended; lifecycle events their typed payload too.
 func TestMemoryLogReplaysWhatWasAppended(t *testing.T) {
 	name := "tok\"en" // as RunContext.Custom builds it
-	in := []eventData{
+	in := []Data{
 		customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"text": "é\n\u2028"}}),
 		lifecycleEvent(channels.Namespace{"agent:1"}, protocol.LifecycleData{Event: protocol.AgentStatusRunning}),
 		valuesEvent(map[string]any{"n": 1}),
 	}
-	sub := customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"text": "é\n\u2028"}}) // an eventData is published once
-	sub.namespace = channels.Namespace{"parent:2", "child:3"}
+	sub := customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"text": "é\n\u2028"}}) // a Data is built once
+	sub.Namespace = channels.Namespace{"parent:2", "child:3"}
 	in = append(in, sub)
 	l := NewMemoryLog(100, 1<<20)
 	var appended []*Event
 	for i, d := range in {
-		e, err := buildEvent(d, "epoch", uint64(i+1), 1763950000000)
+		e, err := Build(d, "epoch", uint64(i+1), 1763950000000)
 		require.NoError(t, err)
 		l.Append(context.Background(), "t", e)
 		appended = append(appended, e)
@@ -150,7 +150,7 @@ func TestMemoryLogLowerBudgetDropsAtOnce(t *testing.T) {
 	l := NewMemoryLog(1000, 1<<20)
 	for _, th := range []string{"a", "b", "c"} { // c is the hottest
 		for seq := uint64(1); seq <= 10; seq++ {
-			e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
+			e, err := Build(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
 			require.NoError(t, err)
 			l.Append(context.Background(), th, e)
 		}
@@ -181,7 +181,7 @@ func oldestOf(l *MemoryLog, thread string) uint64 {
 // passes on every event, a hole inside the buffer included.
 func TestAfterHeldSaysWhatTheBufferLetGo(t *testing.T) {
 	ev := func(seq uint64) *Event {
-		e, err := buildEvent(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
+		e, err := Build(customEvent("x", protocol.CustomData{Payload: "p"}), "e", seq, 0)
 		require.NoError(t, err)
 		return e
 	}

@@ -1,4 +1,4 @@
-package server
+package stream
 
 import (
 	"encoding/json"
@@ -12,23 +12,27 @@ import (
 
 // Helpers of the internal tests: the events they publish.
 
-func customEvent(name string, d protocol.CustomData) eventData {
-	return eventData{p: protocol.NewServerEventCustom(d), name: name}
+func customEvent(name string, d protocol.CustomData) Data {
+	return Data{Payload: protocol.NewServerEventCustom(d), Name: name}
 }
 
-func valuesEvent(v any) eventData { return eventData{p: protocol.NewServerEventValues(v)} }
+func lifecycleEvent(ns channels.Namespace, data protocol.LifecycleData) Data {
+	return Data{Payload: protocol.NewServerEventLifecycle(data), Namespace: ns}
+}
 
-func messagesEvent(node string, v protocol.MessagesDataVariant) eventData {
+func valuesEvent(v any) Data { return Data{Payload: protocol.NewServerEventValues(v)} }
+
+func messagesEvent(node string, v protocol.MessagesDataVariant) Data {
 	p := protocol.NewServerEventMessages(protocol.MessagesData{Value: v})
 	p.Params.Node = &node
-	return eventData{p: p}
+	return Data{Payload: p}
 }
 
 // decodeSamples are events as the server writes them, plain enough for
 // the generated decoder's fast path (no escapes in what it reads).
 func decodeSamples(t testing.TB) [][]byte {
 	name := "tok"
-	ds := []eventData{
+	ds := []Data{
 		customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"a": 1}}),
 		customEvent("", protocol.CustomData{Payload: []any{"x"}}),
 		lifecycleEvent(channels.Namespace{"sub:1", "tool:2"}, protocol.LifecycleData{Event: protocol.AgentStatusRunning}),
@@ -38,7 +42,7 @@ func decodeSamples(t testing.TB) [][]byte {
 	}
 	var out [][]byte
 	for i, d := range ds {
-		e, err := buildEvent(d, "ep1", uint64(i+1), 1763950000000)
+		e, err := Build(d, "ep1", uint64(i+1), 1763950000000)
 		require.NoError(t, err)
 		out = append(out, e.JSON())
 	}
@@ -142,7 +146,7 @@ func FuzzDecodeEvent(f *testing.F) {
 // decoder in full (what any other layout costs).
 func BenchmarkDecodeEvent(b *testing.B) {
 	name := "firehose"
-	e, err := buildEvent(customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"index": 7, "ts": 1763950000000000000, "pad": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}), "ep1", 42, 1763950000000)
+	e, err := Build(customEvent(name, protocol.CustomData{Name: &name, Payload: map[string]any{"index": 7, "ts": 1763950000000000000, "pad": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}), "ep1", 42, 1763950000000)
 	require.NoError(b, err)
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()

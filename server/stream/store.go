@@ -1,9 +1,7 @@
-package server
+package stream
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
@@ -34,12 +32,6 @@ type EventLog interface {
 	Len(ctx context.Context, thread string) int
 	// Release drops the thread's events (the thread went idle).
 	Release(ctx context.Context, thread string)
-}
-
-func randomID(prefix string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
 }
 
 // DurableLog is an EventLog that outlives the process (a Redis stream):
