@@ -9,6 +9,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/threads"
 	"github.com/stretchr/testify/require"
 )
 
@@ -132,4 +133,89 @@ func TestACutRunEndsOnTheWire(t *testing.T) {
 	srv3 := server.New(server.Config{Engine: eng3})
 	require.Zero(t, eng3.CutRuns(), "the run ended: nothing to cut after a clean close")
 	require.NoError(t, srv3.Close(context.Background()))
+}
+
+// TestACutRunEndsInItsRecord: the record of a run going on when the store
+// stopped without being closed (kill -9) ends too once the store opens
+// again, whoever reads it: status error with the reason its stream gives,
+// never running for ever; a run started after the restart is not taken
+// for one cut, and an earlier run's end stays as it was.
+func TestACutRunEndsInItsRecord(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	eng, err := Open(Options{Dir: dir})
+	require.NoError(t, err)
+	srv := server.New(server.Config{Engine: eng})
+	cat := threads.Of(srv)
+	started := make(chan struct{}, 1)
+	hang := server.AssistantFunc(func(ctx context.Context, rc *server.RunContext) error {
+		if rc.Input() == "quick" {
+			return nil
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	srv.Register("hang", hang)
+	ss := srv.NewSession("cut")
+	_, _, err = ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}}, nil)
+	require.NoError(t, err)
+	runStart := func(ss *server.Session, input any) string {
+		resp, err := ss.Do(ctx, &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: protocol.RunStartParams{AssistantID: "hang", Input: input}}})
+		require.NoError(t, err)
+		return *resp.Result.(protocol.RunResult).RunID
+	}
+	untilEnd := func(ss *server.Session) {
+		for {
+			c, cancel := context.WithTimeout(ctx, 5*time.Second)
+			e, err := ss.Next(c)
+			cancel()
+			require.NoError(t, err)
+			if e.EndsRun() {
+				return
+			}
+		}
+	}
+	done := runStart(ss, "quick") // ends before the crash
+	untilEnd(ss)
+	cut := runStart(ss, "hang")
+	<-started
+	ss.Close()
+	cat.SyncRuns(ctx)
+	status := func(cat *threads.Catalog, id string) server.RunRecord {
+		cat.SyncRuns(ctx)
+		runs, err := cat.Runs(ctx, "cut")
+		require.NoError(t, err)
+		for _, r := range runs {
+			if r.ID == id {
+				return r
+			}
+		}
+		t.Fatalf("no record of run %s", id)
+		return server.RunRecord{}
+	}
+	require.Equal(t, server.RunRunning, status(cat, cut).Status)
+	crash(t, eng)
+
+	eng2, err := Open(Options{Dir: dir})
+	require.NoError(t, err)
+	srv2 := server.New(server.Config{Engine: eng2}) // ends the cut run on the wire
+	srv2.Register("hang", hang)
+	require.Equal(t, 1, eng2.CutRuns())
+	cat2 := threads.Of(srv2) // after the engine started: it hears of the cut all the same
+	rec := status(cat2, cut)
+	require.Equal(t, server.RunError, rec.Status, "the cut run's record ends")
+	require.Equal(t, server.ErrRunCut.Error(), rec.Error)
+	require.Equal(t, server.RunSuccess, status(cat2, done).Status, "a run that ended before stays as it ended")
+
+	ss2 := srv2.NewSession("cut")
+	_, _, err = ss2.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle}}, &server.Cursor{Seq: srv2.LastSeq("cut")})
+	require.NoError(t, err)
+	after := runStart(ss2, "quick")
+	untilEnd(ss2)
+	ss2.Close()
+	require.Equal(t, server.RunSuccess, status(cat2, after).Status, "a run after the restart is no cut run")
+	require.Equal(t, server.RunError, status(cat2, cut).Status)
+	require.NoError(t, srv2.Close(ctx))
+	require.NoError(t, srv.Close(ctx))
 }

@@ -346,6 +346,12 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 			return LostRunUnsure // the stream moved while its tail was read: look again later
 		}
 		if !t.tailRunOpen(tail, assumeOpen) {
+			if assumeOpen && t.acked == 0 {
+				// A node held the thread for a run that was cut before
+				// any of its events reached the store: nothing to end on
+				// the wire, but its record ends.
+				s.runCut(RunCut{Thread: threadID, Seq: 1, At: s.cfg.Now(), Err: why.err})
+			}
 			return LostRunNone
 		}
 		root = t.tree[channels.Namespace(nil).Key()]
@@ -359,7 +365,9 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 		graph = root.graph
 	}
 	t.closeRemoteOpen(why)
-	_, _ = t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, why.err.Error())
+	if e, err := t.publishLifecycle(nil, protocol.AgentStatusFailed, graph, nil, why.err.Error()); err == nil {
+		s.runCut(RunCut{Thread: threadID, Seq: e.Seq, At: s.cfg.Now(), Err: why.err})
+	}
 	return LostRunFailed
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/agentstream/agentstream/auth"
 )
@@ -36,6 +37,13 @@ type ResourceHost interface {
 	// thread's lock: fn must not block. Runs started before the call are
 	// heard from their next change.
 	OnRun(fn func(RunRecord))
+	// OnRunCut calls fn each time the core ends, for every node's
+	// clients, the run of a thread that no process runs any more (the
+	// server was killed and started again, or the run's node was lost),
+	// under the thread's lock: fn must not block. The runs cut before the
+	// call (those the engine found open at start) are told at once, up to
+	// maxPendingCuts of them.
+	OnRunCut(fn func(RunCut))
 	// OnClose calls fn when the server closes, after its runs stopped
 	// (whose last changes fn may still be writing) and before its engine.
 	OnClose(fn func(ctx context.Context))
@@ -72,6 +80,22 @@ type ResourceHost interface {
 	WhileIdle(thread string, fn func() error) error
 }
 
+// RunCut is a run the core ended because no process runs it any more
+// (ResourceHost.OnRunCut): the runs of Thread that started before event
+// Seq (the failed lifecycle event that ends it, at At) and had not ended
+// are cut, for Err.
+type RunCut struct {
+	Thread string
+	Seq    uint64
+	At     time.Time
+	Err    error
+}
+
+// maxPendingCuts is how many cut runs the server keeps for run-cut hooks
+// added later (OnRunCut): the engine ends those it finds at start before
+// a resource can listen.
+const maxPendingCuts = 4096
+
 // LiveRun is a run as this node has it (ResourceHost.Run).
 type LiveRun struct {
 	// Current: it is the thread's run, still finishing if it ended;
@@ -100,6 +124,10 @@ type resourceHooks struct {
 	// onClose: the resources' closers. (The run hooks are
 	// Server.runHooks, replaced whole under mu.)
 	onClose []func(context.Context)
+	// onCut: the run-cut hooks; cuts: the runs cut while none listened,
+	// for the first that does (at most maxPendingCuts).
+	onCut []func(RunCut)
+	cuts  []RunCut
 }
 
 func (h resourceHost) Stores() EngineStores { return h.s.st }
@@ -134,6 +162,34 @@ func (h resourceHost) OnRun(fn func(RunRecord)) {
 	}
 	hooks = append(hooks, fn)
 	h.s.runHooks.Store(&hooks)
+}
+
+func (h resourceHost) OnRunCut(fn func(RunCut)) {
+	r := &h.s.hooks
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onCut = append(r.onCut, fn)
+	for _, c := range r.cuts {
+		fn(c)
+	}
+	r.cuts = nil
+}
+
+// runCut tells the run-cut hooks (ResourceHost.OnRunCut) of c, or keeps
+// it for the first. The caller holds c's thread's lock.
+func (s *Server) runCut(c RunCut) {
+	r := &s.hooks
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.onCut) == 0 {
+		if len(r.cuts) < maxPendingCuts {
+			r.cuts = append(r.cuts, c)
+		}
+		return
+	}
+	for _, fn := range r.onCut {
+		fn(c)
+	}
 }
 
 func (h resourceHost) OnClose(fn func(context.Context)) {
@@ -243,7 +299,7 @@ func (h resourceHost) Release(id string) error {
 		t.mu.Unlock()
 		return fmt.Errorf("%w: cancel it first", ErrThreadBusy)
 	}
-	t.evicted = true
+	t.evicted, t.deleted = true, true
 	sessions := t.sessionList()
 	for _, ss := range sessions {
 		ss.leave(t)

@@ -241,10 +241,17 @@ func (ss *Session) subscribe(id string, f channels.Filter, cursor *Cursor) (stri
 		if err != nil {
 			return "", 0, err
 		}
-		if t2, err := ss.lockThread(); err != nil {
-			return "", 0, err
-		} else if t2 != t {
-			t2.mu.Unlock() // the sweeper forgot it meanwhile
+		t.mu.Lock()
+		if t.evicted {
+			// Forgotten meanwhile: deleted, the subscription fails (a
+			// replacement made now would read the data being deleted);
+			// forgotten idle (the sweeper), it is made on the thread that
+			// replaces it.
+			deleted := t.deleted
+			t.mu.Unlock()
+			if deleted {
+				return "", 0, ErrThreadDeleted
+			}
 			continue
 		}
 		ss.mu.Lock()

@@ -45,6 +45,7 @@ type thread struct {
 	nsubs      int                   // their subscriptions
 	cutoff     []*Session            // scratch: sessions ended during a publish
 	evicted    bool                  // forgotten by the sweeper: a new thread replaces it
+	deleted    bool                  // evicted because the thread was deleted (ResourceHost.Release)
 	lastActive time.Time
 	// storeWriters counts those writing the thread's state without its
 	// lock (unlockForStore): the thread is not idle meanwhile.

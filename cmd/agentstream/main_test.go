@@ -514,13 +514,14 @@ func victimAndSurvivor(t *testing.T, thread, channel string) (victim string, pro
 }
 
 // victimAndSurvivorNodes is victimAndSurvivor without the stream: the
-// survivor has no client on any thread. It returns Redis too.
-func victimAndSurvivorNodes(t *testing.T) (rs *redistest.Server, victim string, proc *exec.Cmd, survivor string, cancel context.CancelFunc, done <-chan int) {
+// survivor has no client on any thread. It returns Redis too. Both nodes
+// get flags too.
+func victimAndSurvivorNodes(t *testing.T, flags ...string) (rs *redistest.Server, victim string, proc *exec.Cmd, survivor string, cancel context.CancelFunc, done <-chan int) {
 	t.Helper()
 	rs = redistest.Start(t)
-	victim, proc = startProcessNode(t, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim")
+	victim, proc = startProcessNode(t, append([]string{"--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "victim"}, flags...)...)
 	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := startServe(t, ctx, io.Discard, "--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor")
+	addr, done := startServe(t, ctx, io.Discard, append([]string{"--redis", rs.URL(), "--lease-ttl", "1s", "--node-id", "survivor"}, flags...)...)
 	return rs, victim, proc, "http://" + addr, cancel, done
 }
 
@@ -575,6 +576,65 @@ func TestKilledNodeFailsItsRun(t *testing.T) {
 	require.Equal(t, 200, post(survivor, `{"id": 2, "method": "run.start", "params": {"assistant_id": "firehose", "input": {"count": 3}}}`))
 	until(rootEnd("completed"))
 	stream.Body.Close()
+	cancel()
+	require.Equal(t, 0, <-done)
+}
+
+// TestKilledNodeEndsItsRunsRecord: the Platform's record of a run on a
+// node killed (kill -9) ends too, not only its stream: runs.get on the
+// other node says error within the lease time, and runs.join answers the
+// Platform's error shape, naming the lost node, instead of the thread's
+// values.
+func TestKilledNodeEndsItsRunsRecord(t *testing.T) {
+	t.Run("with events", func(t *testing.T) { killedNodeEndsItsRunsRecord(t, true) })
+	// Killed as soon as its record says it runs, often before any of its
+	// events reached Redis: the record ends all the same.
+	t.Run("at once", func(t *testing.T) { killedNodeEndsItsRunsRecord(t, false) })
+}
+
+func killedNodeEndsItsRunsRecord(t *testing.T, withEvents bool) {
+	_, victim, proc, survivor, cancel, done := victimAndSurvivorNodes(t, "--profiles", "langgraph")
+	call := func(method, url, body string) (int, map[string]any) {
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		r, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer r.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&out)
+		return r.StatusCode, out
+	}
+	const thread = "0b0e4f8e-5d2a-4c1b-9a63-2f8d7c6b5a41"
+	status, _ := call("POST", victim+"/threads", `{"thread_id": "`+thread+`"}`)
+	require.Equal(t, 200, status)
+	status, run := call("POST", victim+"/threads/"+thread+"/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`)
+	require.Equal(t, 200, status, "%v", run)
+	runID, _ := run["run_id"].(string)
+	require.NotEmpty(t, runID)
+	runStatus := func() any { _, r := call("GET", survivor+"/threads/"+thread+"/runs/"+runID, ""); return r["status"] }
+	require.Eventually(t, func() bool { return runStatus() == "running" }, 10*time.Second, 20*time.Millisecond, "the record says the run goes on")
+	if withEvents {
+		// Some of its events are in Redis: the survivor reads them.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", survivor+"/threads/"+thread+"/stream?since=0", nil)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		custom := 0
+		require.NoError(t, ssetest.Scan(bufio.NewReader(resp.Body), func(f ssetest.Frame) bool {
+			if f.Event == "custom" {
+				custom++
+			}
+			return custom < 5
+		}))
+		resp.Body.Close()
+	}
+	require.NoError(t, proc.Process.Signal(syscall.SIGKILL))
+	require.Eventually(t, func() bool { return runStatus() == "error" }, 10*time.Second, 50*time.Millisecond, "the cut run's record ends")
+	status, joined := call("GET", survivor+"/threads/"+thread+"/runs/"+runID+"/join", "")
+	require.Equal(t, 200, status)
+	require.Contains(t, fmt.Sprint(joined["__error__"]), "node lost", "%v", joined)
 	cancel()
 	require.Equal(t, 0, <-done)
 }

@@ -42,13 +42,14 @@ type runRecordJSON struct {
 	CreatedAt time.Time      `json:"t"`
 	UpdatedAt time.Time      `json:"u"`
 	After     uint64         `json:"q,omitempty"`
+	Error     string         `json:"e,omitempty"`
 }
 
 // MarshalRunRecord encodes rec for a store (its thread and ID are the
 // store's key).
 func MarshalRunRecord(rec RunRecord) ([]byte, error) {
 	return json.Marshal(runRecordJSON{Assistant: rec.Assistant, Status: rec.Status, Strategy: rec.MultitaskStrategy, Input: rec.Input,
-		Config: rec.Config, Metadata: rec.Metadata, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, After: rec.After})
+		Config: rec.Config, Metadata: rec.Metadata, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, After: rec.After, Error: rec.Error})
 }
 
 // UnmarshalRunRecord decodes run id of thread.
@@ -58,7 +59,7 @@ func UnmarshalRunRecord(thread, id string, b []byte) (RunRecord, error) {
 		return RunRecord{}, err
 	}
 	return RunRecord{ID: id, Thread: thread, Assistant: r.Assistant, Status: r.Status, MultitaskStrategy: r.Strategy,
-		Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, After: r.After}, nil
+		Input: r.Input, Config: r.Config, Metadata: r.Metadata, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, After: r.After, Error: r.Error}, nil
 }
 
 type storeItemJSON struct {

@@ -18,6 +18,9 @@ type RunRecord struct {
 	// After is the sequence number of the thread's last event before the
 	// run started (its events follow it); 0 too while it is queued.
 	After uint64
+	// Error is why a run of status error failed, when the server knows
+	// more than its stream says (a run cut by a crash or a lost node).
+	Error string
 }
 
 // RunCatalog is a StateStore that keeps the runs of each thread (the

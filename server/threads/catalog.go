@@ -267,6 +267,10 @@ func (cat *Catalog) Delete(ctx context.Context, id string) (ok bool, err error) 
 	if err := del(ctx, id); err != nil {
 		return true, server.StoreError(err)
 	}
+	// A use of the thread while its data was being deleted (a late
+	// subscriber) held it again as it was: it goes too, so that what is
+	// held next starts from nothing.
+	_ = cat.host.Release(id)
 	cat.st.Log.Release(ctx, id)
 	return true, nil
 }

@@ -22,10 +22,12 @@ type recorder struct {
 
 const recordQueue = 4096
 
-// recorded is a record to write, or (done set) a mark to close once what
-// was queued before it is written.
+// recorded is a record to write, a run cut (cut set: its records end),
+// or (done set) a mark to close once what was queued before it is
+// written.
 type recorded struct {
 	rec  server.RunRecord
+	cut  *server.RunCut
 	done chan struct{}
 }
 
@@ -41,15 +43,59 @@ func (cat *Catalog) startRecorder() {
 	go func() {
 		defer close(r.done)
 		for it := range r.ch {
-			if it.done != nil {
+			switch {
+			case it.done != nil:
 				close(it.done)
-				continue
+			case it.cut != nil:
+				endCut(rc, *it.cut)
+			default:
+				_ = rc.SetRun(context.Background(), it.rec) // a store that fails loses the record, not the run
 			}
-			_ = rc.SetRun(context.Background(), it.rec) // a store that fails loses the record, not the run
 		}
 	}()
 	cat.host.OnRun(r.record)
+	cat.host.OnRunCut(r.recordCut)
 	cat.host.OnClose(r.stop)
+}
+
+// endCut ends the records of the runs cut (server.RunCut): those of the
+// thread that started before the cut and had not ended take status
+// error, with the cut's reason. A run waiting on its interrupts
+// (interrupted) is open only if it is the thread's last run before the
+// cut: an earlier one of that status was cancelled.
+func endCut(rc server.RunCatalog, cut server.RunCut) {
+	ctx := context.Background()
+	runs, err := rc.Runs(ctx, cut.Thread)
+	if err != nil {
+		return // a store that fails keeps the records as they were
+	}
+	last := true
+	for _, rec := range runs { // newest first
+		if rec.After >= cut.Seq || rec.CreatedAt.After(cut.At) {
+			continue // started, or was queued, after the cut
+		}
+		open := rec.Status == server.RunRunning || rec.Status == server.RunPending || rec.Status == server.RunInterrupted && last
+		last = false
+		if !open {
+			continue
+		}
+		rec.Status, rec.Error, rec.UpdatedAt = server.RunError, cut.Err.Error(), cut.At.UTC()
+		_ = rc.SetRun(ctx, rec)
+	}
+}
+
+// recordCut queues a run cut (the core's run-cut hook: it never blocks).
+func (r *recorder) recordCut(cut server.RunCut) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	select {
+	case r.ch <- recorded{cut: &cut}:
+	default:
+		r.dropped++
+	}
 }
 
 // record queues rec (the core's run hook: it never blocks).

@@ -235,6 +235,9 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 			for _, rec := range runs {
 				if rec.ID == runID && rec.Status == server.RunError {
 					failed = &protocol.LifecycleData{}
+					if rec.Error != "" {
+						failed.Error = &rec.Error // a run cut by a crash or a lost node
+					}
 				}
 			}
 		}
