@@ -575,17 +575,27 @@ func (s *Server) head(id string) streamHead {
 // lockThread returns thread id locked, creating it as thread does. A
 // thread the sweeper is forgetting is not returned: the caller gets the
 // one that replaces it.
-func (s *Server) lockThread(id string) (*thread, error) {
+func (s *Server) lockThread(id string) (*thread, error) { return s.lockHeld(id, false) }
+
+// lockHeld locks thread id's lock, and first its writer lock when
+// writing, retrying when the sweeper is forgetting the thread it found.
+func (s *Server) lockHeld(id string, writing bool) (*thread, error) {
 	for {
 		t, err := s.thread(id, true)
 		if err != nil {
 			return nil, err
+		}
+		if writing {
+			t.wmu.Lock()
 		}
 		t.mu.Lock()
 		if !t.evicted {
 			return t, nil
 		}
 		t.mu.Unlock()
+		if writing {
+			t.wmu.Unlock()
+		}
 		runtime.Gosched() // the sweeper is taking it out of the map
 	}
 }
@@ -613,22 +623,7 @@ func (s *Server) lockThreadForRun(ctx context.Context, id string) (*thread, map[
 // lockThreadWriting returns thread id locked as lockThread does, with its
 // writer lock (wmu) held too: the caller may let mu go for the store's
 // I/O (unlockForStore) and take it again. It unlocks both.
-func (s *Server) lockThreadWriting(id string) (*thread, error) {
-	for {
-		t, err := s.thread(id, true)
-		if err != nil {
-			return nil, err
-		}
-		t.wmu.Lock()
-		t.mu.Lock()
-		if !t.evicted {
-			return t, nil
-		}
-		t.mu.Unlock()
-		t.wmu.Unlock()
-		runtime.Gosched() // the sweeper is taking it out of the map
-	}
-}
+func (s *Server) lockThreadWriting(id string) (*thread, error) { return s.lockHeld(id, true) }
 
 // HasThread reports whether thread id exists: this node holds it, or the
 // StateStore has its state (an error says the store could not tell).

@@ -84,29 +84,21 @@ func endCut(rc server.RunCatalog, cut server.RunCut) {
 	}
 }
 
-// recordCut queues a run cut (the core's run-cut hook: it never blocks).
-func (r *recorder) recordCut(cut server.RunCut) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return
-	}
-	select {
-	case r.ch <- recorded{cut: &cut}:
-	default:
-		r.dropped++
-	}
-}
-
 // record queues rec (the core's run hook: it never blocks).
-func (r *recorder) record(rec server.RunRecord) {
+func (r *recorder) record(rec server.RunRecord) { r.queue(recorded{rec: rec}) }
+
+// recordCut queues a run cut (the core's run-cut hook: it never blocks).
+func (r *recorder) recordCut(cut server.RunCut) { r.queue(recorded{cut: &cut}) }
+
+// queue queues it, or drops it (counted) when the queue is full.
+func (r *recorder) queue(it recorded) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return
 	}
 	select {
-	case r.ch <- recorded{rec: rec}:
+	case r.ch <- it:
 	default:
 		r.dropped++
 	}
