@@ -398,7 +398,7 @@ func (e *Engine) Stores() server.EngineStores {
 	return server.EngineStores{
 		Log: l, State: st,
 		Durable: l, Producers: l, Room: l, Synced: l, Memory: l.Memory(),
-		Catalog: st, Index: st, Runs: st, Items: st,
+		Catalog: st, Index: st, Runs: st, Items: st, StateSynced: st,
 	}
 }
 
@@ -419,11 +419,25 @@ func (e *Engine) Start(h server.EngineHost) error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
+	marked := map[string]bool{}
 	for _, thread := range cut {
+		marked[thread] = true
 		if !h.EndCutRun(thread) {
 			// Its end is in the stream after all (a mark the crash kept
 			// and the commit that ended the run lost): the mark goes.
 			_ = e.db.Delete(runKey(thread), pebble.NoSync)
+		}
+	}
+	// A run whose record says it ran, with no mark: none of its events
+	// reached the disk. EndCutRun finds no open run in the stream and
+	// ends the record alone.
+	open, err := e.state.openRunThreads()
+	if err != nil {
+		return err
+	}
+	for _, thread := range open {
+		if !marked[thread] {
+			h.EndCutRun(thread)
 		}
 	}
 	e.cutRuns.Store(int64(len(cut)))

@@ -35,6 +35,7 @@ import (
 //	"m/" THREAD                -> its record for the Platform API (records.go)
 //	"n/" THREAD 0 RUN          -> a run's record for the Platform API (records.go)
 //	"o/" RUN                   -> the run's thread (records.go)
+//	"q/" THREAD 0 RUN          -> a run whose record says it runs or is queued (Engine.Start ends it)
 //	"i/" records.ItemPath      -> an item of the long-term store (items.go)
 //	"m/clean"                  -> the store was closed cleanly
 func chunkPrefix(thread string) []byte {

@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -108,7 +109,38 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	defer batch.Close()
 	_ = batch.Set(append(runPrefix(rec.Thread), rec.ID...), b, nil)
 	_ = batch.Set(runThreadKey(rec.ID), []byte(rec.Thread), nil)
+	if rec.Status == server.RunRunning || rec.Status == server.RunPending {
+		_ = batch.Set(openRunKey(rec.Thread, rec.ID), nil, nil)
+	} else {
+		_ = batch.Delete(openRunKey(rec.Thread, rec.ID), nil)
+	}
 	return batch.Commit(pebble.NoSync)
+}
+
+// openRunKey is "q/" THREAD 0 RUN: the run's record says it runs or is
+// queued. A process that stops without ending it leaves the key, and
+// the next Start ends the run (its record too, when none of its events
+// reached the store to say it ran).
+func openRunKey(thread, run string) []byte {
+	return append(append(append([]byte("q/"), thread...), 0), run...)
+}
+
+// openRunThreads lists the threads with a run its record says is open.
+func (s *State) openRunThreads() ([]string, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte("q/"), UpperBound: []byte("q0")})
+	if err != nil {
+		return nil, err
+	}
+	var threads []string
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()[2:]
+		if i := bytes.IndexByte(k, 0); i >= 0 {
+			if th := string(k[:i]); len(threads) == 0 || threads[len(threads)-1] != th {
+				threads = append(threads, th)
+			}
+		}
+	}
+	return threads, errors.Join(it.Error(), it.Close())
 }
 
 // runThreadKey is "o/" RUN -> the run's thread (RunThread), written with
@@ -132,6 +164,7 @@ func (s *State) DeleteRun(_ context.Context, thread, run string) error {
 	batch := s.db.NewBatch()
 	defer batch.Close()
 	_ = batch.Delete(append(runPrefix(thread), run...), nil)
+	_ = batch.Delete(openRunKey(thread, run), nil)
 	if b, ok, err := s.get(runThreadKey(run)); err == nil && ok && string(b) == thread {
 		_ = batch.Delete(runThreadKey(run), nil)
 	}

@@ -400,7 +400,7 @@ func (s *State) Delete(_ context.Context, thread string) error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return err
 	}
-	for _, prefix := range [][]byte{stateKey(thread, ""), prefix, producerPrefix(thread), runPrefix(thread)} {
+	for _, prefix := range [][]byte{stateKey(thread, ""), prefix, producerPrefix(thread), runPrefix(thread), openRunKey(thread, "")} {
 		if err := b.DeleteRange(prefix, upper(prefix), nil); err != nil {
 			return err
 		}
@@ -680,4 +680,22 @@ func (e *Engine) Export(thread string, w io.Writer) (n int, err error) {
 		err = werr
 	}
 	return n, err
+}
+
+// SyncState implements server.SyncedState: the values, checkpoints and
+// run records written without a sync before the call are synced (with
+// Pebble's log, which groups the syncs of concurrent callers into one).
+var _ server.SyncedState = (*State)(nil)
+
+func (s *State) SyncState(context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok && errors.Is(e, pebble.ErrClosed) {
+				err = e
+				return
+			}
+			panic(p)
+		}
+	}()
+	return s.db.LogData(nil, pebble.Sync)
 }

@@ -346,11 +346,11 @@ func (s *Server) endLostRun(threadID string, assumeOpen bool, quiet time.Duratio
 			return LostRunUnsure // the stream moved while its tail was read: look again later
 		}
 		if !t.tailRunOpen(tail, assumeOpen) {
-			if assumeOpen && t.acked == 0 {
-				// A node held the thread for a run that was cut before
-				// any of its events reached the store: nothing to end on
-				// the wire, but its record ends.
-				s.runCut(RunCut{Thread: threadID, Seq: 1, At: s.cfg.Now(), Err: why.err})
+			if assumeOpen {
+				// A node held the thread for a run that may have been
+				// cut before any of its events reached the store: nothing
+				// to end on the wire, but a record still running ends.
+				s.runCut(RunCut{Thread: threadID, Seq: t.acked + 1, At: s.cfg.Now(), Err: why.err, Unseen: true})
 			}
 			return LostRunNone
 		}

@@ -77,12 +77,14 @@ type EngineStores struct {
 	// Catalog keeps thread records (the Platform API's threads); Index
 	// finds them by metadata without reading them all; Deleter deletes a
 	// thread with its records; Runs keeps run records; Items keeps the
-	// store's items.
-	Catalog ThreadCatalog
-	Index   IndexedCatalog
-	Deleter ThreadDeleter
-	Runs    RunCatalog
-	Items   ItemStore
+	// store's items; Synced syncs what State wrote before an answer
+	// acknowledges it.
+	Catalog     ThreadCatalog
+	Index       IndexedCatalog
+	Deleter     ThreadDeleter
+	Runs        RunCatalog
+	Items       ItemStore
+	StateSynced SyncedState
 }
 
 // MemoryStores names the in-memory stores' capabilities: a MemoryLog
@@ -107,7 +109,7 @@ func (st *EngineStores) memoryLog(l *MemoryLog) {
 // memoryState makes m the state store, with its capabilities and no
 // others.
 func (st *EngineStores) memoryState(m *MemoryState) {
-	st.State, st.Catalog, st.Index, st.Runs, st.Items, st.Deleter = m, m, m, m, m, nil
+	st.State, st.Catalog, st.Index, st.Runs, st.Items, st.Deleter, st.StateSynced = m, m, m, m, m, nil, nil
 }
 
 // EngineHost is how an engine reaches the server it was started for

@@ -53,6 +53,9 @@ const (
 	// LimitIngestAck: a producer's batch not synced within
 	// Config.IngestAckTimeout.
 	LimitIngestAck Limit = "ingest_ack"
+	// LimitWriteAck: a Platform API write not kept (synced, on the disk
+	// engine) within Config.IngestAckTimeout, answered 503.
+	LimitWriteAck Limit = "write_ack"
 	// LimitStoreItems: Config.MaxStoreItems items in the long-term store.
 	LimitStoreItems Limit = "store_items"
 	// LimitThreadMetadata: Config.MaxThreadMetadataBytes of a thread's

@@ -24,6 +24,8 @@ type (
 	ThreadCatalog = records.ThreadCatalog
 	// ThreadDeleter is records.ThreadDeleter.
 	ThreadDeleter = records.ThreadDeleter
+	// SyncedState is records.SyncedState.
+	SyncedState = records.SyncedState
 	// IndexedCatalog is records.IndexedCatalog.
 	IndexedCatalog = records.IndexedCatalog
 	// RecordIndex is records.RecordIndex.

@@ -83,12 +83,15 @@ type ResourceHost interface {
 // RunCut is a run the core ended because no process runs it any more
 // (ResourceHost.OnRunCut): the runs of Thread that started before event
 // Seq (the failed lifecycle event that ends it, at At) and had not ended
-// are cut, for Err.
+// are cut, for Err. Unseen says none of the cut run's events reached the
+// store (its record is all there is of it): only the records still
+// running or queued end, not one that waits on its interrupts.
 type RunCut struct {
 	Thread string
 	Seq    uint64
 	At     time.Time
 	Err    error
+	Unseen bool
 }
 
 // maxPendingCuts is how many cut runs the server keeps for run-cut hooks

@@ -143,7 +143,9 @@ type Config struct {
 	// (DefaultIngestAckTimeout, 5 s); past it the batch is refused as
 	// unavailable (counted as limit ingest_ack): it is appended, and may
 	// be kept, but is not acknowledged, and the producer's retry with the
-	// same producer and batch number appends nothing twice.
+	// same producer and batch number appends nothing twice. It bounds
+	// the Platform API's writes too: past it one is answered 503 (counted
+	// as limit write_ack), made but not acknowledged as kept.
 	IngestAckTimeout time.Duration
 	// IngestFastAck answers a producer's batch once it is appended,
 	// without waiting for a SyncedLog to sync it: lower latency, and a

@@ -46,6 +46,16 @@ type ThreadDeleter interface {
 	DeleteThread(ctx context.Context, thread string) error
 }
 
+// SyncedState is a StateStore whose writes reach the disk after they
+// return (the disk engine writes values, checkpoints and run records
+// without a sync, synced with its next group commit): SyncState returns
+// once every write that returned before the call is synced, so that an
+// answer acknowledging them outlives a crash. A store whose writes are
+// as durable as they will be when they return has no SyncState.
+type SyncedState interface {
+	SyncState(ctx context.Context) error
+}
+
 // ErrNoCatalog refuses the Platform API's thread routes on an engine whose
 // StateStore keeps no ThreadRecords.
 var ErrNoCatalog = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no thread records (the LangGraph Platform API's threads)")

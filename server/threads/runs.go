@@ -62,7 +62,8 @@ func (cat *Catalog) startRecorder() {
 // thread that started before the cut and had not ended take status
 // error, with the cut's reason. A run waiting on its interrupts
 // (interrupted) is open only if it is the thread's last run before the
-// cut: an earlier one of that status was cancelled.
+// cut (an earlier one of that status was cancelled), and the cut run's
+// events reached the store (an unseen cut is of a run after it).
 func endCut(rc server.RunCatalog, cut server.RunCut) {
 	ctx := context.Background()
 	runs, err := rc.Runs(ctx, cut.Thread)
@@ -74,7 +75,7 @@ func endCut(rc server.RunCatalog, cut server.RunCut) {
 		if rec.After >= cut.Seq || rec.CreatedAt.After(cut.At) {
 			continue // started, or was queued, after the cut
 		}
-		open := rec.Status == server.RunRunning || rec.Status == server.RunPending || rec.Status == server.RunInterrupted && last
+		open := rec.Status == server.RunRunning || rec.Status == server.RunPending || rec.Status == server.RunInterrupted && last && !cut.Unseen
 		last = false
 		if !open {
 			continue
@@ -142,6 +143,40 @@ func (cat *Catalog) SyncRuns(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// Keep waits until what the Platform's writes changed before the call is
+// kept as the engine keeps it (on disk, for the disk engine): the run
+// records queued are written (SyncRuns), the events appended are in a
+// synced commit, and the values, checkpoints and records written are
+// synced. An answer that acknowledges a write waits for it; its error
+// (the store's, or ctx's, or the end of Config.IngestAckTimeout, counted
+// as limit write_ack) means the write may not outlive a crash.
+func (cat *Catalog) Keep(ctx context.Context) (err error) {
+	if cat.st.Synced == nil && cat.st.StateSynced == nil {
+		cat.SyncRuns(ctx) // a read that follows sees the records
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cat.cfg.IngestAckTimeout)
+	defer cancel()
+	defer func() {
+		if err != nil {
+			cat.host.Refused(server.LimitWriteAck)
+		}
+	}()
+	cat.SyncRuns(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l := cat.st.Synced; l != nil {
+		if err := l.WaitSynced(ctx); err != nil {
+			return err
+		}
+	}
+	if s := cat.st.StateSynced; s != nil {
+		return s.SyncState(ctx)
+	}
+	return nil
 }
 
 // Runs lists thread id's runs, newest first (server.ErrNoCatalog on an

@@ -49,6 +49,9 @@ func (h *Handler) Routes() []wire.Route {
 	// it (authorizedThread, mayChange).
 	route := func(method, pattern string, kind wire.Kind, f http.HandlerFunc) wire.Route {
 		oneThread := strings.HasPrefix(pattern, "/threads/{id}")
+		if kind == wire.CommandRoute {
+			f = h.keeping(f) // a write's 2xx waits until it is kept
+		}
 		return wire.Route{Method: method, Pattern: pattern, Kind: kind, Handler: f, Outer: errorShape,
 			PathThread: oneThread, HandlerAuthorizes: oneThread, BadThreadStatus: http.StatusUnprocessableEntity}
 	}
