@@ -114,7 +114,11 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	} else {
 		_ = batch.Delete(openRunKey(rec.Thread, rec.ID), nil)
 	}
-	return batch.Commit(pebble.NoSync)
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	s.wrote.Add(1)
+	return nil
 }
 
 // openRunKey is "q/" THREAD 0 RUN: the run's record says it runs or is
@@ -168,7 +172,11 @@ func (s *State) DeleteRun(_ context.Context, thread, run string) error {
 	if b, ok, err := s.get(runThreadKey(run)); err == nil && ok && string(b) == thread {
 		_ = batch.Delete(runThreadKey(run), nil)
 	}
-	return batch.Commit(pebble.NoSync)
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	s.wrote.Add(1)
+	return nil
 }
 
 // Runs implements server.RunCatalog: newest first.

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/cockroachdb/pebble/v2"
@@ -31,9 +32,17 @@ type State struct {
 
 	idxMu sync.Mutex
 	index *server.RecordIndex // the records' metadata, built on first use
+
+	// wrote counts the writes made without a sync (values, checkpoints,
+	// run records); synced is what wrote was when the last SyncState
+	// that succeeded began: SyncState has nothing to do when they match.
+	wrote, synced atomic.Uint64
 }
 
-var _ server.IndexedCatalog = (*State)(nil)
+var (
+	_ server.IndexedCatalog = (*State)(nil)
+	_ server.SyncedState    = (*State)(nil)
+)
 
 // RecordsMatching implements server.IndexedCatalog: the index is built
 // from the records on first use, then kept as they are written.
@@ -116,6 +125,7 @@ func (s *State) SetValues(_ context.Context, thread string, values map[string]an
 	if err := s.db.Set(stateKey(thread, "v"), b, pebble.NoSync); err != nil {
 		return err
 	}
+	s.wrote.Add(1)
 	s.log.unsynced.Store(true) // synced with the next group commit
 	return nil
 }
@@ -186,6 +196,7 @@ func (s *State) AddCheckpoint(_ context.Context, thread string, cp server.Checkp
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
+	s.wrote.Add(1)
 	s.log.unsynced.Store(true) // synced with the next group commit
 	return nil
 }
@@ -307,6 +318,27 @@ func (s *State) Checkpoints(_ context.Context, thread string) ([]server.Checkpoi
 		}
 	}
 	return out, nil
+}
+
+// NewestCheckpoint implements records.NewestCheckpointer: the last
+// record, its values not read.
+func (s *State) NewestCheckpoint(_ context.Context, thread string) (server.CheckpointRecord, bool, error) {
+	prefix := stateKey(thread, "c")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return server.CheckpointRecord{}, false, it.Error()
+	}
+	var cp storedCheckpoint
+	if err := json.Unmarshal(it.Value(), &cp); err != nil {
+		k := it.Key()
+		return server.CheckpointRecord{}, false, fmt.Errorf("diskstore: thread %s's checkpoint %d: %w", thread, binary.BigEndian.Uint64(k[len(k)-8:]), err)
+	}
+	cp.Values = nil
+	return cp.CheckpointRecord, true, nil
 }
 
 // Checkpoint implements server.StateStore.
@@ -684,10 +716,14 @@ func (e *Engine) Export(thread string, w io.Writer) (n int, err error) {
 
 // SyncState implements server.SyncedState: the values, checkpoints and
 // run records written without a sync before the call are synced (with
-// Pebble's log, which groups the syncs of concurrent callers into one).
-var _ server.SyncedState = (*State)(nil)
-
+// Pebble's log, which groups the syncs of concurrent callers into one);
+// when there are none (every other write is synced as it is made), it
+// returns at once.
 func (s *State) SyncState(context.Context) (err error) {
+	wrote := s.wrote.Load()
+	if s.synced.Load() >= wrote {
+		return nil
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if e, ok := p.(error); ok && errors.Is(e, pebble.ErrClosed) {
@@ -697,5 +733,13 @@ func (s *State) SyncState(context.Context) (err error) {
 			panic(p)
 		}
 	}()
-	return s.db.LogData(nil, pebble.Sync)
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return err
+	}
+	for {
+		was := s.synced.Load()
+		if was >= wrote || s.synced.CompareAndSwap(was, wrote) {
+			return nil
+		}
+	}
 }

@@ -175,6 +175,24 @@ func (s *State) Checkpoints(ctx context.Context, thread string) ([]server.Checkp
 	return out, nil
 }
 
+// NewestCheckpoint implements records.NewestCheckpointer: the list's
+// last item alone.
+func (s *State) NewestCheckpoint(ctx context.Context, thread string) (server.CheckpointRecord, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	c := s.e.c
+	items, err := c.Do(ctx, c.B().Lrange().Key(s.e.key(thread, "cps")).Start(-1).Stop(-1).Build()).AsStrSlice()
+	if err := s.fail(err); err != nil || len(items) == 0 {
+		return server.CheckpointRecord{}, false, err
+	}
+	var cp checkpoint
+	if err := json.Unmarshal([]byte(items[0]), &cp); err != nil {
+		return server.CheckpointRecord{}, false, s.fail(fmt.Errorf("thread %s: a stored checkpoint does not decode: %w", thread, err))
+	}
+	return server.CheckpointRecord{ID: cp.ID, ParentID: cp.ParentID, Step: cp.Step, Source: cp.Source,
+		Namespace: cp.Namespace, Node: cp.Node, Time: cp.Time, Metadata: cp.Metadata}, true, nil
+}
+
 // Checkpoint implements server.StateStore.
 func (s *State) Checkpoint(ctx context.Context, thread, id string) (server.CheckpointRecord, bool, error) {
 	cps, err := s.Checkpoints(ctx, thread)

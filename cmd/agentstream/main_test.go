@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 // startServe runs `agentstream serve` on a free loopback port with the
 // extra flags until ctx ends; it returns the address and where the exit
 // code will come.
-func startServe(t *testing.T, ctx context.Context, stderr io.Writer, flags ...string) (string, <-chan int) {
+func startServe(t testing.TB, ctx context.Context, stderr io.Writer, flags ...string) (string, <-chan int) {
 	t.Helper()
 	ready := make(chan string, 1)
 	done := make(chan int, 1)

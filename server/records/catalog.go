@@ -56,6 +56,14 @@ type SyncedState interface {
 	SyncState(ctx context.Context) error
 }
 
+// NewestCheckpointer is a StateStore that reads a thread's newest
+// checkpoint alone, without its values (NewestCheckpoint; ok false when
+// it has none), where Checkpoints reads them all: what a change of the
+// values needs to name its parent and step.
+type NewestCheckpointer interface {
+	NewestCheckpoint(ctx context.Context, thread string) (cp CheckpointRecord, ok bool, err error)
+}
+
 // ErrNoCatalog refuses the Platform API's thread routes on an engine whose
 // StateStore keeps no ThreadRecords.
 var ErrNoCatalog = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no thread records (the LangGraph Platform API's threads)")

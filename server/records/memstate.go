@@ -288,6 +288,17 @@ func (m *MemoryState) Checkpoints(_ context.Context, thread string) ([]Checkpoin
 	return out, nil
 }
 
+// NewestCheckpoint implements NewestCheckpointer.
+func (m *MemoryState) NewestCheckpoint(_ context.Context, thread string) (CheckpointRecord, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.threads[thread]
+	if t == nil || len(t.checkpoints) == 0 {
+		return CheckpointRecord{}, false, nil
+	}
+	return t.checkpoints[len(t.checkpoints)-1], true, nil
+}
+
 // Checkpoint implements StateStore.
 func (m *MemoryState) Checkpoint(_ context.Context, thread, id string) (CheckpointRecord, bool, error) {
 	m.mu.Lock()

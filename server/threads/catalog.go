@@ -452,20 +452,19 @@ func (cat *Catalog) UpdateState(ctx context.Context, id string, values map[strin
 	if err != nil || !ok {
 		return server.CheckpointRecord{}, ok, err
 	}
-	cps, err := cat.st.State.Checkpoints(ctx, id)
-	if err != nil {
-		return server.CheckpointRecord{}, true, server.StoreError(err)
-	}
-	if _, hasGraph := info.Metadata["graph_id"]; !hasGraph && len(cps) == 0 {
-		return server.CheckpointRecord{}, true, fmt.Errorf("%w: thread %s has no graph ID", ErrNoGraph, id)
-	}
 	var cp server.CheckpointRecord
 	// No run starts while the values change, and none goes on but one
 	// waiting for its interrupts' answers (the update then comes before
 	// the resume, as a person edits a draft before approving).
 	err = cat.host.WhileIdle(id, func() error {
-		var err error
-		cp, err = cat.update(ctx, id, values, asNode, cps)
+		parent, has, err := cat.newestCheckpoint(ctx, id)
+		if err != nil {
+			return server.StoreError(err)
+		}
+		if _, hasGraph := info.Metadata["graph_id"]; !hasGraph && !has {
+			return fmt.Errorf("%w: thread %s has no graph ID", ErrNoGraph, id)
+		}
+		cp, err = cat.update(ctx, id, values, asNode, parent, has)
 		return err
 	})
 	if err != nil {
@@ -475,7 +474,7 @@ func (cat *Catalog) UpdateState(ctx context.Context, id string, values map[strin
 }
 
 // update is UpdateState's change, while no run starts.
-func (cat *Catalog) update(ctx context.Context, id string, values map[string]any, asNode string, cps []server.CheckpointRecord) (server.CheckpointRecord, error) {
+func (cat *Catalog) update(ctx context.Context, id string, values map[string]any, asNode string, parent server.CheckpointRecord, hasParent bool) (server.CheckpointRecord, error) {
 	cur, _, err := cat.st.State.Values(ctx, id)
 	if err != nil {
 		return server.CheckpointRecord{}, server.StoreError(err)
@@ -495,8 +494,8 @@ func (cat *Catalog) update(ctx context.Context, id string, values map[string]any
 	}
 	cp := server.CheckpointRecord{ID: cat.cfg.NewID("ckpt_"), Source: "update", Node: asNode, Time: cat.cfg.Now(), Values: maps.Clone(merged),
 		Metadata: map[string]any{}}
-	if len(cps) > 0 {
-		cp.ParentID, cp.Step = cps[0].ID, cps[0].Step+1
+	if hasParent {
+		cp.ParentID, cp.Step = parent.ID, parent.Step+1
 	}
 	if err := cat.st.State.SetValues(ctx, id, merged); err != nil {
 		return server.CheckpointRecord{}, server.StoreError(err)
@@ -505,6 +504,19 @@ func (cat *Catalog) update(ctx context.Context, id string, values map[string]any
 		return server.CheckpointRecord{}, server.StoreError(err)
 	}
 	return cp, nil
+}
+
+// newestCheckpoint is thread id's newest checkpoint (its values may be
+// left out): read alone where the engine can (NewestCheckpointer).
+func (cat *Catalog) newestCheckpoint(ctx context.Context, id string) (server.CheckpointRecord, bool, error) {
+	if n, ok := cat.st.State.(records.NewestCheckpointer); ok {
+		return n.NewestCheckpoint(ctx, id)
+	}
+	cps, err := cat.st.State.Checkpoints(ctx, id)
+	if err != nil || len(cps) == 0 {
+		return server.CheckpointRecord{}, false, err
+	}
+	return cps[0], true, nil
 }
 
 // addMessages adds update's messages (one, or a list) to have's, as
