@@ -240,13 +240,28 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	f := newFrames(thread, rec.ID, modes, subgraphs, h.views)
+	if ended := rec.Status != server.RunPending && rec.Status != server.RunRunning; ended && h.catalog.Run(thread, rec.ID).Ended() {
+		// Its stream is a replay that holds its end, unless a crash or
+		// the retention policy lost its events: then it ends at once.
+		f.over = rec.Status
+		if r.Header.Get("Last-Event-ID") == "-1" {
+			f.startAt = rec.After + 1
+		}
+		if f.startAt > 0 && h.Server.LastSeq(thread) <= rec.After {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(f.lost(nil, 0))
+			return
+		}
+	}
 	ss := h.Server.NewSession(thread)
 	if _, _, err := ss.Subscribe(streamFilter(modes, subgraphs), cursor); err != nil {
 		ss.Close()
 		serverError(w, err)
 		return
 	}
-	h.serveRun(w, r, ss, thread, rec.ID, newFrames(thread, rec.ID, modes, subgraphs, h.views), nil, true, cancel)
+	h.serveRun(w, r, ss, thread, rec.ID, f, nil, true, cancel)
 }
 
 // isTrue reads a query's boolean.
@@ -266,6 +281,12 @@ type platformFrames struct {
 	graph     string            // the root graph's name (an interrupt's task)
 	step      int64             // the tasks seen (debug's step of a task)
 	ended     func()            // called once as the run's end is read, if set
+	// over is set for a run its record says ended that runs nowhere: its
+	// stream is a replay, and a second run's start before its end means
+	// its own events are gone (the record's status, for the error frame).
+	over    string
+	started bool   // a root start was read
+	startAt uint64 // with over, read from the run's start: its start's seq (the first after its record's After)
 	done      atomic.Bool       // the stream read the run's end, or its interrupt
 	views     *viewCache
 }
@@ -531,11 +552,20 @@ func (f *platformFrames) Append(buf []byte, e *server.Event) ([]byte, bool) {
 		return buf, false // the state as the subscription was made: the run's own values follow
 	}
 	v := e.View(viewKey{}, func() any { return f.views.get(f.thread, e) }).(*view)
+	if f.over != "" && f.startAt > 0 && !f.started && (e.Seq != f.startAt || v.kind != viewStarted || v.ns != "") {
+		// The first event after the run's After is not its start.
+		return f.lost(buf, e.Seq), true
+	}
 	if v.ns != "" && !f.subgraphs && v.kind != viewEnd {
 		return buf, false
 	}
 	switch v.kind {
 	case viewStarted:
+		if v.ns == "" && f.over != "" && f.started {
+			// Another run starts: this one's end is not in the stream.
+			return f.lost(buf, e.Seq), true
+		}
+		f.started = f.started || v.ns == ""
 		f.graph = v.node
 	case viewEnd:
 		if v.data != nil {
@@ -746,6 +776,15 @@ func (f *platformFrames) legacyMessage(buf []byte, e *server.Event, v *view) []b
 }
 
 // AppendEnd ends the stream with an error frame saying why.
+// lost appends the error frame of a run whose record says it ended and
+// whose events (or their end) are not in the thread's stream: lost in a
+// crash, or dropped by the retention policy.
+func (f *platformFrames) lost(buf []byte, seq uint64) []byte {
+	f.done.Store(true)
+	return frame(buf, "error", seq, LgStreamError{Error: "RunEventsLost",
+		Message: fmt.Sprintf("run %s's events are not in the thread's stream (lost in a crash, or dropped by the retention policy); its record says %s", f.run, f.over)})
+}
+
 func (f *platformFrames) AppendEnd(buf []byte, err error) []byte {
 	msg := "the server is shutting down"
 	if err != nil {

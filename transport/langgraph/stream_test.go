@@ -2,6 +2,7 @@ package langgraph_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -271,4 +272,62 @@ func TestLegacyMessagesShareFramesOnlyWhereTheTextIsTheSame(t *testing.T) {
 	last := r.late[len(r.late)-1]
 	require.Less(t, len(last), len(words), "joined mid-message: only what it saw")
 	require.True(t, strings.HasSuffix(words, last), "%q", last)
+}
+
+// TestRunStreamOfLostEventsEndsAtOnce: a run whose record says it ended
+// but whose events the thread's stream no longer holds (a crash lost
+// them, or the retention policy dropped them) is joined from its start
+// (Last-Event-ID -1, as useStream sends): the stream ends at once with an
+// error frame naming what was lost, on each route that streams a run,
+// where it used to stay open with nothing to send. A run whose events
+// are kept replays as before.
+func TestRunStreamOfLostEventsEndsAtOnce(t *testing.T) {
+	onEachEngine(t, func(t *testing.T, n *node) {
+		const thread = "5b0e4f8e-5d2a-4c1b-9a63-2f8d7c6b5a43"
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "`+thread+`"}`, "", nil))
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/"+thread+"/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "kept"}]}}`, "", nil))
+		var runs []langgraph.LgRun
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+thread+"/runs", "", "", &runs))
+		require.Len(t, runs, 1)
+		last := n.srv.LastSeq(thread)
+		rc := n.srv.Resources().Stores().Runs
+		now := time.Now().UTC()
+		// Its events after After are gone: nothing follows After.
+		gone := server.RunRecord{ID: "0e1c2f3a-0000-4000-8000-000000000001", Thread: thread, Assistant: "echo", Status: server.RunSuccess, CreatedAt: now, UpdatedAt: now, After: last}
+		// Its start is gone: what follows After is the middle of another run.
+		replaced := server.RunRecord{ID: "0e1c2f3a-0000-4000-8000-000000000002", Thread: thread, Assistant: "echo", Status: server.RunError, CreatedAt: now, UpdatedAt: now, After: 1}
+		for _, rec := range []server.RunRecord{gone, replaced} {
+			require.NoError(t, rc.SetRun(context.Background(), rec))
+		}
+		join := func(path string) (events []string, data string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, "GET", n.url+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Last-Event-ID", "-1")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			require.Equal(t, 200, resp.StatusCode)
+			sseFrames(resp, func(event, d, _ string) bool {
+				events = append(events, event)
+				if event == "error" {
+					data = d
+				}
+				return true
+			})
+			require.NoError(t, ctx.Err(), "the stream of %s did not end", path)
+			return events, data
+		}
+		for _, rec := range []server.RunRecord{gone, replaced} {
+			for _, path := range []string{"/threads/" + thread + "/runs/" + rec.ID + "/stream", "/runs/" + rec.ID + "/stream"} {
+				events, data := join(path)
+				require.Equal(t, []string{"error"}, events, path)
+				require.Contains(t, data, "RunEventsLost", path)
+				require.Contains(t, data, rec.Status, path)
+			}
+		}
+		events, data := join("/threads/" + thread + "/runs/" + runs[0].RunID + "/stream")
+		require.Empty(t, data, "a run whose events are kept")
+		require.Contains(t, events, "values")
+	})
 }
