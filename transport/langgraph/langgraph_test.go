@@ -966,3 +966,33 @@ func TestPlatformRefusalsAreCounted(t *testing.T) {
 	require.Equal(t, 3.0, wiretest.Metric(t, ms.URL, denied)-deniedBefore, "each refused principal counted")
 	require.Equal(t, 1.0, wiretest.Metric(t, ms.URL, badID)-badBefore, "the bad id counted")
 }
+
+// TestJoinOnAnotherNodeWaitsForTheEnd: two nodes on one Redis; a run
+// started on one in the background (an echo a word every 40 ms) is
+// joined on the other while it goes on: the join answers once the run
+// ended, with its whole reply, as on the run's own node (it used to
+// answer at once, with the question alone).
+func TestJoinOnAnotherNodeWaitsForTheEnd(t *testing.T) {
+	rs := redistest.Start(t)
+	a, b := redisNode(t, rs), redisNode(t, rs)
+	const thread = "7b0e4f8e-5d2a-4c1b-9a63-2f8d7c6b5a44"
+	const words = "a b c d e f g h i j k l"
+	require.Equal(t, 200, call(t, "POST", a.url+"/threads", `{"thread_id": "`+thread+`"}`, "", nil))
+	var run langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", a.url+"/threads/"+thread+"/runs",
+		`{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "`+words+`"}]}, "config": {"token_delay_ms": 40}}`, "", &run))
+	require.Eventually(t, func() bool {
+		var rec langgraph.LgRun
+		return call(t, "GET", b.url+"/threads/"+thread+"/runs/"+run.RunID, "", "", &rec) == 200 && rec.Status == "running"
+	}, 5*time.Second, 10*time.Millisecond)
+	var joined struct {
+		Messages []struct{ Type, Content string }
+	}
+	require.Equal(t, 200, call(t, "GET", b.url+"/threads/"+thread+"/runs/"+run.RunID+"/join", "", "", &joined))
+	require.Len(t, joined.Messages, 2, "%+v", joined)
+	require.Equal(t, "ai", joined.Messages[1].Type)
+	require.Equal(t, words, joined.Messages[1].Content)
+	var rec langgraph.LgRun
+	require.Equal(t, 200, call(t, "GET", b.url+"/threads/"+thread+"/runs/"+run.RunID, "", "", &rec))
+	require.Equal(t, "success", string(rec.Status))
+}

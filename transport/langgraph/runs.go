@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/agentstream/agentstream/auth"
 	"github.com/agentstream/agentstream/channels"
@@ -229,6 +230,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 			}
 		}
 	}
+	waits := false // it ended waiting on its interrupts (on another node, its record says so)
 	if failed == nil {
 		h.catalog.SyncRuns(ctx)
 		if runs, err := h.catalog.Runs(ctx, thread); err == nil {
@@ -239,6 +241,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 						failed.Error = &rec.Error // a run cut by a crash or a lost node
 					}
 				}
+				waits = waits || rec.ID == runID && rec.Status == server.RunInterrupted
 			}
 		}
 	}
@@ -247,7 +250,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 		serverError(w, err)
 		return
 	}
-	if h.catalog.Run(thread, runID).Waits {
+	if h.catalog.Run(thread, runID).Waits || waits && failed == nil {
 		// It waits on interrupts: what it asks, alone, as the Platform
 		// answers a run that ended at an interrupt (its last values
 		// chunk).
@@ -539,7 +542,67 @@ func (h *Handler) joinRun(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
+	if open(rec.Status) && h.catalog.Run(thread, rec.ID).Ended() {
+		// Another node runs it (or did, and was lost): its end comes in
+		// the thread's stream, or in its record once the node's lease
+		// ends.
+		if err := h.waitElsewhere(r.Context(), thread, rec.ID, ss); err != nil {
+			if r.Context().Err() == nil {
+				fail(w, http.StatusServiceUnavailable, "the run's events: %v", err)
+			}
+			return
+		}
+	}
 	h.waitEnd(w, r, thread, rec.ID, ss)
+}
+
+// open reports whether a run of status runs or is queued.
+func open(status string) bool { return status == server.RunRunning || status == server.RunPending }
+
+// waitElsewhere waits until a run another node runs ends: its root's
+// end (or its interrupt) in ss, the thread's lifecycle from before the
+// run's record was read, or its record no longer open (read again each
+// second: an end this node's stream missed, or a cut run the record
+// alone says ended).
+func (h *Handler) waitElsewhere(ctx context.Context, thread, runID string, ss *server.Session) error {
+	for {
+		if !h.catalog.Run(thread, runID).Ended() {
+			return nil // it came to run here (a takeover): waitEnd waits for it
+		}
+		if runs, err := h.catalog.Runs(ctx, thread); err == nil {
+			ended := true
+			for _, rec := range runs {
+				if rec.ID == runID {
+					ended = !open(rec.Status)
+				}
+			}
+			if ended {
+				return nil
+			}
+		}
+		wait, cancel := context.WithTimeout(ctx, time.Second)
+		e, err := ss.Next(wait)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && wait.Err() == nil:
+			return err
+		case err == nil && (e.EndsRun() || isInterrupt(e)):
+			// Its record is written as it ends; the answer reads it.
+			for range 20 {
+				if runs, err := h.catalog.Runs(ctx, thread); err == nil {
+					for _, rec := range runs {
+						if rec.ID == runID && !open(rec.Status) {
+							return nil
+						}
+					}
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			return nil
+		}
+	}
 }
 
 // cancelRun serves POST /threads/{id}/runs/{run}/cancel (?wait=true: the
@@ -590,4 +653,14 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// isInterrupt reports whether e is the root's lifecycle saying the run
+// waits on its interrupts.
+func isInterrupt(e *server.Event) bool {
+	if e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
+		return false
+	}
+	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
+	return ok && l.Params.Data.Event == protocol.AgentStatusInterrupted
 }
