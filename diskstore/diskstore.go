@@ -32,6 +32,11 @@ type Options struct {
 	// holes they leave (events.missed). Without it such a store is
 	// refused (ErrDamaged).
 	Repair bool
+	// Verify reads every table of the store as it opens (Engine.Check):
+	// damage in one is refused at start, naming the file, rather than
+	// found by the first read of what it holds. It costs a read of the
+	// whole store.
+	Verify bool
 	// Existing opens only a store that is there (ErrNotAStore for a
 	// directory without one), writing nothing into any other directory:
 	// for tools that read a store (agentstream data).
@@ -179,6 +184,17 @@ func Open(opts Options) (*Engine, error) {
 		}
 		repairedTree = append(repairedTree, "the tree's log "+d.String()+": cut there")
 	}
+	// Its MANIFEST and OPTIONS too: Pebble passes over a damaged
+	// MANIFEST record silently, and its refusal of damaged options does
+	// not name the file (treefiles.go).
+	if err := checkManifest(opts.Dir); err != nil {
+		return nil, err
+	}
+	if did, err := checkOptions(opts.Dir, opts.Repair); err != nil {
+		return nil, err
+	} else if did != "" {
+		repairedTree = append(repairedTree, did)
+	}
 	// The plain file system: Pebble's default wraps it in a slow-disk
 	// monitor whose goroutine can outlive Close. Its syncs go through the
 	// kernel's AIO where there is one, so that a slow disk does not hold
@@ -201,6 +217,11 @@ func Open(opts Options) (*Engine, error) {
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
 		syncer.Close()
+		if strings.Contains(err.Error(), "unknown to the objstorage provider") {
+			// A MANIFEST cut short that names tables compacted away since.
+			m, _ := currentManifest(opts.Dir)
+			return nil, fmt.Errorf("%w: the tree's MANIFEST %s names tables the directory does not hold (%v): restore the store from a backup", ErrDamaged, filepath.Join(opts.Dir, m), err)
+		}
 		return nil, fmt.Errorf("diskstore: opening %s: %w", opts.Dir, err)
 	}
 	wal, err := commitlog.Open(filepath.Join(opts.Dir, commitDir), syncer, 0)
@@ -220,6 +241,11 @@ func Open(opts Options) (*Engine, error) {
 	// epoch, so that no id names two events (a client that saw an id it
 	// lost gets the reset notice).
 	// A new store has nothing to lose.
+	if opts.Verify {
+		if err := checkTables(db, opts.Dir); err != nil {
+			return fail(err)
+		}
+	}
 	_, closer, err := db.Get(cleanKey)
 	crashed := errors.Is(err, pebble.ErrNotFound)
 	if err == nil {
@@ -487,18 +513,21 @@ func cpuBusy() func() bool {
 // Check reads every key and value of the store, so that damage in any of
 // its tables is found (Pebble checks each block's checksum as it reads
 // it): the first damage, as an error naming the file, or nil.
-func (e *Engine) Check() error {
-	it, err := e.db.NewIter(nil)
+func (e *Engine) Check() error { return checkTables(e.db, e.opts.Dir) }
+
+// checkTables is Check of the tree db in dir.
+func checkTables(db *pebble.DB, dir string) error {
+	it, err := db.NewIter(nil)
 	if err != nil {
 		return fmt.Errorf("diskstore: %w", err)
 	}
 	for it.First(); it.Valid(); it.Next() {
 		if _, err := it.ValueAndErr(); err != nil {
 			_ = it.Close()
-			return tableDamage(e.opts.Dir, err)
+			return tableDamage(dir, err)
 		}
 	}
-	return tableDamage(e.opts.Dir, errors.Join(it.Error(), it.Close()))
+	return tableDamage(dir, errors.Join(it.Error(), it.Close()))
 }
 
 // ErrTableDamaged is damage in one of the store's tables (its checksums

@@ -118,6 +118,7 @@ type config struct {
 	upstream, upstreamAPIKey, upstreamIdentity                       string
 	dataDir                                                          string
 	dataMinFree, dataMaxEvents, dataMaxThreadBytes, dataMaxBytes     int64
+	dataVerify                                                       bool
 	dataMaxAge, dataCommitEvery                                      time.Duration
 	dataMaxPending                                                   int
 	dataRepair                                                       bool
@@ -239,6 +240,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.redisQueueWait, "redis-queue-wait", redisstore.DefaultQueueWait, "with --redis: how long a publisher waits, while Redis fails its writes or the write queue is full, before its event is refused and the run's emitter gets unavailable (the run then ends failed, which every client sees once Redis is back); the longest Redis outage a run outlives")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", redisstore.DefaultLeaseTTL, "with --redis: how long a node's lease on a thread's runs lasts unrenewed; when a node dies, its runs end as failed this long after, at most")
 	fs.StringVar(&c.profiles, "profiles", "", "other wires to serve beside the protocol's, comma-separated: minimal (POST /minimal/stream, the minimal token stream), jobs (/jobs/..., the job stream), instance-ai (/instance-ai/..., n8n's Instance AI chat), openai (/v1/chat/completions, /v1/responses, /v1/models: the OpenAI SDKs' wires, the model an assistant), langgraph (/threads, /assistants, /runs, /store...: the LangGraph Platform API, its threads, assistants, runs and their streams, and store, for the LangGraph SDKs and useStream); none by default")
+	fs.BoolVar(&c.dataVerify, "data-verify", true, "with --data-dir: read every table of the store at start, so that damage in one is refused then, naming the file (costs a read of the whole store; data check does the same offline)")
 	fs.Int64Var(&c.dataMinFree, "data-min-free", diskstore.DefaultMinFree, "with --data-dir: the free space, in bytes, below which no more events are taken (refused, /readyz says why) until space returns")
 	fs.Int64Var(&c.dataMaxEvents, "data-max-events", diskstore.DefaultMaxEvents, "with --data-dir: each thread keeps at most this many events on disk, the oldest dropped first (-1: no cap)")
 	fs.Int64Var(&c.dataMaxThreadBytes, "data-max-thread-bytes", 0, "with --data-dir: each thread keeps at most this many bytes of events on disk (compressed), the oldest dropped first (0: no cap)")

@@ -299,7 +299,7 @@ func openDisk(c config, log zerolog.Logger) (*diskstore.Engine, error) {
 	}
 	e, err := diskstore.Open(diskstore.Options{Dir: c.dataDir, BufferEvents: hot, BufferBytes: c.bufferBytes, MinFree: uint64(c.dataMinFree),
 		MaxEvents: c.dataMaxEvents, MaxThreadBytes: c.dataMaxThreadBytes, MaxBytes: c.dataMaxBytes, MaxAge: c.dataMaxAge, CommitEvery: c.dataCommitEvery,
-		MaxPending: c.dataMaxPending, Repair: c.dataRepair, MaxProducers: c.maxProducersPerThread})
+		MaxPending: c.dataMaxPending, Repair: c.dataRepair, MaxProducers: c.maxProducersPerThread, Verify: c.dataVerify})
 	switch {
 	case errors.Is(err, diskstore.ErrTableDamaged):
 		return nil, fmt.Errorf("--data-dir: %w (a damaged table is not repaired: restore the store from a backup)", err)
