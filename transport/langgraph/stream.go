@@ -285,10 +285,10 @@ type platformFrames struct {
 	// stream is a replay, and a second run's start before its end means
 	// its own events are gone (the record's status, for the error frame).
 	over    string
-	started bool   // a root start was read
-	startAt uint64 // with over, read from the run's start: its start's seq (the first after its record's After)
-	done      atomic.Bool       // the stream read the run's end, or its interrupt
-	views     *viewCache
+	started bool        // a root start was read
+	startAt uint64      // with over, read from the run's start: its start's seq (the first after its record's After)
+	done    atomic.Bool // the stream read the run's end, or its interrupt
+	views   *viewCache
 }
 
 func newFrames(thread, run string, modes []string, subgraphs bool, views *viewCache) *platformFrames {
