@@ -116,6 +116,14 @@ const (
 	DefaultFoldAge    = 10 * time.Second
 )
 
+// MinTreeFree is the free space the tree (Pebble: the values, records,
+// items and event chunks) keeps for its own writes: its log, a memtable's
+// flush, its MANIFEST. Below it writes to the tree are refused
+// (ErrNotWritable wrapping ErrDiskFull, a 503), whatever Options.MinFree
+// says, since Pebble ends the process when one of those writes fails; a
+// store opened with less free is refused.
+const MinTreeFree = memTableBytes
+
 // ErrDiskFull refuses an event while the store's disk has less free
 // space than Options.MinFree.
 var ErrDiskFull = errors.New("diskstore: the disk is nearly full (--data-min-free); the event was not kept")
@@ -162,6 +170,16 @@ func Open(opts Options) (*Engine, error) {
 	}
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("diskstore: %w", err)
+	}
+	if !opts.Existing {
+		// A store that would stop at its first write is refused now.
+		free, err := opts.FreeSpace()
+		if err != nil {
+			return nil, fmt.Errorf("diskstore: %w", err)
+		}
+		if free < MinTreeFree {
+			return nil, fmt.Errorf("%w: %d bytes free under %s, and a store needs %d to start", ErrDiskFull, free, opts.Dir, uint64(MinTreeFree))
+		}
 	}
 	// A store another process holds is refused before Pebble opens it
 	// (its refusal leaves a goroutine of its own behind).

@@ -255,3 +255,38 @@ func TestRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestTheTreeKeepsRoomForItself: whatever MinFree says (1 byte here, as
+// --data-min-free 1 asks), a write to the tree (values, checkpoints,
+// records) is refused once its disk has less than MinTreeFree free,
+// before Pebble's own write would fail and stop the process; writes go
+// on once space returns; and a store is not opened with less.
+func TestTheTreeKeepsRoomForItself(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 40)
+	space := func() (uint64, error) { return free.Load(), nil }
+	dir := t.TempDir()
+	eng, err := diskstore.Open(diskstore.Options{Dir: dir, MinFree: 1, FreeSpace: space})
+	require.NoError(t, err)
+	st := eng.Stores()
+	ctx := context.Background()
+	require.NoError(t, st.State.SetValues(ctx, "a", map[string]any{"n": 1}))
+	free.Store(diskstore.MinTreeFree - 1)
+	require.Eventually(t, func() bool { return st.State.SetValues(ctx, "a", map[string]any{"n": 2}) != nil }, 5*time.Second, time.Millisecond)
+	err = st.State.SetValues(ctx, "a", map[string]any{"n": 2})
+	require.ErrorIs(t, err, diskstore.ErrNotWritable)
+	require.ErrorIs(t, err, diskstore.ErrDiskFull)
+	require.ErrorIs(t, st.State.AddCheckpoint(ctx, "a", server.CheckpointRecord{ID: "c1"}), diskstore.ErrDiskFull)
+	require.ErrorIs(t, st.Catalog.SetRecord(ctx, server.ThreadRecord{ID: "a"}), diskstore.ErrDiskFull)
+	free.Store(1 << 40)
+	require.Eventually(t, func() bool { return st.State.SetValues(ctx, "a", map[string]any{"n": 3}) == nil }, 5*time.Second, time.Millisecond)
+	v, _, err := st.State.Values(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, float64(3), v["n"])
+	require.NoError(t, eng.Close())
+
+	free.Store(diskstore.MinTreeFree - 1)
+	_, err = diskstore.Open(diskstore.Options{Dir: dir, MinFree: 1, FreeSpace: space})
+	require.ErrorIs(t, err, diskstore.ErrDiskFull)
+	require.ErrorContains(t, err, "to start")
+}

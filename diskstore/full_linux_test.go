@@ -55,7 +55,7 @@ func fill(t *testing.T, dir string) string {
 // and after a restart all of them are there, byte for byte, and none of
 // those refused.
 func TestADiskThatFillsUp(t *testing.T) {
-	mnt := tmpfs(t, 32<<20)
+	mnt := tmpfs(t, 64<<20) // the tree keeps MinTreeFree for itself
 	dir := filepath.Join(mnt, "store")
 	const maxPending = 2000
 	opts := Options{Dir: dir, MinFree: 1, QueueWait: 100 * time.Millisecond, MaxPending: maxPending}

@@ -42,6 +42,10 @@ type Log struct {
 	wake     chan struct{}
 	err      error // the last write's failure (the disk full, read-only)
 	full     error // why the store takes no events now
+	// treeFull is why the tree takes no writes now (its disk has less
+	// than MinTreeFree), read afresh at most every treeCheckEvery.
+	treeFull    error
+	treeChecked time.Time
 	stop     chan struct{}
 	done     chan struct{}
 
@@ -423,6 +427,7 @@ func (l *Log) flush() {
 		floors[i] = l.floor[f.thread] // loaded: a tail's thread had its floor read by Append
 	}
 	writable := l.writable() == nil
+	treeErr := l.treeSpace()
 	l.mu.Unlock()
 	// Values and checkpoints written to the tree without a sync since the
 	// last commit are synced with this one.
@@ -454,7 +459,11 @@ func (l *Log) flush() {
 	sizes := make([]int, len(folds))
 	chunks, fast, now := 0, l.fast.Load(), uint64(l.opts.Now().UnixMilli())
 	var markThreads map[string]int
-	if werr == nil && (len(folds) > 0 || len(runs) > 0 || len(marks) > 0) {
+	if werr == nil && treeErr != nil && (len(folds) > 0 || len(runs) > 0 || len(marks) > 0 || unsynced) {
+		// No room for the tree's write: the batch's events are in the
+		// commit log; the rest waits for space (kept for the next commit).
+		ferr = treeErr
+	} else if werr == nil && (len(folds) > 0 || len(runs) > 0 || len(marks) > 0) {
 		// The folds' events are in the commit log already, which keeps
 		// them until the tree is synced (retain): no sync here. The
 		// marks of open runs go with them: a crash that loses the batch
@@ -483,7 +492,7 @@ func (l *Log) flush() {
 		_ = b.Close()
 	}
 	if unsynced {
-		if werr == nil && ferr == nil {
+		if werr == nil && ferr == nil && treeErr == nil {
 			ferr = l.db.LogData(nil, pebble.Sync)
 		}
 		if werr != nil || ferr != nil {
@@ -642,11 +651,42 @@ func (l *Log) writable() error {
 	return nil
 }
 
-// checkWritable is writable, locking.
+// checkWritable is writable, locking, and the tree's own space: a write
+// to the tree is refused before the disk has too little room for
+// Pebble's log, tables and MANIFEST (MinTreeFree), whatever MinFree says
+// (Pebble stops the process when one of those writes fails).
 func (l *Log) checkWritable() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.writable()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if err := l.treeSpace(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotWritable, err)
+	}
+	return nil
+}
+
+// treeCheckEvery is how often the tree's space is read afresh (statfs)
+// while writes come.
+const treeCheckEvery = 2 * time.Millisecond
+
+// treeSpace is nil when the tree's disk has MinTreeFree bytes free, or
+// ErrDiskFull saying how few it has (l.mu held).
+func (l *Log) treeSpace() error {
+	if now := time.Now(); now.Sub(l.treeChecked) >= treeCheckEvery {
+		l.treeChecked = now
+		free, err := l.opts.FreeSpace()
+		switch {
+		case err != nil:
+			l.treeFull = fmt.Errorf("%w: %v", ErrDiskFull, err)
+		case free < MinTreeFree:
+			l.treeFull = fmt.Errorf("%w: %d bytes free under %s, under the %d the tree keeps for its own writes", ErrDiskFull, free, l.opts.Dir, MinTreeFree)
+		default:
+			l.treeFull = nil
+		}
+	}
+	return l.treeFull
 }
 
 // Err is the last write's failure, nil once a write succeeds again.

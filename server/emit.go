@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/protocol"
+	"github.com/agentstream/agentstream/server/records"
 )
 
 // RunContext is what an assistant gets: the run's input and settings, and
@@ -140,6 +141,7 @@ func (rc *RunContext) emitStored(store func() (eventData, error)) error {
 	defer t.wmu.Unlock()
 	d, err := store()
 	if err != nil {
+		rc.r.unkept.CompareAndSwap(nil, &err)
 		return err
 	}
 	// What the store took is announced even if the run was cancelled
@@ -205,12 +207,12 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 			Node: rc.node, Time: t.srv.cfg.Now(), Values: maps.Clone(values),
 			Metadata: map[string]any{"assistant_id": rc.r.assistantID, "run_id": rc.r.id}}
 		cp := protocol.Checkpoint{ID: id, Step: protocol.JsInt(step), Source: source}
-		prev, err := t.srv.st.State.Checkpoints(rc.r.ctx, t.id)
+		parent, ok, err := NewestCheckpoint(rc.r.ctx, t.srv.st.State, t.id)
 		if err != nil {
 			return eventData{}, storeError(err)
 		}
-		if len(prev) > 0 {
-			rec.ParentID = prev[0].ID
+		if ok {
+			rec.ParentID = parent.ID
 			cp.ParentID = &rec.ParentID
 		}
 		if err := t.srv.st.State.AddCheckpoint(rc.r.ctx, t.id, rec); err != nil {
@@ -562,4 +564,18 @@ func (s *Subagent) End(err error) error {
 	}
 	_, perr := t.publishLifecycle(s.rc.ns, st, s.graph, nil, msg)
 	return perr
+}
+
+// NewestCheckpoint is the thread's newest checkpoint in st (its values
+// may be left out; ok false when it has none), read alone where the
+// store can (records.NewestCheckpointer), else from the whole list.
+func NewestCheckpoint(ctx context.Context, st StateStore, thread string) (CheckpointRecord, bool, error) {
+	if n, ok := st.(records.NewestCheckpointer); ok {
+		return n.NewestCheckpoint(ctx, thread)
+	}
+	cps, err := st.Checkpoints(ctx, thread)
+	if err != nil || len(cps) == 0 {
+		return CheckpointRecord{}, false, err
+	}
+	return cps[0], true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentstream/agentstream/channels"
@@ -49,7 +50,11 @@ const (
 // run is one execution of an assistant on a thread. Its fields are guarded
 // by the thread's mu.
 type run struct {
-	id          string
+	id string
+	// unkept is the first write of the run's state (values, a
+	// checkpoint) that its store refused: the run ends failed with it,
+	// whatever its assistant returns, since what it answers is not kept.
+	unkept      atomic.Pointer[error]
 	t           *thread
 	assistantID string
 	assistant   Assistant
@@ -144,6 +149,9 @@ func (t *thread) execute(r *run) {
 		}()
 		return r.assistant.Run(r.ctx, rc)
 	}()
+	if p := r.unkept.Load(); err == nil && p != nil {
+		err = fmt.Errorf("the run's state was not kept: %w", *p)
+	}
 	var afterwards func()
 	defer func() { // after t.mu is let go
 		if afterwards != nil {

@@ -741,7 +741,9 @@ func (rc *RunContext) emitProducerEvent(pe protocol.ProducerEvent) (uint64, erro
 		}
 		defer t.wmu.Unlock()
 		if err := t.srv.st.State.SetValues(rc.r.ctx, t.id, values); err != nil {
-			return 0, storeError(err)
+			err = storeError(err)
+			rc.r.unkept.CompareAndSwap(nil, &err)
+			return 0, err
 		}
 		stored = true // announced even if the run was cancelled meanwhile, as emitStored does
 	}

@@ -457,7 +457,7 @@ func (cat *Catalog) UpdateState(ctx context.Context, id string, values map[strin
 	// waiting for its interrupts' answers (the update then comes before
 	// the resume, as a person edits a draft before approving).
 	err = cat.host.WhileIdle(id, func() error {
-		parent, has, err := cat.newestCheckpoint(ctx, id)
+		parent, has, err := server.NewestCheckpoint(ctx, cat.st.State, id)
 		if err != nil {
 			return server.StoreError(err)
 		}
@@ -504,19 +504,6 @@ func (cat *Catalog) update(ctx context.Context, id string, values map[string]any
 		return server.CheckpointRecord{}, server.StoreError(err)
 	}
 	return cp, nil
-}
-
-// newestCheckpoint is thread id's newest checkpoint (its values may be
-// left out): read alone where the engine can (NewestCheckpointer).
-func (cat *Catalog) newestCheckpoint(ctx context.Context, id string) (server.CheckpointRecord, bool, error) {
-	if n, ok := cat.st.State.(records.NewestCheckpointer); ok {
-		return n.NewestCheckpoint(ctx, id)
-	}
-	cps, err := cat.st.State.Checkpoints(ctx, id)
-	if err != nil || len(cps) == 0 {
-		return server.CheckpointRecord{}, false, err
-	}
-	return cps[0], true, nil
 }
 
 // addMessages adds update's messages (one, or a list) to have's, as

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/agentstream/agentstream/server"
 )
@@ -18,6 +20,9 @@ type recorder struct {
 	closed  bool
 	done    chan struct{}
 	dropped uint64
+	// stopping: the server closes; a record the store refuses is not
+	// tried again.
+	stopping atomic.Bool
 }
 
 const recordQueue = 4096
@@ -49,13 +54,40 @@ func (cat *Catalog) startRecorder() {
 			case it.cut != nil:
 				endCut(rc, *it.cut)
 			default:
-				_ = rc.SetRun(context.Background(), it.rec) // a store that fails loses the record, not the run
+				r.write(rc, it.rec)
 			}
 		}
 	}()
 	cat.host.OnRun(r.record)
 	cat.host.OnRunCut(r.recordCut)
 	cat.host.OnClose(r.stop)
+}
+
+// recordRetries bounds how long a record the store refuses (a disk
+// nearly full, Redis gone) is tried again before it is dropped (counted):
+// the records queued behind it, and the answers that wait for them
+// (Catalog.Keep), wait meanwhile.
+const recordRetries = 10 * time.Second
+
+// write writes rec, trying again while the store refuses it, up to
+// recordRetries: a store that fails for longer loses the record, not the
+// run.
+func (r *recorder) write(rc server.RunCatalog, rec server.RunRecord) {
+	wait, deadline := 5*time.Millisecond, time.Now().Add(recordRetries)
+	for {
+		err := rc.SetRun(context.Background(), rec)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || r.stopping.Load() {
+			r.mu.Lock()
+			r.dropped++
+			r.mu.Unlock()
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }
 
 // endCut ends the records of the runs cut (server.RunCut): those of the
@@ -107,6 +139,7 @@ func (r *recorder) queue(it recorded) {
 
 // stop writes what is queued and stops the recorder.
 func (r *recorder) stop(ctx context.Context) {
+	r.stopping.Store(true)
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true

@@ -213,6 +213,7 @@ func (h *Handler) command(w http.ResponseWriter, r *http.Request, thread string,
 func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID string, ss *server.Session) {
 	ctx := r.Context()
 	var failed *protocol.LifecycleData
+	sawEnd := false // the run's end (or its interrupt) was read here
 	for !h.catalog.Run(thread, runID).Ended() && !h.catalog.Run(thread, runID).Waits {
 		e, err := ss.Next(ctx)
 		if err != nil {
@@ -223,6 +224,7 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 			return
 		}
 		if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok && e.EndsRun() {
+			sawEnd = true
 			d := l.Params.Data
 			failed = nil
 			if d.Event == protocol.AgentStatusFailed {
@@ -233,16 +235,34 @@ func (h *Handler) waitEnd(w http.ResponseWriter, r *http.Request, thread, runID 
 	waits := false // it ended waiting on its interrupts (on another node, its record says so)
 	if failed == nil {
 		h.catalog.SyncRuns(ctx)
-		if runs, err := h.catalog.Runs(ctx, thread); err == nil {
-			for _, rec := range runs {
-				if rec.ID == runID && rec.Status == server.RunError {
-					failed = &protocol.LifecycleData{}
-					if rec.Error != "" {
-						failed.Error = &rec.Error // a run cut by a crash or a lost node
-					}
-				}
-				waits = waits || rec.ID == runID && rec.Status == server.RunInterrupted
+		runs, err := h.catalog.Runs(ctx, thread)
+		if err != nil && !errors.Is(err, server.ErrNoCatalog) {
+			serverError(w, err)
+			return
+		}
+		status := ""
+		if err != nil {
+			status, sawEnd = server.RunSuccess, true // no records to ask: the stream says all there is
+		}
+		for _, rec := range runs {
+			if rec.ID != runID {
+				continue
 			}
+			status = rec.Status
+			if rec.Status == server.RunError {
+				failed = &protocol.LifecycleData{}
+				if rec.Error != "" {
+					failed.Error = &rec.Error // a run cut by a crash or a lost node
+				}
+			}
+			waits = rec.Status == server.RunInterrupted
+		}
+		if !sawEnd && !waits && failed == nil && status != server.RunSuccess && !h.catalog.Run(thread, runID).Waits {
+			// Neither its end nor its record says it succeeded (it did
+			// not start, or its record was not kept): its values are not
+			// its answer.
+			msg := "the run's end is not known (its record says " + strconv.Quote(status) + ")"
+			failed = &protocol.LifecycleData{Error: &msg}
 		}
 	}
 	st, _, err := h.Server.State(context.WithoutCancel(ctx), thread)
