@@ -2,50 +2,16 @@ package diskstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentstream/agentstream/internal/testkit/fulldisk"
 )
-
-// tmpfs mounts a tmpfs of size bytes for the test (unmounted at its end).
-func tmpfs(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("needs root to mount a tmpfs (a disk that fills up): %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
-
-// fill writes a file under dir until the disk has no room left.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	block := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(block); err != nil {
-			require.True(t, errors.Is(err, syscall.ENOSPC), "%v", err)
-			break
-		}
-	}
-	for {
-		if _, err := f.Write(block[:512]); err != nil {
-			break
-		}
-	}
-	return path
-}
 
 // TestADiskThatFillsUp: a real disk (a tmpfs) filled to the last byte
 // while a thread is written, with MinFree not there to refuse first: the
@@ -55,7 +21,7 @@ func fill(t *testing.T, dir string) string {
 // and after a restart all of them are there, byte for byte, and none of
 // those refused.
 func TestADiskThatFillsUp(t *testing.T) {
-	mnt := tmpfs(t, 64<<20) // the tree keeps MinTreeFree for itself
+	mnt := fulldisk.Tmpfs(t, 64<<20) // the tree keeps MinTreeFree for itself
 	dir := filepath.Join(mnt, "store")
 	const maxPending = 2000
 	opts := Options{Dir: dir, MinFree: 1, QueueWait: 100 * time.Millisecond, MaxPending: maxPending}
@@ -63,7 +29,7 @@ func TestADiskThatFillsUp(t *testing.T) {
 	require.NoError(t, err)
 	evs := appendN(t, eng.log, "a", "ep", 0, 100, time.Now())
 	waitWritten(t, eng, 100)
-	filler := fill(t, mnt)
+	filler := fulldisk.Fill(t, mnt)
 
 	var refusal error
 	for seq := uint64(101); seq < 20000 && refusal == nil; seq++ {

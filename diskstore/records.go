@@ -89,15 +89,7 @@ func runPrefix(thread string) []byte { return append(append([]byte("n/"), thread
 // not closed cleanly goes away: Pebble's panic on a closed store is this
 // write's error then.
 func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			if e, ok := p.(error); ok && errors.Is(e, pebble.ErrClosed) {
-				err = e
-				return
-			}
-			panic(p)
-		}
-	}()
+	defer closedAsError(&err)
 	if err := s.log.checkWritable(); err != nil {
 		return err
 	}
@@ -145,6 +137,18 @@ func (s *State) openRunThreads() ([]string, error) {
 		}
 	}
 	return threads, errors.Join(it.Error(), it.Close())
+}
+
+// closedAsError makes Pebble's panic on a closed store *err (deferred by
+// a write that may come as the store goes away); any other panic goes on.
+func closedAsError(err *error) {
+	if p := recover(); p != nil {
+		if e, ok := p.(error); ok && errors.Is(e, pebble.ErrClosed) {
+			*err = e
+			return
+		}
+		panic(p)
+	}
 }
 
 // runThreadKey is "o/" RUN -> the run's thread (RunThread), written with

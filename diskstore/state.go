@@ -724,15 +724,7 @@ func (s *State) SyncState(context.Context) (err error) {
 	if s.synced.Load() >= wrote {
 		return nil
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			if e, ok := p.(error); ok && errors.Is(e, pebble.ErrClosed) {
-				err = e
-				return
-			}
-			panic(p)
-		}
-	}()
+	defer closedAsError(&err)
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return err
 	}
