@@ -222,17 +222,7 @@ func Open(opts Options) (*Engine, error) {
 	if err == nil {
 		fs = aiosync.FS(fs, syncer)
 	}
-	// Damage Pebble finds in a table is the read's error, which names
-	// the file, not the process's end (its default listener calls
-	// Fatalf).
-	po := &pebble.Options{Logger: quiet{}, FS: fs, ErrorIfNotExists: opts.Existing,
-		EventListener: &pebble.EventListener{DataCorruption: func(pebble.DataCorruptionInfo) {}}}
-	// The values are compressed already (codec): Pebble's own block
-	// compression would only spend CPU on them in every flush and
-	// compaction.
-	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
-	po.MemTableSize = memTableBytes
-	db, err := pebble.Open(opts.Dir, po)
+	db, err := pebble.Open(opts.Dir, treeOptions(fs, opts.Existing))
 	if err != nil {
 		syncer.Close()
 		if strings.Contains(err.Error(), "unknown to the objstorage provider") {
@@ -259,9 +249,28 @@ func Open(opts Options) (*Engine, error) {
 	// epoch, so that no id names two events (a client that saw an id it
 	// lost gets the reset notice).
 	// A new store has nothing to lose.
-	if opts.Verify {
-		if err := checkTables(db, opts.Dir); err != nil {
-			return fail(err)
+	switch damage := error(nil); {
+	case opts.Repair:
+		// A damaged table: the tree is written again from what can be
+		// read (rebuild.go).
+		if damage = checkTables(db, opts.Dir); errors.Is(damage, ErrTableDamaged) {
+			rebuilt, lost, err := rebuildTree(db, opts.Dir, func() *pebble.Options { return treeOptions(fs, false) }, damage)
+			if rebuilt == nil {
+				wal.Close()
+				syncer.Close()
+				return nil, err
+			}
+			db = rebuilt
+			if err != nil {
+				return fail(err)
+			}
+			repairedTree = append(repairedTree, lost)
+		} else if damage != nil {
+			return fail(damage)
+		}
+	case opts.Verify:
+		if damage = checkTables(db, opts.Dir); damage != nil {
+			return fail(damage)
 		}
 	}
 	_, closer, err := db.Get(cleanKey)
@@ -486,6 +495,22 @@ func (e *Engine) Start(h server.EngineHost) error {
 	}
 	e.cutRuns.Store(int64(len(cut)))
 	return nil
+}
+
+// treeOptions are the tree's Pebble options (existing: open only a tree
+// that is there); fresh ones for each Open, which fills them in.
+func treeOptions(fs vfs.FS, existing bool) *pebble.Options {
+	// Damage Pebble finds in a table is the read's error, which names
+	// the file, not the process's end (its default listener calls
+	// Fatalf).
+	po := &pebble.Options{Logger: quiet{}, FS: fs, ErrorIfNotExists: existing,
+		EventListener: &pebble.EventListener{DataCorruption: func(pebble.DataCorruptionInfo) {}}}
+	// The values are compressed already (codec): Pebble's own block
+	// compression would only spend CPU on them in every flush and
+	// compaction.
+	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	po.MemTableSize = memTableBytes
+	return po
 }
 
 // Repaired says what Options.Repair passed over in a damaged commit log

@@ -580,7 +580,7 @@ func data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // tableDamageHint is what a data command says after a damaged table.
-const tableDamageHint = "(repair mends the commit log and the tree's log, not a damaged table: restore the store from a backup)"
+const tableDamageHint = "(repair writes the tree again without the keys that cannot be read, keeping the damaged files aside; or restore the store from a backup)"
 
 // upstreamProxy passes the routes the edge does not serve to its
 // upstream, or is nil without one.

@@ -302,7 +302,7 @@ func openDisk(c config, log zerolog.Logger) (*diskstore.Engine, error) {
 		MaxPending: c.dataMaxPending, Repair: c.dataRepair, MaxProducers: c.maxProducersPerThread, Verify: c.dataVerify})
 	switch {
 	case errors.Is(err, diskstore.ErrTableDamaged):
-		return nil, fmt.Errorf("--data-dir: %w (a damaged table is not repaired: restore the store from a backup)", err)
+		return nil, fmt.Errorf("--data-dir: %w (agentstream data --data-dir %s repair writes the tree again without what cannot be read; or restore the store from a backup)", err, c.dataDir)
 	case errors.Is(err, diskstore.ErrDamaged):
 		return nil, fmt.Errorf("--data-dir: %w (agentstream data --data-dir %s check reports it; serve --data-repair starts keeping every commit that can be read)", err, c.dataDir)
 	case err != nil:
