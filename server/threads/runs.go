@@ -2,6 +2,7 @@ package threads
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,10 @@ func (cat *Catalog) startRecorder() {
 	cat.host.OnRunCut(r.recordCut)
 	cat.host.OnClose(r.stop)
 }
+
+// deleteRetries bounds how long a thread deleted when its run ends
+// (DeleteOnCompletion) is tried again when its store fails.
+const deleteRetries = 5 * time.Second
 
 // recordRetries bounds how long a record the store refuses (a disk
 // nearly full, Redis gone) is tried again before it is dropped (counted):
@@ -276,9 +281,19 @@ func (cat *Catalog) DeleteRun(ctx context.Context, thread, runID string) error {
 // A run that ended already has its thread deleted now.
 func (cat *Catalog) DeleteOnCompletion(ctx context.Context, thread, runID string) error {
 	if cat.host.AfterRun(thread, runID, func() {
-		// One that cannot be deleted now (a store down, a run started on
-		// it meanwhile) is left to --thread-ttl.
-		_, _ = cat.Delete(context.Background(), thread)
+		// A store slow to answer (a loaded machine) or away a moment is
+		// asked again, for up to deleteRetries; one that cannot delete it
+		// by then (a store down, a run started on it meanwhile) leaves
+		// it to --thread-ttl.
+		wait, deadline := 20*time.Millisecond, time.Now().Add(deleteRetries)
+		for {
+			_, err := cat.Delete(context.Background(), thread)
+			if err == nil || errors.Is(err, server.ErrThreadBusy) || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(wait)
+			wait = min(2*wait, 500*time.Millisecond)
+		}
 	}) {
 		return nil
 	}
