@@ -82,6 +82,7 @@ type platformClient struct {
 	items       map[string]bool // answered put, not deleted since
 	gone        map[string]bool // answered delete
 	runsAcked   []string        // the messages of runs.wait answered
+	noRuns      bool            // no runs.wait loop
 	n           int             // the numbers the trials before used
 	writes      atomic.Int64    // the writes answered 2xx
 }
@@ -201,6 +202,11 @@ func (pc *platformClient) write(ctx context.Context, url string) {
 			}
 		}
 	})
+	if pc.noRuns {
+		wg.Wait()
+		pc.n = base + 1_000_000
+		return
+	}
 	loop(func(i int) { // runs.wait
 		msg := fmt.Sprintf("m-%d-%d", pc.c, i+base)
 		// A run that failed is answered 200 too, with __error__: not a run
