@@ -46,8 +46,8 @@ type Log struct {
 	// than MinTreeFree), read afresh at most every treeCheckEvery.
 	treeFull    error
 	treeChecked time.Time
-	stop     chan struct{}
-	done     chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
 
 	// gen counts the batches the writer took (flush); synced is the last
 	// of them on disk, and every event appended before it was taken with

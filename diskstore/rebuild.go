@@ -125,27 +125,11 @@ func swapTree(dir, tmp, aside string) error {
 	if err := os.Mkdir(aside, 0o750); err != nil {
 		return err
 	}
-	old, err := os.ReadDir(dir)
-	if err != nil {
+	if err := moveTreeFiles(dir, aside); err != nil {
 		return err
 	}
-	for _, e := range old {
-		if !e.IsDir() && treeFile(e.Name()) {
-			if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	fresh, err := os.ReadDir(tmp)
-	if err != nil {
+	if err := moveTreeFiles(tmp, dir); err != nil {
 		return err
-	}
-	for _, e := range fresh {
-		if !e.IsDir() && treeFile(e.Name()) {
-			if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
 	}
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
@@ -156,6 +140,22 @@ func swapTree(dir, tmp, aside string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// moveTreeFiles moves the tree's files of from into to.
+func moveTreeFiles(from, to string) error {
+	files, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	for _, e := range files {
+		if !e.IsDir() && treeFile(e.Name()) {
+			if err := os.Rename(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // showKey is a key as repair names it (none: what).

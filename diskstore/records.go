@@ -101,7 +101,7 @@ func (s *State) SetRun(_ context.Context, rec server.RunRecord) (err error) {
 	defer batch.Close()
 	_ = batch.Set(append(runPrefix(rec.Thread), rec.ID...), b, nil)
 	_ = batch.Set(runThreadKey(rec.ID), []byte(rec.Thread), nil)
-	if rec.Status == server.RunRunning || rec.Status == server.RunPending {
+	if rec.Open() {
 		_ = batch.Set(openRunKey(rec.Thread, rec.ID), nil, nil)
 	} else {
 		_ = batch.Delete(openRunKey(rec.Thread, rec.ID), nil)

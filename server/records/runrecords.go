@@ -23,6 +23,10 @@ type RunRecord struct {
 	Error string
 }
 
+// Open reports whether the record says the run runs or is queued (it
+// has not ended, nor does it wait on its interrupts).
+func (r RunRecord) Open() bool { return r.Status == RunRunning || r.Status == RunPending }
+
 // RunCatalog is a StateStore that keeps the runs of each thread (the
 // in-memory, disk and Redis engines' do), forgetting them with the
 // thread.

@@ -295,9 +295,22 @@ func (e *Event) Epoch() string {
 // EndsRun reports whether e ends a run: the root agent's lifecycle,
 // completed or failed.
 func (e *Event) EndsRun() bool {
+	s := e.rootStatus()
+	return s == protocol.AgentStatusCompleted || s == protocol.AgentStatusFailed
+}
+
+// WaitsOnInterrupts reports whether e is the root agent's lifecycle
+// saying the run waits on its interrupts.
+func (e *Event) WaitsOnInterrupts() bool { return e.rootStatus() == protocol.AgentStatusInterrupted }
+
+// rootStatus is the root agent's lifecycle status e says ("" for any
+// other event).
+func (e *Event) rootStatus() protocol.AgentStatus {
 	if e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
-		return false
+		return ""
 	}
-	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
-	return ok && (l.Params.Data.Event == protocol.AgentStatusCompleted || l.Params.Data.Event == protocol.AgentStatusFailed)
+	if l, ok := e.Payload.(*protocol.ServerEventLifecycle); ok {
+		return l.Params.Data.Event
+	}
+	return ""
 }

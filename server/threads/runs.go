@@ -78,17 +78,25 @@ const recordRetries = 10 * time.Second
 // recordRetries: a store that fails for longer loses the record, not the
 // run.
 func (r *recorder) write(rc server.RunCatalog, rec server.RunRecord) {
-	wait, deadline := 5*time.Millisecond, time.Now().Add(recordRetries)
+	written := retry(recordRetries, 5*time.Millisecond, func() (bool, bool) {
+		return rc.SetRun(context.Background(), rec) == nil, r.stopping.Load()
+	})
+	if !written {
+		r.mu.Lock()
+		r.dropped++
+		r.mu.Unlock()
+	}
+}
+
+// retry calls try until it says done, or says to stop, or for longer than
+// d, waiting between two calls from wait on, twice as long each time (at
+// most half a second); it reports whether try said done.
+func retry(d, wait time.Duration, try func() (done, stop bool)) bool {
+	deadline := time.Now().Add(d)
 	for {
-		err := rc.SetRun(context.Background(), rec)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || r.stopping.Load() {
-			r.mu.Lock()
-			r.dropped++
-			r.mu.Unlock()
-			return
+		done, stop := try()
+		if done || stop || time.Now().After(deadline) {
+			return done
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 500*time.Millisecond)
@@ -112,7 +120,7 @@ func endCut(rc server.RunCatalog, cut server.RunCut) {
 		if rec.After >= cut.Seq || rec.CreatedAt.After(cut.At) {
 			continue // started, or was queued, after the cut
 		}
-		open := rec.Status == server.RunRunning || rec.Status == server.RunPending || rec.Status == server.RunInterrupted && last && !cut.Unseen
+		open := rec.Open() || rec.Status == server.RunInterrupted && last && !cut.Unseen
 		last = false
 		if !open {
 			continue
@@ -285,15 +293,10 @@ func (cat *Catalog) DeleteOnCompletion(ctx context.Context, thread, runID string
 		// asked again, for up to deleteRetries; one that cannot delete it
 		// by then (a store down, a run started on it meanwhile) leaves
 		// it to --thread-ttl.
-		wait, deadline := 20*time.Millisecond, time.Now().Add(deleteRetries)
-		for {
+		retry(deleteRetries, 20*time.Millisecond, func() (bool, bool) {
 			_, err := cat.Delete(context.Background(), thread)
-			if err == nil || errors.Is(err, server.ErrThreadBusy) || time.Now().After(deadline) {
-				return
-			}
-			time.Sleep(wait)
-			wait = min(2*wait, 500*time.Millisecond)
-		}
+			return err == nil, errors.Is(err, server.ErrThreadBusy)
+		})
 	}) {
 		return nil
 	}

@@ -562,7 +562,7 @@ func (h *Handler) joinRun(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
-	if open(rec.Status) && h.catalog.Run(thread, rec.ID).Ended() {
+	if rec.Open() && h.catalog.Run(thread, rec.ID).Ended() {
 		// Another node runs it (or did, and was lost): its end comes in
 		// the thread's stream, or in its record once the node's lease
 		// ends.
@@ -576,9 +576,6 @@ func (h *Handler) joinRun(w http.ResponseWriter, r *http.Request) {
 	h.waitEnd(w, r, thread, rec.ID, ss)
 }
 
-// open reports whether a run of status runs or is queued.
-func open(status string) bool { return status == server.RunRunning || status == server.RunPending }
-
 // waitElsewhere waits until a run another node runs ends: its root's
 // end (or its interrupt) in ss, the thread's lifecycle from before the
 // run's record was read, or its record no longer open (read again each
@@ -589,16 +586,8 @@ func (h *Handler) waitElsewhere(ctx context.Context, thread, runID string, ss *s
 		if !h.catalog.Run(thread, runID).Ended() {
 			return nil // it came to run here (a takeover): waitEnd waits for it
 		}
-		if runs, err := h.catalog.Runs(ctx, thread); err == nil {
-			ended := true
-			for _, rec := range runs {
-				if rec.ID == runID {
-					ended = !open(rec.Status)
-				}
-			}
-			if ended {
-				return nil
-			}
+		if rec, found, err := h.catalog.FindRun(ctx, runID); err == nil && (!found || !rec.Open()) {
+			return nil
 		}
 		wait, cancel := context.WithTimeout(ctx, time.Second)
 		e, err := ss.Next(wait)
@@ -608,15 +597,11 @@ func (h *Handler) waitElsewhere(ctx context.Context, thread, runID string, ss *s
 			return ctx.Err()
 		case err != nil && wait.Err() == nil:
 			return err
-		case err == nil && (e.EndsRun() || isInterrupt(e)):
+		case err == nil && (e.EndsRun() || e.WaitsOnInterrupts()):
 			// Its record is written as it ends; the answer reads it.
 			for range 20 {
-				if runs, err := h.catalog.Runs(ctx, thread); err == nil {
-					for _, rec := range runs {
-						if rec.ID == runID && !open(rec.Status) {
-							return nil
-						}
-					}
+				if rec, found, err := h.catalog.FindRun(ctx, runID); err == nil && found && !rec.Open() {
+					return nil
 				}
 				time.Sleep(25 * time.Millisecond)
 			}
@@ -673,14 +658,4 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusAccepted)
-}
-
-// isInterrupt reports whether e is the root's lifecycle saying the run
-// waits on its interrupts.
-func isInterrupt(e *server.Event) bool {
-	if e.Channel != channels.Lifecycle || len(e.Namespace) != 0 {
-		return false
-	}
-	l, ok := e.Payload.(*protocol.ServerEventLifecycle)
-	return ok && l.Params.Data.Event == protocol.AgentStatusInterrupted
 }

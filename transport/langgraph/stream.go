@@ -241,7 +241,7 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := newFrames(thread, rec.ID, modes, subgraphs, h.views)
-	if ended := rec.Status != server.RunPending && rec.Status != server.RunRunning; ended && h.catalog.Run(thread, rec.ID).Ended() {
+	if !rec.Open() && h.catalog.Run(thread, rec.ID).Ended() {
 		// Its stream is a replay that holds its end, unless a crash or
 		// the retention policy lost its events: then it ends at once.
 		f.over = rec.Status
