@@ -18,7 +18,7 @@ import (
 
 // TestAFullDiskNeverStopsThePlatform: a server on a real disk (a 96 MiB
 // tmpfs) with --data-min-free 1, three clients writing through the
-// Platform API (threads, updateState, the store); the disk is filled to its last byte: writes are answered
+// Platform API (threads, updateState, the store, runs.wait); the disk is filled to its last byte: writes are answered
 // 503 naming the full disk, the process goes on (no panic) and answers
 // reads; once space returns writes are answered again; killed (kill -9)
 // and started again, every write answered 2xx is there. Started on the
@@ -32,10 +32,7 @@ func TestAFullDiskNeverStopsThePlatform(t *testing.T) {
 	url, proc := startProcessNode(t, "--data-dir", dir, "--data-min-free", "1", "--profiles", "langgraph")
 	pcs := make([]*platformClient, 3)
 	for c := range pcs {
-		// Without runs.wait: a run answered while the disk fills was once
-		// (1 in 23 runs of this test, under the whole suite's load) not
-		// kept, cause not found yet (docs/durability.md, "Not built yet").
-		pcs[c] = &platformClient{c: c, noRuns: true}
+		pcs[c] = &platformClient{c: c}
 		pcs[c].setup(t, url)
 	}
 	ctx, stop := context.WithCancel(context.Background())

@@ -491,7 +491,13 @@ func startBinaryNode(t *testing.T, bin string, flags ...string) (string, *exec.C
 	for sc.Scan() {
 		var line struct{ Message, Addr string }
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "agentstream listening" {
-			go func() { _, _ = io.Copy(io.Discard, stderr) }()
+			var sink io.Writer = io.Discard
+			if f := os.Getenv("AGENTSTREAM_TEST_NODE_LOG"); f != "" { // a debugging aid: the nodes' logs
+				if lf, err := os.OpenFile(f, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+					sink = lf
+				}
+			}
+			go func() { _, _ = io.Copy(sink, stderr) }()
 			return "http://" + line.Addr, cmd
 		}
 	}

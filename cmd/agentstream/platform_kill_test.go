@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,22 +70,22 @@ var platformVictim *exec.Cmd
 // platformClient is one writer's view: what it was answered 2xx for,
 // and what it sent without an answer (which may or may not be kept).
 type platformClient struct {
-	c           int
-	runThread   string // runs.wait goes here
-	stateThread string // updateState goes here
-	threads     []string
-	created     map[string]bool // answered create, not answered delete
-	deleted     map[string]bool // answered delete
-	patched     map[string]int  // the last patch answered, per thread
-	sentPatch   map[string]int  // the last patch sent
-	stateAcked  int             // the last updateState answered (k)
-	stateSent   int
-	items       map[string]bool // answered put, not deleted since
-	gone        map[string]bool // answered delete
-	runsAcked   []string        // the messages of runs.wait answered
-	noRuns      bool            // no runs.wait loop
-	n           int             // the numbers the trials before used
-	writes      atomic.Int64    // the writes answered 2xx
+	c            int
+	runThread    string // runs.wait goes here
+	stateThread  string // updateState goes here
+	threads      []string
+	created      map[string]bool // answered create, not answered delete
+	deleted      map[string]bool // answered delete
+	patched      map[string]int  // the last patch answered, per thread
+	sentPatch    map[string]int  // the last patch sent
+	stateAcked   int             // the last updateState answered (k)
+	stateSent    int
+	items        map[string]bool // answered put, not deleted since
+	gone         map[string]bool // answered delete
+	runsAcked    []string        // the messages of runs.wait answered
+	wrongAnswers []string        // runs.wait answered with values without its message
+	n            int             // the numbers the trials before used
+	writes       atomic.Int64    // the writes answered 2xx
 }
 
 func newUUID() string {
@@ -202,11 +203,6 @@ func (pc *platformClient) write(ctx context.Context, url string) {
 			}
 		}
 	})
-	if pc.noRuns {
-		wg.Wait()
-		pc.n = base + 1_000_000
-		return
-	}
 	loop(func(i int) { // runs.wait
 		msg := fmt.Sprintf("m-%d-%d", pc.c, i+base)
 		// A run that failed is answered 200 too, with __error__: not a run
@@ -215,6 +211,9 @@ func (pc *platformClient) write(ctx context.Context, url string) {
 		if err == nil && st == 200 && !bytes.Contains(out, []byte(`"__error__"`)) {
 			pc.runsAcked = append(pc.runsAcked, msg)
 			pc.writes.Add(1)
+			if !bytes.Contains(out, []byte(`"`+msg+`"`)) { // another run's values
+				pc.wrongAnswers = append(pc.wrongAnswers, msg)
+			}
 		}
 	})
 	wg.Wait()
@@ -276,9 +275,16 @@ func (pc *platformClient) check(t *testing.T, url string) []string {
 	}
 	_, state := get("GET", "/threads/"+pc.runThread+"/state", "")
 	raw, _ := json.Marshal(state["values"])
+	for _, msg := range pc.wrongAnswers {
+		lost = append(lost, fmt.Sprintf("run %s answered with values that do not hold it", msg))
+	}
 	for _, msg := range pc.runsAcked {
 		if !bytes.Contains(raw, []byte(`"`+msg+`"`)) {
-			lost = append(lost, fmt.Sprintf("run %s answered: not in the thread's values", msg))
+			var contents []string
+			for _, m := range stateMessages(state) {
+				contents = append(contents, fmt.Sprint(m["type"], ":", m["content"]))
+			}
+			lost = append(lost, fmt.Sprintf("run %s answered: not in the thread's values (answered %v; values %v)", msg, pc.runsAcked, contents))
 		}
 	}
 	// The runs' records: each ended (a cut one in error, once the restart
@@ -316,7 +322,27 @@ func (pc *platformClient) check(t *testing.T, url string) []string {
 	if success < len(pc.runsAcked)+1 { // and its setup run
 		lost = append(lost, fmt.Sprintf("%d runs answered, %d records say success", len(pc.runsAcked)+1, success))
 	}
+	if len(lost) > 0 { // what the failure needs to be understood: the records, oldest first
+		var statuses []string
+		for _, r := range slices.Backward(runs) {
+			statuses = append(statuses, r.Status)
+		}
+		lost = append(lost, fmt.Sprintf("the run records: %v", statuses))
+	}
 	return lost
+}
+
+// stateMessages are the messages of a thread's state.
+func stateMessages(state map[string]any) []map[string]any {
+	values, _ := state["values"].(map[string]any)
+	list, _ := values["messages"].([]any)
+	var out []map[string]any
+	for _, m := range list {
+		if mm, ok := m.(map[string]any); ok {
+			out = append(out, mm)
+		}
+	}
+	return out
 }
 
 // platformKillTrials runs the trials: writes to the node start gives,

@@ -527,6 +527,11 @@ func TestRunsWithCommandsAndStrategies(t *testing.T) {
 	require.Equal(t, 404, call(t, "GET", n.url+"/threads/r1/runs/"+runs[0].RunID, "", "", nil))
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &run))
 	require.Equal(t, 409, call(t, "DELETE", n.url+"/threads/r1/runs/"+run.RunID, "", "", nil))
+	// A run sent without multitask_strategy while another runs is
+	// refused (the Platform's default, reject), never given to the run
+	// that goes on as its input, which answered that run's values for it.
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/r1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "while busy"}]}}`, "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/r1/runs", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "while busy"}]}}`, "", nil))
 	require.Equal(t, 202, call(t, "POST", n.url+"/threads/r1/runs/"+run.RunID+"/cancel?wait=true", "", "", nil))
 
 	// Stateless runs.

@@ -102,10 +102,15 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	if req.Metadata != nil {
 		params.Metadata = *req.Metadata
 	}
+	// The Platform's default is reject: a run sent while another runs on
+	// the thread is refused, never taken as input for the one that runs
+	// (the protocol's run.start without a strategy), which would answer
+	// the other run's values for it.
+	ms := protocol.MultitaskStrategyReject
 	if req.MultitaskStrategy != nil {
-		ms := protocol.MultitaskStrategy(*req.MultitaskStrategy)
-		params.MultitaskStrategy = &ms
+		ms = protocol.MultitaskStrategy(*req.MultitaskStrategy)
 	}
+	params.MultitaskStrategy = &ms
 	resp, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: params}})
 	if err != nil {
 		ss.Close()
