@@ -8,6 +8,48 @@ import (
 	"strings"
 )
 
+// LoopbackOrigins is the pattern (in --allowed-origins) that stands for
+// every page served from this machine's loopback names: localhost,
+// 127.0.0.1 and [::1], on any port, http or https. It is the default of
+// agentstream serve, so that a front end a developer runs on localhost
+// talks to a server on localhost without a flag; a page of any other
+// origin is allowed only when named.
+const LoopbackOrigins = "loopback"
+
+// ExpandOrigins returns patterns with LoopbackOrigins replaced by the
+// host patterns it stands for (path.Match syntax, as
+// ws.Options.OriginPatterns takes them).
+func ExpandOrigins(patterns []string) []string {
+	var out []string
+	for _, p := range patterns {
+		if strings.EqualFold(p, LoopbackOrigins) {
+			out = append(out, "localhost", "localhost:*", "127.0.0.1", "127.0.0.1:*", `\[::1\]`, `\[::1\]:*`)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// everyOrigin reports whether the patterns allow every origin ("*").
+func everyOrigin(patterns []string) bool {
+	for _, p := range patterns {
+		if p == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// corsMethods are the methods a preflight allows: every one the HTTP
+// routes use.
+const corsMethods = "GET, POST, PUT, PATCH, DELETE"
+
+// corsExposed are the answer headers a page of another origin may read:
+// those the official SDKs read (a run's id in Content-Location, a
+// page's total) and the server's own.
+const corsExposed = "Content-Location, Location, X-Pagination-Total, X-Pagination-Next, Retry-After, Agentstream-Thread, Agentstream-Warning"
+
 // allowedOrigin reports whether a browser page of origin may use the
 // server: its host (or scheme://host, for a pattern with a scheme) matches
 // one of the patterns, with path.Match and ignoring case, the way
@@ -66,9 +108,10 @@ func (h *Handler) cors(w http.ResponseWriter, r *http.Request) bool {
 	hdr.Set("Access-Control-Allow-Origin", origin)
 	hdr.Add("Vary", "Origin")
 	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		hdr.Set("Access-Control-Expose-Headers", corsExposed)
 		return false
 	}
-	hdr.Set("Access-Control-Allow-Methods", "GET, POST")
+	hdr.Set("Access-Control-Allow-Methods", corsMethods)
 	if rh := r.Header.Get("Access-Control-Request-Headers"); rh != "" {
 		hdr.Set("Access-Control-Allow-Headers", rh)
 	}

@@ -135,8 +135,9 @@ type Options struct {
 	Hosts []string
 	// CORSOrigins lists the origins whose browser pages may call the HTTP
 	// routes (streams, commands, state) across origins, as host patterns
-	// in ws.Options.OriginPatterns' syntax ("*" for every origin). Empty:
-	// no CORS headers, so browsers allow the server's own origin only.
+	// in ws.Options.OriginPatterns' syntax ("*" for every origin,
+	// LoopbackOrigins for pages served from loopback names). Empty: no
+	// CORS headers, so browsers allow the server's own origin only.
 	CORSOrigins []string
 	// Auth, when set, authenticates every request but /healthz and
 	// /readyz: no credential or a bad one gets 401 (unauthenticated) with
@@ -289,7 +290,7 @@ func New(srv *server.Server, opts Options) *Handler {
 	opts.SSE.Observer = wire.Join(opts.SSE.Observer, m)
 	opts.WS.Observer = wire.Join(opts.WS.Observer, m)
 	h := &Handler{srv: srv, mux: http.NewServeMux(), sse: sse.New(srv, opts.SSE), ws: ws.New(srv, opts.WS), metrics: m, maxBody: opts.MaxCommandBody,
-		corsOrigins: opts.CORSOrigins, hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState,
+		corsOrigins: ExpandOrigins(opts.CORSOrigins), hosts: opts.Hosts, bodyTimeout: opts.BodyTimeout, auth: opts.Auth, reg: reg, readyCheck: opts.Ready, upstreamState: opts.UpstreamState,
 		edge: opts.UpstreamProxy != nil || opts.UpstreamState != nil}
 	h.limiter = keyrate.New(opts.HTTPCommandRate, opts.HTTPCommandBurst)
 	h.streamLimiter = keyrate.New(opts.HTTPStreamRate, opts.HTTPStreamBurst)
@@ -581,7 +582,7 @@ func (h *Handler) sameSite(w http.ResponseWriter, r *http.Request, kind wire.Kin
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "origin %q may not use this route (--allowed-origins)", o))
 		return false
 	}
-	if o == "" && r.Header.Get("Sec-Fetch-Site") == "cross-site" && !allowedOrigin(h.corsOrigins, "*") {
+	if o == "" && r.Header.Get("Sec-Fetch-Site") == "cross-site" && !everyOrigin(h.corsOrigins) {
 		h.metrics.Refused("origin")
 		httpjson.Write(w, http.StatusForbidden, protocol.NewError(nil, protocol.ErrorCodePermissionDenied, "a cross-site request without an Origin may not use this route"))
 		return false

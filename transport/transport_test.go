@@ -824,7 +824,7 @@ func TestCORSForAllowedOrigins(t *testing.T) {
 	resp := do("OPTIONS", "/threads/t/commands", "https://app.example", preflight, "")
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
 	require.Equal(t, "https://app.example", resp.Header.Get("Access-Control-Allow-Origin"))
-	require.Equal(t, "GET, POST", resp.Header.Get("Access-Control-Allow-Methods"))
+	require.Equal(t, "GET, POST, PUT, PATCH, DELETE", resp.Header.Get("Access-Control-Allow-Methods"))
 	require.Equal(t, "content-type", resp.Header.Get("Access-Control-Allow-Headers"))
 	require.Empty(t, resp.Header.Get("Access-Control-Allow-Credentials"))
 
@@ -836,6 +836,8 @@ func TestCORSForAllowedOrigins(t *testing.T) {
 		`{"id": 1, "method": "agent.getTree", "params": {}}`)
 	require.Equal(t, "https://a.trusted.example", resp.Header.Get("Access-Control-Allow-Origin"))
 	require.Contains(t, resp.Header.Values("Vary"), "Origin")
+	require.Contains(t, resp.Header.Get("Access-Control-Expose-Headers"), "Content-Location", "the SDKs read a run's id there")
+	require.Contains(t, resp.Header.Get("Access-Control-Expose-Headers"), "X-Pagination-Total")
 
 	// A stream keeps the header, taken over from net/http or not.
 	resp = do("GET", "/threads/t/stream", "https://app.example", nil, "")
@@ -850,6 +852,45 @@ func TestCORSForAllowedOrigins(t *testing.T) {
 	require.NoError(t, err)
 	defer resp2.Body.Close()
 	require.Empty(t, resp2.Header.Get("Access-Control-Allow-Origin"))
+}
+
+// TestCORSForLoopbackPages: "loopback" (agentstream serve's default)
+// allows the pages of localhost, 127.0.0.1 and [::1] on any port, for
+// every method, and no other origin, not even one whose name starts so.
+func TestCORSForLoopbackPages(t *testing.T) {
+	ts, _, _ := start(t, transport.Options{CORSOrigins: []string{transport.LoopbackOrigins}})
+	preflight := func(origin, method string) *http.Response {
+		req, _ := http.NewRequest("OPTIONS", ts.URL+"/threads/t/commands", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", method)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	for _, o := range []string{"http://localhost:3000", "http://localhost", "https://127.0.0.1:5173", "http://[::1]:8080"} {
+		resp := preflight(o, "PATCH")
+		require.Equal(t, http.StatusNoContent, resp.StatusCode, o)
+		require.Equal(t, o, resp.Header.Get("Access-Control-Allow-Origin"))
+		require.Contains(t, resp.Header.Get("Access-Control-Allow-Methods"), "PATCH")
+	}
+	for _, o := range []string{"http://localhost.evil.example", "http://127.0.0.2:3000", "https://app.example"} {
+		resp := preflight(o, "POST")
+		require.NotEqual(t, http.StatusNoContent, resp.StatusCode, o)
+		require.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), o)
+	}
+	// Their writes are taken; another origin's are refused.
+	post := func(origin string) int {
+		req, _ := http.NewRequest("POST", ts.URL+"/threads/t/commands", strings.NewReader(`{"id": 1, "method": "agent.getTree", "params": {}}`))
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.NotEqual(t, http.StatusForbidden, post("http://localhost:3000"), "taken (the thread is unknown: 404)")
+	require.Equal(t, http.StatusForbidden, post("https://evil.example"))
 }
 
 // TestDeliveryLatencyIsSampled: live events written to a stream are

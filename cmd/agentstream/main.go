@@ -180,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.DurationVar(&c.heartbeat, "heartbeat", sse.DefaultHeartbeat, "SSE heartbeat interval")
 	c.writeInterval = ws.DefaultWriteInterval
 	fs.Var((*intervalFlag)(&c.writeInterval), "write-interval", "least time between two writes of events to one connection; events arriving meanwhile go out together; while the server uses over 90% of its CPU and falls behind it doubles, up to 400ms, and it halves once the halved interval would fit in the CPU (\"off\": no pacing)")
-	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated host patterns (\"*\": all) whose browser pages may use the server across origins: WebSockets, and CORS for the HTTP routes (default: same origin)")
+	fs.StringVar(&c.allowedOrigins, "allowed-origins", transport.LoopbackOrigins, "comma-separated host patterns (\"*\": all; \"loopback\": pages served from localhost, 127.0.0.1 or [::1] on any port) whose browser pages may use the server across origins: WebSockets, and CORS for the HTTP routes; empty: the server's own origin only")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "serve HTTPS (and HTTP/2) with this PEM certificate chain; needs --tls-key")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")

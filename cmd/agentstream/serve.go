@@ -379,7 +379,7 @@ func (c config) transportOptions(loopback bool, authn *auth.Authenticator, ready
 	} else if c.allowedHosts != "" && c.allowedHosts != "*" {
 		hosts = splitList(c.allowedHosts)
 	}
-	origins := splitList(c.allowedOrigins)
+	origins := transport.ExpandOrigins(splitList(c.allowedOrigins))
 	return transport.Options{
 		SSE:             sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
 		WS:              ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst, CommandBytesRate: c.commandBytesRate},
