@@ -292,7 +292,8 @@ type ThreadQuery struct {
 }
 
 // Search lists the threads p may use that q selects (every thread
-// without authentication, p nil), and how many q selects in all.
+// without authentication, p nil), with their values and interrupts, and
+// how many q selects in all.
 func (cat *Catalog) Search(ctx context.Context, p *auth.Principal, q ThreadQuery, anonymous bool) ([]ThreadInfo, int, error) {
 	c, err := cat.records()
 	if err != nil {
@@ -381,11 +382,12 @@ func (cat *Catalog) Search(ctx context.Context, p *auth.Principal, q ThreadQuery
 	if len(found) > limit {
 		found = found[:limit]
 	}
-	if late {
-		for i := range found {
-			if found[i], err = cat.threadInfo(ctx, found[i].ThreadRecord, false); err != nil {
-				return nil, 0, err
-			}
+	// The page's threads with their values and interrupts, as the
+	// Platform lists them (read for the page alone: a search holds no
+	// thread's values but those it answers).
+	for i := range found {
+		if found[i], err = cat.threadInfo(ctx, found[i].ThreadRecord, true); err != nil {
+			return nil, 0, err
 		}
 	}
 	return found, total, nil

@@ -40,6 +40,11 @@ async function step(name, f) {
 
 const t1 = randomUUID();
 const mark = randomUUID(); // this run's threads, apart from others on the server
+await step("GET /ok", async () => (await fetch(process.argv[2] + "/ok")).json());
+await step("GET /info", async () => {
+  const info = await (await fetch(process.argv[2] + "/info")).json();
+  return { version: typeof info.version, flags: Object.keys(info.flags).sort(), assistants: info.flags.assistants };
+});
 await step("assistants.search echo", () => client.assistants.search({ graphId: "echo" }));
 const echo = (await client.assistants.search({ graphId: "echo" }))[0];
 steps["assistant id is the graph's"] = echo.assistant_id;
@@ -58,6 +63,11 @@ await step("threads.count", () => client.threads.count({ metadata: { mark } }));
 await step("runs.wait keys", async () => Object.keys(await client.runs.wait(t1, echo.assistant_id, { input: { messages: [{ role: "user", content: "hi" }] } })).sort());
 await step("runs.wait messages", async () => (await client.runs.wait(t1, "echo", { input: { messages: [{ role: "user", content: "again" }] } })).messages.length);
 await step("runs.wait stateless keys", async () => Object.keys(await client.runs.wait(null, "echo", { input: { messages: [{ role: "user", content: "hi" }] } })).sort());
+await step("threads.search values and interrupts", async () => {
+  const found = await client.threads.search({ ids: [t1] });
+  return found.map((t) => ({ values: Object.keys(t.values ?? {}).sort(), messages: t.values?.messages?.length, interrupts: t.interrupts }));
+});
+await step("threads.search select", () => client.threads.search({ ids: [t1], select: ["thread_id", "status"] }));
 await step("threads.get after runs: status", async () => (await client.threads.get(t1)).status);
 await step("runs.list statuses", async () => (await client.runs.list(t1)).map((r) => r.status));
 await step("runs.create, join", async () => {
@@ -182,8 +192,8 @@ await step("command.resume on a thread with nothing pending", async () => {
   await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
   return client.runs.wait(t, "echo", { command: { resume: "yes" } });
 });
-for (const strategy of ["reject", "interrupt", "rollback", "enqueue"]) {
-  await step(`multitask_strategy ${strategy}`, async () => {
+for (const strategy of [undefined, "reject", "interrupt", "rollback", "enqueue"]) {
+  await step(`multitask_strategy ${strategy ?? "by default"}`, async () => {
     const t = (await client.threads.create({ metadata: { mark } })).thread_id;
     const first = await client.runs.create(t, "echo", slow);
     const started = await busy(t);

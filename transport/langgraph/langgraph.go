@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,8 @@ func (h *Handler) Routes() []wire.Route {
 			PathThread: oneThread, HandlerAuthorizes: oneThread, BadThreadStatus: http.StatusUnprocessableEntity}
 	}
 	return []wire.Route{
+		route("GET", "/ok", wire.ReadRoute, h.ok),
+		route("GET", "/info", wire.ReadRoute, h.info),
 		route("POST", "/threads", wire.CommandRoute, h.createThread),
 		route("GET", "/threads/{id}", wire.ReadRoute, h.getThread),
 		route("PATCH", "/threads/{id}", wire.CommandRoute, h.patchThread),
@@ -345,16 +348,49 @@ func (h *Handler) searchThreads(w http.ResponseWriter, r *http.Request) {
 		q.SortOrder = string(*req.SortOrder)
 	}
 	p := auth.FromContext(r.Context())
-	found, _, err := h.catalog.Search(r.Context(), p, q, p == nil)
+	found, total, err := h.catalog.Search(r.Context(), p, q, p == nil)
 	if err != nil {
 		serverError(w, err)
 		return
 	}
-	out := make([]LgThread, len(found))
+	paginate(w, q.Offset, len(found), total)
+	if len(req.Select) == 0 {
+		out := make([]LgThread, len(found))
+		for i, info := range found {
+			out[i] = thread(info, true)
+		}
+		write(w, http.StatusOK, out)
+		return
+	}
+	out := make([]map[string]any, len(found))
 	for i, info := range found {
-		out[i] = thread(info, false)
+		out[i] = selected(thread(info, true), req.Select)
 	}
 	write(w, http.StatusOK, out)
+}
+
+// paginate sets the headers of a page of a search: X-Pagination-Total,
+// how many the search selects in all, and X-Pagination-Next, the offset
+// of the next page when there is one.
+func paginate(w http.ResponseWriter, offset, n, total int) {
+	w.Header().Set("X-Pagination-Total", strconv.Itoa(total))
+	if next := offset + n; n > 0 && next < total {
+		w.Header().Set("X-Pagination-Next", strconv.Itoa(next))
+	}
+}
+
+// selected is the members of th that fields name.
+func selected(th LgThread, fields []LgThreadField) map[string]any {
+	b, _ := json.Marshal(th)
+	var all map[string]any
+	_ = json.Unmarshal(b, &all)
+	out := make(map[string]any, len(fields))
+	for _, f := range fields {
+		if v, ok := all[string(f)]; ok {
+			out[string(f)] = v
+		}
+	}
+	return out
 }
 
 // countThreads serves POST /threads/count.

@@ -418,12 +418,13 @@ type LgThreadSearch struct {
 	Offset    *LgUint               `json:"offset,omitempty" cbor:"offset,omitempty"`
 	SortBy    *LgThreadSortBy       `json:"sort_by,omitempty" cbor:"sort_by,omitempty"`
 	SortOrder *LgSortOrder          `json:"sort_order,omitempty" cbor:"sort_order,omitempty"`
+	Select    []LgThreadField       `json:"select,omitzero" cbor:"select,omitzero"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgThreadSearchMembers = cddlrt.Members{Rule: "LgThreadSearch", Required: []string{}, Known: []string{"ids", "metadata", "values", "status", "limit", "offset", "sort_by", "sort_order"}, Open: true, Nullable: []string{"ids", "metadata", "values", "status", "limit", "offset", "sort_by", "sort_order"}}
+var lgThreadSearchMembers = cddlrt.Members{Rule: "LgThreadSearch", Required: []string{}, Known: []string{"ids", "metadata", "values", "status", "limit", "offset", "sort_by", "sort_order", "select"}, Open: true, Nullable: []string{"ids", "metadata", "values", "status", "limit", "offset", "sort_by", "sort_order", "select"}}
 
 // CDDLMembers describes LgThreadSearch's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgThreadSearch) CDDLMembers() *cddlrt.Members {
@@ -468,10 +469,20 @@ func (s LgThreadSearch) Validate() error {
 			return cddlrt.At("sort_order", err)
 		}
 	}
+	if s.Select != nil {
+		if len(s.Select) > 8 {
+			return cddlrt.Invalid("select", "LgThreadSearch", "must have at most 8 items, not %d", len(s.Select))
+		}
+		for i1, e1 := range s.Select {
+			if err := e1.Validate(); err != nil {
+				return cddlrt.At(cddlrt.Index("select", i1), err)
+			}
+		}
+	}
 	return nil
 }
 
-var lgThreadSearchKnown = map[string]bool{"ids": true, "metadata": true, "values": true, "status": true, "limit": true, "offset": true, "sort_by": true, "sort_order": true}
+var lgThreadSearchKnown = map[string]bool{"ids": true, "metadata": true, "values": true, "status": true, "limit": true, "offset": true, "sort_by": true, "sort_order": true, "select": true}
 
 // MarshalJSON encodes LgThreadSearch with its literal members and Extra.
 func (s LgThreadSearch) MarshalJSON() ([]byte, error) {
@@ -501,6 +512,48 @@ func (s *LgThreadSearch) UnmarshalCBOR(data []byte) error {
 
 // LgThreadSearchValues is generated from CDDL rule "LgThreadSearchValues".
 type LgThreadSearchValues = map[string]any
+
+// The members of a thread a search may select (all when it selects none).
+type LgThreadField string
+
+// The values of LgThreadField.
+const (
+	LgThreadFieldThreadID   LgThreadField = "thread_id"
+	LgThreadFieldCreatedAt  LgThreadField = "created_at"
+	LgThreadFieldUpdatedAt  LgThreadField = "updated_at"
+	LgThreadFieldMetadata   LgThreadField = "metadata"
+	LgThreadFieldStatus     LgThreadField = "status"
+	LgThreadFieldConfig     LgThreadField = "config"
+	LgThreadFieldValues     LgThreadField = "values"
+	LgThreadFieldInterrupts LgThreadField = "interrupts"
+)
+
+// Valid reports whether v is one of the values of LgThreadField.
+func (v LgThreadField) Valid() bool {
+	switch v {
+	case LgThreadFieldThreadID, LgThreadFieldCreatedAt, LgThreadFieldUpdatedAt, LgThreadFieldMetadata, LgThreadFieldStatus, LgThreadFieldConfig, LgThreadFieldValues, LgThreadFieldInterrupts:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgThreadField.
+func (v *LgThreadField) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgThreadField", LgThreadField.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgThreadField.
+func (v *LgThreadField) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgThreadField", LgThreadField.Valid)
+}
+
+// Validate reports a value that is not one of LgThreadField's.
+func (v LgThreadField) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgThreadField", "value must be one of \"thread_id\", \"created_at\", \"updated_at\", \"metadata\", \"status\", \"config\", \"values\", \"interrupts\", not %v", v)
+	}
+	return nil
+}
 
 // LgThreadCount is generated from CDDL rule "LgThreadCount".
 type LgThreadCount struct {
@@ -2576,6 +2629,107 @@ func (LgError) CDDLMembers() *cddlrt.Members {
 // array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
 // also checks that required members are present.)
 func (s LgError) Validate() error {
+	_ = s
+	return nil
+}
+
+// GET /ok: the server answers.
+type LgOk struct {
+	Ok bool `json:"ok" cbor:"ok"`
+}
+
+var lgOkMembers = cddlrt.Members{Rule: "LgOk", Required: []string{"ok"}, Known: []string{"ok"}, Open: false}
+
+// CDDLMembers describes LgOk's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgOk) CDDLMembers() *cddlrt.Members {
+	return &lgOkMembers
+}
+
+// Validate checks what the schema requires of the values of LgOk
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgOk) Validate() error {
+	_ = s
+	return nil
+}
+
+// GET /info: which server this is and what it serves. flags say
+// truthfully which of the Platform's optional parts answer here.
+type LgInfo struct {
+	Version string      `json:"version" cbor:"version"`
+	Flags   LgInfoFlags `json:"flags" cbor:"flags"`
+}
+
+var lgInfoMembers = cddlrt.Members{Rule: "LgInfo", Required: []string{"version", "context", "flags"}, Known: []string{"version", "context", "flags"}, Open: false}
+
+// CDDLMembers describes LgInfo's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgInfo) CDDLMembers() *cddlrt.Members {
+	return &lgInfoMembers
+}
+
+// Validate checks what the schema requires of the values of LgInfo
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgInfo) Validate() error {
+	if err := s.Flags.Validate(); err != nil {
+		return cddlrt.At("flags", err)
+	}
+	return nil
+}
+
+// LgInfoContextValue is the value LgInfo always has in member "context".
+const LgInfoContextValue = "agentstream"
+
+var lgInfoLiterals = []cddlrt.Literal{{Member: "context", Value: "agentstream"}}
+
+// MarshalJSON encodes LgInfo with its literal members and Extra.
+func (s LgInfo) MarshalJSON() ([]byte, error) {
+	type fields LgInfo
+	return cddlrt.MarshalJSON((*fields)(&s), lgInfoLiterals, nil)
+}
+
+// UnmarshalJSON decodes LgInfo, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgInfo) UnmarshalJSON(data []byte) error {
+	type fields LgInfo
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgInfo", lgInfoLiterals, nil, nil)
+}
+
+// MarshalCBOR encodes LgInfo with its literal members and Extra.
+func (s LgInfo) MarshalCBOR() ([]byte, error) {
+	type fields LgInfo
+	return cddlrt.MarshalCBOR((*fields)(&s), lgInfoLiterals, nil)
+}
+
+// UnmarshalCBOR decodes LgInfo, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgInfo) UnmarshalCBOR(data []byte) error {
+	type fields LgInfo
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgInfo", lgInfoLiterals, nil, nil)
+}
+
+// LgInfoFlags is generated from CDDL rule "LgInfoFlags".
+type LgInfoFlags struct {
+	Assistants               bool `json:"assistants" cbor:"assistants"`
+	Crons                    bool `json:"crons" cbor:"crons"`
+	Langsmith                bool `json:"langsmith" cbor:"langsmith"`
+	LangsmithTracingReplicas bool `json:"langsmith_tracing_replicas" cbor:"langsmith_tracing_replicas"`
+}
+
+var lgInfoFlagsMembers = cddlrt.Members{Rule: "LgInfoFlags", Required: []string{"assistants", "crons", "langsmith", "langsmith_tracing_replicas"}, Known: []string{"assistants", "crons", "langsmith", "langsmith_tracing_replicas"}, Open: false}
+
+// CDDLMembers describes LgInfoFlags's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgInfoFlags) CDDLMembers() *cddlrt.Members {
+	return &lgInfoFlagsMembers
+}
+
+// Validate checks what the schema requires of the values of LgInfoFlags
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgInfoFlags) Validate() error {
 	_ = s
 	return nil
 }
