@@ -1001,3 +1001,58 @@ func TestJoinOnAnotherNodeWaitsForTheEnd(t *testing.T) {
 	require.Equal(t, 200, call(t, "GET", b.url+"/threads/"+thread+"/runs/"+run.RunID, "", "", &rec))
 	require.Equal(t, "success", string(rec.Status))
 }
+
+// TestThreadSearchAnswersWhatAListShows: a search answers each thread's
+// values and interrupts (a front end lists threads by their first
+// message), only the members select names, and the pagination headers:
+// the total selected and the next page's offset while there is one.
+func TestThreadSearchAnswersWhatAListShows(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	for i := range 3 {
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/p"+strconv.Itoa(i)+"/runs/wait", `{"assistant_id": "echo", "metadata": {}, "input": {"messages": [{"role": "user", "content": "q`+strconv.Itoa(i)+`"}]}}`, "", nil))
+	}
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/asks/runs/wait", `{"assistant_id": "demo", "input": {"messages": [{"role": "user", "content": "go"}]}}`, "", nil))
+	search := func(body string) ([]map[string]any, http.Header) {
+		resp, err := http.Post(n.url+"/threads/search", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		var out []map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return out, resp.Header
+	}
+	found, hdr := search(`{"ids": ["p1"]}`)
+	require.Len(t, found, 1)
+	msgs := found[0]["values"].(map[string]any)["messages"].([]any)
+	require.Equal(t, "q1", msgs[0].(map[string]any)["content"], "the first message, to list the thread by")
+	require.Equal(t, "1", hdr.Get("X-Pagination-Total"))
+	require.Empty(t, hdr.Get("X-Pagination-Next"))
+
+	found, _ = search(`{"ids": ["asks"]}`)
+	require.Equal(t, "interrupted", found[0]["status"])
+	require.NotEmpty(t, found[0]["interrupts"], "what it waits on")
+
+	found, hdr = search(`{"limit": 2, "sort_by": "thread_id", "sort_order": "asc"}`)
+	require.Len(t, found, 2)
+	require.Equal(t, "4", hdr.Get("X-Pagination-Total"))
+	require.Equal(t, "2", hdr.Get("X-Pagination-Next"))
+	_, hdr = search(`{"limit": 2, "offset": 2, "sort_by": "thread_id", "sort_order": "asc"}`)
+	require.Empty(t, hdr.Get("X-Pagination-Next"), "the last page")
+
+	found, _ = search(`{"ids": ["p0"], "select": ["thread_id", "status"]}`)
+	require.Equal(t, []map[string]any{{"thread_id": "p0", "status": "idle"}}, found)
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/search", `{"select": ["thread_id", "nope"]}`, "", nil), "a member no thread has is named")
+}
+
+// TestOkAndInfo: GET /ok and /info, which front ends ask before anything
+// else, answer; /info's flags say what is served.
+func TestOkAndInfo(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	var ok langgraph.LgOk
+	require.Equal(t, 200, call(t, "GET", n.url+"/ok", "", "", &ok))
+	require.True(t, ok.Ok)
+	var info map[string]any
+	require.Equal(t, 200, call(t, "GET", n.url+"/info", "", "", &info))
+	require.NotEmpty(t, info["version"])
+	require.Equal(t, map[string]any{"assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false}, info["flags"])
+}
