@@ -480,6 +480,7 @@ func (s *Server) stateFork(ctx context.Context, threadID string, id uint64, p *p
 	}
 	config["forked_from"] = cp.ID
 	r := s.newRun(t, a, assistantID, p.Input, config, nil)
+	r.forkParent = cp.ID
 	if err := t.startRun(r, maps.Clone(cp.Values)); err != nil {
 		return nil, errorResponse(id, protocol.ErrorCodeUnknownError, "%v", err)
 	}

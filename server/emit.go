@@ -207,17 +207,24 @@ func (rc *RunContext) Checkpoint(source protocol.CheckpointSource, step int64) (
 			Node: rc.node, Time: t.srv.cfg.Now(), Values: maps.Clone(values),
 			Metadata: map[string]any{"assistant_id": rc.r.assistantID, "run_id": rc.r.id}}
 		cp := protocol.Checkpoint{ID: id, Step: protocol.JsInt(step), Source: source}
-		parent, ok, err := NewestCheckpoint(rc.r.ctx, t.srv.st.State, t.id)
-		if err != nil {
-			return eventData{}, storeError(err)
+		if fp := rc.r.forkParent; fp != "" {
+			rec.ParentID = fp // a fork's first: its history branches at the checkpoint it started from
+		} else {
+			parent, ok, err := NewestCheckpoint(rc.r.ctx, t.srv.st.State, t.id)
+			if err != nil {
+				return eventData{}, storeError(err)
+			}
+			if ok {
+				rec.ParentID = parent.ID
+			}
 		}
-		if ok {
-			rec.ParentID = parent.ID
+		if rec.ParentID != "" {
 			cp.ParentID = &rec.ParentID
 		}
 		if err := t.srv.st.State.AddCheckpoint(rc.r.ctx, t.id, rec); err != nil {
 			return eventData{}, storeError(err)
 		}
+		rc.r.forkParent = ""
 		return eventData{p: protocol.NewServerEventCheckpoints(cp)}, nil
 	})
 	if err != nil {

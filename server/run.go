@@ -75,6 +75,10 @@ type run struct {
 	before   map[string]any // values at the start, for multitask_strategy rollback
 	endCause error          // why the run was stopped from outside, if it was
 	strategy string         // the multitask strategy it was started with
+	// forkParent is the checkpoint a fork (state.fork) started from: the
+	// parent of the run's first checkpoint, so that the thread's history
+	// branches there (taken by that checkpoint, under the writer lock).
+	forkParent string
 	// afterwards is called once it ended with no run waiting behind it
 	// (ResourceHost.AfterRun: the thread deleted on completion).
 	afterwards func()

@@ -403,6 +403,26 @@ func (cat *Catalog) Checkpoints(ctx context.Context, id string) ([]server.Checkp
 	return cps, nil
 }
 
+// Checkpoint is checkpoint cp of thread id; ok is false when it has none
+// of that id.
+func (cat *Catalog) Checkpoint(ctx context.Context, id, cp string) (server.CheckpointRecord, bool, error) {
+	rec, ok, err := cat.st.State.Checkpoint(ctx, id, cp)
+	if err != nil {
+		return server.CheckpointRecord{}, false, server.StoreError(err)
+	}
+	return rec, ok, nil
+}
+
+// NewestCheckpoint is thread id's newest checkpoint; ok is false when it
+// has none.
+func (cat *Catalog) NewestCheckpoint(ctx context.Context, id string) (server.CheckpointRecord, bool, error) {
+	rec, ok, err := server.NewestCheckpoint(ctx, cat.st.State, id)
+	if err != nil {
+		return server.CheckpointRecord{}, false, server.StoreError(err)
+	}
+	return rec, ok, nil
+}
+
 // Copy makes a new thread (a new UUID) for p with thread id's
 // metadata, values and checkpoints, and returns it; ok is false when id
 // does not exist. The copy has no events (its stream starts empty) and no

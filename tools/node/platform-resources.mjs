@@ -107,6 +107,29 @@ await step("threads.getState at a checkpoint", async () => {
   // (how many messages it holds is the graph's: the reference's echo checkpoints each step, agentstream's each run)
   return { id: s.checkpoint.checkpoint_id === h[1].checkpoint.checkpoint_id, same: same.checkpoint.checkpoint_id === s.checkpoint.checkpoint_id, values: JSON.stringify(s.values) === JSON.stringify(h[1].values) };
 });
+await step("runs.wait from an older checkpoint (a fork)", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "one" }] } });
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "two" }] } });
+  const h = await client.threads.getHistory(t, { limit: 100 });
+  const end1 = h.find((s) => s.values?.messages?.length === 2 && s.next.length === 0);
+  const v = await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "again" }] }, checkpoint: end1.checkpoint });
+  const after = await client.threads.getHistory(t, { limit: 100 });
+  // the fork's checkpoints lead back to the one it started from, not to the second run's
+  const byId = Object.fromEntries(after.map((s) => [s.checkpoint.checkpoint_id, s]));
+  let cur = after[0], reached = false;
+  for (let i = 0; cur && i < 100; i++) {
+    if (cur.checkpoint.checkpoint_id === end1.checkpoint.checkpoint_id) { reached = true; break; }
+    if (cur.values?.messages?.some((m) => m.content === "two")) break;
+    cur = byId[cur.parent_checkpoint?.checkpoint_id];
+  }
+  return { messages: v.messages.map((m) => m.content), branches: reached };
+});
+await step("runs.wait from an unknown checkpoint", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "one" }] } });
+  return client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "x" }] }, checkpointId: "1f1eb9f5-3567-6b20-8000-00fe72aa84d9" });
+});
 await step("threads.getState at an unknown checkpoint", () => client.threads.getState(t1, "1f1eb9f5-3567-6b20-8000-00fe72aa84d9"));
 await step("threads.updateState", async () => {
   const before = await client.threads.getState(t1);

@@ -169,6 +169,10 @@ func (h *Handler) body(w http.ResponseWriter, r *http.Request, v interface{ Vali
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
 		return false
 	}
+	if err := unserved(v); err != nil {
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+		return false
+	}
 	return true
 }
 

@@ -1253,12 +1253,18 @@ type LgRunCreate struct {
 	StreamSubgraphs *bool           `json:"stream_subgraphs,omitempty" cbor:"stream_subgraphs,omitempty"`
 	StreamResumable *bool           `json:"stream_resumable,omitempty" cbor:"stream_resumable,omitempty"`
 	OnDisconnect    *LgOnDisconnect `json:"on_disconnect,omitempty" cbor:"on_disconnect,omitempty"`
+	// A run from a checkpoint of the thread (its id, or its address as
+	// LangGraph's front ends send it): from the newest, a run as any other;
+	// from an older one, a fork (the thread's values go back to the
+	// checkpoint's and the history branches there, as state.fork does).
+	CheckpointID *string              `json:"checkpoint_id,omitempty" cbor:"checkpoint_id,omitempty"`
+	Checkpoint   *LgCheckpointAddress `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect"}}
+var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect", "checkpoint_id", "checkpoint"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect", "checkpoint_id", "checkpoint"}}
 
 // CDDLMembers describes LgRunCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgRunCreate) CDDLMembers() *cddlrt.Members {
@@ -1295,10 +1301,15 @@ func (s LgRunCreate) Validate() error {
 			return cddlrt.At("on_disconnect", err)
 		}
 	}
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return cddlrt.At("checkpoint", err)
+		}
+	}
 	return nil
 }
 
-var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true, "stream_mode": true, "stream_subgraphs": true, "stream_resumable": true, "on_disconnect": true}
+var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true, "stream_mode": true, "stream_subgraphs": true, "stream_resumable": true, "on_disconnect": true, "checkpoint_id": true, "checkpoint": true}
 
 // MarshalJSON encodes LgRunCreate with its literal members and Extra.
 func (s LgRunCreate) MarshalJSON() ([]byte, error) {
@@ -1328,6 +1339,61 @@ func (s *LgRunCreate) UnmarshalCBOR(data []byte) error {
 
 // LgRunCreateConfig is generated from CDDL rule "LgRunCreateConfig".
 type LgRunCreateConfig = map[string]any
+
+// LgCheckpointAddress is generated from CDDL rule "LgCheckpointAddress".
+type LgCheckpointAddress struct {
+	CheckpointID  *string `json:"checkpoint_id,omitempty" cbor:"checkpoint_id,omitempty"`
+	CheckpointNs  *string `json:"checkpoint_ns,omitempty" cbor:"checkpoint_ns,omitempty"`
+	ThreadID      *string `json:"thread_id,omitempty" cbor:"thread_id,omitempty"`
+	CheckpointMap any     `json:"checkpoint_map,omitempty" cbor:"checkpoint_map,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgCheckpointAddressMembers = cddlrt.Members{Rule: "LgCheckpointAddress", Required: []string{}, Known: []string{"checkpoint_id", "checkpoint_ns", "thread_id", "checkpoint_map"}, Open: true, Nullable: []string{"checkpoint_id", "checkpoint_ns", "thread_id", "checkpoint_map"}}
+
+// CDDLMembers describes LgCheckpointAddress's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgCheckpointAddress) CDDLMembers() *cddlrt.Members {
+	return &lgCheckpointAddressMembers
+}
+
+// Validate checks what the schema requires of the values of LgCheckpointAddress
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgCheckpointAddress) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgCheckpointAddressKnown = map[string]bool{"checkpoint_id": true, "checkpoint_ns": true, "thread_id": true, "checkpoint_map": true}
+
+// MarshalJSON encodes LgCheckpointAddress with its literal members and Extra.
+func (s LgCheckpointAddress) MarshalJSON() ([]byte, error) {
+	type fields LgCheckpointAddress
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgCheckpointAddress, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCheckpointAddress) UnmarshalJSON(data []byte) error {
+	type fields LgCheckpointAddress
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgCheckpointAddress", nil, lgCheckpointAddressKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgCheckpointAddress with its literal members and Extra.
+func (s LgCheckpointAddress) MarshalCBOR() ([]byte, error) {
+	type fields LgCheckpointAddress
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgCheckpointAddress, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgCheckpointAddress) UnmarshalCBOR(data []byte) error {
+	type fields LgCheckpointAddress
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgCheckpointAddress", nil, lgCheckpointAddressKnown, &s.Extra)
+}
 
 // LgStreamMode is generated from CDDL rule "LgStreamMode".
 type LgStreamMode string

@@ -305,6 +305,10 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// and keeps its input (TestRunsWithCommandsAndStrategies tests the
 		// multitask strategy's rollback of the state).
 		"runs.cancel rollback": map[string]any{"got": float64(404), "list": float64(1), "messages": float64(2)},
+		// A run from a checkpoint the thread does not have: the reference
+		// runs from an empty state (the thread's messages gone from the
+		// answer); agentstream answers 404 naming the checkpoint.
+		"runs.wait from an unknown checkpoint": map[string]any{"error": float64(404)},
 	}
 	matchOnEachEngine(t, nodeBin, script, 90*time.Second, want, chosen)
 }
@@ -1055,4 +1059,79 @@ func TestOkAndInfo(t *testing.T) {
 	require.Equal(t, 200, call(t, "GET", n.url+"/info", "", "", &info))
 	require.NotEmpty(t, info["version"])
 	require.Equal(t, map[string]any{"assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false}, info["flags"])
+}
+
+// TestRunFromACheckpoint: a run from the thread's newest checkpoint is a
+// run as any other; from an older one it forks there (the values go back
+// to the checkpoint's and its first checkpoint's parent is the one it
+// started from, so that the history branches); an unknown checkpoint is
+// 404, and one with a command is refused.
+func TestRunFromACheckpoint(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	say := func(body string) (int, map[string]any) {
+		var v map[string]any
+		st := call(t, "POST", n.url+"/threads/f1/runs/wait", body, "", &v)
+		return st, v
+	}
+	ask := func(text, extra string) string {
+		return `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "` + text + `"}]}` + extra + `}`
+	}
+	st, _ := say(ask("one", ""))
+	require.Equal(t, 200, st)
+	st, _ = say(ask("two", ""))
+	require.Equal(t, 200, st)
+	var hist []langgraph.LgThreadState
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/f1/history", `{}`, "", &hist))
+	require.Len(t, hist, 2)
+	newest, first := hist[0].Checkpoint.CheckpointID, hist[1].Checkpoint.CheckpointID
+
+	st, v := say(ask("three", `, "checkpoint_id": "`+newest+`"`))
+	require.Equal(t, 200, st)
+	require.Len(t, v["messages"], 6, "from the head: the thread goes on")
+
+	st, v = say(ask("again", `, "checkpoint": {"checkpoint_id": "`+first+`", "checkpoint_ns": ""}`))
+	require.Equal(t, 200, st)
+	msgs := v["messages"].([]any)
+	require.Len(t, msgs, 4, "from the first checkpoint: its two messages and the fork's")
+	require.Equal(t, "one", msgs[0].(map[string]any)["content"])
+	require.Equal(t, "again", msgs[2].(map[string]any)["content"])
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/f1/history", `{"limit": 1}`, "", &hist))
+	require.NotNil(t, hist[0].ParentCheckpoint)
+	require.Equal(t, first, hist[0].ParentCheckpoint.CheckpointID, "the history branches where the fork started")
+
+	st, _ = say(ask("x", `, "checkpoint_id": "ckpt_nope"`))
+	require.Equal(t, 404, st)
+	st, _ = say(`{"assistant_id": "echo", "checkpoint_id": "` + first + `", "command": {"resume": 1}}`)
+	require.Equal(t, 422, st)
+}
+
+// TestRunMembersNotServedAreRefused: a request member agentstream does
+// not serve is refused 422 naming it and why, never taken and ignored;
+// null stands for absent.
+func TestRunMembersNotServedAreRefused(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	refused := func(path, body string) string {
+		req, _ := http.NewRequest("POST", n.url+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var e langgraph.LgError
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+		require.Equal(t, 422, resp.StatusCode, "%s %s", path, body)
+		return e.Detail
+	}
+	require.Contains(t, refused("/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {}, "interrupt_before": ["agent"]}`), "interrupt_before: not served")
+	require.Contains(t, refused("/threads/u1/runs", `{"assistant_id": "echo", "input": {}, "webhook": "http://127.0.0.1:1/hook"}`), "webhook: not served")
+	require.Contains(t, refused("/runs/wait", `{"assistant_id": "echo", "input": {}, "frobnicate": 1}`), "frobnicate: not served (not a member this server knows)")
+	require.Contains(t, refused("/threads", `{"ttl": {"ttl": 5}}`), "ttl: not served")
+	require.Contains(t, refused("/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {}, "command": {"resume": 1, "graph": "x"}}`), "command.graph: not served")
+	d := refused("/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {}, "after_seconds": 5, "durability": "async"}`)
+	require.Contains(t, d, "after_seconds")
+	require.Contains(t, d, "durability", "every member is named at once")
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}, "webhook": null, "interrupt_before": null}`, "", nil), "null is absent")
+
+	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k", "value": {}, "index": ["text"]}`, "", nil), "a semantic index is not served")
+	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k", "value": {}, "index": false}`, "", nil), "no index is what the store does")
+	require.Contains(t, refused("/store/items/search", `{"namespace_prefix": ["a"], "query": "cats"}`), "query: not served")
 }

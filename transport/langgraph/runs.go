@@ -85,6 +85,11 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		serverError(w, err)
 		return "", nil, 0, false
 	}
+	fork, ok := h.forkPoint(w, r, thread, name, req)
+	if !ok {
+		ss.Close()
+		return "", nil, 0, false
+	}
 	if req.Command != nil {
 		runID, resumed, ok := h.command(w, r, thread, req)
 		if !ok {
@@ -94,6 +99,22 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		if resumed {
 			return runID, ss, after, true
 		}
+	}
+	if fork != "" {
+		fp := protocol.StateForkParams{CheckpointID: fork, Input: req.Input}
+		if req.Config != nil {
+			fp.Config = *req.Config
+		}
+		resp, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandStateFork{ID: 1, Params: fp}})
+		if err != nil {
+			ss.Close()
+			h.runRefused(w, err)
+			return "", nil, 0, false
+		}
+		if res, ok := resp.Result.(protocol.StateForkResult); ok {
+			runID = res.RunID
+		}
+		return runID, ss, after, true
 	}
 	params := protocol.RunStartParams{AssistantID: name, Input: req.Input}
 	if req.Config != nil {
@@ -114,16 +135,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 	resp, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunStart{ID: 1, Params: params}})
 	if err != nil {
 		ss.Close()
-		var e *protocol.ErrorResponse
-		if errors.As(err, &e) {
-			status, e := httpjson.CommandError(err) // 400 for a bad run, 429 past a quota
-			if e.Extra["reason"] == server.ReasonThreadBusy {
-				status = http.StatusUnprocessableEntity // as the reference answers multitask_strategy reject
-			}
-			fail(w, status, "%s", e.Message)
-			return "", nil, 0, false
-		}
-		serverError(w, err)
+		h.runRefused(w, err)
 		return "", nil, 0, false
 	}
 	if res, ok := resp.Result.(protocol.RunResult); ok && res.RunID != nil {
@@ -136,6 +148,76 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		return "", nil, 0, false
 	}
 	return runID, ss, after, true
+}
+
+// runRefused answers a run the server refused to start.
+func (h *Handler) runRefused(w http.ResponseWriter, err error) {
+	var e *protocol.ErrorResponse
+	if errors.As(err, &e) {
+		status, e := httpjson.CommandError(err) // 400 for a bad run, 429 past a quota
+		switch {
+		case e.Extra["reason"] == server.ReasonThreadBusy:
+			status = http.StatusUnprocessableEntity // as the reference answers multitask_strategy reject
+		case e.Code == protocol.ErrorCodeNoSuchCheckpoint:
+			status = http.StatusNotFound
+		}
+		fail(w, status, "%s", e.Message)
+		return
+	}
+	serverError(w, err)
+}
+
+// forkPoint is the checkpoint a run starts from when it is not the
+// thread's newest (req's checkpoint_id or checkpoint): the run is then a
+// fork of it; "" for a run as any other. It answers a request it cannot
+// serve itself (ok false).
+func (h *Handler) forkPoint(w http.ResponseWriter, r *http.Request, thread, assistant string, req *LgRunCreate) (cp string, ok bool) {
+	id := ""
+	if req.CheckpointID != nil {
+		id = *req.CheckpointID
+	}
+	if c := req.Checkpoint; c != nil {
+		if c.CheckpointNs != nil && *c.CheckpointNs != "" {
+			fail(w, http.StatusUnprocessableEntity, "checkpoint.checkpoint_ns: a run from a subgraph's checkpoint is not served")
+			return "", false
+		}
+		if c.CheckpointID != nil {
+			if id != "" && id != *c.CheckpointID {
+				fail(w, http.StatusUnprocessableEntity, "checkpoint_id and checkpoint.checkpoint_id name two checkpoints")
+				return "", false
+			}
+			id = *c.CheckpointID
+		}
+	}
+	if id == "" {
+		return "", true
+	}
+	ctx := r.Context()
+	newest, has, err := h.catalog.NewestCheckpoint(ctx, thread)
+	if err != nil {
+		serverError(w, err)
+		return "", false
+	}
+	if has && newest.ID == id {
+		return "", true // the thread's head: the run goes on from it as any run does
+	}
+	rec, found, err := h.catalog.Checkpoint(ctx, thread, id)
+	switch {
+	case err != nil:
+		serverError(w, err)
+		return "", false
+	case !found:
+		fail(w, http.StatusNotFound, "checkpoint_id: thread %s has no checkpoint %s", thread, id)
+		return "", false
+	case req.Command != nil:
+		fail(w, http.StatusUnprocessableEntity, "command: not served with a run from an older checkpoint (a fork starts from the checkpoint's values with the run's input)")
+		return "", false
+	}
+	if made, _ := rec.Metadata["assistant_id"].(string); made != assistant {
+		fail(w, http.StatusUnprocessableEntity, "checkpoint_id: checkpoint %s was made by assistant %q; a run of %q from it is not served", id, made, assistant)
+		return "", false
+	}
+	return id, true
 }
 
 // command carries out req's command on thread: with interrupts pending,

@@ -25,6 +25,10 @@ func (h *Handler) putItem(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
+	if req.Index != nil && req.Index != false {
+		fail(w, http.StatusUnprocessableEntity, "index: not served (the store has no semantic index: items are found by namespace and filter; false or null leaves an item out of an index)")
+		return
+	}
 	var ttl time.Duration
 	if req.TTL != nil {
 		minutes := *req.TTL
@@ -95,6 +99,10 @@ func (h *Handler) deleteItem(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) searchItems(w http.ResponseWriter, r *http.Request) {
 	var req LgStoreSearch
 	if !h.body(w, r, &req) {
+		return
+	}
+	if req.Query != nil && *req.Query != "" {
+		fail(w, http.StatusUnprocessableEntity, "query: not served (the store has no semantic search: filter selects items by their values)")
 		return
 	}
 	q := items.ItemSearch{Prefix: req.NamespacePrefix, Limit: 10, Refresh: req.RefreshTTL != nil && *req.RefreshTTL}

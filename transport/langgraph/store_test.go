@@ -78,7 +78,7 @@ func storeScenario(t *testing.T, n *node) {
 	require.Equal(t, []string{"prefs.ann/lang", "prefs.bob/theme"}, searchKeys(t, n, `{"namespace_prefix": ["prefs"], "filter": {"n": {"$gte": 2}}}`, ""))
 	require.Equal(t, []string{"prefs.ann/theme"}, searchKeys(t, n, `{"namespace_prefix": ["prefs"], "filter": {"n": {"$in": [1, 7]}}}`, ""))
 	require.Equal(t, []string{"docs/a"}, searchKeys(t, n, `{"namespace_prefix": [], "filter": {"tags": ["x"]}}`, ""))
-	require.Equal(t, []string{"prefs.ann/theme"}, searchKeys(t, n, `{"namespace_prefix": ["prefs"], "limit": 1, "offset": 1, "query": "ignored"}`, ""))
+	require.Equal(t, []string{"prefs.ann/theme"}, searchKeys(t, n, `{"namespace_prefix": ["prefs"], "limit": 1, "offset": 1}`, ""))
 	require.Empty(t, searchKeys(t, n, `{"namespace_prefix": ["prefs"], "limit": 0}`, ""))
 
 	require.Equal(t, []string{"docs", "prefs.ann", "prefs.bob"}, namespaces(t, n, `{}`, ""))
