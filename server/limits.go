@@ -58,6 +58,8 @@ const (
 	LimitWriteAck Limit = "write_ack"
 	// LimitStoreItems: Config.MaxStoreItems items in the long-term store.
 	LimitStoreItems Limit = "store_items"
+	// LimitAssistants: Config.MaxAssistants assistants created by clients.
+	LimitAssistants Limit = "assistants"
 	// LimitThreadMetadata: Config.MaxThreadMetadataBytes of a thread's
 	// metadata.
 	LimitThreadMetadata Limit = "thread_metadata_bytes"
@@ -68,11 +70,12 @@ const (
 
 // Defaults of the size limits.
 const (
+	DefaultMaxAssistants          = 100_000
 	DefaultMaxThreadMetadataBytes = 64 << 10
 	DefaultMaxStateBytes          = 4 << 20
 )
 
-var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck, LimitStoreItems, LimitThreadMetadata, LimitState}
+var limits = [...]Limit{LimitThreadID, LimitThreads, LimitQueuedRuns, LimitSessionSubscriptions, LimitAssistantInput, LimitPrincipalThreads, LimitPrincipalRuns, LimitQueueTotal, LimitProducers, LimitWorkers, LimitOwnedAssistants, LimitQueuedWorkerRuns, LimitIngestAck, LimitStoreItems, LimitAssistants, LimitThreadMetadata, LimitState}
 
 // MaxThreadIDLength is the longest thread id the server accepts.
 const MaxThreadIDLength = 256

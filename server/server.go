@@ -129,6 +129,10 @@ type Config struct {
 	// 1,000,000); a new item past it is refused (counted as limit
 	// store_items).
 	MaxStoreItems int
+	// MaxAssistants caps the assistants the Platform API's clients
+	// create (its /assistants; DefaultMaxAssistants, 100,000); a new one
+	// past it is refused (counted as limit assistants).
+	MaxAssistants int
 	// MaxThreadMetadataBytes caps a thread record's metadata, as JSON,
 	// after a creation, copy or change (DefaultMaxThreadMetadataBytes,
 	// 64 KiB); past it the change is refused (ErrTooLarge, counted as
@@ -233,6 +237,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStoreItems <= 0 {
 		c.MaxStoreItems = DefaultMaxStoreItems
+	}
+	if c.MaxAssistants <= 0 {
+		c.MaxAssistants = DefaultMaxAssistants
 	}
 	if c.MaxThreadMetadataBytes <= 0 {
 		c.MaxThreadMetadataBytes = DefaultMaxThreadMetadataBytes

@@ -77,6 +77,11 @@ func ItemScope(p *auth.Principal, namespace []string) string {
 	if p == nil || p.Admin || grants(p, namespace) {
 		return ""
 	}
+	if strings.HasPrefix(p.Subject, "\x00") {
+		// Scopes beginning with NUL are the server's own (the assistants,
+		// server/registry): such a subject's items are kept apart.
+		return "\x01" + p.Subject
+	}
 	return p.Subject
 }
 

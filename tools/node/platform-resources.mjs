@@ -50,6 +50,28 @@ const echo = (await client.assistants.search({ graphId: "echo" }))[0];
 steps["assistant id is the graph's"] = echo.assistant_id;
 await step("assistants.get", () => client.assistants.get(echo.assistant_id));
 await step("assistants.count echo", () => client.assistants.count({ graphId: "echo" }));
+await step("assistants.create, update, versions, latest, delete", async () => {
+  const a = await client.assistants.create({ graphId: "echo", name: "Mine", description: "d", config: { configurable: { token_delay_ms: 1 } }, metadata: { mark } });
+  const again = await client.assistants.create({ graphId: "echo", assistantId: a.assistant_id, ifExists: "do_nothing" });
+  const raise = await client.assistants.create({ graphId: "echo", assistantId: a.assistant_id }).then(() => "made", (e) => e?.status);
+  const found = await client.assistants.search({ metadata: { mark } });
+  const counted = await client.assistants.count({ metadata: { mark } });
+  const up = await client.assistants.update(a.assistant_id, { name: "Mine 2", metadata: { n: 2 } });
+  const versions = await client.assistants.getVersions(a.assistant_id);
+  const latest = await client.assistants.setLatest(a.assistant_id, 1);
+  const got = await client.assistants.get(a.assistant_id);
+  const ran = await client.runs.wait(null, a.assistant_id, { input: { messages: [{ role: "user", content: "hi" }] } });
+  await client.assistants.delete(a.assistant_id);
+  const gone = await client.assistants.get(a.assistant_id).then(() => "found", (e) => e?.status);
+  return { created: norm(a), again: again.name, raise, found: found.length, counted, updated: { version: up.version, name: up.name, metadata: up.metadata },
+    versions: versions.map((v) => [v.version, v.name]), latest: [latest.version, latest.name], got: got.version, ran: ran.messages.length, gone };
+});
+await step("assistants.create of an unknown graph", () => client.assistants.create({ graphId: "nope" }));
+await step("assistants.create without a name", async () => {
+  const a = await client.assistants.create({ graphId: "echo", metadata: { mark } });
+  await client.assistants.delete(a.assistant_id);
+  return { name: a.name, description: a.description, config: a.config, metadata: Object.keys(a.metadata) };
+});
 await step("threads.create", () => client.threads.create({ threadId: t1, metadata: { user: "ann", n: 1, mark } }));
 await step("threads.create again", () => client.threads.create({ threadId: t1 }));
 await step("threads.create do_nothing", () => client.threads.create({ threadId: t1, ifExists: "do_nothing" }));

@@ -1,6 +1,7 @@
 package langgraph
 
 import (
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"github.com/agentstream/agentstream/channels"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/server/records"
+	"github.com/agentstream/agentstream/server/registry"
 	"github.com/agentstream/agentstream/server/threads"
 )
 
@@ -20,17 +22,20 @@ func anyObject() map[string]any {
 	return map[string]any{"type": "object", "additionalProperties": true}
 }
 
-// findAssistant is the assistant {id} names (its UUID or its name); it
-// answers 404 itself.
+// findAssistant is the assistant {id} names (its UUID, or a graph's
+// name for the graph's own) that the caller sees; it answers 404 itself.
 func (h *Handler) findAssistant(w http.ResponseWriter, r *http.Request) (LgAssistant, bool) {
 	id := r.PathValue("id")
-	for _, a := range h.assistants() {
-		if a.AssistantID == id || a.GraphID == id {
-			return a, true
-		}
+	a, ok, err := h.registry.Get(r.Context(), id, AssistantID)
+	switch {
+	case err != nil:
+		assistantError(w, err)
+		return LgAssistant{}, false
+	case !ok || !registry.Visible(auth.FromContext(r.Context()), a):
+		fail(w, http.StatusNotFound, "Assistant %s not found", id)
+		return LgAssistant{}, false
 	}
-	fail(w, http.StatusNotFound, "Assistant %s not found", id)
-	return LgAssistant{}, false
+	return lgAssistant(a), true
 }
 
 // assistantSchemas serves GET /assistants/{id}/schemas.
@@ -70,17 +75,29 @@ func (h *Handler) searchAgents(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
-	found := selectAssistants(h.assistants(), nil, req.Name, req.Metadata)
-	offset, limit := 0, 10
+	// The Agent Protocol's agents are the graphs (agent_id their name):
+	// their own assistants.
+	q := registry.Query{Limit: 10, SortOrder: "asc", SortBy: "name", Metadata: map[string]any{"created_by": "system"}}
+	if req.Name != nil {
+		q.Name = *req.Name
+	}
+	if req.Metadata != nil {
+		maps.Copy(q.Metadata, *req.Metadata)
+	}
 	if req.Offset != nil {
-		offset = int(min(*req.Offset, 1<<31))
+		q.Offset = int(min(*req.Offset, 1<<31))
 	}
 	if req.Limit != nil {
-		limit = int(*req.Limit)
+		q.Limit = int(*req.Limit)
+	}
+	found, _, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
+	if err != nil {
+		assistantError(w, err)
+		return
 	}
 	out := []LgAgent{}
-	for i := offset; i < len(found) && len(out) < limit; i++ {
-		out = append(out, agent(found[i]))
+	for _, a := range found {
+		out = append(out, agent(lgAssistant(a)))
 	}
 	write(w, http.StatusOK, out)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +14,7 @@ import (
 	"github.com/agentstream/agentstream/runtime/cddlrt"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/server/items"
-	"github.com/agentstream/agentstream/server/records"
+	"github.com/agentstream/agentstream/server/registry"
 	"github.com/agentstream/agentstream/server/threads"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 	"github.com/agentstream/agentstream/transport/wire"
@@ -29,16 +28,17 @@ type Handler struct {
 	wire.Context
 	started time.Time  // the assistants' created_at: when the wire started
 	views   *viewCache // replayed events' views, shared by their readers
-	// catalog and store are the server's Platform resources: its threads
-	// and their runs, and the store's items.
-	catalog *threads.Catalog
-	store   *items.Store
+	// catalog, store and registry are the server's Platform resources:
+	// its threads and their runs, the store's items, the assistants.
+	catalog  *threads.Catalog
+	store    *items.Store
+	registry *registry.Registry
 }
 
 // New returns the wire's handler on c.Server.
 func New(c wire.Context) *Handler {
 	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC(), views: newViewCache(maxViewBytes),
-		catalog: threads.Of(c.Server), store: items.Of(c.Server)}
+		catalog: threads.Of(c.Server), store: items.Of(c.Server), registry: registry.Of(c.Server)}
 }
 
 // Routes are the wire's routes. Reads of lists and of an assistant are
@@ -65,6 +65,11 @@ func (h *Handler) Routes() []wire.Route {
 		route("DELETE", "/threads/{id}", wire.CommandRoute, h.deleteThread),
 		route("POST", "/threads/search", wire.ReadRoute, h.searchThreads),
 		route("POST", "/threads/count", wire.ReadRoute, h.countThreads),
+		route("POST", "/assistants", wire.CommandRoute, h.createAssistant),
+		route("PATCH", "/assistants/{id}", wire.CommandRoute, h.patchAssistant),
+		route("DELETE", "/assistants/{id}", wire.CommandRoute, h.deleteAssistant),
+		route("POST", "/assistants/{id}/versions", wire.ReadRoute, h.assistantVersions),
+		route("POST", "/assistants/{id}/latest", wire.CommandRoute, h.latestAssistant),
 		route("POST", "/assistants/search", wire.ReadRoute, h.searchAssistants),
 		route("POST", "/assistants/count", wire.ReadRoute, h.countAssistants),
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
@@ -429,83 +434,45 @@ func AssistantID(graph string) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// assistants are every assistant the server runs, by name.
-func (h *Handler) assistants() []LgAssistant {
-	names := h.Server.Assistants()
-	slices.Sort(names)
-	out := make([]LgAssistant, len(names))
-	for i, n := range names {
-		out[i] = LgAssistant{AssistantID: AssistantID(n), GraphID: n, Name: n, Version: 1, Config: map[string]any{}, Context: map[string]any{},
-			Metadata: map[string]any{"created_by": "system"}, CreatedAt: stamp(h.started), UpdatedAt: stamp(h.started)}
-	}
-	return out
-}
-
-// selectAssistants filters by graph_id, name and metadata.
-func selectAssistants(all []LgAssistant, graph, name *string, md *LgMetadata) []LgAssistant {
-	var out []LgAssistant
-	for _, a := range all {
-		if graph != nil && a.GraphID != *graph || name != nil && a.Name != *name {
-			continue
-		}
-		if md != nil && !records.MetadataMatches(a.Metadata, *md) {
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
 // searchAssistants serves POST /assistants/search.
 func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
 	var req LgAssistantSearch
 	if !h.body(w, r, &req) {
 		return
 	}
-	found := selectAssistants(h.assistants(), req.GraphID, req.Name, req.Metadata)
-	key := func(a LgAssistant) string {
-		if req.SortBy != nil {
-			switch *req.SortBy {
-			case "assistant_id":
-				return a.AssistantID
-			case "graph_id":
-				return a.GraphID
-			case "name":
-				return a.Name
-			}
-		}
-		return a.CreatedAt
+	q := registry.Query{Limit: 10}
+	if req.GraphID != nil {
+		q.GraphID = *req.GraphID
 	}
-	desc := req.SortOrder == nil || *req.SortOrder == "desc"
-	slices.SortStableFunc(found, func(a, b LgAssistant) int {
-		c := strings.Compare(key(a), key(b))
-		if desc {
-			c = -c
-		}
-		if c == 0 {
-			c = strings.Compare(a.Name, b.Name)
-		}
-		return c
-	})
-	offset, limit := 0, 10
-	if req.Offset != nil {
-		offset = int(min(*req.Offset, 1<<31))
+	if req.Name != nil {
+		q.Name = *req.Name
+	}
+	if req.Metadata != nil {
+		q.Metadata = *req.Metadata
 	}
 	if req.Limit != nil {
-		limit = int(*req.Limit)
+		q.Limit = int(*req.Limit)
 	}
-	if offset >= len(found) {
-		found = nil
-	} else {
-		found = found[offset:]
+	if req.Offset != nil {
+		q.Offset = int(min(*req.Offset, 1<<31))
 	}
-	if len(found) > limit {
-		found = found[:limit]
+	if req.SortBy != nil {
+		q.SortBy = string(*req.SortBy)
 	}
-	if found == nil {
-		found = []LgAssistant{}
+	if req.SortOrder != nil {
+		q.SortOrder = string(*req.SortOrder)
 	}
-	write(w, http.StatusOK, found)
+	found, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
+	if err != nil {
+		assistantError(w, err)
+		return
+	}
+	paginate(w, q.Offset, len(found), total)
+	out := make([]LgAssistant, len(found))
+	for i, a := range found {
+		out[i] = lgAssistant(a)
+	}
+	write(w, http.StatusOK, out)
 }
 
 // countAssistants serves POST /assistants/count.
@@ -514,7 +481,22 @@ func (h *Handler) countAssistants(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
-	write(w, http.StatusOK, len(selectAssistants(h.assistants(), req.GraphID, req.Name, req.Metadata)))
+	q := registry.Query{Limit: 1}
+	if req.GraphID != nil {
+		q.GraphID = *req.GraphID
+	}
+	if req.Name != nil {
+		q.Name = *req.Name
+	}
+	if req.Metadata != nil {
+		q.Metadata = *req.Metadata
+	}
+	_, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
+	if err != nil {
+		assistantError(w, err)
+		return
+	}
+	write(w, http.StatusOK, total)
 }
 
 // getAssistant serves GET /assistants/{id}: by its UUID or its name.

@@ -652,6 +652,291 @@ func (s LgAssistant) Validate() error {
 	return nil
 }
 
+// POST /assistants: an assistant of one of the server's graphs, with its
+// own config, metadata, name and description (version 1). context is
+// refused while the server's assistants take none.
+type LgAssistantCreate struct {
+	AssistantID *string                   `json:"assistant_id,omitempty" cbor:"assistant_id,omitempty"`
+	GraphID     string                    `json:"graph_id" cbor:"graph_id"`
+	Config      *LgAssistantCreateConfig  `json:"config,omitempty" cbor:"config,omitempty"`
+	Context     *LgAssistantCreateContext `json:"context,omitempty" cbor:"context,omitempty"`
+	Metadata    *LgMetadata               `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	IfExists    *LgIfExists               `json:"if_exists,omitempty" cbor:"if_exists,omitempty"`
+	Name        *string                   `json:"name,omitempty" cbor:"name,omitempty"`
+	Description *string                   `json:"description,omitempty" cbor:"description,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgAssistantCreateMembers = cddlrt.Members{Rule: "LgAssistantCreate", Required: []string{"graph_id"}, Known: []string{"assistant_id", "graph_id", "config", "context", "metadata", "if_exists", "name", "description"}, Open: true, Nullable: []string{"assistant_id", "config", "context", "metadata", "if_exists", "name", "description"}}
+
+// CDDLMembers describes LgAssistantCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAssistantCreate) CDDLMembers() *cddlrt.Members {
+	return &lgAssistantCreateMembers
+}
+
+// Validate checks what the schema requires of the values of LgAssistantCreate
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAssistantCreate) Validate() error {
+	if s.IfExists != nil {
+		if err := s.IfExists.Validate(); err != nil {
+			return cddlrt.At("if_exists", err)
+		}
+	}
+	return nil
+}
+
+var lgAssistantCreateKnown = map[string]bool{"assistant_id": true, "graph_id": true, "config": true, "context": true, "metadata": true, "if_exists": true, "name": true, "description": true}
+
+// MarshalJSON encodes LgAssistantCreate with its literal members and Extra.
+func (s LgAssistantCreate) MarshalJSON() ([]byte, error) {
+	type fields LgAssistantCreate
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgAssistantCreate, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantCreate) UnmarshalJSON(data []byte) error {
+	type fields LgAssistantCreate
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAssistantCreate", nil, lgAssistantCreateKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgAssistantCreate with its literal members and Extra.
+func (s LgAssistantCreate) MarshalCBOR() ([]byte, error) {
+	type fields LgAssistantCreate
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgAssistantCreate, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantCreate) UnmarshalCBOR(data []byte) error {
+	type fields LgAssistantCreate
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantCreate", nil, lgAssistantCreateKnown, &s.Extra)
+}
+
+// LgAssistantCreateConfig is generated from CDDL rule "LgAssistantCreateConfig".
+type LgAssistantCreateConfig = map[string]any
+
+// LgAssistantCreateContext is generated from CDDL rule "LgAssistantCreateContext".
+type LgAssistantCreateContext = map[string]any
+
+// PATCH /assistants/{id}: what changes, a new version (metadata merged).
+type LgAssistantPatch struct {
+	GraphID     *string                  `json:"graph_id,omitempty" cbor:"graph_id,omitempty"`
+	Config      *LgAssistantPatchConfig  `json:"config,omitempty" cbor:"config,omitempty"`
+	Context     *LgAssistantPatchContext `json:"context,omitempty" cbor:"context,omitempty"`
+	Metadata    *LgMetadata              `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	Name        *string                  `json:"name,omitempty" cbor:"name,omitempty"`
+	Description *string                  `json:"description,omitempty" cbor:"description,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgAssistantPatchMembers = cddlrt.Members{Rule: "LgAssistantPatch", Required: []string{}, Known: []string{"graph_id", "config", "context", "metadata", "name", "description"}, Open: true, Nullable: []string{"graph_id", "config", "context", "metadata", "name", "description"}}
+
+// CDDLMembers describes LgAssistantPatch's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAssistantPatch) CDDLMembers() *cddlrt.Members {
+	return &lgAssistantPatchMembers
+}
+
+// Validate checks what the schema requires of the values of LgAssistantPatch
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAssistantPatch) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgAssistantPatchKnown = map[string]bool{"graph_id": true, "config": true, "context": true, "metadata": true, "name": true, "description": true}
+
+// MarshalJSON encodes LgAssistantPatch with its literal members and Extra.
+func (s LgAssistantPatch) MarshalJSON() ([]byte, error) {
+	type fields LgAssistantPatch
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgAssistantPatch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantPatch) UnmarshalJSON(data []byte) error {
+	type fields LgAssistantPatch
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAssistantPatch", nil, lgAssistantPatchKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgAssistantPatch with its literal members and Extra.
+func (s LgAssistantPatch) MarshalCBOR() ([]byte, error) {
+	type fields LgAssistantPatch
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgAssistantPatch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantPatch) UnmarshalCBOR(data []byte) error {
+	type fields LgAssistantPatch
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantPatch", nil, lgAssistantPatchKnown, &s.Extra)
+}
+
+// LgAssistantPatchConfig is generated from CDDL rule "LgAssistantPatchConfig".
+type LgAssistantPatchConfig = map[string]any
+
+// LgAssistantPatchContext is generated from CDDL rule "LgAssistantPatchContext".
+type LgAssistantPatchContext = map[string]any
+
+// POST /assistants/{id}/versions: the versions, newest first.
+type LgAssistantVersions struct {
+	Metadata *LgMetadata `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	Limit    *uint64     `json:"limit,omitempty" cbor:"limit,omitempty"`
+	Offset   *LgUint     `json:"offset,omitempty" cbor:"offset,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgAssistantVersionsMembers = cddlrt.Members{Rule: "LgAssistantVersions", Required: []string{}, Known: []string{"metadata", "limit", "offset"}, Open: true, Nullable: []string{"metadata", "limit", "offset"}}
+
+// CDDLMembers describes LgAssistantVersions's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAssistantVersions) CDDLMembers() *cddlrt.Members {
+	return &lgAssistantVersionsMembers
+}
+
+// Validate checks what the schema requires of the values of LgAssistantVersions
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAssistantVersions) Validate() error {
+	if s.Limit != nil {
+		if (*s.Limit) < 1 {
+			return cddlrt.Invalid("limit", "LgAssistantVersions", "must be >= 1 but found %v", (*s.Limit))
+		}
+		if (*s.Limit) > 1000 {
+			return cddlrt.Invalid("limit", "LgAssistantVersions", "must be <= 1000 but found %v", (*s.Limit))
+		}
+	}
+	if s.Offset != nil {
+		if (*s.Offset) > 9007199254740991 {
+			return cddlrt.Invalid("offset", "LgUint", "must be <= 9007199254740991 but found %v", (*s.Offset))
+		}
+	}
+	return nil
+}
+
+var lgAssistantVersionsKnown = map[string]bool{"metadata": true, "limit": true, "offset": true}
+
+// MarshalJSON encodes LgAssistantVersions with its literal members and Extra.
+func (s LgAssistantVersions) MarshalJSON() ([]byte, error) {
+	type fields LgAssistantVersions
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgAssistantVersions, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantVersions) UnmarshalJSON(data []byte) error {
+	type fields LgAssistantVersions
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAssistantVersions", nil, lgAssistantVersionsKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgAssistantVersions with its literal members and Extra.
+func (s LgAssistantVersions) MarshalCBOR() ([]byte, error) {
+	type fields LgAssistantVersions
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgAssistantVersions, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantVersions) UnmarshalCBOR(data []byte) error {
+	type fields LgAssistantVersions
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantVersions", nil, lgAssistantVersionsKnown, &s.Extra)
+}
+
+// LgAssistantVersion is generated from CDDL rule "LgAssistantVersion".
+type LgAssistantVersion struct {
+	AssistantID string         `json:"assistant_id" cbor:"assistant_id"`
+	GraphID     string         `json:"graph_id" cbor:"graph_id"`
+	Name        string         `json:"name" cbor:"name"`
+	Description *string        `json:"description" cbor:"description"`
+	Version     LgUint         `json:"version" cbor:"version"`
+	Config      map[string]any `json:"config" cbor:"config"`
+	Context     map[string]any `json:"context" cbor:"context"`
+	Metadata    LgMetadata     `json:"metadata" cbor:"metadata"`
+	CreatedAt   string         `json:"created_at" cbor:"created_at"`
+}
+
+var lgAssistantVersionMembers = cddlrt.Members{Rule: "LgAssistantVersion", Required: []string{"assistant_id", "graph_id", "name", "description", "version", "config", "context", "metadata", "created_at"}, Known: []string{"assistant_id", "graph_id", "name", "description", "version", "config", "context", "metadata", "created_at"}, Open: false, Nullable: []string{"description"}}
+
+// CDDLMembers describes LgAssistantVersion's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAssistantVersion) CDDLMembers() *cddlrt.Members {
+	return &lgAssistantVersionMembers
+}
+
+// Validate checks what the schema requires of the values of LgAssistantVersion
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAssistantVersion) Validate() error {
+	if s.Version > 9007199254740991 {
+		return cddlrt.Invalid("version", "LgUint", "must be <= 9007199254740991 but found %v", s.Version)
+	}
+	return nil
+}
+
+// POST /assistants/{id}/latest: the version made the latest.
+type LgAssistantLatest struct {
+	Version LgUint `json:"version" cbor:"version"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgAssistantLatestMembers = cddlrt.Members{Rule: "LgAssistantLatest", Required: []string{"version"}, Known: []string{"version"}, Open: true}
+
+// CDDLMembers describes LgAssistantLatest's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgAssistantLatest) CDDLMembers() *cddlrt.Members {
+	return &lgAssistantLatestMembers
+}
+
+// Validate checks what the schema requires of the values of LgAssistantLatest
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgAssistantLatest) Validate() error {
+	if s.Version > 9007199254740991 {
+		return cddlrt.Invalid("version", "LgUint", "must be <= 9007199254740991 but found %v", s.Version)
+	}
+	return nil
+}
+
+var lgAssistantLatestKnown = map[string]bool{"version": true}
+
+// MarshalJSON encodes LgAssistantLatest with its literal members and Extra.
+func (s LgAssistantLatest) MarshalJSON() ([]byte, error) {
+	type fields LgAssistantLatest
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgAssistantLatest, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantLatest) UnmarshalJSON(data []byte) error {
+	type fields LgAssistantLatest
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgAssistantLatest", nil, lgAssistantLatestKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgAssistantLatest with its literal members and Extra.
+func (s LgAssistantLatest) MarshalCBOR() ([]byte, error) {
+	type fields LgAssistantLatest
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgAssistantLatest, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgAssistantLatest) UnmarshalCBOR(data []byte) error {
+	type fields LgAssistantLatest
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgAssistantLatest", nil, lgAssistantLatestKnown, &s.Extra)
+}
+
 // LgAssistantSearch is generated from CDDL rule "LgAssistantSearch".
 type LgAssistantSearch struct {
 	GraphID   *string            `json:"graph_id,omitempty" cbor:"graph_id,omitempty"`

@@ -309,6 +309,10 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// runs from an empty state (the thread's messages gone from the
 		// answer); agentstream answers 404 naming the checkpoint.
 		"runs.wait from an unknown checkpoint": map[string]any{"error": float64(404)},
+		// An assistant of a graph the server does not run: the reference
+		// makes it (and fails its runs); agentstream answers 404 naming
+		// the graphs it runs.
+		"assistants.create of an unknown graph": map[string]any{"error": float64(404)},
 	}
 	matchOnEachEngine(t, nodeBin, script, 90*time.Second, want, chosen)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentstream/agentstream/protocol"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/server/records"
+	"github.com/agentstream/agentstream/server/registry"
 	"github.com/agentstream/agentstream/server/threads"
 	"github.com/agentstream/agentstream/transport/internal/httpjson"
 )
@@ -20,12 +21,26 @@ import (
 // assistantName is the assistant a run names: by its name, or by the
 // UUID the Platform gives it.
 func (h *Handler) assistantName(id string) (string, bool) {
-	for _, n := range h.Server.Assistants() {
-		if n == id || AssistantID(n) == id {
-			return n, true
-		}
+	a, ok, err := h.registry.Get(context.Background(), id, AssistantID)
+	if err != nil || !ok {
+		return "", false
 	}
-	return "", false
+	return a.GraphID, true
+}
+
+// runAssistant is the assistant a run names (by id, or a graph's name)
+// that the caller sees; ok false when there is none (answered here).
+func (h *Handler) runAssistant(w http.ResponseWriter, r *http.Request, id string) (registry.Assistant, bool) {
+	a, ok, err := h.registry.Get(r.Context(), id, AssistantID)
+	switch {
+	case err != nil:
+		assistantError(w, err)
+		return registry.Assistant{}, false
+	case !ok || !registry.Visible(auth.FromContext(r.Context()), a):
+		fail(w, http.StatusNotFound, "Assistant %s not found", id)
+		return registry.Assistant{}, false
+	}
+	return a, true
 }
 
 // startRun starts the run req asks for on thread (made when new, with its
@@ -45,11 +60,11 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		fail(w, http.StatusUnprocessableEntity, "assistant_id (or agent_id): required")
 		return "", nil, 0, false
 	}
-	name, found := h.assistantName(id)
+	asst, found := h.runAssistant(w, r, id)
 	if !found {
-		fail(w, http.StatusNotFound, "Assistant %s not found", id)
 		return "", nil, 0, false
 	}
+	name := asst.GraphID
 	ctx := r.Context()
 	p := auth.FromContext(ctx)
 	if !h.mayChange(w, r, thread) {
@@ -105,6 +120,9 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		if req.Config != nil {
 			fp.Config = *req.Config
 		}
+		if len(asst.Config) > 0 {
+			fp.Config = registry.RunConfig(asst, fp.Config)
+		}
 		resp, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandStateFork{ID: 1, Params: fp}})
 		if err != nil {
 			ss.Close()
@@ -117,9 +135,14 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		return runID, ss, after, true
 	}
 	params := protocol.RunStartParams{AssistantID: name, Input: req.Input}
+	var runConfig map[string]any
 	if req.Config != nil {
-		params.Config = *req.Config
+		runConfig = *req.Config
 	}
+	if len(asst.Config) > 0 { // the assistant's config, the run's over it
+		runConfig = registry.RunConfig(asst, runConfig)
+	}
+	params.Config = runConfig
 	if req.Metadata != nil {
 		params.Metadata = *req.Metadata
 	}
@@ -142,7 +165,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		runID = *res.RunID
 	}
 	// The thread says which graph runs on it, as the Platform's do.
-	if _, _, err := h.catalog.Update(ctx, thread, map[string]any{"graph_id": name, "assistant_id": AssistantID(name)}); err != nil {
+	if _, _, err := h.catalog.Update(ctx, thread, map[string]any{"graph_id": name, "assistant_id": asst.ID}); err != nil {
 		ss.Close()
 		serverError(w, err)
 		return "", nil, 0, false
