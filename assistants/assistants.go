@@ -188,6 +188,13 @@ func withInput(rc *server.RunContext, text, humanID string) ([]any, error) {
 	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
 		return nil, err
 	}
+	// A checkpoint per step, as LangGraph keeps them: this one with the
+	// question, so that the thread's history and state read while the
+	// answer streams (a page reloaded mid-reply) or while the run waits
+	// on an interrupt show it.
+	if _, err := rc.Checkpoint(protocol.CheckpointSourceLoop, int64(len(msgs)-1)); err != nil {
+		return nil, err
+	}
 	return msgs, nil
 }
 
@@ -259,7 +266,7 @@ func Echo(ctx context.Context, rc *server.RunContext) error {
 	if err := rc.Values(map[string]any{"messages": msgs}); err != nil {
 		return err
 	}
-	_, err = rc.Checkpoint(protocol.CheckpointSourceLoop, int64(len(msgs)/2))
+	_, err = rc.Checkpoint(protocol.CheckpointSourceLoop, int64(len(msgs)-1))
 	return err
 }
 

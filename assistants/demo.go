@@ -144,6 +144,6 @@ func Demo(ctx context.Context, rc *server.RunContext) error {
 	if err := rc.Values(map[string]any{"messages": msgs, "approved": approved}); err != nil {
 		return err
 	}
-	_, err = rc.Checkpoint(protocol.CheckpointSourceLoop, 1)
+	_, err = rc.Checkpoint(protocol.CheckpointSourceLoop, int64(len(msgs)-1))
 	return err
 }

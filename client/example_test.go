@@ -204,6 +204,6 @@ func Example_followAcrossRestart() {
 	follow()
 	// Output:
 	// before the restart
-	// missed events after 14
+	// missed events after 15
 	// after the restart
 }

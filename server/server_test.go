@@ -27,7 +27,7 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 	require.Empty(t, es[0].Payload.(*protocol.ServerEventValues).Params.Data, "empty, as nothing has set it yet")
 	es = es[1:]
 	require.Equal(t, []string{
-		"lifecycle[] started", "lifecycle[] running", "values[]",
+		"lifecycle[] started", "lifecycle[] running", "values[]", "checkpoints[]",
 		"messages[] message-start ai", "messages[] content-block-start 0",
 		"messages[] content-block-delta 0", "messages[] content-block-delta 0", "messages[] content-block-delta 0",
 		"messages[] content-block-finish 0", "messages[] message-finish",
@@ -43,9 +43,9 @@ func TestEchoStreamsWordByWordThenStateAndCompletes(t *testing.T) {
 	first := es[2].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)["messages"].([]any)
 	require.Len(t, first, 1)
 	require.Equal(t, "human", first[0].(map[string]any)["type"])
-	start := es[3].Payload.(*protocol.ServerEventMessages).Params.Data.Value.(*protocol.MessageStartData)
+	start := es[4].Payload.(*protocol.ServerEventMessages).Params.Data.Value.(*protocol.MessageStartData)
 	require.Equal(t, runID, start.Extra["run_id"])
-	vals := es[11].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
+	vals := es[12].Payload.(*protocol.ServerEventValues).Params.Data.(map[string]any)
 	msgs := vals["messages"].([]any)
 	require.Equal(t, "human", msgs[0].(map[string]any)["type"])
 	require.Equal(t, "ai", msgs[1].(map[string]any)["type"])
@@ -550,7 +550,7 @@ func TestStateCheckpointsAndFork(t *testing.T) {
 	require.NotNil(t, got.Checkpoint)
 
 	cps := do(t, s, "t", &protocol.ClientCommandStateListCheckpoints{}).Result.(protocol.ListCheckpointsResult).Checkpoints
-	require.Len(t, cps, 2)
+	require.Len(t, cps, 4, "each run's: with its question, and at its end")
 	require.Equal(t, got.Checkpoint.ID, cps[0].ID, "newest first")
 	one := uint64(1)
 	page := do(t, s, "t", &protocol.ClientCommandStateListCheckpoints{Params: protocol.ListCheckpointsParams{Limit: &one, Before: &cps[0].ID}}).Result.(protocol.ListCheckpointsResult).Checkpoints
@@ -558,12 +558,12 @@ func TestStateCheckpointsAndFork(t *testing.T) {
 
 	_, e := tryDo(s, "t", &protocol.ClientCommandStateFork{Params: protocol.StateForkParams{CheckpointID: "nope"}})
 	require.Equal(t, protocol.ErrorCodeNoSuchCheckpoint, e.Code)
-	fork := do(t, s, "t", &protocol.ClientCommandStateFork{Params: protocol.StateForkParams{CheckpointID: cps[1].ID, Input: userInput("three")}}).Result.(protocol.StateForkResult)
+	fork := do(t, s, "t", &protocol.ClientCommandStateFork{Params: protocol.StateForkParams{CheckpointID: cps[2].ID, Input: userInput("three")}}).Result.(protocol.StateForkResult)
 	require.Equal(t, "t", fork.ThreadID)
 	collect(t, sub, rootEnded)
 	st, _, _ := s.State(context.Background(), "t")
 	msgs := st.Values["messages"].([]any)
-	require.Len(t, msgs, 4, "the fork started from the first checkpoint (2 messages) and added 2")
+	require.Len(t, msgs, 4, "the fork started from the first run's end (2 messages) and added 2")
 	require.Equal(t, "three", msgs[3].(map[string]any)["content"])
 }
 
@@ -616,10 +616,10 @@ func TestIdleThreadsReleaseTheirBufferButKeepState(t *testing.T) {
 	start(t, s, "t", "echo", userInput("keep me"))
 	collect(t, sub, rootEnded)
 	servetest.Sweep(s)
-	require.Equal(t, 13, server.BufferedEvents(s, "t"), "a thread with a subscriber is not idle")
+	require.Equal(t, 14, server.BufferedEvents(s, "t"), "a thread with a subscriber is not idle")
 	sub.Close()
 	servetest.Sweep(s)
-	require.Equal(t, 13, server.BufferedEvents(s, "t"), "not idle for long enough yet")
+	require.Equal(t, 14, server.BufferedEvents(s, "t"), "not idle for long enough yet")
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
@@ -628,12 +628,12 @@ func TestIdleThreadsReleaseTheirBufferButKeepState(t *testing.T) {
 	st, ok, _ := s.State(context.Background(), "t")
 	require.True(t, ok)
 	require.Len(t, st.Values["messages"], 2)
-	require.Equal(t, uint64(13), s.LastSeq("t"), "sequence numbers are never reused")
+	require.Equal(t, uint64(14), s.LastSeq("t"), "sequence numbers are never reused")
 	start(t, s, "t", "echo", userInput("again"))
 	sub, _, _ = s.Subscribe("t", all, nil)
 	defer sub.Close()
 	es := collect(t, sub, rootEnded)
-	require.Equal(t, uint64(14), seqs(es)[0])
+	require.Equal(t, uint64(15), seqs(es)[0])
 }
 
 func TestSessionSubscriptionsAndReconnect(t *testing.T) {

@@ -163,8 +163,8 @@ func Example_subscribeThroughDo() {
 	// 1 lifecycle started
 	// 2 lifecycle running
 	// 3 values 1 messages
-	// 6 messages "hi "
-	// 7 messages "there"
-	// 11 values 2 messages
-	// 13 lifecycle completed
+	// 7 messages "hi "
+	// 8 messages "there"
+	// 12 values 2 messages
+	// 14 lifecycle completed
 }

@@ -413,7 +413,7 @@ func TestRunsAsResources(t *testing.T) {
 			require.Equal(t, 404, call(t, "GET", n.url+"/threads/r1/runs/run_nope", "", "", nil))
 			var hist []map[string]any
 			require.Equal(t, 200, call(t, "POST", n.url+"/threads/r1/history", `{"limit": 2}`, "", &hist))
-			require.Len(t, hist, 1, "the checkpoint echo left (firehose leaves none)")
+			require.Len(t, hist, 2, "the checkpoints echo left, with the question and at its end (firehose leaves none)")
 			require.NotNil(t, hist[0]["checkpoint"])
 			require.Contains(t, hist[0]["values"], "messages")
 			require.Equal(t, 200, call(t, "GET", n.url+"/threads/r1/history?limit=1", "", "", &hist))
@@ -610,7 +610,7 @@ func TestHistoryFilters(t *testing.T) {
 	}
 	var all, page []map[string]any
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{}`, "", &all))
-	require.Len(t, all, 4)
+	require.Len(t, all, 7, "two per run, and the update's")
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/hf/history", `{"before": "`+ids(all)[1]+`", "limit": 1}`, "", &page))
 	require.Equal(t, ids(all)[2:3], ids(page))
 	require.Equal(t, 200, call(t, "GET", n.url+"/threads/hf/history?before="+ids(all)[0], "", "", &page))
@@ -1086,8 +1086,8 @@ func TestRunFromACheckpoint(t *testing.T) {
 	require.Equal(t, 200, st)
 	var hist []langgraph.LgThreadState
 	require.Equal(t, 200, call(t, "POST", n.url+"/threads/f1/history", `{}`, "", &hist))
-	require.Len(t, hist, 2)
-	newest, first := hist[0].Checkpoint.CheckpointID, hist[1].Checkpoint.CheckpointID
+	require.Len(t, hist, 4, "each run's, with its question and at its end")
+	newest, first := hist[0].Checkpoint.CheckpointID, hist[2].Checkpoint.CheckpointID
 
 	st, v := say(ask("three", `, "checkpoint_id": "`+newest+`"`))
 	require.Equal(t, 200, st)
@@ -1099,9 +1099,9 @@ func TestRunFromACheckpoint(t *testing.T) {
 	require.Len(t, msgs, 4, "from the first checkpoint: its two messages and the fork's")
 	require.Equal(t, "one", msgs[0].(map[string]any)["content"])
 	require.Equal(t, "again", msgs[2].(map[string]any)["content"])
-	require.Equal(t, 200, call(t, "POST", n.url+"/threads/f1/history", `{"limit": 1}`, "", &hist))
-	require.NotNil(t, hist[0].ParentCheckpoint)
-	require.Equal(t, first, hist[0].ParentCheckpoint.CheckpointID, "the history branches where the fork started")
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/f1/history", `{"limit": 2}`, "", &hist))
+	require.NotNil(t, hist[1].ParentCheckpoint)
+	require.Equal(t, first, hist[1].ParentCheckpoint.CheckpointID, "the history branches where the fork started: its first checkpoint's parent")
 
 	st, _ = say(ask("x", `, "checkpoint_id": "ckpt_nope"`))
 	require.Equal(t, 404, st)

@@ -93,7 +93,7 @@ func TestRunStreamModesShowTheSteps(t *testing.T) {
 	interrupts := tasks[1]["interrupts"].([]any)
 	require.Len(t, interrupts, 1)
 	assert.Equal(t, "Use the research result?", interrupts[0].(map[string]any)["value"].(map[string]any)["question"])
-	assert.Equal(t, []string{"task", "task_result"}, debug)
+	assert.Equal(t, []string{"checkpoint", "task", "task_result"}, debug, "the checkpoint with the question, then the task")
 
 	resumed := streamAll(t, url, `{"assistant_id": "demo", "command": {"resume": {"approved": true}}, "stream_mode": ["tasks", "checkpoints", "debug"]}`)
 	var results, checkpoints []map[string]any
