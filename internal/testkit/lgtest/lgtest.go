@@ -28,7 +28,12 @@ type Upstream struct {
 	cmd  *exec.Cmd
 	log  string
 	port string
-	dir  string
+	dir  string // tools/langgraph-upstream: the CLI and node_modules
+	// proj is the server's own project: tools/langgraph-upstream's
+	// langgraph.json and graphs, its node_modules linked, so that what
+	// the server keeps on disk (.langgraph_api) is its own, not shared
+	// with the other tests' servers nor left for the next run.
+	proj string
 }
 
 // Start starts the server and waits until it answers (it takes 15 to 60
@@ -50,13 +55,26 @@ func Start(t testing.TB) *Upstream {
 		t.Skip("node or tools/langgraph-upstream is not installed (npm ci --prefix tools/langgraph-upstream)")
 	}
 	logDir := t.TempDir()
+	proj := t.TempDir()
+	for _, f := range []string{"langgraph.json", "graph.mjs", "package.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proj, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(proj, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
 	for attempt := 1; ; attempt++ {
 		p, err := quietport.Free(12000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := strconv.Itoa(p) // below the ephemeral range: the server takes seconds to listen
-		u := &Upstream{URL: "http://127.0.0.1:" + port, port: port, dir: dir, log: filepath.Join(logDir, fmt.Sprintf("langgraph-%d.log", attempt))}
+		u := &Upstream{URL: "http://127.0.0.1:" + port, port: port, dir: dir, proj: proj, log: filepath.Join(logDir, fmt.Sprintf("langgraph-%d.log", attempt))}
 		err = u.Restart()
 		if err == nil {
 			t.Cleanup(u.Kill) // the server, its watcher and its workers
@@ -73,14 +91,17 @@ func Start(t testing.TB) *Upstream {
 var errPortTaken = errors.New("the port was taken")
 
 // Restart starts the server again on the same port (after Kill); it
-// comes back with no threads (its store is in memory).
+// comes back with no threads (what it kept on disk is removed first).
 func (u *Upstream) Restart() error {
+	if err := os.RemoveAll(filepath.Join(u.proj, ".langgraph_api")); err != nil {
+		return err
+	}
 	out, err := os.OpenFile(u.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(u.dir, "node_modules/.bin/langgraphjs"), "dev", "--port", u.port, "--host", "127.0.0.1", "--no-browser", "--config", "langgraph.json")
-	cmd.Dir = u.dir
+	cmd.Dir = u.proj
 	cmd.Env = append(os.Environ(), "LANGGRAPH_CLI_NO_ANALYTICS=1")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its workers go with it
