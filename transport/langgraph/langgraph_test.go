@@ -800,25 +800,7 @@ func TestUseStreamInABrowser(t *testing.T) {
 		t.Skip("runs Chromium")
 	}
 	nodeBin, script := sdktest.Script(t, "usestream-e2e.mjs")
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
-	var missing []string
-	if _, err := os.Stat(chromium); err != nil {
-		missing = append(missing, chromium+" (apt-get install chromium)")
-	}
-	for _, mod := range []string{"playwright-core", "esbuild", "react", "react-dom"} {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", mod)); err != nil {
-			missing = append(missing, mod+" (npm ci --prefix tools/node)")
-		}
-	}
-	if len(missing) > 0 {
-		if os.Getenv("AGENTSTREAM_REQUIRE_CHROMIUM") == "1" {
-			t.Fatalf("missing: %s", strings.Join(missing, ", "))
-		}
-		t.Skipf("missing: %s", strings.Join(missing, ", "))
-	}
+	chromium := sdktest.Chromium(t, script)
 	n := start(t, server.Config{}, transport.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -55,4 +56,37 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// Chromium is the path of the Chromium a browser test of script (a
+// tools/node script on playwright-core) drives: $CHROMIUM or
+// /usr/bin/chromium. Without it or the page's node modules the test is
+// skipped naming what is missing, or fails when
+// AGENTSTREAM_REQUIRE_CHROMIUM=1 (as .ci/run sets); under -short it is
+// skipped.
+func Chromium(t testing.TB, script string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	chromium := os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	var missing []string
+	if _, err := os.Stat(chromium); err != nil {
+		missing = append(missing, chromium+" (apt-get install chromium)")
+	}
+	for _, mod := range []string{"playwright-core", "esbuild", "react", "react-dom"} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", mod)); err != nil {
+			missing = append(missing, mod+" (npm ci --prefix tools/node)")
+		}
+	}
+	if len(missing) > 0 {
+		if os.Getenv("AGENTSTREAM_REQUIRE_CHROMIUM") == "1" {
+			t.Fatalf("missing: %s", strings.Join(missing, ", "))
+		}
+		t.Skipf("missing: %s", strings.Join(missing, ", "))
+	}
+	return chromium
 }
