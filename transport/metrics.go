@@ -21,6 +21,7 @@ type metrics struct {
 	commandTimes *prometheus.HistogramVec
 	refusals     *refusals
 	authFailures *prometheus.CounterVec
+	webhooks     *prometheus.CounterVec
 }
 
 // refusals counts what the transports refused, by limit, and exports it
@@ -81,7 +82,9 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 	}
 	m.refusals = &refusals{srv: srv, n: map[string]uint64{}, desc: prometheus.NewDesc("agentstream_refusals_total",
 		"Requests, commands, connections and runs refused because of a limit, by limit.", []string{"limit"}, nil)}
-	reg.MustRegister(m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, stageTimes, m.delivered, m.writes,
+	m.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentstream_webhooks_total",
+		Help: "Runs' webhooks (the Platform API's run webhook), by outcome: sent, failed (every attempt) or refused (a non-public address, --webhook-allow-private)."}, []string{"outcome"})
+	reg.MustRegister(m.webhooks, m.authFailures, m.refusals, m.sseStreams, m.wsConns, m.commandTimes, stageTimes, m.delivered, m.writes,
 		counter("agentstream_events_published_total", "Events published on threads.", func(s server.MetricsSnapshot) uint64 { return s.EventsPublished }),
 		counter("agentstream_slow_consumers_total", "Subscriptions ended because they fell behind.", func(s server.MetricsSnapshot) uint64 { return s.SlowConsumers }),
 		counter("agentstream_stream_gaps_total", "Holes in a thread's stream announced to live subscribers with events.missed (events another node published that the store lost).", func(s server.MetricsSnapshot) uint64 { return s.StreamGaps }),
@@ -113,6 +116,9 @@ func newMetrics(reg *prometheus.Registry, srv *server.Server) *metrics {
 // AuthRefused counts a request or command refused by authentication or
 // authorization.
 func (m *metrics) AuthRefused(reason string) { m.authFailures.WithLabelValues(reason).Inc() }
+
+// Webhook counts a run's webhook by outcome.
+func (m *metrics) Webhook(outcome string) { m.webhooks.WithLabelValues(outcome).Inc() }
 
 // Opened counts an open SSE stream ("sse") or WebSocket ("websocket").
 func (m *metrics) Opened(kind string) func() {

@@ -88,7 +88,7 @@ var profileWires = []struct {
 		return instanceai.New(c, instanceai.Options{Assistant: o.InstanceAIAssistant})
 	}},
 	{ProfileOpenAI, func(c wire.Context, _ *Options) wire.Wire { return openai.New(c, openai.Options{}) }},
-	{ProfileLangGraph, func(c wire.Context, _ *Options) wire.Wire { return langgraph.New(c) }},
+	{ProfileLangGraph, func(c wire.Context, o *Options) wire.Wire { return langgraph.NewWithWebhooks(c, o.Webhooks) }},
 }
 
 // Profiles lists the wires Options.Profiles may name.
@@ -139,6 +139,10 @@ type Options struct {
 	// LoopbackOrigins for pages served from loopback names). Empty: no
 	// CORS headers, so browsers allow the server's own origin only.
 	CORSOrigins []string
+	// Webhooks bound the Platform API's run webhooks (--profiles
+	// langgraph): the egress guard, the timeout, the retries, how many
+	// may wait.
+	Webhooks langgraph.WebhookOptions
 	// Auth, when set, authenticates every request but /healthz and
 	// /readyz: no credential or a bad one gets 401 (unauthenticated) with
 	// WWW-Authenticate: Bearer, a principal that may not use the thread

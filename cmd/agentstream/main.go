@@ -47,6 +47,7 @@ import (
 	"github.com/agentstream/agentstream/redisstore"
 	"github.com/agentstream/agentstream/server"
 	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/langgraph"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/mattn/go-isatty"
@@ -61,27 +62,31 @@ func main() {
 
 // config is what `serve` is told.
 type config struct {
-	addr            string
-	bufferEvents    int
-	bufferBytes     int
-	bufferTotal     int64
-	memoryLimit     int64
-	gcBuffers       bool
-	memoryTarget    int64
-	queueBytes      int
-	queueTotal      int64
-	heartbeat       time.Duration
-	writeInterval   time.Duration
-	allowedOrigins  string
-	maxAssistants   int
-	tlsCert         string
-	tlsKey          string
-	logLevel        string
-	logFormat       string
-	builtins        bool
-	shutdownTimeout time.Duration
-	idleRelease     time.Duration
-	pprof           bool
+	addr           string
+	bufferEvents   int
+	bufferBytes    int
+	bufferTotal    int64
+	memoryLimit    int64
+	gcBuffers      bool
+	memoryTarget   int64
+	queueBytes     int
+	queueTotal     int64
+	heartbeat      time.Duration
+	writeInterval  time.Duration
+	allowedOrigins string
+	maxAssistants  int
+	// The Platform API's run webhooks.
+	webhookAllowPrivate bool
+	webhookTimeout      time.Duration
+	maxPendingWebhooks  int
+	tlsCert             string
+	tlsKey              string
+	logLevel            string
+	logFormat           string
+	builtins            bool
+	shutdownTimeout     time.Duration
+	idleRelease         time.Duration
+	pprof               bool
 
 	maxThreads, maxQueuedRuns, maxSubscriptions, maxCheckpoints      int
 	maxThreadsPerPrincipal, maxRunsPerMinute, maxStreamsPerPrincipal int
@@ -226,6 +231,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.IntVar(&c.maxQueuedWorkerRuns, "max-queued-worker-runs", server.DefaultMaxQueuedWorkerRuns, "runs of one assistant waiting for a free remote worker; past it run.start is refused")
 	fs.DurationVar(&c.ingestAckTimeout, "ingest-ack-timeout", server.DefaultIngestAckTimeout, "with --data-dir: how long a producer's batch waits for its group commit to be synced before it is answered; past it 503 (retry with the same producer and batch number: nothing is appended twice), and a Platform API write for its sync before its 2xx (past it 503)")
 	fs.BoolVar(&c.ingestFastAck, "ingest-fast-ack", false, "with --data-dir: answer a producer's batch once it is appended, before it is synced (lower latency; a crash may lose batches that were acknowledged)")
+	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", false, "let runs' webhooks (the LangGraph Platform API's) reach loopback, private and link-local addresses; without it such a webhook is refused")
+	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", langgraph.DefaultWebhookTimeout, "time for each attempt of a run's webhook (tried again after a 5xx, a 429 or no answer, 1 s, 2 s, 4 s apart)")
+	fs.IntVar(&c.maxPendingWebhooks, "max-pending-webhooks", langgraph.DefaultMaxPendingWebhooks, "runs' webhooks waiting for their run's end or their delivery; a run asking for one past it is refused")
 	fs.IntVar(&c.maxAssistants, "max-assistants", server.DefaultMaxAssistants, "assistants the LangGraph Platform API's clients create (/assistants), of every principal; a new one past it is refused")
 	fs.IntVar(&c.maxStoreItems, "max-store-items", server.DefaultMaxStoreItems, "items the long-term store (the LangGraph Platform API's /store) holds, of every principal; a new item past it is refused")
 	fs.IntVar(&c.maxThreadMetadataBytes, "max-thread-metadata-bytes", server.DefaultMaxThreadMetadataBytes, "the largest a thread's metadata may grow, as JSON, through the LangGraph Platform API (creations, copies, PATCH); past it the change is refused (413)")
@@ -674,7 +682,7 @@ func (c config) check() error {
 		{"--http-stream-rate", int64(c.httpStreamRate * 1000)}, {"--http-stream-burst", int64(c.httpStreamBurst)}, {"--command-bytes-rate", int64(c.commandBytesRate)},
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
 		{"--ingest-max-events", int64(c.ingestMaxEvents)}, {"--ingest-max-event-bytes", int64(c.ingestMaxEventBytes)}, {"--ingest-max-batch-bytes", c.ingestMaxBatchBytes},
-		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)}, {"--max-store-items", int64(c.maxStoreItems)}, {"--max-assistants", int64(c.maxAssistants)},
+		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)}, {"--max-store-items", int64(c.maxStoreItems)}, {"--max-assistants", int64(c.maxAssistants)}, {"--webhook-timeout", int64(c.webhookTimeout)}, {"--max-pending-webhooks", int64(c.maxPendingWebhooks)},
 		{"--max-thread-metadata-bytes", int64(c.maxThreadMetadataBytes)}, {"--max-state-bytes", int64(c.maxStateBytes)}, {"--upstream-timeout", int64(c.upstreamTimeout)},
 		{"--worker-lease", int64(c.workerLease)}, {"--max-workers", int64(c.maxWorkers)}, {"--max-runs-per-worker", int64(c.maxRunsPerWorker)}, {"--max-queued-worker-runs", int64(c.maxQueuedWorkerRuns)},
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},

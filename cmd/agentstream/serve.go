@@ -24,6 +24,7 @@ import (
 	"github.com/agentstream/agentstream/server/memgov"
 	"github.com/agentstream/agentstream/transport"
 	"github.com/agentstream/agentstream/transport/jobs"
+	"github.com/agentstream/agentstream/transport/langgraph"
 	"github.com/agentstream/agentstream/transport/sse"
 	"github.com/agentstream/agentstream/transport/ws"
 	"github.com/prometheus/client_golang/prometheus"
@@ -384,6 +385,7 @@ func (c config) transportOptions(loopback bool, authn *auth.Authenticator, ready
 		SSE:             sse.Options{Heartbeat: c.heartbeat, WriteInterval: c.writeInterval, BodyTimeout: c.bodyTimeout},
 		WS:              ws.Options{OriginPatterns: origins, WriteInterval: c.writeInterval, CommandRate: c.commandRate, CommandBurst: c.commandBurst, CommandBytesRate: c.commandBytesRate},
 		CORSOrigins:     origins,
+		Webhooks:        langgraph.WebhookOptions{AllowPrivate: c.webhookAllowPrivate, Timeout: c.webhookTimeout, MaxPending: c.maxPendingWebhooks},
 		Hosts:           hosts,
 		BodyTimeout:     c.bodyTimeout,
 		Auth:            authn,

@@ -1,6 +1,7 @@
 package langgraph
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/json"
 	"errors"
@@ -33,12 +34,22 @@ type Handler struct {
 	catalog  *threads.Catalog
 	store    *items.Store
 	registry *registry.Registry
+	webhooks *webhooks
 }
 
-// New returns the wire's handler on c.Server.
-func New(c wire.Context) *Handler {
-	return &Handler{Context: c.WithDefaults(), started: time.Now().UTC(), views: newViewCache(maxViewBytes),
-		catalog: threads.Of(c.Server), store: items.Of(c.Server), registry: registry.Of(c.Server)}
+// New returns the wire's handler on c.Server, its webhooks bounded by
+// the defaults (NewWithWebhooks).
+func New(c wire.Context) *Handler { return NewWithWebhooks(c, WebhookOptions{}) }
+
+// NewWithWebhooks is New with the runs' webhooks bounded by wo; they stop
+// when the server closes.
+func NewWithWebhooks(c wire.Context, wo WebhookOptions) *Handler {
+	c = c.WithDefaults()
+	h := &Handler{Context: c, started: time.Now().UTC(), views: newViewCache(maxViewBytes),
+		catalog: threads.Of(c.Server), store: items.Of(c.Server), registry: registry.Of(c.Server),
+		webhooks: newWebhooks(wo, c.Observer.Webhook)}
+	c.Server.Resources().OnClose(func(context.Context) { h.webhooks.close() })
+	return h
 }
 
 // Routes are the wire's routes. Reads of lists and of an assistant are

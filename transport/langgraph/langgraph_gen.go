@@ -1544,12 +1544,16 @@ type LgRunCreate struct {
 	// checkpoint's and the history branches there, as state.fork does).
 	CheckpointID *string              `json:"checkpoint_id,omitempty" cbor:"checkpoint_id,omitempty"`
 	Checkpoint   *LgCheckpointAddress `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
+	// An http(s) URL the run's end is POSTed to (its record, status, times
+	// and last values), tried again after a 5xx; a non-public address is
+	// refused unless the server allows them (--webhook-allow-private).
+	Webhook *string `json:"webhook,omitempty" cbor:"webhook,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect", "checkpoint_id", "checkpoint"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect", "checkpoint_id", "checkpoint"}}
+var lgRunCreateMembers = cddlrt.Members{Rule: "LgRunCreate", Required: []string{}, Known: []string{"assistant_id", "agent_id", "thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect", "checkpoint_id", "checkpoint", "webhook"}, Open: true, Nullable: []string{"thread_id", "input", "config", "metadata", "multitask_strategy", "command", "if_not_exists", "on_completion", "stream_mode", "stream_subgraphs", "stream_resumable", "on_disconnect", "checkpoint_id", "checkpoint", "webhook"}}
 
 // CDDLMembers describes LgRunCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgRunCreate) CDDLMembers() *cddlrt.Members {
@@ -1594,7 +1598,7 @@ func (s LgRunCreate) Validate() error {
 	return nil
 }
 
-var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true, "stream_mode": true, "stream_subgraphs": true, "stream_resumable": true, "on_disconnect": true, "checkpoint_id": true, "checkpoint": true}
+var lgRunCreateKnown = map[string]bool{"assistant_id": true, "agent_id": true, "thread_id": true, "input": true, "config": true, "metadata": true, "multitask_strategy": true, "command": true, "if_not_exists": true, "on_completion": true, "stream_mode": true, "stream_subgraphs": true, "stream_resumable": true, "on_disconnect": true, "checkpoint_id": true, "checkpoint": true, "webhook": true}
 
 // MarshalJSON encodes LgRunCreate with its literal members and Extra.
 func (s LgRunCreate) MarshalJSON() ([]byte, error) {

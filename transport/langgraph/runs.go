@@ -93,8 +93,48 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 			_, _ = h.catalog.Delete(context.WithoutCancel(ctx), thread)
 		}
 	}()
+	hook := ""
+	if req.Webhook != nil {
+		hook = *req.Webhook
+	}
+	if hook != "" {
+		if err := h.webhooks.check(hook); err != nil {
+			if errors.Is(err, errPrivateAddress) {
+				h.Observer.Refused("webhook_egress")
+			}
+			fail(w, http.StatusUnprocessableEntity, "%v", err)
+			return "", nil, 0, false
+		}
+		if !h.webhooks.reserve() {
+			h.Observer.Refused("webhooks")
+			fail(w, http.StatusTooManyRequests, "webhook: %d runs wait for theirs already, the most the server keeps (--max-pending-webhooks)", h.webhooks.opts.MaxPending)
+			return "", nil, 0, false
+		}
+	}
+	var hookSession *server.Session
+	defer func() {
+		if hook != "" && !ok {
+			h.webhooks.release()
+			if hookSession != nil {
+				hookSession.Close()
+			}
+		}
+	}()
 	ss = h.Server.NewSession(thread)
 	after = h.Server.LastSeq(thread)
+	if hook != "" {
+		var err error
+		if hookSession, err = h.webhookSession(thread, after); err != nil {
+			ss.Close()
+			serverError(w, err)
+			return "", nil, 0, false
+		}
+	}
+	defer func() {
+		if hook != "" && ok {
+			h.deliverAfter(thread, runID, hook, h.now(), hookSession)
+		}
+	}()
 	if _, _, err := ss.Subscribe(filter, server.SeqCursor(after)); err != nil {
 		ss.Close()
 		serverError(w, err)

@@ -14,7 +14,6 @@ import (
 var notServed = map[string]string{
 	"interrupt_before":  "agentstream's assistants stop where they ask (interrupts), not between steps",
 	"interrupt_after":   "agentstream's assistants stop where they ask (interrupts), not between steps",
-	"webhook":           "webhooks are not served yet",
 	"after_seconds":     "a run that starts later is not served",
 	"feedback_keys":     "LangSmith feedback is not served",
 	"langsmith_tracer":  "tracing to LangSmith is not served",

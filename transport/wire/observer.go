@@ -19,6 +19,9 @@ type Observer interface {
 	// reason (no_credential, invalid_credential, expired,
 	// permission_denied).
 	AuthRefused(reason string)
+	// Webhook counts a run's webhook by outcome: sent, failed (every
+	// attempt), refused (an address the egress guard does not dial).
+	Webhook(outcome string)
 }
 
 // NopObserver hears nothing; embed it to hear only some of it.
@@ -29,6 +32,7 @@ func (NopObserver) Delivered(int)               {}
 func (NopObserver) Stage(string, time.Duration) {}
 func (NopObserver) Refused(string)              {}
 func (NopObserver) AuthRefused(string)          {}
+func (NopObserver) Webhook(string)              {}
 
 // Observers tells each of its observers, in order (and closes what they
 // opened in the reverse order).
@@ -67,6 +71,12 @@ func (os Observers) Refused(limit string) {
 func (os Observers) AuthRefused(reason string) {
 	for _, o := range os {
 		o.AuthRefused(reason)
+	}
+}
+
+func (os Observers) Webhook(outcome string) {
+	for _, o := range os {
+		o.Webhook(outcome)
 	}
 }
 

@@ -25,6 +25,7 @@ func (r recorder) Delivered(n int)                     { *r.log = append(*r.log,
 func (r recorder) Stage(stage string, d time.Duration) { *r.log = append(*r.log, r.name+" "+stage) }
 func (r recorder) Refused(limit string)                { *r.log = append(*r.log, r.name+" refused "+limit) }
 func (r recorder) AuthRefused(reason string)           { *r.log = append(*r.log, r.name+" auth "+reason) }
+func (r recorder) Webhook(outcome string)              { *r.log = append(*r.log, r.name+" webhook "+outcome) }
 
 func TestJoinTellsBothAndClosesInReverse(t *testing.T) {
 	var log []string
