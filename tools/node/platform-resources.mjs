@@ -263,6 +263,27 @@ for (const strategy of [undefined, "reject", "interrupt", "rollback", "enqueue"]
     return { started, refused, second: second?.status, first: strategy === "rollback" ? null : firstNow, last: second ? values.values.messages?.at(-1)?.content : null };
   });
 }
+await step("runs.createBatch", async () => {
+  const runs = await client.runs.createBatch([
+    { assistantId: "echo", input: { messages: [{ role: "user", content: "a" }] } },
+    { assistantId: "echo", input: { messages: [{ role: "user", content: "b" }] }, onCompletion: "keep" },
+  ]);
+  return { n: runs.length, keys: Object.keys(runs[0]).sort(), status: runs.map((r) => r.status) };
+});
+await step("runs.cancelMany", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  const run = await client.runs.create(t, "echo", slow);
+  await busy(t);
+  await client.runs.cancelMany({ threadId: t, runIds: [run.run_id] });
+  await client.runs.join(t, run.run_id).catch(() => null);
+  return (await client.threads.get(t)).status;
+});
+await step("threads.prune", async () => {
+  const a = (await client.threads.create({ metadata: { mark } })).thread_id;
+  const out = await client.threads.prune([a, randomUUID()]);
+  const gone = await client.threads.get(a).then(() => "found", (e) => e?.status);
+  return { out, gone };
+});
 await step("runs.create stateless, deleted when done", async () => {
   const run = await client.runs.create(null, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
   await client.runs.join(run.thread_id, run.run_id).catch(() => null);

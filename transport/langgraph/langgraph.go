@@ -97,6 +97,9 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
 		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
 		route("POST", "/runs", wire.CommandRoute, h.createStateless),
+		route("POST", "/runs/batch", wire.CommandRoute, h.createBatch),
+		route("POST", "/runs/cancel", wire.CommandRoute, h.cancelRuns),
+		route("POST", "/threads/prune", wire.CommandRoute, h.pruneThreads),
 		route("POST", "/threads/{id}/runs/stream", wire.StreamRoute, h.streamRun),
 		route("POST", "/runs/stream", wire.StreamRoute, h.streamStateless),
 		route("GET", "/threads/{id}/runs/{run}/stream", wire.StreamRoute, h.joinStream),
@@ -177,19 +180,23 @@ func (h *Handler) body(w http.ResponseWriter, r *http.Request, v interface{ Vali
 	if len(strings.TrimSpace(string(b))) == 0 {
 		b = []byte("{}")
 	}
-	if err := cddlrt.DecodeStrictJSON(b, v); err != nil {
-		fail(w, http.StatusUnprocessableEntity, "%v", err)
-		return false
-	}
-	if err := v.Validate(); err != nil {
-		fail(w, http.StatusUnprocessableEntity, "%v", err)
-		return false
-	}
-	if err := unserved(v); err != nil {
+	if err := decodeRequest(b, v); err != nil {
 		fail(w, http.StatusUnprocessableEntity, "%v", err)
 		return false
 	}
 	return true
+}
+
+// decodeRequest strictly decodes b into v, validates it and refuses the
+// members it does not serve.
+func decodeRequest(b []byte, v interface{ Validate() error }) error {
+	if err := cddlrt.DecodeStrictJSON(b, v); err != nil {
+		return err
+	}
+	if err := v.Validate(); err != nil {
+		return err
+	}
+	return unserved(v)
 }
 
 // now is the time (the server's clock).

@@ -1684,6 +1684,236 @@ func (s *LgCheckpointAddress) UnmarshalCBOR(data []byte) error {
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgCheckpointAddress", nil, lgCheckpointAddressKnown, &s.Extra)
 }
 
+// POST /runs/batch (runs.createBatch): stateless runs started in the
+// background at once, answered in order as runs.create answers each.
+type LgRunBatch = []LgRunCreate
+
+// POST /runs/cancel (runs.cancelMany, ?action=interrupt|rollback): the
+// runs named (of thread_id, or found by their ids), or those of a status
+// (of thread_id, or of every thread the caller may use), cancelled.
+type LgRunsCancel struct {
+	ThreadID *string             `json:"thread_id,omitempty" cbor:"thread_id,omitempty"`
+	RunIds   []string            `json:"run_ids,omitzero" cbor:"run_ids,omitzero"`
+	Status   *LgRunsCancelStatus `json:"status,omitempty" cbor:"status,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgRunsCancelMembers = cddlrt.Members{Rule: "LgRunsCancel", Required: []string{}, Known: []string{"thread_id", "run_ids", "status"}, Open: true, Nullable: []string{"thread_id", "run_ids", "status"}}
+
+// CDDLMembers describes LgRunsCancel's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgRunsCancel) CDDLMembers() *cddlrt.Members {
+	return &lgRunsCancelMembers
+}
+
+// Validate checks what the schema requires of the values of LgRunsCancel
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgRunsCancel) Validate() error {
+	if s.RunIds != nil {
+		if len(s.RunIds) > 1000 {
+			return cddlrt.Invalid("run_ids", "LgRunsCancel", "must have at most 1000 items, not %d", len(s.RunIds))
+		}
+	}
+	if s.Status != nil {
+		if err := s.Status.Validate(); err != nil {
+			return cddlrt.At("status", err)
+		}
+	}
+	return nil
+}
+
+var lgRunsCancelKnown = map[string]bool{"thread_id": true, "run_ids": true, "status": true}
+
+// MarshalJSON encodes LgRunsCancel with its literal members and Extra.
+func (s LgRunsCancel) MarshalJSON() ([]byte, error) {
+	type fields LgRunsCancel
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgRunsCancel, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgRunsCancel) UnmarshalJSON(data []byte) error {
+	type fields LgRunsCancel
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgRunsCancel", nil, lgRunsCancelKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgRunsCancel with its literal members and Extra.
+func (s LgRunsCancel) MarshalCBOR() ([]byte, error) {
+	type fields LgRunsCancel
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgRunsCancel, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgRunsCancel) UnmarshalCBOR(data []byte) error {
+	type fields LgRunsCancel
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgRunsCancel", nil, lgRunsCancelKnown, &s.Extra)
+}
+
+// LgRunsCancelStatus is generated from CDDL rule "LgRunsCancelStatus".
+type LgRunsCancelStatus string
+
+// The values of LgRunsCancelStatus.
+const (
+	LgRunsCancelStatusPending LgRunsCancelStatus = "pending"
+	LgRunsCancelStatusRunning LgRunsCancelStatus = "running"
+	LgRunsCancelStatusAll     LgRunsCancelStatus = "all"
+)
+
+// Valid reports whether v is one of the values of LgRunsCancelStatus.
+func (v LgRunsCancelStatus) Valid() bool {
+	switch v {
+	case LgRunsCancelStatusPending, LgRunsCancelStatusRunning, LgRunsCancelStatusAll:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgRunsCancelStatus.
+func (v *LgRunsCancelStatus) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgRunsCancelStatus", LgRunsCancelStatus.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgRunsCancelStatus.
+func (v *LgRunsCancelStatus) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgRunsCancelStatus", LgRunsCancelStatus.Valid)
+}
+
+// Validate reports a value that is not one of LgRunsCancelStatus's.
+func (v LgRunsCancelStatus) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgRunsCancelStatus", "value must be one of \"pending\", \"running\", \"all\", not %v", v)
+	}
+	return nil
+}
+
+// POST /threads/prune (threads.prune): the threads deleted; keep_latest
+// (older checkpoints pruned) is refused, 422, as the engines keep a
+// thread's checkpoints whole.
+type LgThreadsPrune struct {
+	ThreadIds []string         `json:"thread_ids" cbor:"thread_ids"`
+	Strategy  *LgPruneStrategy `json:"strategy,omitempty" cbor:"strategy,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgThreadsPruneMembers = cddlrt.Members{Rule: "LgThreadsPrune", Required: []string{"thread_ids"}, Known: []string{"thread_ids", "strategy"}, Open: true, Nullable: []string{"strategy"}}
+
+// CDDLMembers describes LgThreadsPrune's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgThreadsPrune) CDDLMembers() *cddlrt.Members {
+	return &lgThreadsPruneMembers
+}
+
+// Validate checks what the schema requires of the values of LgThreadsPrune
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgThreadsPrune) Validate() error {
+	if len(s.ThreadIds) < 1 {
+		return cddlrt.Invalid("thread_ids", "LgThreadsPrune", "must have at least 1 items, not %d", len(s.ThreadIds))
+	}
+	if len(s.ThreadIds) > 1000 {
+		return cddlrt.Invalid("thread_ids", "LgThreadsPrune", "must have at most 1000 items, not %d", len(s.ThreadIds))
+	}
+	if s.Strategy != nil {
+		if err := s.Strategy.Validate(); err != nil {
+			return cddlrt.At("strategy", err)
+		}
+	}
+	return nil
+}
+
+var lgThreadsPruneKnown = map[string]bool{"thread_ids": true, "strategy": true}
+
+// MarshalJSON encodes LgThreadsPrune with its literal members and Extra.
+func (s LgThreadsPrune) MarshalJSON() ([]byte, error) {
+	type fields LgThreadsPrune
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgThreadsPrune, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgThreadsPrune) UnmarshalJSON(data []byte) error {
+	type fields LgThreadsPrune
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgThreadsPrune", nil, lgThreadsPruneKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgThreadsPrune with its literal members and Extra.
+func (s LgThreadsPrune) MarshalCBOR() ([]byte, error) {
+	type fields LgThreadsPrune
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgThreadsPrune, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgThreadsPrune) UnmarshalCBOR(data []byte) error {
+	type fields LgThreadsPrune
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgThreadsPrune", nil, lgThreadsPruneKnown, &s.Extra)
+}
+
+// LgPruneStrategy is generated from CDDL rule "LgPruneStrategy".
+type LgPruneStrategy string
+
+// The values of LgPruneStrategy.
+const (
+	LgPruneStrategyDelete     LgPruneStrategy = "delete"
+	LgPruneStrategyKeepLatest LgPruneStrategy = "keep_latest"
+)
+
+// Valid reports whether v is one of the values of LgPruneStrategy.
+func (v LgPruneStrategy) Valid() bool {
+	switch v {
+	case LgPruneStrategyDelete, LgPruneStrategyKeepLatest:
+		return true
+	}
+	return false
+}
+
+// UnmarshalJSON accepts only the values of LgPruneStrategy.
+func (v *LgPruneStrategy) UnmarshalJSON(data []byte) error {
+	return cddlrt.UnmarshalEnumJSON(data, v, "LgPruneStrategy", LgPruneStrategy.Valid)
+}
+
+// UnmarshalCBOR accepts only the values of LgPruneStrategy.
+func (v *LgPruneStrategy) UnmarshalCBOR(data []byte) error {
+	return cddlrt.UnmarshalEnumCBOR(data, v, "LgPruneStrategy", LgPruneStrategy.Valid)
+}
+
+// Validate reports a value that is not one of LgPruneStrategy's.
+func (v LgPruneStrategy) Validate() error {
+	if !v.Valid() {
+		return cddlrt.Invalid("", "LgPruneStrategy", "value must be one of \"delete\", \"keep_latest\", not %v", v)
+	}
+	return nil
+}
+
+// LgThreadsPruned is generated from CDDL rule "LgThreadsPruned".
+type LgThreadsPruned struct {
+	PrunedCount LgUint `json:"pruned_count" cbor:"pruned_count"`
+}
+
+var lgThreadsPrunedMembers = cddlrt.Members{Rule: "LgThreadsPruned", Required: []string{"pruned_count"}, Known: []string{"pruned_count"}, Open: false}
+
+// CDDLMembers describes LgThreadsPruned's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgThreadsPruned) CDDLMembers() *cddlrt.Members {
+	return &lgThreadsPrunedMembers
+}
+
+// Validate checks what the schema requires of the values of LgThreadsPruned
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgThreadsPruned) Validate() error {
+	if s.PrunedCount > 9007199254740991 {
+		return cddlrt.Invalid("pruned_count", "LgUint", "must be <= 9007199254740991 but found %v", s.PrunedCount)
+	}
+	return nil
+}
+
 // LgStreamMode is generated from CDDL rule "LgStreamMode".
 type LgStreamMode string
 

@@ -313,6 +313,11 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// makes it (and fails its runs); agentstream answers 404 naming
 		// the graphs it runs.
 		"assistants.create of an unknown graph": map[string]any{"error": float64(404)},
+		// Routes the reference does not serve (404 there): the SDK's
+		// runs.cancelMany and threads.prune (TestCancelMany,
+		// TestPruneThreads).
+		"runs.cancelMany": "idle",
+		"threads.prune":   map[string]any{"gone": float64(404), "out": map[string]any{"pruned_count": float64(1)}},
 	}
 	matchOnEachEngine(t, nodeBin, script, 90*time.Second, want, chosen)
 }

@@ -555,9 +555,18 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	if !ok {
 		return
 	}
+	if run, ok := h.runInBackground(w, r, thread, stateless, req); ok {
+		write(w, http.StatusOK, run)
+	}
+}
+
+// runInBackground starts run req on thread and returns its record as it
+// was created (pending); it answers the request itself when it cannot
+// (ok false).
+func (h *Handler) runInBackground(w http.ResponseWriter, r *http.Request, thread string, stateless bool, req *LgRunCreate) (LgRun, bool) {
 	runID, ss, ok := h.startRun(w, r, thread, req)
 	if !ok {
-		return
+		return LgRun{}, false
 	}
 	ss.Close()
 	if stateless && temporary(req) {
@@ -588,7 +597,7 @@ func (h *Handler) startInBackground(w http.ResponseWriter, r *http.Request, thre
 	// The run as it was created (pending), whatever it is by now, as
 	// the Platform answers.
 	rec.Status, rec.UpdatedAt = server.RunPending, rec.CreatedAt
-	write(w, http.StatusOK, lgRun(rec))
+	return lgRun(rec), true
 }
 
 // lgRun is a run's record as the wire shows it.

@@ -1,0 +1,97 @@
+package langgraph_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/transport"
+	"github.com/agentstream/agentstream/transport/langgraph"
+)
+
+// TestRunBatches: POST /runs/batch starts each run (stateless, or on its
+// thread_id) and answers them in order; one bad run refuses the batch
+// before any starts, naming its place.
+func TestRunBatches(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	var runs []langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/runs/batch", `[
+		{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "a"}]}},
+		{"assistant_id": "echo", "thread_id": "b1", "input": {"messages": [{"role": "user", "content": "b"}]}},
+		{"assistantId": "echo", "onCompletion": "keep", "input": {"messages": [{"role": "user", "content": "c"}]}}]`, "", &runs))
+	require.Len(t, runs, 3)
+	require.Equal(t, "b1", runs[1].ThreadID)
+	require.Eventually(t, func() bool { return call(t, "GET", n.url+"/threads/"+runs[0].ThreadID, "", "", nil) == 404 }, 5*time.Second, 10*time.Millisecond, "a stateless run's thread goes as it ends")
+	var values map[string]any
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/b1/runs/"+runs[1].RunID+"/join", "", "", &values))
+	require.Len(t, values["messages"], 2)
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+runs[2].ThreadID+"/runs/"+runs[2].RunID+"/join", "", "", &values))
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+runs[2].ThreadID, "", "", nil), "onCompletion (as the SDK sends it in a batch) keep: kept")
+
+	var e langgraph.LgError
+	require.Equal(t, 422, call(t, "POST", n.url+"/runs/batch", `[{"assistant_id": "echo", "thread_id": "b2", "input": {}}, {"assistant_id": "echo", "nope": 1}]`, "", nil))
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/b2", "", "", &e), "nothing started")
+	require.Equal(t, 422, call(t, "POST", n.url+"/runs/batch", `[]`, "", nil))
+	require.Equal(t, 404, call(t, "POST", n.url+"/runs/batch", `[{"assistant_id": "nope"}]`, "", nil))
+}
+
+// TestCancelMany: POST /runs/cancel cancels the runs named, or those of
+// a status of one thread or of every thread; rollback puts the state back
+// and deletes them.
+func TestCancelMany(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	long := `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`
+	var r1, r2, r3 langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/c1/runs", long, "", &r1))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/c2/runs", long, "", &r2))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/c3/runs", long, "", &r3))
+	status := func(thread, run string) string {
+		var rec langgraph.LgRun
+		if call(t, "GET", n.url+"/threads/"+thread+"/runs/"+run, "", "", &rec) != 200 {
+			return "gone"
+		}
+		return string(rec.Status)
+	}
+	for _, p := range [][2]string{{"c1", r1.RunID}, {"c2", r2.RunID}, {"c3", r3.RunID}} {
+		require.Eventually(t, func() bool { return status(p[0], p[1]) == "running" }, 5*time.Second, 10*time.Millisecond)
+	}
+	require.Equal(t, 204, call(t, "POST", n.url+"/runs/cancel", `{"run_ids": ["`+r1.RunID+`"]}`, "", nil))
+	require.Eventually(t, func() bool { return status("c1", r1.RunID) == "interrupted" || status("c1", r1.RunID) == "error" }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "running", status("c2", r2.RunID), "only the one named")
+	require.Equal(t, 204, call(t, "POST", n.url+"/runs/cancel", `{"thread_id": "c2", "status": "running"}`, "", nil))
+	require.Eventually(t, func() bool { return status("c2", r2.RunID) != "running" }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "running", status("c3", r3.RunID))
+	require.Equal(t, 204, call(t, "POST", n.url+"/runs/cancel?action=rollback", `{"status": "all"}`, "", nil))
+	require.Equal(t, "gone", status("c3", r3.RunID), "rolled back and deleted")
+
+	require.Equal(t, 422, call(t, "POST", n.url+"/runs/cancel", `{}`, "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/runs/cancel?action=undo", `{"status": "all"}`, "", nil))
+	require.Equal(t, 404, call(t, "POST", n.url+"/runs/cancel", `{"run_ids": ["run_nope"]}`, "", nil))
+}
+
+// TestPruneThreads: POST /threads/prune deletes the threads named and
+// counts them; a thread with a run going on refuses it before any is
+// deleted; keep_latest is refused.
+func TestPruneThreads(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	for _, id := range []string{"p1", "p2"} {
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "`+id+`"}`, "", nil))
+	}
+	var busy langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/p3/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &busy))
+	require.Eventually(t, func() bool {
+		var th langgraph.LgThread
+		return call(t, "GET", n.url+"/threads/p3", "", "", &th) == 200 && th.Status == "busy"
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 409, call(t, "POST", n.url+"/threads/prune", `{"thread_ids": ["p1", "p3"]}`, "", nil))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/p1", "", "", nil), "nothing was pruned")
+	var out langgraph.LgThreadsPruned
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/prune", `{"thread_ids": ["p1", "p2", "never"]}`, "", &out))
+	require.Equal(t, uint64(2), out.PrunedCount)
+	require.Equal(t, 404, call(t, "GET", n.url+"/threads/p1", "", "", nil))
+	require.Equal(t, 422, call(t, "POST", n.url+"/threads/prune", `{"thread_ids": ["p3"], "strategy": "keep_latest"}`, "", nil))
+	require.Equal(t, 202, call(t, "POST", n.url+"/threads/p3/runs/"+busy.RunID+"/cancel?wait=true", "", "", nil))
+}
