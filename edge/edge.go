@@ -540,10 +540,21 @@ func (e *Edge) Assistants(ctx context.Context) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// State returns the upstream's answer to GET /threads/{id}/state, for the
-// transport to pass on.
-func (e *Edge) State(ctx context.Context, thread string) (status int, body []byte, err error) {
-	return e.c.DoWith(ctx, "GET", "/threads/"+url.PathEscape(thread)+"/state", nil, e.identity(ctx))
+// State returns the upstream's answer to GET /threads/{id}/state with
+// the request's query (subgraphs=true ...; a credential in access_token
+// left out), for the transport to pass on.
+func (e *Edge) State(ctx context.Context, thread string, query url.Values) (status int, body []byte, err error) {
+	path := "/threads/" + url.PathEscape(thread) + "/state"
+	q := url.Values{}
+	for k, v := range query {
+		if k != "access_token" {
+			q[k] = v
+		}
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return e.c.DoWith(ctx, "GET", path, nil, e.identity(ctx))
 }
 
 // identity is the header that carries the caller's principal

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -104,7 +105,7 @@ func TestUpstreamAnswersThatAreNotWholeAreErrors(t *testing.T) {
 			w.WriteHeader(200)
 			_, _ = io.WriteString(w, "<html>maintenance</html>")
 		case "/threads/ok/state":
-			_, _ = io.WriteString(w, `{"values": {}}`)
+			_, _ = io.WriteString(w, `{"values": {}, "query": "`+r.URL.RawQuery+`"}`)
 		default:
 			http.NotFound(w, r)
 		}
@@ -114,16 +115,40 @@ func TestUpstreamAnswersThatAreNotWholeAreErrors(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, th := range []string{"big", "cut", "html"} {
-		status, body, err := e.State(ctx, th)
+		status, body, err := e.State(ctx, th, nil)
 		require.ErrorIs(t, err, edge.ErrUpstream, "%s: %d %.100s", th, status, body)
 		require.Nil(t, body)
 	}
-	status, body, err := e.State(ctx, "ok")
+	status, body, err := e.State(ctx, "ok", url.Values{"subgraphs": {"true"}, "access_token": {"secret"}})
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
-	require.JSONEq(t, `{"values": {}}`, string(body))
-	status, body, err = e.State(ctx, "missing")
+	require.JSONEq(t, `{"values": {}, "query": "subgraphs=true"}`, string(body), "the query passed on, the credential left out")
+	status, body, err = e.State(ctx, "missing", nil)
 	require.NoError(t, err, "an error status in plain text is the upstream's answer")
 	require.Equal(t, 404, status)
 	require.JSONEq(t, `{"detail": "404 page not found\n"}`, string(body))
+}
+
+// TestTheProxyPassesTheClientsHost: a request the edge passes through
+// reaches the upstream with X-Forwarded-Host (the client's Host),
+// X-Forwarded-Proto and X-Forwarded-For, as a reverse proxy sets them;
+// those the client sent itself are not passed on.
+func TestTheProxyPassesTheClientsHost(t *testing.T) {
+	got := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		_, _ = io.WriteString(w, "{}")
+	}))
+	defer up.Close()
+	e, err := edge.New(edge.Options{URL: up.URL})
+	require.NoError(t, err)
+	req := httptest.NewRequest("GET", "http://agents.example.com/assistants/search", nil)
+	req.Header.Set("X-Forwarded-Host", "spoofed.example")
+	rec := httptest.NewRecorder()
+	e.Proxy().ServeHTTP(rec, req)
+	require.Equal(t, 200, rec.Code)
+	h := <-got
+	require.Equal(t, "agents.example.com", h.Get("X-Forwarded-Host"))
+	require.Equal(t, "http", h.Get("X-Forwarded-Proto"))
+	require.NotEmpty(t, h.Get("X-Forwarded-For"))
 }

@@ -34,6 +34,10 @@ func (e *Edge) Proxy() http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
+			// The client's Host, scheme and address, as a reverse proxy
+			// passes them (the upstream builds URLs from them): the
+			// client's own X-Forwarded-* were dropped by Rewrite.
+			pr.SetXForwarded()
 			h := pr.Out.Header
 			h.Del("Authorization")
 			h.Del("X-Api-Key")

@@ -35,6 +35,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -194,7 +195,7 @@ type Options struct {
 	Ready func(context.Context) error
 	// UpstreamState, when set (edge mode), answers GET /threads/{id}/state
 	// with the upstream's answer (edge.Edge.State).
-	UpstreamState func(ctx context.Context, thread string) (status int, body []byte, err error)
+	UpstreamState func(ctx context.Context, thread string, query url.Values) (status int, body []byte, err error)
 	// UpstreamProxy, when set (edge mode), gets every request no route
 	// here serves (the LangGraph Platform API's threads, runs,
 	// assistants, store and run streams: edge.Edge.Proxy), after the
@@ -230,7 +231,7 @@ type Handler struct {
 	authFailures  *keyrate.Limiter // failed authentications per IP address
 	streams       *streamQuota     // open streams and WebSockets per principal
 	readyCheck    func(context.Context) error
-	upstreamState func(ctx context.Context, thread string) (int, []byte, error)
+	upstreamState func(ctx context.Context, thread string, query url.Values) (int, []byte, error)
 	ingest        IngestOptions
 	ingestLimiter *keyrate.Limiter // events published per producer
 	// edge: the threads are an upstream's, which may read several
@@ -805,7 +806,7 @@ func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if h.upstreamState != nil {
 		// Edge mode: the upstream's state, as it answers it.
-		status, body, err := h.upstreamState(r.Context(), id)
+		status, body, err := h.upstreamState(r.Context(), id, r.URL.Query())
 		if err != nil {
 			httpjson.Write(w, http.StatusBadGateway, protocol.NewError(nil, protocol.ErrorCodeUnavailable, "%v; retry", err))
 			return

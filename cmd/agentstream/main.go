@@ -28,6 +28,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -602,7 +603,7 @@ func upstreamProxy(up *edge.Edge) http.Handler {
 }
 
 // upstreamState is the edge's state route, or nil without one.
-func upstreamState(up *edge.Edge) func(context.Context, string) (int, []byte, error) {
+func upstreamState(up *edge.Edge) func(context.Context, string, url.Values) (int, []byte, error) {
 	if up == nil {
 		return nil
 	}
