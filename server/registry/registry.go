@@ -83,10 +83,15 @@ var (
 const scope = "\x00assistants"
 
 // Namespaces within scope: the assistants as they are now, by id, and
-// each one's versions, by number.
+// each one's versions, by number; and the generation, a token every
+// change writes anew (genKey in genNS), so that a node's copy of the
+// list (Search) is read again only once some node changed it.
 var (
 	latestNS = []string{"latest"}
+	genNS    = []string{"generation"}
 )
+
+const genKey = "gen"
 
 func versionsNS(id string) []string { return []string{"versions", id} }
 
@@ -106,6 +111,12 @@ type Registry struct {
 	counted bool
 	count   int // the assistants clients made, once counted
 	started time.Time
+	// cached is the kept assistants as read at generation cachedGen
+	// (cacheMu; a search reads the generation, then the list only when
+	// it changed).
+	cacheMu   sync.Mutex
+	cachedGen string
+	cached    []Assistant
 }
 
 type sharedKey struct{}
@@ -148,13 +159,45 @@ func encode(a Assistant) (map[string]any, error) {
 	return m, json.Unmarshal(b, &m)
 }
 
+// decode is the assistant encode kept, read from the item's members as
+// the engine decoded them (a search reads every assistant: no second
+// pass through JSON).
 func decode(v map[string]any) (Assistant, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	str := func(k string) string { s, _ := v[k].(string); return s }
+	obj := func(k string) map[string]any { m, _ := v[k].(map[string]any); return m }
+	at := func(k string) (time.Time, error) {
+		if s := str(k); s != "" {
+			return time.Parse(time.RFC3339Nano, s)
+		}
+		return time.Time{}, nil
+	}
+	a := Assistant{ID: str("assistant_id"), GraphID: str("graph_id"), Name: str("name"), Owner: str("owner"),
+		Config: obj("config"), Context: obj("context"), Metadata: obj("metadata")}
+	if d, ok := v["description"].(string); ok {
+		a.Description = &d
+	}
+	switch n := v["version"].(type) {
+	case float64:
+		a.Version = int(n)
+	case int64:
+		a.Version = int(n)
+	case int:
+		a.Version = n
+	case json.Number:
+		i, _ := n.Int64()
+		a.Version = int(i)
+	}
+	var err error
+	if a.CreatedAt, err = at("created_at"); err != nil {
 		return Assistant{}, err
 	}
-	var a Assistant
-	return a, json.Unmarshal(b, &a)
+	if a.UpdatedAt, err = at("updated_at"); err != nil {
+		return Assistant{}, err
+	}
+	if a.ID == "" || a.GraphID == "" {
+		return Assistant{}, fmt.Errorf("registry: a kept assistant without its id or graph")
+	}
+	return a, nil
 }
 
 // stored is assistant id as kept; ok false when it is not.
@@ -224,7 +267,51 @@ func (r *Registry) put(ctx context.Context, st server.ItemStore, a Assistant, ve
 			return server.StoreError(err)
 		}
 	}
-	return server.StoreError(st.PutItem(ctx, server.StoreItem{Scope: scope, Namespace: latestNS, Key: a.ID, Value: v, CreatedAt: now, UpdatedAt: now}))
+	if err := st.PutItem(ctx, server.StoreItem{Scope: scope, Namespace: latestNS, Key: a.ID, Value: v, CreatedAt: now, UpdatedAt: now}); err != nil {
+		return server.StoreError(err)
+	}
+	return r.changed(ctx, st)
+}
+
+// changed writes a new generation, after a change was written: every
+// node's copy of the list is read again at its next search.
+func (r *Registry) changed(ctx context.Context, st server.ItemStore) error {
+	now := r.cfg.Now().UTC()
+	return server.StoreError(st.PutItem(ctx, server.StoreItem{Scope: scope, Namespace: genNS, Key: genKey, Value: map[string]any{"g": records.NewUUID()}, CreatedAt: now, UpdatedAt: now}))
+}
+
+// kept is every kept assistant: the node's copy while the generation is
+// the one it was read at, else read again.
+func (r *Registry) kept(ctx context.Context, st server.ItemStore) ([]Assistant, error) {
+	gen := ""
+	if it, ok, err := st.GetItem(ctx, scope, genNS, genKey); err != nil {
+		return nil, server.StoreError(err)
+	} else if ok {
+		gen, _ = it.Value["g"].(string)
+	}
+	r.cacheMu.Lock()
+	defer r.cacheMu.Unlock()
+	if gen != "" && gen == r.cachedGen {
+		return r.cached, nil
+	}
+	var all []Assistant
+	var derr error
+	if err := st.ScanItems(ctx, scope, latestNS, func(it server.StoreItem) bool {
+		a, err := decode(it.Value)
+		if err != nil {
+			derr = err
+			return false
+		}
+		all = append(all, a)
+		return true
+	}); err != nil {
+		return nil, server.StoreError(err)
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	r.cachedGen, r.cached = gen, all
+	return all, nil
 }
 
 // countMade is how many assistants clients made (r.mu held), counted
@@ -487,6 +574,9 @@ func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string, idO
 	if err := st.DeleteItem(ctx, scope, latestNS, a.ID); err != nil {
 		return server.StoreError(err)
 	}
+	if err := r.changed(ctx, st); err != nil {
+		return err
+	}
 	if !system && r.counted {
 		r.count--
 	}
@@ -496,36 +586,33 @@ func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string, idO
 // Search lists the assistants p sees that q selects (the graphs' own
 // among them, as updated), and how many q selects in all.
 func (r *Registry) Search(ctx context.Context, p *auth.Principal, q Query, idOf func(string) string) ([]Assistant, int, error) {
-	byID := map[string]Assistant{}
-	for _, g := range r.graphs() {
-		a := r.system(g, idOf)
-		byID[a.ID] = a
-	}
+	var kept []Assistant
 	if r.st != nil {
-		var derr error
-		if err := r.st.ScanItems(ctx, scope, latestNS, func(it server.StoreItem) bool {
-			a, err := decode(it.Value)
-			if err != nil {
-				derr = err
-				return false
-			}
-			byID[a.ID] = a
-			return true
-		}); err != nil {
-			return nil, 0, server.StoreError(err)
-		}
-		if derr != nil {
-			return nil, 0, derr
+		var err error
+		if kept, err = r.kept(ctx, r.st); err != nil {
+			return nil, 0, err
 		}
 	}
+	name := strings.ToLower(q.Name)
 	var found []Assistant
-	for _, a := range byID {
-		if !Visible(p, a) || q.GraphID != "" && a.GraphID != q.GraphID ||
-			q.Name != "" && !strings.Contains(strings.ToLower(a.Name), strings.ToLower(q.Name)) ||
-			!records.MetadataMatches(a.Metadata, q.Metadata) {
-			continue
+	selects := func(a Assistant) bool {
+		return Visible(p, a) && (q.GraphID == "" || a.GraphID == q.GraphID) &&
+			(name == "" || strings.Contains(strings.ToLower(a.Name), name)) && records.MetadataMatches(a.Metadata, q.Metadata)
+	}
+	own := map[string]bool{} // the graphs' own, by id: those kept (updated) are in kept
+	for _, g := range r.graphs() {
+		own[idOf(g)] = true
+	}
+	for _, a := range kept {
+		delete(own, a.ID)
+		if selects(a) {
+			found = append(found, a)
 		}
-		found = append(found, a)
+	}
+	for _, g := range r.graphs() {
+		if a := r.system(g, idOf); own[a.ID] && selects(a) {
+			found = append(found, a)
+		}
 	}
 	slices.SortFunc(found, func(a, b Assistant) int {
 		c := 0

@@ -116,7 +116,14 @@ func TestAssistantsAsResources(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		rs := redistest.Start(t)
 		a, b := redisNode(t, rs), redisNode(t, rs)
+		var count int
+		require.Equal(t, 200, call(t, "POST", b.url+"/assistants/count", `{"graph_id": "echo"}`, "", &count))
+		require.Equal(t, 1, count, "the graph's own (the other node's copy of the list is read now)")
 		id := assistantsScenario(t, a)
+		var found []langgraph.LgAssistant
+		require.Equal(t, 200, call(t, "POST", b.url+"/assistants/search", `{"metadata": {"team": "a"}}`, "", &found))
+		require.Len(t, found, 1, "a change on one node reaches the other's search")
+		require.Equal(t, "Slow echo", found[0].Name, "as it is now (set back to version 1)")
 		var got langgraph.LgAssistant
 		require.Equal(t, 200, call(t, "GET", b.url+"/assistants/"+id, "", "", &got), "the other node has it")
 		require.Equal(t, 200, call(t, "POST", b.url+"/threads/as3/runs/wait", `{"assistant_id": "`+id+`", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "", nil))
