@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentstream/agentstream/protocol"
@@ -71,6 +72,7 @@ const (
 // Defaults of the size limits.
 const (
 	DefaultMaxAssistants          = 100_000
+	DefaultThreadExpiryCheck      = 30 * time.Second
 	DefaultMaxThreadMetadataBytes = 64 << 10
 	DefaultMaxStateBytes          = 4 << 20
 )

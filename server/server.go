@@ -129,6 +129,10 @@ type Config struct {
 	// 1,000,000); a new item past it is refused (counted as limit
 	// store_items).
 	MaxStoreItems int
+	// ThreadExpiryCheck is how often the threads whose TTL (the Platform
+	// API's thread ttl) ran out are deleted (DefaultThreadExpiryCheck,
+	// 30 s).
+	ThreadExpiryCheck time.Duration
 	// MaxAssistants caps the assistants the Platform API's clients
 	// create (its /assistants; DefaultMaxAssistants, 100,000); a new one
 	// past it is refused (counted as limit assistants).
@@ -240,6 +244,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAssistants <= 0 {
 		c.MaxAssistants = DefaultMaxAssistants
+	}
+	if c.ThreadExpiryCheck <= 0 {
+		c.ThreadExpiryCheck = DefaultThreadExpiryCheck
 	}
 	if c.MaxThreadMetadataBytes <= 0 {
 		c.MaxThreadMetadataBytes = DefaultMaxThreadMetadataBytes

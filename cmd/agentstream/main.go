@@ -80,6 +80,7 @@ type config struct {
 	webhookAllowPrivate bool
 	webhookTimeout      time.Duration
 	maxPendingWebhooks  int
+	threadExpiryCheck   time.Duration
 	tlsCert             string
 	tlsKey              string
 	logLevel            string
@@ -235,6 +236,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", false, "let runs' webhooks (the LangGraph Platform API's) reach loopback, private and link-local addresses; without it such a webhook is refused")
 	fs.DurationVar(&c.webhookTimeout, "webhook-timeout", langgraph.DefaultWebhookTimeout, "time for each attempt of a run's webhook (tried again after a 5xx, a 429 or no answer, 1 s, 2 s, 4 s apart)")
 	fs.IntVar(&c.maxPendingWebhooks, "max-pending-webhooks", langgraph.DefaultMaxPendingWebhooks, "runs' webhooks waiting for their run's end or their delivery; a run asking for one past it is refused")
+	fs.DurationVar(&c.threadExpiryCheck, "thread-expiry-check", server.DefaultThreadExpiryCheck, "how often the threads whose ttl (the LangGraph Platform API's thread ttl) ran out are deleted")
 	fs.IntVar(&c.maxAssistants, "max-assistants", server.DefaultMaxAssistants, "assistants the LangGraph Platform API's clients create (/assistants), of every principal; a new one past it is refused")
 	fs.IntVar(&c.maxStoreItems, "max-store-items", server.DefaultMaxStoreItems, "items the long-term store (the LangGraph Platform API's /store) holds, of every principal; a new item past it is refused")
 	fs.IntVar(&c.maxThreadMetadataBytes, "max-thread-metadata-bytes", server.DefaultMaxThreadMetadataBytes, "the largest a thread's metadata may grow, as JSON, through the LangGraph Platform API (creations, copies, PATCH); past it the change is refused (413)")
@@ -683,7 +685,7 @@ func (c config) check() error {
 		{"--http-stream-rate", int64(c.httpStreamRate * 1000)}, {"--http-stream-burst", int64(c.httpStreamBurst)}, {"--command-bytes-rate", int64(c.commandBytesRate)},
 		{"--command-max-depth", int64(c.commandMaxDepth)}, {"--command-max-values", int64(c.commandMaxValues)},
 		{"--ingest-max-events", int64(c.ingestMaxEvents)}, {"--ingest-max-event-bytes", int64(c.ingestMaxEventBytes)}, {"--ingest-max-batch-bytes", c.ingestMaxBatchBytes},
-		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)}, {"--max-store-items", int64(c.maxStoreItems)}, {"--max-assistants", int64(c.maxAssistants)}, {"--webhook-timeout", int64(c.webhookTimeout)}, {"--max-pending-webhooks", int64(c.maxPendingWebhooks)},
+		{"--ingest-rate", int64(c.ingestRate * 1000)}, {"--ingest-burst", int64(c.ingestBurst)}, {"--max-producers-per-thread", int64(c.maxProducersPerThread)}, {"--max-store-items", int64(c.maxStoreItems)}, {"--max-assistants", int64(c.maxAssistants)}, {"--webhook-timeout", int64(c.webhookTimeout)}, {"--max-pending-webhooks", int64(c.maxPendingWebhooks)}, {"--thread-expiry-check", int64(c.threadExpiryCheck)},
 		{"--max-thread-metadata-bytes", int64(c.maxThreadMetadataBytes)}, {"--max-state-bytes", int64(c.maxStateBytes)}, {"--upstream-timeout", int64(c.upstreamTimeout)},
 		{"--worker-lease", int64(c.workerLease)}, {"--max-workers", int64(c.maxWorkers)}, {"--max-runs-per-worker", int64(c.maxRunsPerWorker)}, {"--max-queued-worker-runs", int64(c.maxQueuedWorkerRuns)},
 		{"--max-runs-per-minute", int64(c.maxRunsPerMinute)}, {"--max-streams-per-principal", int64(c.maxStreamsPerPrincipal)},

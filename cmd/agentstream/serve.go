@@ -238,7 +238,7 @@ func (c config) serverConfig() server.Config {
 		MaxThreads: c.maxThreads, ThreadTTL: c.threadTTL, MaxQueuedRuns: c.maxQueuedRuns,
 		MaxThreadsPerPrincipal: c.maxThreadsPerPrincipal, MaxRunsPerMinute: c.maxRunsPerMinute,
 		MaxSessionSubscriptions: c.maxSubscriptions, MaxCheckpoints: c.maxCheckpoints,
-		MaxProducersPerThread: c.maxProducersPerThread, MaxStoreItems: c.maxStoreItems, MaxAssistants: c.maxAssistants, MaxThreadMetadataBytes: c.maxThreadMetadataBytes, MaxStateBytes: c.maxStateBytes, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
+		MaxProducersPerThread: c.maxProducersPerThread, MaxStoreItems: c.maxStoreItems, MaxAssistants: c.maxAssistants, ThreadExpiryCheck: c.threadExpiryCheck, MaxThreadMetadataBytes: c.maxThreadMetadataBytes, MaxStateBytes: c.maxStateBytes, IngestAckTimeout: c.ingestAckTimeout, IngestFastAck: c.ingestFastAck,
 		WorkerLease: c.workerLease, MaxWorkers: c.maxWorkers, MaxRunsPerWorker: c.maxRunsPerWorker, MaxQueuedWorkerRuns: c.maxQueuedWorkerRuns,
 	}
 }

@@ -24,6 +24,15 @@ type ThreadRecord struct {
 	UpdatedAt time.Time
 	Metadata  map[string]any
 	Config    map[string]any
+	// TTL, when more than 0, is how long the thread lives after its
+	// record last changed (UpdatedAt): the Platform API's thread ttl, its
+	// strategy delete.
+	TTL time.Duration
+}
+
+// Expired reports whether the record's TTL has run out at now.
+func (r ThreadRecord) Expired(now time.Time) bool {
+	return r.TTL > 0 && !now.Before(r.UpdatedAt.Add(r.TTL))
 }
 
 // ThreadCatalog is a StateStore that keeps ThreadRecords, and forgets a

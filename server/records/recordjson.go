@@ -14,11 +14,12 @@ type threadRecordJSON struct {
 	UpdatedAt time.Time      `json:"u"`
 	Metadata  map[string]any `json:"m,omitempty"`
 	Config    map[string]any `json:"g,omitempty"`
+	TTL       time.Duration  `json:"x,omitempty"`
 }
 
 // MarshalThreadRecord encodes rec for a store (its ID is the store's key).
 func MarshalThreadRecord(rec ThreadRecord) ([]byte, error) {
-	return json.Marshal(threadRecordJSON{Owner: rec.Owner, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, Metadata: rec.Metadata, Config: rec.Config})
+	return json.Marshal(threadRecordJSON{Owner: rec.Owner, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, Metadata: rec.Metadata, Config: rec.Config, TTL: rec.TTL})
 }
 
 // UnmarshalThreadRecord decodes thread's record, its metadata and config
@@ -29,7 +30,7 @@ func UnmarshalThreadRecord(thread string, b []byte) (ThreadRecord, error) {
 		return ThreadRecord{}, err
 	}
 	return ThreadRecord{ID: thread, Owner: r.Owner, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
-		Metadata: orEmptyMap(r.Metadata), Config: orEmptyMap(r.Config)}, nil
+		Metadata: orEmptyMap(r.Metadata), Config: orEmptyMap(r.Config), TTL: r.TTL}, nil
 }
 
 type runRecordJSON struct {

@@ -48,6 +48,7 @@ func Of(srv *server.Server) *Catalog {
 func newCatalog(h server.ResourceHost) *Catalog {
 	cat := &Catalog{host: h, st: h.Stores(), cfg: h.Config()}
 	cat.startRecorder()
+	cat.startExpiry()
 	return cat
 }
 

@@ -1,6 +1,8 @@
 package langgraph_test
 
 import (
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +96,36 @@ func TestPruneThreads(t *testing.T) {
 	require.Equal(t, 404, call(t, "GET", n.url+"/threads/p1", "", "", nil))
 	require.Equal(t, 422, call(t, "POST", n.url+"/threads/prune", `{"thread_ids": ["p3"], "strategy": "keep_latest"}`, "", nil))
 	require.Equal(t, 202, call(t, "POST", n.url+"/threads/p3/runs/"+busy.RunID+"/cancel?wait=true", "", "", nil))
+}
+
+// TestThreadTTL: a thread made (or updated) with a ttl is deleted once it
+// ran out after its last change, on each engine; one whose run goes on is
+// kept until it ends; an update moves its end.
+func TestThreadTTL(t *testing.T) {
+	cfg := server.Config{ThreadExpiryCheck: 50 * time.Millisecond}
+	onEachEngineWith(t, cfg, func(t *testing.T, n *node) {
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "ttl1", "ttl": {"ttl": 0.02, "strategy": "delete"}}`, "", nil))
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "keep1"}`, "", nil))
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "ttl2"}`, "", nil))
+		require.Equal(t, 200, call(t, "PATCH", n.url+"/threads/ttl2", `{"ttl": {"ttl": 0.02}}`, "", nil))
+		var busy langgraph.LgRun
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "ttl3", "ttl": {"ttl": 0.02}}`, "", nil))
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/ttl3/runs", `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`, "", &busy))
+		require.Eventually(t, func() bool {
+			return call(t, "GET", n.url+"/threads/ttl1", "", "", nil) == 404 && call(t, "GET", n.url+"/threads/ttl2", "", "", nil) == 404
+		}, 10*time.Second, 20*time.Millisecond, "gone 1.2 s after their last change")
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/keep1", "", "", nil), "one without a ttl stays")
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/ttl3", "", "", nil), "a run goes on: kept")
+		require.Equal(t, 202, call(t, "POST", n.url+"/threads/ttl3/runs/"+busy.RunID+"/cancel?wait=true", "", "", nil))
+		require.Eventually(t, func() bool { return call(t, "GET", n.url+"/threads/ttl3", "", "", nil) == 404 }, 10*time.Second, 20*time.Millisecond, "then deleted")
+		require.Equal(t, 422, call(t, "POST", n.url+"/threads", `{"ttl": {"ttl": 0.001}}`, "", nil), "under a second")
+		require.Equal(t, 422, call(t, "POST", n.url+"/threads", `{"ttl": {"ttl": 5, "strategy": "keep_latest"}}`, "", nil))
+		req, _ := http.NewRequest("PATCH", n.url+"/threads/keep1", strings.NewReader(`{"metadata": {"a": 1}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Prefer", "return=minimal") // the SDK's returnMinimal
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 204, resp.StatusCode)
+	})
 }

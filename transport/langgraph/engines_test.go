@@ -44,6 +44,27 @@ func onEachEngine(t *testing.T, fn func(t *testing.T, n *node)) {
 	t.Run("redis", func(t *testing.T) { fn(t, redisNode(t, redistest.Start(t))) })
 }
 
+// onEachEngineWith is onEachEngine with the servers' config cfg.
+func onEachEngineWith(t *testing.T, cfg server.Config, fn func(t *testing.T, n *node)) {
+	t.Run("memory", func(t *testing.T) { fn(t, start(t, cfg, transport.Options{})) })
+	t.Run("disk", func(t *testing.T) {
+		eng, err := diskstore.Open(diskstore.Options{Dir: t.TempDir()})
+		require.NoError(t, err)
+		c := cfg
+		c.Engine = eng
+		fn(t, start(t, c, transport.Options{}))
+	})
+	t.Run("redis", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		eng, err := redisstore.New(ctx, redisstore.Options{URL: redistest.Start(t).URL(), TTL: time.Hour, Cluster: redisstore.ClusterOptions{LeaseTTL: time.Second}})
+		require.NoError(t, err)
+		c := cfg
+		c.Engine = eng
+		fn(t, start(t, c, transport.Options{}))
+	})
+}
+
 // sdkSteps runs a tools/node script of the official SDK against url and
 // decodes what it prints: its steps' answers.
 func sdkSteps(t *testing.T, nodeBin, script, url string, timeout time.Duration) map[string]any {

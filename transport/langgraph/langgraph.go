@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -253,12 +254,37 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) {
 	if req.Metadata != nil {
 		md = *req.Metadata
 	}
-	info, _, err := h.catalog.Create(r.Context(), auth.FromContext(r.Context()), id, md, ifExists)
+	ttl, ok := ttlOf(w, req.TTL)
+	if !ok {
+		return
+	}
+	info, created, err := h.catalog.Create(r.Context(), auth.FromContext(r.Context()), id, md, ifExists)
+	if err == nil && created && ttl > 0 {
+		info, _, err = h.catalog.SetTTL(r.Context(), info.ID, ttl)
+	}
 	if err != nil {
 		serverError(w, err)
 		return
 	}
 	write(w, http.StatusOK, thread(info, false))
+}
+
+// ttlOf is a thread's ttl (minutes) as a duration; it answers one it
+// cannot serve itself (ok false).
+func ttlOf(w http.ResponseWriter, t *LgThreadTTL) (time.Duration, bool) {
+	if t == nil {
+		return 0, true
+	}
+	if t.TTL > float64(math.MaxInt64/int64(time.Minute)) {
+		fail(w, http.StatusUnprocessableEntity, "ttl.ttl: at most %d minutes", math.MaxInt64/int64(time.Minute))
+		return 0, false
+	}
+	d := time.Duration(t.TTL * float64(time.Minute))
+	if d < time.Second {
+		fail(w, http.StatusUnprocessableEntity, "ttl.ttl: at least 1 second (%g minutes); leave it out for a thread that does not expire", 1.0/60)
+		return 0, false
+	}
+	return d, true
 }
 
 // authorized asks whether the request may use an existing thread it
@@ -315,7 +341,18 @@ func (h *Handler) patchThread(w http.ResponseWriter, r *http.Request) {
 	if req.Metadata != nil {
 		md = *req.Metadata
 	}
+	ttl, ok := ttlOf(w, req.TTL)
+	if !ok {
+		return
+	}
 	info, ok, err := h.catalog.Update(r.Context(), id, md)
+	if err == nil && ok && ttl > 0 {
+		info, ok, err = h.catalog.SetTTL(r.Context(), id, ttl)
+	}
+	if err == nil && ok && r.Header.Get("Prefer") == "return=minimal" {
+		w.WriteHeader(http.StatusNoContent) // the SDK's returnMinimal
+		return
+	}
 	answerThread(w, id, info, ok, err, false)
 }
 

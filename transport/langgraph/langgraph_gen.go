@@ -151,15 +151,16 @@ func (s *LgInterrupt) UnmarshalCBOR(data []byte) error {
 
 // LgThreadCreate is generated from CDDL rule "LgThreadCreate".
 type LgThreadCreate struct {
-	ThreadID *string     `json:"thread_id,omitempty" cbor:"thread_id,omitempty"`
-	Metadata *LgMetadata `json:"metadata,omitempty" cbor:"metadata,omitempty"`
-	IfExists *LgIfExists `json:"if_exists,omitempty" cbor:"if_exists,omitempty"`
+	ThreadID *string      `json:"thread_id,omitempty" cbor:"thread_id,omitempty"`
+	Metadata *LgMetadata  `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	IfExists *LgIfExists  `json:"if_exists,omitempty" cbor:"if_exists,omitempty"`
+	TTL      *LgThreadTTL `json:"ttl,omitempty" cbor:"ttl,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgThreadCreateMembers = cddlrt.Members{Rule: "LgThreadCreate", Required: []string{}, Known: []string{"thread_id", "metadata", "if_exists"}, Open: true, Nullable: []string{"thread_id", "metadata", "if_exists"}}
+var lgThreadCreateMembers = cddlrt.Members{Rule: "LgThreadCreate", Required: []string{}, Known: []string{"thread_id", "metadata", "if_exists", "ttl"}, Open: true, Nullable: []string{"thread_id", "metadata", "if_exists", "ttl"}}
 
 // CDDLMembers describes LgThreadCreate's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgThreadCreate) CDDLMembers() *cddlrt.Members {
@@ -176,10 +177,15 @@ func (s LgThreadCreate) Validate() error {
 			return cddlrt.At("if_exists", err)
 		}
 	}
+	if s.TTL != nil {
+		if err := s.TTL.Validate(); err != nil {
+			return cddlrt.At("ttl", err)
+		}
+	}
 	return nil
 }
 
-var lgThreadCreateKnown = map[string]bool{"thread_id": true, "metadata": true, "if_exists": true}
+var lgThreadCreateKnown = map[string]bool{"thread_id": true, "metadata": true, "if_exists": true, "ttl": true}
 
 // MarshalJSON encodes LgThreadCreate with its literal members and Extra.
 func (s LgThreadCreate) MarshalJSON() ([]byte, error) {
@@ -206,6 +212,73 @@ func (s *LgThreadCreate) UnmarshalCBOR(data []byte) error {
 	type fields LgThreadCreate
 	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgThreadCreate", nil, lgThreadCreateKnown, &s.Extra)
 }
+
+// A thread's ttl: deleted ttl minutes after its record last changed (a
+// run, an update), once no run goes on.
+type LgThreadTTL struct {
+	TTL      float64        `json:"ttl" cbor:"ttl"`
+	Strategy *LgTTLStrategy `json:"strategy,omitempty" cbor:"strategy,omitempty"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgThreadTTLMembers = cddlrt.Members{Rule: "LgThreadTTL", Required: []string{"ttl"}, Known: []string{"ttl", "strategy"}, Open: true, Nullable: []string{"strategy"}}
+
+// CDDLMembers describes LgThreadTTL's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgThreadTTL) CDDLMembers() *cddlrt.Members {
+	return &lgThreadTTLMembers
+}
+
+// Validate checks what the schema requires of the values of LgThreadTTL
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgThreadTTL) Validate() error {
+	if s.TTL <= 0 {
+		return cddlrt.Invalid("ttl", "LgThreadTTL", "must be > 0 but found %v", s.TTL)
+	}
+	if s.Strategy != nil {
+		if (*s.Strategy) != "delete" {
+			return cddlrt.Invalid("strategy", "LgTTLStrategy", "must be \"delete\", not %v", (*s.Strategy))
+		}
+	}
+	return nil
+}
+
+var lgThreadTTLKnown = map[string]bool{"ttl": true, "strategy": true}
+
+// MarshalJSON encodes LgThreadTTL with its literal members and Extra.
+func (s LgThreadTTL) MarshalJSON() ([]byte, error) {
+	type fields LgThreadTTL
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgThreadTTL, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgThreadTTL) UnmarshalJSON(data []byte) error {
+	type fields LgThreadTTL
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgThreadTTL", nil, lgThreadTTLKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgThreadTTL with its literal members and Extra.
+func (s LgThreadTTL) MarshalCBOR() ([]byte, error) {
+	type fields LgThreadTTL
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgThreadTTL, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgThreadTTL) UnmarshalCBOR(data []byte) error {
+	type fields LgThreadTTL
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgThreadTTL", nil, lgThreadTTLKnown, &s.Extra)
+}
+
+// LgTTLStrategy is generated from CDDL rule "LgTTLStrategy".
+type LgTTLStrategy = string
+
+// LgTTLStrategyValue is the only value of LgTTLStrategy.
+const LgTTLStrategyValue LgTTLStrategy = "delete"
 
 // LgIfExists is generated from CDDL rule "LgIfExists".
 type LgIfExists string
@@ -358,13 +431,14 @@ func (v LgSortOrder) Validate() error {
 
 // LgThreadPatch is generated from CDDL rule "LgThreadPatch".
 type LgThreadPatch struct {
-	Metadata *LgMetadata `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	Metadata *LgMetadata  `json:"metadata,omitempty" cbor:"metadata,omitempty"`
+	TTL      *LgThreadTTL `json:"ttl,omitempty" cbor:"ttl,omitempty"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgThreadPatchMembers = cddlrt.Members{Rule: "LgThreadPatch", Required: []string{}, Known: []string{"metadata"}, Open: true, Nullable: []string{"metadata"}}
+var lgThreadPatchMembers = cddlrt.Members{Rule: "LgThreadPatch", Required: []string{}, Known: []string{"metadata", "ttl"}, Open: true, Nullable: []string{"metadata", "ttl"}}
 
 // CDDLMembers describes LgThreadPatch's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgThreadPatch) CDDLMembers() *cddlrt.Members {
@@ -376,11 +450,15 @@ func (LgThreadPatch) CDDLMembers() *cddlrt.Members {
 // array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
 // also checks that required members are present.)
 func (s LgThreadPatch) Validate() error {
-	_ = s
+	if s.TTL != nil {
+		if err := s.TTL.Validate(); err != nil {
+			return cddlrt.At("ttl", err)
+		}
+	}
 	return nil
 }
 
-var lgThreadPatchKnown = map[string]bool{"metadata": true}
+var lgThreadPatchKnown = map[string]bool{"metadata": true, "ttl": true}
 
 // MarshalJSON encodes LgThreadPatch with its literal members and Extra.
 func (s LgThreadPatch) MarshalJSON() ([]byte, error) {

@@ -21,7 +21,6 @@ var notServed = map[string]string{
 	"durability":        "what a run writes is kept as the engine keeps every write (synced on --data-dir)",
 	"strict_resume":     "a resume answers the pending interrupts as sent",
 	"context":           "agentstream's assistants take their settings in config (configurable)",
-	"ttl":               "a thread's ttl is not served yet",
 	"supersteps":        "a thread made from supersteps is not served",
 	"extract":           "a search answers whole threads (select picks members)",
 }
