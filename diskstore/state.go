@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -337,6 +338,51 @@ func (s *State) NewestCheckpoint(_ context.Context, thread string) (server.Check
 		k := it.Key()
 		return server.CheckpointRecord{}, false, fmt.Errorf("diskstore: thread %s's checkpoint %d: %w", thread, binary.BigEndian.Uint64(k[len(k)-8:]), err)
 	}
+	cp.Values = nil
+	return cp.CheckpointRecord, true, nil
+}
+
+// PatchNewestCheckpoint implements records.CheckpointPatcher: the newest
+// checkpoint's record written again with metadata merged (its values'
+// references unchanged), synced with the next group commit.
+func (s *State) PatchNewestCheckpoint(_ context.Context, thread string, metadata map[string]any) (server.CheckpointRecord, bool, error) {
+	if err := s.log.checkWritable(); err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prefix := stateKey(thread, "c")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper(prefix)})
+	if err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	if !it.Last() {
+		err := it.Error()
+		_ = it.Close()
+		return server.CheckpointRecord{}, false, err
+	}
+	key := append([]byte(nil), it.Key()...)
+	var cp storedCheckpoint
+	err = json.Unmarshal(it.Value(), &cp)
+	_ = it.Close()
+	if err != nil {
+		return server.CheckpointRecord{}, false, fmt.Errorf("diskstore: thread %s's newest checkpoint: %w", thread, err)
+	}
+	md := maps.Clone(cp.Metadata)
+	if md == nil {
+		md = map[string]any{}
+	}
+	maps.Copy(md, metadata)
+	cp.Metadata = md
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	if err := s.db.Set(key, b, pebble.NoSync); err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	s.wrote.Add(1)
+	s.log.unsynced.Store(true) // synced with the next group commit
 	cp.Values = nil
 	return cp.CheckpointRecord, true, nil
 }

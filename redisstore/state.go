@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -191,6 +192,65 @@ func (s *State) NewestCheckpoint(ctx context.Context, thread string) (server.Che
 	}
 	return server.CheckpointRecord{ID: cp.ID, ParentID: cp.ParentID, Step: cp.Step, Source: cp.Source,
 		Namespace: cp.Namespace, Node: cp.Node, Time: cp.Time, Metadata: cp.Metadata}, true, nil
+}
+
+// PatchNewestCheckpoint implements records.CheckpointPatcher: the list's
+// last checkpoint set again with metadata merged, if it is still the last
+// (WATCH: a checkpoint added meanwhile refuses the change, asked again).
+func (s *State) PatchNewestCheckpoint(ctx context.Context, thread string, metadata map[string]any) (server.CheckpointRecord, bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	k := s.e.key(thread, "cps")
+	var out server.CheckpointRecord
+	found := false
+	err := s.e.c.Dedicated(func(c rueidis.DedicatedClient) error {
+		for attempt := 0; attempt < 5; attempt++ {
+			if err := c.Do(ctx, c.B().Watch().Key(k).Build()).Error(); err != nil {
+				return err
+			}
+			items, err := c.Do(ctx, c.B().Lrange().Key(k).Start(-1).Stop(-1).Build()).AsStrSlice()
+			if err != nil || len(items) == 0 {
+				_ = c.Do(ctx, c.B().Unwatch().Build()).Error()
+				return err
+			}
+			var cp checkpoint
+			if err := json.Unmarshal([]byte(items[0]), &cp); err != nil {
+				_ = c.Do(ctx, c.B().Unwatch().Build()).Error()
+				return fmt.Errorf("thread %s: a stored checkpoint does not decode: %w", thread, err)
+			}
+			md := maps.Clone(cp.Metadata)
+			if md == nil {
+				md = map[string]any{}
+			}
+			maps.Copy(md, metadata)
+			cp.Metadata = md
+			b, err := json.Marshal(cp)
+			if err != nil {
+				_ = c.Do(ctx, c.B().Unwatch().Build()).Error()
+				return err
+			}
+			res := c.DoMulti(ctx, c.B().Multi().Build(), c.B().Lset().Key(k).Index(-1).Element(rueidis.BinaryString(b)).Build(), c.B().Exec().Build())
+			exec := res[len(res)-1]
+			if err := exec.Error(); err != nil {
+				if rueidis.IsRedisNil(err) {
+					continue // a checkpoint came meanwhile: again
+				}
+				return err
+			}
+			if vs, err := exec.ToArray(); err == nil && len(vs) == 0 {
+				continue
+			}
+			out = server.CheckpointRecord{ID: cp.ID, ParentID: cp.ParentID, Step: cp.Step, Source: cp.Source, Namespace: cp.Namespace,
+				Node: cp.Node, Time: cp.Time, Metadata: cp.Metadata}
+			found = true
+			return nil
+		}
+		return fmt.Errorf("thread %s: its checkpoints kept changing", thread)
+	})
+	if err := s.fail(err); err != nil {
+		return server.CheckpointRecord{}, false, err
+	}
+	return out, found, nil
 }
 
 // Checkpoint implements server.StateStore.

@@ -73,6 +73,14 @@ type NewestCheckpointer interface {
 	NewestCheckpoint(ctx context.Context, thread string) (cp CheckpointRecord, ok bool, err error)
 }
 
+// CheckpointPatcher is a StateStore that merges metadata into a thread's
+// newest checkpoint's (the Platform API's threads.patchState); ok is
+// false when the thread has none. The caller keeps runs off the thread
+// meanwhile.
+type CheckpointPatcher interface {
+	PatchNewestCheckpoint(ctx context.Context, thread string, metadata map[string]any) (cp CheckpointRecord, ok bool, err error)
+}
+
 // ErrNoCatalog refuses the Platform API's thread routes on an engine whose
 // StateStore keeps no ThreadRecords.
 var ErrNoCatalog = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no thread records (the LangGraph Platform API's threads)")

@@ -299,6 +299,24 @@ func (m *MemoryState) NewestCheckpoint(_ context.Context, thread string) (Checkp
 	return t.checkpoints[len(t.checkpoints)-1], true, nil
 }
 
+// PatchNewestCheckpoint implements CheckpointPatcher.
+func (m *MemoryState) PatchNewestCheckpoint(_ context.Context, thread string, metadata map[string]any) (CheckpointRecord, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.threads[thread]
+	if t == nil || len(t.checkpoints) == 0 {
+		return CheckpointRecord{}, false, nil
+	}
+	cp := &t.checkpoints[len(t.checkpoints)-1]
+	md := maps.Clone(cp.Metadata)
+	if md == nil {
+		md = map[string]any{}
+	}
+	maps.Copy(md, metadata)
+	cp.Metadata = md
+	return *cp, true, nil
+}
+
 // Checkpoint implements StateStore.
 func (m *MemoryState) Checkpoint(_ context.Context, thread, id string) (CheckpointRecord, bool, error) {
 	m.mu.Lock()

@@ -496,6 +496,44 @@ func (cat *Catalog) UpdateState(ctx context.Context, id string, values map[strin
 	return cp, true, nil
 }
 
+// ErrNoCheckpoint refuses a change of a thread's newest checkpoint when
+// it has none.
+var ErrNoCheckpoint = server.NewError(protocol.ErrorCodeNoSuchCheckpoint, "", "threads: the thread has no checkpoint")
+
+// ErrNoPatch refuses PatchState on an engine whose store cannot change a
+// checkpoint (records.CheckpointPatcher).
+var ErrNoPatch = server.NewError(protocol.ErrorCodeNotSupported, records.ReasonNotServed, "threads: this engine does not change a checkpoint")
+
+// PatchState merges metadata into thread id's newest checkpoint's (the
+// Platform API's threads.patchState), with no run starting meanwhile; a
+// thread with a run going on is server.ErrThreadBusy, one with no
+// checkpoint ErrNoCheckpoint, one that does not exist ok false.
+func (cat *Catalog) PatchState(ctx context.Context, id string, metadata map[string]any) (server.CheckpointRecord, bool, error) {
+	p, can := cat.st.State.(records.CheckpointPatcher)
+	if !can {
+		return server.CheckpointRecord{}, false, ErrNoPatch
+	}
+	if _, ok, err := cat.Get(ctx, id); err != nil || !ok {
+		return server.CheckpointRecord{}, ok, err
+	}
+	var cp server.CheckpointRecord
+	err := cat.host.WhileIdle(id, func() error {
+		if err := cat.host.SizeOK(metadata, cat.cfg.MaxThreadMetadataBytes, server.LimitThreadMetadata, "the checkpoint's metadata", "--max-thread-metadata-bytes"); err != nil {
+			return err
+		}
+		got, found, err := p.PatchNewestCheckpoint(ctx, id, metadata)
+		if err != nil {
+			return server.StoreError(err)
+		}
+		if !found {
+			return fmt.Errorf("%w: thread %s", ErrNoCheckpoint, id)
+		}
+		cp = got
+		return nil
+	})
+	return cp, true, err
+}
+
 // update is UpdateState's change, while no run starts.
 func (cat *Catalog) update(ctx context.Context, id string, values map[string]any, asNode string, parent server.CheckpointRecord, hasParent bool) (server.CheckpointRecord, error) {
 	cur, _, err := cat.st.State.Values(ctx, id)

@@ -129,3 +129,28 @@ func TestThreadTTL(t *testing.T) {
 		require.Equal(t, 204, resp.StatusCode)
 	})
 }
+
+// TestPatchState: PATCH /threads/{id}/state merges metadata into the
+// newest checkpoint's, on each engine (history shows it; the older
+// checkpoints keep theirs); a thread with no checkpoint is 404.
+func TestPatchState(t *testing.T) {
+	onEachEngine(t, func(t *testing.T, n *node) {
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/ps1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "", nil))
+		require.Equal(t, 204, call(t, "PATCH", n.url+"/threads/ps1/state", `{"metadata": {"reviewed": true, "by": "ann"}}`, "", nil))
+		require.Equal(t, 204, call(t, "PATCH", n.url+"/threads/ps1/state", `{"metadata": {"by": "bob"}}`, "", nil))
+		var hist []map[string]any
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads/ps1/history", `{}`, "", &hist))
+		require.Len(t, hist, 2)
+		md := hist[0]["metadata"].(map[string]any)
+		require.Equal(t, true, md["reviewed"])
+		require.Equal(t, "bob", md["by"], "merged, the later over the earlier")
+		require.Equal(t, "loop", md["source"], "its own kept")
+		require.NotContains(t, hist[1]["metadata"], "reviewed", "only the newest")
+		var st map[string]any
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/ps1/state", "", "", &st))
+		require.Len(t, st["values"].(map[string]any)["messages"], 2, "the values unchanged")
+		require.Equal(t, 200, call(t, "POST", n.url+"/threads", `{"thread_id": "ps2"}`, "", nil))
+		require.Equal(t, 404, call(t, "PATCH", n.url+"/threads/ps2/state", `{"metadata": {"a": 1}}`, "", nil))
+		require.Equal(t, 404, call(t, "PATCH", n.url+"/threads/ps-none/state", `{"metadata": {"a": 1}}`, "", nil))
+	})
+}

@@ -26,7 +26,7 @@ func snapshot(thread string, cp server.CheckpointRecord, latest bool, status str
 		Values:     orEmpty(cp.Values),
 		Next:       next,
 		Tasks:      []LgStateTask{},
-		Metadata:   map[string]any{"step": cp.Step, "source": cp.Source},
+		Metadata:   checkpointMetadata(cp),
 		CreatedAt:  &created,
 		Checkpoint: checkpointAt(thread, cp.ID),
 	}
@@ -34,6 +34,16 @@ func snapshot(thread string, cp server.CheckpointRecord, latest bool, status str
 		st.ParentCheckpoint = checkpointAt(thread, cp.ParentID)
 	}
 	return st
+}
+
+// checkpointMetadata is a checkpoint's metadata as a state shows it: what
+// it keeps (its run and assistant, a client's patchState), with its step
+// and source.
+func checkpointMetadata(cp server.CheckpointRecord) map[string]any {
+	md := make(map[string]any, len(cp.Metadata)+2)
+	maps.Copy(md, cp.Metadata)
+	md["step"], md["source"] = cp.Step, cp.Source
+	return md
 }
 
 // checkpointAt is checkpoint id of thread's root as a state names it.
@@ -233,6 +243,30 @@ func (h *Handler) getStateAt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.stateAt(w, r, thread, req.Checkpoint.CheckpointID)
+}
+
+// patchState serves PATCH /threads/{id}/state (threads.patchState): the
+// newest checkpoint's metadata, merged; 204.
+func (h *Handler) patchState(w http.ResponseWriter, r *http.Request) {
+	thread, ok := h.authorizedThread(w, r)
+	if !ok || !h.mayChange(w, r, thread) {
+		return
+	}
+	var req LgStatePatch
+	if !h.body(w, r, &req) {
+		return
+	}
+	_, found, err := h.catalog.PatchState(r.Context(), thread, req.Metadata)
+	switch {
+	case errors.Is(err, threads.ErrNoCheckpoint):
+		fail(w, http.StatusNotFound, "thread %s has no checkpoint to patch", thread)
+	case err != nil:
+		serverError(w, err)
+	case !found:
+		fail(w, http.StatusNotFound, "Thread with ID %s not found", thread)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // updateState serves POST /threads/{id}/state (threads.updateState).

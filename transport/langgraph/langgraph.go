@@ -119,6 +119,7 @@ func (h *Handler) Routes() []wire.Route {
 		route("GET", "/threads/{id}/state/{checkpoint}", wire.ReadRoute, h.getState),
 		route("POST", "/threads/{id}/state/checkpoint", wire.ReadRoute, h.getStateAt),
 		route("POST", "/threads/{id}/state", wire.CommandRoute, h.updateState),
+		route("PATCH", "/threads/{id}/state", wire.CommandRoute, h.patchState),
 		route("PUT", "/store/items", wire.CommandRoute, h.putItem),
 		route("GET", "/store/items", wire.ReadRoute, h.getItem),
 		route("DELETE", "/store/items", wire.CommandRoute, h.deleteItem),

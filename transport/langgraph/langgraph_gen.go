@@ -2611,6 +2611,59 @@ func (u LgStateUpdateValues) Validate() error {
 	return nil
 }
 
+// PATCH /threads/{id}/state (threads.patchState): metadata merged into
+// the thread's newest checkpoint's.
+type LgStatePatch struct {
+	Metadata LgMetadata `json:"metadata" cbor:"metadata"`
+	// Extra holds the members the schema does not name, so that they
+	// round-trip. It is nil when there are none.
+	Extra map[string]any `json:"-" cbor:"-"`
+}
+
+var lgStatePatchMembers = cddlrt.Members{Rule: "LgStatePatch", Required: []string{"metadata"}, Known: []string{"metadata"}, Open: true}
+
+// CDDLMembers describes LgStatePatch's members for strict decoding (cddlrt.DecodeStrictJSON).
+func (LgStatePatch) CDDLMembers() *cddlrt.Members {
+	return &lgStatePatchMembers
+}
+
+// Validate checks what the schema requires of the values of LgStatePatch
+// that decoding does not: ranges, sizes, patterns, enumerations,
+// array lengths, and the same of its members. (cddlrt.DecodeStrictJSON
+// also checks that required members are present.)
+func (s LgStatePatch) Validate() error {
+	_ = s
+	return nil
+}
+
+var lgStatePatchKnown = map[string]bool{"metadata": true}
+
+// MarshalJSON encodes LgStatePatch with its literal members and Extra.
+func (s LgStatePatch) MarshalJSON() ([]byte, error) {
+	type fields LgStatePatch
+	return cddlrt.MarshalJSON((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalJSON decodes LgStatePatch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStatePatch) UnmarshalJSON(data []byte) error {
+	type fields LgStatePatch
+	return cddlrt.UnmarshalJSON(data, (*fields)(s), "LgStatePatch", nil, lgStatePatchKnown, &s.Extra)
+}
+
+// MarshalCBOR encodes LgStatePatch with its literal members and Extra.
+func (s LgStatePatch) MarshalCBOR() ([]byte, error) {
+	type fields LgStatePatch
+	return cddlrt.MarshalCBOR((*fields)(&s), nil, s.Extra)
+}
+
+// UnmarshalCBOR decodes LgStatePatch, checking its literal members and keeping
+// members the schema does not name in Extra.
+func (s *LgStatePatch) UnmarshalCBOR(data []byte) error {
+	type fields LgStatePatch
+	return cddlrt.UnmarshalCBOR(data, (*fields)(s), "LgStatePatch", nil, lgStatePatchKnown, &s.Extra)
+}
+
 // LgStateUpdated is generated from CDDL rule "LgStateUpdated".
 type LgStateUpdated struct {
 	Checkpoint LgCheckpointRef `json:"checkpoint" cbor:"checkpoint"`

@@ -1115,7 +1115,7 @@ func TestRunMembersNotServedAreRefused(t *testing.T) {
 	require.Contains(t, refused("/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {}, "interrupt_before": ["agent"]}`), "interrupt_before: not served")
 	require.Contains(t, refused("/threads/u1/runs", `{"assistant_id": "echo", "input": {}, "checkpoint_during": true}`), "checkpoint_during: not served")
 	require.Contains(t, refused("/runs/wait", `{"assistant_id": "echo", "input": {}, "frobnicate": 1}`), "frobnicate: not served (not a member this server knows)")
-	require.Contains(t, refused("/threads", `{"ttl": {"ttl": 5}}`), "ttl: not served")
+	require.Contains(t, refused("/threads", `{"supersteps": [{"updates": []}]}`), "supersteps: not served")
 	require.Contains(t, refused("/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {}, "command": {"resume": 1, "graph": "x"}}`), "command.graph: not served")
 	d := refused("/threads/u1/runs/wait", `{"assistant_id": "echo", "input": {}, "after_seconds": 5, "durability": "async"}`)
 	require.Contains(t, d, "after_seconds")
