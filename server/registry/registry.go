@@ -252,6 +252,18 @@ func mayChange(p *auth.Principal, a Assistant) error {
 	return nil
 }
 
+// changeable is assistant id, if there is one p may change (r.mu held).
+func (r *Registry) changeable(ctx context.Context, p *auth.Principal, id string, idOf func(string) string) (Assistant, error) {
+	a, ok, err := r.Get(ctx, id, idOf)
+	if err != nil {
+		return Assistant{}, err
+	}
+	if !ok {
+		return Assistant{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return a, mayChange(p, a)
+}
+
 // put writes a as the latest and as its version (r.mu held).
 func (r *Registry) put(ctx context.Context, st server.ItemStore, a Assistant, version bool) error {
 	v, err := encode(a)
@@ -416,14 +428,8 @@ func (r *Registry) Update(ctx context.Context, p *auth.Principal, id string, ch 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, ok, err := r.Get(ctx, id, idOf)
+	a, err := r.changeable(ctx, p, id, idOf)
 	if err != nil {
-		return Assistant{}, err
-	}
-	if !ok {
-		return Assistant{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if err := mayChange(p, a); err != nil {
 		return Assistant{}, err
 	}
 	vs, err := r.versions(ctx, st, a.ID)
@@ -471,14 +477,8 @@ func (r *Registry) SetLatest(ctx context.Context, p *auth.Principal, id string, 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, ok, err := r.Get(ctx, id, idOf)
+	a, err := r.changeable(ctx, p, id, idOf)
 	if err != nil {
-		return Assistant{}, err
-	}
-	if !ok {
-		return Assistant{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if err := mayChange(p, a); err != nil {
 		return Assistant{}, err
 	}
 	it, found, err := st.GetItem(ctx, scope, versionsNS(a.ID), versionKey(version))
@@ -548,14 +548,8 @@ func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string, idO
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, ok, err := r.Get(ctx, id, idOf)
+	a, err := r.changeable(ctx, p, id, idOf)
 	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if err := mayChange(p, a); err != nil {
 		return err
 	}
 	vs, err := r.versions(ctx, st, a.ID)

@@ -204,6 +204,19 @@ func (cat *Catalog) threadInfo(ctx context.Context, rec server.ThreadRecord, ful
 // is kept as null, as the Platform does) and returns the thread; ok is
 // false for a thread that does not exist.
 func (cat *Catalog) Update(ctx context.Context, id string, metadata map[string]any) (ThreadInfo, bool, error) {
+	return cat.edit(ctx, id, func(rec *server.ThreadRecord) error {
+		rec.Metadata = maps.Clone(rec.Metadata)
+		if rec.Metadata == nil {
+			rec.Metadata = map[string]any{}
+		}
+		maps.Copy(rec.Metadata, metadata)
+		return cat.host.SizeOK(rec.Metadata, cat.cfg.MaxThreadMetadataBytes, server.LimitThreadMetadata, "the thread's metadata", "--max-thread-metadata-bytes")
+	})
+}
+
+// edit changes thread id's record with change and writes it, dated now,
+// and returns the thread; ok is false for a thread that does not exist.
+func (cat *Catalog) edit(ctx context.Context, id string, change func(*server.ThreadRecord) error) (ThreadInfo, bool, error) {
 	c, err := cat.records()
 	if err != nil {
 		return ThreadInfo{}, false, err
@@ -214,14 +227,8 @@ func (cat *Catalog) Update(ctx context.Context, id string, metadata map[string]a
 	cat.mu.Lock()
 	rec, ok, err := c.Record(ctx, id)
 	if err == nil && ok {
-		rec.Metadata = maps.Clone(rec.Metadata)
-		if rec.Metadata == nil {
-			rec.Metadata = map[string]any{}
-		}
-		maps.Copy(rec.Metadata, metadata)
 		rec.UpdatedAt = cat.cfg.Now().UTC()
-		err = cat.host.SizeOK(rec.Metadata, cat.cfg.MaxThreadMetadataBytes, server.LimitThreadMetadata, "the thread's metadata", "--max-thread-metadata-bytes")
-		if err == nil {
+		if err = change(&rec); err == nil {
 			err = c.SetRecord(ctx, rec)
 		}
 	}

@@ -20,27 +20,10 @@ func (cat *Catalog) SetTTL(ctx context.Context, id string, ttl time.Duration) (T
 	if ttl != 0 && ttl < time.Second {
 		return ThreadInfo{}, false, fmt.Errorf("%w (%s)", ErrTTL, ttl)
 	}
-	c, err := cat.records()
-	if err != nil {
-		return ThreadInfo{}, false, err
-	}
-	if _, ok, err := cat.Get(ctx, id); err != nil || !ok {
-		return ThreadInfo{}, ok, err
-	}
-	cat.mu.Lock()
-	rec, ok, err := c.Record(ctx, id)
-	if err == nil && ok {
-		rec.TTL, rec.UpdatedAt = ttl, cat.cfg.Now().UTC()
-		err = c.SetRecord(ctx, rec)
-	}
-	cat.mu.Unlock()
-	if err != nil {
-		return ThreadInfo{}, false, server.StoreError(err)
-	}
-	if !ok {
-		return ThreadInfo{}, false, nil
-	}
-	return cat.Get(ctx, id)
+	return cat.edit(ctx, id, func(rec *server.ThreadRecord) error {
+		rec.TTL = ttl
+		return nil
+	})
 }
 
 // startExpiry deletes, every Config.ThreadExpiryCheck, the threads whose

@@ -9,46 +9,24 @@
 // answer; a thread reopened while it waits on an interrupt shows it.
 //
 // Usage: node chat-e2e.mjs http://host:port
-import { build } from "esbuild";
-import { chromium } from "playwright-core";
+import { bundleApp, cleanup, launchChromium } from "./usestream/page.mjs";
 import http from "node:http";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 
 const api = process.argv[2].replace(/\/$/, "");
-const here = dirname(fileURLToPath(import.meta.url));
-const out = mkdtempSync(join(tmpdir(), "agentstream-chat-"));
-await build({
-  entryPoints: [join(here, "usestream", "app.jsx")],
-  bundle: true,
-  outfile: join(out, "app.js"),
-  format: "esm",
-  jsx: "automatic",
-  define: { "process.env.NODE_ENV": '"production"' },
-  logLevel: "warning",
-});
-const bundle = readFileSync(join(out, "app.js"));
-const page = `<!doctype html><meta charset="utf-8"><title>chat</title><div id="root"></div><script type="module" src="/app.js"></script>`;
+const app = await bundleApp("chat");
 const site = http.createServer((req, res) => {
   if (req.url === "/app.js") {
     res.writeHead(200, { "content-type": "text/javascript" });
-    return res.end(bundle);
+    return res.end(app.script);
   }
   res.writeHead(200, { "content-type": "text/html" });
-  res.end(page);
+  res.end(app.html);
 });
 // localhost, not 127.0.0.1: a page origin of its own (a port and a name
 // other than the server's), as a developer's front end has.
 await new Promise((r) => site.listen(0, "127.0.0.1", r));
 const base = `http://localhost:${site.address().port}`;
-const profile = mkdtempSync(join(tmpdir(), "agentstream-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const context = await launchChromium();
 const results = [];
 function check(cond, what) {
   if (!cond) throw new Error(`failed: ${what}`);
@@ -120,4 +98,5 @@ try {
 } finally {
   await context.close();
   site.close();
+  cleanup();
 }

@@ -11,28 +11,11 @@
 // Usage: node usestream-e2e.mjs http://host:port
 // (SITE_PORT=N SITE_ONLY=1 serves the page on port N and waits, to open
 // it in a browser of one's own.)
-import { build } from "esbuild";
-import { chromium } from "playwright-core";
+import { bundleApp, cleanup, launchChromium } from "./usestream/page.mjs";
 import http from "node:http";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 
 const api = new URL(process.argv[2]);
-const here = dirname(fileURLToPath(import.meta.url));
-const out = mkdtempSync(join(tmpdir(), "agentstream-usestream-"));
-await build({
-  entryPoints: [join(here, "usestream", "app.jsx")],
-  bundle: true,
-  outfile: join(out, "app.js"),
-  format: "esm",
-  jsx: "automatic",
-  define: { "process.env.NODE_ENV": '"production"' },
-  logLevel: "warning",
-});
-const bundle = readFileSync(join(out, "app.js"));
-const page = `<!doctype html><meta charset="utf-8"><title>useStream</title><div id="root"></div><script type="module" src="/app.js"></script>`;
+const app = await bundleApp("useStream");
 const site = http.createServer((req, res) => {
   if (req.url.startsWith("/api/")) {
     const up = http.request({ host: api.hostname, port: api.port, path: req.url.slice(4), method: req.method, headers: req.headers }, (r) => {
@@ -45,20 +28,15 @@ const site = http.createServer((req, res) => {
   }
   if (req.url === "/app.js") {
     res.writeHead(200, { "content-type": "text/javascript" });
-    return res.end(bundle);
+    return res.end(app.script);
   }
   res.writeHead(200, { "content-type": "text/html" });
-  res.end(page);
+  res.end(app.html);
 });
 await new Promise((r) => site.listen(Number(process.env.SITE_PORT ?? 0), "127.0.0.1", r));
 if (process.env.SITE_ONLY) { console.log("site up"); await new Promise(() => {}); }
 const base = `http://127.0.0.1:${site.address().port}`;
-const profile = mkdtempSync(join(tmpdir(), "agentstream-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const context = await launchChromium();
 const results = [];
 function check(cond, what) {
   if (!cond) throw new Error(`failed: ${what}`);
@@ -152,6 +130,5 @@ try {
 } finally {
   await context.close();
   site.close();
-  rmSync(profile, { recursive: true, force: true });
-  rmSync(out, { recursive: true, force: true });
+  cleanup();
 }

@@ -496,16 +496,8 @@ func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
-	q := registry.Query{Limit: 10}
-	if req.GraphID != nil {
-		q.GraphID = *req.GraphID
-	}
-	if req.Name != nil {
-		q.Name = *req.Name
-	}
-	if req.Metadata != nil {
-		q.Metadata = *req.Metadata
-	}
+	q := assistantQuery(req.GraphID, req.Name, req.Metadata)
+	q.Limit = 10
 	if req.Limit != nil {
 		q.Limit = int(*req.Limit)
 	}
@@ -531,22 +523,29 @@ func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
 	write(w, http.StatusOK, out)
 }
 
+// assistantQuery selects assistants by graph, name and metadata.
+func assistantQuery(graph, name *string, md *LgMetadata) registry.Query {
+	var q registry.Query
+	if graph != nil {
+		q.GraphID = *graph
+	}
+	if name != nil {
+		q.Name = *name
+	}
+	if md != nil {
+		q.Metadata = *md
+	}
+	return q
+}
+
 // countAssistants serves POST /assistants/count.
 func (h *Handler) countAssistants(w http.ResponseWriter, r *http.Request) {
 	var req LgAssistantCount
 	if !h.body(w, r, &req) {
 		return
 	}
-	q := registry.Query{Limit: 1}
-	if req.GraphID != nil {
-		q.GraphID = *req.GraphID
-	}
-	if req.Name != nil {
-		q.Name = *req.Name
-	}
-	if req.Metadata != nil {
-		q.Metadata = *req.Metadata
-	}
+	q := assistantQuery(req.GraphID, req.Name, req.Metadata)
+	q.Limit = 1
 	_, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
 	if err != nil {
 		assistantError(w, err)
