@@ -284,6 +284,16 @@ await step("threads.prune", async () => {
   const gone = await client.threads.get(a).then(() => "found", (e) => e?.status);
   return { out, gone };
 });
+await step("threads.patchState", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
+  await client.threads.patchState(t, { reviewed: true });
+  return (await client.threads.getHistory(t, { limit: 1 }))[0].metadata.reviewed;
+});
+await step("threads.create with a ttl", async () => {
+  const t = await client.threads.create({ metadata: { mark }, ttl: 60 });
+  return { status: t.status, got: (await client.threads.get(t.thread_id)).thread_id === t.thread_id };
+});
 await step("runs.create stateless, deleted when done", async () => {
   const run = await client.runs.create(null, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
   await client.runs.join(run.thread_id, run.run_id).catch(() => null);

@@ -316,8 +316,9 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// Routes the reference does not serve (404 there): the SDK's
 		// runs.cancelMany and threads.prune (TestCancelMany,
 		// TestPruneThreads).
-		"runs.cancelMany": "idle",
-		"threads.prune":   map[string]any{"gone": float64(404), "out": map[string]any{"pruned_count": float64(1)}},
+		"runs.cancelMany":    "idle",
+		"threads.patchState": true, // (TestPatchState)
+		"threads.prune":      map[string]any{"gone": float64(404), "out": map[string]any{"pruned_count": float64(1)}},
 	}
 	matchOnEachEngine(t, nodeBin, script, 90*time.Second, want, chosen)
 }
