@@ -314,10 +314,10 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// the graphs it runs.
 		"assistants.create of an unknown graph": map[string]any{"error": float64(404)},
 		// Routes the reference does not serve (404 there): the SDK's
-		// runs.cancelMany and threads.prune (TestCancelMany,
-		// TestPruneThreads).
+		// runs.cancelMany, threads.patchState and threads.prune
+		// (TestCancelMany, TestPatchState, TestPruneThreads).
 		"runs.cancelMany":    "idle",
-		"threads.patchState": true, // (TestPatchState)
+		"threads.patchState": true,
 		"threads.prune":      map[string]any{"gone": float64(404), "out": map[string]any{"pruned_count": float64(1)}},
 	}
 	matchOnEachEngine(t, nodeBin, script, 90*time.Second, want, chosen)
