@@ -284,6 +284,14 @@ await step("threads.prune", async () => {
   const gone = await client.threads.get(a).then(() => "found", (e) => e?.status);
   return { out, gone };
 });
+await step("select", async () => {
+  const t = (await client.threads.create({ metadata: { mark } })).thread_id;
+  await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "x" }] } });
+  const as = await client.assistants.search({ graphId: "echo", select: ["assistant_id", "graph_id"] });
+  const runs = await client.runs.list(t, { select: ["run_id", "status"] });
+  const hist = await client.threads.getHistory(t, { limit: 1, select: ["values.messages", "next"] });
+  return { assistants: as.map((a) => Object.keys(a).sort()), runs: runs.map((r) => Object.keys(r).sort()), history: hist.map((h) => [Object.keys(h).sort(), Object.keys(h.values ?? {}).sort()]) };
+});
 await step("threads.patchState", async () => {
   const t = (await client.threads.create({ metadata: { mark } })).thread_id;
   await client.runs.wait(t, "echo", { input: { messages: [{ role: "user", content: "x" }] } });

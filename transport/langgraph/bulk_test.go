@@ -2,6 +2,7 @@ package langgraph_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,4 +154,39 @@ func TestPatchState(t *testing.T) {
 		require.Equal(t, 404, call(t, "PATCH", n.url+"/threads/ps2/state", `{"metadata": {"a": 1}}`, "", nil))
 		require.Equal(t, 404, call(t, "PATCH", n.url+"/threads/ps-none/state", `{"metadata": {"a": 1}}`, "", nil))
 	})
+}
+
+// TestSelect: select picks the members of assistants.search, runs.list,
+// history and state answers (values.KEY one value of a state's); a
+// member none has is 422.
+func TestSelect(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/runs/wait", `{"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x"}]}}`, "", nil))
+	var as []map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/assistants/search", `{"graph_id": "echo", "select": ["assistant_id", "name"]}`, "", &as))
+	require.Equal(t, []map[string]any{{"assistant_id": langgraph.AssistantID("echo"), "name": "echo"}}, as)
+	require.Equal(t, 422, call(t, "POST", n.url+"/assistants/search", `{"select": ["nope"]}`, "", nil))
+	var runs []map[string]any
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/s1/runs?select=run_id,status", "", "", &runs))
+	require.Len(t, runs, 1)
+	require.Equal(t, []string{"run_id", "status"}, sortedKeys(runs[0]))
+	require.Equal(t, 422, call(t, "GET", n.url+"/threads/s1/runs?select=nope", "", "", nil))
+	var hist []map[string]any
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/s1/history", `{"select": ["values.messages", "checkpoint"]}`, "", &hist))
+	require.Len(t, hist, 2)
+	require.Equal(t, []string{"checkpoint", "values"}, sortedKeys(hist[0]))
+	require.Equal(t, []string{"messages"}, sortedKeys(hist[0]["values"].(map[string]any)))
+	var st map[string]any
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/s1/state?select=next", "", "", &st))
+	require.Equal(t, map[string]any{"next": []any{}}, st)
+	require.Equal(t, 422, call(t, "GET", n.url+"/threads/s1/state?select=nope", "", "", nil))
+}
+
+func sortedKeys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

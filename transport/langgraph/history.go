@@ -63,11 +63,13 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	limit := 10
 	var before, from string
 	var metadata map[string]any
+	sel := querySelect(r)
 	if r.Method == http.MethodPost {
 		var req LgHistory
 		if !h.body(w, r, &req) {
 			return
 		}
+		sel = append(sel, req.Select...)
 		if req.Limit != nil {
 			limit = int(*req.Limit)
 		}
@@ -90,6 +92,9 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 			limit = n
 		}
 		before = r.URL.Query().Get("before")
+	}
+	if !checkSelect(w, sel, true, stateFields...) {
+		return
 	}
 	info, cps, ok := h.checkpoints(w, r, thread)
 	if !ok {
@@ -122,6 +127,14 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out = append(out, snapshot(thread, cp, i == 0, info.Status))
+	}
+	if len(sel) > 0 {
+		picked := make([]map[string]any, len(out))
+		for i, st := range out {
+			picked[i] = pick(st, sel)
+		}
+		write(w, http.StatusOK, picked)
+		return
 	}
 	write(w, http.StatusOK, out)
 }
@@ -171,6 +184,17 @@ func emptyState(thread, checkpointID string) LgThreadState {
 // stateAt answers the state at checkpoint id of thread (the newest when
 // id is empty).
 func (h *Handler) stateAt(w http.ResponseWriter, r *http.Request, thread, id string) {
+	sel := querySelect(r)
+	if !checkSelect(w, sel, true, stateFields...) {
+		return
+	}
+	write := func(w http.ResponseWriter, status int, st LgThreadState) {
+		if len(sel) > 0 {
+			writeJSON(w, status, pick(st, sel))
+			return
+		}
+		writeJSON(w, status, st)
+	}
 	info, cps, ok := h.checkpoints(w, r, thread)
 	if !ok {
 		return

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,7 +134,10 @@ func fail(w http.ResponseWriter, status int, format string, args ...any) {
 	write(w, status, LgError{Detail: fmt.Sprintf(format, args...)})
 }
 
-func write(w http.ResponseWriter, status int, v any) {
+func write(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
+// writeJSON answers v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
@@ -446,17 +450,73 @@ func paginate(w http.ResponseWriter, offset, n, total int) {
 
 // selected is the members of th that fields name.
 func selected(th LgThread, fields []LgThreadField) map[string]any {
-	b, _ := json.Marshal(th)
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = string(f)
+	}
+	return pick(th, names)
+}
+
+// pick is the members of v (an answer) that fields name: a member, or
+// "values.KEY" for one member of its values (a state's select).
+func pick(v any, fields []string) map[string]any {
+	b, _ := json.Marshal(v)
 	var all map[string]any
 	_ = json.Unmarshal(b, &all)
 	out := make(map[string]any, len(fields))
 	for _, f := range fields {
-		if v, ok := all[string(f)]; ok {
-			out[string(f)] = v
+		if key, ok := strings.CutPrefix(f, "values."); ok {
+			values, _ := all["values"].(map[string]any)
+			sel, _ := out["values"].(map[string]any)
+			if sel == nil {
+				sel = map[string]any{}
+				out["values"] = sel
+			}
+			if x, ok := values[key]; ok {
+				sel[key] = x
+			}
+			continue
+		}
+		if x, ok := all[f]; ok {
+			out[f] = x
 		}
 	}
 	return out
 }
+
+// checkSelect refuses a select naming a member the answer does not have
+// (known: the members; values says "values.KEY" is taken too).
+func checkSelect(w http.ResponseWriter, fields []string, values bool, known ...string) bool {
+	for _, f := range fields {
+		if values && strings.HasPrefix(f, "values.") && len(f) > len("values.") {
+			continue
+		}
+		if !slices.Contains(known, f) {
+			fail(w, http.StatusUnprocessableEntity, "select: %q is not one of %s", f, strings.Join(known, ", "))
+			return false
+		}
+	}
+	return true
+}
+
+// querySelect is a query's select: repeated, or comma-separated.
+func querySelect(r *http.Request) []string {
+	var out []string
+	for _, v := range r.URL.Query()["select"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// stateFields and runFields are what a state's and a run's select name.
+var (
+	stateFields = []string{"values", "next", "tasks", "checkpoint", "metadata", "created_at", "parent_checkpoint", "interrupts"}
+	runFields   = []string{"run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs", "multitask_strategy"}
+)
 
 // countThreads serves POST /threads/count.
 func (h *Handler) countThreads(w http.ResponseWriter, r *http.Request) {
@@ -496,6 +556,9 @@ func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
+	if !checkSelect(w, req.Select, false, "assistant_id", "graph_id", "name", "description", "config", "context", "created_at", "updated_at", "metadata", "version") {
+		return
+	}
 	q := assistantQuery(req.GraphID, req.Name, req.Metadata)
 	q.Limit = 10
 	if req.Limit != nil {
@@ -516,9 +579,12 @@ func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	paginate(w, q.Offset, len(found), total)
-	out := make([]LgAssistant, len(found))
+	out := make([]any, len(found))
 	for i, a := range found {
 		out[i] = lgAssistant(a)
+		if len(req.Select) > 0 {
+			out[i] = pick(out[i], req.Select)
+		}
 	}
 	write(w, http.StatusOK, out)
 }

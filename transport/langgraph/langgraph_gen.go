@@ -1024,12 +1024,14 @@ type LgAssistantSearch struct {
 	Offset    *LgUint            `json:"offset,omitempty" cbor:"offset,omitempty"`
 	SortBy    *LgAssistantSortBy `json:"sort_by,omitempty" cbor:"sort_by,omitempty"`
 	SortOrder *LgSortOrder       `json:"sort_order,omitempty" cbor:"sort_order,omitempty"`
+	// the members each answer holds (all when none)
+	Select []string `json:"select,omitzero" cbor:"select,omitzero"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgAssistantSearchMembers = cddlrt.Members{Rule: "LgAssistantSearch", Required: []string{}, Known: []string{"graph_id", "name", "metadata", "limit", "offset", "sort_by", "sort_order"}, Open: true, Nullable: []string{"graph_id", "name", "metadata", "limit", "offset", "sort_by", "sort_order"}}
+var lgAssistantSearchMembers = cddlrt.Members{Rule: "LgAssistantSearch", Required: []string{}, Known: []string{"graph_id", "name", "metadata", "limit", "offset", "sort_by", "sort_order", "select"}, Open: true, Nullable: []string{"graph_id", "name", "metadata", "limit", "offset", "sort_by", "sort_order", "select"}}
 
 // CDDLMembers describes LgAssistantSearch's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgAssistantSearch) CDDLMembers() *cddlrt.Members {
@@ -1064,10 +1066,15 @@ func (s LgAssistantSearch) Validate() error {
 			return cddlrt.At("sort_order", err)
 		}
 	}
+	if s.Select != nil {
+		if len(s.Select) > 16 {
+			return cddlrt.Invalid("select", "LgAssistantSearch", "must have at most 16 items, not %d", len(s.Select))
+		}
+	}
 	return nil
 }
 
-var lgAssistantSearchKnown = map[string]bool{"graph_id": true, "name": true, "metadata": true, "limit": true, "offset": true, "sort_by": true, "sort_order": true}
+var lgAssistantSearchKnown = map[string]bool{"graph_id": true, "name": true, "metadata": true, "limit": true, "offset": true, "sort_by": true, "sort_order": true, "select": true}
 
 // MarshalJSON encodes LgAssistantSearch with its literal members and Extra.
 func (s LgAssistantSearch) MarshalJSON() ([]byte, error) {
@@ -2322,12 +2329,14 @@ type LgHistory struct {
 	Before     *string          `json:"before,omitempty" cbor:"before,omitempty"`
 	Metadata   *LgMetadata      `json:"metadata,omitempty" cbor:"metadata,omitempty"`
 	Checkpoint *LgCheckpointSel `json:"checkpoint,omitempty" cbor:"checkpoint,omitempty"`
+	// the members each state holds (all when none; values.KEY: one value)
+	Select []string `json:"select,omitzero" cbor:"select,omitzero"`
 	// Extra holds the members the schema does not name, so that they
 	// round-trip. It is nil when there are none.
 	Extra map[string]any `json:"-" cbor:"-"`
 }
 
-var lgHistoryMembers = cddlrt.Members{Rule: "LgHistory", Required: []string{}, Known: []string{"limit", "before", "metadata", "checkpoint"}, Open: true, Nullable: []string{"limit", "before", "metadata", "checkpoint"}}
+var lgHistoryMembers = cddlrt.Members{Rule: "LgHistory", Required: []string{}, Known: []string{"limit", "before", "metadata", "checkpoint", "select"}, Open: true, Nullable: []string{"limit", "before", "metadata", "checkpoint", "select"}}
 
 // CDDLMembers describes LgHistory's members for strict decoding (cddlrt.DecodeStrictJSON).
 func (LgHistory) CDDLMembers() *cddlrt.Members {
@@ -2352,10 +2361,15 @@ func (s LgHistory) Validate() error {
 			return cddlrt.At("checkpoint", err)
 		}
 	}
+	if s.Select != nil {
+		if len(s.Select) > 32 {
+			return cddlrt.Invalid("select", "LgHistory", "must have at most 32 items, not %d", len(s.Select))
+		}
+	}
 	return nil
 }
 
-var lgHistoryKnown = map[string]bool{"limit": true, "before": true, "metadata": true, "checkpoint": true}
+var lgHistoryKnown = map[string]bool{"limit": true, "before": true, "metadata": true, "checkpoint": true, "select": true}
 
 // MarshalJSON encodes LgHistory with its literal members and Extra.
 func (s LgHistory) MarshalJSON() ([]byte, error) {

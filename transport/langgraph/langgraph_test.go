@@ -316,6 +316,11 @@ func TestPlatformResourcesMatchTheReference(t *testing.T) {
 		// Routes the reference does not serve (404 there): the SDK's
 		// runs.cancelMany, threads.patchState and threads.prune
 		// (TestCancelMany, TestPatchState, TestPruneThreads).
+		// select: the reference picks an assistant search's members, and
+		// answers runs.list's and history's whole; agentstream picks
+		// theirs too (TestSelect).
+		"select": map[string]any{"assistants": []any{[]any{"assistant_id", "graph_id"}}, "history": []any{[]any{[]any{"next", "values"}, []any{"messages"}}},
+			"runs": []any{[]any{"run_id", "status"}}},
 		"runs.cancelMany":    "idle",
 		"threads.patchState": true,
 		"threads.prune":      map[string]any{"gone": float64(404), "out": map[string]any{"pruned_count": float64(1)}},

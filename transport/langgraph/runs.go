@@ -642,21 +642,29 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = n
 	}
+	sel := querySelect(r)
+	if !checkSelect(w, sel, false, runFields...) {
+		return
+	}
 	h.catalog.SyncRuns(r.Context())
 	runs, err := h.catalog.Runs(r.Context(), thread)
 	if err != nil {
 		serverError(w, err)
 		return
 	}
-	out := []LgRun{}
+	out := []any{}
 	for _, rec := range runs {
 		if st := q.Get("status"); st != "" && rec.Status != st {
+			continue
+		}
+		if len(sel) > 0 {
+			out = append(out, pick(lgRun(rec), sel))
 			continue
 		}
 		out = append(out, lgRun(rec))
 	}
 	if offset >= len(out) {
-		out = []LgRun{}
+		out = []any{}
 	} else {
 		out = out[offset:]
 	}
