@@ -61,8 +61,9 @@ func (h *Handler) Routes() []wire.Route {
 	// transport (422 for one that is no thread's, as the Platform
 	// answers); its handler asks Allowed for the thread as it comes to use
 	// it (authorizedThread, mayChange).
-	route := func(method, pattern string, kind wire.Kind, f http.HandlerFunc) wire.Route {
+	route := func(method, pattern string, kind wire.Kind, f http.HandlerFunc, query ...string) wire.Route {
 		oneThread := strings.HasPrefix(pattern, "/threads/{id}")
+		f = queryServed(f, query)
 		if kind == wire.CommandRoute {
 			f = h.keeping(f) // a write's 2xx waits until it is kept
 		}
@@ -80,52 +81,76 @@ func (h *Handler) Routes() []wire.Route {
 		route("POST", "/threads/count", wire.ReadRoute, h.countThreads),
 		route("POST", "/assistants", wire.CommandRoute, h.createAssistant),
 		route("PATCH", "/assistants/{id}", wire.CommandRoute, h.patchAssistant),
-		route("DELETE", "/assistants/{id}", wire.CommandRoute, h.deleteAssistant),
+		route("DELETE", "/assistants/{id}", wire.CommandRoute, h.deleteAssistant, "delete_threads"),
 		route("POST", "/assistants/{id}/versions", wire.ReadRoute, h.assistantVersions),
 		route("POST", "/assistants/{id}/latest", wire.CommandRoute, h.latestAssistant),
 		route("POST", "/assistants/search", wire.ReadRoute, h.searchAssistants),
 		route("POST", "/assistants/count", wire.ReadRoute, h.countAssistants),
 		route("GET", "/assistants/{id}", wire.ReadRoute, h.getAssistant),
 		route("GET", "/assistants/{id}/schemas", wire.ReadRoute, h.assistantSchemas),
-		route("GET", "/assistants/{id}/graph", wire.ReadRoute, h.assistantGraph),
+		route("GET", "/assistants/{id}/graph", wire.ReadRoute, h.assistantGraph, "xray"),
 		route("POST", "/agents/search", wire.ReadRoute, h.searchAgents),
 		route("GET", "/agents/{id}", wire.ReadRoute, h.getAgent),
 		route("GET", "/agents/{id}/schemas", wire.ReadRoute, h.agentSchemas),
 		route("GET", "/runs/{run}", wire.ReadRoute, h.getAgentRun),
 		route("DELETE", "/runs/{run}", wire.CommandRoute, h.deleteAgentRun),
 		route("GET", "/runs/{run}/wait", wire.ReadRoute, h.waitAgentRun),
-		route("POST", "/runs/{run}/cancel", wire.CommandRoute, h.cancelAgentRun),
+		route("POST", "/runs/{run}/cancel", wire.CommandRoute, h.cancelAgentRun, "wait", "action"),
 		route("POST", "/runs/search", wire.ReadRoute, h.searchAgentRuns),
 		route("POST", "/threads/{id}/runs/wait", wire.CommandRoute, h.waitRun),
 		route("POST", "/runs/wait", wire.CommandRoute, h.waitStateless),
 		route("POST", "/runs", wire.CommandRoute, h.createStateless),
 		route("POST", "/runs/batch", wire.CommandRoute, h.createBatch),
-		route("POST", "/runs/cancel", wire.CommandRoute, h.cancelRuns),
+		route("POST", "/runs/cancel", wire.CommandRoute, h.cancelRuns, "action"),
 		route("POST", "/threads/prune", wire.CommandRoute, h.pruneThreads),
 		route("POST", "/threads/{id}/runs/stream", wire.StreamRoute, h.streamRun),
 		route("POST", "/runs/stream", wire.StreamRoute, h.streamStateless),
-		route("GET", "/threads/{id}/runs/{run}/stream", wire.StreamRoute, h.joinStream),
-		route("POST", "/threads/{id}/runs/{run}/stream", wire.StreamRoute, h.joinStream),
-		route("GET", "/runs/{run}/stream", wire.StreamRoute, h.joinStream),
+		route("GET", "/threads/{id}/runs/{run}/stream", wire.StreamRoute, h.joinStream, "stream_mode", "stream_subgraphs", "cancel_on_disconnect", "checkpoint_id"),
+		route("POST", "/threads/{id}/runs/{run}/stream", wire.StreamRoute, h.joinStream, "stream_mode", "stream_subgraphs", "cancel_on_disconnect", "checkpoint_id"),
+		route("GET", "/runs/{run}/stream", wire.StreamRoute, h.joinStream, "stream_mode", "stream_subgraphs", "cancel_on_disconnect", "checkpoint_id"),
 		route("DELETE", "/threads/{id}/runs/{run}", wire.CommandRoute, h.deleteRun),
 		route("POST", "/threads/{id}/runs", wire.CommandRoute, h.createRun),
-		route("GET", "/threads/{id}/runs", wire.ReadRoute, h.listRuns),
+		route("GET", "/threads/{id}/runs", wire.ReadRoute, h.listRuns, "limit", "offset", "status", "select"),
 		route("GET", "/threads/{id}/runs/{run}", wire.ReadRoute, h.getRun),
-		route("GET", "/threads/{id}/runs/{run}/join", wire.ReadRoute, h.joinRun),
-		route("POST", "/threads/{id}/runs/{run}/cancel", wire.CommandRoute, h.cancelRun),
-		route("GET", "/threads/{id}/history", wire.ReadRoute, h.history),
-		route("POST", "/threads/{id}/history", wire.ReadRoute, h.history),
+		route("GET", "/threads/{id}/runs/{run}/join", wire.ReadRoute, h.joinRun, "cancel_on_disconnect"),
+		route("POST", "/threads/{id}/runs/{run}/cancel", wire.CommandRoute, h.cancelRun, "wait", "action"),
+		route("GET", "/threads/{id}/history", wire.ReadRoute, h.history, "limit", "before", "select"),
+		route("POST", "/threads/{id}/history", wire.ReadRoute, h.history, "select"),
 		route("POST", "/threads/{id}/copy", wire.CommandRoute, h.copyThread),
-		route("GET", "/threads/{id}/state", wire.ReadRoute, h.getState),
-		route("GET", "/threads/{id}/state/{checkpoint}", wire.ReadRoute, h.getState),
+		route("GET", "/threads/{id}/state", wire.ReadRoute, h.getState, "subgraphs", "select"),
+		route("GET", "/threads/{id}/state/{checkpoint}", wire.ReadRoute, h.getState, "subgraphs", "select"),
 		route("POST", "/threads/{id}/state/checkpoint", wire.ReadRoute, h.getStateAt),
 		route("POST", "/threads/{id}/state", wire.CommandRoute, h.updateState),
 		route("PATCH", "/threads/{id}/state", wire.CommandRoute, h.patchState),
 		route("PUT", "/store/items", wire.CommandRoute, h.putItem),
-		route("GET", "/store/items", wire.ReadRoute, h.getItem),
+		route("GET", "/store/items", wire.ReadRoute, h.getItem, "namespace", "key", "refresh_ttl"),
 		route("DELETE", "/store/items", wire.CommandRoute, h.deleteItem),
 		route("POST", "/store/items/search", wire.ReadRoute, h.searchItems),
 		route("POST", "/store/namespaces", wire.ReadRoute, h.listNamespaces),
+	}
+}
+
+// queryServed refuses (422, naming them) the query members of a request
+// its route does not serve (served lists those it does; access_token, a
+// credential, is the transport's), so that none is taken and ignored.
+func queryServed(f http.HandlerFunc, served []string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var not []string
+		for k := range r.URL.Query() {
+			if k != "access_token" && !slices.Contains(served, k) {
+				not = append(not, k)
+			}
+		}
+		if len(not) > 0 {
+			slices.Sort(not)
+			ok := "none"
+			if len(served) > 0 {
+				ok = strings.Join(served, ", ")
+			}
+			fail(w, http.StatusUnprocessableEntity, "query %s: not served by this route (it takes: %s)", strings.Join(not, ", "), ok)
+			return
+		}
+		f(w, r)
 	}
 }
 

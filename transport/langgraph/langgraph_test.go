@@ -1131,4 +1131,10 @@ func TestRunMembersNotServedAreRefused(t *testing.T) {
 	require.Equal(t, 422, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k", "value": {}, "index": ["text"]}`, "", nil), "a semantic index is not served")
 	require.Equal(t, 204, call(t, "PUT", n.url+"/store/items", `{"namespace": ["a"], "key": "k", "value": {}, "index": false}`, "", nil), "no index is what the store does")
 	require.Contains(t, refused("/store/items/search", `{"namespace_prefix": ["a"], "query": "cats"}`), "query: not served")
+	// Query members too, each route naming what it takes.
+	var e langgraph.LgError
+	require.Equal(t, 422, call(t, "GET", n.url+"/threads/u1/runs?limit=5&frob=1", "", "", &e))
+	require.Equal(t, 422, call(t, "GET", n.url+"/threads/u1?include=ttl", "", "", nil))
+	require.Equal(t, 422, call(t, "GET", n.url+"/threads/u1/runs/run_x/stream?namespace=a", "", "", nil))
+	require.Equal(t, 200, call(t, "GET", n.url+"/threads/u1/runs?limit=5&access_token=", "", "", nil), "a credential is the transport's")
 }

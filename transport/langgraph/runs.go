@@ -729,6 +729,15 @@ func (h *Handler) joinRun(w http.ResponseWriter, r *http.Request) {
 		serverError(w, err)
 		return
 	}
+	if isTrue(r.URL.Query().Get("cancel_on_disconnect")) {
+		// The client going before the run ends cancels it.
+		defer func() {
+			if r.Context().Err() != nil && !h.catalog.Run(thread, rec.ID).Ended() {
+				run := rec.ID
+				_, _ = h.Server.Do(context.WithoutCancel(r.Context()), thread, &protocol.ClientCommand{Value: &protocol.ClientCommandRunCancel{ID: 1, Params: protocol.RunCancelParams{RunID: &run}}})
+			}
+		}()
+	}
 	if rec.Open() && h.catalog.Run(thread, rec.ID).Ended() {
 		// Another node runs it (or did, and was lost): its end comes in
 		// the thread's stream, or in its record once the node's lease

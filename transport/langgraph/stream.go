@@ -264,6 +264,11 @@ func (h *Handler) joinStream(w http.ResponseWriter, r *http.Request) {
 	h.serveRun(w, r, ss, thread, rec.ID, f, nil, true, cancel)
 }
 
+// (A join's checkpoint_id, which useStream sends as it rejoins a run
+// with the checkpoint it shows, needs nothing more: the stream replays
+// the run from its start, or from Last-Event-ID, which holds all that
+// came after any checkpoint of the run.)
+
 // isTrue reads a query's boolean.
 func isTrue(s string) bool { return s == "true" || s == "1" }
 
