@@ -1,6 +1,7 @@
 package langgraph_test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -189,4 +190,33 @@ func sortedKeys(m map[string]any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestJoinCancelOnDisconnect: runs.join with cancel_on_disconnect=1
+// cancels the run when its client goes before the run ends; with 0 the
+// run goes on.
+func TestJoinCancelOnDisconnect(t *testing.T) {
+	n := start(t, server.Config{}, transport.Options{})
+	long := `{"assistant_id": "firehose", "input": {"count": 100000, "rate": 50}}`
+	join := func(thread, run, cancel string) {
+		ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer stop()
+		req, _ := http.NewRequestWithContext(ctx, "GET", n.url+"/threads/"+thread+"/runs/"+run+"/join?cancel_on_disconnect="+cancel, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	status := func(thread, run string) string {
+		var rec langgraph.LgRun
+		require.Equal(t, 200, call(t, "GET", n.url+"/threads/"+thread+"/runs/"+run, "", "", &rec))
+		return string(rec.Status)
+	}
+	var kept, cut langgraph.LgRun
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/j1/runs", long, "", &kept))
+	require.Equal(t, 200, call(t, "POST", n.url+"/threads/j2/runs", long, "", &cut))
+	join("j1", kept.RunID, "0")
+	join("j2", cut.RunID, "1")
+	require.Eventually(t, func() bool { return status("j2", cut.RunID) != "running" && status("j2", cut.RunID) != "pending" }, 5*time.Second, 10*time.Millisecond, "cancelled as its client went")
+	require.Equal(t, "running", status("j1", kept.RunID), "goes on")
+	require.Equal(t, 202, call(t, "POST", n.url+"/threads/j1/runs/"+kept.RunID+"/cancel?wait=1", "", "", nil))
 }
