@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/cockroachdb/pebble/v2"
 )
 
@@ -368,12 +368,7 @@ func (s *State) PatchNewestCheckpoint(_ context.Context, thread string, metadata
 	if err != nil {
 		return server.CheckpointRecord{}, false, fmt.Errorf("diskstore: thread %s's newest checkpoint: %w", thread, err)
 	}
-	md := maps.Clone(cp.Metadata)
-	if md == nil {
-		md = map[string]any{}
-	}
-	maps.Copy(md, metadata)
-	cp.Metadata = md
+	cp.Metadata = records.MergedMetadata(cp.Metadata, metadata)
 	b, err := json.Marshal(cp)
 	if err != nil {
 		return server.CheckpointRecord{}, false, err

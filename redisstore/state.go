@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strconv"
 	"time"
 
 	"github.com/agentstream/agentstream/server"
+	"github.com/agentstream/agentstream/server/records"
 	"github.com/redis/rueidis"
 )
 
@@ -218,12 +218,7 @@ func (s *State) PatchNewestCheckpoint(ctx context.Context, thread string, metada
 				_ = c.Do(ctx, c.B().Unwatch().Build()).Error()
 				return fmt.Errorf("thread %s: a stored checkpoint does not decode: %w", thread, err)
 			}
-			md := maps.Clone(cp.Metadata)
-			if md == nil {
-				md = map[string]any{}
-			}
-			maps.Copy(md, metadata)
-			cp.Metadata = md
+			cp.Metadata = records.MergedMetadata(cp.Metadata, metadata)
 			b, err := json.Marshal(cp)
 			if err != nil {
 				_ = c.Do(ctx, c.B().Unwatch().Build()).Error()

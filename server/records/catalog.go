@@ -81,6 +81,17 @@ type CheckpointPatcher interface {
 	PatchNewestCheckpoint(ctx context.Context, thread string, metadata map[string]any) (cp CheckpointRecord, ok bool, err error)
 }
 
+// MergedMetadata is have with patch's members over it, a new map (never
+// nil): what a CheckpointPatcher writes.
+func MergedMetadata(have, patch map[string]any) map[string]any {
+	md := maps.Clone(have)
+	if md == nil {
+		md = map[string]any{}
+	}
+	maps.Copy(md, patch)
+	return md
+}
+
 // ErrNoCatalog refuses the Platform API's thread routes on an engine whose
 // StateStore keeps no ThreadRecords.
 var ErrNoCatalog = coded(protocol.ErrorCodeNotSupported, ReasonNotServed, "server: this engine keeps no thread records (the LangGraph Platform API's threads)")

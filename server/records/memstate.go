@@ -308,12 +308,7 @@ func (m *MemoryState) PatchNewestCheckpoint(_ context.Context, thread string, me
 		return CheckpointRecord{}, false, nil
 	}
 	cp := &t.checkpoints[len(t.checkpoints)-1]
-	md := maps.Clone(cp.Metadata)
-	if md == nil {
-		md = map[string]any{}
-	}
-	maps.Copy(md, metadata)
-	cp.Metadata = md
+	cp.Metadata = MergedMetadata(cp.Metadata, metadata)
 	return *cp, true, nil
 }
 
