@@ -12,6 +12,7 @@ package registry
 import (
 	"cmp"
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,7 +110,7 @@ type Registry struct {
 	// checked are the ones written.
 	mu      sync.Mutex
 	counted bool
-	count   int // the assistants clients made, once counted
+	count   int // the assistants clients made, once counted (countMade)
 	started time.Time
 	// cached is the kept assistants as read at generation cachedGen
 	// (cacheMu; a search reads the generation, then the list only when
@@ -136,10 +137,32 @@ func (r *Registry) graphs() []string {
 	return names
 }
 
-// System is the graph's own assistant: id the Platform's UUID of its
-// name (idOf), made when the server started.
-func (r *Registry) system(graph string, idOf func(string) string) Assistant {
-	return Assistant{ID: idOf(graph), GraphID: graph, Name: graph, Version: 1, Config: map[string]any{}, Context: map[string]any{},
+// graphNamespace is the namespace of the Platform's ids of the graphs'
+// own assistants: an assistant's id is the version 5 UUID of its graph's
+// name in it.
+var graphNamespace = [16]byte{0x6b, 0xa7, 0xb8, 0x21, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+
+// GraphAssistantID is the Platform's id of graph's own assistant.
+func GraphAssistantID(graph string) string {
+	h := sha1.New()
+	h.Write(graphNamespace[:])
+	h.Write([]byte(graph))
+	b := h.Sum(nil)[:16]
+	b[6] = b[6]&0x0f | 0x50
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// graphsOwn reports whether a is a graph's own assistant (kept once
+// updated), not one a client made.
+func (r *Registry) graphsOwn(a Assistant) bool {
+	return a.Owner == "" && slices.ContainsFunc(r.graphs(), func(g string) bool { return GraphAssistantID(g) == a.ID })
+}
+
+// system is the graph's own assistant as the server makes it: id the
+// Platform's UUID of its name (GraphAssistantID), made when it started.
+func (r *Registry) system(graph string) Assistant {
+	return Assistant{ID: GraphAssistantID(graph), GraphID: graph, Name: graph, Version: 1, Config: map[string]any{}, Context: map[string]any{},
 		Metadata: map[string]any{"created_by": "system"}, CreatedAt: r.started, UpdatedAt: r.started}
 }
 
@@ -201,11 +224,7 @@ func decode(v map[string]any) (Assistant, error) {
 }
 
 // stored is assistant id as kept; ok false when it is not.
-func (r *Registry) stored(ctx context.Context, id string) (Assistant, bool, error) {
-	st, err := r.engine()
-	if err != nil {
-		return Assistant{}, false, err
-	}
+func (r *Registry) stored(ctx context.Context, st server.ItemStore, id string) (Assistant, bool, error) {
 	it, ok, err := st.GetItem(ctx, scope, latestNS, id)
 	if err != nil || !ok {
 		return Assistant{}, false, server.StoreError(err)
@@ -215,23 +234,21 @@ func (r *Registry) stored(ctx context.Context, id string) (Assistant, bool, erro
 }
 
 // Get is assistant id (a kept one, or a graph's own by its id or its
-// name); ok is false when there is none.
-func (r *Registry) Get(ctx context.Context, id string, idOf func(string) string) (Assistant, bool, error) {
+// name, as updated if it was); ok is false when there is none. One read.
+func (r *Registry) Get(ctx context.Context, id string) (Assistant, bool, error) {
+	graph := ""
+	for _, g := range r.graphs() {
+		if g == id || GraphAssistantID(g) == id {
+			graph, id = g, GraphAssistantID(g)
+		}
+	}
 	if r.st != nil {
-		a, ok, err := r.stored(ctx, id)
-		if err != nil || ok {
+		if a, ok, err := r.stored(ctx, r.st, id); err != nil || ok {
 			return a, ok, err
 		}
 	}
-	for _, g := range r.graphs() {
-		if g == id || idOf(g) == id {
-			if g == id && r.st != nil { // by its name: the kept one, if it was updated
-				if a, ok, err := r.stored(ctx, idOf(g)); err != nil || ok {
-					return a, ok, err
-				}
-			}
-			return r.system(g, idOf), true, nil
-		}
+	if graph != "" {
+		return r.system(graph), true, nil
 	}
 	return Assistant{}, false, nil
 }
@@ -253,8 +270,8 @@ func mayChange(p *auth.Principal, a Assistant) error {
 }
 
 // changeable is assistant id, if there is one p may change (r.mu held).
-func (r *Registry) changeable(ctx context.Context, p *auth.Principal, id string, idOf func(string) string) (Assistant, error) {
-	a, ok, err := r.Get(ctx, id, idOf)
+func (r *Registry) changeable(ctx context.Context, p *auth.Principal, id string) (Assistant, error) {
+	a, ok, err := r.Get(ctx, id)
 	if err != nil {
 		return Assistant{}, err
 	}
@@ -293,7 +310,8 @@ func (r *Registry) changed(ctx context.Context, st server.ItemStore) error {
 }
 
 // kept is every kept assistant: the node's copy while the generation is
-// the one it was read at, else read again.
+// the one it was read at, else read again (one read of the generation
+// when it did not change).
 func (r *Registry) kept(ctx context.Context, st server.ItemStore) ([]Assistant, error) {
 	gen := ""
 	if it, ok, err := st.GetItem(ctx, scope, genNS, genKey); err != nil {
@@ -326,15 +344,22 @@ func (r *Registry) kept(ctx context.Context, st server.ItemStore) ([]Assistant, 
 	return all, nil
 }
 
-// countMade is how many assistants clients made (r.mu held), counted
-// once, then kept as they are made and deleted.
+// countMade is how many assistants clients made (r.mu held): counted
+// once from the kept ones (the graphs' own left out), then as this node
+// makes and deletes them.
 func (r *Registry) countMade(ctx context.Context, st server.ItemStore) (int, error) {
 	if !r.counted {
-		n := 0
-		if err := st.ScanItems(ctx, scope, latestNS, func(server.StoreItem) bool { n++; return true }); err != nil {
-			return 0, server.StoreError(err)
+		all, err := r.kept(ctx, st)
+		if err != nil {
+			return 0, err
 		}
-		r.count, r.counted = n, true
+		r.count = 0
+		for _, a := range all {
+			if !r.graphsOwn(a) {
+				r.count++
+			}
+		}
+		r.counted = true
 	}
 	return r.count, nil
 }
@@ -342,7 +367,7 @@ func (r *Registry) countMade(ctx context.Context, st server.ItemStore) (int, err
 // Create makes assistant a for p (a new id when a.ID is empty), version
 // 1. One whose id exists is ErrExists, unless ifExists is "do_nothing":
 // the existing one is returned (created false).
-func (r *Registry) Create(ctx context.Context, p *auth.Principal, a Assistant, ifExists string, idOf func(string) string) (Assistant, bool, error) {
+func (r *Registry) Create(ctx context.Context, p *auth.Principal, a Assistant, ifExists string) (Assistant, bool, error) {
 	st, err := r.engine()
 	if err != nil {
 		return Assistant{}, false, err
@@ -355,7 +380,7 @@ func (r *Registry) Create(ctx context.Context, p *auth.Principal, a Assistant, i
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old, exists, err := r.Get(ctx, a.ID, idOf)
+	old, exists, err := r.Get(ctx, a.ID)
 	if err != nil {
 		return Assistant{}, false, err
 	}
@@ -418,7 +443,7 @@ func (r *Registry) versions(ctx context.Context, st server.ItemStore, id string)
 // Update makes a new version of assistant id with ch, and makes it the
 // latest. A graph's own assistant, updated, is kept from then on (its
 // first version the one the server made).
-func (r *Registry) Update(ctx context.Context, p *auth.Principal, id string, ch Changes, idOf func(string) string) (Assistant, error) {
+func (r *Registry) Update(ctx context.Context, p *auth.Principal, id string, ch Changes) (Assistant, error) {
 	st, err := r.engine()
 	if err != nil {
 		return Assistant{}, err
@@ -428,7 +453,7 @@ func (r *Registry) Update(ctx context.Context, p *auth.Principal, id string, ch 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, err := r.changeable(ctx, p, id, idOf)
+	a, err := r.changeable(ctx, p, id)
 	if err != nil {
 		return Assistant{}, err
 	}
@@ -470,14 +495,14 @@ func (r *Registry) Update(ctx context.Context, p *auth.Principal, id string, ch 
 }
 
 // SetLatest makes version the latest of assistant id.
-func (r *Registry) SetLatest(ctx context.Context, p *auth.Principal, id string, version int, idOf func(string) string) (Assistant, error) {
+func (r *Registry) SetLatest(ctx context.Context, p *auth.Principal, id string, version int) (Assistant, error) {
 	st, err := r.engine()
 	if err != nil {
 		return Assistant{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, err := r.changeable(ctx, p, id, idOf)
+	a, err := r.changeable(ctx, p, id)
 	if err != nil {
 		return Assistant{}, err
 	}
@@ -501,8 +526,8 @@ func (r *Registry) SetLatest(ctx context.Context, p *auth.Principal, id string, 
 
 // Versions are assistant id's versions, newest first, those whose
 // metadata holds md, a page of them.
-func (r *Registry) Versions(ctx context.Context, p *auth.Principal, id string, md map[string]any, limit, offset int, idOf func(string) string) ([]Assistant, error) {
-	a, ok, err := r.Get(ctx, id, idOf)
+func (r *Registry) Versions(ctx context.Context, p *auth.Principal, id string, md map[string]any, limit, offset int) ([]Assistant, error) {
+	a, ok, err := r.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -541,14 +566,14 @@ func page(all []Assistant, limit, offset int) []Assistant {
 // Delete deletes assistant id and its versions. A graph's own assistant
 // cannot be deleted (the server makes it at every start); one updated
 // goes back to what the server made.
-func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string, idOf func(string) string) error {
+func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string) error {
 	st, err := r.engine()
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, err := r.changeable(ctx, p, id, idOf)
+	a, err := r.changeable(ctx, p, id)
 	if err != nil {
 		return err
 	}
@@ -556,7 +581,6 @@ func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string, idO
 	if err != nil {
 		return err
 	}
-	system := a.ID == idOf(a.GraphID) && slices.Contains(r.graphs(), a.GraphID) && a.Owner == "" && len(vs) > 0 && vs[len(vs)-1].Metadata["created_by"] == "system"
 	if len(vs) == 0 {
 		return fmt.Errorf("%w: assistant %s is graph %s's own: the server makes it at every start", ErrExists, a.ID, a.GraphID)
 	}
@@ -568,18 +592,15 @@ func (r *Registry) Delete(ctx context.Context, p *auth.Principal, id string, idO
 	if err := st.DeleteItem(ctx, scope, latestNS, a.ID); err != nil {
 		return server.StoreError(err)
 	}
-	if err := r.changed(ctx, st); err != nil {
-		return err
-	}
-	if !system && r.counted {
+	if r.counted && !r.graphsOwn(a) {
 		r.count--
 	}
-	return nil
+	return r.changed(ctx, st)
 }
 
 // Search lists the assistants p sees that q selects (the graphs' own
 // among them, as updated), and how many q selects in all.
-func (r *Registry) Search(ctx context.Context, p *auth.Principal, q Query, idOf func(string) string) ([]Assistant, int, error) {
+func (r *Registry) Search(ctx context.Context, p *auth.Principal, q Query) ([]Assistant, int, error) {
 	var kept []Assistant
 	if r.st != nil {
 		var err error
@@ -595,7 +616,7 @@ func (r *Registry) Search(ctx context.Context, p *auth.Principal, q Query, idOf 
 	}
 	own := map[string]bool{} // the graphs' own, by id: those kept (updated) are in kept
 	for _, g := range r.graphs() {
-		own[idOf(g)] = true
+		own[GraphAssistantID(g)] = true
 	}
 	for _, a := range kept {
 		delete(own, a.ID)
@@ -604,7 +625,7 @@ func (r *Registry) Search(ctx context.Context, p *auth.Principal, q Query, idOf 
 		}
 	}
 	for _, g := range r.graphs() {
-		if a := r.system(g, idOf); own[a.ID] && selects(a) {
+		if a := r.system(g); own[a.ID] && selects(a) {
 			found = append(found, a)
 		}
 	}

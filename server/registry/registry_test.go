@@ -16,8 +16,6 @@ import (
 	"github.com/agentstream/agentstream/server/registry"
 )
 
-func idOf(name string) string { return "sys-" + name }
-
 // engines are a server on each engine, for fn.
 func onEachEngine(b *testing.B, fn func(b *testing.B, srv *server.Server)) {
 	run := func(name string, eng server.Engine) {
@@ -48,12 +46,12 @@ func BenchmarkAssistantsSearch(b *testing.B) {
 		ctx := context.Background()
 		const n = 10_000
 		for i := range n {
-			_, _, err := reg.Create(ctx, nil, registry.Assistant{ID: fmt.Sprintf("a-%05d", i), GraphID: "echo", Metadata: map[string]any{"i": float64(i)}}, "raise", idOf)
+			_, _, err := reg.Create(ctx, nil, registry.Assistant{ID: fmt.Sprintf("a-%05d", i), GraphID: "echo", Metadata: map[string]any{"i": float64(i)}}, "raise")
 			require.NoError(b, err)
 		}
 		b.Run("search", func(b *testing.B) {
 			for b.Loop() {
-				found, total, err := reg.Search(ctx, nil, registry.Query{Metadata: map[string]any{"i": float64(4242)}, Limit: 10}, idOf)
+				found, total, err := reg.Search(ctx, nil, registry.Query{Metadata: map[string]any{"i": float64(4242)}, Limit: 10})
 				if err != nil || total != 1 || len(found) != 1 {
 					b.Fatalf("%v %d %d", err, total, len(found))
 				}
@@ -61,7 +59,7 @@ func BenchmarkAssistantsSearch(b *testing.B) {
 		})
 		b.Run("get", func(b *testing.B) {
 			for b.Loop() {
-				if _, ok, err := reg.Get(ctx, "a-04242", idOf); err != nil || !ok {
+				if _, ok, err := reg.Get(ctx, "a-04242"); err != nil || !ok {
 					b.Fatal(err, ok)
 				}
 			}
@@ -78,26 +76,26 @@ func TestVersionsAndLatest(t *testing.T) {
 	defer srv.Close(context.Background())
 	reg := registry.Of(srv)
 	ctx := context.Background()
-	a, created, err := reg.Create(ctx, nil, registry.Assistant{GraphID: "echo", Name: "one"}, "raise", idOf)
+	a, created, err := reg.Create(ctx, nil, registry.Assistant{GraphID: "echo", Name: "one"}, "raise")
 	require.NoError(t, err)
 	require.True(t, created)
 	two := "two"
-	a2, err := reg.Update(ctx, nil, a.ID, registry.Changes{Name: &two}, idOf)
+	a2, err := reg.Update(ctx, nil, a.ID, registry.Changes{Name: &two})
 	require.NoError(t, err)
 	require.Equal(t, 2, a2.Version)
-	back, err := reg.SetLatest(ctx, nil, a.ID, 1, idOf)
+	back, err := reg.SetLatest(ctx, nil, a.ID, 1)
 	require.NoError(t, err)
 	require.Equal(t, "one", back.Name)
 	three := "three"
-	a3, err := reg.Update(ctx, nil, a.ID, registry.Changes{Name: &three}, idOf)
+	a3, err := reg.Update(ctx, nil, a.ID, registry.Changes{Name: &three})
 	require.NoError(t, err)
 	require.Equal(t, 3, a3.Version, "numbers go on after the newest, not the latest")
-	vs, err := reg.Versions(ctx, nil, a.ID, nil, 10, 0, idOf)
+	vs, err := reg.Versions(ctx, nil, a.ID, nil, 10, 0)
 	require.NoError(t, err)
 	require.Len(t, vs, 3)
-	require.NoError(t, reg.Delete(ctx, nil, a.ID, idOf))
-	_, ok, err := reg.Get(ctx, a.ID, idOf)
+	require.NoError(t, reg.Delete(ctx, nil, a.ID))
+	_, ok, err := reg.Get(ctx, a.ID)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.ErrorIs(t, reg.Delete(ctx, nil, idOf("echo"), idOf), registry.ErrExists, "a graph's own is not deleted")
+	require.ErrorIs(t, reg.Delete(ctx, nil, registry.GraphAssistantID("echo")), registry.ErrExists, "a graph's own is not deleted")
 }

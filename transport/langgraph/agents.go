@@ -26,7 +26,7 @@ func anyObject() map[string]any {
 // name for the graph's own) that the caller sees; it answers 404 itself.
 func (h *Handler) findAssistant(w http.ResponseWriter, r *http.Request) (LgAssistant, bool) {
 	id := r.PathValue("id")
-	a, ok, err := h.registry.Get(r.Context(), id, AssistantID)
+	a, ok, err := h.registry.Get(r.Context(), id)
 	switch {
 	case err != nil:
 		assistantError(w, err)
@@ -90,7 +90,7 @@ func (h *Handler) searchAgents(w http.ResponseWriter, r *http.Request) {
 	if req.Limit != nil {
 		q.Limit = int(*req.Limit)
 	}
-	found, _, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
+	found, _, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
 		assistantError(w, err)
 		return

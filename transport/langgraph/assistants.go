@@ -69,7 +69,7 @@ func (h *Handler) createAssistant(w http.ResponseWriter, r *http.Request) {
 	if req.IfExists != nil {
 		ifExists = string(*req.IfExists)
 	}
-	made, _, err := h.registry.Create(r.Context(), auth.FromContext(r.Context()), a, ifExists, AssistantID)
+	made, _, err := h.registry.Create(r.Context(), auth.FromContext(r.Context()), a, ifExists)
 	if err != nil {
 		assistantError(w, err)
 		return
@@ -90,7 +90,7 @@ func (h *Handler) patchAssistant(w http.ResponseWriter, r *http.Request) {
 	if req.Metadata != nil {
 		ch.Metadata = *req.Metadata
 	}
-	a, err := h.registry.Update(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), ch, AssistantID)
+	a, err := h.registry.Update(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), ch)
 	if err != nil {
 		assistantError(w, err)
 		return
@@ -104,7 +104,7 @@ func (h *Handler) deleteAssistant(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusUnprocessableEntity, "delete_threads: not served yet (delete the assistant's threads with threads.delete)")
 		return
 	}
-	if err := h.registry.Delete(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), AssistantID); err != nil {
+	if err := h.registry.Delete(r.Context(), auth.FromContext(r.Context()), r.PathValue("id")); err != nil {
 		assistantError(w, err)
 		return
 	}
@@ -128,7 +128,7 @@ func (h *Handler) assistantVersions(w http.ResponseWriter, r *http.Request) {
 	if req.Metadata != nil {
 		md = *req.Metadata
 	}
-	vs, err := h.registry.Versions(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), md, limit, offset, AssistantID)
+	vs, err := h.registry.Versions(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), md, limit, offset)
 	if err != nil {
 		assistantError(w, err)
 		return
@@ -146,7 +146,7 @@ func (h *Handler) latestAssistant(w http.ResponseWriter, r *http.Request) {
 	if !h.body(w, r, &req) {
 		return
 	}
-	a, err := h.registry.SetLatest(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), int(min(req.Version, 1<<31)), AssistantID)
+	a, err := h.registry.SetLatest(r.Context(), auth.FromContext(r.Context()), r.PathValue("id"), int(min(req.Version, 1<<31)))
 	if err != nil {
 		assistantError(w, err)
 		return

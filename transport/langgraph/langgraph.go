@@ -2,7 +2,6 @@ package langgraph
 
 import (
 	"context"
-	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -560,20 +559,8 @@ func (h *Handler) countThreads(w http.ResponseWriter, r *http.Request) {
 	write(w, http.StatusOK, total)
 }
 
-// graphNamespace is the namespace of the Platform's assistant ids: an
-// assistant's id is the version 5 UUID of its graph's name in it.
-var graphNamespace = [16]byte{0x6b, 0xa7, 0xb8, 0x21, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
-
 // AssistantID is the Platform's id of the assistant of graph (its name).
-func AssistantID(graph string) string {
-	h := sha1.New()
-	h.Write(graphNamespace[:])
-	h.Write([]byte(graph))
-	b := h.Sum(nil)[:16]
-	b[6] = b[6]&0x0f | 0x50
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func AssistantID(graph string) string { return registry.GraphAssistantID(graph) }
 
 // searchAssistants serves POST /assistants/search.
 func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
@@ -598,7 +585,7 @@ func (h *Handler) searchAssistants(w http.ResponseWriter, r *http.Request) {
 	if req.SortOrder != nil {
 		q.SortOrder = string(*req.SortOrder)
 	}
-	found, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
+	found, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
 		assistantError(w, err)
 		return
@@ -637,7 +624,7 @@ func (h *Handler) countAssistants(w http.ResponseWriter, r *http.Request) {
 	}
 	q := assistantQuery(req.GraphID, req.Name, req.Metadata)
 	q.Limit = 1
-	_, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q, AssistantID)
+	_, total, err := h.registry.Search(r.Context(), auth.FromContext(r.Context()), q)
 	if err != nil {
 		assistantError(w, err)
 		return

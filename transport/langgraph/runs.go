@@ -21,17 +21,14 @@ import (
 // assistantName is the assistant a run names: by its name, or by the
 // UUID the Platform gives it.
 func (h *Handler) assistantName(id string) (string, bool) {
-	a, ok, err := h.registry.Get(context.Background(), id, AssistantID)
-	if err != nil || !ok {
-		return "", false
-	}
-	return a.GraphID, true
+	a, ok, err := h.registry.Get(context.Background(), id)
+	return a.GraphID, ok && err == nil
 }
 
 // runAssistant is the assistant a run names (by id, or a graph's name)
 // that the caller sees; ok false when there is none (answered here).
 func (h *Handler) runAssistant(w http.ResponseWriter, r *http.Request, id string) (registry.Assistant, bool) {
-	a, ok, err := h.registry.Get(r.Context(), id, AssistantID)
+	a, ok, err := h.registry.Get(r.Context(), id)
 	switch {
 	case err != nil:
 		assistantError(w, err)
@@ -93,48 +90,14 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 			_, _ = h.catalog.Delete(context.WithoutCancel(ctx), thread)
 		}
 	}()
-	hook := ""
-	if req.Webhook != nil {
-		hook = *req.Webhook
-	}
-	if hook != "" {
-		if err := h.webhooks.check(hook); err != nil {
-			if errors.Is(err, errPrivateAddress) {
-				h.Observer.Refused("webhook_egress")
-			}
-			fail(w, http.StatusUnprocessableEntity, "%v", err)
-			return "", nil, 0, false
-		}
-		if !h.webhooks.reserve() {
-			h.Observer.Refused("webhooks")
-			fail(w, http.StatusTooManyRequests, "webhook: %d runs wait for theirs already, the most the server keeps (--max-pending-webhooks)", h.webhooks.opts.MaxPending)
-			return "", nil, 0, false
-		}
-	}
-	var hookSession *server.Session
-	defer func() {
-		if hook != "" && !ok {
-			h.webhooks.release()
-			if hookSession != nil {
-				hookSession.Close()
-			}
-		}
-	}()
 	ss = h.Server.NewSession(thread)
 	after = h.Server.LastSeq(thread)
-	if hook != "" {
-		var err error
-		if hookSession, err = h.webhookSession(thread, after); err != nil {
-			ss.Close()
-			serverError(w, err)
-			return "", nil, 0, false
-		}
+	hook, ok := h.webhookFor(w, thread, after, req)
+	if !ok {
+		ss.Close()
+		return "", nil, 0, false
 	}
-	defer func() {
-		if hook != "" && ok {
-			h.deliverAfter(thread, runID, hook, h.now(), hookSession)
-		}
-	}()
+	defer func() { hook.started(runID, ok) }() // delivered once the run ends, or let go
 	if _, _, err := ss.Subscribe(filter, server.SeqCursor(after)); err != nil {
 		ss.Close()
 		serverError(w, err)
@@ -155,14 +118,15 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 			return runID, ss, after, true
 		}
 	}
+	var runConfig map[string]any
+	if req.Config != nil {
+		runConfig = *req.Config
+	}
+	if len(asst.Config) > 0 { // the assistant's config, the run's over it
+		runConfig = registry.RunConfig(asst, runConfig)
+	}
 	if fork != "" {
-		fp := protocol.StateForkParams{CheckpointID: fork, Input: req.Input}
-		if req.Config != nil {
-			fp.Config = *req.Config
-		}
-		if len(asst.Config) > 0 {
-			fp.Config = registry.RunConfig(asst, fp.Config)
-		}
+		fp := protocol.StateForkParams{CheckpointID: fork, Input: req.Input, Config: runConfig}
 		resp, err := h.Server.Do(ctx, thread, &protocol.ClientCommand{Value: &protocol.ClientCommandStateFork{ID: 1, Params: fp}})
 		if err != nil {
 			ss.Close()
@@ -174,15 +138,7 @@ func (h *Handler) startRunWith(w http.ResponseWriter, r *http.Request, thread st
 		}
 		return runID, ss, after, true
 	}
-	params := protocol.RunStartParams{AssistantID: name, Input: req.Input}
-	var runConfig map[string]any
-	if req.Config != nil {
-		runConfig = *req.Config
-	}
-	if len(asst.Config) > 0 { // the assistant's config, the run's over it
-		runConfig = registry.RunConfig(asst, runConfig)
-	}
-	params.Config = runConfig
+	params := protocol.RunStartParams{AssistantID: name, Input: req.Input, Config: runConfig}
 	if req.Metadata != nil {
 		params.Metadata = *req.Metadata
 	}
@@ -572,23 +528,27 @@ func (h *Handler) runInBackground(w http.ResponseWriter, r *http.Request, thread
 	if stateless && temporary(req) {
 		_ = h.catalog.DeleteOnCompletion(context.WithoutCancel(r.Context()), thread, runID)
 	}
-	name, _ := h.assistantName(req.assistant())
-	rec := server.RunRecord{ID: runID, Thread: thread, Assistant: name, Status: server.RunPending, Input: req.Input, MultitaskStrategy: "reject"}
-	if req.Metadata != nil {
-		rec.Metadata = *req.Metadata
-	}
-	if req.Config != nil {
-		rec.Config = *req.Config
-	}
-	if req.MultitaskStrategy != nil {
-		rec.MultitaskStrategy = string(*req.MultitaskStrategy)
-	}
 	h.catalog.SyncRuns(r.Context())
+	var rec server.RunRecord
+	found := false
 	if runs, err := h.catalog.Runs(r.Context(), thread); err == nil {
 		for _, known := range runs {
 			if known.ID == runID {
-				rec = known
+				rec, found = known, true
 			}
+		}
+	}
+	if !found { // no record (an engine that keeps none): the run as asked
+		name, _ := h.assistantName(req.assistant())
+		rec = server.RunRecord{ID: runID, Thread: thread, Assistant: name, Status: server.RunPending, Input: req.Input, MultitaskStrategy: "reject"}
+		if req.Metadata != nil {
+			rec.Metadata = *req.Metadata
+		}
+		if req.Config != nil {
+			rec.Config = *req.Config
+		}
+		if req.MultitaskStrategy != nil {
+			rec.MultitaskStrategy = string(*req.MultitaskStrategy)
 		}
 	}
 	if rec.CreatedAt.IsZero() {

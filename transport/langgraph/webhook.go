@@ -155,16 +155,57 @@ func (wh *webhooks) release() {
 	wh.mu.Unlock()
 }
 
-// watchFrom subscribes, before run starts, to what its webhook needs of
-// thread after seq: the root lifecycle (its end) and the values (its
-// last ones, for a thread deleted once it ended).
-func (h *Handler) webhookSession(thread string, after uint64) (*server.Session, error) {
+// pendingHook is a run's webhook before the run starts: its place among
+// the pending ones taken, its session on the thread subscribed from
+// before the run's first event. nil when the run asks for none.
+type pendingHook struct {
+	h            *Handler
+	thread, hook string
+	ss           *server.Session
+}
+
+// webhookFor checks and reserves req's webhook, if it asks for one, and
+// subscribes to what the webhook needs of thread after seq: the root
+// lifecycle (its end) and the values (its last ones, for a thread deleted
+// once it ended). It answers a webhook it cannot take itself (ok false).
+func (h *Handler) webhookFor(w http.ResponseWriter, thread string, after uint64, req *LgRunCreate) (*pendingHook, bool) {
+	if req.Webhook == nil || *req.Webhook == "" {
+		return nil, true
+	}
+	hook := *req.Webhook
+	if err := h.webhooks.check(hook); err != nil {
+		if errors.Is(err, errPrivateAddress) {
+			h.Observer.Refused("webhook_egress")
+		}
+		fail(w, http.StatusUnprocessableEntity, "%v", err)
+		return nil, false
+	}
+	if !h.webhooks.reserve() {
+		h.Observer.Refused("webhooks")
+		fail(w, http.StatusTooManyRequests, "webhook: %d runs wait for theirs already, the most the server keeps (--max-pending-webhooks)", h.webhooks.opts.MaxPending)
+		return nil, false
+	}
 	ss := h.Server.NewSession(thread)
 	if _, _, err := ss.Subscribe(channels.Filter{Channels: []string{channels.Lifecycle, "values"}, Depth: 0}, server.SeqCursor(after)); err != nil {
 		ss.Close()
-		return nil, err
+		h.webhooks.release()
+		serverError(w, err)
+		return nil, false
 	}
-	return ss, nil
+	return &pendingHook{h: h, thread: thread, hook: hook, ss: ss}, true
+}
+
+// started delivers the webhook once run runID ends, if it started (ok),
+// or lets its place and session go.
+func (p *pendingHook) started(runID string, ok bool) {
+	switch {
+	case p == nil:
+	case ok:
+		p.h.deliverAfter(p.thread, runID, p.hook, p.h.now(), p.ss)
+	default:
+		p.ss.Close()
+		p.h.webhooks.release()
+	}
 }
 
 // deliverAfter watches run runID of thread on ss (which it closes) until
