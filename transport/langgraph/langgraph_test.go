@@ -1098,6 +1098,10 @@ func TestRunFromACheckpoint(t *testing.T) {
 
 	st, _ = say(ask("x", `, "checkpoint_id": "ckpt_nope"`))
 	require.Equal(t, 404, st)
+	st, _ = say(ask("x", `, "checkpoint": {"checkpoint_id": "`+first+`", "thread_id": "other"}`))
+	require.Equal(t, 422, st, "another thread's checkpoint")
+	st, _ = say(ask("x", `, "checkpoint": {"checkpoint_id": "`+first+`", "checkpoint_map": {"sub": "c"}}`))
+	require.Equal(t, 422, st, "subgraphs' checkpoints are not served")
 	st, _ = say(`{"assistant_id": "echo", "checkpoint_id": "` + first + `", "command": {"resume": 1}}`)
 	require.Equal(t, 422, st)
 }

@@ -200,6 +200,14 @@ func (h *Handler) forkPoint(w http.ResponseWriter, r *http.Request, thread, assi
 			fail(w, http.StatusUnprocessableEntity, "checkpoint.checkpoint_ns: a run from a subgraph's checkpoint is not served")
 			return "", false
 		}
+		if m, ok := c.CheckpointMap.(map[string]any); c.CheckpointMap != nil && (!ok || len(m) > 0) {
+			fail(w, http.StatusUnprocessableEntity, "checkpoint.checkpoint_map: subgraphs' checkpoints are not served")
+			return "", false
+		}
+		if c.ThreadID != nil && *c.ThreadID != thread {
+			fail(w, http.StatusUnprocessableEntity, "checkpoint.thread_id: %s is not the run's thread", *c.ThreadID)
+			return "", false
+		}
 		if c.CheckpointID != nil {
 			if id != "" && id != *c.CheckpointID {
 				fail(w, http.StatusUnprocessableEntity, "checkpoint_id and checkpoint.checkpoint_id name two checkpoints")
